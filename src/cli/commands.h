@@ -1,0 +1,10 @@
+/* commands.h - the subcommands of the cddp binary; each lives in its own cmd_*.c. */
+#ifndef CDDP_CLI_COMMANDS_H
+#define CDDP_CLI_COMMANDS_H
+
+/* Each returns the process exit status. argv[0] is the subcommand name. */
+int cddp_cmd_run(int argc, char **argv);
+int cddp_cmd_store(int argc, char **argv);
+int cddp_cmd_bench(int argc, char **argv);
+
+#endif

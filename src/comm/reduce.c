@@ -1,0 +1,117 @@
+/* reduce.c - vectorised reduction kernels (GCC clones them for AVX-512, AVX2 and baseline). */
+#include <stdint.h>
+#include <string.h>
+
+#include "comm/reduce.h"
+
+#define CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+
+static inline float bf16_to_f32(uint16_t h) {
+  uint32_t u = (uint32_t)h << 16;
+  float f;
+  memcpy(&f, &u, 4);
+  return f;
+}
+
+static inline uint16_t f32_to_bf16(float f) {
+  uint32_t u;
+  memcpy(&u, &f, 4);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40); /* quiet NaN */
+  u += 0x7fffu + ((u >> 16) & 1u); /* round to nearest, ties to even */
+  return (uint16_t)(u >> 16);
+}
+
+/* One kernel per (type, op) family: acc = s0; acc = acc op s_k; dst = acc (* scale). */
+#define DEFINE_KERNEL(NAME, T, ACC, LOAD, STORE)                                               \
+  CLONES static void NAME(void *dst_, const void *const *srcs, int nsrc, size_t n,            \
+                          cddp_redop_t op, double scale_) {                                   \
+    T *restrict dst = (T *)dst_;                                                              \
+    const ACC scale = (ACC)scale_;                                                            \
+    const size_t B = 1024; /* block so partial sums stay in L1 for nsrc > 2 */                 \
+    for (size_t b0 = 0; b0 < n; b0 += B) {                                                    \
+      size_t m = n - b0 < B ? n - b0 : B;                                                     \
+      ACC acc[1024];                                                                          \
+      const T *s0 = (const T *)srcs[0] + b0;                                                  \
+      for (size_t i = 0; i < m; i++) acc[i] = LOAD(s0[i]);                                    \
+      for (int k = 1; k < nsrc; k++) {                                                        \
+        const T *s = (const T *)srcs[k] + b0;                                                 \
+        switch (op) {                                                                         \
+          case CDDP_MAX:                                                                      \
+            for (size_t i = 0; i < m; i++) acc[i] = acc[i] < LOAD(s[i]) ? LOAD(s[i]) : acc[i]; \
+            break;                                                                            \
+          case CDDP_MIN:                                                                      \
+            for (size_t i = 0; i < m; i++) acc[i] = acc[i] > LOAD(s[i]) ? LOAD(s[i]) : acc[i]; \
+            break;                                                                            \
+          default:                                                                            \
+            for (size_t i = 0; i < m; i++) acc[i] += LOAD(s[i]);                              \
+        }                                                                                     \
+      }                                                                                       \
+      if (op == CDDP_AVG && scale != (ACC)1)                                                  \
+        for (size_t i = 0; i < m; i++) acc[i] *= scale;                                       \
+      for (size_t i = 0; i < m; i++) dst[b0 + i] = STORE(acc[i]);                             \
+    }                                                                                         \
+  }
+
+#define ID(x) (x)
+DEFINE_KERNEL(kernel_f32, float, float, ID, ID)
+DEFINE_KERNEL(kernel_f64, double, double, ID, ID)
+DEFINE_KERNEL(kernel_bf16, uint16_t, float, bf16_to_f32, f32_to_bf16)
+
+/* Integers: AVG truncates toward zero, so it is applied through double. */
+#define DEFINE_INT_KERNEL(NAME, T)                                                             \
+  CLONES static void NAME(void *dst_, const void *const *srcs, int nsrc, size_t n,            \
+                          cddp_redop_t op, double scale) {                                    \
+    T *restrict dst = (T *)dst_;                                                              \
+    for (size_t i = 0; i < n; i++) {                                                          \
+      T acc = ((const T *)srcs[0])[i];                                                        \
+      for (int k = 1; k < nsrc; k++) {                                                        \
+        T v = ((const T *)srcs[k])[i];                                                        \
+        if (op == CDDP_MAX) acc = acc < v ? v : acc;                                          \
+        else if (op == CDDP_MIN) acc = acc > v ? v : acc;                                     \
+        else acc = (T)((uint64_t)acc + (uint64_t)v); /* wraps instead of UB on overflow */    \
+      }                                                                                       \
+      if (op == CDDP_AVG && scale != 1.0) acc = (T)((double)acc * scale);                     \
+      dst[i] = acc;                                                                           \
+    }                                                                                         \
+  }
+
+DEFINE_INT_KERNEL(kernel_i32, int32_t)
+DEFINE_INT_KERNEL(kernel_i64, int64_t)
+
+void cddp__reduce_n(void *dst, const void *const *srcs, int nsrc, size_t n, cddp_dtype_t dt,
+                    cddp_redop_t op, double scale) {
+  switch (dt) {
+    case CDDP_F32: kernel_f32(dst, srcs, nsrc, n, op, scale); break;
+    case CDDP_F64: kernel_f64(dst, srcs, nsrc, n, op, scale); break;
+    case CDDP_BF16: kernel_bf16(dst, srcs, nsrc, n, op, scale); break;
+    case CDDP_I32: kernel_i32(dst, srcs, nsrc, n, op, scale); break;
+    case CDDP_I64: kernel_i64(dst, srcs, nsrc, n, op, scale); break;
+    default: break;
+  }
+}
+
+void cddp__reduce2(void *dst, const void *a, const void *b, size_t n, cddp_dtype_t dt,
+                   cddp_redop_t op, double scale) {
+  const void *srcs[2] = {a, b};
+  cddp__reduce_n(dst, srcs, 2, n, dt, op, scale);
+}
+
+void cddp__scale(void *buf, size_t n, cddp_dtype_t dt, double scale) {
+  const void *srcs[1] = {buf};
+  cddp__reduce_n(buf, srcs, 1, n, dt, CDDP_AVG, scale);
+}
+
+size_t cddp_dtype_size(cddp_dtype_t dt) {
+  static const size_t sizes[CDDP_DTYPE_COUNT] = {4, 8, 2, 4, 8};
+  return (unsigned)dt < CDDP_DTYPE_COUNT ? sizes[dt] : 0;
+}
+
+const char *cddp_dtype_name(cddp_dtype_t dt) {
+  static const char *names[CDDP_DTYPE_COUNT] = {"f32", "f64", "bf16", "i32", "i64"};
+  return (unsigned)dt < CDDP_DTYPE_COUNT ? names[dt] : "?";
+}
+
+const char *cddp_redop_name(cddp_redop_t op) {
+  static const char *names[CDDP_REDOP_COUNT] = {"sum", "avg", "max", "min"};
+  return (unsigned)op < CDDP_REDOP_COUNT ? names[op] : "?";
+}

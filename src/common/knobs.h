@@ -1,0 +1,42 @@
+/* knobs.h - every environment knob, declared once: name, variable, default, meaning.
+ * docs/knobs.md is checked against this table by tests/unit/test_knobs.c. */
+#ifndef CDDP_COMMON_KNOBS_H
+#define CDDP_COMMON_KNOBS_H
+
+#include <stdint.h>
+
+/* X(id, "VARIABLE", "default", "one-line meaning") */
+#define CDDP_KNOB_MAP(X)                                                                       \
+  X(DEBUG, "CDDP_DEBUG", "WARN", "log level: NONE, WARN, INFO or TRACE")                       \
+  X(DEBUG_SUBSYS, "CDDP_DEBUG_SUBSYS", "",                                                     \
+    "subsystems logged at INFO/TRACE: comma list of INIT,STORE,RDZV,RUN,COMM,SHM,NET,BENCH,ENV,ERR; ^ excludes; empty = all") \
+  X(SOCKET_IFNAME, "CDDP_SOCKET_IFNAME", "",                                                   \
+    "interface for TCP: prefix list (eth,ib), ^prefix to exclude, =name exact; empty = the one routing to the master") \
+  X(NSTREAMS, "CDDP_NSTREAMS", "2", "TCP connections per peer")                                \
+  X(TIMEOUT_MS, "CDDP_TIMEOUT_MS", "300000", "bound on any wait inside a collective or comm init, ms") \
+  X(TRANSPORT, "CDDP_TRANSPORT", "auto", "auto (shm within a host, tcp across), shm or tcp")    \
+  X(ALGO, "CDDP_ALGO", "auto", "collective algorithm: auto, ring or direct")                   \
+  X(DIRECT_MAX_BYTES, "CDDP_DIRECT_MAX_BYTES", "65536",                                        \
+    "auto picks the latency algorithm at or below this message size")                         \
+  X(SHM_CHUNK_BYTES, "CDDP_SHM_CHUNK_BYTES", "262144", "staging chunk per rank for shm copies") \
+  X(SPIN_US, "CDDP_SPIN_US", "20", "busy-wait this long before sleeping on a futex")           \
+  X(STORE_TIMEOUT_MS, "CDDP_STORE_TIMEOUT_MS", "300000", "default bound on a store client call, ms") \
+  X(TOKEN, "CDDP_TOKEN", "", "job token for the store's challenge-response (never sent on the wire)") \
+  X(TOKEN_FILE, "CDDP_TOKEN_FILE", "", "file holding the job token (used when CDDP_TOKEN is unset)")
+
+typedef enum cddp_knob {
+#define CDDP_KNOB_ENUM(id, var, def, doc) CDDP_KNOB_##id,
+  CDDP_KNOB_MAP(CDDP_KNOB_ENUM)
+#undef CDDP_KNOB_ENUM
+  CDDP_KNOB_COUNT
+} cddp_knob_t;
+
+/* The variable's value, or its default when unset. Never NULL. */
+const char *cddp__knob_str(cddp_knob_t k);
+/* Integer value; a malformed value logs a WARN naming the variable and yields the default. */
+int64_t cddp__knob_int(cddp_knob_t k);
+const char *cddp__knob_var(cddp_knob_t k);
+const char *cddp__knob_default(cddp_knob_t k);
+const char *cddp__knob_doc(cddp_knob_t k);
+
+#endif /* CDDP_COMMON_KNOBS_H */

@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# run.sh - the whole test suite: installs what is missing, builds with -Werror, runs the unit
+# tests, the shell (multi-process, Slurm, namespace) tests, the sanitizer builds and the
+# fuzzers briefly; ends with "N passed, N failed".
+# Usage: tests/run.sh [--quick]   (--quick: skip sanitizers and fuzzing)
+set -uo pipefail
+cd "$(dirname "$0")/.."
+quick=0; [ "${1:-}" = --quick ] && quick=1
+log=$(mktemp -d /tmp/cddp-tests.XXXXXX)
+passed=0; failed=0
+
+count() { # count TAP lines from a file, print failures
+  local f=$1 p q
+  p=$(grep -c '^ok ' "$f" || true); q=$(grep -c '^not ok ' "$f" || true)
+  passed=$((passed + p)); failed=$((failed + q))
+  grep '^not ok ' "$f" || true
+}
+run_tap() { # NAME CMD...: runs CMD, counts its TAP lines; a crash with no lines counts as one failure
+  local name=$1; shift
+  local out="$log/$name.out"
+  timeout "${CDDP_SUITE_TIMEOUT:-900}" "$@" >"$out" 2>"$log/$name.err"
+  local rc=$?
+  count "$out"
+  if [ $rc -ne 0 ] && ! grep -q '^not ok ' "$out"; then
+    echo "not ok - $name exited $rc without a failing test line (stderr: $log/$name.err)"
+    failed=$((failed + 1))
+  fi
+  echo "# $name: $(grep -c '^ok ' "$out") ok, $(grep -c '^not ok ' "$out") not ok" >&2
+}
+
+scripts/install-deps.sh test || { echo "0 passed, 1 failed"; exit 1; }
+if ! make -j"$(nproc)" WERROR=1 >"$log/build.log" 2>&1; then
+  tail -30 "$log/build.log"; echo "0 passed, 1 failed"; exit 1
+fi
+for t in build/tests/test_*; do run_tap "$(basename "$t")" "$t"; done
+for t in tests/sh/test_*.sh; do [ -e "$t" ] && run_tap "$(basename "$t" .sh)" bash "$t"; done
+
+if [ $quick = 0 ]; then
+  for san in asan tsan; do
+    if make -j"$(nproc)" WERROR=1 "$san" >"$log/build-$san.log" 2>&1; then
+      for t in build-$san/tests/test_store* build-$san/tests/test_comm*; do
+        [ -e "$t" ] || continue
+        TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" ASAN_OPTIONS="detect_leaks=1" \
+          CDDP_TEST_TIMEOUT_SCALE=4 run_tap "$san-$(basename "$t")" "$t"
+      done
+    else
+      tail -20 "$log/build-$san.log"; echo "not ok - $san build failed"; failed=$((failed + 1))
+    fi
+  done
+  if make fuzz >"$log/build-fuzz.log" 2>&1; then
+    for f in build/fuzz/fuzz_*; do
+      [ -e "$f" ] || continue
+      if timeout 120 "$f" -max_total_time="${CDDP_FUZZ_SECONDS:-30}" -rss_limit_mb=2048 >"$log/$(basename "$f").log" 2>&1; then
+        echo "ok - fuzz $(basename "$f") (${CDDP_FUZZ_SECONDS:-30} s)"; passed=$((passed + 1))
+      else
+        echo "not ok - fuzz $(basename "$f"): see $log/$(basename "$f").log"; failed=$((failed + 1))
+        tail -20 "$log/$(basename "$f").log"
+      fi
+    done
+  else
+    tail -20 "$log/build-fuzz.log"; echo "not ok - fuzz build failed"; failed=$((failed + 1))
+  fi
+fi
+echo "logs: $log" >&2
+echo "$passed passed, $failed failed"
+[ "$failed" -eq 0 ]

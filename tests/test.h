@@ -1,0 +1,69 @@
+/* test.h - a tiny libuv-style runner: each TEST runs in its own forked process with a timeout. */
+#ifndef CDDP_TEST_H
+#define CDDP_TEST_H
+
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "cddp/cddp.h"
+
+typedef void (*cddp_test_fn)(void);
+void cddp_test_register(const char *name, cddp_test_fn fn, int timeout_s);
+
+#define TEST_TIMEOUT(name, secs)                                                     \
+  static void name(void);                                                            \
+  __attribute__((constructor)) static void register_##name(void) {                  \
+    cddp_test_register(#name, name, secs);                                           \
+  }                                                                                  \
+  static void name(void)
+#define TEST(name) TEST_TIMEOUT(name, 60)
+
+#define TEST_FAIL(...)                                                               \
+  do {                                                                               \
+    fprintf(stderr, "%s:%d: ", __FILE__, __LINE__);                                  \
+    fprintf(stderr, __VA_ARGS__);                                                    \
+    fprintf(stderr, "\n");                                                           \
+    exit(1);                                                                         \
+  } while (0)
+
+#define CHECK(cond)                                                                  \
+  do {                                                                               \
+    if (!(cond)) TEST_FAIL("CHECK(%s) failed", #cond);                               \
+  } while (0)
+
+#define CHECK_EQ(a, b)                                                               \
+  do {                                                                               \
+    long long cddp_t_a = (long long)(a), cddp_t_b = (long long)(b);                  \
+    if (cddp_t_a != cddp_t_b)                                                        \
+      TEST_FAIL("CHECK_EQ(%s, %s): %lld != %lld", #a, #b, cddp_t_a, cddp_t_b);       \
+  } while (0)
+
+#define CHECK_NEAR(a, b, tol)                                                        \
+  do {                                                                               \
+    double cddp_t_a = (double)(a), cddp_t_b = (double)(b);                           \
+    if (!(fabs(cddp_t_a - cddp_t_b) <= (tol)))                                       \
+      TEST_FAIL("CHECK_NEAR(%s, %s): %.9g vs %.9g (diff %.3g > %.3g)", #a, #b,       \
+                cddp_t_a, cddp_t_b, fabs(cddp_t_a - cddp_t_b), (double)(tol));       \
+  } while (0)
+
+#define CHECK_RESULT(call, expected)                                                 \
+  do {                                                                               \
+    cddp_result_t cddp_t_r = (call);                                                 \
+    if (cddp_t_r != (expected))                                                      \
+      TEST_FAIL("%s returned %s, expected %s (last error: %s)", #call,               \
+                cddp_result_name(cddp_t_r), cddp_result_name(expected),              \
+                cddp_last_error());                                                  \
+  } while (0)
+#define CHECK_OK(call) CHECK_RESULT(call, CDDP_OK)
+
+/* Forks n processes running fn(rank, n, arg) and waits for all of them, at most
+ * timeout_s (then kills the rest). Returns how many failed (non-zero exit or signal). */
+int cddp_test_fork_ranks(int n, void (*fn)(int rank, int world, void *arg), void *arg,
+                         int timeout_s);
+
+/* A free TCP port on 127.0.0.1 (bound then released). */
+int cddp_test_free_port(void);
+
+#endif /* CDDP_TEST_H */

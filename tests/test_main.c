@@ -1,0 +1,125 @@
+/* test_main.c - runs each registered test in a child process with a timeout; TAP-style lines. */
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "test.h"
+
+#define MAX_TESTS 256
+static struct {
+  const char *name;
+  cddp_test_fn fn;
+  int timeout_s;
+} tests[MAX_TESTS];
+static int ntests;
+
+void cddp_test_register(const char *name, cddp_test_fn fn, int timeout_s) {
+  if (ntests < MAX_TESTS) tests[ntests++] = (typeof(tests[0])){name, fn, timeout_s};
+}
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* Waits for pid until deadline; kills it (and its process group) past the deadline. */
+static int wait_until(pid_t pid, double deadline, int *timed_out) {
+  int status = 0;
+  *timed_out = 0;
+  for (;;) {
+    pid_t r = waitpid(pid, &status, WNOHANG);
+    if (r == pid) return status;
+    if (r < 0) return -1;
+    if (now_s() > deadline) {
+      *timed_out = 1;
+      kill(-pid, SIGKILL);
+      kill(pid, SIGKILL);
+      waitpid(pid, &status, 0);
+      return status;
+    }
+    usleep(2000);
+  }
+}
+
+int cddp_test_fork_ranks(int n, void (*fn)(int, int, void *), void *arg, int timeout_s) {
+  pid_t pids[256];
+  int failed = 0;
+  fflush(NULL);
+  for (int r = 0; r < n && r < 256; r++) {
+    pids[r] = fork();
+    if (pids[r] == 0) {
+      fn(r, n, arg);
+      fflush(NULL);
+      _exit(0);
+    }
+  }
+  double deadline = now_s() + timeout_s;
+  for (int r = 0; r < n && r < 256; r++) {
+    int to, st = wait_until(pids[r], deadline, &to);
+    if (to || !WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+      fprintf(stderr, "rank %d of %d %s (status 0x%x)\n", r, n,
+              to ? "timed out" : "failed", st);
+      failed++;
+    }
+  }
+  return failed;
+}
+
+int cddp_test_free_port(void) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  socklen_t len = sizeof a;
+  if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof a) != 0 ||
+      getsockname(fd, (struct sockaddr *)&a, &len) != 0) {
+    perror("free port");
+    exit(1);
+  }
+  close(fd);
+  return ntohs(a.sin_port);
+}
+
+int main(int argc, char **argv) {
+  const char *prog = strrchr(argv[0], '/') ? strrchr(argv[0], '/') + 1 : argv[0];
+  const char *filter = argc > 1 ? argv[1] : NULL;
+  double scale = getenv("CDDP_TEST_TIMEOUT_SCALE") ? atof(getenv("CDDP_TEST_TIMEOUT_SCALE")) : 1;
+  if (scale <= 0) scale = 1;
+  int failed = 0, run = 0;
+  for (int i = 0; i < ntests; i++) {
+    if (filter && !strstr(tests[i].name, filter)) continue;
+    run++;
+    fflush(NULL);
+    double t0 = now_s();
+    pid_t pid = fork();
+    if (pid == 0) {
+      setpgid(0, 0); /* so a timeout kills the test's own children too */
+      tests[i].fn();
+      fflush(NULL);
+      _exit(0);
+    }
+    int to, st = wait_until(pid, t0 + tests[i].timeout_s * scale, &to);
+    kill(-pid, SIGKILL); /* leftovers of the test's process group */
+    double ms = (now_s() - t0) * 1e3;
+    if (!to && WIFEXITED(st) && WEXITSTATUS(st) == 0) {
+      printf("ok %d - %s:%s (%.0f ms)\n", run, prog, tests[i].name, ms);
+    } else {
+      failed++;
+      if (to)
+        printf("not ok %d - %s:%s (timed out after %d s)\n", run, prog, tests[i].name,
+               (int)(tests[i].timeout_s * scale));
+      else if (WIFSIGNALED(st))
+        printf("not ok %d - %s:%s (signal %d)\n", run, prog, tests[i].name, WTERMSIG(st));
+      else
+        printf("not ok %d - %s:%s (exit %d)\n", run, prog, tests[i].name, WEXITSTATUS(st));
+    }
+    fflush(stdout);
+  }
+  return failed ? 1 : 0;
+}

@@ -1,0 +1,85 @@
+/* test_common.c - result codes, last-error text, knobs table vs docs/knobs.md, reduce kernels. */
+#include <stdint.h>
+#include <string.h>
+
+#include "comm/reduce.h"
+#include "common/check.h"
+#include "common/knobs.h"
+#include "test.h"
+
+TEST(result_names_are_distinct) {
+  for (int a = 0; a < CDDP_RESULT_COUNT; a++) {
+    CHECK(strcmp(cddp_result_name((cddp_result_t)a), "UNKNOWN") != 0);
+    for (int b = a + 1; b < CDDP_RESULT_COUNT; b++)
+      CHECK(strcmp(cddp_result_name((cddp_result_t)a), cddp_result_name((cddp_result_t)b)) != 0);
+  }
+  CHECK(strcmp(cddp_result_name((cddp_result_t)99), "UNKNOWN") == 0);
+}
+
+TEST(last_error_carries_detail) {
+  cddp__clear_error();
+  CHECK(cddp_last_error()[0] == '\0');
+  cddp_result_t r = cddp__fail(CDDP_TIMEOUT, "wait for key %s", "k1");
+  CHECK_EQ(r, CDDP_TIMEOUT);
+  CHECK(strcmp(cddp_last_error(), "wait for key k1") == 0);
+  errno = ENOENT;
+  cddp__fail_errno(CDDP_SYSTEM, "open %s", "/nope");
+  CHECK(strstr(cddp_last_error(), "open /nope: No such file") != NULL);
+}
+
+/* Every knob must be documented in docs/knobs.md with its default. */
+TEST(knobs_are_documented) {
+  FILE *f = fopen("docs/knobs.md", "r");
+  if (!f) TEST_FAIL("docs/knobs.md not found (run from the repository root)");
+  static char doc[1 << 16];
+  size_t n = fread(doc, 1, sizeof doc - 1, f);
+  doc[n] = '\0';
+  fclose(f);
+  for (int k = 0; k < CDDP_KNOB_COUNT; k++) {
+    char needle[128];
+    snprintf(needle, sizeof needle, "`%s`", cddp__knob_var((cddp_knob_t)k));
+    if (!strstr(doc, needle)) TEST_FAIL("docs/knobs.md does not list %s", needle);
+  }
+}
+
+TEST(knob_int_falls_back_on_garbage) {
+  setenv("CDDP_NSTREAMS", "3", 1);
+  CHECK_EQ(cddp__knob_int(CDDP_KNOB_NSTREAMS), 3);
+  setenv("CDDP_NSTREAMS", "3x", 1);
+  CHECK_EQ(cddp__knob_int(CDDP_KNOB_NSTREAMS), strtoll(cddp__knob_default(CDDP_KNOB_NSTREAMS), 0, 10));
+}
+
+TEST(reduce_f32_sum_avg_max_min) {
+  enum { N = 3000 };
+  static float a[N], b[N], c[N], out[N];
+  for (int i = 0; i < N; i++) a[i] = (float)i, b[i] = 2.0f * i, c[i] = -1.0f * i;
+  const void *srcs[3] = {a, b, c};
+  cddp__reduce_n(out, srcs, 3, N, CDDP_F32, CDDP_SUM, 1.0);
+  for (int i = 0; i < N; i++) CHECK_NEAR(out[i], 2.0 * i, 0);
+  cddp__reduce_n(out, srcs, 3, N, CDDP_F32, CDDP_AVG, 0.5);
+  for (int i = 0; i < N; i++) CHECK_NEAR(out[i], 1.0 * i, 0);
+  cddp__reduce_n(out, srcs, 3, N, CDDP_F32, CDDP_MAX, 1.0);
+  for (int i = 0; i < N; i++) CHECK_NEAR(out[i], 2.0 * i, 0);
+  cddp__reduce_n(out, srcs, 3, N, CDDP_F32, CDDP_MIN, 1.0);
+  for (int i = 0; i < N; i++) CHECK_NEAR(out[i], -1.0 * i, 0);
+}
+
+TEST(reduce_bf16_accumulates_in_f32) {
+  /* 1.0 + 2^-8 + 2^-8: each addend alone is half an ulp of 1.0 in bf16 (7 stored bits) and
+   * rounds away (ties to even); accumulated in f32 they reach 1 + 2^-7, which bf16 holds. */
+  uint16_t one = 0x3f80, tiny = 0x3b80; /* 1.0, 2^-8 */
+  uint16_t a[1] = {one}, b[1] = {tiny}, c[1] = {tiny}, out[1];
+  const void *srcs[3] = {a, b, c};
+  cddp__reduce_n(out, srcs, 3, 1, CDDP_BF16, CDDP_SUM, 1.0);
+  CHECK_EQ(out[0], 0x3f81);
+}
+
+TEST(reduce_ints_and_avg_truncates) {
+  int64_t a[2] = {INT64_MAX, 7}, b[2] = {0, -2}, out[2];
+  cddp__reduce2(out, a, b, 2, CDDP_I64, CDDP_SUM, 1.0);
+  CHECK(out[0] == INT64_MAX);
+  CHECK_EQ(out[1], 5);
+  int32_t x[1] = {7}, y[1] = {0}, o[1];
+  cddp__reduce2(o, x, y, 1, CDDP_I32, CDDP_AVG, 0.5);
+  CHECK_EQ(o[0], 3);
+}
