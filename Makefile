@@ -40,10 +40,12 @@ LIB_SRCS  := $(sort $(wildcard src/common/*.c src/store/*.c src/run/*.c src/comm
 CLI_SRCS  := $(sort $(wildcard src/cli/*.c))
 TEST_SRCS := $(sort $(wildcard tests/unit/test_*.c))
 FUZZ_SRCS := $(sort $(wildcard tests/fuzz/fuzz_*.c))
+HELPER_SRCS := $(sort $(wildcard tests/helpers/*.c))
 LIB_OBJS  := $(LIB_SRCS:%.c=$(BUILD)/obj/%.o)
 CLI_OBJS  := $(CLI_SRCS:%.c=$(BUILD)/obj/%.o)
 TEST_BINS := $(TEST_SRCS:tests/unit/%.c=$(BUILD)/tests/%)
 TEST_MAIN := $(BUILD)/obj/tests/test_main.o
+HELPER_BINS := $(HELPER_SRCS:tests/helpers/%.c=$(BUILD)/tests/helpers/%)
 
 .PHONY: all lib cli tests report clean help asan tsan fuzz
 all: report lib cli tests
@@ -54,7 +56,7 @@ report:
 
 lib: $(BUILD)/libcddp.a $(BUILD)/libcddp.so
 cli: $(BUILD)/cddp
-tests: $(TEST_BINS)
+tests: $(TEST_BINS) $(HELPER_BINS)
 
 $(BUILD)/obj/%.o: %.c
 	@mkdir -p $(dir $@)
@@ -73,6 +75,11 @@ $(BUILD)/cddp: $(CLI_OBJS) $(BUILD)/libcddp.a
 $(BUILD)/tests/%: $(BUILD)/obj/tests/unit/%.o $(TEST_MAIN) $(BUILD)/libcddp.a
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $< $(TEST_MAIN) $(BUILD)/libcddp.a $(LDLIBS)
+
+# Programs the shell tests start as workers (tests/helpers/*.c, each with its own main).
+$(BUILD)/tests/helpers/%: $(BUILD)/obj/tests/helpers/%.o $(BUILD)/libcddp.a
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) -o $@ $< $(BUILD)/libcddp.a $(LDLIBS)
 
 # Sanitizer builds of the library and every unit test (store and comm among them).
 asan:
