@@ -58,9 +58,12 @@ lib: $(BUILD)/libcddp.a $(BUILD)/libcddp.so
 cli: $(BUILD)/cddp
 tests: $(TEST_BINS) $(HELPER_BINS)
 
+# Quiet by default; V=1 shows the commands.
+Q := $(if $(V),,@)
 $(BUILD)/obj/%.o: %.c
 	@mkdir -p $(dir $@)
-	$(CC) $(ALL_CFLAGS) -MMD -MP -c $< -o $@
+	@$(if $(V),,echo "  CC    $<")
+	$(Q)$(CC) $(ALL_CFLAGS) -MMD -MP -c $< -o $@
 
 $(BUILD)/libcddp.a: $(LIB_OBJS)
 	@mkdir -p $(dir $@)
