@@ -48,6 +48,7 @@ TEST_MAIN := $(BUILD)/obj/tests/test_main.o
 HELPER_BINS := $(HELPER_SRCS:tests/helpers/%.c=$(BUILD)/tests/helpers/%)
 
 .PHONY: all lib cli tests report clean help asan tsan fuzz
+.SECONDARY:
 all: report lib cli tests
 
 report:
