@@ -428,7 +428,11 @@ cddp_result_t cddp__run_parse(int argc, char **argv, char **envp, cddp_run_opts_
   } else {
     snprintf(o->run_id, sizeof o->run_id, "none");
   }
-  if (r.val[F_LOCAL_ADDR]) snprintf(o->local_addr, sizeof o->local_addr, "%s", r.val[F_LOCAL_ADDR]);
+  if (r.val[F_LOCAL_ADDR]) {
+    if (!*r.val[F_LOCAL_ADDR] || strlen(r.val[F_LOCAL_ADDR]) > 63 || strchr(r.val[F_LOCAL_ADDR], ' '))
+      return bad_value(&r, F_LOCAL_ADDR, "must be an address or host name of at most 63 characters");
+    snprintf(o->local_addr, sizeof o->local_addr, "%s", r.val[F_LOCAL_ADDR]);
+  }
   if (r.val[F_LOG_DIR]) snprintf(o->log_dir, sizeof o->log_dir, "%s", r.val[F_LOG_DIR]);
   int tee = 0, redirects = o->log_dir[0] ? 3 : 0;
   CDDP_CHECK(parse_stream_mask(&r, F_TEE, &tee));
