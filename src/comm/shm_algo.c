@@ -125,10 +125,11 @@ static cddp_result_t allgather_staged(run_t *R) {
     int par = step & 1;
     memcpy(s->slot[par][me], AT(c->send, off, R->es), n * R->es);
     CDDP_CHECK(cddp__shm_arrive_all(s, step, c->deadline));
-    for (int q = 0; q < W; q++) {
-      const void *src = q == me ? (const void *)AT(c->send, off, R->es) : s->slot[par][q];
-      copy(AT(c->recv, (size_t)q * c->count + off, R->es), src, n * R->es, R->nt);
-    }
+    /* own block first: with send == recv it is moved before block 0 overwrites it */
+    if (AT(c->recv, (size_t)me * c->count + off, R->es) != AT(c->send, off, R->es))
+      memmove(AT(c->recv, (size_t)me * c->count + off, R->es), AT(c->send, off, R->es), n * R->es);
+    for (int q = 0; q < W; q++)
+      if (q != me) copy(AT(c->recv, (size_t)q * c->count + off, R->es), s->slot[par][q], n * R->es, R->nt);
   }
   return CDDP_OK;
 }
@@ -176,10 +177,15 @@ static void allreduce_zc(run_t *R, char *const *sendp, char *const *recvp) {
   }
 }
 
+static int overlap(uint64_t a, size_t alen, uint64_t b, size_t blen) {
+  return a < b + blen && b < a + alen;
+}
+
 /* Returns 1 (and the peers' pointers) when every rank's buffers allow zero copy. */
 static int zc_agree(run_t *R, char **sendp, char **recvp) {
   shm_t *s = R->s;
   const cddp__coll_t *c = R->c;
+  size_t blk = c->count * R->es;
   for (int q = 0; q < s->world; q++) {
     const shm_zc_desc_t *d = &s->ctl[q].desc;
     int need_send = c->kind != CDDP__BROADCAST || q == c->root;
@@ -188,6 +194,15 @@ static int zc_agree(run_t *R, char **sendp, char **recvp) {
     sendp[q] = d->send_id >= 0 ? peer_ptr(s, q, d->send_id, d->send_off) : NULL;
     recvp[q] = d->recv_id >= 0 ? peer_ptr(s, q, d->recv_id, d->recv_off) : NULL;
     if ((need_send && !sendp[q]) || (need_recv && !recvp[q])) return 0;
+    /* peers read q's send while q writes its recv: only NCCL's in-place forms are safe */
+    if (c->kind == CDDP__REDUCE_SCATTER && d->recv_id == d->send_id &&
+        overlap(d->recv_off, blk, d->send_off, (size_t)s->world * blk) &&
+        d->recv_off != d->send_off + (uint64_t)q * blk)
+      return 0;
+    if (c->kind == CDDP__ALLGATHER && d->recv_id == d->send_id &&
+        overlap(d->send_off, blk, d->recv_off, (size_t)s->world * blk) &&
+        d->send_off != d->recv_off + (uint64_t)q * blk)
+      return 0;
   }
   return 1;
 }
