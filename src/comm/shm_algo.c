@@ -44,7 +44,7 @@ static cddp_result_t allreduce_direct(run_t *R) {
     size_t n = CDDP_MIN(piece, c->count - off);
     uint32_t step = ++s->step;
     int par = step & 1;
-    memcpy(s->slot[par][s->rank], AT(c->send, off, R->es), n * R->es);
+    cddp__shm_copy_demote(s->slot[par][s->rank], AT(c->send, off, R->es), n * R->es);
     CDDP_CHECK(cddp__shm_arrive_all(s, step, c->deadline));
     for (int q = 0; q < s->world; q++)
       srcs[q] = q == s->rank ? (const void *)AT(c->send, off, R->es) : s->slot[par][q];
@@ -70,13 +70,14 @@ static cddp_result_t allreduce_ring(run_t *R) {
     for (int q = 0; q < W; q++) {
       if (q == me) continue;
       slice(R, n, q, &lo, &len);
-      memcpy(AT(mine, lo, R->es), AT(c->send, off + lo, R->es), len * R->es);
+      cddp__shm_copy_demote(AT(mine, lo, R->es), AT(c->send, off + lo, R->es), len * R->es);
     }
     CDDP_CHECK(cddp__shm_arrive_all(s, step, c->deadline));
     slice(R, n, me, &lo, &len);
     for (int q = 0; q < W; q++)
       srcs[q] = q == me ? (const void *)AT(c->send, off + lo, R->es) : AT(s->slot[par][q], lo, R->es);
     cddp__reduce_n(AT(mine, lo, R->es), srcs, W, len, c->dt, c->op, R->scale);
+    cddp__shm_demote(AT(mine, lo, R->es), len * R->es);
     cddp__shm_post(s, &s->ctl[me].reduced.v, step);
     copy(AT(c->recv, off + lo, R->es), AT(mine, lo, R->es), len * R->es, R->nt);
     for (int i = 1; i < W; i++) {
@@ -103,7 +104,7 @@ static cddp_result_t reduce_scatter_staged(run_t *R) {
     int par = step & 1;
     for (int q = 0; q < W; q++)
       if (q != me)
-        memcpy(AT(s->slot[par][me], (size_t)q * piece, R->es),
+        cddp__shm_copy_demote(AT(s->slot[par][me], (size_t)q * piece, R->es),
                AT(c->send, (size_t)q * c->count + off, R->es), n * R->es);
     CDDP_CHECK(cddp__shm_arrive_all(s, step, c->deadline));
     for (int q = 0; q < W; q++)
@@ -123,7 +124,7 @@ static cddp_result_t allgather_staged(run_t *R) {
     size_t n = CDDP_MIN(piece, c->count - off);
     uint32_t step = ++s->step;
     int par = step & 1;
-    memcpy(s->slot[par][me], AT(c->send, off, R->es), n * R->es);
+    cddp__shm_copy_demote(s->slot[par][me], AT(c->send, off, R->es), n * R->es);
     CDDP_CHECK(cddp__shm_arrive_all(s, step, c->deadline));
     /* own block first: with send == recv it is moved before block 0 overwrites it */
     if (AT(c->recv, (size_t)me * c->count + off, R->es) != AT(c->send, off, R->es))
@@ -142,7 +143,7 @@ static cddp_result_t broadcast_staged(run_t *R, char *buf) {
     size_t n = CDDP_MIN(piece, c->count - off);
     uint32_t step = ++s->step;
     int par = step & 1;
-    if (s->rank == c->root) memcpy(s->slot[par][c->root], AT(buf, off, R->es), n * R->es);
+    if (s->rank == c->root) cddp__shm_copy_demote(s->slot[par][c->root], AT(buf, off, R->es), n * R->es);
     CDDP_CHECK(cddp__shm_arrive_all(s, step, c->deadline));
     if (s->rank != c->root) copy(AT(buf, off, R->es), s->slot[par][c->root], n * R->es, R->nt);
   }
