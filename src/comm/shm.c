@@ -266,14 +266,6 @@ int cddp__shm_find_alloc(shm_t *s, const void *p, size_t len, uint64_t *off) {
   return -1;
 }
 
-/* Until the core (comm.c) provides it. */
-__attribute__((weak)) const char *cddp__peer_name(const cddp__comm_ctx_t *ctx, int rank,
-                                                  char *buf, size_t size) {
-  snprintf(buf, size, "rank %d (host %s)", rank,
-           ctx->peers && rank >= 0 && rank < ctx->world ? ctx->peers[rank].host : "?");
-  return buf;
-}
-
 const cddp__transport_t cddp__transport_shm = {
     .name = "shm",
     .init = shm_init,

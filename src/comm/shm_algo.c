@@ -44,7 +44,7 @@ static cddp_result_t allreduce_direct(run_t *R) {
     size_t n = CDDP_MIN(piece, c->count - off);
     uint32_t step = ++s->step;
     int par = step & 1;
-    memcpy(s->slot[par][s->rank], AT(c->send, off, R->es), n * R->es);
+    cddp__shm_copy_demote(s->slot[par][s->rank], AT(c->send, off, R->es), n * R->es);
     CDDP_CHECK(cddp__shm_arrive_all(s, step, c->deadline));
     for (int q = 0; q < s->world; q++)
       srcs[q] = q == s->rank ? (const void *)AT(c->send, off, R->es) : s->slot[par][q];
@@ -70,13 +70,14 @@ static cddp_result_t allreduce_ring(run_t *R) {
     for (int q = 0; q < W; q++) {
       if (q == me) continue;
       slice(R, n, q, &lo, &len);
-      memcpy(AT(mine, lo, R->es), AT(c->send, off + lo, R->es), len * R->es);
+      cddp__shm_copy_demote(AT(mine, lo, R->es), AT(c->send, off + lo, R->es), len * R->es);
     }
     CDDP_CHECK(cddp__shm_arrive_all(s, step, c->deadline));
     slice(R, n, me, &lo, &len);
     for (int q = 0; q < W; q++)
       srcs[q] = q == me ? (const void *)AT(c->send, off + lo, R->es) : AT(s->slot[par][q], lo, R->es);
     cddp__reduce_n(AT(mine, lo, R->es), srcs, W, len, c->dt, c->op, R->scale);
+    cddp__shm_demote(AT(mine, lo, R->es), len * R->es);
     cddp__shm_post(s, &s->ctl[me].reduced.v, step);
     copy(AT(c->recv, off + lo, R->es), AT(mine, lo, R->es), len * R->es, R->nt);
     for (int i = 1; i < W; i++) {
@@ -103,7 +104,7 @@ static cddp_result_t reduce_scatter_staged(run_t *R) {
     int par = step & 1;
     for (int q = 0; q < W; q++)
       if (q != me)
-        memcpy(AT(s->slot[par][me], (size_t)q * piece, R->es),
+        cddp__shm_copy_demote(AT(s->slot[par][me], (size_t)q * piece, R->es),
                AT(c->send, (size_t)q * c->count + off, R->es), n * R->es);
     CDDP_CHECK(cddp__shm_arrive_all(s, step, c->deadline));
     for (int q = 0; q < W; q++)
@@ -123,12 +124,13 @@ static cddp_result_t allgather_staged(run_t *R) {
     size_t n = CDDP_MIN(piece, c->count - off);
     uint32_t step = ++s->step;
     int par = step & 1;
-    memcpy(s->slot[par][me], AT(c->send, off, R->es), n * R->es);
+    cddp__shm_copy_demote(s->slot[par][me], AT(c->send, off, R->es), n * R->es);
     CDDP_CHECK(cddp__shm_arrive_all(s, step, c->deadline));
-    for (int q = 0; q < W; q++) {
-      const void *src = q == me ? (const void *)AT(c->send, off, R->es) : s->slot[par][q];
-      copy(AT(c->recv, (size_t)q * c->count + off, R->es), src, n * R->es, R->nt);
-    }
+    /* own block first: with send == recv it is moved before block 0 overwrites it */
+    if (AT(c->recv, (size_t)me * c->count + off, R->es) != AT(c->send, off, R->es))
+      memmove(AT(c->recv, (size_t)me * c->count + off, R->es), AT(c->send, off, R->es), n * R->es);
+    for (int q = 0; q < W; q++)
+      if (q != me) copy(AT(c->recv, (size_t)q * c->count + off, R->es), s->slot[par][q], n * R->es, R->nt);
   }
   return CDDP_OK;
 }
@@ -141,7 +143,7 @@ static cddp_result_t broadcast_staged(run_t *R, char *buf) {
     size_t n = CDDP_MIN(piece, c->count - off);
     uint32_t step = ++s->step;
     int par = step & 1;
-    if (s->rank == c->root) memcpy(s->slot[par][c->root], AT(buf, off, R->es), n * R->es);
+    if (s->rank == c->root) cddp__shm_copy_demote(s->slot[par][c->root], AT(buf, off, R->es), n * R->es);
     CDDP_CHECK(cddp__shm_arrive_all(s, step, c->deadline));
     if (s->rank != c->root) copy(AT(buf, off, R->es), s->slot[par][c->root], n * R->es, R->nt);
   }
@@ -176,10 +178,15 @@ static void allreduce_zc(run_t *R, char *const *sendp, char *const *recvp) {
   }
 }
 
+static int overlap(uint64_t a, size_t alen, uint64_t b, size_t blen) {
+  return a < b + blen && b < a + alen;
+}
+
 /* Returns 1 (and the peers' pointers) when every rank's buffers allow zero copy. */
 static int zc_agree(run_t *R, char **sendp, char **recvp) {
   shm_t *s = R->s;
   const cddp__coll_t *c = R->c;
+  size_t blk = c->count * R->es;
   for (int q = 0; q < s->world; q++) {
     const shm_zc_desc_t *d = &s->ctl[q].desc;
     int need_send = c->kind != CDDP__BROADCAST || q == c->root;
@@ -188,6 +195,15 @@ static int zc_agree(run_t *R, char **sendp, char **recvp) {
     sendp[q] = d->send_id >= 0 ? peer_ptr(s, q, d->send_id, d->send_off) : NULL;
     recvp[q] = d->recv_id >= 0 ? peer_ptr(s, q, d->recv_id, d->recv_off) : NULL;
     if ((need_send && !sendp[q]) || (need_recv && !recvp[q])) return 0;
+    /* peers read q's send while q writes its recv: only NCCL's in-place forms are safe */
+    if (c->kind == CDDP__REDUCE_SCATTER && d->recv_id == d->send_id &&
+        overlap(d->recv_off, blk, d->send_off, (size_t)s->world * blk) &&
+        d->recv_off != d->send_off + (uint64_t)q * blk)
+      return 0;
+    if (c->kind == CDDP__ALLGATHER && d->recv_id == d->send_id &&
+        overlap(d->send_off, blk, d->recv_off, (size_t)s->world * blk) &&
+        d->send_off != d->recv_off + (uint64_t)q * blk)
+      return 0;
   }
   return 1;
 }

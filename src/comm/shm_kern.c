@@ -34,6 +34,26 @@ __attribute__((target("avx2"))) static void stream256(char *dst, const char *src
   if (i < n) memcpy(dst + i, src + i, n - i);
 }
 
+/* CLDEMOTE is a hint NOP on CPUs without it, so it is safe to issue anywhere on x86-64. */
+void cddp__shm_demote(const void *p, size_t bytes) {
+#if defined(__x86_64__)
+  const char *c = (const char *)((uintptr_t)p & ~(uintptr_t)63), *end = (const char *)p + bytes;
+  for (; c < end; c += 64) __asm__ __volatile__(".byte 0x0f, 0x1c, 0x00" ::"a"(c) : "memory");
+#else
+  (void)p, (void)bytes;
+#endif
+}
+
+void cddp__shm_copy_demote(void *dst_, const void *src_, size_t bytes) {
+  char *dst = dst_;
+  const char *src = src_;
+  for (size_t off = 0; off < bytes; off += 4096) { /* demote while the block is fresh */
+    size_t n = bytes - off < 4096 ? bytes - off : 4096;
+    memcpy(dst + off, src + off, n);
+    cddp__shm_demote(dst + off, n);
+  }
+}
+
 void cddp__shm_copy(void *dst_, const void *src_, size_t bytes, int nt) {
   char *dst = dst_;
   const char *src = src_;
