@@ -188,13 +188,20 @@ static cddp_result_t reduce_scatter(cddp__tcp_t *t, const cddp__coll_t *c, int l
     memcpy(c->recv, all + (size_t)t->rank * bytes, bytes);
     return CDDP_OK;
   }
-  CDDP_CHECK(scratch(t, (n - 2) * bytes));
-  ring_t g = {c->send, c->recv, c->count, es, t->rank, t->world, 1, 0, SCRATCH(t),
+  /* recv inside send anywhere but at my own block would be overwritten while peers still
+   * need it: reduce into scratch then */
+  const char *s0 = c->send, *r0 = c->recv;
+  int overlap = r0 < s0 + n * bytes && s0 < r0 + bytes && r0 != s0 + (size_t)t->rank * bytes;
+  CDDP_CHECK(scratch(t, (n - 1) * bytes));
+  char *out = overlap ? SCRATCH(t) + (n - 2) * bytes : c->recv;
+  ring_t g = {c->send, out, c->count, es, t->rank, t->world, 1, 0, SCRATCH(t),
               c->op == CDDP_AVG ? 1.0 / t->world : 1.0};
   cddp__tcp_xfer_t x = {"reduce_scatter ring", (t->rank + 1) % t->world, (t->rank + t->world - 1) % t->world,
                         t->world - 1, t->world - 1, cddp__tcp_nchunks(bytes, t->chunk_bytes), 0,
                         c->dt, c->op, ring_send, ring_recv, &g};
-  return cddp__tcp_xfer_run(t, &x);
+  CDDP_CHECK(cddp__tcp_xfer_run(t, &x));
+  if (overlap) memcpy(c->recv, out, bytes);
+  return CDDP_OK;
 }
 
 static cddp_result_t allgather(cddp__tcp_t *t, const cddp__coll_t *c) {
