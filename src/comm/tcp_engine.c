@@ -73,6 +73,7 @@ static int send_some(run_t *r, int i) {
       if (p->off < p->len) return p->wb = 1, progress; /* socket buffer full */
     }
     advance(p, i, r->S, x->K, x->nsend);
+    progress = 1; /* even an empty chunk frees what waits on it */
   }
   return progress;
 }
@@ -110,6 +111,7 @@ static int recv_some(run_t *r, int i) {
     }
     t->done[p->k] = p->s + 1;
     advance(p, i, r->S, x->K, x->nrecv);
+    progress = 1;
   }
   return progress;
 }
