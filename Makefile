@@ -48,6 +48,7 @@ TEST_MAIN := $(BUILD)/obj/tests/test_main.o
 HELPER_BINS := $(HELPER_SRCS:tests/helpers/%.c=$(BUILD)/tests/helpers/%)
 
 .PHONY: all lib cli tests report clean help asan tsan fuzz
+.SECONDARY:
 all: report lib cli tests
 
 report:
@@ -58,9 +59,12 @@ lib: $(BUILD)/libcddp.a $(BUILD)/libcddp.so
 cli: $(BUILD)/cddp
 tests: $(TEST_BINS) $(HELPER_BINS)
 
+# Quiet by default; V=1 shows the commands.
+Q := $(if $(V),,@)
 $(BUILD)/obj/%.o: %.c
 	@mkdir -p $(dir $@)
-	$(CC) $(ALL_CFLAGS) -MMD -MP -c $< -o $@
+	@$(if $(V),,echo "  CC    $<")
+	$(Q)$(CC) $(ALL_CFLAGS) -MMD -MP -c $< -o $@
 
 $(BUILD)/libcddp.a: $(LIB_OBJS)
 	@mkdir -p $(dir $@)
