@@ -1,0 +1,147 @@
+/* tcp_sock.c - socket helpers for the TCP transport: handshake frames, addresses, options. */
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "comm/netif.h"
+#include "comm/tcp.h"
+#include "common/check.h"
+
+static void put32(unsigned char *p, uint32_t v) {
+  p[0] = (unsigned char)(v >> 24), p[1] = (unsigned char)(v >> 16);
+  p[2] = (unsigned char)(v >> 8), p[3] = (unsigned char)v;
+}
+static uint32_t get32(const unsigned char *p) {
+  return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
+}
+
+void cddp__tcp_hello_encode(const cddp__tcp_hello_t *h, unsigned char out[CDDP__TCP_HELLO_BYTES]) {
+  put32(out, h->magic);
+  put32(out + 4, (uint32_t)h->version << 16 | h->kind);
+  put32(out + 8, h->round);
+  put32(out + 12, h->world);
+  put32(out + 16, h->from);
+  put32(out + 20, h->to);
+  put32(out + 24, h->stream);
+  put32(out + 28, h->nstreams);
+  put32(out + 32, (uint32_t)(h->nonce >> 32));
+  put32(out + 36, (uint32_t)h->nonce);
+}
+
+int cddp__tcp_hello_decode(const unsigned char in[CDDP__TCP_HELLO_BYTES], cddp__tcp_hello_t *h) {
+  memset(h, 0, sizeof *h);
+  h->magic = get32(in);
+  if (h->magic != CDDP__TCP_MAGIC) return -1;
+  h->version = (uint16_t)(get32(in + 4) >> 16);
+  h->kind = (uint16_t)get32(in + 4);
+  if (h->version != CDDP__TCP_VERSION) return -2;
+  h->round = get32(in + 8);
+  h->world = get32(in + 12);
+  h->from = get32(in + 16);
+  h->to = get32(in + 20);
+  h->stream = get32(in + 24);
+  h->nstreams = get32(in + 28);
+  h->nonce = (uint64_t)get32(in + 32) << 32 | get32(in + 36);
+  return 0;
+}
+
+void cddp__tcp_addr_format(const struct sockaddr *sa, uint64_t nonce, char *buf, size_t size) {
+  char ip[64];
+  cddp__sockaddr_ip(sa, ip, sizeof ip);
+  int port = ntohs(sa->sa_family == AF_INET6 ? ((const struct sockaddr_in6 *)sa)->sin6_port
+                                             : ((const struct sockaddr_in *)sa)->sin_port);
+  if (sa->sa_family == AF_INET6) snprintf(buf, size, "[%s]:%d %016" PRIx64, ip, port, nonce);
+  else snprintf(buf, size, "%s:%d %016" PRIx64, ip, port, nonce);
+}
+
+cddp_result_t cddp__tcp_addr_parse(const char *text, struct sockaddr_storage *sa, socklen_t *len,
+                                   uint64_t *nonce) {
+  char ip[64];
+  const char *p = text, *colon;
+  size_t iplen;
+  if (*p == '[') {
+    const char *e = strchr(p, ']');
+    if (!e || e[1] != ':') goto bad;
+    iplen = (size_t)(e - p - 1), p++, colon = e + 1;
+  } else {
+    colon = strchr(p, ':');
+    if (!colon) goto bad;
+    iplen = (size_t)(colon - p);
+  }
+  if (iplen == 0 || iplen >= sizeof ip) goto bad;
+  memcpy(ip, p, iplen);
+  ip[iplen] = '\0';
+  char *end;
+  long port = strtol(colon + 1, &end, 10);
+  if (end == colon + 1 || port <= 0 || port > 65535 || *end != ' ') goto bad;
+  char *end2;
+  unsigned long long n = strtoull(end + 1, &end2, 16);
+  if (end2 == end + 1 || *end2) goto bad;
+  memset(sa, 0, sizeof *sa);
+  struct sockaddr_in *a4 = (struct sockaddr_in *)sa;
+  struct sockaddr_in6 *a6 = (struct sockaddr_in6 *)sa;
+  if (inet_pton(AF_INET, ip, &a4->sin_addr) == 1) {
+    a4->sin_family = AF_INET, a4->sin_port = htons((uint16_t)port), *len = sizeof *a4;
+  } else if (inet_pton(AF_INET6, ip, &a6->sin6_addr) == 1) {
+    a6->sin6_family = AF_INET6, a6->sin6_port = htons((uint16_t)port), *len = sizeof *a6;
+  } else {
+    goto bad;
+  }
+  *nonce = n;
+  return CDDP_OK;
+bad:
+  return cddp__fail(CDDP_INVALID_ARG, "malformed TCP address '%.80s' (want ip:port nonce)", text);
+}
+
+void cddp__tcp_tune(int fd, int buf_bytes) {
+  int one = 1;
+  /* Failures here only cost speed or detection time, never correctness: ignore them. */
+  (void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  if (buf_bytes > 0) {
+    (void)setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &buf_bytes, sizeof buf_bytes);
+    (void)setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &buf_bytes, sizeof buf_bytes);
+  }
+  /* A silent peer (host gone, cable pulled) is found by keepalive probes and by the
+   * bound on unacknowledged data; a dead process is found at once by its RST/FIN. */
+  int idle = 10, intvl = 2, cnt = 3, user_timeout_ms = 20000;
+  (void)setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof one);
+  (void)setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof idle);
+  (void)setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &intvl, sizeof intvl);
+  (void)setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof cnt);
+  (void)setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &user_timeout_ms, sizeof user_timeout_ms);
+}
+
+cddp_result_t cddp__tcp_listen(const struct sockaddr *addr, socklen_t len, int buf_bytes, int *out,
+                               int *port) {
+  char ip[64];
+  int fd = socket(addr->sa_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd < 0) return cddp__fail_errno(CDDP_SYSTEM, "socket for TCP listener");
+  struct sockaddr_storage a;
+  memcpy(&a, addr, len);
+  if (a.ss_family == AF_INET6) ((struct sockaddr_in6 *)&a)->sin6_port = 0;
+  else ((struct sockaddr_in *)&a)->sin_port = 0;
+  /* buffer sizes set on the listener are inherited by accepted sockets, and must be set
+   * before the handshake so the window scale covers them */
+  if (buf_bytes > 0) {
+    (void)setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &buf_bytes, sizeof buf_bytes);
+    (void)setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &buf_bytes, sizeof buf_bytes);
+  }
+  socklen_t alen = len;
+  if (bind(fd, (struct sockaddr *)&a, len) != 0 || listen(fd, SOMAXCONN) != 0 ||
+      getsockname(fd, (struct sockaddr *)&a, &alen) != 0) {
+    cddp_result_t r = cddp__fail_errno(CDDP_SYSTEM, "listen on %s",
+                                       cddp__sockaddr_ip(addr, ip, sizeof ip));
+    close(fd);
+    return r;
+  }
+  *port = ntohs(a.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&a)->sin6_port
+                                        : ((struct sockaddr_in *)&a)->sin_port);
+  *out = fd;
+  return CDDP_OK;
+}

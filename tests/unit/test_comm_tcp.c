@@ -1,0 +1,246 @@
+/* test_comm_tcp.c - the TCP transport driven through its table, ranks as threads over one in-memory store. */
+#include <math.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "comm/transport.h"
+#include "common/clock.h"
+#include "test.h"
+
+/* Until comm.c lands: the core's helper, same format. */
+const char *cddp__peer_name(const cddp__comm_ctx_t *ctx, int rank, char *buf, size_t size) {
+  snprintf(buf, size, "rank %d (host %s)", rank,
+           rank >= 0 && rank < ctx->world ? ctx->peers[rank].host : "?");
+  return buf;
+}
+
+#define MAXW 8
+
+typedef struct job job_t;
+typedef struct trank {
+  int rank;
+  job_t *job;
+  cddp_store_t *store;
+  cddp__comm_ctx_t ctx;
+  int aborted;
+  void *st;
+  cddp_result_t init_result;
+  pthread_t th;
+} trank_t;
+
+struct job {
+  int world, nstreams, timeout_ms;
+  cddp_comm_config_t cfg;
+  cddp__peer_t peers[MAXW];
+  cddp_store_t *base;
+  trank_t r[MAXW];
+  pthread_barrier_t bar;
+  void (*body)(trank_t *);
+  void *out[MAXW]; /* each rank's result buffer, for the cross-rank bit comparison */
+  size_t out_bytes;
+  void *arg;
+};
+
+static void *rank_main(void *p) {
+  trank_t *tr = p;
+  tr->init_result = cddp__transport_tcp.init(&tr->ctx, &tr->st);
+  if (tr->init_result != CDDP_OK) {
+    fprintf(stderr, "rank %d init: %s: %s\n", tr->rank, cddp_result_name(tr->init_result), cddp_last_error());
+    pthread_barrier_wait(&tr->job->bar); /* let the others notice instead of hanging */
+    return NULL;
+  }
+  if (tr->job->body) tr->job->body(tr);
+  cddp__transport_tcp.destroy(tr->st);
+  return NULL;
+}
+
+static void job_start(job_t *j, int world, void (*body)(trank_t *), void *arg) {
+  j->world = world, j->body = body, j->arg = arg;
+  j->cfg = (cddp_comm_config_t){"native", "tcp", j->nstreams ? j->nstreams : 2,
+                                j->timeout_ms ? j->timeout_ms : 10000, CDDP_ALGO_AUTO};
+  CHECK_OK(cddp_store_mem_create(&j->base));
+  pthread_barrier_init(&j->bar, NULL, (unsigned)world);
+  for (int r = 0; r < world; r++) {
+    snprintf(j->peers[r].host, sizeof j->peers[r].host, "testhost%d", r);
+    snprintf(j->peers[r].host_id, sizeof j->peers[r].host_id, "id");
+    j->peers[r].pid = getpid();
+  }
+  for (int r = 0; r < world; r++) {
+    trank_t *tr = &j->r[r];
+    tr->rank = r, tr->job = j;
+    CHECK_OK(cddp_store_prefix_create(&tr->store, j->base, "comm/r0/", 0));
+    tr->ctx = (cddp__comm_ctx_t){r, world, 0, tr->store, &j->cfg, j->peers, &tr->aborted, 1};
+  }
+  for (int r = 0; r < world; r++) CHECK(pthread_create(&j->r[r].th, NULL, rank_main, &j->r[r]) == 0);
+}
+
+static void job_join(job_t *j) {
+  for (int r = 0; r < j->world; r++) {
+    pthread_join(j->r[r].th, NULL);
+    cddp_store_close(j->r[r].store);
+  }
+  cddp_store_close(j->base);
+  pthread_barrier_destroy(&j->bar);
+}
+
+static void run_job(int world, void (*body)(trank_t *), void *arg) {
+  job_t *j = calloc(1, sizeof *j);
+  job_start(j, world, body, arg);
+  job_join(j);
+  for (int r = 0; r < world; r++) CHECK_OK(j->r[r].init_result);
+  free(j);
+}
+
+static cddp_result_t coll(trank_t *tr, cddp__coll_kind_t kind, const void *send, void *recv, size_t count,
+                          cddp_dtype_t dt, cddp_redop_t op, int root, cddp_algo_t algo) {
+  cddp__coll_t c = {kind, send, recv, count, dt, op, root, algo, cddp__deadline_ms(10000)};
+  return cddp__transport_tcp.run(tr->st, &c);
+}
+
+/* ---- data and references ---- */
+
+static float bf16_f(uint16_t h) { uint32_t u = (uint32_t)h << 16; float f; memcpy(&f, &u, 4); return f; }
+static uint16_t f_bf16(float f) {
+  uint32_t u;
+  memcpy(&u, &f, 4);
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return (uint16_t)(u >> 16);
+}
+static void put(void *b, cddp_dtype_t dt, size_t i, double v) {
+  switch (dt) {
+    case CDDP_F32: ((float *)b)[i] = (float)v; break;
+    case CDDP_F64: ((double *)b)[i] = v; break;
+    case CDDP_BF16: ((uint16_t *)b)[i] = f_bf16((float)v); break;
+    case CDDP_I32: ((int32_t *)b)[i] = (int32_t)v; break;
+    default: ((int64_t *)b)[i] = (int64_t)v; break;
+  }
+}
+static double get(const void *b, cddp_dtype_t dt, size_t i) {
+  switch (dt) {
+    case CDDP_F32: return ((const float *)b)[i];
+    case CDDP_F64: return ((const double *)b)[i];
+    case CDDP_BF16: return bf16_f(((const uint16_t *)b)[i]);
+    case CDDP_I32: return ((const int32_t *)b)[i];
+    default: return (double)((const int64_t *)b)[i];
+  }
+}
+static int is_int(cddp_dtype_t dt) { return dt == CDDP_I32 || dt == CDDP_I64; }
+/* Inputs whose float sums depend on the order of addition, so bit equality across ranks means something. */
+static double gen(cddp_dtype_t dt, int r, size_t i) {
+  if (is_int(dt)) return (double)((int64_t)((r * 7919 + i * 104729) % 2001) - 1000) * (dt == CDDP_I64 ? 1e9 : 1);
+  return sin(r * 7919.0 + (double)i * 0.618) * 100.0;
+}
+static void fill(void *b, cddp_dtype_t dt, int r, size_t off, size_t n) {
+  for (size_t i = 0; i < n; i++) put(b, dt, i, gen(dt, r, off + i));
+}
+/* The exact reduction of element i over world ranks (inputs as the dtype holds them). */
+static double ref(cddp_dtype_t dt, cddp_redop_t op, int world, size_t i, double *sumabs) {
+  double acc = 0;
+  *sumabs = 0;
+  char one[8];
+  for (int r = 0; r < world; r++) {
+    put(one, dt, 0, gen(dt, r, i));
+    double v = get(one, dt, 0);
+    *sumabs += fabs(v);
+    if (r == 0) acc = v;
+    else if (op == CDDP_MAX) acc = v > acc ? v : acc;
+    else if (op == CDDP_MIN) acc = v < acc ? v : acc;
+    else acc += v;
+  }
+  if (op == CDDP_AVG) acc = is_int(dt) ? (double)((int64_t)acc / world) : acc / world;
+  return acc;
+}
+/* Largest difference against the reference over n elements starting at global index off. */
+static void check_ref(const void *got, cddp_dtype_t dt, cddp_redop_t op, int world, size_t off, size_t n,
+                      const char *what) {
+  double worst = 0, tol_at = 0;
+  size_t at = 0;
+  for (size_t i = 0; i < n; i++) {
+    double sa, want = ref(dt, op, world, off + i, &sa), g = get(got, dt, i), d = fabs(g - want);
+    /* bf16 partial sums cross the wire as bf16: one rounding per step */
+    double tol = is_int(dt) ? 0 : dt == CDDP_BF16 ? world * sa / 256 : dt == CDDP_F32 ? 1e-3 : 1e-9;
+    if (d - tol > worst - tol_at || i == 0) worst = d, tol_at = tol, at = i;
+  }
+  if (worst > tol_at)
+    TEST_FAIL("%s %s %s world %d n %zu: largest difference %.6g at element %zu (got %.9g, want %.9g)", what,
+              cddp_dtype_name(dt), cddp_redop_name(op), world, n, worst, off + at, get(got, dt, at),
+              ref(dt, op, world, off + at, &tol_at));
+}
+
+/* After a collective: every rank's output must be the same bytes. */
+static void same_bits(trank_t *tr, void *out, size_t bytes, const char *what) {
+  job_t *j = tr->job;
+  j->out[tr->rank] = out;
+  if (tr->rank == 0) j->out_bytes = bytes;
+  pthread_barrier_wait(&j->bar);
+  if (tr->rank == 0)
+    for (int r = 1; r < j->world; r++)
+      if (memcmp(j->out[0], j->out[r], bytes) != 0) TEST_FAIL("%s: rank %d differs from rank 0 in its bits", what, r);
+  pthread_barrier_wait(&j->bar);
+}
+
+/* ---- the matrix: every collective x dtype x op, in-place and not, both algorithms ---- */
+
+static const size_t counts[] = {1, 7, 4097, 20000};
+
+static void matrix_body(trank_t *tr) {
+  int w = tr->job->world, r = tr->rank;
+  const cddp_algo_t algos[] = {CDDP_ALGO_AUTO, CDDP_ALGO_RING, CDDP_ALGO_DIRECT};
+  for (size_t ci = 0; ci < sizeof counts / sizeof *counts; ci++) {
+    size_t n = counts[ci];
+    for (int dt = 0; dt < CDDP_DTYPE_COUNT; dt++) {
+      size_t es = cddp_dtype_size((cddp_dtype_t)dt);
+      char *send = malloc(n * es * (size_t)w + 64), *recv = malloc(n * es * (size_t)w + 64);
+      for (int op = 0; op < CDDP_REDOP_COUNT; op++)
+        for (int ai = 0; ai < 3; ai++)
+          for (int inplace = 0; inplace < 2; inplace++) {
+            if ((ai > 0 || inplace) && (op == CDDP_MAX || op == CDDP_MIN) && dt != CDDP_F32) continue;
+            char what[96];
+            snprintf(what, sizeof what, "allreduce algo %d %s", ai, inplace ? "in-place" : "out-of-place");
+            fill(send, (cddp_dtype_t)dt, r, 0, n);
+            void *dst = inplace ? send : recv;
+            CHECK_OK(coll(tr, CDDP__ALLREDUCE, send, dst, n, (cddp_dtype_t)dt, (cddp_redop_t)op, 0, algos[ai]));
+            check_ref(dst, (cddp_dtype_t)dt, (cddp_redop_t)op, w, 0, n, what);
+            same_bits(tr, dst, n * es, what);
+
+            /* reduce_scatter: rank r's block of a world * n send buffer */
+            snprintf(what, sizeof what, "reduce_scatter algo %d %s", ai, inplace ? "in-place" : "out-of-place");
+            for (int b = 0; b < w; b++) fill(send + (size_t)b * n * es, (cddp_dtype_t)dt, r, (size_t)b * n, n);
+            dst = inplace ? send + (size_t)r * n * es : recv;
+            CHECK_OK(coll(tr, CDDP__REDUCE_SCATTER, send, dst, n, (cddp_dtype_t)dt, (cddp_redop_t)op, 0, algos[ai]));
+            check_ref(dst, (cddp_dtype_t)dt, (cddp_redop_t)op, w, (size_t)r * n, n, what);
+          }
+      /* allgather and broadcast move bytes: check them exactly */
+      for (int inplace = 0; inplace < 2; inplace++) {
+        fill(send, (cddp_dtype_t)dt, r, 0, n);
+        if (inplace) memcpy(recv + (size_t)r * n * es, send, n * es);
+        CHECK_OK(coll(tr, CDDP__ALLGATHER, inplace ? recv + (size_t)r * n * es : send, recv, n,
+                      (cddp_dtype_t)dt, CDDP_SUM, 0, CDDP_ALGO_AUTO));
+        for (int b = 0; b < w; b++) {
+          fill(send, (cddp_dtype_t)dt, b, 0, n);
+          if (memcmp(send, recv + (size_t)b * n * es, n * es) != 0)
+            TEST_FAIL("allgather %s n %zu world %d: block of rank %d wrong on rank %d", cddp_dtype_name((cddp_dtype_t)dt), n, w, b, r);
+        }
+      }
+      for (int root = 0; root < w; root += w - 1 > 0 ? w - 1 : 1) {
+        if (r == root) fill(recv, (cddp_dtype_t)dt, root, 0, n);
+        else memset(recv, 0x5a, n * es);
+        CHECK_OK(coll(tr, CDDP__BROADCAST, recv, recv, n, (cddp_dtype_t)dt, CDDP_SUM, root, CDDP_ALGO_AUTO));
+        fill(send, (cddp_dtype_t)dt, root, 0, n);
+        if (memcmp(send, recv, n * es) != 0)
+          TEST_FAIL("broadcast %s n %zu world %d root %d: wrong on rank %d", cddp_dtype_name((cddp_dtype_t)dt), n, w, root, r);
+      }
+      free(send);
+      free(recv);
+    }
+  }
+  CHECK_OK(coll(tr, CDDP__BARRIER, NULL, NULL, 0, CDDP_I32, CDDP_SUM, 0, CDDP_ALGO_AUTO));
+}
+
+TEST_TIMEOUT(tcp_matrix_world2, 120) { run_job(2, matrix_body, NULL); }
+TEST_TIMEOUT(tcp_matrix_world3, 120) { run_job(3, matrix_body, NULL); }
+TEST_TIMEOUT(tcp_matrix_world4, 120) { run_job(4, matrix_body, NULL); }
