@@ -138,6 +138,7 @@ prepare() { # N: fresh dirs, a port range, munge
   command -v slurmctld >/dev/null && command -v munged >/dev/null ||
     die "Slurm is not installed (tests/cluster/slurm-local.sh install)"
   mkdir -p "$ST"/{ctld,spool,log,pid}
+  chmod a+x "$ST"                               # munged wants every directory above its socket o+x
   rm -rf "${ST:?}/ctld"/* 2>/dev/null || true  # a fresh controller state each time
   echo "${CDDP_SLURM_PORT:-$(pick_port $((n + 1)))}" >"$ST/port"
   munge_up
