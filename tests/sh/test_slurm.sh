@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# test_slurm.sh - `cddp bench` on a real local Slurm cluster (2 nodes, loopback): srun tasks as ranks, and cddp run as one agent per node.
+# test_slurm.sh - `cddp bench` on a real local Slurm cluster: srun tasks as ranks, one cddp run agent per node (loopback nodes), and two namespace hosts over TCP.
 set -u
 cd "$(dirname "$0")/../.." || exit 1
 . tests/sh/lib.sh
@@ -47,4 +47,22 @@ checked srun_agents_4_ranks "$log" 4
 
 if timeout 30 "$SL" down >/dev/null 2>&1 && ! "$SL" status | grep -q "pid [0-9]"; then ok cluster_down
 else fail cluster_down "daemons still running: $("$SL" status | tr '\n' ' ')"; fi
+
+# 3. two hosts for real: each node in its own network namespace (own address, hostname and
+# /etc/hosts naming node1, node2), so the ranks meet over TCP between the namespaces
+if ! timeout 60 "$SL" up-netns 2 >"$CDDP_SLURM_STATE/up-netns.log" 2>&1; then
+  if grep -qi "operation not permitted" "$CDDP_SLURM_STATE/up-netns.log"; then
+    echo "ok $((t_n + 1)) - test_slurm:netns_hosts # SKIP network namespaces are not allowed here"
+  else fail netns_up "$(tail -3 "$CDDP_SLURM_STATE/up-netns.log" | tr '\n' ' ')"; fi
+  finish
+fi
+log=$CDDP_SLURM_STATE/srun-netns.log
+env -u MASTER_ADDR MASTER_PORT="$(free_port)" timeout "$T" "$SL" run srun -N2 -n4 \
+  "$CDDP" bench allreduce -b 1K -e 1M -f 16 -c 1 >"$log" 2>&1
+rc=$?
+if [ $rc -eq 0 ] && grep -q "4 ranks on 2 hosts" "$log" && grep -q "transport tcp" "$log"; then ok netns_hosts_tcp
+else fail netns_hosts_tcp "exit $rc: $(grep -m1 'cddp bench' "$log") $(tail -2 "$log" | tr '\n' ' ')"; fi
+checked netns_hosts_4_ranks "$log" 4
+if timeout 30 "$SL" down >/dev/null 2>&1 && ! ip netns list | grep -q "^cddp-h"; then ok netns_down
+else fail netns_down "namespaces left: $(ip netns list | tr '\n' ' ')"; fi
 finish
