@@ -316,6 +316,7 @@ static void suite_concurrent_add(fixture_t *fx) {
   SUITE(kind, prefix) SUITE(kind, concurrent_add)
 
 ALL_SUITES(mem)
+ALL_SUITES(tcp)
 
 TEST(token_from_env) {
   char buf[64];
