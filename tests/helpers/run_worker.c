@@ -59,6 +59,14 @@ int main(int argc, char **argv) {
     }
     printf("barrier passed rank=%d world=%d\n", e.rank, e.world_size);
     fflush(stdout);
+    /* whoever hosts the store (rank 0 without an agent) stops it only after all have left */
+    snprintf(key, sizeof key, "%sout/%d", round, e.rank);
+    cddp_store_set(s, key, "1", 1);
+    for (int r = 0; hosted && r < e.world_size; r++) {
+      const char *k = key;
+      snprintf(key, sizeof key, "%sout/%d", round, r);
+      cddp_store_wait(s, &k, 1, 20000);
+    }
     cddp_env_disconnect(s, hosted);
   }
   if (sleep_s > 0) usleep((useconds_t)(sleep_s * 1e6));
