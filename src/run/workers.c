@@ -8,6 +8,7 @@
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/signalfd.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -116,6 +117,18 @@ static void kill_groups(cddp__workers_t *ws, int sig) {
   }
 }
 
+static int mkdir_p(const char *dir) {
+  char p[4096];
+  snprintf(p, sizeof p, "%s", dir);
+  for (char *c = p + 1; *c; c++) {
+    if (*c != '/') continue;
+    *c = '\0';
+    if (mkdir(p, 0755) != 0 && errno != EEXIST) return -1;
+    *c = '/';
+  }
+  return mkdir(p, 0755) != 0 && errno != EEXIST ? -1 : 0;
+}
+
 cddp_result_t cddp__workers_start(cddp__workers_t *ws, int n, int rank_base, char *const *argv, char **const *env,
                                   const char *log_dir, int truncate_logs) {
   cddp_result_t ret = CDDP_OK;
@@ -125,6 +138,7 @@ cddp_result_t cddp__workers_start(cddp__workers_t *ws, int n, int rank_base, cha
   ws->fail_rank = -1;
   if (!ws->w) return cddp__fail(CDDP_SYSTEM, "out of memory starting %d workers", n);
   pid_t self = getpid();
+  if (log_dir && *log_dir && mkdir_p(log_dir) != 0) return cddp__fail_errno(CDDP_SYSTEM, "cannot create --log-dir %s", log_dir);
   for (int i = 0; i < n; i++) {
     cddp__worker_t *w = &ws->w[i];
     int out[2] = {-1, -1}, err[2] = {-1, -1};
@@ -217,9 +231,7 @@ void cddp__workers_watch(cddp__workers_t *ws, int sig_fd, int event_fd, int (*ac
           kill_groups(ws, (int)si.ssi_signo);
           stopping = 1;
           kill_at = cddp__deadline_ms(ws->grace_ms);
-        } else {
-          kill_groups(ws, SIGKILL); /* a second signal: no more grace */
-        }
+        } /* a repeat (timeout(1) sends its signal twice) keeps the grace period */
       }
     }
     if (event_fd >= 0 && (pfd[1].revents & (POLLIN | POLLHUP))) {
