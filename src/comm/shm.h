@@ -105,5 +105,9 @@ void cddp__shm_copy(void *dst, const void *src, size_t bytes, int nt);
 void cddp__shm_demote(const void *p, size_t bytes);
 /* memcpy into staging, demoting each 4 KiB block as it is written. */
 void cddp__shm_copy_demote(void *dst, const void *src, size_t bytes);
+/* Two-rank f32 sum/avg writing two destinations in one pass (d1 may be NULL; nt streams d1):
+ * d0[i] = d1[i] = (a[i] + b[i]) (* scale when avg). Bit-identical to cddp__reduce_n. */
+void cddp__shm_sum2_f32(float *d0, float *d1, const float *a, const float *b, size_t n,
+                        float scale, int avg, int nt);
 
 #endif /* CDDP_COMM_SHM_H */

@@ -25,6 +25,12 @@ static inline void copy(void *dst, const void *src, size_t bytes, int nt) {
   if (dst != src && bytes) cddp__shm_copy(dst, src, bytes, nt);
 }
 
+/* Two ranks, f32 sum or average: the fused one-pass kernel applies. */
+static int fast2(const run_t *R) {
+  return R->s->world == 2 && R->c->dt == CDDP_F32 &&
+         (R->c->op == CDDP_SUM || R->c->op == CDDP_AVG);
+}
+
 /* Slice q of n elements split over world ranks at 64-byte boundaries. */
 static void slice(const run_t *R, size_t n, int q, size_t *lo, size_t *len) {
   size_t per = round_up((n + (size_t)R->s->world - 1) / (size_t)R->s->world, R->align);
@@ -76,10 +82,21 @@ static cddp_result_t allreduce_ring(run_t *R) {
     slice(R, n, me, &lo, &len);
     for (int q = 0; q < W; q++)
       srcs[q] = q == me ? (const void *)AT(c->send, off + lo, R->es) : AT(s->slot[par][q], lo, R->es);
-    cddp__reduce_n(AT(mine, lo, R->es), srcs, W, len, c->dt, c->op, R->scale);
-    cddp__shm_demote(AT(mine, lo, R->es), len * R->es);
-    cddp__shm_post(s, &s->ctl[me].reduced.v, step);
-    copy(AT(c->recv, off + lo, R->es), AT(mine, lo, R->es), len * R->es, R->nt);
+    if (fast2(R)) { /* one pass: result into staging (demoted for the peer) and recv */
+      for (size_t b = 0; b < len; b += 1024) {
+        size_t m = CDDP_MIN(1024, len - b);
+        cddp__shm_sum2_f32((float *)AT(mine, lo + b, 4), (float *)AT(c->recv, off + lo + b, 4),
+                           (const float *)srcs[0] + b, (const float *)srcs[1] + b, m,
+                           (float)R->scale, c->op == CDDP_AVG, R->nt);
+        cddp__shm_demote(AT(mine, lo + b, 4), m * 4);
+      }
+      cddp__shm_post(s, &s->ctl[me].reduced.v, step);
+    } else {
+      cddp__reduce_n(AT(mine, lo, R->es), srcs, W, len, c->dt, c->op, R->scale);
+      cddp__shm_demote(AT(mine, lo, R->es), len * R->es);
+      cddp__shm_post(s, &s->ctl[me].reduced.v, step);
+      copy(AT(c->recv, off + lo, R->es), AT(mine, lo, R->es), len * R->es, R->nt);
+    }
     for (int i = 1; i < W; i++) {
       int q = (me + i) % W;
       CDDP_CHECK(cddp__shm_wait(s, q, &s->ctl[q].reduced.v, step, c->deadline));
@@ -167,6 +184,12 @@ static void allreduce_zc(run_t *R, char *const *sendp, char *const *recvp) {
   size_t lo, len, blk = CDDP_MAX((size_t)16384 / R->es, 1);
   const void *srcs[64];
   slice(R, c->count, me, &lo, &len);
+  if (fast2(R)) {
+    cddp__shm_sum2_f32((float *)AT(recvp[me], lo, 4), (float *)AT(recvp[1 - me], lo, 4),
+                       (const float *)AT(sendp[0], lo, 4), (const float *)AT(sendp[1], lo, 4), len,
+                       (float)R->scale, c->op == CDDP_AVG, R->nt);
+    return;
+  }
   for (size_t b = lo; b < lo + len; b += blk) {
     size_t n = CDDP_MIN(blk, lo + len - b);
     for (int q = 0; q < W; q++) srcs[q] = AT(sendp[q], b, R->es);

@@ -91,6 +91,8 @@ static cddp_result_t wait_slow(shm_t *s, int q, _Atomic uint32_t *word, uint32_t
   for (;;) {
     if (*s->ctx->aborted) return cddp__fail(CDDP_ABORTED, "shm %s: aborted", s->what);
     cddp_result_t r = cddp__shm_check_peer(s, q);
+    /* a peer that posted its last step and then left (destroy) is not a failure */
+    if (reached(atomic_load_explicit(word, memory_order_seq_cst), step)) return CDDP_OK;
     if (r != CDDP_OK) return r;
     uint64_t now = cddp__now_ns();
     if (now >= deadline)
