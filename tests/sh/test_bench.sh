@@ -74,4 +74,22 @@ badflag bad_transport "bad transport 'ib'" allreduce --transport ib
 # a root outside the world: one line, exit 2, on every rank of the job
 out=$(timeout "$T" "$CDDP" run --standalone --nproc-per-node 2 "$CDDP" bench broadcast -r 5 -b 1K -e 1K 2>&1); rc=$?
 if [ $rc -ne 0 ] && echo "$out" | grep -q "root 5 is not a rank"; then ok bad_root; else fail bad_root "exit $rc: $out"; fi
+
+# a peer killed mid-run: the survivor exits 1 within 2 s with one line naming the dead rank
+port=$(free_port)
+(export MASTER_ADDR=127.0.0.1 MASTER_PORT=$port WORLD_SIZE=2 LOCAL_WORLD_SIZE=2
+ RANK=0 LOCAL_RANK=0 exec timeout 60 "$CDDP" bench allreduce -b 4M -e 4M -n 1000000 -c 0 >"$tmp/kill0.out" 2>&1) &
+p0=$!
+(export MASTER_ADDR=127.0.0.1 MASTER_PORT=$port WORLD_SIZE=2 LOCAL_WORLD_SIZE=2
+ RANK=1 LOCAL_RANK=1 exec "$CDDP" bench allreduce -b 4M -e 4M -n 1000000 -c 0 >"$tmp/kill1.out" 2>&1) &
+p1=$!
+for _ in $(seq 100); do grep -q "(B)" "$tmp/kill0.out" 2>/dev/null && break; sleep 0.1; done
+sleep 0.3
+t0=$(date +%s%N)
+kill -9 $p1 2>/dev/null
+wait $p0; rc=$?
+ms=$(( ($(date +%s%N) - t0) / 1000000 ))
+wait $p1 2>/dev/null
+if [ $rc -eq 1 ] && [ $ms -le 2000 ] && grep -q "rank 0: allreduce .* failed: .*rank 1" "$tmp/kill0.out"; then ok peer_killed
+else fail peer_killed "exit $rc after $ms ms: $(tail -1 "$tmp/kill0.out")"; fi
 finish
