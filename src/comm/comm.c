@@ -118,7 +118,7 @@ static cddp_result_t exchange_peers(cddp_comm_t *c) {
   me.host[sizeof me.host - 1] = '\0';
   local_host_id(me.host_id, sizeof me.host_id);
 
-  char key[64], val[256];
+  char key[64], val[CDDP_HOST_MAX + sizeof me.host_id + 32];
   int n = snprintf(val, sizeof val, "%s\n%s\n%d", me.host, me.host_id, me.pid);
   snprintf(key, sizeof key, "peer/%d", c->rank);
   CDDP_CHECK(cddp_store_set(c->view, key, val, (size_t)n));

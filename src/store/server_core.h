@@ -1,0 +1,60 @@
+/* server_core.h - the store server's protocol engine over byte buffers (no sockets): the epoll
+ * loop in store_server.c drives it, and so does the fuzzer. */
+#ifndef CDDP_STORE_SERVER_CORE_H
+#define CDDP_STORE_SERVER_CORE_H
+
+#include <stdint.h>
+
+#include "store/store_internal.h"
+#include "store/wire.h"
+
+enum { CDDP__CONN_HELLO, CDDP__CONN_AUTH, CDDP__CONN_READY };
+
+/* One client connection as the engine sees it. The loop appends received bytes to in
+ * (unconsumed bytes are [in.off, in.len)) and sends out from out.off. */
+typedef struct cddp__srv_conn {
+  int state;
+  int closing; /* 1: close once out is flushed (refused or wrong version) */
+  int parked;  /* a GET/WAIT at the head of in waits for keys or its deadline */
+  uint64_t deadline;
+  /* the pending GET/WAIT: opcode, keys found so far of pk_n, offset of the next key
+   * from the frame's start (the frame sits at in.off), frame size */
+  uint8_t pk_op;
+  uint32_t pk_idx, pk_n;
+  size_t pk_cur, pk_used;
+  int on_ready;
+  struct cddp__srv_conn *pnext, *pprev; /* parked list */
+  struct cddp__srv_conn *rnext;         /* ready list */
+  cddp__wire_buf_t in, out;
+  uint8_t nonce[CDDP__WIRE_NONCE];
+  char addr[80];
+} cddp__srv_conn_t;
+
+typedef struct cddp__srv_core {
+  cddp__kv_t kv;
+  char *token; /* NULL: no authentication */
+  cddp__srv_conn_t *parked;
+  cddp__srv_conn_t *ready_head, *ready_tail;
+} cddp__srv_core_t;
+
+/* Unsent output above this stops the engine from reading more requests of a conn. */
+#define CDDP__SRV_OUT_HIGH (1u << 20)
+
+cddp_result_t cddp__core_init(cddp__srv_core_t *core, const char *token);
+void cddp__core_free(cddp__srv_core_t *core);
+void cddp__conn_init(cddp__srv_conn_t *c, const char *addr);
+/* Removes c from the engine's lists and frees its buffers (the caller frees c). */
+void cddp__conn_release(cddp__srv_core_t *core, cddp__srv_conn_t *c);
+
+/* Handles every complete frame in c->in until c parks, closes or has too much unsent
+ * output. Answers go to c->out; other conns whose waits it satisfied go on the ready
+ * list. -1: protocol error (already logged): close c now. */
+int cddp__core_process(cddp__srv_core_t *core, cddp__srv_conn_t *c);
+/* Answers TIMEOUT to parked conns whose deadline <= now; they go on the ready list. */
+void cddp__core_expire(cddp__srv_core_t *core, uint64_t now);
+/* Earliest deadline of a parked conn, or UINT64_MAX. */
+uint64_t cddp__core_next_deadline(const cddp__srv_core_t *core);
+/* Pops a conn whose state changed outside its own events (answered wait), or NULL. */
+cddp__srv_conn_t *cddp__core_pop_ready(cddp__srv_core_t *core);
+
+#endif /* CDDP_STORE_SERVER_CORE_H */

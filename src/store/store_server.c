@@ -1,0 +1,368 @@
+/* store_server.c - the TCP store server: one epoll loop on a background thread, non-blocking
+ * sockets, per-connection buffers, server-side timers for parked waits. */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "common/check.h"
+#include "common/clock.h"
+#include "store/server_core.h"
+
+typedef struct sconn {
+  cddp__srv_conn_t c; /* first: the engine's ready list hands these back */
+  int fd;
+  uint32_t events; /* current epoll interest */
+  int dead;
+  uint64_t accepted_ns;
+  struct sconn *prev, *next;
+  struct sconn *dnext;
+} sconn_t;
+
+struct cddp_store_server {
+  int lfd, epfd, evfd, spare_fd;
+  int port;
+  pthread_t thread;
+  cddp__srv_core_t core;
+  sconn_t *conns; /* every live connection */
+  sconn_t *dead;  /* closed during this batch; freed after it */
+  int nconns;
+  int handshake_ms;     /* a client must authenticate within this */
+  uint64_t next_sweep;  /* when to look for clients stuck in the handshake */
+};
+
+#define HANDSHAKE_MS 10000
+
+static void addr_text(const struct sockaddr_storage *ss, char *out, size_t size) {
+  char host[INET6_ADDRSTRLEN] = "?";
+  int port = 0;
+  if (ss->ss_family == AF_INET) {
+    const struct sockaddr_in *a = (const struct sockaddr_in *)ss;
+    inet_ntop(AF_INET, &a->sin_addr, host, sizeof host);
+    port = ntohs(a->sin_port);
+  } else if (ss->ss_family == AF_INET6) {
+    const struct sockaddr_in6 *a = (const struct sockaddr_in6 *)ss;
+    inet_ntop(AF_INET6, &a->sin6_addr, host, sizeof host);
+    port = ntohs(a->sin6_port);
+  }
+  snprintf(out, size, "%s:%d", host, port);
+}
+
+static void conn_close(cddp_store_server_t *srv, sconn_t *sc, const char *why) {
+  if (sc->dead) return;
+  CDDP_INFO(CDDP_SUB_STORE, "store: %s disconnected (%s)", sc->c.addr, why);
+  /* explicit DEL: a forked child may hold a copy of fd, and then close() alone would
+   * leave it in the epoll set, reporting events for a freed conn */
+  epoll_ctl(srv->epfd, EPOLL_CTL_DEL, sc->fd, NULL);
+  close(sc->fd);
+  cddp__conn_release(&srv->core, &sc->c);
+  if (sc->prev) sc->prev->next = sc->next;
+  else srv->conns = sc->next;
+  if (sc->next) sc->next->prev = sc->prev;
+  sc->dead = 1;
+  sc->dnext = srv->dead;
+  srv->dead = sc;
+  srv->nconns--;
+}
+
+void cddp__store_server_set_handshake_ms(cddp_store_server_t *srv, int ms) {
+  __atomic_store_n(&srv->handshake_ms, ms, __ATOMIC_RELAXED);
+}
+
+/* Closes connections that have not finished the handshake in time (slow or idle peers
+ * must not pin file descriptors). Runs every handshake_ms / 4, at most 1 s apart. */
+static void sweep(cddp_store_server_t *srv, uint64_t now) {
+  if (now < srv->next_sweep) return;
+  uint64_t limit = (uint64_t)__atomic_load_n(&srv->handshake_ms, __ATOMIC_RELAXED) * 1000000ull;
+  srv->next_sweep = now + CDDP_MIN(limit / 4, 1000000000ull);
+  for (sconn_t *sc = srv->conns, *next; sc; sc = next) {
+    next = sc->next;
+    if (sc->c.state != CDDP__CONN_READY && now - sc->accepted_ns > limit)
+      conn_close(srv, sc, "no handshake in time");
+  }
+}
+
+/* Sends what it can. -1 on a broken connection. */
+static int flush_out(sconn_t *sc) {
+  cddp__wire_buf_t *o = &sc->c.out;
+  while (o->off < o->len) {
+    ssize_t n = send(sc->fd, o->p + o->off, o->len - o->off, MSG_NOSIGNAL);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return 0;
+    if (n < 0) return -1;
+    o->off += (size_t)n;
+  }
+  o->off = o->len = 0;
+  return 0;
+}
+
+/* Runs the engine on sc's input, sends, and sets the epoll interest to match. */
+static void service(cddp_store_server_t *srv, sconn_t *sc, int eof) {
+  if (sc->dead) return;
+  if (cddp__core_process(&srv->core, &sc->c) != 0) {
+    conn_close(srv, sc, "protocol error");
+    return;
+  }
+  if (flush_out(sc) != 0) {
+    conn_close(srv, sc, "send failed");
+    return;
+  }
+  size_t pending = sc->c.out.len - sc->c.out.off;
+  if (eof) {
+    conn_close(srv, sc, "closed by peer");
+    return;
+  }
+  if (sc->c.closing && pending == 0) {
+    conn_close(srv, sc, "refused");
+    return;
+  }
+  uint32_t ev = EPOLLRDHUP;
+  if (!sc->c.parked && !sc->c.closing && pending < CDDP__SRV_OUT_HIGH) ev |= EPOLLIN;
+  if (pending) ev |= EPOLLOUT;
+  if (ev != sc->events) {
+    struct epoll_event e = {.events = ev, .data.ptr = sc};
+    if (epoll_ctl(srv->epfd, EPOLL_CTL_MOD, sc->fd, &e) == 0) sc->events = ev;
+  }
+}
+
+/* Reads everything available. Returns 1 at end of stream or on an error. */
+static int read_in(sconn_t *sc) {
+  cddp__wire_buf_t *in = &sc->c.in;
+  for (;;) {
+    if (cddp__wire_reserve(in, in->len < 65536 ? 4096 : 65536) != 0) return 1;
+    ssize_t n = recv(sc->fd, in->p + in->len, in->cap - in->len, 0);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return 0;
+    if (n <= 0) return 1;
+    in->len += (size_t)n;
+    /* bound the bytes held per pass: a complete frame is processed before reading on */
+    if (in->len - in->off > CDDP__WIRE_MAX_LEN + CDDP__WIRE_HDR) return 0;
+  }
+}
+
+static void on_accept(cddp_store_server_t *srv) {
+  for (;;) {
+    struct sockaddr_storage ss;
+    socklen_t sl = sizeof ss;
+    int fd = accept4(srv->lfd, (struct sockaddr *)&ss, &sl, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd < 0) {
+      if (errno == EINTR || errno == ECONNABORTED) continue;
+      if (errno == EMFILE || errno == ENFILE) { /* shed one client rather than spin */
+        CDDP_WARN("store: out of file descriptors (%d connections); refusing a client",
+                  srv->nconns);
+        if (srv->spare_fd >= 0) {
+          close(srv->spare_fd);
+          int x = accept(srv->lfd, NULL, NULL);
+          if (x >= 0) close(x);
+          srv->spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+          continue;
+        }
+      }
+      return; /* EAGAIN, or nothing better to do */
+    }
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    sconn_t *sc = calloc(1, sizeof *sc);
+    if (!sc) {
+      close(fd);
+      CDDP_WARN("store: out of memory accepting a client");
+      continue;
+    }
+    char addr[80];
+    addr_text(&ss, addr, sizeof addr);
+    cddp__conn_init(&sc->c, addr);
+    sc->fd = fd;
+    sc->accepted_ns = cddp__now_ns();
+    sc->events = EPOLLIN | EPOLLRDHUP;
+    struct epoll_event e = {.events = sc->events, .data.ptr = sc};
+    if (epoll_ctl(srv->epfd, EPOLL_CTL_ADD, fd, &e) != 0) {
+      close(fd);
+      free(sc);
+      continue;
+    }
+    sc->next = srv->conns;
+    if (srv->conns) srv->conns->prev = sc;
+    srv->conns = sc;
+    srv->nconns++;
+    CDDP_INFO(CDDP_SUB_STORE, "store: connection from %s (%d open)", addr, srv->nconns);
+  }
+}
+
+static void *loop(void *arg) {
+  cddp_store_server_t *srv = arg;
+  struct epoll_event evs[256];
+  for (;;) {
+    uint64_t next = cddp__core_next_deadline(&srv->core);
+    if (srv->conns) next = CDDP_MIN(next, srv->next_sweep);
+    int timeout = next == UINT64_MAX ? -1 : cddp__ms_left(next);
+    int n = epoll_wait(srv->epfd, evs, (int)CDDP_ARRAY_LEN(evs), timeout);
+    if (n < 0 && errno != EINTR) {
+      CDDP_WARN("store: epoll_wait failed: %s; server stops", strerror(errno));
+      break;
+    }
+    int stop = 0;
+    for (int i = 0; i < n; i++) {
+      void *p = evs[i].data.ptr;
+      if (p == &srv->evfd) {
+        stop = 1;
+      } else if (p == &srv->lfd) {
+        on_accept(srv);
+      } else {
+        sconn_t *sc = p;
+        uint32_t e = evs[i].events;
+        if (sc->dead) continue;
+        if (e & EPOLLERR) {
+          conn_close(srv, sc, "socket error");
+          continue;
+        }
+        int eof = 0;
+        if (e & EPOLLIN) eof = read_in(sc);
+        else if (e & (EPOLLRDHUP | EPOLLHUP)) eof = 1; /* parked or backed up: peer left */
+        service(srv, sc, eof);
+      }
+    }
+    if (stop) break;
+    uint64_t now = cddp__now_ns();
+    cddp__core_expire(&srv->core, now);
+    sweep(srv, now);
+    cddp__srv_conn_t *c;
+    while ((c = cddp__core_pop_ready(&srv->core))) service(srv, (sconn_t *)c, 0);
+    while (srv->dead) {
+      sconn_t *d = srv->dead;
+      srv->dead = d->dnext;
+      free(d);
+    }
+  }
+  return NULL;
+}
+
+static void raise_fd_limit(void) {
+  struct rlimit rl;
+  if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+    rl.rlim_cur = rl.rlim_max;
+    if (setrlimit(RLIMIT_NOFILE, &rl) != 0)
+      CDDP_INFO(CDDP_SUB_STORE, "store: cannot raise the open-file limit: %s", strerror(errno));
+  }
+}
+
+static cddp_result_t bind_listener(cddp_store_server_t *srv, const char *host, int port) {
+  struct addrinfo hints = {.ai_family = host ? AF_UNSPEC : AF_INET,
+                           .ai_socktype = SOCK_STREAM,
+                           .ai_flags = AI_PASSIVE | AI_NUMERICSERV};
+  struct addrinfo *res = NULL;
+  char ps[16];
+  snprintf(ps, sizeof ps, "%d", port);
+  int gai = getaddrinfo(host, ps, &hints, &res);
+  if (gai != 0)
+    return cddp__fail(CDDP_INVALID_ARG, "store server: cannot resolve %s: %s", host,
+                      gai_strerror(gai));
+  cddp_result_t r = CDDP_OK;
+  int fd = socket(res->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  int one = 1;
+  if (fd < 0) {
+    r = cddp__fail_errno(CDDP_SYSTEM, "store server: socket");
+  } else if (setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) != 0 ||
+             bind(fd, res->ai_addr, res->ai_addrlen) != 0) {
+    if (errno == EADDRINUSE)
+      r = cddp__fail(CDDP_SYSTEM, "port %d is in use (another store or program listens on %s:%d)",
+                     port, host ? host : "0.0.0.0", port);
+    else
+      r = cddp__fail_errno(CDDP_SYSTEM, "store server: bind %s:%d", host ? host : "0.0.0.0", port);
+  } else if (listen(fd, 4096) != 0) {
+    r = cddp__fail_errno(CDDP_SYSTEM, "store server: listen on port %d", port);
+  }
+  freeaddrinfo(res);
+  if (r != CDDP_OK) {
+    if (fd >= 0) close(fd);
+    return r;
+  }
+  struct sockaddr_storage ss;
+  socklen_t sl = sizeof ss;
+  getsockname(fd, (struct sockaddr *)&ss, &sl);
+  srv->port = ss.ss_family == AF_INET6 ? ntohs(((struct sockaddr_in6 *)&ss)->sin6_port)
+                                       : ntohs(((struct sockaddr_in *)&ss)->sin_port);
+  srv->lfd = fd;
+  return CDDP_OK;
+}
+
+cddp_result_t cddp_store_server_start(cddp_store_server_t **out, const char *host, int port,
+                                      const char *token) {
+  if (!out) return cddp__fail(CDDP_INVALID_ARG, "store server: NULL output");
+  *out = NULL;
+  if (port < 0 || port > 65535) return cddp__fail(CDDP_INVALID_ARG, "store server: bad port %d", port);
+  if (host && !*host) host = NULL;
+  raise_fd_limit();
+  cddp_store_server_t *srv = calloc(1, sizeof *srv);
+  if (!srv) return cddp__fail(CDDP_SYSTEM, "store server: out of memory");
+  srv->lfd = srv->epfd = srv->evfd = srv->spare_fd = -1;
+  srv->handshake_ms = HANDSHAKE_MS;
+  cddp_result_t r;
+  CDDP_CHECK_GOTO(cddp__core_init(&srv->core, token), r, fail);
+  CDDP_CHECK_GOTO(bind_listener(srv, host, port), r, fail);
+  srv->epfd = epoll_create1(EPOLL_CLOEXEC);
+  srv->evfd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  srv->spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+  if (srv->epfd < 0 || srv->evfd < 0) {
+    r = cddp__fail_errno(CDDP_SYSTEM, "store server: epoll/eventfd");
+    goto fail;
+  }
+  struct epoll_event le = {.events = EPOLLIN, .data.ptr = &srv->lfd};
+  struct epoll_event ee = {.events = EPOLLIN, .data.ptr = &srv->evfd};
+  if (epoll_ctl(srv->epfd, EPOLL_CTL_ADD, srv->lfd, &le) != 0 ||
+      epoll_ctl(srv->epfd, EPOLL_CTL_ADD, srv->evfd, &ee) != 0) {
+    r = cddp__fail_errno(CDDP_SYSTEM, "store server: epoll_ctl");
+    goto fail;
+  }
+  int e = pthread_create(&srv->thread, NULL, loop, srv);
+  if (e != 0) {
+    errno = e;
+    r = cddp__fail_errno(CDDP_SYSTEM, "store server: thread");
+    goto fail;
+  }
+  CDDP_INFO(CDDP_SUB_STORE, "store: listening on %s:%d (%s)", host ? host : "0.0.0.0", srv->port,
+            srv->core.token ? "token required" : "no token");
+  *out = srv;
+  return CDDP_OK;
+fail:
+  if (srv->lfd >= 0) close(srv->lfd);
+  if (srv->epfd >= 0) close(srv->epfd);
+  if (srv->evfd >= 0) close(srv->evfd);
+  if (srv->spare_fd >= 0) close(srv->spare_fd);
+  cddp__core_free(&srv->core);
+  free(srv);
+  return r;
+}
+
+int cddp_store_server_port(const cddp_store_server_t *srv) { return srv ? srv->port : -1; }
+
+void cddp_store_server_stop(cddp_store_server_t *srv) {
+  if (!srv) return;
+  uint64_t one = 1;
+  while (write(srv->evfd, &one, sizeof one) < 0 && errno == EINTR) {
+  }
+  pthread_join(srv->thread, NULL);
+  while (srv->conns) conn_close(srv, srv->conns, "server stopping");
+  while (srv->dead) {
+    sconn_t *d = srv->dead;
+    srv->dead = d->dnext;
+    free(d);
+  }
+  close(srv->lfd);
+  close(srv->epfd);
+  close(srv->evfd);
+  if (srv->spare_fd >= 0) close(srv->spare_fd);
+  cddp__core_free(&srv->core);
+  CDDP_INFO(CDDP_SUB_STORE, "store: server on port %d stopped", srv->port);
+  free(srv);
+}

@@ -1,0 +1,428 @@
+/* store_tcp.c - the TCP store client: blocking calls under a mutex, each bounded by a deadline. */
+#include <errno.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <openssl/crypto.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "common/check.h"
+#include "common/clock.h"
+#include "store/wire.h"
+
+typedef struct tcp_store {
+  cddp_store_t base;
+  pthread_mutex_t mu;
+  int fd;
+  int broken; /* a failed call left the stream in an unknown state */
+  char ep[300]; /* "host:port" for messages */
+  cddp__wire_buf_t out, in;
+} tcp_store_t;
+
+#define T(s) ((tcp_store_t *)(s))
+#define SLACK_MS 1000 /* a parked GET/WAIT is answered by the server at its timeout; allow this */
+
+/* Waits for events on fd until deadline. 1 ready, 0 timed out. */
+static int io_wait(int fd, short events, uint64_t deadline) {
+  for (;;) {
+    struct pollfd p = {.fd = fd, .events = events};
+    int r = poll(&p, 1, cddp__ms_left(deadline));
+    if (r > 0) return 1;
+    if (r == 0) return 0;
+    if (errno != EINTR) return 1; /* let the next call report the error */
+  }
+}
+
+static cddp_result_t lost(tcp_store_t *t, const char *what, const char *why) {
+  t->broken = 1;
+  return cddp__fail(CDDP_REMOTE, "store %s: %s: %s", t->ep, what, why);
+}
+
+static cddp_result_t send_out(tcp_store_t *t, uint64_t deadline, const char *what) {
+  if (t->out.oom) return cddp__fail(CDDP_SYSTEM, "store %s: %s: out of memory", t->ep, what);
+  size_t off = 0;
+  while (off < t->out.len) {
+    ssize_t n = send(t->fd, t->out.p + off, t->out.len - off, MSG_NOSIGNAL);
+    if (n >= 0) {
+      off += (size_t)n;
+      continue;
+    }
+    if (errno == EINTR) continue;
+    if (errno != EAGAIN && errno != EWOULDBLOCK) return lost(t, what, strerror(errno));
+    if (!io_wait(t->fd, POLLOUT, deadline)) {
+      t->broken = 1;
+      return cddp__fail(CDDP_TIMEOUT, "store %s: %s: send timed out", t->ep, what);
+    }
+  }
+  return CDDP_OK;
+}
+
+/* Reads exactly n more bytes into t->in. */
+static cddp_result_t recv_n(tcp_store_t *t, size_t n, uint64_t deadline, const char *what) {
+  if (cddp__wire_reserve(&t->in, n) != 0)
+    return cddp__fail(CDDP_SYSTEM, "store %s: %s: out of memory", t->ep, what);
+  size_t end = t->in.len + n;
+  while (t->in.len < end) {
+    ssize_t r = recv(t->fd, t->in.p + t->in.len, end - t->in.len, 0);
+    if (r > 0) {
+      t->in.len += (size_t)r;
+      continue;
+    }
+    if (r == 0) return lost(t, what, "the server closed the connection");
+    if (errno == EINTR) continue;
+    if (errno != EAGAIN && errno != EWOULDBLOCK) return lost(t, what, strerror(errno));
+    if (!io_wait(t->fd, POLLIN, deadline)) {
+      t->broken = 1;
+      return cddp__fail(CDDP_TIMEOUT, "store %s: %s: no answer in time", t->ep, what);
+    }
+  }
+  return CDDP_OK;
+}
+
+/* Receives one response frame and decodes it into *m (pointing into t->in). */
+static cddp_result_t recv_msg(tcp_store_t *t, uint32_t max_len, uint64_t deadline,
+                              const char *what, cddp__wire_msg_t *m) {
+  cddp__wire_frame_t f;
+  size_t used;
+  const char *err = "bad frame";
+  t->in.len = 0;
+  CDDP_CHECK(recv_n(t, CDDP__WIRE_HDR, deadline, what));
+  int r = cddp__wire_parse(t->in.p, t->in.len, max_len, &f, &used, &err);
+  if (r == CDDP__WIRE_NEED_MORE) {
+    CDDP_CHECK(recv_n(t, used - t->in.len, deadline, what));
+    r = cddp__wire_parse(t->in.p, t->in.len, max_len, &f, &used, &err);
+  }
+  if (r != CDDP__WIRE_FRAME || cddp__wire_decode_response(&f, m, &err) != 0) {
+    t->broken = 1;
+    return cddp__fail(CDDP_REMOTE, "store %s: %s: bad answer (%s); is it a cddp store?", t->ep,
+                      what, err);
+  }
+  return CDDP_OK;
+}
+
+static uint64_t call_deadline(tcp_store_t *t, int req_timeout_ms) {
+  int64_t b = t->base.timeout_ms;
+  if (req_timeout_ms > 0) b = CDDP_MAX(b, (int64_t)req_timeout_ms + SLACK_MS);
+  return cddp__deadline_ms(b);
+}
+
+/* Sends t->out and receives the answer; maps ERROR answers to their code. Call locked. */
+static cddp_result_t roundtrip(tcp_store_t *t, int req_timeout_ms, const char *what,
+                               cddp__wire_msg_t *m) {
+  uint64_t deadline = call_deadline(t, req_timeout_ms);
+  CDDP_CHECK(send_out(t, deadline, what));
+  CDDP_CHECK(recv_msg(t, CDDP__WIRE_MAX_LEN, deadline, what, m));
+  if (m->op == CDDP__OP_ERROR) {
+    cddp_result_t code = m->flag > 0 && m->flag < CDDP_RESULT_COUNT ? (cddp_result_t)m->flag
+                                                                    : CDDP_INTERNAL;
+    return cddp__fail(code, "store %s: %.*s", t->ep, (int)m->val.n, m->val.p);
+  }
+  return CDDP_OK;
+}
+
+static cddp_result_t expect(tcp_store_t *t, const cddp__wire_msg_t *m, uint8_t op, const char *what) {
+  if (m->op == op) return CDDP_OK;
+  t->broken = 1;
+  return cddp__fail(CDDP_REMOTE, "store %s: %s: unexpected answer opcode 0x%02x", t->ep, what, m->op);
+}
+
+/* Locks and starts a request frame; REMOTE (unlocked) when the connection is unusable. */
+static cddp_result_t begin(tcp_store_t *t, uint8_t op, size_t *start) {
+  pthread_mutex_lock(&t->mu);
+  if (t->broken) {
+    pthread_mutex_unlock(&t->mu);
+    return cddp__fail(CDDP_REMOTE, "store %s: connection unusable after an earlier failure", t->ep);
+  }
+  t->out.len = 0;
+  t->out.oom = 0;
+  *start = cddp__wire_begin(&t->out, op);
+  return CDDP_OK;
+}
+
+static cddp_result_t c_set(cddp_store_t *s, const char *key, const void *val, size_t len) {
+  size_t st = 0;
+  cddp__wire_msg_t m;
+  CDDP_CHECK(begin(T(s), CDDP__OP_SET, &st));
+  cddp__wire_str(&T(s)->out, key, strlen(key));
+  cddp__wire_str(&T(s)->out, val, len);
+  cddp__wire_end(&T(s)->out, st);
+  cddp_result_t r = roundtrip(T(s), 0, "set", &m);
+  if (r == CDDP_OK) r = expect(T(s), &m, CDDP__OP_OK, "set");
+  pthread_mutex_unlock(&T(s)->mu);
+  return r;
+}
+
+static cddp_result_t c_get(cddp_store_t *s, const char *key, void **val, size_t *len, int t) {
+  size_t st = 0;
+  cddp__wire_msg_t m;
+  CDDP_CHECK(begin(T(s), CDDP__OP_GET, &st));
+  cddp__wire_u32(&T(s)->out, (uint32_t)t);
+  cddp__wire_str(&T(s)->out, key, strlen(key));
+  cddp__wire_end(&T(s)->out, st);
+  cddp_result_t r = roundtrip(T(s), t, "get", &m);
+  if (r == CDDP_OK && m.op == CDDP__OP_TIMEOUT) {
+    r = cddp__fail(CDDP_TIMEOUT, "store get: key %s absent after %d ms (store %s)", key, t, T(s)->ep);
+  } else if (r == CDDP_OK && (r = expect(T(s), &m, CDDP__OP_VALUE, "get")) == CDDP_OK) {
+    if (!(*val = cddp__memdup_nul(m.val.p, m.val.n)))
+      r = cddp__fail(CDDP_SYSTEM, "store get %s: out of memory", key);
+    else
+      *len = m.val.n;
+  }
+  pthread_mutex_unlock(&T(s)->mu);
+  return r;
+}
+
+static cddp_result_t c_add(cddp_store_t *s, const char *key, int64_t d, int64_t *res) {
+  size_t st = 0;
+  cddp__wire_msg_t m;
+  CDDP_CHECK(begin(T(s), CDDP__OP_ADD, &st));
+  cddp__wire_u64(&T(s)->out, (uint64_t)d);
+  cddp__wire_str(&T(s)->out, key, strlen(key));
+  cddp__wire_end(&T(s)->out, st);
+  cddp_result_t r = roundtrip(T(s), 0, "add", &m);
+  if (r == CDDP_OK && (r = expect(T(s), &m, CDDP__OP_INT, "add")) == CDDP_OK) *res = m.num;
+  pthread_mutex_unlock(&T(s)->mu);
+  return r;
+}
+
+static cddp_result_t c_cas(cddp_store_t *s, const char *key, const void *e, size_t el,
+                           const void *d, size_t dl, void **cur, size_t *cl) {
+  size_t st = 0;
+  cddp__wire_msg_t m;
+  CDDP_CHECK(begin(T(s), CDDP__OP_CAS, &st));
+  cddp__wire_str(&T(s)->out, key, strlen(key));
+  cddp__wire_u8(&T(s)->out, e != NULL);
+  cddp__wire_str(&T(s)->out, e, e ? el : 0);
+  cddp__wire_str(&T(s)->out, d, dl);
+  cddp__wire_end(&T(s)->out, st);
+  cddp_result_t r = roundtrip(T(s), 0, "compare_set", &m);
+  if (r == CDDP_OK && (r = expect(T(s), &m, CDDP__OP_VALUE, "compare_set")) == CDDP_OK &&
+      m.flag) {
+    if (!(*cur = cddp__memdup_nul(m.val.p, m.val.n)))
+      r = cddp__fail(CDDP_SYSTEM, "store compare_set %s: out of memory", key);
+    else
+      *cl = m.val.n;
+  }
+  pthread_mutex_unlock(&T(s)->mu);
+  return r;
+}
+
+static void encode_wait(tcp_store_t *t, size_t st, const char *const *keys, size_t n, int tmo) {
+  cddp__wire_u32(&t->out, (uint32_t)tmo);
+  cddp__wire_u32(&t->out, (uint32_t)n);
+  for (size_t i = 0; i < n; i++) cddp__wire_str(&t->out, keys[i], strlen(keys[i]));
+  cddp__wire_end(&t->out, st);
+}
+
+static cddp_result_t wait_answer(tcp_store_t *t, const cddp__wire_msg_t *m,
+                                 const char *const *keys, size_t n, int tmo) {
+  if (m->op == CDDP__OP_TIMEOUT)
+    return cddp__fail(CDDP_TIMEOUT, "store wait: key %s absent after %d ms (store %s)",
+                      m->index < n ? keys[m->index] : "?", tmo, t->ep);
+  return expect(t, m, CDDP__OP_OK, "wait");
+}
+
+static cddp_result_t c_wait(cddp_store_t *s, const char *const *keys, size_t n, int t) {
+  size_t st = 0;
+  cddp__wire_msg_t m;
+  CDDP_CHECK(begin(T(s), CDDP__OP_WAIT, &st));
+  encode_wait(T(s), st, keys, n, t);
+  cddp_result_t r = roundtrip(T(s), t, "wait", &m);
+  if (r == CDDP_OK) r = wait_answer(T(s), &m, keys, n, t);
+  pthread_mutex_unlock(&T(s)->mu);
+  return r;
+}
+
+static cddp_result_t c_del(cddp_store_t *s, const char *key, int *existed) {
+  size_t st = 0;
+  cddp__wire_msg_t m;
+  CDDP_CHECK(begin(T(s), CDDP__OP_DEL, &st));
+  cddp__wire_str(&T(s)->out, key, strlen(key));
+  cddp__wire_end(&T(s)->out, st);
+  cddp_result_t r = roundtrip(T(s), 0, "delete", &m);
+  if (r == CDDP_OK && (r = expect(T(s), &m, CDDP__OP_INT, "delete")) == CDDP_OK)
+    *existed = m.num != 0;
+  pthread_mutex_unlock(&T(s)->mu);
+  return r;
+}
+
+static cddp_result_t c_num_keys(cddp_store_t *s, int64_t *n) {
+  size_t st = 0;
+  cddp__wire_msg_t m;
+  CDDP_CHECK(begin(T(s), CDDP__OP_NUMKEYS, &st));
+  cddp__wire_end(&T(s)->out, st);
+  cddp_result_t r = roundtrip(T(s), 0, "num_keys", &m);
+  if (r == CDDP_OK && (r = expect(T(s), &m, CDDP__OP_INT, "num_keys")) == CDDP_OK) *n = m.num;
+  pthread_mutex_unlock(&T(s)->mu);
+  return r;
+}
+
+static void c_close(cddp_store_t *s) {
+  if (T(s)->fd >= 0) close(T(s)->fd);
+  cddp__wire_buf_free(&T(s)->out);
+  cddp__wire_buf_free(&T(s)->in);
+  pthread_mutex_destroy(&T(s)->mu);
+  free(s);
+}
+
+static const cddp_store_ops_t tcp_ops = {
+    .name = "tcp", .set = c_set, .get = c_get, .add = c_add, .compare_set = c_cas,
+    .wait = c_wait, .del = c_del, .num_keys = c_num_keys, .close = c_close,
+};
+
+/* ---- test and benchmark hooks: a WAIT split in two so one thread can park many ---- */
+
+cddp_result_t cddp__store_tcp_wait_begin(cddp_store_t *s, const char *const *keys, size_t n,
+                                         int timeout_ms) {
+  size_t st = 0;
+  CDDP_CHECK(begin(T(s), CDDP__OP_WAIT, &st));
+  encode_wait(T(s), st, keys, n, timeout_ms);
+  cddp_result_t r = send_out(T(s), call_deadline(T(s), timeout_ms), "wait");
+  pthread_mutex_unlock(&T(s)->mu);
+  return r;
+}
+
+cddp_result_t cddp__store_tcp_wait_end(cddp_store_t *s, const char *const *keys, size_t n,
+                                       int timeout_ms) {
+  cddp__wire_msg_t m;
+  pthread_mutex_lock(&T(s)->mu);
+  cddp_result_t r =
+      recv_msg(T(s), CDDP__WIRE_MAX_LEN, call_deadline(T(s), timeout_ms), "wait", &m);
+  if (r == CDDP_OK) r = wait_answer(T(s), &m, keys, n, timeout_ms);
+  pthread_mutex_unlock(&T(s)->mu);
+  return r;
+}
+
+/* ---- connecting ---- */
+
+/* One attempt over every address of host. 0 with *fd connected, or -1 with why. */
+static int try_connect(const char *host, int port, uint64_t deadline, int *fd, char *why,
+                       size_t whysize) {
+  struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
+                           .ai_flags = AI_NUMERICSERV};
+  struct addrinfo *res = NULL;
+  char ps[16];
+  snprintf(ps, sizeof ps, "%d", port);
+  int gai = getaddrinfo(host, ps, &hints, &res);
+  if (gai != 0) {
+    snprintf(why, whysize, "cannot resolve %s: %s", host, gai_strerror(gai));
+    return -1;
+  }
+  int ok = -1;
+  for (struct addrinfo *a = res; a && ok != 0; a = a->ai_next) {
+    int s = socket(a->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (s < 0) {
+      snprintf(why, whysize, "socket: %s", strerror(errno));
+      continue;
+    }
+    int err = 0;
+    if (connect(s, a->ai_addr, a->ai_addrlen) != 0) {
+      err = errno;
+      if (err == EINPROGRESS) {
+        socklen_t el = sizeof err;
+        err = io_wait(s, POLLOUT, deadline) ? 0 : ETIMEDOUT;
+        if (!err && getsockopt(s, SOL_SOCKET, SO_ERROR, &err, &el) != 0) err = errno;
+      }
+    }
+    if (err) {
+      snprintf(why, whysize, "%s", strerror(err));
+      close(s);
+      continue;
+    }
+    int one = 1;
+    setsockopt(s, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    *fd = s;
+    ok = 0;
+  }
+  freeaddrinfo(res);
+  return ok;
+}
+
+static cddp_result_t handshake(tcp_store_t *t, const char *token, uint64_t deadline) {
+  cddp__wire_msg_t m;
+  size_t st = cddp__wire_begin(&t->out, CDDP__OP_HELLO);
+  cddp__wire_u32(&t->out, CDDP__WIRE_MAGIC);
+  cddp__wire_u16(&t->out, CDDP__WIRE_VERSION);
+  cddp__wire_end(&t->out, st);
+  CDDP_CHECK(send_out(t, deadline, "handshake"));
+  cddp_result_t r = recv_msg(t, CDDP__WIRE_MAX_LEN_HANDSHAKE, deadline, "handshake", &m);
+  if (r == CDDP_REMOTE) {
+    char detail[256];
+    snprintf(detail, sizeof detail, "%s", cddp_last_error());
+    return cddp__fail(CDDP_REMOTE, "store %s is not a cddp store (no valid handshake: %s)",
+                      t->ep, detail);
+  }
+  CDDP_CHECK(r);
+  if (m.op != CDDP__OP_CHALLENGE || m.magic != CDDP__WIRE_MAGIC)
+    return cddp__fail(CDDP_REMOTE, "store %s is not a cddp store (bad handshake)", t->ep);
+  if (m.version != CDDP__WIRE_VERSION)
+    return cddp__fail(CDDP_REMOTE, "store %s speaks protocol v%u, this client v%d (mixed cddp versions?)",
+                      t->ep, m.version, CDDP__WIRE_VERSION);
+  if (!m.flag) return CDDP_OK; /* the server requires no token */
+  uint8_t sn[CDDP__WIRE_NONCE], cn[CDDP__WIRE_NONCE], mac[CDDP__WIRE_MAC], want[CDDP__WIRE_MAC];
+  memcpy(sn, m.nonce, sizeof sn);
+  if (cddp__wire_nonce(cn) != 0) return cddp__fail_errno(CDDP_SYSTEM, "store %s: getrandom", t->ep);
+  if (cddp__wire_mac(token, sn, cn, mac) != 0 || cddp__wire_mac(token, cn, sn, want) != 0)
+    return cddp__fail(CDDP_INTERNAL, "store %s: HMAC-SHA256 failed in libcrypto", t->ep);
+  t->out.len = 0;
+  st = cddp__wire_begin(&t->out, CDDP__OP_AUTH);
+  cddp__wire_raw(&t->out, cn, sizeof cn);
+  cddp__wire_raw(&t->out, mac, sizeof mac);
+  cddp__wire_end(&t->out, st);
+  CDDP_CHECK(send_out(t, deadline, "authentication"));
+  r = recv_msg(t, CDDP__WIRE_MAX_LEN_HANDSHAKE, deadline, "authentication", &m);
+  if ((r == CDDP_REMOTE && t->broken) || (r == CDDP_OK && m.op == CDDP__OP_AUTH_FAIL))
+    return cddp__fail(CDDP_AUTH, "token refused by store %s (%s)", t->ep,
+                      token && *token ? "wrong CDDP_TOKEN / CDDP_TOKEN_FILE"
+                                      : "it requires one: set CDDP_TOKEN or CDDP_TOKEN_FILE");
+  CDDP_CHECK(r);
+  if (m.op != CDDP__OP_AUTH_OK || CRYPTO_memcmp(m.mac, want, sizeof want) != 0)
+    return cddp__fail(CDDP_AUTH, "store %s could not prove it holds the job token", t->ep);
+  return CDDP_OK;
+}
+
+cddp_result_t cddp_store_tcp_connect(cddp_store_t **out, const char *host, int port,
+                                     const char *token, int timeout_ms) {
+  if (!out || !host || !*host)
+    return cddp__fail(CDDP_INVALID_ARG, "store tcp: NULL output or empty host");
+  *out = NULL;
+  if (port <= 0 || port > 65535)
+    return cddp__fail(CDDP_INVALID_ARG, "store tcp: bad port %d for host %s", port, host);
+  tcp_store_t *t = calloc(1, sizeof *t);
+  if (!t) return cddp__fail(CDDP_SYSTEM, "store tcp: out of memory");
+  cddp__store_init(&t->base, &tcp_ops);
+  pthread_mutex_init(&t->mu, NULL);
+  t->fd = -1;
+  snprintf(t->ep, sizeof t->ep, "%s:%d", host, port);
+  if (timeout_ms < 0) timeout_ms = t->base.timeout_ms;
+  uint64_t deadline = cddp__deadline_ms(timeout_ms);
+  char why[200] = "no attempt";
+  int backoff_ms = 5, tries = 0;
+  while (try_connect(host, port, deadline, &t->fd, why, sizeof why) != 0) {
+    tries++;
+    int left = cddp__ms_left(deadline);
+    if (left == 0) {
+      cddp_result_t r = cddp__fail(CDDP_TIMEOUT, "store %s unreachable after %d ms, %d tries (%s)",
+                                   t->ep, timeout_ms, tries, why);
+      c_close(&t->base);
+      return r;
+    }
+    usleep((useconds_t)CDDP_MIN(backoff_ms, left) * 1000);
+    backoff_ms = CDDP_MIN(backoff_ms * 2, 200);
+  }
+  cddp_result_t r = handshake(t, token, deadline);
+  if (r != CDDP_OK) {
+    c_close(&t->base);
+    return r;
+  }
+  t->broken = 0;
+  CDDP_INFO(CDDP_SUB_STORE, "store: connected to %s", t->ep);
+  *out = &t->base;
+  return CDDP_OK;
+}
