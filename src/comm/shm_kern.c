@@ -35,11 +35,7 @@ __attribute__((target("avx2"))) static void stream256(char *dst, const char *src
 }
 
 /* CLDEMOTE is a hint NOP on CPUs without it, so it is safe to issue anywhere on x86-64. */
-#include <stdlib.h>
-static int nodemote = -1; /* TEMP A/B */
 void cddp__shm_demote(const void *p, size_t bytes) {
-  if (nodemote < 0) nodemote = getenv("XX_NODEMOTE") != NULL;
-  if (nodemote) return;
 #if defined(__x86_64__)
   const char *c = (const char *)((uintptr_t)p & ~(uintptr_t)63), *end = (const char *)p + bytes;
   for (; c < end; c += 64) __asm__ __volatile__(".byte 0x0f, 0x1c, 0x00" ::"a"(c) : "memory");
