@@ -148,10 +148,6 @@ static cddp_result_t exchange_peers(cddp_comm_t *c) {
   return CDDP_OK;
 }
 
-/* Weak until both transports are merged: a missing one is reported, not a link error. */
-#pragma weak cddp__transport_shm
-#pragma weak cddp__transport_tcp
-
 /* ---------------------------------------------------------------- lifecycle */
 
 static void record_error(cddp_comm_t *c, cddp_result_t r, const char *msg) {
@@ -207,10 +203,6 @@ cddp_result_t cddp_comm_init(cddp_comm_t **out, cddp_store_t *store, int rank, i
       c->tp = &cddp__transport_tcp;
     } else {
       c->tp = &cddp__transport_shm;
-    }
-    if (!c->tp) {
-      ret = cddp__fail(CDDP_INVALID_USAGE, "this cddp was built without a transport for this placement");
-      goto fail;
     }
     CDDP_CHECK_GOTO(c->tp->init(&c->ctx, &c->tp_state), ret, fail);
     snprintf(c->transport_name, sizeof c->transport_name, "%s", c->tp->name);
