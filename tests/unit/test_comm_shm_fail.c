@@ -135,12 +135,7 @@ static void kill_rank(int rank, int world, void *arg) {
 
 static void run_kill(int world, int mode) {
   cddp_store_server_t *srv;
-  cddp_result_t r = cddp_store_server_start(&srv, "127.0.0.1", 0, "");
-  if (r == CDDP_INVALID_USAGE) { /* TODO(shm): drop once branch store's TCP slice is merged */
-    fprintf(stderr, "skipped: TCP store not built yet (%s)\n", cddp_last_error());
-    return;
-  }
-  CHECK_OK(r);
+  CHECK_OK(cddp_store_server_start(&srv, "127.0.0.1", 0, ""));
   kill_port = cddp_store_server_port(srv);
   /* the killed rank "fails" by design; every other rank must pass */
   int failed = cddp_test_fork_ranks(world, kill_rank, (void *)(intptr_t)mode, 20);
