@@ -130,7 +130,7 @@ static cddp_result_t shm_init(const cddp__comm_ctx_t *ctx, void **state) {
   size_t direct = (size_t)CDDP_MAX(0, cddp__knob_int(CDDP_KNOB_DIRECT_MAX_BYTES));
   size_t slot = round_up(CDDP_MAX(CDDP_MAX(chunk, direct), 4096), 4096);
   size_t hdr = round_up(sizeof(shm_hdr_t) + (size_t)ctx->world * sizeof(shm_ctl_t), 4096);
-  size_t bytes = hdr + 2 * (size_t)ctx->world * (slot + SHM_STAGGER);
+  size_t bytes = hdr + SHM_NSLOT * (size_t)ctx->world * (slot + SHM_SLOT_ROOM);
   void *p;
   CDDP_CHECK_GOTO(map_segment(s, "shm/seg", bytes, &p, name, sizeof name), ret, fail);
   s->hdr = p;
@@ -166,10 +166,10 @@ static cddp_result_t shm_init(const cddp__comm_ctx_t *ctx, void **state) {
   s->chunk_bytes = s->hdr->chunk_bytes;
   s->direct_max = s->hdr->direct_max;
   s->ctl = (shm_ctl_t *)((char *)s->hdr + sizeof(shm_hdr_t));
-  for (int par = 0; par < 2; par++)
+  for (int k = 0; k < SHM_NSLOT; k++)
     for (int q = 0; q < ctx->world; q++) {
-      int idx = par * ctx->world + q;
-      s->slot[par][q] = (char *)s->hdr + hdr + (size_t)idx * (slot + SHM_STAGGER) + stagger(idx);
+      int idx = k * ctx->world + q;
+      s->slot[k][q] = (char *)s->hdr + hdr + (size_t)idx * (slot + SHM_SLOT_ROOM);
     }
   atomic_fetch_add(&s->hdr->attached.v, 1);
   ret = wait_attached(s);

@@ -11,6 +11,8 @@
 #define SHM_LINE 128        /* every flag sits alone on its own 128-byte line */
 #define SHM_MAGIC 0x6364647073686d31ull /* "cddpshm1" */
 #define SHM_MAX_ALLOCS 64   /* live mem_alloc buffers per communicator */
+#define SHM_NSLOT 4         /* staging slots per rank, used round robin by step */
+#define SHM_SLOT_ROOM 4096  /* extra bytes per slot: its data starts at a run-time offset */
 
 /* A word written by one rank (or, for sleepers, by its waiters), alone on its line. */
 typedef struct {
@@ -22,6 +24,7 @@ typedef struct {
 typedef struct {
   int32_t send_id, recv_id; /* allocation ids (-1: not in a mem_alloc buffer) */
   uint64_t send_off, recv_off;
+  uint32_t slot_off[SHM_NSLOT]; /* where the data of slot k starts (chosen per step, 4K alias) */
 } shm_zc_desc_t;
 
 /* Per-rank control block in the segment: [arrive+desc][reduced][sleepers][left]. */
@@ -62,7 +65,7 @@ typedef struct shm {
   shm_hdr_t *hdr;
   size_t seg_bytes;
   shm_ctl_t *ctl;          /* world entries */
-  char *slot[2][64];       /* staging slots [parity][rank] */
+  char *slot[SHM_NSLOT][64]; /* staging slots [step % SHM_NSLOT][rank], page aligned */
   size_t slot_bytes, chunk_bytes, direct_max;
   uint32_t step;           /* last step this rank started */
   uint64_t spin_ns;
@@ -98,6 +101,9 @@ cddp_result_t cddp__shm_run(shm_t *s, const cddp__coll_t *coll);
 int cddp__shm_find_alloc(shm_t *s, const void *p, size_t len, uint64_t *off);
 
 /* ---- shm_kern.c: copies and two-destination reduction for the zero-copy path ---- */
+/* Prefetches [p, p+bytes) for writing (PREFETCHW): takes the lines back from the peer that
+ * read them, off the critical path, so the next stores into them do not stall. */
+void cddp__shm_prefetchw(const void *p, size_t bytes);
 /* memcpy; with nt, non-temporal stores (caller fences before publishing). */
 void cddp__shm_copy(void *dst, const void *src, size_t bytes, int nt);
 /* Pushes the lines of [p, p+bytes) from this core's L2 to the shared L3 (CLDEMOTE), so the

@@ -39,6 +39,31 @@ static void slice(const run_t *R, size_t n, int q, size_t *lo, size_t *len) {
   *len = b - a;
 }
 
+/* ---- staging slots: step g uses slot g % SHM_NSLOT of every rank. Reuse is safe with no
+ * extra flag: a rank starts step g only after every peer posted step g-1, i.e. finished
+ * everything of step g-2. Where the data of a slot starts is chosen per step from the user
+ * buffer it is copied from (2 KiB apart modulo 4 KiB, so the load and store streams never
+ * 4K-alias) and published next to the arrive word (slot_off[k]); readers take it from there. */
+
+static char *my_slot(shm_t *s, uint32_t step, const void *user) {
+  int k = (int)(step % SHM_NSLOT);
+  uint32_t off = (uint32_t)(((uintptr_t)user + 2048) & 4032);
+  s->ctl[s->rank].desc.slot_off[k] = off; /* published by the following arrive */
+  return s->slot[k][s->rank] + off;
+}
+
+static const char *peer_slot(shm_t *s, uint32_t step, int q) {
+  int k = (int)(step % SHM_NSLOT);
+  return s->slot[k][q] + s->ctl[q].desc.slot_off[k];
+}
+
+/* Takes back the lines of my next slot (the peers read them two steps ago, so they sit in
+ * their caches): the stores of the next step then hit instead of waiting for invalidations. */
+static void warm_next(shm_t *s, const void *user, size_t bytes) {
+  int k = (int)((s->step + 1) % SHM_NSLOT);
+  cddp__shm_prefetchw(s->slot[k][s->rank] + (((uintptr_t)user + 2048) & 4032), bytes);
+}
+
 /* ---- direct: every rank stages its whole input, every rank reduces all slots in rank
  * order (bit-identical everywhere). One arrival per piece. ---- */
 static cddp_result_t allreduce_direct(run_t *R) {
@@ -49,12 +74,17 @@ static cddp_result_t allreduce_direct(run_t *R) {
   for (size_t off = 0; off < c->count; off += piece) {
     size_t n = CDDP_MIN(piece, c->count - off);
     uint32_t step = ++s->step;
-    int par = step & 1;
-    cddp__shm_copy_demote(s->slot[par][s->rank], AT(c->send, off, R->es), n * R->es);
+    memcpy(my_slot(s, step, AT(c->send, off, R->es)), AT(c->send, off, R->es), n * R->es);
     CDDP_CHECK(cddp__shm_arrive_all(s, step, c->deadline));
     for (int q = 0; q < s->world; q++)
-      srcs[q] = q == s->rank ? (const void *)AT(c->send, off, R->es) : s->slot[par][q];
-    cddp__reduce_n(AT(c->recv, off, R->es), srcs, s->world, n, c->dt, c->op, R->scale);
+      srcs[q] = q == s->rank ? (const void *)AT(c->send, off, R->es) : peer_slot(s, step, q);
+    if (fast2(R))
+      cddp__shm_sum2_f32((float *)AT(c->recv, off, 4), NULL, srcs[0], srcs[1], n,
+                         (float)R->scale, c->op == CDDP_AVG, 0);
+    else
+      cddp__reduce_n(AT(c->recv, off, R->es), srcs, s->world, n, c->dt, c->op, R->scale);
+    warm_next(s, AT(c->send, off + n < c->count ? off + n : 0, R->es),
+              CDDP_MIN(piece, c->count) * R->es);
   }
   return CDDP_OK;
 }
@@ -71,29 +101,23 @@ static cddp_result_t allreduce_ring(run_t *R) {
   for (size_t off = 0; off < c->count; off += chunk) {
     size_t n = CDDP_MIN(chunk, c->count - off), lo, len;
     uint32_t step = ++s->step;
-    int par = step & 1;
-    char *mine = s->slot[par][me];
+    char *mine = my_slot(s, step, AT(c->send, off, R->es));
     for (int q = 0; q < W; q++) {
       if (q == me) continue;
       slice(R, n, q, &lo, &len);
-      cddp__shm_copy_demote(AT(mine, lo, R->es), AT(c->send, off + lo, R->es), len * R->es);
+      memcpy(AT(mine, lo, R->es), AT(c->send, off + lo, R->es), len * R->es);
     }
     CDDP_CHECK(cddp__shm_arrive_all(s, step, c->deadline));
     slice(R, n, me, &lo, &len);
     for (int q = 0; q < W; q++)
-      srcs[q] = q == me ? (const void *)AT(c->send, off + lo, R->es) : AT(s->slot[par][q], lo, R->es);
-    if (fast2(R)) { /* one pass: result into staging (demoted for the peer) and recv */
-      for (size_t b = 0; b < len; b += 1024) {
-        size_t m = CDDP_MIN(1024, len - b);
-        cddp__shm_sum2_f32((float *)AT(mine, lo + b, 4), (float *)AT(c->recv, off + lo + b, 4),
-                           (const float *)srcs[0] + b, (const float *)srcs[1] + b, m,
-                           (float)R->scale, c->op == CDDP_AVG, R->nt);
-        cddp__shm_demote(AT(mine, lo + b, 4), m * 4);
-      }
+      srcs[q] = q == me ? (const void *)AT(c->send, off + lo, R->es) : AT(peer_slot(s, step, q), lo, R->es);
+    if (fast2(R)) { /* one pass: result into staging and recv */
+      cddp__shm_sum2_f32((float *)AT(mine, lo, 4), (float *)AT(c->recv, off + lo, 4),
+                         (const float *)srcs[0], (const float *)srcs[1], len, (float)R->scale,
+                         c->op == CDDP_AVG, R->nt);
       cddp__shm_post(s, &s->ctl[me].reduced.v, step);
     } else {
       cddp__reduce_n(AT(mine, lo, R->es), srcs, W, len, c->dt, c->op, R->scale);
-      cddp__shm_demote(AT(mine, lo, R->es), len * R->es);
       cddp__shm_post(s, &s->ctl[me].reduced.v, step);
       copy(AT(c->recv, off + lo, R->es), AT(mine, lo, R->es), len * R->es, R->nt);
     }
@@ -101,7 +125,7 @@ static cddp_result_t allreduce_ring(run_t *R) {
       int q = (me + i) % W;
       CDDP_CHECK(cddp__shm_wait(s, q, &s->ctl[q].reduced.v, step, c->deadline));
       slice(R, n, q, &lo, &len);
-      copy(AT(c->recv, off + lo, R->es), AT(s->slot[par][q], lo, R->es), len * R->es, R->nt);
+      copy(AT(c->recv, off + lo, R->es), AT(peer_slot(s, step, q), lo, R->es), len * R->es, R->nt);
     }
   }
   if (R->nt) __builtin_ia32_sfence();
@@ -118,15 +142,15 @@ static cddp_result_t reduce_scatter_staged(run_t *R) {
   for (size_t off = 0; off < c->count; off += piece) {
     size_t n = CDDP_MIN(piece, c->count - off);
     uint32_t step = ++s->step;
-    int par = step & 1;
+    char *mine = my_slot(s, step, AT(c->send, off, R->es));
     for (int q = 0; q < W; q++)
       if (q != me)
-        cddp__shm_copy_demote(AT(s->slot[par][me], (size_t)q * piece, R->es),
-               AT(c->send, (size_t)q * c->count + off, R->es), n * R->es);
+        memcpy(AT(mine, (size_t)q * piece, R->es), AT(c->send, (size_t)q * c->count + off, R->es),
+               n * R->es);
     CDDP_CHECK(cddp__shm_arrive_all(s, step, c->deadline));
     for (int q = 0; q < W; q++)
       srcs[q] = q == me ? (const void *)AT(c->send, (size_t)me * c->count + off, R->es)
-                        : AT(s->slot[par][q], (size_t)me * piece, R->es);
+                        : AT(peer_slot(s, step, q), (size_t)me * piece, R->es);
     cddp__reduce_n(AT(c->recv, off, R->es), srcs, W, n, c->dt, c->op, R->scale);
   }
   return CDDP_OK;
@@ -140,14 +164,14 @@ static cddp_result_t allgather_staged(run_t *R) {
   for (size_t off = 0; off < c->count; off += piece) {
     size_t n = CDDP_MIN(piece, c->count - off);
     uint32_t step = ++s->step;
-    int par = step & 1;
-    cddp__shm_copy_demote(s->slot[par][me], AT(c->send, off, R->es), n * R->es);
+    memcpy(my_slot(s, step, AT(c->send, off, R->es)), AT(c->send, off, R->es), n * R->es);
     CDDP_CHECK(cddp__shm_arrive_all(s, step, c->deadline));
     /* own block first: with send == recv it is moved before block 0 overwrites it */
     if (AT(c->recv, (size_t)me * c->count + off, R->es) != AT(c->send, off, R->es))
       memmove(AT(c->recv, (size_t)me * c->count + off, R->es), AT(c->send, off, R->es), n * R->es);
     for (int q = 0; q < W; q++)
-      if (q != me) copy(AT(c->recv, (size_t)q * c->count + off, R->es), s->slot[par][q], n * R->es, R->nt);
+      if (q != me)
+        copy(AT(c->recv, (size_t)q * c->count + off, R->es), peer_slot(s, step, q), n * R->es, R->nt);
   }
   return CDDP_OK;
 }
@@ -159,10 +183,9 @@ static cddp_result_t broadcast_staged(run_t *R, char *buf) {
   for (size_t off = 0; off < c->count; off += piece) {
     size_t n = CDDP_MIN(piece, c->count - off);
     uint32_t step = ++s->step;
-    int par = step & 1;
-    if (s->rank == c->root) cddp__shm_copy_demote(s->slot[par][c->root], AT(buf, off, R->es), n * R->es);
+    if (s->rank == c->root) memcpy(my_slot(s, step, AT(buf, off, R->es)), AT(buf, off, R->es), n * R->es);
     CDDP_CHECK(cddp__shm_arrive_all(s, step, c->deadline));
-    if (s->rank != c->root) copy(AT(buf, off, R->es), s->slot[par][c->root], n * R->es, R->nt);
+    if (s->rank != c->root) copy(AT(buf, off, R->es), peer_slot(s, step, c->root), n * R->es, R->nt);
   }
   return CDDP_OK;
 }

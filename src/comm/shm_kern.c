@@ -44,6 +44,15 @@ void cddp__shm_demote(const void *p, size_t bytes) {
 #endif
 }
 
+void cddp__shm_prefetchw(const void *p, size_t bytes) {
+  const char *c = (const char *)((uintptr_t)p & ~(uintptr_t)63), *end = (const char *)p + bytes;
+#if defined(__x86_64__) /* 0F 0D /1: a NOP on x86-64 CPUs that lack PREFETCHW */
+  for (; c < end; c += 64) __asm__ __volatile__("prefetchw (%0)" ::"r"(c));
+#else
+  for (; c < end; c += 64) __builtin_prefetch(c, 1, 3);
+#endif
+}
+
 void cddp__shm_copy_demote(void *dst_, const void *src_, size_t bytes) {
   char *dst = dst_;
   const char *src = src_;
