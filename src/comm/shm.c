@@ -90,6 +90,7 @@ static void shm_destroy(void *state) {
     munmap(s->hdr, s->seg_bytes);
   }
   cddp__shm_liveness_close(s);
+  free(s->scratch);
   free(s);
 }
 
@@ -175,10 +176,14 @@ static cddp_result_t shm_init(const cddp__comm_ctx_t *ctx, void **state) {
   ret = wait_attached(s);
   shm_unlink(name); /* every rank mapped it: nothing is left behind, even on a crash */
   if (ret != CDDP_OK) goto fail;
+  s->what = "init";
+  CDDP_CHECK_GOTO(cddp__shm_cma_probe(s, init_deadline(ctx)), ret, fail);
   CDDP_INFO(CDDP_SUB_SHM,
             "shm: %d ranks, segment %zu KiB, direct (every rank reduces all) up to %zu B, "
-            "ring above with %zu KiB chunks, spin %" PRIu64 " us then futex",
-            ctx->world, bytes >> 10, s->direct_max, s->chunk_bytes >> 10, s->spin_ns / 1000);
+            "ring above with %zu KiB chunks%s, spin %" PRIu64 " us then futex",
+            ctx->world, bytes >> 10, s->direct_max, s->chunk_bytes >> 10,
+            s->cma ? " (allreduce of ordinary buffers: process_vm_readv/writev)" : "",
+            s->spin_ns / 1000);
   *state = s;
   return CDDP_OK;
 fail:

@@ -25,6 +25,8 @@ typedef struct {
   int32_t send_id, recv_id; /* allocation ids (-1: not in a mem_alloc buffer) */
   uint64_t send_off, recv_off;
   uint32_t slot_off[SHM_NSLOT]; /* where the data of slot k starts (chosen per step, 4K alias) */
+  uint64_t send_addr, recv_addr; /* the buffers in this rank's address space (CMA path) */
+  uint32_t cma_ok;         /* init: this rank could read every peer with process_vm_readv */
 } shm_zc_desc_t;
 
 /* Per-rank control block in the segment: [arrive+desc][reduced][sleepers][left]. */
@@ -72,6 +74,10 @@ typedef struct shm {
   int pidfd[64];           /* peers' pidfds (-1: use kill(pid, 0)) */
   int next_alloc_id;
   shm_alloc_t allocs[SHM_MAX_ALLOCS];
+  int cma;                 /* every rank may process_vm_readv/writev every other */
+  uint64_t cma_probe;      /* init: the value peers read to test CMA */
+  char *scratch;           /* CMA: peers' slices land here (L2-sized), 4 KiB of room */
+  size_t scratch_bytes;
   int logged;
   const char *what;        /* collective name, for error messages */
 } shm_t;
@@ -99,6 +105,16 @@ void cddp__shm_wake_all(shm_t *s);
 cddp_result_t cddp__shm_run(shm_t *s, const cddp__coll_t *coll);
 /* Which allocation holds [p, p+len) on this rank; -1 if none. *off = offset in it. */
 int cddp__shm_find_alloc(shm_t *s, const void *p, size_t len, uint64_t *off);
+
+/* ---- shm_cma.c: cross-memory attach (process_vm_readv/writev) ---- */
+/* Collective, at init: every rank checks it can read every peer; s->cma = all could. */
+cddp_result_t cddp__shm_cma_probe(shm_t *s, uint64_t deadline);
+/* Allreduce with each rank reading its slice of the peers' buffers into scratch, reducing,
+ * and writing the result into the peers' buffers: one pass, no staging hand-off. The caller
+ * did the handshake step (descriptors with addresses) and the final reduced_all. Returns
+ * INVALID_USAGE (nothing done, same on every rank) when the buffers do not qualify. */
+cddp_result_t cddp__shm_allreduce_cma(shm_t *s, const cddp__coll_t *c, size_t es, double scale);
+int cddp__shm_cma_usable(shm_t *s, const cddp__coll_t *c, size_t es);
 
 /* ---- shm_kern.c: copies and two-destination reduction for the zero-copy path ---- */
 /* Prefetches [p, p+bytes) for writing (PREFETCHW): takes the lines back from the peer that

@@ -261,6 +261,8 @@ static void describe(run_t *R, size_t send_bytes, size_t recv_bytes) {
   d->send_id = i >= 0 ? s->allocs[i].id : -1;
   i = R->c->recv ? cddp__shm_find_alloc(s, R->c->recv, recv_bytes, &d->recv_off) : -1;
   d->recv_id = i >= 0 ? s->allocs[i].id : -1;
+  d->send_addr = (uint64_t)(uintptr_t)R->c->send;
+  d->recv_addr = (uint64_t)(uintptr_t)R->c->recv;
 }
 
 /* Large messages: one arrival carrying the zero-copy descriptors, then zero copy if every
@@ -273,6 +275,10 @@ static cddp_result_t run_large(run_t *R, size_t send_bytes, size_t recv_bytes) {
   uint32_t step = ++s->step;
   CDDP_CHECK(cddp__shm_arrive_all(s, step, c->deadline));
   if (!zc_agree(R, sendp, recvp)) {
+    if (cddp__shm_cma_usable(s, c, R->es)) {
+      CDDP_CHECK(cddp__shm_allreduce_cma(s, c, R->es, R->scale));
+      return cddp__shm_reduced_all(s, step, c->deadline); /* nobody touches us after */
+    }
     switch (c->kind) {
       case CDDP__ALLREDUCE: return allreduce_ring(R);
       case CDDP__REDUCE_SCATTER: return reduce_scatter_staged(R);

@@ -19,6 +19,8 @@
   X(DIRECT_MAX_BYTES, "CDDP_DIRECT_MAX_BYTES", "65536",                                        \
     "auto picks the latency algorithm at or below this message size")                         \
   X(SHM_CHUNK_BYTES, "CDDP_SHM_CHUNK_BYTES", "262144", "staging chunk per rank for shm copies") \
+  X(SHM_CMA, "CDDP_SHM_CMA", "1",                                                              \
+    "shm: 1 = read/write peers' ordinary buffers with process_vm_readv/writev when allowed")  \
   X(TCP_CHUNK_BYTES, "CDDP_TCP_CHUNK_BYTES", "262144",                                          \
     "TCP pipeline chunk: the unit striped over streams and the staging slot per stream")     \
   X(SPIN_US, "CDDP_SPIN_US", "20", "busy-wait this long before sleeping on a futex")           \
