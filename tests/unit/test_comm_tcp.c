@@ -11,13 +11,6 @@
 #include "common/clock.h"
 #include "test.h"
 
-/* Until comm.c lands: the core's helper, same format. */
-const char *cddp__peer_name(const cddp__comm_ctx_t *ctx, int rank, char *buf, size_t size) {
-  snprintf(buf, size, "rank %d (host %s)", rank,
-           rank >= 0 && rank < ctx->world ? ctx->peers[rank].host : "?");
-  return buf;
-}
-
 #define MAXW 8
 
 typedef struct job job_t;
