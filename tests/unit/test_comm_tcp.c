@@ -149,6 +149,12 @@ static void matrix_body(trank_t *tr) {
   CHECK_OK(coll(tr, CDDP__BARRIER, NULL, NULL, 0, CDDP_I32, CDDP_SUM, 0, CDDP_ALGO_AUTO));
 }
 
-TEST_TIMEOUT(tcp_matrix_world2, 120) { run_job(2, matrix_body, NULL); }
-TEST_TIMEOUT(tcp_matrix_world3, 120) { run_job(3, matrix_body, NULL); }
+TEST_TIMEOUT(tcp_matrix_world2, 120) {
+  harness_nstreams = 1;
+  run_job(2, matrix_body, NULL);
+}
+TEST_TIMEOUT(tcp_matrix_world3, 120) {
+  harness_nstreams = 3;
+  run_job(3, matrix_body, NULL);
+}
 TEST_TIMEOUT(tcp_matrix_world4, 120) { run_job(4, matrix_body, NULL); }

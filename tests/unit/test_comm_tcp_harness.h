@@ -14,6 +14,10 @@
 
 #define MAXW 8
 
+/* Streams per peer for the next job; all_local = 0 so the transport does not fall back to
+ * one stream on this (single) host. */
+static int harness_nstreams = 2;
+
 typedef struct job job_t;
 typedef struct trank {
   int rank;
@@ -56,7 +60,7 @@ static __attribute__((unused)) void *rank_main(void *p) {
 
 static __attribute__((unused)) void job_start(job_t *j, int world, void (*body)(trank_t *), void *arg) {
   j->world = world, j->body = body, j->arg = arg;
-  j->cfg = (cddp_comm_config_t){"native", "tcp", j->nstreams ? j->nstreams : 2,
+  j->cfg = (cddp_comm_config_t){"native", "tcp", j->nstreams ? j->nstreams : harness_nstreams,
                                 j->timeout_ms ? j->timeout_ms : 10000, CDDP_ALGO_AUTO};
   CHECK_OK(cddp_store_mem_create(&j->base));
   pthread_barrier_init(&j->bar, NULL, (unsigned)world);
@@ -69,7 +73,7 @@ static __attribute__((unused)) void job_start(job_t *j, int world, void (*body)(
     trank_t *tr = &j->r[r];
     tr->rank = r, tr->job = j;
     CHECK_OK(cddp_store_prefix_create(&tr->store, j->base, "comm/r0/", 0));
-    tr->ctx = (cddp__comm_ctx_t){r, world, 0, tr->store, &j->cfg, j->peers, &tr->aborted, 1};
+    tr->ctx = (cddp__comm_ctx_t){r, world, 0, tr->store, &j->cfg, j->peers, &tr->aborted, 0};
   }
   for (int r = 0; r < world; r++) CHECK(pthread_create(&j->r[r].th, NULL, rank_main, &j->r[r]) == 0);
 }
