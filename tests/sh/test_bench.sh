@@ -14,14 +14,12 @@ bench() {
   local out="$tmp/$name.out" rc
   timeout "$T" "$CDDP" run --standalone --nproc-per-node "$np" "$CDDP" bench "$@" >"$out" 2>&1
   rc=$?
-  local rows wrong
-  rows=$(sed -E 's/^\[[^]]*\] ?//' "$out" | awk '$1 ~ /^[0-9]+$/ && NF >= 9' | wc -l)
-  wrong=$(sed -E 's/^\[[^]]*\] ?//' "$out" | awk '$1 ~ /^[0-9]+$/ && NF >= 9 { w += ($9 == "N/A" ? 0 : $9) } END { print w + 0 }')
-  if [ $rc -eq 0 ] && [ "$rows" -gt 0 ] && [ "$wrong" = 0 ] && grep -q "Out of bounds values : 0 OK" "$out" &&
-     grep -q "cddp bench [a-z_]*: $np ranks" "$out"; then
+  local verdict
+  verdict=$(bench_verdict "$np" "$out")
+  if [ $rc -eq 0 ] && [ "$verdict" = clean ]; then
     ok "$name"
   else
-    fail "$name" "exit $rc, $rows rows, $wrong wrong; $(grep -v '^\[rank' "$out" | tail -2 | tr '\n' ' ')"
+    fail "$name" "exit $rc, $verdict"
     sed 's/^/# /' "$out" | tail -15
   fi
 }
