@@ -1,11 +1,5 @@
-/* cmd_run.c - `cddp run` (placeholder until its issue slice lands). */
-#include <stdio.h>
-
+/* cmd_run.c - `cddp run`: the torchrun-style launcher (src/run/agent.c does the work). */
 #include "cli/commands.h"
+#include "run/agent.h"
 
-int cddp_cmd_run(int argc, char **argv) {
-  (void)argc;
-  (void)argv;
-  fprintf(stderr, "cddp run: not built yet\n");
-  return 2;
-}
+int cddp_cmd_run(int argc, char **argv) { return cddp__run_main(argc, argv); }

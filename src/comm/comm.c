@@ -118,7 +118,7 @@ static cddp_result_t exchange_peers(cddp_comm_t *c) {
   me.host[sizeof me.host - 1] = '\0';
   local_host_id(me.host_id, sizeof me.host_id);
 
-  char key[64], val[256];
+  char key[64], val[CDDP_HOST_MAX + sizeof me.host_id + 32];
   int n = snprintf(val, sizeof val, "%s\n%s\n%d", me.host, me.host_id, me.pid);
   snprintf(key, sizeof key, "peer/%d", c->rank);
   CDDP_CHECK(cddp_store_set(c->view, key, val, (size_t)n));
@@ -147,10 +147,6 @@ static cddp_result_t exchange_peers(cddp_comm_t *c) {
   }
   return CDDP_OK;
 }
-
-/* Weak until both transports are merged: a missing one is reported, not a link error. */
-#pragma weak cddp__transport_shm
-#pragma weak cddp__transport_tcp
 
 /* ---------------------------------------------------------------- lifecycle */
 
@@ -207,10 +203,6 @@ cddp_result_t cddp_comm_init(cddp_comm_t **out, cddp_store_t *store, int rank, i
       c->tp = &cddp__transport_tcp;
     } else {
       c->tp = &cddp__transport_shm;
-    }
-    if (!c->tp) {
-      ret = cddp__fail(CDDP_INVALID_USAGE, "this cddp was built without a transport for this placement");
-      goto fail;
     }
     CDDP_CHECK_GOTO(c->tp->init(&c->ctx, &c->tp_state), ret, fail);
     snprintf(c->transport_name, sizeof c->transport_name, "%s", c->tp->name);

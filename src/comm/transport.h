@@ -18,7 +18,7 @@
 /* What every rank published at init ("peer/<rank>" in the comm's store view). */
 typedef struct cddp__peer {
   char host[CDDP_HOST_MAX]; /* hostname, for error messages: "rank 1 (host vm)" */
-  char host_id[96];         /* boot id + network namespace: equal means "same host" */
+  char host_id[160];        /* boot id + network namespace: equal means "same host" */
   int pid;
 } cddp__peer_t;
 

@@ -106,41 +106,38 @@ static void reply_error(cddp__srv_conn_t *c, cddp_result_t code, const char *tex
   cddp__wire_end(&c->out, st);
 }
 
-/* GET or WAIT: answers when the keys exist (or, when final, TIMEOUT). 1 if answered. */
-static int try_answer(cddp__srv_core_t *core, cddp__srv_conn_t *c, const cddp__wire_msg_t *m,
-                      int final) {
-  if (m->op == CDDP__OP_GET) {
-    cddp__kv_entry_t *e = cddp__kv_find(&core->kv, m->key.p, m->key.n);
-    if (e) reply_value(c, e);
-    else if (final) reply_timeout(c, 0);
-    return e || final;
-  }
-  const uint8_t *cur = m->keys;
-  for (uint32_t i = 0; i < m->nkeys; i++) {
-    cddp__wire_str_t k = cddp__wire_next_key(&cur);
-    if (!cddp__kv_find(&core->kv, k.p, k.n)) {
-      if (final) reply_timeout(c, i);
-      return final;
+static uint32_t rd32(const uint8_t *p) {
+  return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+/* The pending GET/WAIT at the head of c->in: answers it when its keys exist (or, when
+ * final, with TIMEOUT). 1 if answered. Keys found stay counted (pk_idx), so a re-check
+ * after each key creation costs O(1) per parked conn, not O(keys): like torch's store, a
+ * key deleted after it was seen does not un-satisfy the wait. */
+static int try_answer(cddp__srv_core_t *core, cddp__srv_conn_t *c, int final) {
+  const uint8_t *frame = c->in.p + c->in.off;
+  while (c->pk_idx < c->pk_n) {
+    uint32_t n = rd32(frame + c->pk_cur);
+    const char *k = (const char *)frame + c->pk_cur + 4;
+    cddp__kv_entry_t *e = cddp__kv_find(&core->kv, k, n);
+    if (!e) break;
+    if (c->pk_op == CDDP__OP_GET) {
+      reply_value(c, e);
+      return 1;
     }
+    c->pk_idx++;
+    c->pk_cur += 4 + (size_t)n;
   }
-  reply_empty(c, CDDP__OP_OK);
+  if (c->pk_idx == c->pk_n) reply_empty(c, CDDP__OP_OK);
+  else if (final) reply_timeout(c, c->pk_op == CDDP__OP_GET ? 0 : c->pk_idx);
+  else return 0;
   return 1;
 }
 
-/* Re-reads the parked request at the head of c->in; answers it when possible. */
 static void retry_parked(cddp__srv_core_t *core, cddp__srv_conn_t *c, int final) {
-  cddp__wire_frame_t f;
-  cddp__wire_msg_t m;
-  size_t used;
-  const char *err;
-  if (c->in.len == c->in.off) return; /* cannot happen: the parked frame is there */
-  if (cddp__wire_parse(c->in.p + c->in.off, c->in.len - c->in.off, CDDP__WIRE_MAX_LEN, &f, &used,
-                       &err) != CDDP__WIRE_FRAME ||
-      cddp__wire_decode_request(&f, &m, &err) != 0)
-    return; /* cannot happen: it parsed when it parked */
-  if (!try_answer(core, c, &m, final)) return;
+  if (!try_answer(core, c, final)) return;
   unpark(core, c);
-  c->in.off += used;
+  c->in.off += c->pk_used;
   push_ready(core, c);
 }
 
@@ -219,7 +216,8 @@ static int handshake(cddp__srv_core_t *core, cddp__srv_conn_t *c, const cddp__wi
 }
 
 /* 0: answered; 1: parked (frame stays in c->in); -1: close. */
-static int handle(cddp__srv_core_t *core, cddp__srv_conn_t *c, const cddp__wire_frame_t *f) {
+static int handle(cddp__srv_core_t *core, cddp__srv_conn_t *c, const cddp__wire_frame_t *f,
+                  size_t used) {
   cddp__wire_msg_t m;
   const char *err;
   if (cddp__wire_decode_request(f, &m, &err) != 0) {
@@ -238,8 +236,13 @@ static int handle(cddp__srv_core_t *core, cddp__srv_conn_t *c, const cddp__wire_
       if (r == CDDP_OK) reply_empty(c, CDDP__OP_OK);
       break;
     case CDDP__OP_GET:
-    case CDDP__OP_WAIT:
-      if (try_answer(core, c, &m, m.timeout_ms == 0)) return 0;
+    case CDDP__OP_WAIT: /* the keys follow u32 timeout (GET) or u32 timeout, u32 nkeys */
+      c->pk_op = m.op;
+      c->pk_n = m.op == CDDP__OP_GET ? 1 : m.nkeys;
+      c->pk_idx = 0;
+      c->pk_cur = CDDP__WIRE_HDR + 1 + (m.op == CDDP__OP_GET ? 4 : 8);
+      c->pk_used = used;
+      if (try_answer(core, c, m.timeout_ms == 0)) return 0;
       park(core, c, m.timeout_ms);
       return 1;
     case CDDP__OP_ADD:
@@ -280,7 +283,7 @@ int cddp__core_process(cddp__srv_core_t *core, cddp__srv_conn_t *c) {
       CDDP_INFO(CDDP_SUB_STORE, "store: garbage from %s: %s; closing", c->addr, err);
       return -1;
     }
-    int h = handle(core, c, &f);
+    int h = handle(core, c, &f, used);
     if (h < 0) return -1;
     if (h == 0) c->in.off += used;
     limit = c->state == CDDP__CONN_READY ? CDDP__WIRE_MAX_LEN : CDDP__WIRE_MAX_LEN_HANDSHAKE;

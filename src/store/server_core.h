@@ -17,6 +17,11 @@ typedef struct cddp__srv_conn {
   int closing; /* 1: close once out is flushed (refused or wrong version) */
   int parked;  /* a GET/WAIT at the head of in waits for keys or its deadline */
   uint64_t deadline;
+  /* the pending GET/WAIT: opcode, keys found so far of pk_n, offset of the next key
+   * from the frame's start (the frame sits at in.off), frame size */
+  uint8_t pk_op;
+  uint32_t pk_idx, pk_n;
+  size_t pk_cur, pk_used;
   int on_ready;
   struct cddp__srv_conn *pnext, *pprev; /* parked list */
   struct cddp__srv_conn *rnext;         /* ready list */

@@ -51,6 +51,9 @@ cddp_result_t cddp__store_tcp_wait_begin(cddp_store_t *s, const char *const *key
 cddp_result_t cddp__store_tcp_wait_end(cddp_store_t *s, const char *const *keys, size_t n,
                                        int timeout_ms);
 
+/* Test hook: how long a server lets a client take to authenticate (default 10 s). */
+void cddp__store_server_set_handshake_ms(cddp_store_server_t *srv, int ms);
+
 /* ---- key-value table shared by the mem, file and server implementations ----
  * A chained hash table. Keys are byte strings (klen bytes, no NUL inside); values are
  * kept with one extra NUL byte after them so add() can parse them as text. Not

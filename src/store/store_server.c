@@ -25,6 +25,7 @@ typedef struct sconn {
   int fd;
   uint32_t events; /* current epoll interest */
   int dead;
+  uint64_t accepted_ns;
   struct sconn *prev, *next;
   struct sconn *dnext;
 } sconn_t;
@@ -37,7 +38,11 @@ struct cddp_store_server {
   sconn_t *conns; /* every live connection */
   sconn_t *dead;  /* closed during this batch; freed after it */
   int nconns;
+  int handshake_ms;     /* a client must authenticate within this */
+  uint64_t next_sweep;  /* when to look for clients stuck in the handshake */
 };
+
+#define HANDSHAKE_MS 10000
 
 static void addr_text(const struct sockaddr_storage *ss, char *out, size_t size) {
   char host[INET6_ADDRSTRLEN] = "?";
@@ -69,6 +74,23 @@ static void conn_close(cddp_store_server_t *srv, sconn_t *sc, const char *why) {
   sc->dnext = srv->dead;
   srv->dead = sc;
   srv->nconns--;
+}
+
+void cddp__store_server_set_handshake_ms(cddp_store_server_t *srv, int ms) {
+  __atomic_store_n(&srv->handshake_ms, ms, __ATOMIC_RELAXED);
+}
+
+/* Closes connections that have not finished the handshake in time (slow or idle peers
+ * must not pin file descriptors). Runs every handshake_ms / 4, at most 1 s apart. */
+static void sweep(cddp_store_server_t *srv, uint64_t now) {
+  if (now < srv->next_sweep) return;
+  uint64_t limit = (uint64_t)__atomic_load_n(&srv->handshake_ms, __ATOMIC_RELAXED) * 1000000ull;
+  srv->next_sweep = now + CDDP_MIN(limit / 4, 1000000000ull);
+  for (sconn_t *sc = srv->conns, *next; sc; sc = next) {
+    next = sc->next;
+    if (sc->c.state != CDDP__CONN_READY && now - sc->accepted_ns > limit)
+      conn_close(srv, sc, "no handshake in time");
+  }
 }
 
 /* Sends what it can. -1 on a broken connection. */
@@ -161,6 +183,7 @@ static void on_accept(cddp_store_server_t *srv) {
     addr_text(&ss, addr, sizeof addr);
     cddp__conn_init(&sc->c, addr);
     sc->fd = fd;
+    sc->accepted_ns = cddp__now_ns();
     sc->events = EPOLLIN | EPOLLRDHUP;
     struct epoll_event e = {.events = sc->events, .data.ptr = sc};
     if (epoll_ctl(srv->epfd, EPOLL_CTL_ADD, fd, &e) != 0) {
@@ -181,6 +204,7 @@ static void *loop(void *arg) {
   struct epoll_event evs[256];
   for (;;) {
     uint64_t next = cddp__core_next_deadline(&srv->core);
+    if (srv->conns) next = CDDP_MIN(next, srv->next_sweep);
     int timeout = next == UINT64_MAX ? -1 : cddp__ms_left(next);
     int n = epoll_wait(srv->epfd, evs, (int)CDDP_ARRAY_LEN(evs), timeout);
     if (n < 0 && errno != EINTR) {
@@ -209,7 +233,9 @@ static void *loop(void *arg) {
       }
     }
     if (stop) break;
-    cddp__core_expire(&srv->core, cddp__now_ns());
+    uint64_t now = cddp__now_ns();
+    cddp__core_expire(&srv->core, now);
+    sweep(srv, now);
     cddp__srv_conn_t *c;
     while ((c = cddp__core_pop_ready(&srv->core))) service(srv, (sconn_t *)c, 0);
     while (srv->dead) {
@@ -280,6 +306,7 @@ cddp_result_t cddp_store_server_start(cddp_store_server_t **out, const char *hos
   cddp_store_server_t *srv = calloc(1, sizeof *srv);
   if (!srv) return cddp__fail(CDDP_SYSTEM, "store server: out of memory");
   srv->lfd = srv->epfd = srv->evfd = srv->spare_fd = -1;
+  srv->handshake_ms = HANDSHAKE_MS;
   cddp_result_t r;
   CDDP_CHECK_GOTO(cddp__core_init(&srv->core, token), r, fail);
   CDDP_CHECK_GOTO(bind_listener(srv, host, port), r, fail);

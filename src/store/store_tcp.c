@@ -400,7 +400,8 @@ cddp_result_t cddp_store_tcp_connect(cddp_store_t **out, const char *host, int p
   pthread_mutex_init(&t->mu, NULL);
   t->fd = -1;
   snprintf(t->ep, sizeof t->ep, "%s:%d", host, port);
-  uint64_t deadline = cddp__deadline_ms(timeout_ms < 0 ? t->base.timeout_ms : timeout_ms);
+  if (timeout_ms < 0) timeout_ms = t->base.timeout_ms;
+  uint64_t deadline = cddp__deadline_ms(timeout_ms);
   char why[200] = "no attempt";
   int backoff_ms = 5, tries = 0;
   while (try_connect(host, port, deadline, &t->fd, why, sizeof why) != 0) {

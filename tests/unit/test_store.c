@@ -317,6 +317,7 @@ static void suite_concurrent_add(fixture_t *fx) {
 
 ALL_SUITES(mem)
 ALL_SUITES(tcp)
+ALL_SUITES(file)
 
 TEST(token_from_env) {
   char buf[64];
@@ -356,4 +357,32 @@ TEST(set_timeout_and_close_null) {
   CHECK_RESULT(cddp_store_get(p, "none", &v, NULL, -1), CDDP_TIMEOUT);
   CHECK((cddp__now_ns() - t0) / 1e6 < 1000);
   cddp_store_close(p);
+}
+
+/* The file store across processes: forked ranks add to one counter and meet at a key. */
+static void file_rank(int rank, int world, void *arg) {
+  cddp_store_t *s;
+  CHECK_OK(cddp_store_file_create(&s, (const char *)arg));
+  int64_t r;
+  for (int i = 0; i < 20; i++) CHECK_OK(cddp_store_add(s, "ctr", 1, &r));
+  CHECK_OK(cddp_store_add(s, "arrived", 1, &r));
+  if (r == world) CHECK_OK(cddp_store_set(s, "done", "1", 1));
+  CHECK_OK(cddp_store_wait(s, (const char *[]){"done"}, 1, 20000));
+  cddp_store_close(s);
+}
+
+TEST(file_processes_share_one_store) {
+  fixture_t fx;
+  fx_setup(&fx, "file");
+  CHECK_EQ(cddp_test_fork_ranks(4, file_rank, fx.path, 60), 0);
+  cddp_store_t *s = fx_open(&fx);
+  expect_value(s, "ctr", "80", 2);
+  cddp_store_close(s);
+  /* a file that is not a store is refused with its name */
+  FILE *f = fopen(fx.path, "w");
+  fputs("hello", f);
+  fclose(f);
+  CHECK_RESULT(cddp_store_file_create(&s, fx.path), CDDP_INVALID_ARG);
+  CHECK(strstr(cddp_last_error(), fx.path) != NULL);
+  fx_teardown(&fx);
 }

@@ -407,3 +407,46 @@ TEST(call_timeout_bounds_a_call) {
   cddp_store_close(s);
   cddp_store_server_stop(srv);
 }
+
+static void *shared_adder(void *arg) {
+  for (int i = 0; i < 200; i++)
+    if (cddp_store_add(arg, "shared", 1, NULL) != CDDP_OK) abort();
+  return NULL;
+}
+
+TEST(threads_share_one_connection) {
+  cddp_store_server_t *srv;
+  CHECK_OK(cddp_store_server_start(&srv, "127.0.0.1", 0, "tok"));
+  cddp_store_t *s = connect_ok(cddp_store_server_port(srv), "tok");
+  pthread_t th[4];
+  for (int i = 0; i < 4; i++) pthread_create(&th[i], NULL, shared_adder, s);
+  for (int i = 0; i < 4; i++) pthread_join(th[i], NULL);
+  int64_t v;
+  CHECK_OK(cddp_store_add(s, "shared", 0, &v));
+  CHECK_EQ(v, 800);
+  cddp_store_close(s);
+  cddp_store_server_stop(srv);
+}
+
+TEST(idle_unauthenticated_client_is_dropped) {
+  cddp_store_server_t *srv;
+  CHECK_OK(cddp_store_server_start(&srv, "127.0.0.1", 0, "tok"));
+  cddp__store_server_set_handshake_ms(srv, 200);
+  int port = cddp_store_server_port(srv);
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+                          .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  CHECK(connect(fd, (struct sockaddr *)&a, sizeof a) == 0);
+  cddp_store_t *good = connect_ok(port, "tok"); /* authenticated: never dropped */
+  struct timeval tv = {5, 0};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  char buf[8];
+  uint64_t t0 = cddp__now_ns();
+  CHECK_EQ(recv(fd, buf, sizeof buf, 0), 0); /* closed by the server */
+  CHECK(ms_since(t0) < 3000);
+  close(fd);
+  usleep(300000);
+  CHECK_OK(cddp_store_set(good, "k", "v", 1));
+  cddp_store_close(good);
+  cddp_store_server_stop(srv);
+}

@@ -1,0 +1,113 @@
+/* shm.h - internals of the shared-memory transport: segment layout, sync words, algorithms. */
+#ifndef CDDP_COMM_SHM_H
+#define CDDP_COMM_SHM_H
+
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "comm/transport.h"
+
+#define SHM_LINE 128        /* every flag sits alone on its own 128-byte line */
+#define SHM_MAGIC 0x6364647073686d31ull /* "cddpshm1" */
+#define SHM_MAX_ALLOCS 64   /* live mem_alloc buffers per communicator */
+
+/* A word written by one rank (or, for sleepers, by its waiters), alone on its line. */
+typedef struct {
+  _Atomic uint32_t v;
+  char pad[SHM_LINE - sizeof(uint32_t)];
+} shm_word_t;
+
+/* What a rank publishes with its arrival at a zero-copy capable step. */
+typedef struct {
+  int32_t send_id, recv_id; /* allocation ids (-1: not in a mem_alloc buffer) */
+  uint64_t send_off, recv_off;
+} shm_zc_desc_t;
+
+/* Per-rank control block in the segment: [arrive+desc][reduced][sleepers][left]. */
+typedef struct {
+  _Atomic uint32_t arrive; /* last step this rank posted its inputs for */
+  uint32_t pad0;
+  shm_zc_desc_t desc;      /* written before arrive, on the same line: one transfer */
+  char pad1[SHM_LINE - 8 - sizeof(shm_zc_desc_t)];
+  shm_word_t reduced;      /* last step whose output slice this rank has written */
+  shm_word_t sleepers;     /* waiters (any rank) asleep on arrive or reduced */
+  shm_word_t left;         /* non-zero: this rank failed or destroyed its transport */
+} shm_ctl_t;
+
+/* Segment header (rank 0 fills it; every rank checks it). */
+typedef struct {
+  uint64_t magic;
+  uint32_t world, round;
+  uint64_t slot_bytes;     /* staging bytes per (parity, rank) slot */
+  uint64_t chunk_bytes;    /* ring chunk (per step, whole chunk over all ranks) */
+  uint64_t direct_max;     /* AUTO: direct at or below this many bytes */
+  uint64_t seg_bytes;
+  char pad0[SHM_LINE - 48];
+  shm_word_t attached;     /* ranks that mapped the segment */
+} shm_hdr_t;
+
+typedef struct {
+  int used;
+  int id;                  /* same on every rank: allocation order */
+  size_t bytes;
+  void *map;
+  size_t map_len;
+  char *base[64];          /* every rank's buffer, as mapped here (world <= 64) */
+} shm_alloc_t;
+
+typedef struct shm {
+  const cddp__comm_ctx_t *ctx;
+  int rank, world;
+  shm_hdr_t *hdr;
+  size_t seg_bytes;
+  shm_ctl_t *ctl;          /* world entries */
+  char *slot[2][64];       /* staging slots [parity][rank] */
+  size_t slot_bytes, chunk_bytes, direct_max;
+  uint32_t step;           /* last step this rank started */
+  uint64_t spin_ns;
+  int pidfd[64];           /* peers' pidfds (-1: use kill(pid, 0)) */
+  int next_alloc_id;
+  shm_alloc_t allocs[SHM_MAX_ALLOCS];
+  int logged;
+  const char *what;        /* collective name, for error messages */
+} shm_t;
+
+/* ---- shm_sync.c ---- */
+/* Posts step on word (release) and wakes sleepers of rank's words. */
+void cddp__shm_post(shm_t *s, _Atomic uint32_t *word, uint32_t step);
+/* Waits until *word (written by peer) reaches step: spins spin_ns, then futex sleeps in
+ * short slices, checking abort, the deadline and the peer's liveness. */
+cddp_result_t cddp__shm_wait(shm_t *s, int peer, _Atomic uint32_t *word, uint32_t step,
+                             uint64_t deadline);
+/* Posts this rank's arrive word and waits for every peer's. */
+cddp_result_t cddp__shm_arrive_all(shm_t *s, uint32_t step, uint64_t deadline);
+/* Posts this rank's reduced word and waits for every peer's. */
+cddp_result_t cddp__shm_reduced_all(shm_t *s, uint32_t step, uint64_t deadline);
+/* Opens pidfds for the peers (falls back to kill(pid, 0) where unavailable). */
+void cddp__shm_liveness_open(shm_t *s);
+void cddp__shm_liveness_close(shm_t *s);
+/* OK while peer is alive and in the comm; REMOTE naming it otherwise. */
+cddp_result_t cddp__shm_check_peer(shm_t *s, int peer);
+/* FUTEX_WAKE on every word a waiter of this process could sleep on. */
+void cddp__shm_wake_all(shm_t *s);
+
+/* ---- shm_algo.c ---- */
+cddp_result_t cddp__shm_run(shm_t *s, const cddp__coll_t *coll);
+/* Which allocation holds [p, p+len) on this rank; -1 if none. *off = offset in it. */
+int cddp__shm_find_alloc(shm_t *s, const void *p, size_t len, uint64_t *off);
+
+/* ---- shm_kern.c: copies and two-destination reduction for the zero-copy path ---- */
+/* memcpy; with nt, non-temporal stores (caller fences before publishing). */
+void cddp__shm_copy(void *dst, const void *src, size_t bytes, int nt);
+/* Pushes the lines of [p, p+bytes) from this core's L2 to the shared L3 (CLDEMOTE), so the
+ * peer that reads them next hits L3 instead of snooping this core: 4x faster here. */
+void cddp__shm_demote(const void *p, size_t bytes);
+/* memcpy into staging, demoting each 4 KiB block as it is written. */
+void cddp__shm_copy_demote(void *dst, const void *src, size_t bytes);
+/* Two-rank f32 sum/avg writing two destinations in one pass (d1 may be NULL; nt streams d1):
+ * d0[i] = d1[i] = (a[i] + b[i]) (* scale when avg). Bit-identical to cddp__reduce_n. */
+void cddp__shm_sum2_f32(float *d0, float *d1, const float *a, const float *b, size_t n,
+                        float scale, int avg, int nt);
+
+#endif /* CDDP_COMM_SHM_H */

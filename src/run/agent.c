@@ -1,0 +1,465 @@
+/* agent.c - `cddp run`: hosts or joins the store, runs rendezvous rounds, workers, restarts. */
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <sys/signalfd.h>
+#include <unistd.h>
+
+#include "cddp/store.h"
+#include "common/check.h"
+#include "run/agent.h"
+#include "run/net.h"
+#include "run/options.h"
+#include "run/rdzv.h"
+#include "run/workers.h"
+
+extern char **environ;
+
+/* Variables the agent sets for its workers (any inherited value is replaced). */
+static const char *contract_vars[] = {
+    "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "GROUP_WORLD_SIZE", "ROLE_RANK",
+    "ROLE_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "CDDP_RUN_ID", "CDDP_ROUND", "CDDP_RESTART_COUNT",
+    "CDDP_MAX_RESTARTS", "CDDP_STORE", "CDDP_TOKEN", "TORCHELASTIC_RUN_ID", "TORCHELASTIC_RESTART_COUNT",
+    "TORCHELASTIC_MAX_RESTARTS"};
+
+typedef struct agent {
+  cddp_run_opts_t *o;
+  char **prog;
+  char token[256];
+  char host[64];
+  char store_host[256];
+  int store_port;
+  cddp_store_server_t *server;
+  cddp_store_t *store, *watch_store; /* "<run_id>/" views; the watcher has its own connection */
+  int sig_fd;
+  int ev_pipe[2];
+  pthread_t watcher;
+  int watcher_running, watch_round;
+  cddp__rdzv_t rz;
+} agent_t;
+
+/* ---- the watcher: one thread per round waits for rdzv/R/event, reports on a pipe ---- */
+
+static void *watch_main(void *arg) {
+  agent_t *a = arg;
+  int round = a->watch_round;
+  char key[64], msg[512];
+  cddp__rdzv_event_key(round, key, sizeof key);
+  const char *k = key;
+  for (;;) {
+    cddp_result_t r = cddp_store_wait(a->watch_store, &k, 1, 60000);
+    if (r == CDDP_TIMEOUT) continue;
+    void *v = NULL;
+    size_t len = 0;
+    if (r == CDDP_OK) r = cddp_store_get(a->watch_store, key, &v, &len, 0);
+    int n = r == CDDP_OK ? snprintf(msg, sizeof msg, "%d %.*s", round, (int)CDDP_MIN(len, 480), (char *)v)
+                         : snprintf(msg, sizeof msg, "%d lost %s", round, cddp_last_error());
+    free(v);
+    ssize_t w = write(a->ev_pipe[1], msg, (size_t)CDDP_MIN(n, (int)sizeof msg - 1));
+    (void)w;
+    return NULL;
+  }
+}
+
+static void watch_start(agent_t *a, int round) {
+  if (a->watcher_running) pthread_join(a->watcher, NULL); /* its round's event is set: it returned */
+  a->watch_round = round;
+  a->watcher_running = pthread_create(&a->watcher, NULL, watch_main, a) == 0;
+}
+
+/* Event messages are "<round> <value>"; drop those of older rounds. */
+static int event_accept(const char *msg, void *ctx) {
+  agent_t *a = ctx;
+  return atoi(msg) == a->rz.round;
+}
+
+static const char *event_value(const char *msg) {
+  const char *sp = strchr(msg, ' ');
+  return sp ? sp + 1 : "";
+}
+
+/* Blocks until the watcher reports this round's event or a signal arrives. */
+static int wait_event(agent_t *a, char *msg, size_t size) {
+  for (;;) {
+    struct pollfd p[2] = {{.fd = a->ev_pipe[0], .events = POLLIN}, {.fd = a->sig_fd, .events = POLLIN}};
+    if (poll(p, 2, -1) < 0 && errno != EINTR) return -1;
+    if (p[1].revents & POLLIN) {
+      struct signalfd_siginfo si;
+      while (read(a->sig_fd, &si, sizeof si) == (ssize_t)sizeof si)
+        if (si.ssi_signo != SIGCHLD) return (int)si.ssi_signo;
+    }
+    if (p[0].revents & POLLIN) {
+      ssize_t n = read(a->ev_pipe[0], msg, size - 1);
+      if (n <= 0) return -1;
+      msg[n] = '\0';
+      if (event_accept(msg, a)) return 0;
+    }
+  }
+}
+
+/* ---- the store ---- */
+
+static void random_token(char *buf, size_t size) {
+  unsigned char b[16];
+  if (getrandom(b, sizeof b, 0) != (ssize_t)sizeof b) return;
+  for (size_t i = 0; i < sizeof b && 2 * i + 2 < size; i++) snprintf(buf + 2 * i, 3, "%02x", b[i]);
+}
+
+static int connect_store(agent_t *a, cddp_store_t **out) {
+  cddp_store_t *base;
+  const char *h = a->store_host;
+  cddp_result_t r = cddp_store_tcp_connect(&base, h, a->store_port, a->token, a->o->rdzv_timeout_ms);
+  if (r == CDDP_AUTH) {
+    fprintf(stderr, "cddp run: the store at %s:%d refused our token (check CDDP_TOKEN / CDDP_TOKEN_FILE): %s\n", h,
+            a->store_port, cddp_last_error());
+    return -1;
+  }
+  if (r != CDDP_OK) {
+    fprintf(stderr, "cddp run: cannot reach the rendezvous store at %s:%d (within --rdzv-timeout %.1f s): %s\n", h,
+            a->store_port, a->o->rdzv_timeout_ms / 1e3, cddp_last_error());
+    return -1;
+  }
+  char prefix[160];
+  snprintf(prefix, sizeof prefix, "%s/", a->o->run_id);
+  if (cddp_store_prefix_create(out, base, prefix, 1) != CDDP_OK) {
+    cddp_store_close(base);
+    fprintf(stderr, "cddp run: %s\n", cddp_last_error());
+    return -1;
+  }
+  return 0;
+}
+
+/* Hosts the store when this node should, then connects (twice: agent + watcher). */
+static int setup_store(agent_t *a) {
+  cddp_run_opts_t *o = a->o;
+  int host_it;
+  if (o->standalone) {
+    snprintf(a->store_host, sizeof a->store_host, "127.0.0.1");
+    a->store_port = 0;
+    host_it = 1;
+  } else if (o->backend == CDDP_RDZV_STATIC) {
+    snprintf(a->store_host, sizeof a->store_host, "%s", o->master_addr);
+    a->store_port = o->master_port;
+    host_it = o->node_rank == 0;
+  } else {
+    snprintf(a->store_host, sizeof a->store_host, "%s", o->rdzv_host);
+    a->store_port = o->rdzv_port;
+    host_it = cddp__host_is_local(o->rdzv_host);
+  }
+  if (host_it) {
+    /* c10d: another agent of this host may serve it already; then we are its client */
+    int shared = o->backend == CDDP_RDZV_C10D && !o->standalone;
+    if (shared && cddp__port_in_use(a->store_port)) {
+      CDDP_INFO(CDDP_SUB_RUN, "port %d is in use: joining the store there as a client", a->store_port);
+    } else if (cddp_store_server_start(&a->server, o->standalone ? "127.0.0.1" : NULL, a->store_port, a->token) !=
+               CDDP_OK) {
+      if (!(shared && cddp__port_in_use(a->store_port))) {
+        fprintf(stderr, "cddp run: cannot host the store on port %d: %s\n", a->store_port, cddp_last_error());
+        return -1;
+      }
+      a->server = NULL;
+    } else {
+      a->store_port = cddp_store_server_port(a->server);
+    }
+  }
+  if (connect_store(a, &a->store) != 0 || connect_store(a, &a->watch_store) != 0) return -1;
+  return 0;
+}
+
+/* ---- workers' environment ---- */
+
+static char **worker_env(agent_t *a, int local_rank) {
+  const cddp__rdzv_t *rz = &a->rz;
+  const cddp_run_opts_t *o = a->o;
+  size_t n = 0;
+  while (environ[n]) n++;
+  char **env = calloc(n + CDDP_ARRAY_LEN(contract_vars) + 1, sizeof *env);
+  if (!env) return NULL;
+  size_t k = 0;
+  for (size_t i = 0; i < n; i++) {
+    int ours = 0;
+    for (size_t c = 0; c < CDDP_ARRAY_LEN(contract_vars) && !ours; c++) {
+      size_t l = strlen(contract_vars[c]);
+      ours = !strncmp(environ[i], contract_vars[c], l) && environ[i][l] == '=';
+    }
+    if (!ours) env[k++] = strdup(environ[i]);
+  }
+  const char *maddr = o->backend == CDDP_RDZV_STATIC ? o->master_addr : rz->nodes[0].addr;
+  int mport = o->backend == CDDP_RDZV_STATIC ? o->master_port : rz->nodes[0].master_port;
+  int v6 = strchr(a->store_host, ':') != NULL;
+  char store[300];
+  snprintf(store, sizeof store, "%s%s%s:%d", v6 ? "[" : "", a->store_host, v6 ? "]" : "", a->store_port);
+  int nproc = rz->nodes[rz->node_rank].nproc;
+#define PUT(name, ...)                                         \
+  do {                                                         \
+    if (asprintf(&env[k], name "=" __VA_ARGS__) >= 0) k++;     \
+  } while (0)
+  PUT("RANK", "%d", rz->rank_base + local_rank);
+  PUT("LOCAL_RANK", "%d", local_rank);
+  PUT("WORLD_SIZE", "%d", rz->world_size);
+  PUT("LOCAL_WORLD_SIZE", "%d", nproc);
+  PUT("GROUP_RANK", "%d", rz->node_rank);
+  PUT("GROUP_WORLD_SIZE", "%d", rz->nnodes);
+  PUT("ROLE_RANK", "%d", rz->rank_base + local_rank);
+  PUT("ROLE_WORLD_SIZE", "%d", rz->world_size);
+  PUT("MASTER_ADDR", "%s", maddr);
+  PUT("MASTER_PORT", "%d", mport);
+  PUT("CDDP_RUN_ID", "%s", o->run_id);
+  PUT("CDDP_ROUND", "%d", rz->round);
+  PUT("CDDP_RESTART_COUNT", "%d", rz->restart_count);
+  PUT("CDDP_MAX_RESTARTS", "%d", o->max_restarts);
+  PUT("CDDP_STORE", "%s", store);
+  if (a->token[0]) PUT("CDDP_TOKEN", "%s", a->token);
+  PUT("TORCHELASTIC_RUN_ID", "%s", o->run_id);
+  PUT("TORCHELASTIC_RESTART_COUNT", "%d", rz->restart_count);
+  PUT("TORCHELASTIC_MAX_RESTARTS", "%d", o->max_restarts);
+#undef PUT
+  env[k] = NULL;
+  return env;
+}
+
+static void free_env(char **env) {
+  for (char **e = env; e && *e; e++) free(*e);
+  free(env);
+}
+
+/* ---- one round: spawn, watch; returns what happened ---- */
+
+static int run_round(agent_t *a, cddp__workers_t *ws, int first) {
+  int n = a->rz.nodes[a->rz.node_rank].nproc;
+  char ***envs = calloc((size_t)n, sizeof *envs);
+  int ok = envs != NULL;
+  for (int i = 0; ok && i < n; i++) ok = (envs[i] = worker_env(a, i)) != NULL;
+  memset(ws, 0, sizeof *ws);
+  ws->console_mask[0] = a->o->console_mask[0];
+  ws->console_mask[1] = a->o->console_mask[1];
+  ws->grace_ms = a->o->grace_ms;
+  if (ok && cddp__workers_start(ws, n, a->rz.rank_base, a->prog, (char **const *)envs, a->o->log_dir, first) != CDDP_OK) {
+    fprintf(stderr, "cddp run: %s\n", cddp_last_error());
+    ok = 0;
+  }
+  for (int i = 0; envs && i < n; i++) free_env(envs[i]);
+  free(envs);
+  if (!ok) return -1;
+  CDDP_INFO(CDDP_SUB_RUN, "round %d: started ranks %d-%d of %d (restart %d)", a->rz.round, a->rz.rank_base,
+            a->rz.rank_base + n - 1, a->rz.world_size, a->rz.restart_count);
+  cddp__workers_watch(ws, a->sig_fd, a->ev_pipe[0], event_accept, a);
+  return 0;
+}
+
+/* Leaves: counts this agent out of the round (the store's host waits for everyone). */
+static int finish(agent_t *a, int code) {
+  if (a->rz.nodes) {
+    cddp__rdzv_exit(a->store, &a->rz, a->server != NULL, a->o->grace_ms);
+    cddp__rdzv_release(&a->rz);
+  }
+  /* the watcher may still be blocked on the connection: leave it to process exit */
+  if (!a->watcher_running) cddp_store_close(a->watch_store);
+  cddp_store_close(a->store);
+  cddp_store_server_stop(a->server);
+  return code;
+}
+
+/* A value of the round's event decides the agent's next step: -1 = go to the next round. */
+static int follow_event(agent_t *a, const char *value, int *exit_code) {
+  if (!strcmp(value, "done")) {
+    *exit_code = 0;
+    return 1;
+  }
+  if (!strncmp(value, "restart", 7)) {
+    cddp__rdzv_open_next(a->store, a->rz.round, a->rz.restart_count + 1);
+    return -1;
+  }
+  if (!strncmp(value, "fail ", 5)) {
+    char *end;
+    long code = strtol(value + 5, &end, 10);
+    fprintf(stderr, "%s\n", *end == ' ' ? end + 1 : value);
+    *exit_code = code > 0 && code < 256 ? (int)code : 1;
+    return 1;
+  }
+  fprintf(stderr, "cddp run: lost the store at %s:%d: %s\n", a->store_host, a->store_port,
+          !strncmp(value, "lost ", 5) ? value + 5 : value);
+  *exit_code = 1;
+  return 1;
+}
+
+static int agent_main(agent_t *a) {
+  cddp_run_opts_t *o = a->o;
+  if (setup_store(a) != 0) return finish(a, 1);
+  cddp__rdzv_cfg_t cfg = {.min_nodes = o->min_nodes, .max_nodes = o->max_nodes,
+                          .node_rank = o->backend == CDDP_RDZV_STATIC ? o->node_rank : -1,
+                          .last_call_ms = o->last_call_ms, .timeout_ms = o->rdzv_timeout_ms};
+  snprintf(cfg.self.host, sizeof cfg.self.host, "%s", a->host);
+  if (o->local_addr[0]) snprintf(cfg.self.addr, sizeof cfg.self.addr, "%.63s", o->local_addr);
+  else cddp__addr_toward(a->store_host, a->store_port, cfg.self.addr, sizeof cfg.self.addr);
+  cfg.self.nproc = o->nproc_per_node;
+  cfg.self.master_port = cddp__free_port();
+  int min_round = 0, first = 1;
+  for (;;) {
+    cddp__rdzv_release(&a->rz);
+    if (cddp__rdzv_join(a->store, &cfg, min_round, &a->rz) != CDDP_OK) {
+      fprintf(stderr, "cddp run: %s\n", cddp_last_error());
+      return finish(a, 1);
+    }
+    CDDP_INFO(CDDP_SUB_RDZV, "round %d closed: node %d of %d, world %d", a->rz.round, a->rz.node_rank, a->rz.nnodes,
+              a->rz.world_size);
+    watch_start(a, a->rz.round);
+    cddp__workers_t ws;
+    if (run_round(a, &ws, first) != 0) {
+      cddp__rdzv_post(a->store, a->rz.round, "fail 1 cddp run: could not start the workers", NULL);
+      return finish(a, 1);
+    }
+    first = 0;
+    int code = 0, next;
+    char line[400], desc[96], msg[512], *now = NULL;
+    const char *value = NULL;
+    switch (ws.outcome) {
+    case CDDP__OUT_FAILED:
+      code = cddp__describe_status(ws.fail_status, desc, sizeof desc);
+      snprintf(line, sizeof line, "cddp run: rank %d (host %s, pid %d) %s", ws.fail_rank, a->host, (int)ws.fail_pid,
+               desc);
+      if (a->rz.restart_count < o->max_restarts) {
+        cddp__rdzv_post(a->store, a->rz.round, "restart", &now);
+        if (now && !strcmp(now, "restart"))
+          fprintf(stderr, "%s; restarting the workers (restart %d of %d)\n", line, a->rz.restart_count + 1,
+                  o->max_restarts);
+      } else {
+        snprintf(msg, sizeof msg, "fail %d %s", code, line);
+        cddp__rdzv_post(a->store, a->rz.round, msg, &now);
+      }
+      value = now ? now : msg;
+      break;
+    case CDDP__OUT_SIGNAL: {
+      const char *ab = sigabbrev_np(ws.signo);
+      snprintf(msg, sizeof msg, "fail %d cddp run: the agent on %s received SIG%s; workers stopped", 128 + ws.signo,
+               a->host, ab ? ab : "?");
+      cddp__rdzv_post(a->store, a->rz.round, msg, NULL);
+      fprintf(stderr, "%s\n", msg + 5 + strcspn(msg + 5, " ") + 1);
+      cddp__workers_release(&ws);
+      return finish(a, 128 + ws.signo);
+    }
+    case CDDP__OUT_EVENT:
+      snprintf(msg, sizeof msg, "%s", ws.event);
+      value = event_value(msg);
+      break;
+    case CDDP__OUT_SUCCESS:
+      cddp__rdzv_node_done(a->store, &a->rz);
+      int sig = wait_event(a, msg, sizeof msg);
+      if (sig > 0) {
+        cddp__workers_release(&ws);
+        return finish(a, 128 + sig);
+      }
+      value = sig == 0 ? event_value(msg) : "lost the watcher";
+      break;
+    }
+    cddp__workers_release(&ws);
+    next = follow_event(a, value, &code);
+    free(now);
+    if (next > 0) return finish(a, code);
+    min_round = a->rz.round + 1;
+  }
+}
+
+/* ---- Slurm: a task per rank (exec as the rank) or the batch step (re-run under srun) ---- */
+
+static int exec_slurm_rank(cddp_run_opts_t *o, char **prog) {
+  char v[64];
+#define SETI(name, x) (snprintf(v, sizeof v, "%d", (x)), setenv(name, v, 1))
+  SETI("RANK", o->rank);
+  SETI("LOCAL_RANK", o->local_rank);
+  SETI("WORLD_SIZE", o->world_size);
+  SETI("LOCAL_WORLD_SIZE", o->local_world_size);
+  SETI("GROUP_RANK", o->node_rank);
+  SETI("GROUP_WORLD_SIZE", o->max_nodes);
+  SETI("MASTER_PORT", o->master_port);
+  SETI("CDDP_ROUND", 0);
+  SETI("CDDP_RESTART_COUNT", 0);
+  SETI("CDDP_MAX_RESTARTS", 0);
+  SETI("TORCHELASTIC_RESTART_COUNT", 0);
+  SETI("TORCHELASTIC_MAX_RESTARTS", 0);
+#undef SETI
+  setenv("MASTER_ADDR", o->master_addr, 1);
+  setenv("CDDP_RUN_ID", o->run_id, 1);
+  setenv("TORCHELASTIC_RUN_ID", o->run_id, 1);
+  unsetenv("CDDP_STORE"); /* no agent hosts a store: rank 0 does (cddp_env_connect) */
+  execvp(prog[0], prog);
+  fprintf(stderr, "cddp run: cannot run '%s': %s\n", prog[0], strerror(errno));
+  return 127;
+}
+
+static int exec_srun(int argc, char **argv) {
+  const char *nn = getenv("SLURM_JOB_NUM_NODES");
+  if (!nn) nn = getenv("SLURM_NNODES");
+  char self[4096], nodes[64];
+  ssize_t l = readlink("/proc/self/exe", self, sizeof self - 1);
+  if (l <= 0 || !nn) {
+    fprintf(stderr, "cddp run: --launcher slurm outside a job step needs SLURM_JOB_NUM_NODES and /proc/self/exe\n");
+    return 2;
+  }
+  self[l] = '\0';
+  snprintf(nodes, sizeof nodes, "--nodes=%s", nn);
+  char **av = calloc((size_t)argc + 8, sizeof *av);
+  int k = 0;
+  av[k++] = "srun";
+  av[k++] = nodes;
+  av[k++] = "--ntasks-per-node=1";
+  av[k++] = "--kill-on-bad-exit=1";
+  av[k++] = self;
+  av[k++] = "run";
+  av[k++] = "--launcher=slurm";
+  for (int i = 1; i < argc; i++) av[k++] = argv[i];
+  av[k] = NULL;
+  execvp("srun", av);
+  fprintf(stderr, "cddp run: cannot run srun: %s\n", strerror(errno));
+  return 127;
+}
+
+int cddp__run_main(int argc, char **argv) {
+  cddp_run_opts_t o;
+  cddp_result_t r = cddp__run_parse(argc, argv, environ, &o);
+  if (r == CDDP_INVALID_USAGE) {
+    fprintf(stderr, "cddp run: %s\n", cddp_last_error());
+    cddp__run_usage(stderr);
+    return 2;
+  }
+  if (r != CDDP_OK) {
+    fprintf(stderr, "cddp run: %s\n", cddp_last_error());
+    return 2;
+  }
+  if (o.mode == CDDP_RUN_HELP) {
+    cddp__run_usage(stdout);
+    return 0;
+  }
+  if (o.mode == CDDP_RUN_SLURM_RANK) return exec_slurm_rank(&o, argv + o.prog_index);
+  if (o.mode == CDDP_RUN_SLURM_BATCH) return exec_srun(argc, argv);
+
+  agent_t a = {.o = &o, .prog = argv + o.prog_index, .sig_fd = -1, .ev_pipe = {-1, -1}};
+  if (cddp_token_from_env(a.token, sizeof a.token) != CDDP_OK) {
+    fprintf(stderr, "cddp run: %s\n", cddp_last_error());
+    return 2;
+  }
+  if (o.standalone && !a.token[0]) random_token(a.token, sizeof a.token);
+  if (gethostname(a.host, sizeof a.host) != 0) snprintf(a.host, sizeof a.host, "?");
+  a.host[sizeof a.host - 1] = '\0';
+  /* signals arrive on a signalfd; blocked before any thread starts so all inherit it */
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGCHLD);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGHUP);
+  pthread_sigmask(SIG_BLOCK, &set, NULL);
+  signal(SIGPIPE, SIG_IGN);
+  a.sig_fd = signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK);
+  if (a.sig_fd < 0 || pipe2(a.ev_pipe, O_CLOEXEC) != 0) {
+    fprintf(stderr, "cddp run: signalfd/pipe: %s\n", strerror(errno));
+    return 1;
+  }
+  return agent_main(&a);
+}

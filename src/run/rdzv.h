@@ -1,0 +1,55 @@
+/* rdzv.h - the round-based rendezvous of node agents, in the store under "rdzv/". */
+#ifndef CDDP_RUN_RDZV_H
+#define CDDP_RUN_RDZV_H
+
+#include "cddp/store.h"
+
+/* What each node publishes when it joins a round. */
+typedef struct cddp__rdzv_node {
+  char host[64];    /* gethostname() */
+  char addr[64];    /* address the other nodes reach it at */
+  int nproc;        /* workers it starts */
+  int master_port;  /* a free port on it (workers' MASTER_PORT when it is node 0) */
+} cddp__rdzv_node_t;
+
+typedef struct cddp__rdzv_cfg {
+  int min_nodes, max_nodes;
+  int node_rank;    /* static backend: this node's rank; -1: c10d (rank = join order) */
+  int last_call_ms; /* after min_nodes joined, wait this long for more (c10d) */
+  int timeout_ms;   /* bound on the whole join */
+  cddp__rdzv_node_t self;
+} cddp__rdzv_cfg_t;
+
+typedef struct cddp__rdzv {
+  int round, restart_count;
+  int node_rank, nnodes;
+  int rank_base, world_size;   /* global rank of this node's local rank 0; sum of nproc */
+  int closed_here;             /* 1 when this agent closed the round (exactly one does) */
+  cddp__rdzv_node_t *nodes;    /* nnodes entries in node-rank order (malloc'd) */
+} cddp__rdzv_t;
+
+/* Joins the first open round >= min_round and returns when it closed with this node in
+ * it. Keys (relative to s): rdzv/round (latest opened round), rdzv/R/open (value =
+ * restart count; round 0 is open from the start), rdzv/R/joined (add(): slot = join
+ * order), rdzv/R/node/<slot>, rdzv/R/closed (compare_set from absent to the node count:
+ * exactly one agent decides). The round closes at max_nodes, or last_call_ms after a
+ * node saw at least min_nodes joined. A node whose slot is past the close waits for the
+ * next round. The static backend publishes rdzv/R/node/<node_rank> and waits for all.
+ * Blocks at most cfg->timeout_ms; TIMEOUT names the round and how many nodes joined. */
+cddp_result_t cddp__rdzv_join(cddp_store_t *s, const cddp__rdzv_cfg_t *cfg, int min_round, cddp__rdzv_t *out);
+void cddp__rdzv_release(cddp__rdzv_t *r);
+
+/* The round's event key "rdzv/R/event": its first value wins ("done", "restart",
+ * "fail <code> <message>"). Agents watch it to learn about the other nodes. */
+void cddp__rdzv_event_key(int round, char *buf, size_t size);
+/* compare_set(event, absent, value); *now (malloc'd) gets the value that won. */
+cddp_result_t cddp__rdzv_post(cddp_store_t *s, int round, const char *value, char **now);
+/* Opens round+1 with the given restart count (idempotent; every agent may call it). */
+cddp_result_t cddp__rdzv_open_next(cddp_store_t *s, int round, int restart_count);
+/* This node's workers all succeeded; the last node to say so posts "done". */
+cddp_result_t cddp__rdzv_node_done(cddp_store_t *s, const cddp__rdzv_t *r);
+/* Exit barrier: counts this agent out; with wait = 1 (the agent hosting the store)
+ * waits up to timeout_ms for every node to be out, so nobody loses the store early. */
+cddp_result_t cddp__rdzv_exit(cddp_store_t *s, const cddp__rdzv_t *r, int wait, int timeout_ms);
+
+#endif /* CDDP_RUN_RDZV_H */

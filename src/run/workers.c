@@ -1,0 +1,294 @@
+/* workers.c - spawns a round's workers, forwards their output by line, stops them TERM->KILL. */
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/signalfd.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "common/check.h"
+#include "common/clock.h"
+#include "run/workers.h"
+
+#define LINE_MAX_BYTES 65536
+#define DRAIN_MS 500 /* after the last exit, wait this long for pipes held by grandchildren */
+
+static void write_all(int fd, const char *p, size_t n) {
+  while (n) {
+    ssize_t w = write(fd, p, n);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) return; /* console gone (EPIPE): drop */
+    p += w;
+    n -= (size_t)w;
+  }
+}
+
+/* One line (with its newline) of stream s of worker w: to the console with the prefix,
+ * in a single write, and to the log file. */
+static void emit(cddp__workers_t *ws, cddp__worker_t *w, int s, const char *line, size_t len) {
+  static char out[LINE_MAX_BYTES + 64];
+  if (ws->console_mask[s]) {
+    int p = snprintf(out, 64, "[rank %d] ", w->rank);
+    memcpy(out + p, line, len);
+    write_all(s ? STDERR_FILENO : STDOUT_FILENO, out, (size_t)p + len);
+  }
+  if (w->log_fd >= 0) write_all(w->log_fd, line, len);
+}
+
+/* Emits complete lines of the buffer; at_eof flushes a partial last line with a newline. */
+static void flush_lines(cddp__workers_t *ws, cddp__worker_t *w, int s, int at_eof) {
+  char *b = w->buf[s];
+  size_t start = 0;
+  for (size_t i = 0; i < w->len[s]; i++) {
+    if (b[i] != '\n') continue;
+    emit(ws, w, s, b + start, i + 1 - start);
+    start = i + 1;
+  }
+  size_t rest = w->len[s] - start;
+  if (rest && (at_eof || (start == 0 && rest == LINE_MAX_BYTES))) { /* partial: flush as a line */
+    b[w->len[s]] = '\n';
+    emit(ws, w, s, b + start, rest + 1);
+    rest = 0;
+    start = w->len[s];
+  }
+  memmove(b, b + start, rest);
+  w->len[s] = rest;
+}
+
+static void pump(cddp__workers_t *ws, cddp__worker_t *w, int s) {
+  for (;;) {
+    ssize_t r = read(w->fd[s], w->buf[s] + w->len[s], LINE_MAX_BYTES - w->len[s]);
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0 && errno == EAGAIN) return;
+    if (r <= 0) { /* EOF or error */
+      flush_lines(ws, w, s, 1);
+      close(w->fd[s]);
+      w->fd[s] = -1;
+      return;
+    }
+    w->len[s] += (size_t)r;
+    flush_lines(ws, w, s, 0);
+  }
+}
+
+int cddp__describe_status(int status, char *buf, size_t size) {
+  if (WIFSIGNALED(status)) {
+    int sig = WTERMSIG(status);
+    const char *abbrev = sigabbrev_np(sig);
+    snprintf(buf, size, "was killed by signal %d (SIG%s)", sig, abbrev ? abbrev : "?");
+    return 128 + sig;
+  }
+  int code = WIFEXITED(status) ? WEXITSTATUS(status) : 1;
+  snprintf(buf, size, "exited with code %d", code);
+  return code;
+}
+
+static void child(cddp__worker_t *w, int out[2], int err[2], char *const *argv, char **env, pid_t parent) {
+  sigset_t none;
+  sigemptyset(&none);
+  sigprocmask(SIG_SETMASK, &none, NULL);
+  signal(SIGPIPE, SIG_DFL);
+  setpgid(0, 0);
+  prctl(PR_SET_PDEATHSIG, SIGKILL);
+  if (getppid() != parent) _exit(137); /* the agent died before prctl */
+  dup2(out[1], STDOUT_FILENO);
+  dup2(err[1], STDERR_FILENO);
+  close_range(3, ~0u, 0); /* store sockets, listening ports, other workers' pipes */
+  execvpe(argv[0], argv, env);
+  char msg[512];
+  int n = snprintf(msg, sizeof msg, "cddp run: cannot run '%s': %s\n", argv[0], strerror(errno));
+  write_all(STDERR_FILENO, msg, (size_t)n);
+  (void)w;
+  _exit(127);
+}
+
+static void kill_groups(cddp__workers_t *ws, int sig) {
+  for (int i = 0; i < ws->n; i++) {
+    cddp__worker_t *w = &ws->w[i];
+    if (w->pid <= 0) continue;
+    /* the group outlives its leader while grandchildren remain */
+    if (kill(-w->pid, sig) != 0 && !w->exited) kill(w->pid, sig);
+  }
+}
+
+static int mkdir_p(const char *dir) {
+  char p[4096];
+  snprintf(p, sizeof p, "%s", dir);
+  for (char *c = p + 1; *c; c++) {
+    if (*c != '/') continue;
+    *c = '\0';
+    if (mkdir(p, 0755) != 0 && errno != EEXIST) return -1;
+    *c = '/';
+  }
+  return mkdir(p, 0755) != 0 && errno != EEXIST ? -1 : 0;
+}
+
+cddp_result_t cddp__workers_start(cddp__workers_t *ws, int n, int rank_base, char *const *argv, char **const *env,
+                                  const char *log_dir, int truncate_logs) {
+  cddp_result_t ret = CDDP_OK;
+  ws->n = 0;
+  ws->w = calloc((size_t)n, sizeof *ws->w);
+  ws->outcome = CDDP__OUT_SUCCESS;
+  ws->fail_rank = -1;
+  if (!ws->w) return cddp__fail(CDDP_SYSTEM, "out of memory starting %d workers", n);
+  pid_t self = getpid();
+  if (log_dir && *log_dir && mkdir_p(log_dir) != 0) return cddp__fail_errno(CDDP_SYSTEM, "cannot create --log-dir %s", log_dir);
+  for (int i = 0; i < n; i++) {
+    cddp__worker_t *w = &ws->w[i];
+    int out[2] = {-1, -1}, err[2] = {-1, -1};
+    w->rank = rank_base + i;
+    w->fd[0] = w->fd[1] = w->log_fd = -1;
+    ws->n = i + 1;
+    w->buf[0] = malloc(LINE_MAX_BYTES + 1);
+    w->buf[1] = malloc(LINE_MAX_BYTES + 1);
+    if (!w->buf[0] || !w->buf[1]) { ret = cddp__fail(CDDP_SYSTEM, "out of memory"); goto fail; }
+    if (log_dir && *log_dir) {
+      char path[4200];
+      snprintf(path, sizeof path, "%s/rank%d.log", log_dir, w->rank);
+      w->log_fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | (truncate_logs ? O_TRUNC : 0), 0644);
+      if (w->log_fd < 0) { ret = cddp__fail_errno(CDDP_SYSTEM, "cannot open log file %s", path); goto fail; }
+    }
+    if (pipe2(out, O_CLOEXEC) != 0 || pipe2(err, O_CLOEXEC) != 0) {
+      ret = cddp__fail_errno(CDDP_SYSTEM, "pipe for rank %d", w->rank);
+      goto fail_pipes;
+    }
+    w->pid = fork();
+    if (w->pid == 0) child(w, out, err, argv, env[i], self);
+    if (w->pid < 0) {
+      ret = cddp__fail_errno(CDDP_SYSTEM, "fork for rank %d", w->rank);
+      goto fail_pipes;
+    }
+    setpgid(w->pid, w->pid); /* also here, so kill(-pid) works at once */
+    close(out[1]);
+    close(err[1]);
+    w->fd[0] = out[0];
+    w->fd[1] = err[0];
+    fcntl(w->fd[0], F_SETFL, O_NONBLOCK);
+    fcntl(w->fd[1], F_SETFL, O_NONBLOCK);
+    continue;
+  fail_pipes:
+    for (int k = 0; k < 2; k++) {
+      if (out[k] >= 0) close(out[k]);
+      if (err[k] >= 0) close(err[k]);
+    }
+    goto fail;
+  }
+  return CDDP_OK;
+fail:
+  kill_groups(ws, SIGKILL);
+  for (int i = 0; i < ws->n; i++)
+    if (ws->w[i].pid > 0) waitpid(ws->w[i].pid, NULL, 0);
+  cddp__workers_release(ws);
+  return ret;
+}
+
+static cddp__worker_t *by_pid(cddp__workers_t *ws, pid_t pid) {
+  for (int i = 0; i < ws->n; i++)
+    if (ws->w[i].pid == pid) return &ws->w[i];
+  return NULL;
+}
+
+void cddp__workers_watch(cddp__workers_t *ws, int sig_fd, int event_fd, int (*accept)(const char *, void *),
+                         void *ctx) {
+  int nfds = 2 + 2 * ws->n, stopping = 0, nexited = 0;
+  uint64_t kill_at = UINT64_MAX, drain_until = UINT64_MAX;
+  struct pollfd *pfd = calloc((size_t)nfds, sizeof *pfd);
+  if (!pfd) abort();
+  for (;;) {
+    int open_fds = 0;
+    for (int i = 0; i < ws->n; i++) open_fds += (ws->w[i].fd[0] >= 0) + (ws->w[i].fd[1] >= 0);
+    if (nexited == ws->n && (open_fds == 0 || cddp__now_ns() >= drain_until)) break;
+    if (cddp__now_ns() >= kill_at) {
+      kill_groups(ws, SIGKILL);
+      kill_at = UINT64_MAX;
+    }
+    uint64_t next = CDDP_MIN(kill_at, drain_until);
+    int timeout = next == UINT64_MAX ? -1 : cddp__ms_left(next);
+    pfd[0] = (struct pollfd){.fd = sig_fd, .events = POLLIN};
+    pfd[1] = (struct pollfd){.fd = event_fd, .events = POLLIN};
+    for (int i = 0; i < ws->n; i++)
+      for (int s = 0; s < 2; s++) pfd[2 + 2 * i + s] = (struct pollfd){.fd = ws->w[i].fd[s], .events = POLLIN};
+    int r = poll(pfd, (nfds_t)nfds, timeout);
+    if (r < 0 && errno != EINTR) break;
+    for (int i = 0; i < ws->n; i++)
+      for (int s = 0; s < 2; s++)
+        if (ws->w[i].fd[s] >= 0 && (pfd[2 + 2 * i + s].revents & (POLLIN | POLLHUP | POLLERR))) pump(ws, &ws->w[i], s);
+    if (pfd[0].revents & POLLIN) {
+      struct signalfd_siginfo si;
+      while (read(sig_fd, &si, sizeof si) == (ssize_t)sizeof si) {
+        if (si.ssi_signo == SIGCHLD) continue; /* reaped below */
+        if (!stopping) {
+          if (ws->outcome == CDDP__OUT_SUCCESS) {
+            ws->outcome = CDDP__OUT_SIGNAL;
+            ws->signo = (int)si.ssi_signo;
+          }
+          kill_groups(ws, (int)si.ssi_signo);
+          stopping = 1;
+          kill_at = cddp__deadline_ms(ws->grace_ms);
+        } /* a repeat (timeout(1) sends its signal twice) keeps the grace period */
+      }
+    }
+    if (event_fd >= 0 && (pfd[1].revents & (POLLIN | POLLHUP))) {
+      char msg[512];
+      ssize_t n = read(event_fd, msg, sizeof msg - 1);
+      if (n > 0) {
+        msg[n] = '\0';
+        if (!stopping && (!accept || accept(msg, ctx))) {
+          ws->outcome = CDDP__OUT_EVENT;
+          snprintf(ws->event, sizeof ws->event, "%s", msg);
+          kill_groups(ws, SIGTERM);
+          stopping = 1;
+          kill_at = cddp__deadline_ms(ws->grace_ms);
+        }
+      }
+    }
+    int st;
+    pid_t pid;
+    while ((pid = waitpid(-1, &st, WNOHANG)) > 0) {
+      cddp__worker_t *w = by_pid(ws, pid);
+      if (!w || w->exited) continue;
+      w->exited = 1;
+      w->status = st;
+      if (++nexited == ws->n) drain_until = cddp__deadline_ms(DRAIN_MS);
+      int ok = WIFEXITED(st) && WEXITSTATUS(st) == 0;
+      if (!ok && !stopping) {
+        ws->outcome = CDDP__OUT_FAILED;
+        ws->fail_rank = w->rank;
+        ws->fail_pid = w->pid;
+        ws->fail_status = st;
+        kill_groups(ws, SIGTERM);
+        stopping = 1;
+        kill_at = cddp__deadline_ms(ws->grace_ms);
+      }
+    }
+  }
+  for (int i = 0; i < ws->n; i++)
+    for (int s = 0; s < 2; s++)
+      if (ws->w[i].fd[s] >= 0) {
+        flush_lines(ws, &ws->w[i], s, 1);
+        close(ws->w[i].fd[s]);
+        ws->w[i].fd[s] = -1;
+      }
+  if (stopping) kill_groups(ws, SIGKILL); /* leftovers of the workers' process groups */
+  free(pfd);
+}
+
+void cddp__workers_release(cddp__workers_t *ws) {
+  for (int i = 0; i < ws->n; i++) {
+    cddp__worker_t *w = &ws->w[i];
+    for (int s = 0; s < 2; s++) {
+      if (w->fd[s] >= 0) close(w->fd[s]);
+      free(w->buf[s]);
+    }
+    if (w->log_fd >= 0) close(w->log_fd);
+  }
+  free(ws->w);
+  ws->w = NULL;
+  ws->n = 0;
+}

@@ -1,0 +1,61 @@
+/* workers.h - the local workers of one round: spawn, forward output, watch, stop. */
+#ifndef CDDP_RUN_WORKERS_H
+#define CDDP_RUN_WORKERS_H
+
+#include <sys/types.h>
+
+#include "cddp/cddp.h"
+
+typedef struct cddp__worker {
+  pid_t pid;
+  int rank;
+  int fd[2];        /* read ends of the worker's stdout / stderr; -1 once closed */
+  char *buf[2];     /* partial line per stream */
+  size_t len[2];
+  int log_fd;       /* DIR/rank<N>.log or -1 */
+  int exited, status;
+} cddp__worker_t;
+
+typedef enum cddp__outcome {
+  CDDP__OUT_SUCCESS = 0, /* every worker exited 0 */
+  CDDP__OUT_FAILED,      /* a worker failed: fail_* say which; the others were stopped */
+  CDDP__OUT_SIGNAL,      /* the agent got SIGINT/SIGTERM/SIGHUP: forwarded, workers stopped */
+  CDDP__OUT_EVENT        /* the event fd said something (another node): workers stopped */
+} cddp__outcome_t;
+
+typedef struct cddp__workers {
+  int n;
+  cddp__worker_t *w;
+  int console_mask[2];
+  int grace_ms;
+  /* results of cddp__workers_watch */
+  cddp__outcome_t outcome;
+  int fail_rank, fail_status;
+  pid_t fail_pid;
+  int signo;
+  char event[512];
+} cddp__workers_t;
+
+/* Starts n workers running argv (execvp) with env[i] as worker i's environment and
+ * global rank rank_base + i. Each gets its own process group, PR_SET_PDEATHSIG(SIGKILL)
+ * and an empty signal mask. log_dir "" = no files; else DIR/rank<N>.log (truncated when
+ * truncate_logs). On error the ones already started are killed. */
+cddp_result_t cddp__workers_start(cddp__workers_t *ws, int n, int rank_base, char *const *argv, char **const *env,
+                                  const char *log_dir, int truncate_logs);
+
+/* Forwards output line by line ("[rank N] " prefix, one write per line) until every
+ * worker exited and its pipes closed. sig_fd: a signalfd for SIGCHLD/SIGINT/SIGTERM/
+ * SIGHUP. event_fd (-1 = none): readable means "stop, something happened elsewhere";
+ * accept(msg) decides whether a message read from it counts (stale ones are dropped).
+ * Stopping = SIGTERM to each process group, SIGKILL after grace_ms. */
+void cddp__workers_watch(cddp__workers_t *ws, int sig_fd, int event_fd, int (*accept)(const char *msg, void *ctx),
+                         void *ctx);
+
+/* Frees buffers, closes fds and log files. */
+void cddp__workers_release(cddp__workers_t *ws);
+
+/* "exited with code 3" / "was killed by signal 9 (SIGKILL)"; returns the exit code the
+ * agent should use (code, or 128+signal). */
+int cddp__describe_status(int status, char *buf, size_t size);
+
+#endif /* CDDP_RUN_WORKERS_H */

@@ -1,0 +1,93 @@
+#!/usr/bin/env bash
+# test_bench.sh - `cddp bench` end to end under `cddp run`: exact results for every collective, TCP, zero-copy, 3 ranks; bad flags.
+set -u
+cd "$(dirname "$0")/../.." || exit 1
+. tests/sh/lib.sh
+T=${CDDP_BENCH_TEST_TIMEOUT:-120}
+tmp=$(mktemp -d /tmp/cddp-test-bench.XXXXXX)
+trap 'rm -rf "$tmp"' EXIT
+
+# bench NAME NPROC ARGS...: ok when the run exits 0, prints rows, every #wrong is 0, and the
+# header names NPROC ranks. The output stays in $tmp/NAME.out for the checks that follow.
+bench() {
+  local name=$1 np=$2; shift 2
+  local out="$tmp/$name.out" rc
+  timeout "$T" "$CDDP" run --standalone --nproc-per-node "$np" "$CDDP" bench "$@" >"$out" 2>&1
+  rc=$?
+  local verdict
+  verdict=$(bench_verdict "$np" "$out")
+  if [ $rc -eq 0 ] && [ "$verdict" = clean ]; then
+    ok "$name"
+  else
+    fail "$name" "exit $rc, $verdict"
+    sed 's/^/# /' "$out" | tail -15
+  fi
+}
+
+# the issue's check, at CI size (-e 64M is the Done-when run, in docs/bench.md)
+bench allreduce_2 2 allreduce -b 1M -e 16M -f 4 -c 1
+bench allgather_2 2 allgather -b 1K -e 4M -f 16 -c 1
+bench reduce_scatter_2 2 reduce_scatter -b 1K -e 4M -f 16 -c 1
+bench broadcast_2 2 broadcast -b 1K -e 4M -f 16 -r 1 -c 1
+bench zero_copy 2 allreduce -b 1K -e 16M -f 16 -c 1 --zero-copy
+check zero_copy_header grep -q "zero-copy" "$tmp/zero_copy.out"
+CDDP_TRANSPORT=tcp bench tcp_forced 2 allreduce -b 1K -e 4M -f 16 -c 1
+check tcp_header grep -q "transport tcp" "$tmp/tcp_forced.out"
+bench world_3 3 allreduce -b 1K -e 4M -f 16 -c 1
+bench world_3_reduce_scatter 3 reduce_scatter -b 1K -e 1M -f 32 -c 1
+bench world_3_allgather 3 allgather -b 1K -e 1M -f 32 -c 1
+bench bf16_avg 2 allreduce -b 1K -e 1M -f 32 -d bfloat16 -o avg -c 1
+bench int64_max_nonblocking 3 allreduce -b 1K -e 1M -f 32 -d int64 -o max -z 0 -n 5 -c 1
+bench algo_ring 2 allreduce -b 1K -e 1M -f 32 --algo ring -c 1
+bench algo_direct 2 allreduce -b 1K -e 64K -f 8 --algo direct -c 1
+
+# the columns: size count type redop root time algbw busbw #wrong, and the closing lines
+rowline=$(sed -E 's/^\[[^]]*\] ?//' "$tmp/allreduce_2.out" | awk '$1 == 16777216')
+if [ "$(echo "$rowline" | awk '{print $2, $3, $4, $5, NF}')" = "4194304 float sum -1 9" ] &&
+   grep -q "# Avg bus bandwidth" "$tmp/allreduce_2.out"; then ok columns; else fail columns "row: $rowline"; fi
+
+# a world of one: no launcher, no environment
+out=$(env -u RANK -u WORLD_SIZE -u MASTER_ADDR -u MASTER_PORT -u CDDP_STORE timeout 30 "$CDDP" bench allreduce -b 1K -e 4K -f 4 -c 1 2>&1)
+if echo "$out" | grep -q "Out of bounds values : 0 OK" && echo "$out" | grep -q ": 1 ranks"; then ok world_1; else fail world_1 "$out"; fi
+
+# bad input: exit 2, the first line names what is wrong, then the usage; nothing on stdout
+badflag() { # NAME EXPECTED-TEXT ARGS...
+  local name=$1 want=$2; shift 2
+  local err="$tmp/$name.err" out rc
+  out=$(timeout 10 "$CDDP" bench "$@" 2>"$err"); rc=$?
+  if [ $rc -eq 2 ] && [ -z "$out" ] && head -1 "$err" | grep -qF -- "$want" && grep -q '^usage: cddp bench' "$err"; then
+    ok "$name"
+  else
+    fail "$name" "exit $rc; $(head -1 "$err")"
+  fi
+}
+badflag bad_flag "unknown option '--frobnicate'" allreduce --frobnicate
+badflag bad_size "bad size '12Q'" allreduce -b 12Q
+badflag bad_dtype "unsupported datatype 'half'" allreduce -d half
+badflag bad_op "unsupported op 'prod'" allreduce -o prod
+badflag bad_collective "unknown collective 'alltoall'" alltoall
+badflag no_collective "which collective?"
+badflag missing_value "option -n needs a value" allreduce -n
+badflag bad_transport "bad transport 'ib'" allreduce --transport ib
+# a root outside the world: one line, exit 2, on every rank of the job
+out=$(timeout "$T" "$CDDP" run --standalone --nproc-per-node 2 "$CDDP" bench broadcast -r 5 -b 1K -e 1K 2>&1); rc=$?
+if [ $rc -ne 0 ] && echo "$out" | grep -q "root 5 is not a rank"; then ok bad_root; else fail bad_root "exit $rc: $out"; fi
+
+# a peer killed mid-run: the survivor exits 1 within 2 s with one line naming the dead rank
+port=$(free_port)
+(export MASTER_ADDR=127.0.0.1 MASTER_PORT=$port WORLD_SIZE=2 LOCAL_WORLD_SIZE=2
+ RANK=0 LOCAL_RANK=0 exec timeout 60 "$CDDP" bench allreduce -b 4M -e 4M -n 1000000 -c 0 >"$tmp/kill0.out" 2>&1) &
+p0=$!
+(export MASTER_ADDR=127.0.0.1 MASTER_PORT=$port WORLD_SIZE=2 LOCAL_WORLD_SIZE=2
+ RANK=1 LOCAL_RANK=1 exec "$CDDP" bench allreduce -b 4M -e 4M -n 1000000 -c 0 >"$tmp/kill1.out" 2>&1) &
+p1=$!
+for _ in $(seq 100); do grep -q "(B)" "$tmp/kill0.out" 2>/dev/null && break; sleep 0.1; done
+sleep 0.3
+t0=$(date +%s%N)
+kill -9 $p1 2>/dev/null
+wait $p0; rc=$?
+ms=$(( ($(date +%s%N) - t0) / 1000000 ))
+wait $p1 2>/dev/null
+if [ $rc -eq 1 ] && [ $ms -le 2000 ] && grep -q "rank 0: allreduce .* failed: .*rank 1" "$tmp/kill0.out"; then ok peer_killed
+else fail peer_killed "exit $rc after $ms ms: $(tail -1 "$tmp/kill0.out")"; fi
+finish

@@ -1,0 +1,96 @@
+#!/usr/bin/env bash
+# test_run.sh - `cddp run` on one node: env contract, output prefix, log dir, exit codes,
+# signals, grace period, restarts, Slurm rank mode. Every command is bounded by timeout.
+cd "$(dirname "$0")/../.." && source tests/sh/lib.sh
+W=$PWD/build/tests/helpers/run_worker
+T=$(mktemp -d /tmp/cddp-run-test.XXXXXX)
+trap 'rm -rf "$T"' EXIT
+HOST=$(hostname)
+
+# 1. the environment contract, 2 workers
+timeout 20 "$CDDP" run --standalone --nproc-per-node 2 sh -c 'echo "R=$RANK L=$LOCAL_RANK W=$WORLD_SIZE LW=$LOCAL_WORLD_SIZE G=$GROUP_RANK GW=$GROUP_WORLD_SIZE MA=$MASTER_ADDR MP=$MASTER_PORT RO=$CDDP_ROUND RC=$CDDP_RESTART_COUNT MR=$CDDP_MAX_RESTARTS ST=$CDDP_STORE TK=${#CDDP_TOKEN} ID=$CDDP_RUN_ID TE=$TORCHELASTIC_RUN_ID TR=$TORCHELASTIC_RESTART_COUNT"' >"$T/env.out" 2>&1
+rc=$?
+r0=$(grep '^\[rank 0\] R=0 L=0 W=2 LW=2 G=0 GW=1 MA=127.0.0.1 MP=[0-9][0-9]* RO=0 RC=0 MR=0 ST=127.0.0.1:[0-9][0-9]* TK=32 ID=standalone-' "$T/env.out")
+r1=$(grep -c '^\[rank 1\] R=1 L=1 W=2 LW=2 G=0 GW=1 MA=127.0.0.1' "$T/env.out")
+id0=$(sed -n 's/.*ID=\([^ ]*\) TE=\([^ ]*\) TR=0$/\1=\2/p' "$T/env.out" | head -1)
+if [ $rc = 0 ] && [ -n "$r0" ] && [ "$r1" = 1 ] && [ "${id0%%=*}" = "${id0#*=}" ]; then ok "env contract (standalone, 2 workers)"; else fail "env contract" "rc=$rc $(cat "$T/env.out")"; fi
+
+# 2. workers reach the store with the generated token and pass a barrier
+out=$(timeout 20 "$CDDP" run --standalone --nproc-per-node 2 "$W" barrier 2>&1)
+[ $? = 0 ] && [ "$(grep -c 'barrier passed' <<<"$out")" = 2 ] && ok "workers connect to the store and pass a barrier" || fail "barrier" "$out"
+
+# 3. every line prefixed, stdout and stderr, whole lines, partial last line flushed
+timeout 20 "$CDDP" run --nproc-per-node 2 sh -c 'i=0; while [ $i -lt 300 ]; do echo "out $RANK $i"; echo "err $RANK $i" >&2; i=$((i+1)); done; printf "tail $RANK"' >"$T/o.out" 2>"$T/o.err"
+rc=$?
+good=1
+for r in 0 1; do
+  [ "$(grep -c "^\[rank $r\] out $r [0-9]*$" "$T/o.out")" = 300 ] || good=0
+  [ "$(grep -c "^\[rank $r\] err $r [0-9]*$" "$T/o.err")" = 300 ] || good=0
+  grep -q "^\[rank $r\] tail $r$" "$T/o.out" || good=0
+done
+[ "$(grep -vc '^\[rank [01]\] ' "$T/o.out")" = 0 ] || good=0
+[ $rc = 0 ] && [ $good = 1 ] && ok "output lines prefixed [rank N], per stream, partial line flushed" || fail "prefix" "rc=$rc $(head -3 "$T/o.out")"
+
+# 4. --log-dir: files per rank, console silent; --tee 1 shows stdout too
+timeout 20 "$CDDP" run --nproc-per-node 2 --log-dir "$T/logs" sh -c 'echo "hello $RANK"; echo "oops $RANK" >&2' >"$T/l.out" 2>"$T/l.err"
+rc=$?
+if [ $rc = 0 ] && grep -qx 'hello 0' "$T/logs/rank0.log" && grep -qx 'oops 1' "$T/logs/rank1.log" && [ ! -s "$T/l.out" ] && [ ! -s "$T/l.err" ]; then
+  ok "--log-dir writes DIR/rank<N>.log"; else fail "--log-dir" "rc=$rc"; fi
+timeout 20 "$CDDP" run --nproc-per-node 1 --log-dir "$T/logs2" --tee 1 sh -c 'echo "hello $RANK"; echo "oops" >&2' >"$T/l.out" 2>"$T/l.err"
+grep -qx '\[rank 0\] hello 0' "$T/l.out" && [ ! -s "$T/l.err" ] && grep -qx oops "$T/logs2/rank0.log" && ok "--tee 1 also shows stdout" || fail "--tee"
+
+# 5. a worker exiting 3: the agent exits 3 with one line naming rank, host, pid
+timeout 20 "$CDDP" run --nproc-per-node 2 "$W" exit=3@1 sleep=10 >"$T/e.out" 2>"$T/e.err"
+rc=$?
+n=$(grep -c '^cddp run:' "$T/e.err")
+if [ $rc = 3 ] && [ "$n" = 1 ] && grep -q "^cddp run: rank 1 (host $HOST, pid [0-9]*) exited with code 3$" "$T/e.err"; then
+  ok "worker exit 3 -> agent exit 3, one line naming rank and host"; else fail "exit 3" "rc=$rc $(cat "$T/e.err")"; fi
+
+# 6. a worker killed by a signal: 128+9 and the signal named
+timeout 20 "$CDDP" run --nproc-per-node 2 sh -c '[ $RANK = 0 ] && kill -9 $$; sleep 10' >/dev/null 2>"$T/k.err"
+rc=$?
+[ $rc = 137 ] && grep -q "^cddp run: rank 0 (host $HOST, pid [0-9]*) was killed by signal 9 (SIGKILL)$" "$T/k.err" && ok "killed worker -> 137 and SIGKILL named" || fail "signal exit" "rc=$rc $(cat "$T/k.err")"
+
+# 7. SIGTERM to the agent stops the workers, nothing left behind
+rm -rf "$T/pids"; mkdir "$T/pids"
+timeout 20 "$CDDP" run --nproc-per-node 2 sh -c 'echo $$ > '"$T"'/pids/$RANK; exec sleep 30' >/dev/null 2>"$T/t.err" &
+agent=$!
+for _ in $(seq 100); do [ -s "$T/pids/0" ] && [ -s "$T/pids/1" ] && break; sleep 0.05; done
+t0=$(date +%s.%N)
+kill -TERM $agent; wait $agent; rc=$?
+dt=$(echo "$(date +%s.%N) - $t0" | bc)
+left=0; for p in "$T"/pids/*; do kill -0 "$(cat "$p")" 2>/dev/null && left=1; done
+[ $rc = 143 ] && [ $left = 0 ] && [ "$(echo "$dt < 3" | bc)" = 1 ] && ok "SIGTERM to the agent stops the workers (${dt}s)" || fail "SIGTERM" "rc=$rc left=$left dt=$dt $(cat "$T/t.err")"
+
+# 8. a worker ignoring SIGTERM is SIGKILLed after the grace period
+rm -rf "$T/pids"; mkdir "$T/pids"
+timeout 20 "$CDDP" run --nproc-per-node 2 --grace-period 0.5 sh -c 'trap "" TERM; echo $$ > '"$T"'/pids/$RANK; while :; do sleep 0.1; done' >/dev/null 2>&1 &
+agent=$!
+for _ in $(seq 100); do [ -s "$T/pids/0" ] && [ -s "$T/pids/1" ] && break; sleep 0.05; done
+t0=$(date +%s.%N)
+kill -TERM $agent; wait $agent; rc=$?
+dt=$(echo "$(date +%s.%N) - $t0" | bc)
+sleep 0.1
+left=0; for p in "$T"/pids/*; do kill -0 "$(cat "$p")" 2>/dev/null && left=1; done
+[ $rc = 143 ] && [ $left = 0 ] && [ "$(echo "$dt >= 0.4 && $dt < 3" | bc)" = 1 ] && ok "SIGTERM-ignoring worker killed after the grace period (${dt}s)" || fail "grace" "rc=$rc left=$left dt=$dt"
+
+# 9. --max-restarts 1: rank 0 fails once, the restart (CDDP_RESTART_COUNT=1) succeeds
+timeout 30 "$CDDP" run --nproc-per-node 2 --max-restarts 1 "$W" exit=1@0/0 barrier >"$T/r.out" 2>"$T/r.err"
+rc=$?
+[ $rc = 0 ] && [ "$(grep -c 'restart=1 max_restarts=1' "$T/r.out")" = 2 ] && [ "$(grep -c 'barrier passed' "$T/r.out")" = 2 ] &&
+  grep -q 'restarting the workers (restart 1 of 1)' "$T/r.err" && ok "--max-restarts 1 restarts once, then succeeds" || fail "restart" "rc=$rc $(cat "$T/r.out" "$T/r.err")"
+timeout 30 "$CDDP" run --nproc-per-node 1 --max-restarts 2 "$W" exit=4@0 >"$T/r2.out" 2>"$T/r2.err"
+rc=$?
+[ $rc = 4 ] && [ "$(grep -c 'restart=' "$T/r2.out")" = 0 ] && [ "$(grep -c 'restarting' "$T/r2.err")" = 2 ] && ok "restart budget spent: exit code of the last failure" || fail "restart budget" "rc=$rc $(cat "$T/r2.err")"
+
+# 10. Slurm, one task per rank: PROGRAM runs as that rank
+out=$(env SLURM_JOB_ID=77 SLURM_STEP_ID=0 SLURM_PROCID=3 SLURM_LOCALID=1 SLURM_NODEID=1 SLURM_STEP_NUM_NODES=2 \
+  SLURM_STEP_NUM_TASKS=4 SLURM_STEP_NODELIST='node[1-2]' SLURM_STEP_TASKS_PER_NODE='2(x2)' MASTER_ADDR=127.0.0.1 \
+  timeout 10 "$CDDP" run sh -c 'echo "$RANK $LOCAL_RANK $WORLD_SIZE $LOCAL_WORLD_SIZE $GROUP_RANK $MASTER_ADDR $CDDP_RUN_ID"' 2>&1)
+[ "$out" = "3 1 4 2 1 127.0.0.1 slurm-77.0" ] && ok "Slurm task per rank: exec as SLURM_PROCID" || fail "slurm rank" "$out"
+
+# 11. a missing program: exit 127 naming it
+timeout 10 "$CDDP" run /nonexistent/prog >/dev/null 2>"$T/m.err"
+rc=$?
+[ $rc = 127 ] && grep -q "cannot run '/nonexistent/prog'" "$T/m.err" && ok "missing program -> 127" || fail "missing program" "rc=$rc"
+finish

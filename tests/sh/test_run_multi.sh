@@ -1,0 +1,98 @@
+#!/usr/bin/env bash
+# test_run_multi.sh - two launchers on 127.0.0.1 form one job (c10d, static, XTuner's
+# variables, restart across agents), and every bad input exits non-zero with one line.
+cd "$(dirname "$0")/../.." && source tests/sh/lib.sh
+W=$PWD/build/tests/helpers/run_worker
+T=$(mktemp -d /tmp/cddp-run-multi.XXXXXX)
+bg=()
+cleanup() { for p in "${bg[@]}"; do kill "$p" 2>/dev/null; done; wait 2>/dev/null; rm -rf "$T"; }
+trap cleanup EXIT
+
+# check_job NAME: both agents exit 0, 4 ranks 0..3 distinct, all see WORLD_SIZE=4, barrier passed
+check_job() {
+  local name=$1 rc1=$2 rc2=$3
+  local ranks world bar
+  ranks=$(cat "$T/a1.out" "$T/a2.out" | sed -n 's/^\[rank \([0-9]\)\] rank=\1 world=4 .*/\1/p' | sort | tr -d '\n')
+  world=$(cat "$T/a1.out" "$T/a2.out" | grep -c '^\[rank [0-3]\] rank=[0-3] world=4 ')
+  bar=$(cat "$T/a1.out" "$T/a2.out" | grep -c 'barrier passed rank=[0-3] world=4')
+  if [ "$rc1" = 0 ] && [ "$rc2" = 0 ] && [ "$ranks" = 0123 ] && [ "$world" = 4 ] && [ "$bar" = 4 ]; then ok "$name"
+  else fail "$name" "rc=$rc1/$rc2 ranks=$ranks $(cat "$T/a1.out" "$T/a2.out" | head -20)"; fi
+}
+
+# two launchers: ENV1 / ENV2 are env assignments, the rest are flags
+two() {
+  local e1=$1 e2=$2; shift 2
+  env $e1 timeout 30 "$CDDP" run "$@" >"$T/a1.out" 2>&1 & local p1=$!
+  env $e2 timeout 30 "$CDDP" run "$@" >"$T/a2.out" 2>&1 & local p2=$!
+  wait $p1; rc1=$?; wait $p2; rc2=$?
+}
+
+P=$(free_port)
+two "X=1" "X=2" --nnodes 2 --nproc-per-node 2 --rdzv-backend c10d --rdzv-endpoint 127.0.0.1:$P --rdzv-id J1 "$W" barrier
+check_job "c10d: two launchers form one job of 4 ranks" $rc1 $rc2
+
+P=$(free_port)
+env timeout 30 "$CDDP" run --nnodes 2 --nproc_per_node 2 --rdzv_backend static --node_rank 1 --master_addr 127.0.0.1 --master_port $P "$W" barrier >"$T/a1.out" 2>&1 & p1=$!
+env timeout 30 "$CDDP" run --nnodes 2 --nproc-per-node 2 --rdzv-backend static --node-rank 0 --master-addr 127.0.0.1 --master-port $P "$W" barrier >"$T/a2.out" 2>&1 & p2=$!
+wait $p1; rc1=$?; wait $p2; rc2=$?
+check_job "static: --node-rank 0 and 1 form one job of 4 ranks" $rc1 $rc2
+grep -q '^\[rank 0\] rank=0 world=4 local=0/2 node=0/2' "$T/a2.out" && ok "static: node rank 0 holds ranks 0-1" || fail "static node order"
+
+P=$(free_port)
+two "NPROC_PER_NODE=2 NNODES=2 NODE_RANK=0 ADDR=127.0.0.1 PORT=$P" "NPROC_PER_NODE=2 NNODES=2 NODE_RANK=1 ADDR=127.0.0.1 PORT=$P" "$W" barrier
+check_job "XTuner variables: two launchers form one job of 4 ranks" $rc1 $rc2
+
+# a failure on one node restarts the workers of both (--max-restarts 1)
+P=$(free_port)
+two "X=1" "X=2" --nnodes 2 --nproc-per-node 1 --rdzv-endpoint 127.0.0.1:$P --rdzv-id J2 --max-restarts 1 "$W" exit=5@1/0 barrier
+n=$(cat "$T/a1.out" "$T/a2.out" | grep -c 'barrier passed rank=[01] world=2')
+r=$(cat "$T/a1.out" "$T/a2.out" | grep -c 'restart=1 ')
+[ "$rc1" = 0 ] && [ "$rc2" = 0 ] && [ "$n" = 2 ] && [ "$r" = 2 ] && ok "failure on one node restarts both nodes' workers" || fail "multi-node restart" "rc=$rc1/$rc2 $(cat "$T/a1.out" "$T/a2.out")"
+
+# a failure without restarts: both agents exit with the worker's code
+P=$(free_port)
+two "X=1" "X=2" --nnodes 2 --nproc-per-node 1 --rdzv-endpoint 127.0.0.1:$P --rdzv-id J3 "$W" exit=6@0 sleep=20
+[ "$rc1" = 6 ] && [ "$rc2" = 6 ] && [ "$(cat "$T/a1.out" "$T/a2.out" | grep -c 'cddp run: rank 0 (host .*, pid [0-9]*) exited with code 6')" = 2 ] &&
+  ok "failure without restarts stops every node with the worker's code" || fail "multi-node failure" "rc=$rc1/$rc2 $(cat "$T/a1.out" "$T/a2.out")"
+
+# ---- bad input: one line naming the problem, non-zero exit, no hang
+# bad NAME EXPECT_REGEX CMD...: non-zero exit within the timeout, first stderr line matches
+bad() {
+  local name=$1 re=$2; shift 2
+  local t0 dt
+  t0=$(date +%s.%N)
+  timeout 20 "$@" >/dev/null 2>"$T/bad.err"
+  local rc=$?
+  dt=$(echo "$(date +%s.%N) - $t0" | bc)
+  if [ $rc != 0 ] && [ $rc != 124 ] && head -1 "$T/bad.err" | grep -Eq "$re"; then ok "bad input: $name (exit $rc, ${dt}s)"
+  else fail "bad input: $name" "rc=$rc $(head -3 "$T/bad.err")"; fi
+}
+bad "NODE_RANK >= NNODES (flags)" "^cddp run: --node-rank 2 is not below --nnodes 2$" \
+  "$CDDP" run --rdzv-backend static --nnodes 2 --node-rank 2 true
+bad "NODE_RANK >= NNODES (XTuner)" "^cddp run: NODE_RANK=3 is not below NNODES=2$" \
+  env NNODES=2 NODE_RANK=3 ADDR=127.0.0.1 PORT=1 "$CDDP" run true
+bad "--nproc-per-node 0" "^cddp run: --nproc-per-node must be a positive integer .*got '0'$" "$CDDP" run --nproc-per-node 0 true
+bad "--nproc-per-node -1" "got '-1'$" "$CDDP" run --nproc-per-node -1 true
+bad "--nproc-per-node garbage" "got 'lots'$" "$CDDP" run --nproc-per-node lots true
+bad "malformed node list" "^cddp run: malformed node list 'node\[1-': .* at position [0-9]+$" \
+  env SLURM_JOB_ID=5 SLURM_STEP_ID=0 SLURM_PROCID=0 SLURM_LOCALID=0 SLURM_NODEID=0 SLURM_STEP_NUM_NODES=2 \
+  SLURM_STEP_NUM_TASKS=2 'SLURM_STEP_NODELIST=node[1-' "$CDDP" run true
+bad "unknown flag" "^cddp run: unknown flag '--frobnicate'$" "$CDDP" run --frobnicate true
+grep -q '^usage: cddp run' "$T/bad.err" && ok "unknown flag prints the usage" || fail "usage after unknown flag"
+bad "missing PROGRAM" "^cddp run: missing PROGRAM" "$CDDP" run --nproc-per-node 2
+P=$(free_port)
+bad "unreachable endpoint (after --rdzv-timeout, names it)" "^cddp run: cannot reach the rendezvous store at 127.0.0.1:$P .*1.0 s" \
+  "$CDDP" run --rdzv-backend static --nnodes 2 --node-rank 1 --master-addr 127.0.0.1 --master-port $P --rdzv-timeout 1 true
+P=$(free_port)
+python3 -c 'import socket,sys,time;s=socket.socket();s.setsockopt(socket.SOL_SOCKET,socket.SO_REUSEADDR,1);s.bind(("",int(sys.argv[1])));s.listen();time.sleep(15)' $P & bg+=($!)
+for _ in $(seq 50); do (exec 3<>/dev/tcp/127.0.0.1/$P) 2>/dev/null && break; sleep 0.05; done
+t0=$(date +%s.%N)
+bad "port in use for a store we host (names the port)" "^cddp run: cannot host the store on port $P: " \
+  "$CDDP" run --rdzv-backend static --nnodes 2 --node-rank 0 --master-port $P true
+[ "$(echo "$(date +%s.%N) - $t0 <= 2" | bc)" = 1 ] && ok "port in use reported within 2 s" || fail "port in use took too long"
+# a store that refuses our token: node 0 hosts with one token, node 1 brings another
+P=$(free_port)
+CDDP_TOKEN=right timeout 20 "$CDDP" run --rdzv-backend static --nnodes 2 --node-rank 0 --master-port $P --rdzv-timeout 3 true >/dev/null 2>&1 & bg+=($!)
+bad "the store refuses our token" "^cddp run: the store at 127.0.0.1:$P refused our token" \
+  env CDDP_TOKEN=wrong "$CDDP" run --rdzv-backend static --nnodes 2 --node-rank 1 --master-port $P --rdzv-timeout 3 true
+finish

@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# test_store_cli.sh - `cddp store`: starts and stops on signals, port in use, bad flags.
+source "$(dirname "$0")/lib.sh"
+tmp=$(mktemp -d /tmp/cddp-store-cli.XXXXXX)
+trap 'kill $pid 2>/dev/null; rm -rf "$tmp"' EXIT
+
+port=$(free_port)
+echo "s3cret" > "$tmp/token"
+"$CDDP" store --port "$port" --host 127.0.0.1 --token-file "$tmp/token" >"$tmp/out" 2>"$tmp/err" &
+pid=$!
+for _ in $(seq 100); do grep -q listening "$tmp/out" && break; sleep 0.05; done
+if grep -qx "cddp store: listening on 127.0.0.1:$port (token required)" "$tmp/out"; then ok "prints its listening line"
+else fail "prints its listening line" "$(cat "$tmp/out" "$tmp/err")"; fi
+
+if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then ok "accepts connections"; else fail "accepts connections"; fi
+
+start=$(date +%s%N)
+"$CDDP" store --port "$port" >"$tmp/out2" 2>"$tmp/err2"
+rc=$?
+ms=$(( ($(date +%s%N) - start) / 1000000 ))
+if [ $rc -eq 1 ] && [ $ms -lt 2000 ] && [ "$(wc -l <"$tmp/err2")" -eq 1 ] && grep -q "port $port is in use" "$tmp/err2"; then
+  ok "port in use: one line naming the port, exit 1, ${ms} ms"
+else fail "port in use" "rc=$rc ms=$ms: $(cat "$tmp/err2")"; fi
+
+kill -TERM $pid
+for _ in $(seq 100); do kill -0 $pid 2>/dev/null || break; sleep 0.05; done
+if kill -0 $pid 2>/dev/null; then fail "exits on SIGTERM" "still running"; kill -9 $pid
+else wait $pid; rc=$?; if [ $rc -eq 0 ]; then ok "exits 0 on SIGTERM"; else fail "exits 0 on SIGTERM" "rc=$rc"; fi; fi
+
+"$CDDP" store --port 0 >"$tmp/out3" 2>&1 &
+pid=$!
+for _ in $(seq 100); do grep -q listening "$tmp/out3" && break; sleep 0.05; done
+kill -INT $pid; wait $pid; rc=$?
+if [ $rc -eq 0 ] && grep -q "listening on 0.0.0.0:[1-9]" "$tmp/out3"; then ok "port 0 picks a port, SIGINT exits 0"; else fail "port 0 / SIGINT" "rc=$rc $(cat "$tmp/out3")"; fi
+
+"$CDDP" store --port 1 --frobnicate >"$tmp/out4" 2>&1; rc=$?
+if [ $rc -eq 2 ] && grep -q "unknown flag '--frobnicate'" "$tmp/out4" && grep -q "^usage:" "$tmp/out4"; then ok "unknown flag: line + usage, exit 2"
+else fail "unknown flag" "rc=$rc $(cat "$tmp/out4")"; fi
+
+"$CDDP" store >"$tmp/out5" 2>&1; rc=$?
+if [ $rc -eq 2 ] && grep -q -- "--port is required" "$tmp/out5"; then ok "missing --port: exit 2"; else fail "missing --port" "rc=$rc"; fi
+
+"$CDDP" store --port 70000 >"$tmp/out6" 2>&1; rc=$?
+if [ $rc -eq 2 ] && grep -q "70000 is not a port" "$tmp/out6"; then ok "bad port value: exit 2"; else fail "bad port value" "rc=$rc"; fi
+
+"$CDDP" store --port 0 --token-file "$tmp/nope" >"$tmp/out7" 2>&1; rc=$?
+if [ $rc -eq 1 ] && grep -q "$tmp/nope" "$tmp/out7"; then ok "unreadable token file: names it, exit 1"; else fail "unreadable token file" "rc=$rc $(cat "$tmp/out7")"; fi
+
+if "$CDDP" store --help | grep -q "^usage: cddp store"; then ok "--help"; else fail "--help"; fi
+pid=
+finish

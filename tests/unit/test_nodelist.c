@@ -1,0 +1,94 @@
+/* test_nodelist.c - Slurm host-list and tasks-per-node expansion, good and malformed. */
+#include <string.h>
+
+#include "common/check.h"
+#include "run/nodelist.h"
+#include "test.h"
+
+static void expect(const char *list, const char *joined) {
+  char **h;
+  int n;
+  CHECK_OK(cddp__nodelist_expand(list, &h, &n));
+  char buf[4096] = "";
+  for (int i = 0; i < n; i++) {
+    if (i) strcat(buf, " ");
+    strcat(buf, h[i]);
+  }
+  cddp__nodelist_free(h, n);
+  if (strcmp(buf, joined)) TEST_FAIL("'%s' expanded to '%s', expected '%s'", list, buf, joined);
+}
+
+static void expect_bad(const char *list, const char *what, int pos) {
+  char **h;
+  int n;
+  CHECK_RESULT(cddp__nodelist_expand(list, &h, &n), CDDP_INVALID_ARG);
+  const char *e = cddp_last_error();
+  char p[64];
+  snprintf(p, sizeof p, "at position %d", pos);
+  if (!strstr(e, list) || !strstr(e, what) || !strstr(e, p))
+    TEST_FAIL("error for '%s' was '%s'; wanted '%s' %s", list, e, what, p);
+}
+
+TEST(nodelist_expands_ranges_and_padding) {
+  expect("node[01-03,7],gpu-a[1-2]", "node01 node02 node03 node07 gpu-a1 gpu-a2");
+  expect("node1", "node1");
+  expect("node[1-3],other", "node1 node2 node3 other");
+  expect("node[1,3-4]", "node1 node3 node4");
+  expect("gpu-a[01-03,10],gpu-b[7-8]", "gpu-a01 gpu-a02 gpu-a03 gpu-a10 gpu-b7 gpu-b8");
+  expect("n[8-11]", "n8 n9 n10 n11");
+  expect("n[098-101]", "n098 n099 n100 n101");
+  expect("10.0.0.1,10.0.0.2", "10.0.0.1 10.0.0.2");
+}
+
+TEST(nodelist_several_bracket_groups) {
+  expect("rack[1-2]-n[01-02]", "rack1-n01 rack1-n02 rack2-n01 rack2-n02");
+  expect("a[1-2]b[3]c", "a1b3c a2b3c");
+}
+
+TEST(nodelist_first_host) {
+  char b[64];
+  CHECK_OK(cddp__nodelist_first("node[07-09],x", b, sizeof b));
+  CHECK(strcmp(b, "node07") == 0);
+}
+
+TEST(nodelist_rejects_malformed) {
+  expect_bad("node[01-03", "missing ']'", 5);
+  expect_bad("node[3-1]", "range goes backwards", 8);
+  expect_bad("node[]", "empty range", 6);
+  expect_bad("node[1-]", "expected a number after '-'", 8);
+  expect_bad("node[a]", "expected a number", 6);
+  expect_bad("node1,,node2", "empty host name", 7);
+  expect_bad("node1,", "trailing ','", 7);
+  expect_bad("node]1", "']' without '['", 5);
+  expect_bad("node[1[2]]", "nested '['", 7);
+  expect_bad("no de", "invalid character", 3);
+  expect_bad("n[1-999999]", "more than 65536 hosts", 5);
+  char **h;
+  int n;
+  CHECK_RESULT(cddp__nodelist_expand("", &h, &n), CDDP_INVALID_ARG);
+  CHECK_RESULT(cddp__nodelist_expand(NULL, &h, &n), CDDP_INVALID_ARG);
+}
+
+TEST(tasks_per_node_lists) {
+  int t;
+  CHECK_OK(cddp__tasks_per_node("2(x2),1", 0, &t));
+  CHECK_EQ(t, 2);
+  CHECK_OK(cddp__tasks_per_node("2(x2),1", 1, &t));
+  CHECK_EQ(t, 2);
+  CHECK_OK(cddp__tasks_per_node("2(x2),1", 2, &t));
+  CHECK_EQ(t, 1);
+  CHECK_OK(cddp__tasks_per_node("8", 0, &t));
+  CHECK_EQ(t, 8);
+  CHECK_RESULT(cddp__tasks_per_node("2(x2),1", 3, &t), CDDP_INVALID_ARG);
+  CHECK_RESULT(cddp__tasks_per_node("2(y2)", 0, &t), CDDP_INVALID_ARG);
+  CHECK_RESULT(cddp__tasks_per_node("x", 0, &t), CDDP_INVALID_ARG);
+}
+
+TEST(slurm_port_in_range_and_distinct) {
+  for (long j = 1; j < 2000; j++) {
+    int p = cddp__slurm_port(j, 0);
+    CHECK(p >= 20000 && p <= 32767);
+    CHECK(p != cddp__slurm_port(j + 1, 0));
+  }
+  CHECK(cddp__slurm_port(31, 0) != cddp__slurm_port(31, 1));
+}

@@ -1,0 +1,236 @@
+/* test_run_rdzv.c - the rendezvous with threads as agents on the in-memory store. */
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common/check.h"
+#include "common/clock.h"
+#include "run/rdzv.h"
+#include "test.h"
+
+typedef struct agent {
+  pthread_t th;
+  cddp_store_t *base;
+  cddp__rdzv_cfg_t cfg;
+  int min_round;
+  cddp_result_t rc;
+  cddp__rdzv_t out;
+  char err[256];
+  double ms; /* how long the join took */
+} agent_t;
+
+static void *agent_main(void *arg) {
+  agent_t *a = arg;
+  cddp_store_t *v;
+  uint64_t t0 = cddp__now_ns();
+  if (cddp_store_prefix_create(&v, a->base, "job/", 0) != CDDP_OK) {
+    a->rc = CDDP_INTERNAL;
+    return NULL;
+  }
+  a->rc = cddp__rdzv_join(v, &a->cfg, a->min_round, &a->out);
+  a->ms = (cddp__now_ns() - t0) / 1e6;
+  snprintf(a->err, sizeof a->err, "%s", cddp_last_error());
+  cddp_store_close(v);
+  return NULL;
+}
+
+static void start(agent_t *a, cddp_store_t *base, int minn, int maxn, int node_rank, int last_call_ms, int timeout_ms,
+                  int nproc, int id) {
+  memset(a, 0, sizeof *a);
+  a->base = base;
+  a->cfg = (cddp__rdzv_cfg_t){.min_nodes = minn, .max_nodes = maxn, .node_rank = node_rank,
+                              .last_call_ms = last_call_ms, .timeout_ms = timeout_ms};
+  snprintf(a->cfg.self.host, sizeof a->cfg.self.host, "host%d", id);
+  snprintf(a->cfg.self.addr, sizeof a->cfg.self.addr, "10.0.0.%d", id);
+  a->cfg.self.nproc = nproc;
+  a->cfg.self.master_port = 1000 + id;
+  CHECK(pthread_create(&a->th, NULL, agent_main, a) == 0);
+}
+
+/* Members of one round agree on it; node ranks are 0..n-1 and rank bases follow node order. */
+static void check_round(agent_t **m, int n) {
+  int seen[64] = {0};
+  for (int i = 0; i < n; i++) {
+    CHECK_EQ(m[i]->out.nnodes, n);
+    CHECK_EQ(m[i]->out.round, m[0]->out.round);
+    int r = m[i]->out.node_rank;
+    CHECK(r >= 0 && r < n && !seen[r]);
+    seen[r] = 1;
+    int base = 0;
+    for (int j = 0; j < r; j++) base += m[i]->out.nodes[j].nproc;
+    CHECK_EQ(m[i]->out.rank_base, base);
+    /* the record at my node rank is mine */
+    CHECK(!strcmp(m[i]->out.nodes[r].host, m[i]->cfg.self.host));
+    CHECK_EQ(m[i]->out.nodes[r].master_port, m[i]->cfg.self.master_port);
+  }
+}
+
+TEST(rdzv_closes_at_max_nodes) {
+  cddp_store_t *s;
+  CHECK_OK(cddp_store_mem_create(&s));
+  agent_t a[3];
+  agent_t *m[3];
+  for (int i = 0; i < 3; i++) start(&a[i], s, 3, 3, -1, 60000, 5000, i + 1, i);
+  for (int i = 0; i < 3; i++) {
+    pthread_join(a[i].th, NULL);
+    if (a[i].rc != CDDP_OK) TEST_FAIL("agent %d: %s", i, a[i].err);
+    m[i] = &a[i];
+    CHECK(a[i].ms < 3000); /* closed at max, not after the 60 s last call */
+  }
+  check_round(m, 3);
+  CHECK_EQ(a[0].out.world_size, 6);
+  CHECK_EQ(a[0].out.closed_here + a[1].out.closed_here + a[2].out.closed_here, 1);
+  for (int i = 0; i < 3; i++) cddp__rdzv_release(&a[i].out);
+  cddp_store_close(s);
+}
+
+TEST(rdzv_closes_after_last_call_past_min) {
+  cddp_store_t *s;
+  CHECK_OK(cddp_store_mem_create(&s));
+  agent_t a[2];
+  agent_t *m[2] = {&a[0], &a[1]};
+  for (int i = 0; i < 2; i++) start(&a[i], s, 2, 4, -1, 300, 5000, 2, i);
+  for (int i = 0; i < 2; i++) {
+    pthread_join(a[i].th, NULL);
+    if (a[i].rc != CDDP_OK) TEST_FAIL("agent %d: %s", i, a[i].err);
+    CHECK(a[i].ms >= 250); /* waited for the last call */
+  }
+  check_round(m, 2);
+  CHECK_EQ(a[0].out.world_size, 4);
+  CHECK_EQ(a[0].out.closed_here + a[1].out.closed_here, 1);
+  cddp__rdzv_release(&a[0].out);
+  cddp__rdzv_release(&a[1].out);
+  cddp_store_close(s);
+}
+
+/* Eight agents race to close a 2:8 round with no last call: exactly one decides; the
+ * members agree; agents past the close wait for round 1 (and time out here). */
+TEST(rdzv_exactly_one_closer) {
+  for (int iter = 0; iter < 5; iter++) {
+    cddp_store_t *s;
+    CHECK_OK(cddp_store_mem_create(&s));
+    agent_t a[8];
+    agent_t *m[8];
+    int nm = 0, closers = 0, late = 0;
+    for (int i = 0; i < 8; i++) start(&a[i], s, 2, 8, -1, 0, 400, 1, i);
+    for (int i = 0; i < 8; i++) pthread_join(a[i].th, NULL);
+    for (int i = 0; i < 8; i++) {
+      if (a[i].rc == CDDP_OK) {
+        m[nm++] = &a[i];
+        closers += a[i].out.closed_here;
+      } else {
+        CHECK_EQ(a[i].rc, CDDP_TIMEOUT);
+        if (!strstr(a[i].err, "round 1 did not open")) TEST_FAIL("late agent error: %s", a[i].err);
+        late++;
+      }
+    }
+    CHECK(nm >= 2);
+    CHECK_EQ(nm + late, 8);
+    CHECK_EQ(closers, 1);
+    check_round(m, nm);
+    for (int i = 0; i < nm; i++) cddp__rdzv_release(&m[i]->out);
+    cddp_store_close(s);
+  }
+}
+
+/* A node arriving after round 0 closed joins round 1, which opens on a restart. */
+TEST(rdzv_late_joiner_goes_to_next_round) {
+  cddp_store_t *s;
+  CHECK_OK(cddp_store_mem_create(&s));
+  agent_t a[3];
+  start(&a[0], s, 2, 3, -1, 100, 5000, 1, 0);
+  start(&a[1], s, 2, 3, -1, 100, 5000, 1, 1);
+  pthread_join(a[0].th, NULL);
+  pthread_join(a[1].th, NULL);
+  CHECK_OK(a[0].rc);
+  CHECK_OK(a[1].rc);
+  CHECK_EQ(a[0].out.nnodes, 2);
+  start(&a[2], s, 2, 3, -1, 100, 5000, 1, 2);
+  usleep(100000);
+  /* a worker failed: the agents of round 0 open round 1 with restart count 1 and rejoin */
+  cddp_store_t *v;
+  CHECK_OK(cddp_store_prefix_create(&v, s, "job/", 0));
+  CHECK_OK(cddp__rdzv_post(v, 0, "restart", NULL));
+  CHECK_OK(cddp__rdzv_open_next(v, 0, 1));
+  CHECK_OK(cddp__rdzv_open_next(v, 0, 1)); /* idempotent */
+  cddp_store_close(v);
+  for (int i = 0; i < 2; i++) {
+    cddp__rdzv_release(&a[i].out);
+    start(&a[i], s, 2, 3, -1, 100, 5000, 1, i);
+    a[i].min_round = 1;
+  }
+  /* start() launched the threads already with min_round 0; rdzv/round = 1 takes them to round 1 */
+  agent_t *m[3] = {&a[0], &a[1], &a[2]};
+  for (int i = 0; i < 3; i++) {
+    pthread_join(a[i].th, NULL);
+    if (a[i].rc != CDDP_OK) TEST_FAIL("agent %d: %s", i, a[i].err);
+    CHECK_EQ(a[i].out.round, 1);
+    CHECK_EQ(a[i].out.restart_count, 1);
+  }
+  check_round(m, 3);
+  for (int i = 0; i < 3; i++) cddp__rdzv_release(&a[i].out);
+  cddp_store_close(s);
+}
+
+TEST(rdzv_static_node_ranks_and_timeout) {
+  cddp_store_t *s;
+  CHECK_OK(cddp_store_mem_create(&s));
+  agent_t a[3];
+  agent_t *m[3] = {&a[0], &a[1], &a[2]};
+  int ranks[3] = {2, 0, 1};
+  for (int i = 0; i < 3; i++) start(&a[i], s, 3, 3, ranks[i], 0, 5000, i + 1, i);
+  for (int i = 0; i < 3; i++) {
+    pthread_join(a[i].th, NULL);
+    if (a[i].rc != CDDP_OK) TEST_FAIL("agent %d: %s", i, a[i].err);
+    CHECK_EQ(a[i].out.node_rank, ranks[i]);
+  }
+  check_round(m, 3);
+  CHECK_EQ(a[0].out.rank_base, 2 + 3); /* node 2 follows nodes 0 (nproc 2) and 1 (nproc 3) */
+  for (int i = 0; i < 3; i++) cddp__rdzv_release(&a[i].out);
+  cddp_store_close(s);
+  /* a missing static node: TIMEOUT naming the count and the missing rank */
+  CHECK_OK(cddp_store_mem_create(&s));
+  start(&a[0], s, 2, 2, 0, 0, 300, 1, 0);
+  pthread_join(a[0].th, NULL);
+  CHECK_EQ(a[0].rc, CDDP_TIMEOUT);
+  if (!strstr(a[0].err, "1 of 2 nodes joined") || !strstr(a[0].err, "node 1 missing")) TEST_FAIL("error: %s", a[0].err);
+  cddp_store_close(s);
+}
+
+TEST(rdzv_min_not_reached_times_out) {
+  cddp_store_t *s;
+  CHECK_OK(cddp_store_mem_create(&s));
+  agent_t a[2];
+  for (int i = 0; i < 2; i++) start(&a[i], s, 3, 4, -1, 0, 300, 1, i);
+  for (int i = 0; i < 2; i++) {
+    pthread_join(a[i].th, NULL);
+    CHECK_EQ(a[i].rc, CDDP_TIMEOUT);
+    if (!strstr(a[i].err, "2 of at least 3 nodes")) TEST_FAIL("error: %s", a[i].err);
+  }
+  cddp_store_close(s);
+}
+
+TEST(rdzv_events_first_value_wins) {
+  cddp_store_t *s;
+  CHECK_OK(cddp_store_mem_create(&s));
+  char *now = NULL;
+  CHECK_OK(cddp__rdzv_post(s, 4, "fail 3 rank 1 exited", &now));
+  CHECK(!strcmp(now, "fail 3 rank 1 exited"));
+  free(now);
+  CHECK_OK(cddp__rdzv_post(s, 4, "restart", &now));
+  CHECK(!strcmp(now, "fail 3 rank 1 exited"));
+  free(now);
+  cddp__rdzv_t r = {.round = 4, .nnodes = 2};
+  CHECK_OK(cddp__rdzv_node_done(s, &r));
+  r.round = 5;
+  CHECK_OK(cddp__rdzv_node_done(s, &r));
+  CHECK_OK(cddp__rdzv_node_done(s, &r));
+  CHECK_OK(cddp__rdzv_post(s, 5, "restart", &now));
+  CHECK(!strcmp(now, "done"));
+  free(now);
+  CHECK_OK(cddp__rdzv_exit(s, &r, 0, 0));
+  CHECK_RESULT(cddp__rdzv_exit(s, &(cddp__rdzv_t){.round = 6, .nnodes = 2}, 1, 50), CDDP_TIMEOUT);
+  CHECK_OK(cddp__rdzv_exit(s, &r, 1, 1000));
+  cddp_store_close(s);
+}
