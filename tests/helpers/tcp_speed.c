@@ -10,10 +10,6 @@
 
 #include "cddp/comm.h"
 #include "cddp/store.h"
-#include "comm/transport.h"
-
-/* comm.c refers to the transport weakly: name it so the static link pulls tcp.o in */
-const cddp__transport_t *volatile tcp_speed_force_link = &cddp__transport_tcp;
 
 static size_t bytes = 64u << 20;
 static int iters = 20, warmup = 3, ranks = 2, out_of_place = 0;
