@@ -47,7 +47,7 @@ TEST_BINS := $(TEST_SRCS:tests/unit/%.c=$(BUILD)/tests/%)
 TEST_MAIN := $(BUILD)/obj/tests/test_main.o
 HELPER_BINS := $(HELPER_SRCS:tests/helpers/%.c=$(BUILD)/tests/helpers/%)
 
-.PHONY: all lib cli tests report clean help asan tsan fuzz
+.PHONY: all lib cli tests report clean help asan tsan fuzz check-asan check-tsan
 .SECONDARY:
 all: report lib cli tests
 
@@ -91,6 +91,12 @@ asan:
 tsan:
 	$(MAKE) BUILD=build-tsan SANITIZER=thread OPT=-O1 lib cli tests
 
+# Build and run the store and comm tests under the sanitizers (tests/run.sh does this too).
+check-asan: asan
+	@fail=0; for t in build-asan/tests/test_store* build-asan/tests/test_comm*; do ASAN_OPTIONS=detect_leaks=1 CDDP_TEST_TIMEOUT_SCALE=4 $$t || fail=1; done; exit $$fail
+check-tsan: tsan
+	@fail=0; for t in build-tsan/tests/test_store* build-tsan/tests/test_comm*; do TSAN_OPTIONS=halt_on_error=1 CDDP_TEST_TIMEOUT_SCALE=4 $$t || fail=1; done; exit $$fail
+
 # libFuzzer targets (clang): build/fuzz/fuzz_*
 fuzz:
 	@mkdir -p $(BUILD)/fuzz
@@ -103,6 +109,6 @@ clean:
 	rm -rf build build-asan build-tsan
 
 help:
-	@echo "make [all|lib|cli|tests|asan|tsan|fuzz|clean] [BUILD=dir] [WERROR=1] [SANITIZER=...]"
+	@echo "make [all|lib|cli|tests|asan|tsan|check-asan|check-tsan|fuzz|clean] [BUILD=dir] [WERROR=1] [SANITIZER=...] [V=1]"
 
 -include $(LIB_OBJS:.o=.d) $(CLI_OBJS:.o=.d) $(TEST_BINS:$(BUILD)/tests/%=$(BUILD)/obj/tests/unit/%.d)

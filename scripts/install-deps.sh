@@ -6,7 +6,7 @@ what=${1:-test}
 pkgs=(build-essential libssl-dev)
 case "$what" in
   build) ;;
-  test) pkgs+=(clang libclang-rt-14-dev libopenmpi-dev openmpi-bin iproute2 nftables iptables
+  test) pkgs+=(python3 clang libclang-rt-14-dev libopenmpi-dev openmpi-bin iproute2 nftables iptables
                iputils-ping slurmctld slurmd slurm-client munge) ;;
   bench) pkgs+=(clang libclang-rt-14-dev libopenmpi-dev openmpi-bin iproute2 python3-torch hyperfine) ;;
   *) echo "install-deps.sh: unknown set '$what' (build, test or bench)" >&2; exit 2 ;;

@@ -52,7 +52,7 @@ static cddp_result_t map_segment(shm_t *s, const char *key, size_t bytes, void *
     for (;;) { /* short gets, so abort is seen */
       ret = cddp_store_get(ctx->store, key, &val, &len, 100);
       if (ret != CDDP_TIMEOUT) break;
-      if (*ctx->aborted) return cddp__fail(CDDP_ABORTED, "shm: aborted while waiting for %s", key);
+      if (cddp__aborted(ctx)) return cddp__fail(CDDP_ABORTED, "shm: aborted while waiting for %s", key);
       if (cddp__now_ns() >= deadline) {
         char peer[128];
         return cddp__fail(CDDP_TIMEOUT, "shm: timed out waiting for %s to publish %s",
@@ -99,7 +99,7 @@ static cddp_result_t wait_attached(shm_t *s) {
   uint64_t deadline = init_deadline(s->ctx);
   for (;;) {
     if (atomic_load(&s->hdr->attached.v) >= (uint32_t)s->world) return CDDP_OK;
-    if (*s->ctx->aborted) return cddp__fail(CDDP_ABORTED, "shm init: aborted");
+    if (cddp__aborted(s->ctx)) return cddp__fail(CDDP_ABORTED, "shm init: aborted");
     for (int q = 0; q < s->world; q++)
       if (q != s->rank) CDDP_CHECK(cddp__shm_check_peer(s, q));
     if (cddp__now_ns() >= deadline)
@@ -148,7 +148,7 @@ static cddp_result_t shm_init(const cddp__comm_ctx_t *ctx, void **state) {
   } else {
     uint64_t deadline = init_deadline(ctx);
     while (__atomic_load_n(&s->hdr->magic, __ATOMIC_ACQUIRE) != SHM_MAGIC) {
-      if (cddp__now_ns() >= deadline || *ctx->aborted) {
+      if (cddp__now_ns() >= deadline || cddp__aborted(ctx)) {
         ret = cddp__fail(CDDP_TIMEOUT, "shm init: segment %s never initialised by rank 0", name);
         goto fail;
       }

@@ -89,7 +89,7 @@ static cddp_result_t wait_slow(shm_t *s, int q, _Atomic uint32_t *word, uint32_t
   _Atomic uint32_t *sleepers = &s->ctl[q].sleepers.v;
   char name[128];
   for (;;) {
-    if (*s->ctx->aborted) return cddp__fail(CDDP_ABORTED, "shm %s: aborted", s->what);
+    if (cddp__aborted(s->ctx)) return cddp__fail(CDDP_ABORTED, "shm %s: aborted", s->what);
     cddp_result_t r = cddp__shm_check_peer(s, q);
     /* a peer that posted its last step and then left (destroy) is not a failure */
     if (reached(atomic_load_explicit(word, memory_order_seq_cst), step)) return CDDP_OK;

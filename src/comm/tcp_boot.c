@@ -16,6 +16,9 @@
 #include "common/clock.h"
 
 #define MAX_STRANGERS 32 /* half-open strangers kept at once; more are closed at once */
+/* Explicit buffers: with the kernel's autotuning from a small start, 64 KiB loopback
+ * segments against a small receive buffer made transfers crawl (576-byte probes). The
+ * kernel caps this at net.core.[rw]mem_max. */
 #define SOCK_BUF_BYTES (4 << 20)
 
 enum { CONNECTING, WAIT_ACK, READ_HELLO };

@@ -75,6 +75,11 @@ typedef struct cddp__transport {
 extern const cddp__transport_t cddp__transport_shm; /* shm.c: all ranks on one host */
 extern const cddp__transport_t cddp__transport_tcp; /* tcp.c: any placement */
 
+/* Whether cddp_comm_abort was called (an atomic read: abort comes from another thread). */
+static inline int cddp__aborted(const cddp__comm_ctx_t *ctx) {
+  return __atomic_load_n(ctx->aborted, __ATOMIC_ACQUIRE) != 0;
+}
+
 /* "rank R (host H)" for error messages. */
 const char *cddp__peer_name(const cddp__comm_ctx_t *ctx, int rank, char *buf, size_t size);
 

@@ -8,7 +8,7 @@
 #include "cddp/cddp.h"
 #include "common/log.h"
 
-/* Records a one-line detail for cddp_last_error() on this thread, logs it at INFO of
+/* Records a one-line detail for cddp_last_error() on this thread, logs it at TRACE of
  * subsystem ERR (WARN would be too loud: callers decide whether a failure is fatal),
  * and evaluates to code. Use as: return cddp__fail(CDDP_TIMEOUT, "wait for %s", key); */
 cddp_result_t cddp__fail(cddp_result_t code, const char *fmt, ...)

@@ -24,8 +24,12 @@ void cddp__log(int level, unsigned sub, const char *file, int line, const char *
 void cddp__log_set_rank(int rank);
 
 static inline int cddp__log_enabled(int level, unsigned sub) {
-  if (__builtin_expect(cddp__log_level < 0, 0)) cddp__log_init();
-  return level <= cddp__log_level && (level == CDDP_LOG_WARN || (sub & cddp__log_subsys));
+  int current = __atomic_load_n(&cddp__log_level, __ATOMIC_ACQUIRE);
+  if (__builtin_expect(current < 0, 0)) {
+    cddp__log_init();
+    current = __atomic_load_n(&cddp__log_level, __ATOMIC_ACQUIRE);
+  }
+  return level <= current && (level == CDDP_LOG_WARN || (sub & cddp__log_subsys));
 }
 
 /* The level is checked before the arguments are evaluated. */

@@ -42,7 +42,7 @@ static cddp_result_t record(cddp_result_t code, int with_errno, const char *fmt,
   int n = vsnprintf(last_error, sizeof last_error, fmt, ap);
   if (with_errno && n >= 0 && (size_t)n < sizeof last_error)
     snprintf(last_error + n, sizeof last_error - (size_t)n, ": %s", strerror(saved));
-  CDDP_INFO(CDDP_SUB_ERR, "%s: %s", cddp_result_name(code), last_error);
+  CDDP_TRACE(CDDP_SUB_ERR, "%s: %s", cddp_result_name(code), last_error);
   errno = saved;
   return code;
 }

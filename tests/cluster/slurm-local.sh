@@ -139,7 +139,10 @@ prepare() { # N: fresh dirs, a port range, munge
     die "Slurm is not installed (tests/cluster/slurm-local.sh install)"
   mkdir -p "$ST"/{ctld,spool,log,pid}
   chmod a+x "$ST"                               # munged wants every directory above its socket o+x
-  rm -rf "${ST:?}/ctld"/* 2>/dev/null || true  # a fresh controller state each time
+  # A fresh controller numbers jobs from 1 again, so the slurmds' spools must go too: a
+  # slurmd remembers revoked credentials by job id there and would refuse the new job 1
+  # ("Job credential revoked").
+  rm -rf "${ST:?}/ctld"/* "${ST:?}/spool"/* 2>/dev/null || true
   echo "${CDDP_SLURM_PORT:-$(pick_port $((n + 1)))}" >"$ST/port"
   munge_up
 }

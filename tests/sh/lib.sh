@@ -11,3 +11,19 @@ check() { local name=$1; shift; if "$@"; then ok "$name"; else fail "$name" "exi
 # free_port: a TCP port nobody listens on right now
 free_port() { python3 -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));print(s.getsockname()[1])'; }
 finish() { exit $((t_failed > 0)); }
+# bench_verdict NP FILE...: prints "clean" when the `cddp bench` output in FILE(s) (prefixed
+# "[rank N] " or not) names NP ranks, has result rows, every #wrong is 0 and the check passed;
+# otherwise a one-line reason.
+bench_verdict() {
+  local np=$1; shift
+  local body rows wrong
+  body=$(cat "$@" | sed -E 's/^\[[^]]*\] ?//')
+  rows=$(echo "$body" | awk '$1 ~ /^[0-9]+$/ && NF >= 9' | wc -l)
+  wrong=$(echo "$body" | awk '$1 ~ /^[0-9]+$/ && NF >= 9 { w += ($9 == "N/A" ? 0 : $9) } END { print w + 0 }')
+  if [ "$rows" -gt 0 ] && [ "$wrong" = 0 ] && echo "$body" | grep -q "Out of bounds values : 0 OK" &&
+     echo "$body" | grep -q "cddp bench [a-z_]*: $np ranks"; then
+    echo clean
+  else
+    echo "$rows rows, $wrong wrong; $(echo "$body" | grep -v '^#' | tail -2 | tr '\n' ' ')"
+  fi
+}

@@ -7,99 +7,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "comm/transport.h"
-#include "common/clock.h"
-#include "test.h"
-
-/* Until comm.c lands: the core's helper, same format. */
-const char *cddp__peer_name(const cddp__comm_ctx_t *ctx, int rank, char *buf, size_t size) {
-  snprintf(buf, size, "rank %d (host %s)", rank,
-           rank >= 0 && rank < ctx->world ? ctx->peers[rank].host : "?");
-  return buf;
-}
-
-#define MAXW 8
-
-typedef struct job job_t;
-typedef struct trank {
-  int rank;
-  job_t *job;
-  cddp_store_t *store;
-  cddp__comm_ctx_t ctx;
-  int aborted;
-  void *st;
-  cddp_result_t init_result;
-  pthread_t th;
-} trank_t;
-
-struct job {
-  int world, nstreams, timeout_ms;
-  cddp_comm_config_t cfg;
-  cddp__peer_t peers[MAXW];
-  cddp_store_t *base;
-  trank_t r[MAXW];
-  pthread_barrier_t bar;
-  void (*body)(trank_t *);
-  void *out[MAXW]; /* each rank's result buffer, for the cross-rank bit comparison */
-  size_t out_bytes;
-  void *arg;
-};
-
-static void *rank_main(void *p) {
-  trank_t *tr = p;
-  tr->init_result = cddp__transport_tcp.init(&tr->ctx, &tr->st);
-  if (tr->init_result != CDDP_OK) {
-    fprintf(stderr, "rank %d init: %s: %s\n", tr->rank, cddp_result_name(tr->init_result), cddp_last_error());
-    pthread_barrier_wait(&tr->job->bar); /* let the others notice instead of hanging */
-    return NULL;
-  }
-  if (tr->job->body) tr->job->body(tr);
-  cddp__transport_tcp.destroy(tr->st);
-  return NULL;
-}
-
-static void job_start(job_t *j, int world, void (*body)(trank_t *), void *arg) {
-  j->world = world, j->body = body, j->arg = arg;
-  j->cfg = (cddp_comm_config_t){"native", "tcp", j->nstreams ? j->nstreams : 2,
-                                j->timeout_ms ? j->timeout_ms : 10000, CDDP_ALGO_AUTO};
-  CHECK_OK(cddp_store_mem_create(&j->base));
-  pthread_barrier_init(&j->bar, NULL, (unsigned)world);
-  for (int r = 0; r < world; r++) {
-    snprintf(j->peers[r].host, sizeof j->peers[r].host, "testhost%d", r);
-    snprintf(j->peers[r].host_id, sizeof j->peers[r].host_id, "id");
-    j->peers[r].pid = getpid();
-  }
-  for (int r = 0; r < world; r++) {
-    trank_t *tr = &j->r[r];
-    tr->rank = r, tr->job = j;
-    CHECK_OK(cddp_store_prefix_create(&tr->store, j->base, "comm/r0/", 0));
-    tr->ctx = (cddp__comm_ctx_t){r, world, 0, tr->store, &j->cfg, j->peers, &tr->aborted, 1};
-  }
-  for (int r = 0; r < world; r++) CHECK(pthread_create(&j->r[r].th, NULL, rank_main, &j->r[r]) == 0);
-}
-
-static void job_join(job_t *j) {
-  for (int r = 0; r < j->world; r++) {
-    pthread_join(j->r[r].th, NULL);
-    cddp_store_close(j->r[r].store);
-  }
-  cddp_store_close(j->base);
-  pthread_barrier_destroy(&j->bar);
-}
-
-static void run_job(int world, void (*body)(trank_t *), void *arg) {
-  job_t *j = calloc(1, sizeof *j);
-  job_start(j, world, body, arg);
-  job_join(j);
-  for (int r = 0; r < world; r++) CHECK_OK(j->r[r].init_result);
-  free(j);
-}
-
-static cddp_result_t coll(trank_t *tr, cddp__coll_kind_t kind, const void *send, void *recv, size_t count,
-                          cddp_dtype_t dt, cddp_redop_t op, int root, cddp_algo_t algo) {
-  cddp__coll_t c = {kind, send, recv, count, dt, op, root, algo, cddp__deadline_ms(10000)};
-  return cddp__transport_tcp.run(tr->st, &c);
-}
+#include "test_comm_tcp_harness.h"
 
 /* ---- data and references ---- */
 
@@ -241,6 +149,12 @@ static void matrix_body(trank_t *tr) {
   CHECK_OK(coll(tr, CDDP__BARRIER, NULL, NULL, 0, CDDP_I32, CDDP_SUM, 0, CDDP_ALGO_AUTO));
 }
 
-TEST_TIMEOUT(tcp_matrix_world2, 120) { run_job(2, matrix_body, NULL); }
-TEST_TIMEOUT(tcp_matrix_world3, 120) { run_job(3, matrix_body, NULL); }
+TEST_TIMEOUT(tcp_matrix_world2, 120) {
+  harness_nstreams = 1;
+  run_job(2, matrix_body, NULL);
+}
+TEST_TIMEOUT(tcp_matrix_world3, 120) {
+  harness_nstreams = 3;
+  run_job(3, matrix_body, NULL);
+}
 TEST_TIMEOUT(tcp_matrix_world4, 120) { run_job(4, matrix_body, NULL); }

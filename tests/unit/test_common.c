@@ -83,3 +83,25 @@ TEST(reduce_ints_and_avg_truncates) {
   cddp__reduce2(o, x, y, 1, CDDP_I32, CDDP_AVG, 0.5);
   CHECK_EQ(o[0], 3);
 }
+
+/* The fused two-input f32 path: every aliasing shape gives the plain loop's bits. */
+TEST(reduce2_f32_aliasing_shapes) {
+  enum { N = 10007 };
+  static float a[N], b[N], ref[N], d[N], x[N];
+  for (int i = 0; i < N; i++) a[i] = 0.1f * i, b[i] = 1.0f / (i + 1);
+  for (int avg = 0; avg < 2; avg++) {
+    cddp_redop_t op = avg ? CDDP_AVG : CDDP_SUM;
+    for (int i = 0; i < N; i++) ref[i] = avg ? (a[i] + b[i]) * 0.5f : a[i] + b[i];
+    cddp__reduce2(d, a, b, N, CDDP_F32, op, 0.5); /* distinct */
+    CHECK(memcmp(d, ref, sizeof d) == 0);
+    memcpy(d, a, sizeof d);
+    cddp__reduce2(d, d, b, N, CDDP_F32, op, 0.5); /* dst == a */
+    CHECK(memcmp(d, ref, sizeof d) == 0);
+    memcpy(d, b, sizeof d);
+    cddp__reduce2(d, a, d, N, CDDP_F32, op, 0.5); /* dst == b */
+    CHECK(memcmp(d, ref, sizeof d) == 0);
+    memcpy(x, a, sizeof x); /* partial overlap falls back to the general kernel */
+    cddp__reduce2(x + 1, x, b, N - 1, CDDP_F32, CDDP_SUM, 1.0);
+    CHECK(x[1] == a[0] + b[0]);
+  }
+}
