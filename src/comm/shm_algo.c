@@ -76,6 +76,8 @@ static cddp_result_t allreduce_direct(run_t *R) {
     uint32_t step = ++s->step;
     memcpy(my_slot(s, step, AT(c->send, off, R->es)), AT(c->send, off, R->es), n * R->es);
     CDDP_CHECK(cddp__shm_arrive_all(s, step, c->deadline));
+    warm_next(s, AT(c->send, off + n < c->count ? off + n : 0, R->es),
+              CDDP_MIN(piece, c->count) * R->es);
     for (int q = 0; q < s->world; q++)
       srcs[q] = q == s->rank ? (const void *)AT(c->send, off, R->es) : peer_slot(s, step, q);
     if (fast2(R))
@@ -83,8 +85,6 @@ static cddp_result_t allreduce_direct(run_t *R) {
                          (float)R->scale, c->op == CDDP_AVG, 0);
     else
       cddp__reduce_n(AT(c->recv, off, R->es), srcs, s->world, n, c->dt, c->op, R->scale);
-    warm_next(s, AT(c->send, off + n < c->count ? off + n : 0, R->es),
-              CDDP_MIN(piece, c->count) * R->es);
   }
   return CDDP_OK;
 }
