@@ -150,10 +150,11 @@ static cddp_result_t exchange_peers(cddp_comm_t *c) {
 
 /* ---------------------------------------------------------------- lifecycle */
 
+/* Under mu. The message is written before the code is published (execute reads it lock-free). */
 static void record_error(cddp_comm_t *c, cddp_result_t r, const char *msg) {
   if (c->error == CDDP_OK) {
-    c->error = r;
     snprintf(c->error_msg, sizeof c->error_msg, "%s", msg && msg[0] ? msg : cddp_strerror(r));
+    __atomic_store_n(&c->error, r, __ATOMIC_RELEASE);
   }
 }
 
@@ -287,7 +288,7 @@ static cddp_result_t execute(cddp_comm_t *c, cddp__coll_t *co, char *err, size_t
   cddp_result_t r;
   if (__atomic_load_n(&c->aborted, __ATOMIC_ACQUIRE)) {
     r = cddp__fail(CDDP_ABORTED, "communicator (rank %d, round %d) was aborted", c->rank, c->round);
-  } else if (c->error != CDDP_OK) {
+  } else if (__atomic_load_n(&c->error, __ATOMIC_ACQUIRE) != CDDP_OK) {
     r = c->error;
     cddp__set_error_text(c->error_msg);
   } else if (!c->tp) {
@@ -297,7 +298,7 @@ static cddp_result_t execute(cddp_comm_t *c, cddp__coll_t *co, char *err, size_t
     co->deadline = cddp__deadline_ms(c->cfg.timeout_ms);
     r = c->tp->run(c->tp_state, co);
   }
-  if (err) snprintf(err, errsize, "%s", r == CDDP_OK ? "" : cddp_last_error());
+  if (r != CDDP_OK) snprintf(err, errsize, "%s", cddp_last_error());
   return r;
 }
 
