@@ -11,6 +11,14 @@ static inline uint64_t cddp__now_ns(void) {
   return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
+/* A few ns instead of ~20, at the kernel tick's resolution (a few ms), never ahead of
+ * cddp__now_ns: good enough for timeouts, not for timing. */
+static inline uint64_t cddp__now_coarse_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
 /* Deadline timeout_ms from now; a negative timeout means "never". */
 static inline uint64_t cddp__deadline_ms(int64_t timeout_ms) {
   return timeout_ms < 0 ? UINT64_MAX : cddp__now_ns() + (uint64_t)timeout_ms * 1000000ull;
