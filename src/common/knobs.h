@@ -19,7 +19,7 @@
   X(DIRECT_MAX_BYTES, "CDDP_DIRECT_MAX_BYTES", "65536",                                        \
     "auto picks the latency algorithm at or below this message size")                         \
   X(SHM_CHUNK_BYTES, "CDDP_SHM_CHUNK_BYTES", "262144", "staging chunk per rank for shm copies") \
-  X(TCP_CHUNK_BYTES, "CDDP_TCP_CHUNK_BYTES", "262144",                                          \
+  X(TCP_CHUNK_BYTES, "CDDP_TCP_CHUNK_BYTES", "1048576",                                          \
     "TCP pipeline chunk: the unit striped over streams and the staging slot per stream")     \
   X(TCP_CONGESTION, "CDDP_TCP_CONGESTION", "auto",                                              \
     "TCP congestion control for data connections: auto (reno within one host, system default across), system, or a name") \

@@ -159,7 +159,9 @@ TEST_TIMEOUT(tcp_matrix_world2, 120) {
 }
 TEST_TIMEOUT(tcp_matrix_world3, 120) {
   harness_nstreams = 3;
+  setenv("CDDP_TCP_CHUNK_BYTES", "4096", 1); /* many chunks per block: the pipeline, striped */
   run_job(3, matrix_body, NULL);
+  unsetenv("CDDP_TCP_CHUNK_BYTES");
 }
 TEST_TIMEOUT(tcp_matrix_world4, 120) { run_job(4, matrix_body, NULL); }
 
