@@ -236,6 +236,13 @@ static cddp_result_t tcp_init(const cddp__comm_ctx_t *ctx, void **state) {
   if (ctx->all_local && !getenv(cddp__knob_var(CDDP_KNOB_NSTREAMS))) t->nstreams = 1;
   int64_t chunk = cddp__knob_int(CDDP_KNOB_TCP_CHUNK_BYTES);
   t->chunk_bytes = (size_t)CDDP_MAX(4096, CDDP_MIN(chunk, 64 << 20)) & ~(size_t)63;
+  /* BBR, a common system default, paces every socket: on loopback, where nothing is
+   * lost, the pacing timers and the small bursts they allow cost ~30% more CPU per 64 MiB
+   * allreduce than reno (docs/tcp.md). Across hosts the system's choice stands. */
+  const char *cc = cddp__knob_str(CDDP_KNOB_TCP_CONGESTION);
+  if (strcmp(cc, "system") == 0 || !*cc) t->cc = NULL;
+  else if (strcmp(cc, "auto") == 0) t->cc = ctx->all_local ? "reno" : NULL;
+  else t->cc = cc;
   int64_t dmax = cddp__knob_int(CDDP_KNOB_DIRECT_MAX_BYTES);
   t->direct_max = dmax < 0 ? 0 : (size_t)dmax;
   t->fds = malloc((size_t)t->world * (size_t)t->nstreams * sizeof *t->fds);

@@ -31,11 +31,15 @@ void cddp__tcp_addr_format(const struct sockaddr *sa, uint64_t nonce, char *buf,
 cddp_result_t cddp__tcp_addr_parse(const char *text, struct sockaddr_storage *sa, socklen_t *len,
                                    uint64_t *nonce);
 
-/* Socket options for a data connection: TCP_NODELAY, buffers, keepalive, user timeout. */
-void cddp__tcp_tune(int fd, int buf_bytes);
+/* Options that must precede the handshake (on a connecting socket or a listener, whose
+ * accepted sockets inherit them): buffers, so the window scale covers them, and the
+ * congestion control cc (NULL: the system's; one that cannot be set is skipped). */
+int cddp__tcp_preconnect(int fd, int buf_bytes, const char *cc); /* -1: cc refused (errno) */
+/* Socket options for a data connection: TCP_NODELAY, keepalive, user timeout. */
+void cddp__tcp_tune(int fd);
 /* Non-blocking listening socket on addr (port 0 = ephemeral); *port receives the port. */
-cddp_result_t cddp__tcp_listen(const struct sockaddr *addr, socklen_t len, int buf_bytes, int *fd,
-                               int *port);
+cddp_result_t cddp__tcp_listen(const struct sockaddr *addr, socklen_t len, int buf_bytes, const char *cc,
+                               int *fd, int *port);
 
 /* ---- schedule: pure functions shared by the algorithms and their tests (tcp_sched.c) ---- */
 
@@ -83,6 +87,7 @@ typedef struct cddp__tcp {
   int *fds;             /* world * nstreams; -1 where no connection */
   int wakefd;           /* eventfd that wake() writes */
   size_t chunk_bytes;   /* pipeline chunk (= staging slot) */
+  const char *cc;       /* congestion control to set on data connections, NULL = the system's */
   size_t direct_max;    /* AUTO picks the latency algorithm at or below this many bytes */
   char *staging_mem, **staging; /* one slot per stream */
   char *scratch;        /* grow-only work memory for reduce_scatter / recursive doubling */

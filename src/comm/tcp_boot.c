@@ -207,7 +207,7 @@ cddp_result_t cddp__tcp_bootstrap(cddp__tcp_t *t) {
   struct pollfd *pfd = NULL;
 
   CDDP_CHECK_GOTO(cddp__netif_choose(&nif), ret, fail);
-  CDDP_CHECK_GOTO(cddp__tcp_listen((struct sockaddr *)&nif.addr, nif.addrlen, SOCK_BUF_BYTES, &lfd, &port),
+  CDDP_CHECK_GOTO(cddp__tcp_listen((struct sockaddr *)&nif.addr, nif.addrlen, SOCK_BUF_BYTES, t->cc, &lfd, &port),
                   ret, fail);
   if (getrandom(&b.nonce, sizeof b.nonce, 0) != sizeof b.nonce) b.nonce = cddp__now_ns() ^ (uint64_t)getpid() << 32;
   if (nif.addr.ss_family == AF_INET6) ((struct sockaddr_in6 *)&nif.addr)->sin6_port = htons((uint16_t)port);
@@ -231,9 +231,7 @@ cddp_result_t cddp__tcp_bootstrap(cddp__tcp_t *t) {
       c->state = CONNECTING, c->peer = p, c->stream = s;
       c->fd = socket(sa.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
       if (c->fd < 0) { ret = cddp__fail_errno(CDDP_SYSTEM, "socket"); goto fail; }
-      int bytes = SOCK_BUF_BYTES;
-      (void)setsockopt(c->fd, SOL_SOCKET, SO_SNDBUF, &bytes, sizeof bytes);
-      (void)setsockopt(c->fd, SOL_SOCKET, SO_RCVBUF, &bytes, sizeof bytes);
+      cddp__tcp_preconnect(c->fd, SOCK_BUF_BYTES, t->cc);
       if (connect(c->fd, (struct sockaddr *)&sa, salen) != 0 && errno != EINPROGRESS) {
         ret = cddp__fail_errno(CDDP_REMOTE, "connect to %s at %s",
                                cddp__peer_name(ctx, p, pn, sizeof pn), cddp__sockaddr_ip((struct sockaddr *)&sa, ip, sizeof ip));
@@ -285,9 +283,9 @@ cddp_result_t cddp__tcp_bootstrap(cddp__tcp_t *t) {
     }
     if (pfd[0].revents) accept_all(&b, lfd);
   }
-  for (int i = 0; i < t->world * S; i++) if (t->fds[i] >= 0) cddp__tcp_tune(t->fds[i], 0);
-  CDDP_INFO(CDDP_SUB_NET, "NET/TCP: rank %d listening on %s via %s, %d stream(s) to each of %d peer(s)",
-            t->rank, addr, nif.name, S, npeers);
+  for (int i = 0; i < t->world * S; i++) if (t->fds[i] >= 0) cddp__tcp_tune(t->fds[i]);
+  CDDP_INFO(CDDP_SUB_NET, "NET/TCP: rank %d listening on %s via %s, %d stream(s) to each of %d peer(s), congestion control %s",
+            t->rank, addr, nif.name, S, npeers, t->cc ? t->cc : "(system)");
 
 exit:
   for (int i = b.nc - 1; i >= 0; i--) drop(&b, i); /* strangers still half-open */

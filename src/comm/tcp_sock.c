@@ -1,5 +1,6 @@
 /* tcp_sock.c - socket helpers for the TCP transport: handshake frames, addresses, options. */
 #include <arpa/inet.h>
+#include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
 #include <netinet/in.h>
@@ -12,6 +13,7 @@
 #include "comm/netif.h"
 #include "comm/tcp.h"
 #include "common/check.h"
+#include "common/log.h"
 
 static void put32(unsigned char *p, uint32_t v) {
   p[0] = (unsigned char)(v >> 24), p[1] = (unsigned char)(v >> 16);
@@ -99,14 +101,22 @@ bad:
   return cddp__fail(CDDP_INVALID_ARG, "malformed TCP address '%.80s' (want ip:port nonce)", text);
 }
 
-void cddp__tcp_tune(int fd, int buf_bytes) {
-  int one = 1;
-  /* Failures here only cost speed or detection time, never correctness: ignore them. */
-  (void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+int cddp__tcp_preconnect(int fd, int buf_bytes, const char *cc) {
+  /* Failures here only cost speed, never correctness: ignore them. */
   if (buf_bytes > 0) {
     (void)setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &buf_bytes, sizeof buf_bytes);
     (void)setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &buf_bytes, sizeof buf_bytes);
   }
+  /* Before connect: BBR (a common system default) turns on the socket's pacing when it
+   * initialises, and switching later leaves the pacing on. */
+  if (cc && *cc && setsockopt(fd, IPPROTO_TCP, TCP_CONGESTION, cc, (socklen_t)strlen(cc)) != 0) return -1;
+  return 0;
+}
+
+void cddp__tcp_tune(int fd) {
+  int one = 1;
+  /* Failures here only cost speed or detection time, never correctness: ignore them. */
+  (void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
   /* A silent peer (host gone, cable pulled) is found by keepalive probes and by the
    * bound on unacknowledged data; a dead process is found at once by its RST/FIN. */
   int idle = 10, intvl = 2, cnt = 3, user_timeout_ms = 20000;
@@ -117,8 +127,8 @@ void cddp__tcp_tune(int fd, int buf_bytes) {
   (void)setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &user_timeout_ms, sizeof user_timeout_ms);
 }
 
-cddp_result_t cddp__tcp_listen(const struct sockaddr *addr, socklen_t len, int buf_bytes, int *out,
-                               int *port) {
+cddp_result_t cddp__tcp_listen(const struct sockaddr *addr, socklen_t len, int buf_bytes, const char *cc,
+                               int *out, int *port) {
   char ip[64];
   int fd = socket(addr->sa_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   if (fd < 0) return cddp__fail_errno(CDDP_SYSTEM, "socket for TCP listener");
@@ -126,12 +136,10 @@ cddp_result_t cddp__tcp_listen(const struct sockaddr *addr, socklen_t len, int b
   memcpy(&a, addr, len);
   if (a.ss_family == AF_INET6) ((struct sockaddr_in6 *)&a)->sin6_port = 0;
   else ((struct sockaddr_in *)&a)->sin_port = 0;
-  /* buffer sizes set on the listener are inherited by accepted sockets, and must be set
-   * before the handshake so the window scale covers them */
-  if (buf_bytes > 0) {
-    (void)setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &buf_bytes, sizeof buf_bytes);
-    (void)setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &buf_bytes, sizeof buf_bytes);
-  }
+  /* accepted sockets inherit the listener's buffer sizes and congestion control */
+  if (cddp__tcp_preconnect(fd, buf_bytes, cc) != 0)
+    CDDP_WARN("CDDP_TCP_CONGESTION: cannot use congestion control '%s' (%s); keeping the system's", cc,
+              strerror(errno));
   socklen_t alen = len;
   if (bind(fd, (struct sockaddr *)&a, len) != 0 || listen(fd, SOMAXCONN) != 0 ||
       getsockname(fd, (struct sockaddr *)&a, &alen) != 0) {

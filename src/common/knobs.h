@@ -21,8 +21,10 @@
   X(SHM_CHUNK_BYTES, "CDDP_SHM_CHUNK_BYTES", "262144", "staging chunk per rank for shm copies") \
   X(SHM_CMA, "CDDP_SHM_CMA", "1",                                                              \
     "shm: 1 = read/write peers' ordinary buffers with process_vm_readv/writev when allowed")  \
-  X(TCP_CHUNK_BYTES, "CDDP_TCP_CHUNK_BYTES", "262144",                                          \
+  X(TCP_CHUNK_BYTES, "CDDP_TCP_CHUNK_BYTES", "1048576",                                          \
     "TCP pipeline chunk: the unit striped over streams and the staging slot per stream")     \
+  X(TCP_CONGESTION, "CDDP_TCP_CONGESTION", "auto",                                              \
+    "TCP congestion control for data connections: auto (reno within one host, system default across), system, or a name") \
   X(SPIN_US, "CDDP_SPIN_US", "20", "busy-wait this long before sleeping on a futex")           \
   X(STORE_TIMEOUT_MS, "CDDP_STORE_TIMEOUT_MS", "300000", "default bound on a store client call, ms") \
   X(TOKEN, "CDDP_TOKEN", "", "job token for the store's challenge-response (never sent on the wire)") \

@@ -5,8 +5,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
+#include "comm/tcp.h"
 #include "test_comm_tcp_harness.h"
 
 /* ---- data and references ---- */
@@ -155,6 +159,68 @@ TEST_TIMEOUT(tcp_matrix_world2, 120) {
 }
 TEST_TIMEOUT(tcp_matrix_world3, 120) {
   harness_nstreams = 3;
+  setenv("CDDP_TCP_CHUNK_BYTES", "4096", 1); /* many chunks per block: the pipeline, striped */
   run_job(3, matrix_body, NULL);
+  unsetenv("CDDP_TCP_CHUNK_BYTES");
 }
 TEST_TIMEOUT(tcp_matrix_world4, 120) { run_job(4, matrix_body, NULL); }
+
+/* ---- congestion control: reno within one host, the system's (or the knob's) across ---- */
+
+static void cc_body(trank_t *tr) {
+  const char *want = tr->job->arg;
+  cddp__tcp_t *t = tr->st;
+  int checked = 0;
+  for (int i = 0; i < t->world * t->nstreams; i++) {
+    if (t->fds[i] < 0) continue;
+    char got[32] = "";
+    socklen_t len = sizeof got - 1;
+    CHECK(getsockopt(t->fds[i], IPPROTO_TCP, TCP_CONGESTION, got, &len) == 0);
+    if (strcmp(got, want) != 0) TEST_FAIL("rank %d fd %d: congestion control %s, want %s", tr->rank, i, got, want);
+    checked++;
+  }
+  CHECK(checked > 0);
+  float v[1000];
+  for (int i = 0; i < 1000; i++) v[i] = (float)(tr->rank + i);
+  CHECK_OK(coll(tr, CDDP__ALLREDUCE, v, v, 1000, CDDP_F32, CDDP_SUM, 0, CDDP_ALGO_RING));
+  for (int i = 0; i < 1000; i++) CHECK(v[i] == (float)(2 * i + 1));
+}
+
+static void cc_job(int all_local, const char *want) {
+  job_t *j = calloc(1, sizeof *j);
+  if (!j) abort();
+  j->nstreams = 1, j->all_local = all_local;
+  job_start(j, 2, cc_body, (void *)want);
+  job_join(j);
+  for (int r = 0; r < 2; r++) CHECK_OK(j->r[r].init_result);
+  free(j);
+}
+
+static int read_line(const char *path, char *buf, size_t size) {
+  FILE *f = fopen(path, "r");
+  if (!f) return -1;
+  int ok = fgets(buf, (int)size, f) != NULL;
+  fclose(f);
+  buf[strcspn(buf, "\n")] = '\0';
+  return ok ? 0 : -1;
+}
+
+TEST_TIMEOUT(tcp_congestion_control, 60) {
+  char sys[64], avail[256];
+  unsetenv("CDDP_TCP_CONGESTION");
+  cc_job(1, "reno"); /* one host: reno, whatever the system's default */
+  if (read_line("/proc/sys/net/ipv4/tcp_congestion_control", sys, sizeof sys) == 0)
+    cc_job(0, sys); /* across hosts: left alone */
+  setenv("CDDP_TCP_CONGESTION", "system", 1);
+  if (read_line("/proc/sys/net/ipv4/tcp_congestion_control", sys, sizeof sys) == 0) cc_job(1, sys);
+  char allowed[256] = "";
+  (void)read_line("/proc/sys/net/ipv4/tcp_allowed_congestion_control", allowed, sizeof allowed);
+  if (read_line("/proc/sys/net/ipv4/tcp_available_congestion_control", avail, sizeof avail) == 0 &&
+      strstr(avail, "cubic") && (geteuid() == 0 || strstr(allowed, "cubic"))) {
+    setenv("CDDP_TCP_CONGESTION", "cubic", 1);
+    cc_job(0, "cubic"); /* explicit: everywhere (root, or cubic in the allowed list) */
+  }
+  setenv("CDDP_TCP_CONGESTION", "no-such-algorithm", 1); /* a WARN, then the system's */
+  if (read_line("/proc/sys/net/ipv4/tcp_congestion_control", sys, sizeof sys) == 0) cc_job(1, sys);
+  unsetenv("CDDP_TCP_CONGESTION");
+}

@@ -31,7 +31,7 @@ typedef struct trank {
 } trank_t;
 
 struct job {
-  int world, nstreams, timeout_ms;
+  int world, nstreams, timeout_ms, all_local;
   cddp_comm_config_t cfg;
   cddp__peer_t peers[MAXW];
   cddp_store_t *base;
@@ -73,7 +73,7 @@ static __attribute__((unused)) void job_start(job_t *j, int world, void (*body)(
     trank_t *tr = &j->r[r];
     tr->rank = r, tr->job = j;
     CHECK_OK(cddp_store_prefix_create(&tr->store, j->base, "comm/r0/", 0));
-    tr->ctx = (cddp__comm_ctx_t){r, world, 0, tr->store, &j->cfg, j->peers, &tr->aborted, 0};
+    tr->ctx = (cddp__comm_ctx_t){r, world, 0, tr->store, &j->cfg, j->peers, &tr->aborted, j->all_local};
   }
   for (int r = 0; r < world; r++) CHECK(pthread_create(&j->r[r].th, NULL, rank_main, &j->r[r]) == 0);
 }
