@@ -45,23 +45,36 @@ static void slice(const run_t *R, size_t n, int q, size_t *lo, size_t *len) {
  * buffer it is copied from (2 KiB apart modulo 4 KiB, so the load and store streams never
  * 4K-alias) and published next to the arrive word (slot_off[k]); readers take it from there. */
 
+/* Which staging buffer rank q writes at step g. More than two ranks: slot[g % 4][q].
+ * Two ranks: an ownership chain over four buffers, slot[g % 2][(q + g/2) % 2]: a rank writes
+ * at step g the buffer its peer wrote at g-2 and it read then with PREFETCHW (read for
+ * ownership), so the lines are already modified in its own cache: one cross-core transfer
+ * per line and step instead of a read plus an invalidation. Safe: the peer wrote that
+ * buffer before posting g-2 and never reads its own buffers; this rank read it during g-2;
+ * the peer reads it again only after this rank posts g. (g/2 is a 31-bit counter, even
+ * modulus, so the parity carries on across the u32 wrap.) */
+static char *slot_buf(shm_t *s, uint32_t step, int q) {
+  if (s->world == 2) return s->slot[step & 1][((uint32_t)q + (step >> 1)) & 1];
+  return s->slot[step % SHM_NSLOT][q];
+}
+
 static char *my_slot(shm_t *s, uint32_t step, const void *user) {
   int k = (int)(step % SHM_NSLOT);
   uint32_t off = (uint32_t)(((uintptr_t)user + 2048) & 4032);
   s->ctl[s->rank].desc.slot_off[k] = off; /* published by the following arrive */
-  return s->slot[k][s->rank] + off;
+  return slot_buf(s, step, s->rank) + off;
 }
 
 static const char *peer_slot(shm_t *s, uint32_t step, int q) {
   int k = (int)(step % SHM_NSLOT);
-  return s->slot[k][q] + s->ctl[q].desc.slot_off[k];
+  return slot_buf(s, step, q) + s->ctl[q].desc.slot_off[k];
 }
 
-/* Takes back the lines of my next slot (the peers read them two steps ago, so they sit in
- * their caches): the stores of the next step then hit instead of waiting for invalidations. */
+/* More than two ranks: takes back the lines of my next slot (the peers read them two steps
+ * ago, so they sit in their caches): the stores of the next step then hit instead of waiting
+ * for invalidations. (Two ranks read each other's buffers for ownership instead.) */
 static void warm_next(shm_t *s, const void *user, size_t bytes) {
-  int k = (int)((s->step + 1) % SHM_NSLOT);
-  cddp__shm_prefetchw(s->slot[k][s->rank] + (((uintptr_t)user + 2048) & 4032), bytes);
+  cddp__shm_prefetchw(slot_buf(s, s->step + 1, s->rank) + (((uintptr_t)user + 2048) & 4032), bytes);
 }
 
 /* ---- direct: every rank stages its whole input, every rank reduces all slots in rank
@@ -76,10 +89,13 @@ static cddp_result_t allreduce_direct(run_t *R) {
     uint32_t step = ++s->step;
     memcpy(my_slot(s, step, AT(c->send, off, R->es)), AT(c->send, off, R->es), n * R->es);
     CDDP_CHECK(cddp__shm_arrive_all(s, step, c->deadline));
-    warm_next(s, AT(c->send, off + n < c->count ? off + n : 0, R->es),
-              CDDP_MIN(piece, c->count) * R->es);
     for (int q = 0; q < s->world; q++)
       srcs[q] = q == s->rank ? (const void *)AT(c->send, off, R->es) : peer_slot(s, step, q);
+    if (s->world == 2) /* read the peer's buffer for ownership: I write it at step + 2 */
+      cddp__shm_prefetchw(srcs[1 - s->rank], n * R->es);
+    else
+      warm_next(s, AT(c->send, off + n < c->count ? off + n : 0, R->es),
+                CDDP_MIN(piece, c->count) * R->es);
     if (fast2(R))
       cddp__shm_sum2_f32((float *)AT(c->recv, off, 4), NULL, srcs[0], srcs[1], n,
                          (float)R->scale, c->op == CDDP_AVG, 0);
