@@ -73,17 +73,21 @@ int cddp_test_fork_ranks(int n, void (*fn)(int, int, void *), void *arg, int tim
   return failed;
 }
 
+/* Below the kernel's ephemeral range (32768-60999 here): a port handed out for a server to
+ * bind later must not be taken meanwhile by some process's outgoing connection. */
 int cddp_test_free_port(void) {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-  socklen_t len = sizeof a;
-  if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof a) != 0 ||
-      getsockname(fd, (struct sockaddr *)&a, &len) != 0) {
-    perror("free port");
-    exit(1);
+  unsigned seed = (unsigned)getpid() ^ (unsigned)(now_s() * 1e6);
+  for (int attempt = 0; attempt < 200; attempt++) {
+    int port = 20000 + (int)(rand_r(&seed) % 12768);
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+                            .sin_addr.s_addr = htonl(INADDR_ANY)};
+    int ok = fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof a) == 0;
+    if (fd >= 0) close(fd);
+    if (ok) return port;
   }
-  close(fd);
-  return ntohs(a.sin_port);
+  perror("free port");
+  exit(1);
 }
 
 int main(int argc, char **argv) {

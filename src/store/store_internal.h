@@ -51,6 +51,10 @@ cddp_result_t cddp__store_tcp_wait_begin(cddp_store_t *s, const char *const *key
 cddp_result_t cddp__store_tcp_wait_end(cddp_store_t *s, const char *const *keys, size_t n,
                                        int timeout_ms);
 
+/* Whether the connected socket s is connected to itself (a TCP simultaneous open that a
+ * connect to a not-yet-listening port of the ephemeral range can produce). */
+int cddp__store_self_connected(int s);
+
 /* Test hook: how long a server lets a client take to authenticate (default 10 s). */
 void cddp__store_server_set_handshake_ms(cddp_store_server_t *srv, int ms);
 

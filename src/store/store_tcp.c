@@ -301,6 +301,17 @@ cddp_result_t cddp__store_tcp_wait_end(cddp_store_t *s, const char *const *keys,
 
 /* ---- connecting ---- */
 
+/* While nobody listens on a port of the ephemeral range, a retried connect to it can get that
+ * very port as its source and complete a TCP simultaneous open with itself; it would then hold
+ * the port the store's server is about to bind. Such a socket counts as refused. */
+int cddp__store_self_connected(int s) {
+  struct sockaddr_storage me, peer;
+  socklen_t ml = sizeof me, pl = sizeof peer;
+  if (getsockname(s, (struct sockaddr *)&me, &ml) != 0 || getpeername(s, (struct sockaddr *)&peer, &pl) != 0)
+    return 0;
+  return ml == pl && memcmp(&me, &peer, ml) == 0;
+}
+
 /* One attempt over every address of host. 0 with *fd connected, or -1 with why. */
 static int try_connect(const char *host, int port, uint64_t deadline, int *fd, char *why,
                        size_t whysize) {
@@ -330,6 +341,7 @@ static int try_connect(const char *host, int port, uint64_t deadline, int *fd, c
         if (!err && getsockopt(s, SOL_SOCKET, SO_ERROR, &err, &el) != 0) err = errno;
       }
     }
+    if (!err && cddp__store_self_connected(s)) err = ECONNREFUSED;
     if (err) {
       snprintf(why, whysize, "%s", strerror(err));
       close(s);

@@ -8,8 +8,21 @@ ok()   { t_n=$((t_n + 1)); echo "ok $t_n - $t_name:$1"; }
 fail() { t_n=$((t_n + 1)); t_failed=$((t_failed + 1)); echo "not ok $t_n - $t_name:$1${2:+ ($2)}"; }
 # check NAME CMD...: ok when CMD exits 0
 check() { local name=$1; shift; if "$@"; then ok "$name"; else fail "$name" "exit $?"; fi; }
-# free_port: a TCP port nobody listens on right now
-free_port() { python3 -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));print(s.getsockname()[1])'; }
+# free_port: a TCP port nobody uses right now, below the kernel's ephemeral range (20000-32767)
+# so that no outgoing connection of a concurrent process can take it before the test binds it
+free_port() {
+  python3 -c '
+import random, socket
+for _ in range(200):
+    p = random.randrange(20000, 32768)
+    s = socket.socket()
+    try:
+        s.bind(("0.0.0.0", p)); print(p); break
+    except OSError:
+        pass
+    finally:
+        s.close()'
+}
 finish() { exit $((t_failed > 0)); }
 # bench_verdict NP FILE...: prints "clean" when the `cddp bench` output in FILE(s) (prefixed
 # "[rank N] " or not) names NP ranks, has result rows, every #wrong is 0 and the check passed;
