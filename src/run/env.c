@@ -3,12 +3,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cddp/env.h"
 #include "common/check.h"
 #include "common/clock.h"
 #include "common/log.h"
-#include "run/nodelist.h"
+#include "run/slurm_step.h"
 
 /* Integer variable: absent -> dflt; malformed or out of [lo, hi] -> INVALID_ARG naming it. */
 static cddp_result_t env_int(const char *name, int dflt, long lo, long hi, int *out) {
@@ -24,11 +25,6 @@ static cddp_result_t env_int(const char *name, int dflt, long lo, long hi, int *
     return cddp__fail(CDDP_INVALID_ARG, "%s=%s is not an integer in [%ld, %ld]", name, v, lo, hi);
   *out = (int)x;
   return CDDP_OK;
-}
-
-static const char *first_env(const char *a, const char *b) {
-  const char *v = getenv(a);
-  return v && *v ? a : (b && getenv(b) && *getenv(b) ? b : a);
 }
 
 static void copy(char *dst, size_t size, const char *src) { snprintf(dst, size, "%s", src ? src : ""); }
@@ -91,28 +87,14 @@ static cddp_result_t read_torchrun(cddp_env_t *e) {
 }
 
 static cddp_result_t read_slurm(cddp_env_t *e) {
-  const char *wname = first_env("SLURM_STEP_NUM_TASKS", "SLURM_NTASKS");
-  const char *nname = first_env("SLURM_STEP_NUM_NODES", "SLURM_NNODES");
-  const char *lname = first_env("SLURM_STEP_NODELIST", "SLURM_NODELIST");
-  const char *tname = first_env("SLURM_STEP_TASKS_PER_NODE", "SLURM_TASKS_PER_NODE");
-  int job, step;
-  CDDP_CHECK(env_int(wname, 1, 1, 1 << 24, &e->world_size));
-  CDDP_CHECK(env_int("SLURM_PROCID", 0, 0, 1 << 24, &e->rank));
-  CDDP_CHECK(check_rank("SLURM_PROCID", e->rank, wname, e->world_size));
-  CDDP_CHECK(env_int(nname, 1, 1, 1 << 24, &e->nnodes));
-  CDDP_CHECK(env_int("SLURM_NODEID", 0, 0, 1 << 24, &e->node_rank));
-  CDDP_CHECK(check_rank("SLURM_NODEID", e->node_rank, nname, e->nnodes));
-  CDDP_CHECK(env_int("SLURM_LOCALID", 0, 0, 1 << 24, &e->local_rank));
-  CDDP_CHECK(env_int("SLURM_JOB_ID", 0, 0, 0x7fffffff, &job));
-  CDDP_CHECK(env_int("SLURM_STEP_ID", 0, 0, 0x7fffffff, &step));
-  e->local_world_size = 1;
-  if (getenv(tname)) CDDP_CHECK(cddp__tasks_per_node(getenv(tname), e->node_rank, &e->local_world_size));
-  snprintf(e->run_id, sizeof e->run_id, "slurm-%d.%d", job, step);
-  const char *a = getenv("MASTER_ADDR"); /* overrides the first host (names that don't resolve) */
-  if (a && *a) copy(e->master_addr, sizeof e->master_addr, a);
-  else if (getenv(lname)) CDDP_CHECK(cddp__nodelist_first(getenv(lname), e->master_addr, sizeof e->master_addr));
-  else return cddp__fail(CDDP_INVALID_ARG, "Slurm task without SLURM_STEP_NODELIST or MASTER_ADDR");
-  CDDP_CHECK(env_int("MASTER_PORT", cddp__slurm_port(job, step), 1, 65535, &e->master_port));
+  cddp__slurm_step_t st;
+  CDDP_CHECK(cddp__slurm_step_read(environ, &st));
+  e->rank = st.rank, e->world_size = st.world;
+  e->local_rank = st.local_rank, e->local_world_size = st.local_world;
+  e->node_rank = st.node_rank, e->nnodes = st.nnodes;
+  e->master_port = st.master_port;
+  copy(e->master_addr, sizeof e->master_addr, st.master_addr);
+  copy(e->run_id, sizeof e->run_id, st.run_id);
   return CDDP_OK;
 }
 
@@ -165,7 +147,7 @@ cddp_result_t cddp_env_read(cddp_env_t *env) {
   } else if (getenv("RANK") && getenv("WORLD_SIZE")) {
     e.source = CDDP_ENV_TORCHRUN;
     CDDP_CHECK(read_torchrun(&e));
-  } else if (getenv("SLURM_PROCID") && getenv("SLURM_STEP_ID")) { /* not the batch step */
+  } else if (cddp__slurm_in_step(environ)) {
     e.source = CDDP_ENV_SLURM;
     CDDP_CHECK(read_slurm(&e));
   } else if (getenv("OMPI_COMM_WORLD_RANK") || getenv("PMI_RANK")) {

@@ -9,8 +9,8 @@
 #include <unistd.h>
 
 #include "common/check.h"
-#include "run/nodelist.h"
 #include "run/options.h"
+#include "run/slurm_step.h"
 
 enum {
   F_NNODES, F_NPROC, F_RDZV_ID, F_RDZV_BACKEND, F_RDZV_ENDPOINT, F_RDZV_TIMEOUT, F_RDZV_LAST_CALL,
@@ -252,14 +252,13 @@ static void fill_xtuner(raw_t *r, char **envp) {
 }
 
 /* Slurm: decides the mode and fills what the step says. bufs hold derived strings. */
-static cddp_result_t fill_slurm(raw_t *r, char **envp, cddp_run_opts_t *o, char bufs[4][256]) {
+static cddp_result_t fill_slurm(raw_t *r, char **envp, cddp_run_opts_t *o, char bufs[5][256]) {
   const char *launcher = r->val[F_LAUNCHER] ? r->val[F_LAUNCHER] : "";
   if (*launcher && strcmp(launcher, "slurm") && strcmp(launcher, "local"))
     return bad_value(r, F_LAUNCHER, "must be slurm or local");
-  const char *procid = cddp__envp_get(envp, "SLURM_PROCID"), *stepid = cddp__envp_get(envp, "SLURM_STEP_ID");
   const char *jobid = cddp__envp_get(envp, "SLURM_JOB_ID");
   if (!jobid) jobid = cddp__envp_get(envp, "SLURM_JOBID");
-  int in_step = procid && stepid;
+  int in_step = cddp__slurm_in_step(envp);
   int explicit_rdzv = r->val[F_STANDALONE] || r->val[F_RDZV_ENDPOINT] || r->val[F_MASTER_ADDR] ||
                       r->val[F_NODE_RANK] || r->val[F_RDZV_BACKEND];
   int want = !strcmp(launcher, "slurm") || (!*launcher && in_step && !explicit_rdzv);
@@ -272,52 +271,29 @@ static cddp_result_t fill_slurm(raw_t *r, char **envp, cddp_run_opts_t *o, char 
     }
     return cddp__fail(CDDP_INVALID_ARG, "%s slurm: not inside a Slurm job (SLURM_JOB_ID is unset)", r->src[F_LAUNCHER]);
   }
-  static const char *need[][2] = {{"SLURM_STEP_NUM_NODES", "SLURM_NNODES"}, {"SLURM_STEP_NUM_TASKS", "SLURM_NTASKS"},
-                                  {"SLURM_STEP_NODELIST", "SLURM_NODELIST"}, {"SLURM_NODEID", NULL},
-                                  {"SLURM_LOCALID", NULL}};
-  const char *v[5];
-  for (int i = 0; i < 5; i++) {
-    v[i] = cddp__envp_get(envp, need[i][0]);
-    if (!v[i] && need[i][1]) v[i] = cddp__envp_get(envp, need[i][1]);
-    if (!v[i]) return cddp__fail(CDDP_INVALID_ARG, "Slurm step without %s", need[i][0]);
-  }
-  long nnodes, ntasks, nodeid, localid, rank, job = 0, step = 0;
-  if (!parse_long(v[0], 1, 1 << 20, &nnodes)) return cddp__fail(CDDP_INVALID_ARG, "SLURM_STEP_NUM_NODES=%s is not a node count", v[0]);
-  if (!parse_long(v[1], 1, 1 << 24, &ntasks)) return cddp__fail(CDDP_INVALID_ARG, "SLURM_STEP_NUM_TASKS=%s is not a task count", v[1]);
-  if (!parse_long(v[3], 0, nnodes - 1, &nodeid)) return cddp__fail(CDDP_INVALID_ARG, "SLURM_NODEID=%s is not below SLURM_STEP_NUM_NODES=%s", v[3], v[0]);
-  if (!parse_long(v[4], 0, ntasks - 1, &localid)) return cddp__fail(CDDP_INVALID_ARG, "SLURM_LOCALID=%s is not a task index", v[4]);
-  if (!parse_long(procid, 0, ntasks - 1, &rank)) return cddp__fail(CDDP_INVALID_ARG, "SLURM_PROCID=%s is not below SLURM_STEP_NUM_TASKS=%s", procid, v[1]);
-  if (jobid) parse_long(jobid, 0, 1L << 40, &job);
-  parse_long(stepid, 0, 1L << 40, &step);
+  cddp__slurm_step_t st;
+  CDDP_CHECK(cddp__slurm_step_read(envp, &st));
   o->slurm = 1;
-  /* master: MASTER_ADDR overrides the first host (test clusters whose names don't resolve) */
-  const char *maddr = cddp__envp_get(envp, "MASTER_ADDR");
-  if (maddr && *maddr) snprintf(bufs[0], 256, "%s", maddr);
-  else CDDP_CHECK(cddp__nodelist_first(v[2], bufs[0], 256));
-  const char *mport = cddp__envp_get(envp, "MASTER_PORT");
-  if (mport && *mport) snprintf(bufs[1], 256, "%s", mport);
-  else snprintf(bufs[1], 256, "%d", cddp__slurm_port(job, step));
-  snprintf(bufs[2], 256, "slurm-%ld.%ld", job, step);
-  if (!r->val[F_MASTER_ADDR]) put(r, F_MASTER_ADDR, bufs[0], maddr && *maddr ? "MASTER_ADDR" : "SLURM_STEP_NODELIST", 0);
-  if (!r->val[F_MASTER_PORT]) put(r, F_MASTER_PORT, bufs[1], mport && *mport ? "MASTER_PORT" : "SLURM_JOB_ID", 0);
+  snprintf(bufs[0], 256, "%s", st.master_addr);
+  snprintf(bufs[1], 256, "%d", st.master_port);
+  snprintf(bufs[2], 256, "%s", st.run_id);
+  if (!r->val[F_MASTER_ADDR]) put(r, F_MASTER_ADDR, bufs[0], st.master_var, 0);
+  if (!r->val[F_MASTER_PORT]) put(r, F_MASTER_PORT, bufs[1], st.port_var, 0);
   if (!r->val[F_RDZV_ID]) put(r, F_RDZV_ID, bufs[2], "SLURM_JOB_ID", 0);
-  if (ntasks != nnodes) { /* one task per rank: exec PROGRAM as this rank */
-    int lws;
-    const char *tpn = cddp__envp_get(envp, "SLURM_STEP_TASKS_PER_NODE");
-    if (!tpn) tpn = cddp__envp_get(envp, "SLURM_TASKS_PER_NODE");
-    CDDP_CHECK(cddp__tasks_per_node(tpn, (int)nodeid, &lws));
+  if (st.world != st.nnodes) { /* one task per rank: exec PROGRAM as this rank */
     o->mode = CDDP_RUN_SLURM_RANK;
-    o->rank = (int)rank;
-    o->world_size = (int)ntasks;
-    o->local_rank = (int)localid;
-    o->local_world_size = lws;
-    o->node_rank = (int)nodeid;
-    o->min_nodes = o->max_nodes = (int)nnodes;
+    o->rank = st.rank;
+    o->world_size = st.world;
+    o->local_rank = st.local_rank;
+    o->local_world_size = st.local_world;
+    o->node_rank = st.node_rank;
+    o->min_nodes = o->max_nodes = st.nnodes;
     return CDDP_OK;
   }
   /* one task per node: this task is the node's agent, static rendezvous */
-  snprintf(bufs[3], 256, "%ld", nodeid);
-  if (!r->val[F_NNODES]) put(r, F_NNODES, v[0], cddp__envp_get(envp, "SLURM_STEP_NUM_NODES") ? "SLURM_STEP_NUM_NODES" : "SLURM_NNODES", 0);
+  snprintf(bufs[3], 256, "%d", st.node_rank);
+  snprintf(bufs[4], 256, "%d", st.nnodes);
+  if (!r->val[F_NNODES]) put(r, F_NNODES, bufs[4], st.nnodes_var, 0);
   if (!r->val[F_NODE_RANK]) put(r, F_NODE_RANK, bufs[3], "SLURM_NODEID", 0);
   if (!r->val[F_RDZV_BACKEND]) put(r, F_RDZV_BACKEND, "static", "--launcher slurm", 0);
   return CDDP_OK;
@@ -334,7 +310,7 @@ static cddp_result_t parse_stream_mask(const raw_t *r, int f, int *mask) {
 
 cddp_result_t cddp__run_parse(int argc, char **argv, char **envp, cddp_run_opts_t *o) {
   raw_t r;
-  char bufs[4][256];
+  char bufs[5][256];
   long v;
   memset(&r, 0, sizeof r);
   memset(o, 0, sizeof *o);

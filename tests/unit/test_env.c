@@ -112,6 +112,25 @@ TEST(env_slurm_task_and_batch_step) {
   CHECK_EQ(e.world_size, 1);
 }
 
+/* The same reader serves `cddp run --launcher slurm`: a step task without its node index, or
+ * with a rank past the step's tasks, is named, never defaulted. */
+TEST(env_slurm_step_errors_are_named) {
+  cddp_env_t e;
+  ENV("SLURM_PROCID", "0", "SLURM_STEP_ID", "0", "SLURM_JOB_ID", "7", "SLURM_LOCALID", "0",
+      "SLURM_STEP_NUM_NODES", "2", "SLURM_STEP_NUM_TASKS", "2", "SLURM_STEP_NODELIST", "n[1-2]");
+  CHECK_RESULT(cddp_env_read(&e), CDDP_INVALID_ARG);
+  CHECK(strstr(cddp_last_error(), "Slurm step without SLURM_NODEID"));
+  setenv("SLURM_NODEID", "0", 1);
+  setenv("SLURM_PROCID", "2", 1);
+  CHECK_RESULT(cddp_env_read(&e), CDDP_INVALID_ARG);
+  CHECK(strstr(cddp_last_error(), "SLURM_PROCID=2 is not below SLURM_STEP_NUM_TASKS=2"));
+  setenv("SLURM_PROCID", "1", 1);
+  setenv("SLURM_NODEID", "1", 1);
+  CHECK_OK(cddp_env_read(&e));
+  CHECK_EQ(e.local_world_size, 1); /* one task per node needs no tasks-per-node list */
+  CHECK(!strcmp(e.master_addr, "n1"));
+}
+
 TEST(env_mpi_names) {
   ENV("OMPI_COMM_WORLD_RANK", "1", "OMPI_COMM_WORLD_SIZE", "2", "OMPI_COMM_WORLD_LOCAL_RANK", "1",
       "OMPI_COMM_WORLD_LOCAL_SIZE", "2", "OMPI_MCA_ess_base_jobid", "12345");
