@@ -14,7 +14,7 @@ ifneq ($(SANITIZER),)
 CFLAGS_BASE += -fsanitize=$(SANITIZER) -fno-omit-frame-pointer
 LDFLAGS     += -fsanitize=$(SANITIZER)
 endif
-LDLIBS   := -pthread -lcrypto -lm -lrt
+LDLIBS   := -lopenblas -lyaml -lz -pthread -lcrypto -lm -lrt
 
 # ---- optional dependencies: detected and reported, never required
 HAVE_MPI := 0
@@ -36,7 +36,7 @@ CFLAGS_BASE += -DCDDP_HAVE_MPI=$(HAVE_MPI) -DCDDP_HAVE_NCCL=$(HAVE_NCCL)
 CFLAGS ?=
 ALL_CFLAGS := $(CFLAGS_BASE) $(CFLAGS)
 
-LIB_SRCS  := $(sort $(wildcard src/common/*.c src/store/*.c src/run/*.c src/comm/*.c))
+LIB_SRCS  := $(sort $(wildcard src/common/*.c src/store/*.c src/run/*.c src/comm/*.c src/train/*.c))
 CLI_SRCS  := $(sort $(wildcard src/cli/*.c))
 TEST_SRCS := $(sort $(wildcard tests/unit/test_*.c))
 FUZZ_SRCS := $(sort $(wildcard tests/fuzz/fuzz_*.c))
