@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include "cddp/comm.h"
+#include "cddp/ddp.h"
 #include "cddp/env.h"
 #include "cli/bench.h"
 #include "cli/commands.h"
@@ -225,51 +226,31 @@ static int run_rows(bench_t *B) {
   return wrong_total ? 1 : 0;
 }
 
-/* The store may be hosted by rank 0: it stays up until every rank has said it is done. */
-static void exit_barrier(cddp_store_t *store, int rank, int world, int round) {
-  char key[64];
-  snprintf(key, sizeof key, "bench/r%d/done/%d", round, rank);
-  if (cddp_store_set(store, key, "1", 1) != CDDP_OK || rank != 0) return;
-  uint64_t deadline = cddp__deadline_ms(10000);
-  for (int r = 1; r < world; r++) {
-    snprintf(key, sizeof key, "bench/r%d/done/%d", round, r);
-    const char *keys[1] = {key};
-    if (cddp_store_wait(store, keys, 1, cddp__ms_left(deadline)) != CDDP_OK) return;
-  }
-}
-
 int cddp_cmd_bench(int argc, char **argv) {
   bench_t B = {0};
   int rc = cddp__bench_parse(argc, argv, &B.o);
   if (rc) return rc == 1 ? 0 : 2;
   const bench_opts_t *o = &B.o;
 
-  cddp_env_t env;
-  cddp_store_t *store = NULL;
-  cddp_store_server_t *hosted = NULL;
-  if (cddp_env_read(&env) != CDDP_OK) {
-    fprintf(stderr, "cddp bench: %s\n", cddp_last_error());
-    return 2;
-  }
-  B.rank = env.rank, B.world = env.world_size;
-  cddp__log_set_rank(B.rank);
-  if (o->coll == BENCH_BROADCAST && o->root >= B.world) {
-    fprintf(stderr, "cddp bench: root %d is not a rank of this world of %d\n", o->root, B.world);
-    return 2;
-  }
-  if (cddp_env_connect(&env, (int)cddp__knob_int(CDDP_KNOB_STORE_TIMEOUT_MS), &store, &hosted) != CDDP_OK) {
-    fprintf(stderr, "cddp bench: rank %d: cannot reach the job's store: %s\n", B.rank, cddp_last_error());
-    return 1;
-  }
   cddp_comm_config_t cfg;
   cddp_comm_config_default(&cfg);
   if (o->transport) cfg.transport = o->transport;
   if (o->algo >= 0) cfg.algo = (cddp_algo_t)o->algo;
-  if (cddp_comm_init(&B.comm, store, B.rank, B.world, env.round, &cfg) != CDDP_OK) {
-    fprintf(stderr, "cddp bench: rank %d: communicator: %s\n", B.rank, cddp_last_error());
-    cddp_env_disconnect(store, hosted);
+  cddp_env_t env;
+  if (cddp_env_read(&env) != CDDP_OK) {
+    fprintf(stderr, "cddp bench: %s\n", cddp_last_error());
+    return 2;
+  }
+  if (o->coll == BENCH_BROADCAST && o->root >= env.world_size) {
+    fprintf(stderr, "cddp bench: root %d is not a rank of this world of %d\n", o->root, env.world_size);
+    return 2;
+  }
+  cddp_world_t W;
+  if (cddp_world_join(&W, &cfg) != CDDP_OK) {
+    fprintf(stderr, "cddp bench: %s\n", cddp_last_error());
     return 1;
   }
+  B.rank = W.rank, B.world = W.world, B.comm = W.comm;
   CDDP_INFO(CDDP_SUB_BENCH, "bench %s: rank %d of %d, transport %s", cddp__bench_coll_name(o->coll), B.rank,
             B.world, cddp_comm_transport(B.comm));
   B.esz = cddp_dtype_size(o->dt);
@@ -301,9 +282,7 @@ out:
   if (B.broken) cddp_comm_abort(B.comm);
   if (B.a) release(&B, B.a);
   if (B.b) release(&B, B.b);
-  cddp_comm_destroy(B.comm);
-  if (!B.broken) exit_barrier(store, B.rank, B.world, env.round);
-  cddp_env_disconnect(store, hosted);
+  cddp_world_leave(&W, !B.broken);
   free(B.reqs);
   free(ids);
   return rc;

@@ -1,0 +1,92 @@
+/* ddp.h - data-parallel training for any C trainer: join the job's world from the launcher's
+ * environment, broadcast initial parameters, and all-reduce a flat gradient buffer in
+ * buckets that start while backward still runs (PyTorch DDP's design, without autograd).
+ *
+ *   cddp_world_t w;                        // who am I, where is the store, the communicator
+ *   cddp_world_join(&w, NULL);
+ *   cddp_ddp_t *ddp;
+ *   cddp_ddp_create(&ddp, w.comm, n_params, 4 << 20, CDDP_SUM);
+ *   float *grads = cddp_ddp_grads(ddp);    // shared memory: the zero-copy allreduce path
+ *   cddp_ddp_broadcast(ddp, params, 0);    // every rank starts from rank 0's parameters
+ *   for (;;) {
+ *     cddp_ddp_begin(ddp);
+ *     backward(...);                       // calls cddp_ddp_grad_ready(ddp, offset) as the
+ *                                          // gradients at [offset, n) become final
+ *     cddp_ddp_finish(ddp);                // all buckets reduced: grads hold the sum/mean
+ *     update(params, grads);
+ *   }
+ *   cddp_ddp_destroy(ddp);
+ *   cddp_world_leave(&w, 1);
+ *
+ * On accumulation micro-steps simply do not call begin/grad_ready/finish: no communication.
+ * Example: examples/train_linear.c. */
+#ifndef CDDP_DDP_H
+#define CDDP_DDP_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "cddp/cddp.h"
+#include "cddp/comm.h"
+#include "cddp/env.h"
+#include "cddp/store.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* A worker's place in the job: its environment, the job's store, its communicator. */
+typedef struct cddp_world {
+  cddp_env_t env;
+  cddp_store_t *store;
+  cddp_store_server_t *hosted; /* the store rank 0 hosts when no agent does */
+  cddp_comm_t *comm;
+  int rank, world;
+} cddp_world_t;
+
+/* Reads the environment (cddp run, torchrun, Slurm, MPI), connects to the store and builds
+ * the communicator. cfg may be NULL (defaults and CDDP_* knobs). On failure nothing is held
+ * and cddp_last_error names the cause. */
+cddp_result_t cddp_world_join(cddp_world_t *w, const cddp_comm_config_t *cfg);
+/* Tears down the communicator; when clean, first waits (bounded) until every rank is done
+ * with the store so the store rank 0 may host outlives its last user. */
+void cddp_world_leave(cddp_world_t *w, int clean);
+
+typedef struct cddp_ddp cddp_ddp_t;
+
+typedef struct cddp_ddp_stats {
+  uint64_t wait_ns;      /* time finish() spent waiting: communication not hidden by backward */
+  uint64_t bytes;        /* payload bytes all-reduced */
+  uint64_t wire_bytes;   /* bytes each rank sent (ring estimate: 2 (w-1)/w of the payload) */
+  int buckets;
+} cddp_ddp_stats_t;
+
+/* n floats of gradients in buckets of about bucket_bytes (0: 4 MiB), reduced with op
+ * (CDDP_SUM, or CDDP_AVG for the mean over ranks). Collective: every rank calls it. */
+cddp_result_t cddp_ddp_create(cddp_ddp_t **out, cddp_comm_t *comm, size_t n, size_t bucket_bytes,
+                              cddp_redop_t op);
+void cddp_ddp_destroy(cddp_ddp_t *d);
+/* The gradient buffer (n floats, zeroed at create). */
+float *cddp_ddp_grads(cddp_ddp_t *d);
+size_t cddp_ddp_count(const cddp_ddp_t *d);
+int cddp_ddp_bucket_count(const cddp_ddp_t *d);
+/* Overlap off: grad_ready only records, finish reduces every bucket itself (blocking). */
+void cddp_ddp_set_overlap(cddp_ddp_t *d, int overlap);
+/* Copies root's n-float buffer (e.g. the parameters) to every rank. */
+cddp_result_t cddp_ddp_broadcast(cddp_ddp_t *d, float *buf, int root);
+/* Starts a synchronising step. */
+void cddp_ddp_begin(cddp_ddp_t *d);
+/* Gradients at [offset, n) are final: starts every bucket that lies wholly inside. Matches
+ * the model's backward hook signature (void *ctx = the cddp_ddp_t). Errors are kept for
+ * finish(). */
+void cddp_ddp_grad_ready(void *ddp, size_t offset);
+/* Starts what is left, waits for every bucket. After OK the buffer holds the reduction. */
+cddp_result_t cddp_ddp_finish(cddp_ddp_t *d);
+/* Counters since create (or the last reset). */
+void cddp_ddp_stats(cddp_ddp_t *d, cddp_ddp_stats_t *s, int reset);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* CDDP_DDP_H */

@@ -1,0 +1,141 @@
+/* ddp.c - bucketed gradient all-reduce that starts while backward still runs.
+ *
+ * Buckets are contiguous slices of the gradient buffer cut from its END, because backward
+ * finishes the buffer from the end towards the start: bucket 0 is the last bucket_bytes of
+ * the buffer and is the first one started. Each runs as an iallreduce on the comm's progress
+ * thread, in place, on shared memory (the zero-copy path). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cddp/ddp.h"
+#include "common/check.h"
+#include "common/clock.h"
+#include "common/log.h"
+
+typedef struct bucket {
+  size_t lo, hi; /* [lo, hi) in floats */
+  cddp_request_t *req;
+  int started;
+} bucket_t;
+
+struct cddp_ddp {
+  cddp_comm_t *comm;
+  cddp_redop_t op;
+  float *grads;
+  size_t n;
+  bucket_t *b;
+  int nb;
+  int next;        /* first bucket not yet started */
+  int overlap;
+  cddp_result_t err; /* first failure to start a bucket during backward */
+  char err_text[512];
+  cddp_ddp_stats_t st;
+};
+
+cddp_result_t cddp_ddp_create(cddp_ddp_t **out, cddp_comm_t *comm, size_t n, size_t bucket_bytes,
+                              cddp_redop_t op) {
+  *out = NULL;
+  if (!comm) return cddp__fail(CDDP_INVALID_ARG, "ddp: communicator is NULL");
+  if (n == 0) return cddp__fail(CDDP_INVALID_ARG, "ddp: gradient buffer of 0 floats");
+  if (op != CDDP_SUM && op != CDDP_AVG)
+    return cddp__fail(CDDP_INVALID_ARG, "ddp: reduction must be sum or avg, not %s", cddp_redop_name(op));
+  if (bucket_bytes == 0) bucket_bytes = 4u << 20;
+  size_t per = CDDP_MAX(bucket_bytes / sizeof(float), (size_t)1024);
+  cddp_ddp_t *d = calloc(1, sizeof *d);
+  if (!d) return cddp__fail(CDDP_SYSTEM, "ddp: out of memory");
+  d->comm = comm, d->op = op, d->n = n, d->overlap = 1;
+  d->nb = (int)((n + per - 1) / per);
+  d->b = calloc((size_t)d->nb, sizeof *d->b);
+  cddp_result_t r = d->b ? cddp_comm_mem_alloc(comm, n * sizeof(float), (void **)&d->grads)
+                         : cddp__fail(CDDP_SYSTEM, "ddp: out of memory");
+  if (r != CDDP_OK) {
+    free(d->b);
+    free(d);
+    return r;
+  }
+  memset(d->grads, 0, n * sizeof(float));
+  for (int i = 0; i < d->nb; i++) {
+    size_t hi = n - (size_t)i * per;
+    d->b[i].hi = hi;
+    d->b[i].lo = hi > per ? hi - per : 0;
+  }
+  d->st.buckets = d->nb;
+  CDDP_INFO(CDDP_SUB_DDP, "ddp: %zu floats in %d buckets of <= %zu KiB, %s", n, d->nb,
+            per * sizeof(float) >> 10, cddp_redop_name(op));
+  *out = d;
+  return CDDP_OK;
+}
+
+void cddp_ddp_destroy(cddp_ddp_t *d) {
+  if (!d) return;
+  for (int i = 0; i < d->nb; i++)
+    if (d->b[i].req) cddp_wait(d->b[i].req);
+  cddp_comm_mem_free(d->comm, d->grads);
+  free(d->b);
+  free(d);
+}
+
+float *cddp_ddp_grads(cddp_ddp_t *d) { return d->grads; }
+size_t cddp_ddp_count(const cddp_ddp_t *d) { return d->n; }
+int cddp_ddp_bucket_count(const cddp_ddp_t *d) { return d->nb; }
+void cddp_ddp_set_overlap(cddp_ddp_t *d, int overlap) { d->overlap = overlap; }
+
+cddp_result_t cddp_ddp_broadcast(cddp_ddp_t *d, float *buf, int root) {
+  return cddp_broadcast(d->comm, buf, d->n, CDDP_F32, root);
+}
+
+void cddp_ddp_begin(cddp_ddp_t *d) {
+  d->next = 0;
+  d->err = CDDP_OK;
+  for (int i = 0; i < d->nb; i++) d->b[i].started = 0, d->b[i].req = NULL;
+}
+
+static void start(cddp_ddp_t *d, bucket_t *b) {
+  b->started = 1;
+  if (d->err != CDDP_OK) return;
+  float *p = d->grads + b->lo;
+  cddp_result_t r = cddp_iallreduce(d->comm, p, p, b->hi - b->lo, CDDP_F32, d->op, &b->req);
+  if (r != CDDP_OK) {
+    d->err = r;
+    snprintf(d->err_text, sizeof d->err_text, "%s", cddp_last_error());
+  }
+}
+
+void cddp_ddp_grad_ready(void *ctx, size_t offset) {
+  cddp_ddp_t *d = ctx;
+  if (!d->overlap) return;
+  while (d->next < d->nb && d->b[d->next].lo >= offset) start(d, &d->b[d->next++]);
+}
+
+cddp_result_t cddp_ddp_finish(cddp_ddp_t *d) {
+  uint64_t t0 = cddp__now_ns();
+  cddp_result_t ret = CDDP_OK;
+  if (!d->overlap) {
+    /* one blocking call over the whole buffer: fewest synchronisations */
+    ret = cddp_allreduce(d->comm, d->grads, d->grads, d->n, CDDP_F32, d->op);
+    d->next = d->nb;
+  } else {
+    while (d->next < d->nb) start(d, &d->b[d->next++]);
+    for (int i = 0; i < d->nb; i++) {
+      if (!d->b[i].req) continue;
+      cddp_result_t r = cddp_wait(d->b[i].req);
+      d->b[i].req = NULL;
+      if (r != CDDP_OK && ret == CDDP_OK) ret = r;
+    }
+    if (d->err != CDDP_OK) {
+      ret = d->err;
+      cddp__set_error_text(d->err_text);
+    }
+  }
+  d->st.wait_ns += cddp__now_ns() - t0;
+  d->st.bytes += d->n * sizeof(float);
+  int w = cddp_comm_world(d->comm);
+  d->st.wire_bytes += w > 1 ? (uint64_t)((double)d->n * sizeof(float) * 2.0 * (w - 1) / w) : 0;
+  return ret;
+}
+
+void cddp_ddp_stats(cddp_ddp_t *d, cddp_ddp_stats_t *s, int reset) {
+  *s = d->st;
+  if (reset) d->st = (cddp_ddp_stats_t){.buckets = d->nb};
+}
