@@ -8,6 +8,7 @@
 
 #include "cddp/store.h"
 #include "cli/commands.h"
+#include "cli/flags.h"
 #include "common/check.h"
 
 static void usage(FILE *f) {
@@ -20,19 +21,6 @@ static void usage(FILE *f) {
           "Serves until SIGINT or SIGTERM, then exits 0.\n");
 }
 
-/* "--flag VALUE" or "--flag=VALUE": returns the value and advances *i, else NULL. */
-static const char *flag_value(int argc, char **argv, int *i, const char *flag, int *missing) {
-  size_t n = strlen(flag);
-  if (strncmp(argv[*i], flag, n) != 0) return NULL;
-  if (argv[*i][n] == '=') return argv[*i] + n + 1;
-  if (argv[*i][n] != '\0') return NULL;
-  if (*i + 1 >= argc) {
-    *missing = 1;
-    return NULL;
-  }
-  return argv[++*i];
-}
-
 int cddp_cmd_store(int argc, char **argv) {
   const char *host = NULL, *port_s = NULL, *token_file = NULL;
   for (int i = 1; i < argc; i++) {
@@ -41,11 +29,11 @@ int cddp_cmd_store(int argc, char **argv) {
     if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
       usage(stdout);
       return 0;
-    } else if ((v = flag_value(argc, argv, &i, "--port", &missing))) {
+    } else if ((v = cddp__flag_value(argc, argv, &i, "--port", &missing))) {
       port_s = v;
-    } else if ((v = flag_value(argc, argv, &i, "--host", &missing))) {
+    } else if ((v = cddp__flag_value(argc, argv, &i, "--host", &missing))) {
       host = v;
-    } else if ((v = flag_value(argc, argv, &i, "--token-file", &missing))) {
+    } else if ((v = cddp__flag_value(argc, argv, &i, "--token-file", &missing))) {
       token_file = v;
     } else if (missing) {
       fprintf(stderr, "cddp store: %s needs a value\n", argv[i]);

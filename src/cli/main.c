@@ -10,6 +10,7 @@ static const struct {
   int (*fn)(int, char **);
   const char *help;
 } commands[] = {
+    {"train", cddp_cmd_train, "data-parallel training from a YAML config (run it under `cddp run`)"},
     {"run", cddp_cmd_run, "start workers on this node (torchrun-style launcher)"},
     {"store", cddp_cmd_store, "serve a rendezvous store on a TCP port"},
     {"bench", cddp_cmd_bench, "benchmark collectives (nccl-tests dialect)"},

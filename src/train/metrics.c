@@ -1,0 +1,88 @@
+/* metrics.c - progress line, JSONL records and rates of a training run. */
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common/check.h"
+#include "common/clock.h"
+#include "train/metrics.h"
+
+static double now_s(void) { return (double)cddp__now_ns() * 1e-9; }
+
+cddp_result_t cddp_metrics_open(cddp_metrics_t *m, const char *jsonl_path, int append, int every) {
+  memset(m, 0, sizeof *m);
+  m->every = every > 0 ? every : 50;
+  m->live = isatty(STDERR_FILENO);
+  m->first_step = -1;
+  if (!jsonl_path) return CDDP_OK;
+  m->jsonl = fopen(jsonl_path, append ? "a" : "w");
+  if (!m->jsonl) return cddp__fail_errno(CDDP_SYSTEM, "cannot open metrics file %s", jsonl_path);
+  return CDDP_OK;
+}
+
+static void fmt_eta(double s, char *buf, size_t cap) {
+  long t = s > 0 && s < 1e7 ? (long)(s + 0.5) : 0;
+  if (t >= 3600) snprintf(buf, cap, "%ld:%02ld:%02ld", t / 3600, t / 60 % 60, t % 60);
+  else snprintf(buf, cap, "%ld:%02ld", t / 60, t % 60);
+}
+
+void cddp_metrics_step(cddp_metrics_t *m, const cddp_step_record_t *r) {
+  double t = now_s();
+  if (m->first_step < 0) m->first_step = r->step - 1, m->started_s = t - r->step_s;
+  m->samples += r->samples;
+  m->comm_s += r->comm_s;
+  m->step_s += r->step_s;
+  double rate = r->step_s > 0 ? r->samples / r->step_s : 0;
+  if (m->jsonl) {
+    fprintf(m->jsonl,
+            "{\"step\":%lld,\"epoch\":%llu,\"loss\":%.7g,\"lr\":%.7g,\"grad_norm\":%.7g,"
+            "\"samples\":%d,\"samples_per_s\":%.1f,\"step_ms\":%.3f,\"compute_ms\":%.3f,"
+            "\"comm_ms\":%.3f,\"data_ms\":%.3f,\"bytes_sent\":%llu}\n",
+            (long long)r->step, (unsigned long long)r->epoch, r->loss, r->lr, r->grad_norm,
+            r->samples, rate, r->step_s * 1e3, r->compute_s * 1e3, r->comm_s * 1e3,
+            r->data_s * 1e3, (unsigned long long)r->bytes_sent);
+    /* fflush, not fsync: a crash may lose the last lines, never the checkpoints */
+    fflush(m->jsonl);
+    double avg = cddp_metrics_rate(m);
+    double per_step = (t - m->started_s) / (double)(r->step - m->first_step);
+    char eta[32];
+    fmt_eta(per_step * (double)(r->total - r->step), eta, sizeof eta);
+    int show = m->live || r->step % m->every == 0 || r->step == r->total;
+    if (show) {
+      fprintf(stderr, "%sepoch %llu/%d  step %lld/%lld  loss %.4f  lr %.4g  %.0f samples/s  ETA %s%s",
+              m->live ? "\r" : "", (unsigned long long)r->epoch + 1, r->epochs, (long long)r->step,
+              (long long)r->total, r->loss, r->lr, avg, eta, m->live ? "\033[K" : "\n");
+      m->pending_newline = m->live;
+    }
+  }
+}
+
+void cddp_metrics_eval(cddp_metrics_t *m, uint64_t epoch, int64_t step, double accuracy,
+                       double loss, int samples) {
+  if (!m->jsonl) return;
+  fprintf(m->jsonl, "{\"eval\":true,\"epoch\":%llu,\"step\":%lld,\"accuracy\":%.6f,\"loss\":%.7g,\"samples\":%d}\n",
+          (unsigned long long)epoch, (long long)step, accuracy, loss, samples);
+  fflush(m->jsonl);
+  cddp_metrics_break_line(m);
+  fprintf(stderr, "eval after epoch %llu (step %lld): test accuracy %.4f  loss %.4f  (%d samples)\n",
+          (unsigned long long)epoch + 1, (long long)step, accuracy, loss, samples);
+}
+
+double cddp_metrics_rate(const cddp_metrics_t *m) {
+  return m->step_s > 0 ? (double)m->samples / m->step_s : 0;
+}
+
+double cddp_metrics_comm_fraction(const cddp_metrics_t *m) {
+  return m->step_s > 0 ? m->comm_s / m->step_s : 0;
+}
+
+void cddp_metrics_break_line(cddp_metrics_t *m) {
+  if (m->pending_newline) fputc('\n', stderr);
+  m->pending_newline = 0;
+}
+
+void cddp_metrics_close(cddp_metrics_t *m) {
+  cddp_metrics_break_line(m);
+  if (m->jsonl) fclose(m->jsonl);
+  m->jsonl = NULL;
+}

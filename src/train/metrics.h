@@ -1,0 +1,47 @@
+/* metrics.h - what the user sees of a run: rank 0's live progress line and end summary, and
+ * the run's metrics.jsonl (one JSON object per step and per evaluation). */
+#ifndef CDDP_TRAIN_METRICS_H
+#define CDDP_TRAIN_METRICS_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "cddp/cddp.h"
+
+typedef struct cddp_step_record {
+  int64_t step;        /* optimizer steps done, 1-based */
+  int64_t total;       /* steps of the whole run */
+  uint64_t epoch;      /* 0-based epoch the step's samples came from */
+  int epochs;
+  double loss;         /* mean over the global batch */
+  double lr;
+  double grad_norm;
+  int samples;         /* real samples in the global batch */
+  double step_s, compute_s, comm_s, data_s; /* comm = exposed (not hidden by backward) */
+  uint64_t bytes_sent; /* this rank, this step */
+} cddp_step_record_t;
+
+typedef struct cddp_metrics {
+  FILE *jsonl;         /* NULL on ranks other than 0 */
+  int live;            /* progress line rewritten in place (stderr is a terminal) */
+  int every;           /* plain progress line every N steps when not live */
+  double started_s;    /* wall clock of the first step of this process */
+  int64_t first_step;  /* step the process started at (after a resume) */
+  int64_t samples;     /* samples trained by this process */
+  double comm_s, step_s;
+  int pending_newline;
+} cddp_metrics_t;
+
+/* Rank 0 passes the jsonl path (appended to when resuming); others pass NULL. */
+cddp_result_t cddp_metrics_open(cddp_metrics_t *m, const char *jsonl_path, int append, int every);
+void cddp_metrics_step(cddp_metrics_t *m, const cddp_step_record_t *r);
+void cddp_metrics_eval(cddp_metrics_t *m, uint64_t epoch, int64_t step, double accuracy,
+                       double loss, int samples);
+/* Average samples/s of this process and the exposed-communication fraction of step time. */
+double cddp_metrics_rate(const cddp_metrics_t *m);
+double cddp_metrics_comm_fraction(const cddp_metrics_t *m);
+/* Ends a live line so the next output starts on its own line. */
+void cddp_metrics_break_line(cddp_metrics_t *m);
+void cddp_metrics_close(cddp_metrics_t *m);
+
+#endif /* CDDP_TRAIN_METRICS_H */

@@ -1,0 +1,122 @@
+/* train_setup.c - checks before training: configs agree across ranks, the batch splits over
+ * this world, BLAS threads, the run folder. */
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "common/check.h"
+#include "common/log.h"
+#include "train/trainer.h"
+
+#define MAX_KEYS 128
+
+cddp_result_t cddp__train_check_configs(trainer_t *t) {
+  uint64_t mine[MAX_KEYS + 1] = {0};
+  int n = cddp_config_key_hashes(&t->cfg, mine + 1, MAX_KEYS);
+  mine[0] = (uint64_t)n;
+  uint64_t *all = calloc((size_t)t->world * (MAX_KEYS + 1), sizeof *all);
+  if (!all) return cddp__fail(CDDP_SYSTEM, "out of memory");
+  cddp_result_t r = cddp_allgather(t->w.comm, mine, all, MAX_KEYS + 1, CDDP_I64);
+  if (r != CDDP_OK) {
+    free(all);
+    return r;
+  }
+  for (int q = 1; q < t->world; q++) {
+    const uint64_t *ref = all, *other = all + (size_t)q * (MAX_KEYS + 1);
+    for (int k = 0; k < MAX_KEYS + 1; k++) {
+      if (ref[k] == other[k]) continue;
+      free(all);
+      if (k == 0) return cddp__fail(CDDP_INVALID_ARG, "rank %d runs a different cddp build (its config has other keys) than rank 0", q);
+      return cddp__fail(CDDP_INVALID_ARG, "the config of rank %d differs from rank 0's at key '%s'", q,
+                        cddp_config_key_name(k - 1));
+    }
+  }
+  free(all);
+  return CDDP_OK;
+}
+
+cddp_result_t cddp__train_batch_split(trainer_t *t) {
+  const cddp_train_config_t *c = &t->cfg;
+  long per_world = (long)c->micro_batch * t->world;
+  if (c->global_batch % per_world == 0) {
+    t->accum = (int)(c->global_batch / per_world);
+    return CDDP_OK;
+  }
+  /* name the world sizes that do work: divisors of global / micro */
+  char ok[256] = "";
+  size_t len = 0;
+  long units = c->global_batch / c->micro_batch;
+  for (long w = 1; w <= units && len + 16 < sizeof ok; w++)
+    if (units % w == 0) len += (size_t)snprintf(ok + len, sizeof ok - len, "%s%ld", len ? ", " : "", w);
+  return cddp__fail(CDDP_INVALID_ARG,
+                    "batch.global=%d cannot be split into micro-batches of batch.micro=%d over %d ranks "
+                    "(global must be micro x world x accumulation); world sizes that work: %s",
+                    c->global_batch, c->micro_batch, t->world, ok);
+}
+
+int cddp__train_blas_threads(const trainer_t *t) {
+  if (t->cfg.threads > 0) return t->cfg.threads;
+  long cores = sysconf(_SC_NPROCESSORS_ONLN);
+  int local = t->w.env.local_world_size > 0 ? t->w.env.local_world_size : 1;
+  long per = cores / local;
+  return per > 0 ? (int)per : 1;
+}
+
+float cddp__train_scaled_lr(const cddp_train_config_t *c) {
+  double ratio = (double)c->global_batch / (double)(c->ref_batch > 0 ? c->ref_batch : c->global_batch);
+  switch (c->lr_scaling) {
+  case CDDP_LR_SCALE_LINEAR: return (float)(c->lr * ratio);
+  case CDDP_LR_SCALE_SQRT: return (float)(c->lr * sqrt(ratio));
+  default: return c->lr;
+  }
+}
+
+static cddp_result_t mkdir_p(const char *path) {
+  char buf[512];
+  snprintf(buf, sizeof buf, "%s", path);
+  for (char *p = buf + 1; *p; p++) {
+    if (*p != '/') continue;
+    *p = 0;
+    if (mkdir(buf, 0755) != 0 && errno != EEXIST) return cddp__fail_errno(CDDP_SYSTEM, "cannot create directory %s", buf);
+    *p = '/';
+  }
+  if (mkdir(buf, 0755) != 0 && errno != EEXIST) return cddp__fail_errno(CDDP_SYSTEM, "cannot create directory %s", buf);
+  return CDDP_OK;
+}
+
+cddp_result_t cddp__train_make_run_dir(trainer_t *t) {
+  const cddp_train_opts_t *o = t->opts;
+  char name[128];
+  if (o->name) {
+    if (!*o->name || strchr(o->name, '/'))
+      return cddp__fail(CDDP_INVALID_ARG, "--name '%s': must be a non-empty name without '/'", o->name);
+    snprintf(name, sizeof name, "%s", o->name);
+  } else if (o->config_path) {
+    const char *base = strrchr(o->config_path, '/');
+    snprintf(name, sizeof name, "%s", base ? base + 1 : o->config_path);
+    char *dot = strrchr(name, '.');
+    if (dot && dot != name) *dot = 0;
+  } else {
+    snprintf(name, sizeof name, "default");
+  }
+  int n = snprintf(t->run_dir, sizeof t->run_dir, "%s/%s", o->work_dir ? o->work_dir : "runs", name);
+  if (n < 0 || (size_t)n >= sizeof t->run_dir - 64) return cddp__fail(CDDP_INVALID_ARG, "--work-dir: path too long");
+  if (t->rank != 0) return CDDP_OK;
+  CDDP_CHECK(mkdir_p(t->run_dir));
+  char sub[600];
+  snprintf(sub, sizeof sub, "%s/checkpoints", t->run_dir);
+  CDDP_CHECK(mkdir_p(sub));
+  if (t->cfg.sample_log) {
+    snprintf(sub, sizeof sub, "%s/samples", t->run_dir);
+    CDDP_CHECK(mkdir_p(sub));
+  }
+  snprintf(sub, sizeof sub, "%s/config.yaml", t->run_dir);
+  FILE *f = fopen(sub, "w");
+  if (!f) return cddp__fail_errno(CDDP_SYSTEM, "cannot write %s", sub);
+  cddp_result_t r = cddp_config_write(&t->cfg, f);
+  if (fclose(f) != 0 && r == CDDP_OK) r = cddp__fail_errno(CDDP_SYSTEM, "cannot write %s", sub);
+  return r;
+}

@@ -1,0 +1,200 @@
+/* train_state.c - a run's state in and out of checkpoints: weights, optimizer moments, step,
+ * sampler position; rank 0 reads a checkpoint and every rank receives it over the comm, so
+ * ranks need no shared file system. */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/check.h"
+#include "common/log.h"
+#include "train/ckpt.h"
+#include "train/trainer.h"
+
+#define STATE_FORMAT "cddp-train-1"
+
+/* Tensor views of the model's parameters laid over buf (params or a moment buffer). */
+static cddp_tensor_view_t *views(const trainer_t *t, const float *buf, const char *prefix,
+                                 char (*names)[96]) {
+  int n = cddp_model_n_params(t->model);
+  cddp_tensor_view_t *v = calloc((size_t)n, sizeof *v);
+  if (!v) return NULL;
+  for (int i = 0; i < n; i++) {
+    const cddp_param_info_t *p = cddp_model_param(t->model, i);
+    snprintf(names[i], sizeof names[i], "%s%s", prefix, p->name);
+    v[i].name = names[i];
+    v[i].ndim = p->ndim;
+    memcpy(v[i].shape, p->shape, sizeof v[i].shape);
+    v[i].data = buf + p->offset;
+  }
+  return v;
+}
+
+cddp_result_t cddp__train_save(trainer_t *t) {
+  if (t->rank != 0) return CDDP_OK;
+  int n = cddp_model_n_params(t->model);
+  char(*names)[96] = calloc((size_t)n * 3, sizeof *names);
+  cddp_tensor_view_t *w = names ? views(t, t->params, "", names) : NULL;
+  cddp_tensor_view_t *m = t->opt.m && names ? views(t, t->opt.m, "optim.m.", names + n) : NULL;
+  cddp_tensor_view_t *v = t->opt.v && names ? views(t, t->opt.v, "optim.v.", names + 2 * n) : NULL;
+  cddp_tensor_view_t *state = calloc((size_t)n * 2 + 1, sizeof *state);
+  cddp_result_t r = CDDP_OK;
+  if (!names || !w || !state || (t->opt.m && !m) || (t->opt.v && !v)) {
+    r = cddp__fail(CDDP_SYSTEM, "checkpoint: out of memory");
+    goto out;
+  }
+  int ns = 0;
+  for (int i = 0; m && i < n; i++) state[ns++] = m[i];
+  for (int i = 0; v && i < n; i++) state[ns++] = v[i];
+  char kv[10][64];
+  snprintf(kv[0], 64, "%" PRId64, t->step);
+  snprintf(kv[1], 64, "%" PRIu64, t->sampler.epoch);
+  snprintf(kv[2], 64, "%" PRIu64, t->sampler.consumed);
+  snprintf(kv[3], 64, "%" PRIu64, t->cfg.seed);
+  snprintf(kv[4], 64, "%016" PRIx64, cddp_config_hash(&t->cfg));
+  snprintf(kv[5], 64, "%d", t->world);
+  snprintf(kv[6], 64, "%d", t->cfg.global_batch);
+  snprintf(kv[7], 64, "%" PRId64, t->opt.t);
+  snprintf(kv[8], 64, "%" PRId64, t->total_steps);
+  snprintf(kv[9], 64, "%zu", t->n_params);
+  const cddp_meta_kv_t meta[] = {
+      {"format", STATE_FORMAT},     {"step", kv[0]},         {"epoch", kv[1]},
+      {"samples_consumed", kv[2]},  {"seed", kv[3]},         {"config_hash", kv[4]},
+      {"world_size", kv[5]},        {"global_batch", kv[6]}, {"optim_steps", kv[7]},
+      {"total_steps", kv[8]},       {"param_count", kv[9]},  {"cddp_version", cddp_version()},
+  };
+  cddp_ckpt_payload_t p = {w, n, state, ns, meta, (int)CDDP_ARRAY_LEN(meta)};
+  char root[600];
+  snprintf(root, sizeof root, "%s/checkpoints", t->run_dir);
+  r = cddp_ckpt_save(root, t->step, &p, t->cfg.ckpt_keep, t->last_ckpt, sizeof t->last_ckpt);
+  if (r == CDDP_OK) CDDP_INFO(CDDP_SUB_TRAIN, "checkpoint %s", t->last_ckpt);
+out:
+  free(names), free(w), free(m), free(v), free(state);
+  return r;
+}
+
+static int parse_u64(const cddp_ckpt_t *c, const char *key, uint64_t *out) {
+  const char *s = cddp_ckpt_meta(c, key);
+  if (!s || !*s) return -1;
+  char *end;
+  *out = strtoull(s, &end, 10);
+  return *end ? -1 : 0;
+}
+
+/* Rank 0: reads checkpoint dir into params, moments and the header words. */
+static cddp_result_t read_ckpt(trainer_t *t, const char *dir, uint64_t hdr[5]) {
+  cddp_ckpt_t *c;
+  CDDP_CHECK(cddp_ckpt_load(dir, &c));
+  cddp_result_t r = CDDP_OK;
+  const char *fmt = cddp_ckpt_meta(c, "format");
+  const char *keys[] = {"step", "epoch", "samples_consumed", "optim_steps", "param_count"};
+  if (!fmt || strcmp(fmt, STATE_FORMAT)) {
+    r = cddp__fail(CDDP_INVALID_ARG, "checkpoint %s: state format '%s', expected '%s'", dir, fmt ? fmt : "(none)", STATE_FORMAT);
+    goto out;
+  }
+  for (int i = 0; i < 5; i++)
+    if (parse_u64(c, keys[i], &hdr[i]) != 0) {
+      r = cddp__fail(CDDP_INVALID_ARG, "checkpoint %s: metadata '%s' missing or not a number", dir, keys[i]);
+      goto out;
+    }
+  if (hdr[4] != t->n_params) {
+    r = cddp__fail(CDDP_INVALID_ARG, "checkpoint %s holds %" PRIu64 " parameters, this model has %zu (model.* differs)",
+                   dir, hdr[4], t->n_params);
+    goto out;
+  }
+  for (int i = 0; i < cddp_model_n_params(t->model) && r == CDDP_OK; i++) {
+    const cddp_param_info_t *p = cddp_model_param(t->model, i);
+    char name[96];
+    r = cddp_ckpt_tensor(c, "model", p->name, t->params + p->offset, p->count);
+    if (r == CDDP_OK && t->opt.m) {
+      snprintf(name, sizeof name, "optim.m.%s", p->name);
+      r = cddp_ckpt_tensor(c, "state", name, t->opt.m + p->offset, p->count);
+    }
+    if (r == CDDP_OK && t->opt.v) {
+      snprintf(name, sizeof name, "optim.v.%s", p->name);
+      r = cddp_ckpt_tensor(c, "state", name, t->opt.v + p->offset, p->count);
+    }
+  }
+  const char *h = cddp_ckpt_meta(c, "config_hash");
+  char mine[32];
+  snprintf(mine, sizeof mine, "%016" PRIx64, cddp_config_hash(&t->cfg));
+  if (r == CDDP_OK && (!h || strcmp(h, mine)))
+    CDDP_WARN("checkpoint %s was written with another config (hash %s, now %s): resuming anyway", dir, h ? h : "?", mine);
+out:
+  cddp_ckpt_close(c);
+  return r;
+}
+
+/* Keeps only the sample-log lines of steps the checkpoint includes, so the log lists the
+ * samples of committed steps exactly once however many times the run was resumed. */
+static void trim_sample_logs(const trainer_t *t, int64_t step) {
+  char path[700], tmp[720];
+  for (int q = 0; q < 4096; q++) {
+    snprintf(path, sizeof path, "%s/samples/rank%d.txt", t->run_dir, q);
+    FILE *in = fopen(path, "r");
+    if (!in) {
+      if (q >= t->world) break;
+      continue;
+    }
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    FILE *out = fopen(tmp, "w");
+    unsigned long long e, s, i;
+    while (out && fscanf(in, "%llu %llu %llu", &e, &s, &i) == 3)
+      if ((int64_t)s <= step) fprintf(out, "%llu %llu %llu\n", e, s, i);
+    fclose(in);
+    if (out && fclose(out) == 0) rename(tmp, path);
+  }
+}
+
+cddp_result_t cddp__train_restore(trainer_t *t, int *resumed) {
+  *resumed = 0;
+  const char *want = t->opts->resume;
+  int64_t status = 0; /* rank 0 says: 0 fresh start, 1 restored, -1 failed */
+  uint64_t hdr[5] = {0};
+  cddp_result_t r = CDDP_OK;
+  if (t->rank == 0 && want && strcmp(want, "none")) {
+    char dir[600];
+    if (!strcmp(want, "latest")) {
+      char root[600];
+      snprintf(root, sizeof root, "%s/checkpoints", t->run_dir);
+      r = cddp_ckpt_find_latest(root, dir, sizeof dir);
+      if (r == CDDP_NOT_FOUND) {
+        CDDP_INFO(CDDP_SUB_TRAIN, "no checkpoint under %s: starting from scratch", root);
+        fprintf(stderr, "cddp train: no checkpoint in %s yet: starting from step 0\n", root);
+        r = CDDP_OK;
+        dir[0] = 0;
+      }
+    } else {
+      snprintf(dir, sizeof dir, "%s", want);
+    }
+    if (r == CDDP_OK && dir[0]) r = read_ckpt(t, dir, hdr);
+    if (r == CDDP_OK && dir[0]) {
+      status = 1;
+      snprintf(t->last_ckpt, sizeof t->last_ckpt, "%s", dir);
+      fprintf(stderr, "cddp train: resuming from %s (step %" PRIu64 ", epoch %" PRIu64 ", %" PRIu64 " samples into it)\n",
+              dir, hdr[0], hdr[1] + 1, hdr[2]);
+    }
+    if (r != CDDP_OK) status = -1;
+  }
+  char err[512];
+  snprintf(err, sizeof err, "%s", r != CDDP_OK ? cddp_last_error() : "");
+  CDDP_CHECK(cddp_broadcast(t->w.comm, &status, 1, CDDP_I64, 0));
+  if (status < 0) {
+    if (t->rank == 0) return cddp__fail(r, "%s", err);
+    return cddp__fail(CDDP_INVALID_ARG, "rank 0 could not load the checkpoint to resume from");
+  }
+  if (status == 0) return CDDP_OK;
+  CDDP_CHECK(cddp_broadcast(t->w.comm, hdr, 5, CDDP_I64, 0));
+  CDDP_CHECK(cddp_broadcast(t->w.comm, t->params, t->n_params, CDDP_F32, 0));
+  if (t->opt.m) CDDP_CHECK(cddp_broadcast(t->w.comm, t->opt.m, t->n_params, CDDP_F32, 0));
+  if (t->opt.v) CDDP_CHECK(cddp_broadcast(t->w.comm, t->opt.v, t->n_params, CDDP_F32, 0));
+  t->step = (int64_t)hdr[0];
+  t->opt.t = (int64_t)hdr[3];
+  CDDP_CHECK(cddp_sampler_restore(&t->sampler, hdr[1], hdr[2]));
+  if (t->cfg.sample_log) {
+    if (t->rank == 0) trim_sample_logs(t, t->step);
+    CDDP_CHECK(cddp_barrier(t->w.comm)); /* no rank appends before the trim is done */
+  }
+  *resumed = 1;
+  return CDDP_OK;
+}

@@ -1,0 +1,227 @@
+/* trainer.c - the training loop of `cddp train`: micro-steps with gradient accumulation,
+ * bucketed all-reduce overlapped with the last micro-step's backward, optimizer step,
+ * checkpoints, sharded evaluation, agreed stop on SIGTERM. */
+#include <cblas.h>
+#include <inttypes.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/check.h"
+#include "common/clock.h"
+#include "common/log.h"
+#include "train/ckpt.h"
+#include "train/trainer.h"
+
+#define EVAL_BATCH 500
+
+volatile sig_atomic_t cddp__train_stop = 0;
+
+static void on_stop(int sig) { cddp__train_stop = sig; }
+
+static double secs(uint64_t ns) { return (double)ns * 1e-9; }
+
+/* One line on stderr naming the cause, prefixed like every cddp train message. */
+static void say(const char *what) { fprintf(stderr, "cddp train: %s\n", what); }
+
+static cddp_result_t evaluate(trainer_t *t, uint64_t epoch) {
+  size_t n = t->test.n, lo = n * (size_t)t->rank / (size_t)t->world,
+         hi = n * (size_t)(t->rank + 1) / (size_t)t->world;
+  double acc[2] = {0, 0}; /* correct, loss sum */
+  size_t d = (size_t)t->test.c * t->test.h * t->test.w;
+  for (size_t i = lo; i < hi; i += EVAL_BATCH) {
+    int m = (int)CDDP_MIN((size_t)EVAL_BATCH, hi - i), correct = 0;
+    acc[1] += cddp_model_forward(t->model, t->test.x + i * d, t->test.y + i, m, &correct);
+    acc[0] += correct;
+  }
+  CDDP_CHECK(cddp_allreduce(t->w.comm, acc, acc, 2, CDDP_F64, CDDP_SUM));
+  cddp_metrics_eval(&t->metrics, epoch, t->step, acc[0] / (double)n, acc[1] / (double)n, (int)n);
+  return CDDP_OK;
+}
+
+static void log_samples(trainer_t *t, const uint32_t *idx, int n) {
+  for (int k = 0; k < n; k++)
+    fprintf(t->sample_log, "%" PRIu64 " %" PRId64 " %u\n", t->sampler.epoch, t->step + 1, idx[k]);
+}
+
+/* One optimizer step: accum micro-steps, the last one's backward overlapped with the
+ * all-reduce. Returns the step's record; *stop is the ranks' joint decision to stop. */
+static cddp_result_t train_step(trainer_t *t, cddp_step_record_t *rec, int *stop) {
+  uint64_t t0 = cddp__now_ns(), data_ns = 0, comm_ns = 0;
+  int micro = t->cfg.micro_batch, batch = cddp_sampler_batch_size(&t->sampler);
+  float scale = 1.0f / (float)batch; /* SUM over ranks of (sum over samples)/batch = the mean */
+  double stats[2] = {0, cddp__train_stop ? 1 : 0}; /* loss sum, stop votes */
+  rec->epoch = t->sampler.epoch;
+  for (int j = 0; j < t->accum; j++) {
+    uint64_t td = cddp__now_ns();
+    int n = cddp_sampler_micro(&t->sampler, t->rank, t->world, j, micro, t->idx);
+    cddp_dataset_gather(&t->train, t->idx, n, t->xbuf, t->ybuf);
+    if (t->sample_log) log_samples(t, t->idx, n);
+    data_ns += cddp__now_ns() - td;
+    int last = j == t->accum - 1;
+    if (last) cddp_ddp_begin(t->ddp);
+    stats[0] += cddp_model_forward(t->model, t->xbuf, t->ybuf, n, NULL);
+    cddp_model_backward(t->model, scale, j > 0, last ? cddp_ddp_grad_ready : NULL, t->ddp);
+  }
+  uint64_t tc = cddp__now_ns();
+  CDDP_CHECK(cddp_ddp_finish(t->ddp));
+  CDDP_CHECK(cddp_allreduce(t->w.comm, stats, stats, 2, CDDP_F64, CDDP_SUM));
+  comm_ns = cddp__now_ns() - tc;
+  float lr = cddp_sched_lr(&t->sched, t->step);
+  rec->grad_norm = cddp_optim_step(&t->opt, t->params, t->grads, lr);
+  cddp_sampler_advance(&t->sampler);
+  t->step++;
+  uint64_t dt = cddp__now_ns() - t0;
+  rec->step = t->step, rec->total = t->total_steps, rec->epochs = t->cfg.epochs;
+  rec->loss = stats[0] / batch, rec->lr = lr, rec->samples = batch;
+  rec->step_s = secs(dt), rec->comm_s = secs(comm_ns), rec->data_s = secs(data_ns);
+  rec->compute_s = secs(dt - comm_ns - data_ns);
+  cddp_ddp_stats_t st;
+  cddp_ddp_stats(t->ddp, &st, 1);
+  rec->bytes_sent = st.wire_bytes;
+  *stop = stats[1] > 0;
+  return CDDP_OK;
+}
+
+static cddp_result_t setup(trainer_t *t) {
+  cddp_train_config_t *c = &t->cfg;
+  /* these two fail alike on every rank: only rank 0 need say so */
+  t->same_error_everywhere = 1;
+  CDDP_CHECK(cddp__train_check_configs(t));
+  CDDP_CHECK(cddp__train_batch_split(t));
+  t->same_error_everywhere = 0;
+  int threads = cddp__train_blas_threads(t);
+  openblas_set_num_threads(threads);
+  CDDP_CHECK(cddp__train_make_run_dir(t));
+  CDDP_CHECK(cddp_dataset_load_fmnist(&t->train, c->data_dir, "train"));
+  CDDP_CHECK(cddp_dataset_load_fmnist(&t->test, c->data_dir, "test"));
+  CDDP_CHECK(cddp_model_create(&c->model, CDDP_MAX(c->micro_batch, EVAL_BATCH), &t->model));
+  t->n_params = cddp_model_param_count(t->model);
+  t->params = aligned_alloc(64, (t->n_params * sizeof(float) + 63) / 64 * 64);
+  size_t d = (size_t)t->train.c * t->train.h * t->train.w;
+  t->xbuf = malloc((size_t)c->micro_batch * d * sizeof(float));
+  t->ybuf = malloc((size_t)c->micro_batch);
+  t->idx = malloc((size_t)c->micro_batch * sizeof *t->idx);
+  if (!t->params || !t->xbuf || !t->ybuf || !t->idx) return cddp__fail(CDDP_SYSTEM, "out of memory");
+  CDDP_CHECK(cddp_ddp_create(&t->ddp, t->w.comm, t->n_params, (size_t)(c->bucket_mb * 1048576.0), CDDP_SUM));
+  t->grads = cddp_ddp_grads(t->ddp);
+  cddp_model_bind(t->model, t->params, t->grads);
+  cddp_model_init_params(t->model, c->seed);
+  CDDP_CHECK(cddp_optim_init(&t->opt, &c->optim, t->n_params));
+  CDDP_CHECK(cddp_sampler_init(&t->sampler, c->seed, t->train.n, c->global_batch, c->drop_last));
+  int64_t per_epoch = cddp_sampler_steps_per_epoch(&t->sampler);
+  t->total_steps = c->max_steps > 0 ? c->max_steps : per_epoch * c->epochs;
+  t->sched = (cddp_sched_spec_t){c->sched, cddp__train_scaled_lr(c), c->min_lr, c->warmup_steps, t->total_steps};
+  /* every rank starts from rank 0's parameters, as DDP does */
+  CDDP_CHECK(cddp_ddp_broadcast(t->ddp, t->params, 0));
+  int resumed = 0;
+  CDDP_CHECK(cddp__train_restore(t, &resumed));
+  char path[700];
+  snprintf(path, sizeof path, "%s/metrics.jsonl", t->run_dir);
+  CDDP_CHECK(cddp_metrics_open(&t->metrics, t->rank == 0 ? path : NULL, resumed, c->log_every));
+  if (c->sample_log) {
+    snprintf(path, sizeof path, "%s/samples/rank%d.txt", t->run_dir, t->rank);
+    t->sample_log = fopen(path, resumed ? "a" : "w");
+    if (!t->sample_log) return cddp__fail_errno(CDDP_SYSTEM, "cannot open sample log %s", path);
+  }
+  if (t->rank == 0)
+    fprintf(stderr,
+            "cddp train: %s, %zu parameters; world %d (%s), global batch %d = micro %d x %d ranks x %d accumulation; "
+            "lr %.4g (%s scaling from batch %d); %" PRId64 " steps (%" PRId64 "/epoch); %d BLAS thread(s)/rank; run %s\n",
+            c->model.kind == CDDP_MODEL_MLP ? "MLP" : "CNN", t->n_params, t->world, cddp_comm_transport(t->w.comm),
+            c->global_batch, c->micro_batch, t->world, t->accum, t->sched.lr,
+            c->lr_scaling == CDDP_LR_SCALE_NONE ? "no" : c->lr_scaling == CDDP_LR_SCALE_LINEAR ? "linear" : "sqrt",
+            c->ref_batch > 0 ? c->ref_batch : c->global_batch, t->total_steps, per_epoch, threads, t->run_dir);
+  return CDDP_OK;
+}
+
+static void teardown(trainer_t *t, int clean) {
+  if (t->sample_log) fclose(t->sample_log);
+  cddp_metrics_close(&t->metrics);
+  cddp_ddp_destroy(t->ddp);
+  cddp_optim_free(&t->opt);
+  cddp_sampler_free(&t->sampler);
+  cddp_model_destroy(t->model);
+  cddp_dataset_free(&t->train);
+  cddp_dataset_free(&t->test);
+  free(t->params), free(t->xbuf), free(t->ybuf), free(t->idx);
+  cddp_world_leave(&t->w, clean);
+}
+
+static int run_loop(trainer_t *t) {
+  uint64_t t_start = cddp__now_ns();
+  int stop = 0;
+  while (t->step < t->total_steps && !stop) {
+    cddp_step_record_t rec = {0};
+    uint64_t epoch_before = t->sampler.epoch;
+    if (train_step(t, &rec, &stop) != CDDP_OK) {
+      cddp_metrics_break_line(&t->metrics);
+      fprintf(stderr, "cddp train: rank %d: step %" PRId64 ": %s\n", t->rank, t->step + 1, cddp_last_error());
+      if (cddp__train_stop && cddp__train_save(t) == CDDP_OK && t->rank == 0)
+        fprintf(stderr, "cddp train: saved %s before stopping\n", t->last_ckpt);
+      return cddp__train_stop ? 128 + (int)cddp__train_stop : 1;
+    }
+    cddp_metrics_step(&t->metrics, &rec);
+    int epoch_done = t->sampler.epoch != epoch_before || t->step == t->total_steps;
+    int due = (t->cfg.ckpt_every > 0 && t->step % t->cfg.ckpt_every == 0) || t->step == t->total_steps || stop;
+    if (due && cddp__train_save(t) != CDDP_OK) {
+      cddp_metrics_break_line(&t->metrics);
+      fprintf(stderr, "cddp train: rank 0: checkpoint at step %" PRId64 ": %s\n", t->step, cddp_last_error());
+      return 1;
+    }
+    if (epoch_done && t->cfg.eval_every_epoch && !stop && evaluate(t, epoch_before) != CDDP_OK) {
+      fprintf(stderr, "cddp train: rank %d: evaluation: %s\n", t->rank, cddp_last_error());
+      return 1;
+    }
+  }
+  double wall = secs(cddp__now_ns() - t_start);
+  cddp_metrics_break_line(&t->metrics);
+  if (stop) {
+    if (t->rank == 0)
+      fprintf(stderr, "cddp train: stopped by signal at step %" PRId64 "; resume with --resume-from latest (saved %s)\n",
+              t->step, t->last_ckpt);
+    return 128 + (cddp__train_stop ? (int)cddp__train_stop : SIGTERM);
+  }
+  if (t->rank == 0)
+    printf("cddp train: done: %" PRId64 " steps in %.1f s, %.0f samples/s, exposed communication %.1f%% of step time; "
+           "checkpoint %s\n",
+           t->step, wall, cddp_metrics_rate(&t->metrics), 100 * cddp_metrics_comm_fraction(&t->metrics), t->last_ckpt);
+  return 0;
+}
+
+int cddp__train_main(const cddp_train_opts_t *o) {
+  trainer_t *t = calloc(1, sizeof *t);
+  if (!t) return 1;
+  t->opts = o;
+  if (cddp_config_load(&t->cfg, o->config_path, o->sets, o->n_sets) != CDDP_OK) {
+    say(cddp_last_error());
+    free(t);
+    return 2;
+  }
+  cddp_comm_config_t cc;
+  cddp_comm_config_default(&cc);
+  if (o->backend) cc.backend = o->backend;
+  if (o->transport) cc.transport = o->transport;
+  if (cddp_world_join(&t->w, &cc) != CDDP_OK) {
+    say(cddp_last_error());
+    free(t);
+    return 1;
+  }
+  t->rank = t->w.rank, t->world = t->w.world;
+  struct sigaction sa = {.sa_handler = on_stop};
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGTERM, &sa, NULL);
+  sigaction(SIGINT, &sa, NULL);
+  int rc;
+  cddp_result_t r = setup(t);
+  if (r != CDDP_OK) {
+    if (t->rank == 0 || !t->same_error_everywhere) say(cddp_last_error());
+    rc = r == CDDP_INVALID_ARG || r == CDDP_NOT_FOUND ? 2 : 1;
+  } else {
+    rc = run_loop(t);
+  }
+  teardown(t, rc == 0);
+  free(t);
+  return rc;
+}

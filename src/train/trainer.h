@@ -1,0 +1,72 @@
+/* trainer.h - `cddp train` inside: the run's context shared by setup, state and loop. */
+#ifndef CDDP_TRAIN_TRAINER_H
+#define CDDP_TRAIN_TRAINER_H
+
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "cddp/ddp.h"
+#include "train/config.h"
+#include "train/data.h"
+#include "train/metrics.h"
+#include "train/model.h"
+#include "train/optim.h"
+#include "train/sampler.h"
+
+typedef struct cddp_train_opts {
+  const char *config_path;
+  const char *const *sets; /* --set key=value, in order */
+  int n_sets;
+  const char *work_dir;    /* default "runs" */
+  const char *name;        /* default: the config file's base name */
+  const char *resume;      /* "latest", "none" or a checkpoint path; NULL = none */
+  const char *backend;     /* comm backend (native) */
+  const char *transport;   /* comm transport (auto, shm, tcp) */
+} cddp_train_opts_t;
+
+typedef struct trainer {
+  const cddp_train_opts_t *opts;
+  cddp_train_config_t cfg;
+  char run_dir[512];
+  cddp_world_t w;
+  int rank, world, accum;
+  cddp_dataset_t train, test;
+  cddp_model_t *model;
+  float *params, *grads;
+  size_t n_params;
+  cddp_ddp_t *ddp;
+  cddp_optim_t opt;
+  cddp_sched_spec_t sched;
+  cddp_sampler_t sampler;
+  int64_t step, total_steps;
+  cddp_metrics_t metrics;
+  FILE *sample_log;
+  float *xbuf;
+  uint8_t *ybuf;
+  uint32_t *idx;
+  int eval_batch;
+  char last_ckpt[600];
+  int same_error_everywhere; /* the failing check gives every rank the same verdict */
+} trainer_t;
+
+/* Set by SIGTERM/SIGINT; the ranks agree on it at each step's end. */
+extern volatile sig_atomic_t cddp__train_stop;
+
+/* The whole run; returns the process exit status (0, 1 runtime, 2 bad input, 143 stopped). */
+int cddp__train_main(const cddp_train_opts_t *o);
+
+/* train_setup.c */
+cddp_result_t cddp__train_check_configs(trainer_t *t);   /* every rank's config equals rank 0's */
+cddp_result_t cddp__train_batch_split(trainer_t *t);     /* accumulation steps for this world */
+int cddp__train_blas_threads(const trainer_t *t);
+cddp_result_t cddp__train_make_run_dir(trainer_t *t);
+float cddp__train_scaled_lr(const cddp_train_config_t *c);
+
+/* train_state.c */
+cddp_result_t cddp__train_save(trainer_t *t);
+/* Restores per opts->resume (rank 0 reads, every rank receives). *resumed = 1 when state came
+ * from a checkpoint. */
+cddp_result_t cddp__train_restore(trainer_t *t, int *resumed);
+
+#endif /* CDDP_TRAIN_TRAINER_H */
