@@ -151,33 +151,56 @@ static void adamw(float *restrict p, float *restrict g, float *restrict m, float
   }
 }
 
+/* Updates [i0, i0+len) of every buffer. */
+static void update_range(cddp_optim_t *o, float *params, float *grads, size_t i0, size_t len,
+                         float lr, float cs, int clipped, const float adam[4]) {
+  const cddp_optim_spec_t *s = &o->spec;
+  float *p = params + i0, *g = grads + i0;
+  if (s->kind == CDDP_OPTIM_SGD) {
+    if (s->momentum == 0)
+      sgd_plain(p, g, len, lr, s->weight_decay, cs, clipped);
+    else
+      sgd_momentum(p, g, o->m + i0, len, lr, s->weight_decay, s->momentum, s->nesterov, cs,
+                   clipped);
+  } else {
+    adamw(p, g, o->m + i0, o->v + i0, len, adam[0], s->beta1, s->beta2, adam[1], adam[2],
+          s->eps, cs, clipped);
+  }
+}
+
+/* Elements per block when the norm is taken in the same pass as the update: the block's
+ * gradients are still in L1 when the update reads them (16 KiB of each buffer). */
+#define FUSE_BLOCK 4096
+
 double cddp_optim_step(cddp_optim_t *o, float *params, float *grads, float lr) {
   const cddp_optim_spec_t *s = &o->spec;
   const size_t n = o->n;
-  double norm = sqrt(sum_squares(grads, n));
-  float cs = 1.0f;
-  int clipped = 0;
-  if (s->grad_clip > 0) {
-    /* torch.nn.utils.clip_grad_norm_, in float32 as torch computes it; a non-finite norm
-     * gives a NaN scale there too, so the caller must check the returned norm. */
-    float coef = s->grad_clip / ((float)norm + 1e-6f);
-    if (!(coef >= 1.0f)) cs = coef, clipped = 1;
-  }
   o->t++;
-  if (s->kind == CDDP_OPTIM_SGD) {
-    if (s->momentum == 0)
-      sgd_plain(params, grads, n, lr, s->weight_decay, cs, clipped);
-    else
-      sgd_momentum(params, grads, o->m, n, lr, s->weight_decay, s->momentum, s->nesterov, cs,
-                   clipped);
-  } else {
+  float adam[4] = {0};
+  if (s->kind == CDDP_OPTIM_ADAMW) {
     double bc1 = 1.0 - pow((double)s->beta1, (double)o->t);
     double bc2 = 1.0 - pow((double)s->beta2, (double)o->t);
-    float decay = (float)(1.0 - (double)lr * s->weight_decay);
-    float step_size = (float)((double)lr / bc1);
-    float inv_bc2_sqrt = (float)(1.0 / sqrt(bc2));
-    adamw(params, grads, o->m, o->v, n, decay, s->beta1, s->beta2, step_size, inv_bc2_sqrt,
-          s->eps, cs, clipped);
+    adam[0] = (float)(1.0 - (double)lr * s->weight_decay); /* decoupled decay factor */
+    adam[1] = (float)((double)lr / bc1);                    /* step size */
+    adam[2] = (float)(1.0 / sqrt(bc2));                     /* 1 / sqrt(bias correction 2) */
   }
+  if (s->grad_clip <= 0) {
+    /* No clipping: the norm (for the caller's log) rides along with the update, one pass. */
+    double ss = 0;
+    for (size_t i = 0; i < n; i += FUSE_BLOCK) {
+      size_t len = CDDP_MIN((size_t)FUSE_BLOCK, n - i);
+      ss += sum_squares(grads + i, len);
+      update_range(o, params, grads, i, len, lr, 1.0f, 0, adam);
+    }
+    return sqrt(ss);
+  }
+  /* torch.nn.utils.clip_grad_norm_, in float32 as torch computes it: the whole norm first,
+   * then the update scales (and stores) the gradients in its pass. A non-finite norm gives
+   * a NaN scale there too, so the caller must check the returned norm. */
+  double norm = sqrt(sum_squares(grads, n));
+  float coef = s->grad_clip / ((float)norm + 1e-6f), cs = 1.0f;
+  int clipped = 0;
+  if (!(coef >= 1.0f)) cs = coef, clipped = 1;
+  update_range(o, params, grads, 0, n, lr, cs, clipped, adam);
   return norm;
 }
