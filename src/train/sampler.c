@@ -80,12 +80,12 @@ cddp_result_t cddp_sampler_restore(cddp_sampler_t *s, uint64_t epoch, uint64_t c
   uint64_t end = epoch_end(s);
   if (consumed > end || (consumed != end && consumed % (uint64_t)s->global_batch != 0))
     return cddp__fail(CDDP_INVALID_ARG,
-                      "sampler state: %llu samples consumed in epoch %llu is not a multiple of "
-                      "the global batch %d at most %llu (the epoch's end; %zu samples, "
-                      "drop_last=%d): was the checkpoint made with another global batch or data "
-                      "set?",
+                      "sampler state: %llu samples consumed in epoch %llu: expected a multiple "
+                      "of the global batch %d below %llu, or %llu (the epoch's end; %zu samples, "
+                      "drop_last=%d): was the checkpoint made with another global batch or "
+                      "data set?",
                       (unsigned long long)consumed, (unsigned long long)epoch, s->global_batch,
-                      (unsigned long long)end, s->n, s->drop_last);
+                      (unsigned long long)end, (unsigned long long)end, s->n, s->drop_last);
   /* A state at the epoch's very end is the next epoch's start. */
   if (consumed == end) epoch++, consumed = 0;
   s->epoch = epoch;
