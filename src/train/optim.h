@@ -44,7 +44,10 @@ typedef struct cddp_sched_spec {
   int64_t total;     /* total optimizer steps of the run */
 } cddp_sched_spec_t;
 
-/* LR at optimizer step `step` (0-based). */
+/* Checks a schedule (lr >= 0, 0 <= min_lr <= lr, warmup >= 0, total >= 0, known kind);
+ * INVALID_ARG with a line naming the field otherwise. */
+cddp_result_t cddp_sched_check(const cddp_sched_spec_t *s);
+/* LR at optimizer step `step` (0-based); formulas in docs/optim.md. */
 float cddp_sched_lr(const cddp_sched_spec_t *s, int64_t step);
 
 #endif /* CDDP_TRAIN_OPTIM_H */
