@@ -648,9 +648,8 @@ cddp_result_t cddp_ckpt_print_info(const char *dir, FILE *f) {
       for (int dd = 0; dd < t->ndim; dd++) fprintf(f, "%s%" PRId64, dd ? ", " : "", t->shape[dd]);
       fprintf(f, "] sum=%.10e\n", sum);
     }
-    fprintf(f, "%s metadata:\n", file_names[k]);
     for (int i = 0; i < s->n_meta; i++) {
-      fputs("  meta ", f);
+      fprintf(f, "  meta %s ", file_names[k]);
       print_escaped(f, s->keys[i], 200);
       fputs(" = ", f);
       print_escaped(f, s->vals[i], 200);

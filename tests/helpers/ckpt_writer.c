@@ -1,0 +1,42 @@
+/* ckpt_writer.c - saves checkpoints for the shell tests: tensors filled from the step so a
+ * reader can check that a checkpoint's content matches its step.
+ * usage: ckpt_writer ROOT FIRST_STEP COUNT KEEP ROWS   (COUNT 0: forever) */
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "train/ckpt.h"
+
+static float val(long step, int which, size_t j) {
+  return (float)step + 0.25f * (float)(j % 97) + (float)which * 1000.0f;
+}
+
+int main(int argc, char **argv) {
+  if (argc != 6) {
+    fprintf(stderr, "usage: ckpt_writer ROOT FIRST_STEP COUNT KEEP ROWS\n");
+    return 2;
+  }
+  const char *root = argv[1];
+  long first = atol(argv[2]), count = atol(argv[3]);
+  int keep = atoi(argv[4]), rows = atoi(argv[5]);
+  size_t n[4] = {(size_t)rows * 1024, 1024, (size_t)rows * 1024, 1024};
+  float *buf[4];
+  for (int i = 0; i < 4; i++) buf[i] = malloc(n[i] * sizeof(float));
+  for (long s = first; count == 0 || s < first + count; s++) {
+    for (int i = 0; i < 4; i++)
+      for (size_t j = 0; j < n[i]; j++) buf[i][j] = val(s, i, j);
+    cddp_tensor_view_t w[2] = {{"fc1.weight", 2, {rows, 1024}, buf[0]}, {"fc1.bias", 1, {1024}, buf[1]}};
+    cddp_tensor_view_t st[2] = {{"momentum.fc1.weight", 2, {rows, 1024}, buf[2]},
+                                {"momentum.fc1.bias", 1, {1024}, buf[3]}};
+    char step_s[32];
+    snprintf(step_s, sizeof step_s, "%ld", s);
+    cddp_meta_kv_t meta[3] = {{"trainer.step", step_s}, {"sampler.epoch", "0"}, {"note", "quote \" backslash \\ é"}};
+    cddp_ckpt_payload_t p = {w, 2, st, 2, meta, 3};
+    char dir[4096];
+    if (cddp_ckpt_save(root, s, &p, keep, dir, sizeof dir) != CDDP_OK) {
+      fprintf(stderr, "ckpt_writer: %s\n", cddp_last_error());
+      return 1;
+    }
+    if (count) printf("%s\n", dir);
+  }
+  return 0;
+}
