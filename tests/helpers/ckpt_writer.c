@@ -20,6 +20,7 @@ int main(int argc, char **argv) {
   int keep = atoi(argv[4]), rows = atoi(argv[5]);
   size_t n[4] = {(size_t)rows * 1024, 1024, (size_t)rows * 1024, 1024};
   float *buf[4];
+  int rc = 0;
   for (int i = 0; i < 4; i++) buf[i] = malloc(n[i] * sizeof(float));
   for (long s = first; count == 0 || s < first + count; s++) {
     for (int i = 0; i < 4; i++)
@@ -34,9 +35,11 @@ int main(int argc, char **argv) {
     char dir[4096];
     if (cddp_ckpt_save(root, s, &p, keep, dir, sizeof dir) != CDDP_OK) {
       fprintf(stderr, "ckpt_writer: %s\n", cddp_last_error());
-      return 1;
+      rc = 1;
+      break;
     }
     if (count) printf("%s\n", dir);
   }
-  return 0;
+  for (int i = 0; i < 4; i++) free(buf[i]);
+  return rc;
 }
