@@ -38,7 +38,7 @@ if ! "$PY" tests/ref/check_safetensors.py "$tmp/trunc.safetensors" >/dev/null 2>
 else fail "Python reader rejects a truncated file" "$(cat "$tmp/pyerr")"; fi
 
 # a flipped byte: verify of that dir fails naming the file; verify of the root falls back, with a warning
-"$WRITER" "$root" 4 1 0 16 >/dev/null
+"$WRITER" "$root" 4 1 0 16 >/dev/null 2>&1
 f=$root/step-000000004/state.safetensors
 printf '\x7f' | dd of="$f" bs=1 seek=$(( $(stat -c %s "$f") - 10 )) conv=notrunc 2>/dev/null
 err=$("$CDDP" ckpt verify "$root/step-000000004" 2>&1); rc=$?
@@ -74,7 +74,7 @@ done
 
 # SIGKILL at random instants (0-30 ms) while a writer saves ~2 MiB checkpoints in a loop
 croot=$tmp/crash
-"$WRITER" "$croot" 0 1 3 256 >/dev/null
+"$WRITER" "$croot" 0 1 3 256 >/dev/null 2>&1
 bad=0; steps=""
 for round in $(seq 20); do
   start=$(ls "$croot" | grep '^step-' | sort | tail -1 | sed 's/step-0*//; s/^$/0/')
