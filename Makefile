@@ -41,15 +41,17 @@ CLI_SRCS  := $(sort $(wildcard src/cli/*.c))
 TEST_SRCS := $(sort $(wildcard tests/unit/test_*.c))
 FUZZ_SRCS := $(sort $(wildcard tests/fuzz/fuzz_*.c))
 HELPER_SRCS := $(sort $(wildcard tests/helpers/*.c))
+EXAMPLE_SRCS := $(sort $(wildcard examples/*.c))
 LIB_OBJS  := $(LIB_SRCS:%.c=$(BUILD)/obj/%.o)
 CLI_OBJS  := $(CLI_SRCS:%.c=$(BUILD)/obj/%.o)
 TEST_BINS := $(TEST_SRCS:tests/unit/%.c=$(BUILD)/tests/%)
 TEST_MAIN := $(BUILD)/obj/tests/test_main.o
 HELPER_BINS := $(HELPER_SRCS:tests/helpers/%.c=$(BUILD)/tests/helpers/%)
+EXAMPLE_BINS := $(EXAMPLE_SRCS:examples/%.c=$(BUILD)/examples/%)
 
-.PHONY: all lib cli tests report clean help asan tsan fuzz check-asan check-tsan
+.PHONY: all lib cli tests examples report clean help asan tsan fuzz check-asan check-tsan
 .SECONDARY:
-all: report lib cli tests
+all: report lib cli tests examples
 
 report:
 	@if [ "$(HAVE_MPI)" = 1 ]; then echo "✓ MPI found ($(shell command -v mpicc))"; else echo "✗ MPI not found (apt-get install libopenmpi-dev openmpi-bin; or NO_MPI=1)"; fi
@@ -58,6 +60,7 @@ report:
 lib: $(BUILD)/libcddp.a $(BUILD)/libcddp.so
 cli: $(BUILD)/cddp
 tests: $(TEST_BINS) $(HELPER_BINS)
+examples: $(EXAMPLE_BINS)
 
 # Quiet by default; V=1 shows the commands.
 Q := $(if $(V),,@)
@@ -82,6 +85,11 @@ $(BUILD)/tests/%: $(BUILD)/obj/tests/unit/%.o $(TEST_MAIN) $(BUILD)/libcddp.a
 
 # Programs the shell tests start as workers (tests/helpers/*.c, each with its own main).
 $(BUILD)/tests/helpers/%: $(BUILD)/obj/tests/helpers/%.o $(BUILD)/libcddp.a
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) -o $@ $< $(BUILD)/libcddp.a $(LDLIBS)
+
+# Example programs that use libcddp as a user would: public headers only.
+$(BUILD)/examples/%: $(BUILD)/obj/examples/%.o $(BUILD)/libcddp.a
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $< $(BUILD)/libcddp.a $(LDLIBS)
 

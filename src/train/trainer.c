@@ -113,6 +113,7 @@ static cddp_result_t setup(trainer_t *t) {
   int64_t per_epoch = cddp_sampler_steps_per_epoch(&t->sampler);
   t->total_steps = c->max_steps > 0 ? c->max_steps : per_epoch * c->epochs;
   t->sched = (cddp_sched_spec_t){c->sched, cddp__train_scaled_lr(c), c->min_lr, c->warmup_steps, t->total_steps};
+  CDDP_CHECK(cddp_sched_check(&t->sched));
   /* every rank starts from rank 0's parameters, as DDP does */
   CDDP_CHECK(cddp_ddp_broadcast(t->ddp, t->params, 0));
   int resumed = 0;

@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# train_bench.sh - `cddp train` against PyTorch on the same MLP, data and batch, in one run.
+#
+# Usage: bench/train_bench.sh [--steps N] [--out DIR] [--config PATH]
+# Rows: cddp 2 ranks x 1 BLAS thread (cddp run), PyTorch DDP over gloo 2 ranks x 1 thread
+# (torchrun), and the best single PyTorch process (2 threads, OMP_WAIT_POLICY=PASSIVE).
+# Speed is samples/s over the timed steps (the first 5 are warm-up), from each program's own
+# log: cddp's metrics.jsonl, the peer's final line. cddp's row also shows the fraction of
+# step time that was exposed communication (all-reduce not hidden behind backward).
+set -uo pipefail
+cd "$(dirname "$0")/.." || exit 1
+ROOT=$PWD
+STEPS=400
+OUT=""
+CONFIG=configs/fmnist_mlp.yaml
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --steps) STEPS=${2:-}; shift 2; [[ "$STEPS" =~ ^[1-9][0-9]*$ ]] || { echo "train_bench.sh: --steps needs a positive number" >&2; exit 2; } ;;
+    --out) OUT=${2:?--out needs a directory}; shift 2 ;;
+    --config) CONFIG=${2:?--config needs a path}; shift 2 ;;
+    -h|--help) sed -n '2,9s/^# \{0,1\}//p' "$0"; exit 0 ;;
+    *) echo "train_bench.sh: unknown argument '$1' (--steps N, --out DIR, --config PATH)" >&2; exit 2 ;;
+  esac
+done
+[ -r "$CONFIG" ] || { echo "train_bench.sh: cannot read config $CONFIG" >&2; exit 2; }
+OUT=${OUT:-$(mktemp -d /tmp/cddp-train-bench.XXXXXX)}
+mkdir -p "$OUT"
+scripts/install-deps.sh bench || exit 1
+make -j"$(nproc)" cli >"$OUT/build.log" 2>&1 || { tail -20 "$OUT/build.log"; exit 1; }
+CDDP=$ROOT/build/cddp
+PY=/usr/bin/python3
+PEER=$ROOT/bench/peers/ddp_fmnist.py
+step() { echo "train_bench.sh: $*" >&2; }
+
+step "cddp train: 2 ranks x 1 thread, $STEPS steps"
+timeout 600 "$CDDP" run --standalone --nproc-per-node 2 "$CDDP" train --config "$CONFIG" \
+  --work-dir "$OUT/runs" --name bench --set train.max_steps="$STEPS" --set ddp.threads=1 \
+  --set eval.every_epoch=false --set checkpoint.every_steps=0 >"$OUT/cddp.txt" 2>&1 \
+  || { tail -5 "$OUT/cddp.txt"; exit 1; }
+read -r ours comm <<<"$(awk -F'[:,}]' '
+  { for (i = 1; i < NF; i++) { if ($i ~ /"step"$/) s = $(i+1); if ($i ~ /"samples"$/) n = $(i+1);
+      if ($i ~ /"step_ms"$/) t = $(i+1); if ($i ~ /"comm_ms"$/) c = $(i+1) } }
+  s > 5 { N += n; T += t; C += c }
+  END { if (T > 0) printf "%.0f %.1f\n", N / T * 1000, 100 * C / T; else print "- -" }' "$OUT/runs/bench/metrics.jsonl")"
+
+export OMP_WAIT_POLICY=PASSIVE
+step "PyTorch DDP (gloo): 2 ranks x 1 thread, $STEPS steps"
+(cd "$OUT" && OMP_NUM_THREADS=1 timeout 900 "$PY" -m torch.distributed.run --standalone --nproc_per_node 2 \
+   --redirects 1 --tee 1 "$PEER" --threads 1 --epochs 1 --max-steps "$STEPS") >"$OUT/peer-ddp.txt" 2>&1
+step "PyTorch, one process x 2 threads, $STEPS steps"
+OMP_NUM_THREADS=2 timeout 900 "$PY" "$PEER" --threads 2 --epochs 1 --max-steps "$STEPS" >"$OUT/peer-single.txt" 2>&1
+rate() { sed -n 's/.*peer ddp: .*, \([0-9]*\) samples\/s.*/\1/p' "$1" | tail -1; }
+ddp=$(rate "$OUT/peer-ddp.txt"); single=$(rate "$OUT/peer-single.txt")
+
+printf '\n%-46s %12s\n' "MLP 784-1024-1024-10, global batch 256" "samples/s"
+printf '%-46s %12s   exposed comm %s%% of step time\n' "cddp train, 2 ranks x 1 thread" "${ours}" "${comm}"
+printf '%-46s %12s\n' "PyTorch DDP gloo, 2 ranks x 1 thread" "${ddp:--}"
+printf '%-46s %12s\n' "PyTorch one process, 2 threads (PASSIVE)" "${single:--}"
+printf 'goal: cddp >= 16000 samples/s on this 2-core machine; logs in %s\n' "$OUT"
