@@ -32,6 +32,7 @@ static float uniform(uint64_t i, int j) { return (float)(mix(i * 1315423911ull +
 static void sample(uint64_t i, float *x, int *label) {
   for (int j = 0; j < DIM; j++) x[j] = uniform(i, j);
   float best = -1e30f;
+  *label = 0;
   for (int c = 0; c < CLASSES; c++) {
     float s = 0;
     for (int j = 0; j < DIM; j++) s += x[j] * uniform(1000003 + (uint64_t)c, j);
@@ -100,7 +101,7 @@ int main(int argc, char **argv) {
     memset(g, 0, NPARAM * sizeof(float));
     loss = 0;
     for (int k = 0; k < PER_RANK; k++) {
-      int y;
+      int y = 0;
       sample((uint64_t)s * (uint64_t)batch + (uint64_t)(w.rank * PER_RANK + k), x, &y);
       loss += step_sample(wt, g, x, y, 1.0f / (float)batch);
     }

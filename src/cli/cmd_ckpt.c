@@ -8,7 +8,7 @@
 #include <unistd.h>
 
 #include "cli/commands.h"
-#include "train/ckpt.h"
+#include "cddp/ckpt.h"
 
 static void usage(FILE *f) {
   fprintf(f,

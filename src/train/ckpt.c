@@ -1,7 +1,7 @@
 /* ckpt.c - checkpoints that survive a crash at any instant: built in a hidden temporary
  * directory, every file and the directory fsynced, renamed into place, the root fsynced;
  * read back only after DONE, the MANIFEST's sizes and CRC-32s and both headers check out. */
-#include "train/ckpt.h"
+#include "cddp/ckpt.h"
 
 #include <dirent.h>
 #include <errno.h>

@@ -6,7 +6,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "train/ckpt.h"
+#include "cddp/ckpt.h"
 
 /* Reader limits: a file beyond them is rejected as malformed, never allocated for. */
 #define CDDP__ST_MAX_HEADER 100000000u /* the Rust crate's MAX_HEADER_SIZE */

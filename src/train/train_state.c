@@ -8,7 +8,7 @@
 
 #include "common/check.h"
 #include "common/log.h"
-#include "train/ckpt.h"
+#include "cddp/ckpt.h"
 #include "train/trainer.h"
 
 #define STATE_FORMAT "cddp-train-1"

@@ -11,7 +11,7 @@
 #include "common/check.h"
 #include "common/clock.h"
 #include "common/log.h"
-#include "train/ckpt.h"
+#include "cddp/ckpt.h"
 #include "train/trainer.h"
 
 #define EVAL_BATCH 500

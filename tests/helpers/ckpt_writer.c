@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <time.h>
 
-#include "train/ckpt.h"
+#include "cddp/ckpt.h"
 
 static double now_ms(void) {
   struct timespec t;

@@ -13,7 +13,7 @@
 #include <zlib.h>
 
 #include "test.h"
-#include "train/ckpt.h"
+#include "cddp/ckpt.h"
 #include "train/safetensors.h"
 
 #define CHECK_HAS(s, sub)                                                          \

@@ -5,13 +5,18 @@
  * __metadata__), MANIFEST (size and CRC-32 of each file) and DONE (written last). A
  * checkpoint is built in <root>/.tmp-step-<N>-<pid>/ (each file fsynced), renamed into place,
  * and the root fsynced; older ones beyond `keep` are then removed. Docs: docs/checkpoint.md. */
-#ifndef CDDP_TRAIN_CKPT_H
-#define CDDP_TRAIN_CKPT_H
+#ifndef CDDP_CKPT_H
+#define CDDP_CKPT_H
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "cddp/cddp.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
 
 typedef struct cddp_tensor_view {
   const char *name;
@@ -59,7 +64,10 @@ cddp_result_t cddp_ckpt_tensor(const cddp_ckpt_t *c, const char *file, const cha
 /* A __metadata__ value of state.safetensors, or NULL. */
 const char *cddp_ckpt_meta(const cddp_ckpt_t *c, const char *key);
 /* Prints a human summary (files, tensors with shapes, metadata) to f, for `cddp ckpt info`. */
-struct _IO_FILE;
-cddp_result_t cddp_ckpt_print_info(const char *dir, struct _IO_FILE *f);
+cddp_result_t cddp_ckpt_print_info(const char *dir, FILE *f);
 
-#endif /* CDDP_TRAIN_CKPT_H */
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* CDDP_CKPT_H */
