@@ -1,7 +1,7 @@
 /* train_linear.c - a trainer of its own on libcddp: softmax regression on synthetic data,
  * data-parallel over whatever launched it (cddp run, torchrun-style variables, srun, mpirun).
  *
- *   build/cddp run --standalone --nproc-per-node 2 build/examples/train_linear OUT_DIR [STEPS]
+ *   build/cddp run --standalone --nproc-per-node 2 build/examples/train_linear OUT_DIR [STEPS [DELAY_US]]
  *
  * It shows the four things a trainer needs from the library: join the world from the
  * environment, start every rank from rank 0's parameters, all-reduce its own flat gradient
@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cddp/ckpt.h"
 #include "cddp/ddp.h"
@@ -59,11 +60,12 @@ static float step_sample(const float *w, float *g, const float *x, int y, float 
 
 int main(int argc, char **argv) {
   if (argc < 2) {
-    fprintf(stderr, "usage: train_linear OUT_DIR [STEPS]\n");
+    fprintf(stderr, "usage: train_linear OUT_DIR [STEPS [DELAY_US]]\n");
     return 2;
   }
   const char *out = argv[1];
   long steps = argc > 2 ? atol(argv[2]) : 60;
+  long delay_us = argc > 3 ? atol(argv[3]) : 0; /* slows steps down, for tests that kill mid-run */
   cddp_world_t w;
   if (cddp_world_join(&w, NULL) != CDDP_OK) {
     fprintf(stderr, "train_linear: %s\n", cddp_last_error());
@@ -97,6 +99,7 @@ int main(int argc, char **argv) {
   int batch = PER_RANK * w.world;
   float x[DIM], loss = 0;
   for (long s = start; s < steps; s++) {
+    if (delay_us > 0) usleep((useconds_t)delay_us);
     cddp_ddp_begin(ddp);
     memset(g, 0, NPARAM * sizeof(float));
     loss = 0;
