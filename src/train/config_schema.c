@@ -367,8 +367,18 @@ int cddp__cfg_format(const cddp__cfg_key_t *k, const cddp_train_config_t *c, cha
   case CDDP__CFG_INT: n = snprintf(buf, cap, "%d", *(const int *)field); break;
   case CDDP__CFG_INT64: n = snprintf(buf, cap, "%" PRId64, *(const int64_t *)field); break;
   case CDDP__CFG_UINT64: n = snprintf(buf, cap, "%" PRIu64, *(const uint64_t *)field); break;
-  case CDDP__CFG_FLOAT: n = snprintf(buf, cap, "%.9g", (double)*(const float *)field); break;
-  case CDDP__CFG_DOUBLE: n = snprintf(buf, cap, "%.17g", *(const double *)field); break;
+  case CDDP__CFG_FLOAT: { /* the shortest %g that reads back the same float (at most %.9g) */
+    float v = *(const float *)field;
+    for (int p = 1; p <= 9; p++)
+      if ((n = snprintf(buf, cap, "%.*g", p, (double)v)) > 0 && strtof(buf, NULL) == v) break;
+    break;
+  }
+  case CDDP__CFG_DOUBLE: {
+    double v = *(const double *)field;
+    for (int p = 1; p <= 17; p++)
+      if ((n = snprintf(buf, cap, "%.*g", p, v)) > 0 && strtod(buf, NULL) == v) break;
+    break;
+  }
   case CDDP__CFG_BOOL: n = snprintf(buf, cap, "%s", *(const int *)field ? "true" : "false"); break;
   case CDDP__CFG_ENUM: {
     int v = *(const int *)field, idx = 0;
@@ -419,6 +429,10 @@ void cddp__config_print_schema(FILE *f) {
                                   "bool", "string", "enum", "int list"};
     char range[256];
     cddp__cfg_range_text(k, range, sizeof range);
+    if (k->type == CDDP__CFG_BOOL) snprintf(range, sizeof range, "true, false");
+    if (k->type == CDDP__CFG_UINT64) snprintf(range, sizeof range, "[0, 2^64-1]");
+    if (k->type == CDDP__CFG_STRING && !k->choices)
+      snprintf(range, sizeof range, "at most %zu bytes", k->aux - 1);
     if (k->type == CDDP__CFG_INT_LIST)
       fprintf(f, "| `%s` | %s | `%s` | each in %s, at most %d | %s |\n", k->key, types[k->type],
               k->def, range, CDDP_MODEL_MAX_LAYERS, k->doc);
