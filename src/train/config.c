@@ -27,6 +27,24 @@ typedef struct loader {
   int n_sections;
 } loader_t;
 
+/* Errors stay one line whatever the input held (a multi-line scalar, a tab). */
+static void one_line(char *msg) {
+  for (unsigned char *q = (unsigned char *)msg; *q; q++)
+    if (*q < 0x20 || *q == 0x7f) *q = '?';
+}
+
+/* cddp__fail with the message made one line. */
+static cddp_result_t fail_line(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static cddp_result_t fail_line(const char *fmt, ...) {
+  char msg[768];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  one_line(msg);
+  return cddp__fail(CDDP_INVALID_ARG, "%s", msg);
+}
+
 void cddp_config_defaults(cddp_train_config_t *c) {
   memset(c, 0, sizeof *c);
   char err[256];
@@ -45,9 +63,8 @@ static cddp_result_t fail_at(loader_t *ld, size_t line0, const char *key, const 
   va_start(ap, fmt);
   vsnprintf(msg, sizeof msg, fmt, ap);
   va_end(ap);
-  if (key && *key)
-    return cddp__fail(CDDP_INVALID_ARG, "%s:%zu: %s: %s", ld->path, line0 + 1, key, msg);
-  return cddp__fail(CDDP_INVALID_ARG, "%s:%zu: %s", ld->path, line0 + 1, msg);
+  if (key && *key) return fail_line("%s:%zu: %s: %s", ld->path, line0 + 1, key, msg);
+  return fail_line("%s:%zu: %s", ld->path, line0 + 1, msg);
 }
 
 static cddp_result_t next_event(loader_t *ld, yaml_event_t *ev) {
@@ -218,7 +235,7 @@ static cddp_result_t load_file(loader_t *ld, const char *path) {
 static cddp_result_t apply_override(loader_t *ld, int j) {
   const char *o = ld->ovr[j];
   const char *eq = o ? strchr(o, '=') : NULL;
-  if (!eq) return cddp__fail(CDDP_INVALID_ARG, "--set %s: expected key=value", o ? o : "(null)");
+  if (!eq) return fail_line("--set %s: expected key=value", o ? o : "(null)");
   char key[128];
   const char *a = o, *b = eq;
   while (a < b && (*a == ' ' || *a == '\t')) a++;
@@ -229,14 +246,14 @@ static cddp_result_t apply_override(loader_t *ld, int j) {
   int i = cddp__cfg_find(key);
   if (i < 0) {
     if (cddp__cfg_is_section(key))
-      return cddp__fail(CDDP_INVALID_ARG, "--set %s: '%s' is a map; set one of its keys (%s.*)", o, key, key);
+      return fail_line("--set %s: '%s' is a map; set one of its keys (%s.*)", o, key, key);
     const char *near = cddp__cfg_suggest(key);
-    return cddp__fail(CDDP_INVALID_ARG, "--set %s: unknown key '%s'%s%s%s", o, key,
+    return fail_line("--set %s: unknown key '%s'%s%s%s", o, key,
                       near ? " (did you mean " : "", near ? near : "", near ? "?)" : "");
   }
   char err[512];
   if (cddp__cfg_parse(&cddp__cfg_keys[i], val, ld->c, err, sizeof err) != 0)
-    return cddp__fail(CDDP_INVALID_ARG, "--set %s: %s", o, err);
+    return fail_line("--set %s: %s", o, err);
   ld->ovr_of[i] = j;
   return CDDP_OK;
 }
@@ -254,7 +271,7 @@ static const char *where(const loader_t *ld, const char *key, char *buf, size_t 
   do {                                                                               \
     char w_[320], m_[320];                                                           \
     snprintf(m_, sizeof m_, __VA_ARGS__);                                            \
-    return cddp__fail(CDDP_INVALID_ARG, "%s: %s", where(ld, key, w_, sizeof w_), m_); \
+    return fail_line("%s: %s", where(ld, key, w_, sizeof w_), m_);                   \
   } while (0)
 
 /* Rules between keys that need no world size (the trainer checks the split over ranks). */

@@ -190,6 +190,8 @@ TEST(lists_entries_and_lengths_are_checked) {
   expect_fail("model:\n  hidden:\n    - 64\n    - wide\n", ":4:", "model.hidden", "entry 1: expected an integer");
   expect_fail("model:\n  hidden: [64, 0]\n", ":2:", "model.hidden", "must be in [1, 65536], got 0");
   expect_fail("model:\n  hidden: [[1]]\n", ":2:", "model.hidden", "got a list");
+  /* a value that spans lines is shown on one line (expect_fail checks) */
+  expect_fail("model:\n  hidden: [1x\n    y]\n", ":2:", "model.hidden", "got '1x y'");
   cddp_train_config_t c = load_ok("model:\n  hidden: 512\n", NULL, 0); /* a scalar is one entry */
   CHECK_EQ(c.model.n_hidden, 1);
   CHECK_EQ(c.model.hidden[0], 512);
@@ -281,7 +283,7 @@ static char *config_text(const cddp_train_config_t *c) {
 
 TEST(write_then_load_round_trips_every_key) {
   const char *ovr[] = {"model.type=cnn", "model.hidden=[100]", "model.conv_channels=[3,5,7]",
-                       "data.dir=/odd \"dir\"\\with: colon #hash", "train.seed=18446744073709551615",
+                       "data.dir=/odd \"dir\"\\with: colon #hash\ttab\nline", "train.seed=18446744073709551615",
                        "optim.lr=0.1", "optim.eps=3.14159274e-05", "optim.type=adamw",
                        "ddp.bucket_mb=0.1", "schedule.type=linear", "train.max_steps=123456789012",
                        "batch.reference=1000", "debug.sample_log=true", "data.drop_last=false"};
@@ -296,7 +298,7 @@ TEST(write_then_load_round_trips_every_key) {
   cddp_train_config_t b = load_ok(text, NULL, 0);
   CHECK(strcmp(config_text(&b), text) == 0);
   CHECK(cddp_config_hash(&a) == cddp_config_hash(&b));
-  CHECK(strcmp(b.data_dir, "/odd \"dir\"\\with: colon #hash") == 0);
+  CHECK(strcmp(b.data_dir, "/odd \"dir\"\\with: colon #hash\ttab\nline") == 0);
   CHECK(b.lr == a.lr);
   CHECK(b.optim.eps == a.optim.eps);
   CHECK(b.bucket_mb == a.bucket_mb);
