@@ -385,7 +385,8 @@ int cddp_config_key_hashes(const cddp_train_config_t *c, uint64_t *out, int cap)
   for (int i = 0; i < cddp__cfg_n_keys && i < cap; i++) {
     char val[600];
     int n = cddp__cfg_format(&cddp__cfg_keys[i], c, val, sizeof val);
-    out[i] = fnv1a(fnv1a(FNV_BASIS, cddp__cfg_keys[i].key, strlen(cddp__cfg_keys[i].key)), val, (size_t)n);
+    const char *key = cddp__cfg_keys[i].key;
+    out[i] = fnv1a(fnv1a(fnv1a(FNV_BASIS, key, strlen(key)), "=", 1), val, (size_t)n);
   }
   return cddp__cfg_n_keys;
 }
