@@ -88,7 +88,7 @@ static int is_null_scalar(const yaml_event_t *ev) {
   return !*v || strcmp(v, "~") == 0 || strcmp(v, "null") == 0;
 }
 
-/* The value of leaf key i, whose key scalar was at key_line. */
+/* The value of leaf key i (named path in errors): a scalar, or a list for a list key. */
 static cddp_result_t parse_leaf(loader_t *ld, int i, const char *path) {
   const cddp__cfg_key_t *k = &cddp__cfg_keys[i];
   yaml_event_t ev;

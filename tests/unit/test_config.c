@@ -145,6 +145,11 @@ TEST(yaml_values_land_in_their_fields) {
   CHECK_NEAR(c.bucket_mb, 0.5, 0);
   CHECK_EQ(c.threads, 2);
   CHECK_EQ(c.sample_log, 1);
+  /* flat dotted keys work too, and count as the same key as the nested form */
+  c = load_ok("optim.lr: 0.25\nbatch: {global: 64, micro: 32}\n", NULL, 0);
+  CHECK(c.lr == 0.25f);
+  CHECK_EQ(c.micro_batch, 32);
+  expect_fail("optim.lr: 0.25\noptim:\n  lr: 0.5\n", ":3:", "optim.lr", "duplicate key (first set at line 1)");
   /* an empty file, and one of comments only, give the defaults */
   c = load_ok("", NULL, 0);
   CHECK_EQ(c.global_batch, 256);
