@@ -69,18 +69,7 @@ void cddp__conv2d_forward(float *y, const float *x, const float *wt, const float
     /* ys[c_out, hw] = W[c_out, ckk] col[ckk, hw] */
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, c_out, hw, ckk, 1.0f, wt, ckk, col, hw,
                 0.0f, ys, hw);
-    for (int c = 0; c < c_out; c++) {
-      float *restrict r = ys + (size_t)c * hw;
-      float bc = b[c];
-      if (relu) {
-        for (int i = 0; i < hw; i++) {
-          float v = r[i] + bc;
-          r[i] = v > 0.0f ? v : 0.0f;
-        }
-      } else {
-        for (int i = 0; i < hw; i++) r[i] += bc;
-      }
-    }
+    for (int c = 0; c < c_out; c++) cddp__bias_scalar(ys + (size_t)c * hw, b[c], (size_t)hw, relu);
   }
 }
 
@@ -98,12 +87,7 @@ void cddp__conv2d_backward(float *dx, float *dw, float *db, const float *dy, con
     /* dw[c_out, ckk] += dys[c_out, hw] col^T[hw, ckk] */
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, c_out, ckk, hw, 1.0f, dys, hw, col, hw,
                 1.0f, dw, ckk);
-    for (int c = 0; c < c_out; c++) {
-      const float *r = dys + (size_t)c * hw;
-      float acc = 0.0f;
-      for (int i = 0; i < hw; i++) acc += r[i];
-      db[c] += acc;
-    }
+    for (int c = 0; c < c_out; c++) db[c] += cddp__sum(dys + (size_t)c * hw, (size_t)hw);
     if (dx) {
       /* dcol[ckk, hw] = W^T[ckk, c_out] dys[c_out, hw], into col (no longer needed). */
       cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, ckk, hw, c_out, 1.0f, wt, ckk, dys, hw,

@@ -19,10 +19,18 @@ void cddp__linear_backward_params(float *dw, float *db, const float *dy, const f
 void cddp__linear_backward_input(float *dx, const float *dy, const float *w, const float *x,
                                  int n, int in, int out, int relu_in);
 
-/* ---- elementwise (layer_relu.c). y may equal x; dx may equal dy. */
+/* ---- elementwise (layer_relu.c), vectorised. y may equal x; dx may equal dy. */
 void cddp__relu_forward(float *y, const float *x, size_t count);
 /* dx = dy * (y > 0), y the ReLU's output. */
 void cddp__relu_backward(float *dx, const float *dy, const float *y, size_t count);
+/* y[r, :] += b for each of rows rows of cols, then ReLU when relu != 0 (one pass). */
+void cddp__bias_rows(float *y, const float *b, int rows, int cols, int relu);
+/* y[:count] += b (one scalar), then ReLU when relu != 0. */
+void cddp__bias_scalar(float *y, float b, size_t count, int relu);
+/* acc[cols] (+)= column sums of x [rows, cols]; accumulate=0 overwrites. */
+void cddp__sum_rows(float *acc, const float *x, int rows, int cols, int accumulate);
+/* Sum of count floats (8 partial sums). */
+float cddp__sum(const float *x, size_t count);
 
 /* ---- conv2d (layer_conv.c): stride 1, padding k/2 (k odd, so the output is h x w),
  * weight [c_out, c_in, k, k], bias [c_out], x [n, c_in, h, w], y [n, c_out, h, w].
