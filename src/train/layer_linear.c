@@ -15,19 +15,24 @@ void cddp__linear_forward(float *y, const float *x, const float *w, const float 
   cddp__bias_rows(y, b, n, out, relu);
 }
 
-void cddp__linear_backward_params(float *dw, float *db, const float *dy, const float *x, int n,
-                                  int in, int out, int accumulate) {
+void cddp__linear_backward_weight_rows(float *dw, const float *dy, const float *x, int n, int in,
+                                       int out, int r0, int r1, int accumulate) {
+  if (r1 <= r0) return;
+  float *rows = dw + (size_t)r0 * in;
   if (n <= 0) {
-    if (!accumulate) {
-      memset(dw, 0, sizeof(float) * (size_t)out * in);
-      memset(db, 0, sizeof(float) * (size_t)out);
-    }
+    if (!accumulate) memset(rows, 0, sizeof(float) * (size_t)(r1 - r0) * in);
     return;
   }
-  /* dw[out,in] (+)= dy^T[out,n] x[n,in]; beta=1 skips OpenBLAS's scaling pass over dw. */
-  cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, out, in, n, 1.0f, dy, out, x, in,
-              accumulate ? 1.0f : 0.0f, dw, in);
-  cddp__sum_rows(db, dy, n, out, accumulate);
+  /* dw[r0:r1, :] (+)= dy[:, r0:r1]^T x: RowMajor (T,N) measured fastest (docs/model.md);
+   * beta=1 skips OpenBLAS's zeroing pass over dw. */
+  cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, r1 - r0, in, n, 1.0f, dy + r0, out, x, in,
+              accumulate ? 1.0f : 0.0f, rows, in);
+}
+
+void cddp__linear_backward_params(float *dw, float *db, const float *dy, const float *x, int n,
+                                  int in, int out, int accumulate) {
+  cddp__sum_rows(db, dy, n > 0 ? n : 0, out, accumulate);
+  cddp__linear_backward_weight_rows(dw, dy, x, n, in, out, 0, out, accumulate);
 }
 
 void cddp__linear_backward_input(float *dx, const float *dy, const float *w, const float *x,

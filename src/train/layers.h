@@ -14,6 +14,10 @@ void cddp__linear_forward(float *y, const float *x, const float *w, const float 
  * dy; accumulate=0 overwrites, 1 adds. Any scale must already be in dy. */
 void cddp__linear_backward_params(float *dw, float *db, const float *dy, const float *x, int n,
                                   int in, int out, int accumulate);
+/* Rows [r0, r1) of dw only: dw[r0:r1, :] (+)= dy[:, r0:r1]^T x (the model calls this per
+ * panel of rows so that DDP hears of finished gradients in pieces of about 1 MiB). */
+void cddp__linear_backward_weight_rows(float *dw, const float *dy, const float *x, int n, int in,
+                                       int out, int r0, int r1, int accumulate);
 /* Input gradient dx [n,in] = dy W; when relu_in != 0 the input x was a ReLU output and dx
  * is multiplied by (x > 0) in the same pass (the ReLU's backward). */
 void cddp__linear_backward_input(float *dx, const float *dy, const float *w, const float *x,

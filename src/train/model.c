@@ -15,6 +15,9 @@
 #define MAX_WIDTH (1 << 20)
 #define MAX_IMAGE 4096
 #define MAX_PARAMS ((size_t)1 << 31)
+/* Backward reports a linear layer's weight gradient in panels of about this many floats
+ * (1 MiB), last rows first, so that DDP can start on a big layer before all of it is done. */
+#define READY_PANEL_FLOATS ((size_t)1 << 18)
 
 typedef struct layer {
   int conv;         /* 1: conv(k)+ReLU+maxpool2 block; 0: linear (+ReLU unless last) */
@@ -270,6 +273,17 @@ double cddp_model_forward(cddp_model_t *m, const float *x, const uint8_t *y, int
   return cddp__xent_forward(m->prob, last->act, y, n, m->spec.n_classes, n_correct);
 }
 
+/* Rows per ready panel: the weight split into ceil(size / READY_PANEL_FLOATS) panels of equal
+ * rows (a multiple of 16, so the GEMM keeps whole register tiles), the first one smaller. */
+static int panel_rows(const layer_t *l) {
+  size_t size = (size_t)l->out * l->in;
+  size_t panels = (size + READY_PANEL_FLOATS - 1) / READY_PANEL_FLOATS;
+  if (panels <= 1) return l->out;
+  size_t rows = ((size_t)l->out + panels - 1) / panels;
+  rows = (rows + 15) & ~(size_t)15;
+  return rows >= (size_t)l->out ? l->out : (int)rows;
+}
+
 void cddp_model_backward(cddp_model_t *m, float grad_scale, int accumulate,
                          cddp_grad_ready_fn ready, void *ready_ctx) {
   int n = m->n, cur = 0;
@@ -290,9 +304,15 @@ void cddp_model_backward(cddp_model_t *m, float grad_scale, int accumulate,
                             accumulate);
       if (ready) ready(ready_ctx, l->w_off);
     } else {
-      cddp__linear_backward_params(G + l->w_off, G + l->b_off, d, in, n, l->in, l->out,
-                                   accumulate);
-      if (ready) ready(ready_ctx, l->w_off);
+      /* bias first (it follows the weight in the buffer), then weight panels from the end */
+      cddp__sum_rows(G + l->b_off, d, n, l->out, accumulate);
+      int rows = panel_rows(l);
+      for (int r1 = l->out; r1 > 0; r1 -= rows) {
+        int r0 = r1 - rows > 0 ? r1 - rows : 0;
+        cddp__linear_backward_weight_rows(G + l->w_off, d, in, n, l->in, l->out, r0, r1,
+                                          accumulate);
+        if (ready) ready(ready_ctx, l->w_off + (size_t)r0 * l->in);
+      }
       /* every input but the model's own is a ReLU output (or a pool of one) */
       if (i > 0) {
         cddp__linear_backward_input(other, d, P + l->w_off, in, n, l->in, l->out, 1);
