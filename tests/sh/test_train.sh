@@ -1,0 +1,122 @@
+#!/usr/bin/env bash
+# test_train.sh - `cddp train` end to end on Fashion-MNIST: the main job's accuracy, 1 rank vs
+# 2 ranks at the same global batch, resume after SIGTERM / SIGKILL with bitwise-equal weights,
+# exactly-once samples across a resume on another world size, launchers (alone, XTuner's
+# variables, torchrun-style), config agreement across ranks, and bad input.
+cd "$(dirname "$0")/../.." && source tests/sh/lib.sh
+T=$(mktemp -d /tmp/cddp-train-test.XXXXXX)
+trap 'pkill -KILL -f "$T" 2>/dev/null; rm -rf "$T"' EXIT
+CFG=configs/fmnist_mlp.yaml
+run2() { timeout 300 "$CDDP" run --standalone --nproc-per-node 2 "$CDDP" train --config "$CFG" --work-dir "$T" "$@"; }
+run1() { timeout 300 "$CDDP" train --config "$CFG" --work-dir "$T" "$@"; }
+# field NAME FILE: the values of "NAME": in a JSONL file, one per line (step lines only)
+field() { grep -v '"eval"' "$2" | sed -n "s/.*\"$1\":\([^,}]*\).*/\1/p"; }
+acc_of() { grep '"eval"' "$1" | tail -1 | sed -n 's/.*"accuracy":\([0-9.]*\).*/\1/p'; }
+SMALL=(--set model.hidden=[128] --set train.max_steps=120 --set checkpoint.every_steps=20 --set eval.every_epoch=false)
+
+# 1. the main job: 2 ranks, the README's config, 3 epochs
+run2 --name main >"$T/main.out" 2>&1; rc=$?
+acc=$(acc_of "$T/main/metrics.jsonl")
+if [ $rc = 0 ] && awk -v a="$acc" 'BEGIN { exit !(a >= 0.87) }'; then ok "main job: 2 ranks, 3 epochs, test accuracy $acc >= 0.87"
+else fail "main job" "rc=$rc acc=$acc: $(tail -3 "$T/main.out" | tr '\n' ' ')"; fi
+keys_ok=1
+for k in step epoch loss lr samples_per_s compute_ms comm_ms data_ms bytes_sent; do
+  [ "$(field "$k" "$T/main/metrics.jsonl" | wc -l)" = 702 ] || keys_ok=0
+done
+[ "$(grep -c '"eval":true' "$T/main/metrics.jsonl")" = 3 ] || keys_ok=0
+if [ $keys_ok = 1 ] && grep -q "epoch 3/3  step 702/702  loss" "$T/main.out" && grep -q "cddp train: done: 702 steps" "$T/main.out"
+then ok "metrics.jsonl: 702 step lines with every field, 3 eval lines; progress line and summary"
+else fail "metrics and progress" "$(grep -m2 step "$T/main.out")"; fi
+"$CDDP" ckpt verify "$T/main/checkpoints" >/dev/null 2>&1 && [ -s "$T/main/config.yaml" ] &&
+  [ "$(ls "$T/main/checkpoints" | grep -c '^step-')" = 3 ] && ok "run folder: resolved config, 3 verified checkpoints kept" ||
+  fail "run folder" "$(ls "$T/main" "$T/main/checkpoints" | tr '\n' ' ')"
+
+# 2. the same global batch on 1 rank (2 accumulation micro-steps): same losses, same accuracy
+run1 --name one >"$T/one.out" 2>&1; rc=$?
+paste <(field loss "$T/main/metrics.jsonl" | head -50) <(field loss "$T/one/metrics.jsonl" | head -50) >"$T/loss.pairs"
+worst=$(awk '{ d = $1 - $2; if (d < 0) d = -d; r = d / ($1 < 0 ? -$1 : $1); if (r > w) w = r } END { printf "%.2g", w }' "$T/loss.pairs")
+acc1=$(acc_of "$T/one/metrics.jsonl")
+if [ $rc = 0 ] && [ "$(wc -l <"$T/loss.pairs")" = 50 ] && awk -v w="$worst" 'BEGIN { exit !(w <= 1e-5) }' &&
+   awk -v a="$acc" -v b="$acc1" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(d <= 0.003) }'; then
+  ok "1 rank vs 2 ranks: first 50 losses within $worst relative, accuracy $acc1 vs $acc"
+else fail "1 rank vs 2 ranks" "rc=$rc worst=$worst acc $acc1 vs $acc: $(tail -2 "$T/one.out" | tr '\n' ' ')"; fi
+
+# 3. resume: stopped by SIGTERM / SIGKILL at some step, resumed, same final weights
+run2 --name ref "${SMALL[@]}" >"$T/ref.out" 2>&1 || fail "reference run" "$(tail -2 "$T/ref.out")"
+ref=$T/ref/checkpoints/step-000000120/model.safetensors
+wait_step() { # DIR N: until metrics.jsonl reaches step N
+  for _ in $(seq 600); do
+    [ "$(field step "$1/metrics.jsonl" 2>/dev/null | tail -1)" -ge "$2" ] 2>/dev/null && return 0; sleep 0.05
+  done; return 1
+}
+for sig in TERM KILL; do
+  name=stop$sig
+  run2 --name $name "${SMALL[@]}" --set ddp.threads=1 >"$T/$name.1.out" 2>&1 &
+  pid=$!
+  wait_step "$T/$name" 50
+  if [ $sig = TERM ]; then kill -TERM $pid; else pkill -KILL -f "train --config $CFG --work-dir $T --name $name"; kill -KILL $pid; fi
+  wait $pid 2>/dev/null
+  stopped=$(field step "$T/$name/metrics.jsonl" | tail -1)
+  run2 --name $name "${SMALL[@]}" --resume-from latest >"$T/$name.2.out" 2>&1; rc=$?
+  if [ $rc = 0 ] && [ "$stopped" -lt 120 ] && grep -q "resuming from" "$T/$name.2.out" && cmp -s "$ref" "$T/$name/checkpoints/step-000000120/model.safetensors"
+  then ok "SIG$sig at step $stopped, --resume-from latest: final weights bitwise equal to the uninterrupted run"
+  else fail "SIG$sig resume" "rc=$rc stopped=$stopped $(grep -h 'resum\|stopped\|error' "$T/$name".*.out | tr '\n' ' ')"; fi
+done
+grep -q "stopped by signal at step" "$T/stopTERM.1.out" && ok "SIGTERM: the ranks agree on a step, save it and say so" ||
+  fail "SIGTERM message" "$(tail -3 "$T/stopTERM.1.out" | tr '\n' ' ')"
+
+# 4. exactly once: one epoch started on 2 ranks, stopped, finished on 1 rank
+EP=(--set model.hidden=[32] --set train.epochs=1 --set debug.sample_log=true --set checkpoint.every_steps=10 --set eval.every_epoch=false --set data.drop_last=false)
+run2 --name once "${EP[@]}" --set ddp.threads=1 >"$T/once.1.out" 2>&1 &
+pid=$!
+wait_step "$T/once" 60
+kill -TERM $pid; wait $pid 2>/dev/null
+run1 --name once "${EP[@]}" --resume-from latest >"$T/once.2.out" 2>&1; rc=$?
+cat "$T"/once/samples/rank*.txt | awk '$1 == 0 { print $3 }' | sort -n >"$T/once.idx"
+if [ $rc = 0 ] && [ "$(wc -l <"$T/once.idx")" = 60000 ] && [ "$(uniq <"$T/once.idx" | wc -l)" = 60000 ] &&
+   [ "$(head -1 "$T/once.idx")" = 0 ] && [ "$(tail -1 "$T/once.idx")" = 59999 ] && [ -s "$T/once/samples/rank1.txt" ]
+then ok "2 ranks stopped mid-epoch, resumed on 1 rank: every sample of the epoch exactly once (sample log)"
+else fail "exactly once" "rc=$rc $(wc -l <"$T/once.idx") lines, $(uniq -d <"$T/once.idx" | wc -l) repeated"; fi
+
+# 5. launchers: alone (a world of one), XTuner's variables, torchrun-style variables
+out=$(timeout 120 "$CDDP" train --config "$CFG" --work-dir "$T" --name alone --set model.hidden=[32] --set train.max_steps=5 2>&1)
+[ $? = 0 ] && grep -q "world 1" <<<"$out" && ok "alone: a world of one" || fail "alone" "$out"
+port=$(free_port)
+out=$(NPROC_PER_NODE=2 NNODES=1 NODE_RANK=0 ADDR=127.0.0.1 PORT=$port timeout 120 "$CDDP" train --config "$CFG" --work-dir "$T" --name xtuner --set model.hidden=[32] --set train.max_steps=5 2>&1)
+[ $? = 0 ] && grep -q "starting \`cddp run\`" <<<"$out" && grep -q "world 2" <<<"$out" && ok "XTuner variables: starts its own launcher, world 2" || fail "xtuner" "$out"
+tr2() { # RANK EXTRA...: a torchrun-style rank without any launcher
+  local r=$1; shift
+  RANK=$r LOCAL_RANK=$r WORLD_SIZE=2 LOCAL_WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port \
+    timeout 60 "$CDDP" train --config "$CFG" --work-dir "$T" --name tr --set model.hidden=[32] --set train.max_steps=5 "$@"
+}
+port=$(free_port)
+tr2 0 >"$T/tr0.out" 2>&1 & p0=$!
+tr2 1 --set optim.lr=0.07 >"$T/tr1.out" 2>&1; rc1=$?
+wait $p0; rc0=$?
+if [ $rc0 = 2 ] && [ $rc1 = 2 ] && grep -q "the config of rank 1 differs from rank 0's at key 'optim.lr'" "$T/tr0.out" && [ "$(wc -l <"$T/tr0.out")" -le 3 ]
+then ok "configs differ across ranks: every rank stops, rank 0 names the key"
+else fail "config agreement" "rc $rc0/$rc1: $(cat "$T/tr0.out" "$T/tr1.out" | tr '\n' ' ')"; fi
+
+# 6. bad input: one line naming the thing, non-zero exit
+bad() { # NAME EXPECTED-REGEX CMD...
+  local name=$1 want=$2; shift 2
+  local out rc
+  out=$("$@" 2>&1); rc=$?
+  if [ $rc != 0 ] && grep -Eq "$want" <<<"$out" && [ "$(grep -c . <<<"$out")" -le 2 ]; then ok "bad input: $name"
+  else fail "bad input: $name" "rc=$rc: $out"; fi
+}
+printf 'model:\n  type: mlp\noptim:\n  lrr: 0.1\n' >"$T/unknown.yaml"
+printf 'optim:\n  lr: fast\n' >"$T/badvalue.yaml"
+bad "unreadable config" "nope.yaml" "$CDDP" train --config "$T/nope.yaml"
+bad "unknown key" "unknown.yaml:4.*optim.lrr" "$CDDP" train --config "$T/unknown.yaml"
+bad "bad value" "badvalue.yaml:2.*optim.lr" "$CDDP" train --config "$T/badvalue.yaml"
+bad "bad --set" "batch.global" "$CDDP" train --config "$CFG" --set batch.global=abc
+bad "missing data package" "dataset-fashion-mnist" "$CDDP" train --config "$CFG" --work-dir "$T" --set data.dir="$T/nodata"
+bad "unknown option" "unknown option '--bogus'" "$CDDP" train --config "$CFG" --bogus
+bad "no --config" "--config PATH is required" "$CDDP" train
+out=$(timeout 60 "$CDDP" run --standalone --nproc-per-node 3 "$CDDP" train --config "$CFG" --work-dir "$T" 2>&1); rc=$?
+[ $rc != 0 ] && grep -q "world sizes that work: 1, 2$" <<<"$out" && ok "impossible batch split over 3 ranks names the world sizes that work" ||
+  fail "batch split" "rc=$rc $out"
+mkdir -p "$T/corrupt" && cp -r "$T/ref/checkpoints/step-000000120" "$T/corrupt/" && printf 'x' | dd of="$T/corrupt/step-000000120/model.safetensors" bs=1 seek=200 conv=notrunc 2>/dev/null
+bad "corrupt checkpoint given by path" "model.safetensors" "$CDDP" train --config "$CFG" --work-dir "$T" "${SMALL[@]}" --resume-from "$T/corrupt/step-000000120"
+finish
