@@ -45,6 +45,18 @@ static void log_samples(trainer_t *t, const uint32_t *idx, int n) {
     fprintf(t->sample_log, "%" PRIu64 " %" PRId64 " %u\n", t->sampler.epoch, t->step + 1, idx[k]);
 }
 
+/* Accumulation adds each later micro-step's gradient, written to scratch, into grads as
+ * backward finishes it: grads = g0 + g1 + ... rounded exactly as the all-reduce of the same
+ * micro-batches on more ranks would round them, so 1 rank and 2 ranks train the same bits. */
+static void add_ready(void *ctx, size_t offset) {
+  trainer_t *t = ctx;
+  float *restrict g = t->grads;
+  const float *restrict s = t->scratch;
+  for (size_t i = offset; i < t->added_to; i++) g[i] += s[i];
+  t->added_to = offset;
+  if (t->ddp_after_add) cddp_ddp_grad_ready(t->ddp, offset);
+}
+
 /* One optimizer step: accum micro-steps, the last one's backward overlapped with the
  * all-reduce. Returns the step's record; *stop is the ranks' joint decision to stop. */
 static cddp_result_t train_step(trainer_t *t, cddp_step_record_t *rec, int *stop) {
@@ -61,8 +73,16 @@ static cddp_result_t train_step(trainer_t *t, cddp_step_record_t *rec, int *stop
     data_ns += cddp__now_ns() - td;
     int last = j == t->accum - 1;
     if (last) cddp_ddp_begin(t->ddp);
+    /* micro-steps after the first write their own gradient and add it (see add_ready) */
+    cddp_model_bind(t->model, t->params, j == 0 ? t->grads : t->scratch);
     stats[0] += cddp_model_forward(t->model, t->xbuf, t->ybuf, n, NULL);
-    cddp_model_backward(t->model, scale, j > 0, last ? cddp_ddp_grad_ready : NULL, t->ddp);
+    if (j == 0) {
+      cddp_model_backward(t->model, scale, 0, last ? cddp_ddp_grad_ready : NULL, t->ddp);
+    } else {
+      t->added_to = t->n_params;
+      t->ddp_after_add = last;
+      cddp_model_backward(t->model, scale, 0, add_ready, t);
+    }
   }
   uint64_t tc = cddp__now_ns();
   CDDP_CHECK(cddp_ddp_finish(t->ddp));
@@ -106,6 +126,8 @@ static cddp_result_t setup(trainer_t *t) {
   if (!t->params || !t->xbuf || !t->ybuf || !t->idx) return cddp__fail(CDDP_SYSTEM, "out of memory");
   CDDP_CHECK(cddp_ddp_create(&t->ddp, t->w.comm, t->n_params, (size_t)(c->bucket_mb * 1048576.0), CDDP_SUM));
   t->grads = cddp_ddp_grads(t->ddp);
+  if (t->accum > 1 && !(t->scratch = aligned_alloc(64, (t->n_params * sizeof(float) + 63) / 64 * 64)))
+    return cddp__fail(CDDP_SYSTEM, "out of memory");
   cddp_model_bind(t->model, t->params, t->grads);
   cddp_model_init_params(t->model, c->seed);
   CDDP_CHECK(cddp_optim_init(&t->opt, &c->optim, t->n_params));
@@ -146,7 +168,7 @@ static void teardown(trainer_t *t, int clean) {
   cddp_model_destroy(t->model);
   cddp_dataset_free(&t->train);
   cddp_dataset_free(&t->test);
-  free(t->params), free(t->xbuf), free(t->ybuf), free(t->idx);
+  free(t->params), free(t->scratch), free(t->xbuf), free(t->ybuf), free(t->idx);
   cddp_world_leave(&t->w, clean);
 }
 

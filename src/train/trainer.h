@@ -34,6 +34,9 @@ typedef struct trainer {
   cddp_dataset_t train, test;
   cddp_model_t *model;
   float *params, *grads;
+  float *scratch;  /* gradient of one accumulation micro-step (accum > 1) */
+  size_t added_to; /* scratch is added into grads at [added_to, n) */
+  int ddp_after_add;
   size_t n_params;
   cddp_ddp_t *ddp;
   cddp_optim_t opt;
