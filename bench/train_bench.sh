@@ -3,7 +3,8 @@
 #
 # Usage: bench/train_bench.sh [--steps N] [--out DIR] [--config PATH]
 # Rows: cddp 2 ranks x 1 BLAS thread (cddp run), PyTorch DDP over gloo 2 ranks x 1 thread
-# (torchrun), and the best single PyTorch process (2 threads, OMP_WAIT_POLICY=PASSIVE).
+# (torchrun), and the best single PyTorch process (2 threads, OMP_WAIT_POLICY=PASSIVE), the
+# peers with OPENBLAS_CORETYPE=SkylakeX (their fastest kernels on this CPU).
 # Speed is samples/s over the timed steps (the first 5 are warm-up), from each program's own
 # log: cddp's metrics.jsonl, the peer's final line. cddp's row also shows the fraction of
 # step time that was exposed communication (all-reduce not hidden behind backward).
@@ -18,7 +19,7 @@ while [ $# -gt 0 ]; do
     --steps) STEPS=${2:-}; shift 2; [[ "$STEPS" =~ ^[1-9][0-9]*$ ]] || { echo "train_bench.sh: --steps needs a positive number" >&2; exit 2; } ;;
     --out) OUT=${2:?--out needs a directory}; shift 2 ;;
     --config) CONFIG=${2:?--config needs a path}; shift 2 ;;
-    -h|--help) sed -n '2,9s/^# \{0,1\}//p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,10s/^# \{0,1\}//p' "$0"; exit 0 ;;
     *) echo "train_bench.sh: unknown argument '$1' (--steps N, --out DIR, --config PATH)" >&2; exit 2 ;;
   esac
 done
@@ -43,7 +44,10 @@ read -r ours comm <<<"$(awk -F'[:,}]' '
   s > 5 { N += n; T += t; C += c }
   END { if (T > 0) printf "%.0f %.1f\n", N / T * 1000, 100 * C / T; else print "- -" }' "$OUT/runs/bench/metrics.jsonl")"
 
-export OMP_WAIT_POLICY=PASSIVE
+# The peers' best: passive OpenMP waits, and OpenBLAS's AVX-512 kernels. Debian's OpenBLAS
+# 0.3.21 does not recognise this CPU and falls back to SSE3 kernels (4-5x slower); cddp picks
+# the right core itself (src/train/layer_blas.c), the peers get it through the variable.
+export OMP_WAIT_POLICY=PASSIVE OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-SkylakeX}
 step "PyTorch DDP (gloo): 2 ranks x 1 thread, $STEPS steps"
 (cd "$OUT" && OMP_NUM_THREADS=1 timeout 900 "$PY" -m torch.distributed.run --standalone --nproc_per_node 2 \
    --redirects 1 --tee 1 "$PEER" --threads 1 --epochs 1 --max-steps "$STEPS") >"$OUT/peer-ddp.txt" 2>&1
