@@ -243,6 +243,37 @@ TEST(maxpool_gradient_matches_finite_differences) {
   free(g), free(dx), free(t.x), free(t.y), free(t.r), free(t.arg);
 }
 
+/* Wide rows (the 4-window vector path and its tail) and many ties (ReLU zeros): the value and
+ * argmax are those of a sequential scan keeping the first maximum. */
+TEST(maxpool_vector_path_and_ties_match_a_scan) {
+  int n = 2, c = 3, h = 7, w = 18, oh = 3, ow = 9;
+  size_t nx = (size_t)n * c * h * w, ny = (size_t)n * c * oh * ow;
+  float *x = malloc(nx * sizeof(float)), *y = malloc(ny * sizeof(float));
+  float *dy = vec(ny, 1), *dx = malloc(nx * sizeof(float));
+  uint8_t *arg = malloc(ny);
+  for (size_t i = 0; i < nx; i++) {
+    float v = frand();
+    x[i] = v < 0 ? 0.0f : (float)(int)(v * 4); /* 0, 1, 2, 3 with many equal */
+  }
+  cddp__maxpool2_forward(y, arg, x, n, c, h, w);
+  cddp__maxpool2_backward(dx, dy, arg, y, n, c, h, w, 0);
+  for (int p = 0; p < n * c; p++)
+    for (int oy = 0; oy < oh; oy++)
+      for (int ox = 0; ox < ow; ox++) {
+        const float *xp = x + (size_t)p * h * w;
+        float v[4] = {xp[2 * oy * w + 2 * ox], xp[2 * oy * w + 2 * ox + 1],
+                      xp[(2 * oy + 1) * w + 2 * ox], xp[(2 * oy + 1) * w + 2 * ox + 1]};
+        int best = 0;
+        for (int i = 1; i < 4; i++)
+          if (v[i] > v[best]) best = i;
+        size_t o = ((size_t)p * oh + oy) * ow + ox;
+        CHECK_EQ(y[o], v[best]);
+        CHECK_EQ(arg[o], best);
+        CHECK_EQ(dx[(size_t)p * h * w + (2 * oy + best / 2) * w + 2 * ox + best % 2], dy[o]);
+      }
+  free(x), free(y), free(dy), free(dx), free(arg);
+}
+
 /* ---- softmax cross-entropy */
 
 typedef struct {
