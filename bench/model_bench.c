@@ -3,7 +3,9 @@
  * Build: make lib && make -C bench model   (or: make -C bench build/bench/model_bench)
  * Run:   build/bench/model_bench [-b 128] [-w 1024,1024] [-n 40] [-r 5] [-t 1] [-p 2048] [-g]
  *        [-c 16,32 (a CNN with these conv channels; -w are then its fc widths)] [-k 3]
- * -g also times each orientation of the three GEMMs of every linear layer. */
+ * -g also times each orientation of the three GEMMs of every linear layer.
+ * -z: the SGD pass also zeroes the gradients and backward accumulates (beta=1), instead of
+ *     backward overwriting them (beta=0: OpenBLAS zeroes them in a pass of its own). */
 #include <cblas.h>
 #include <math.h>
 #include <stdio.h>
@@ -85,10 +87,11 @@ static void gemm_variants(int n, int in, int out) {
 
 int main(int argc, char **argv) {
   int batch = 128, iters = 40, reps = 5, threads = 1, peak_n = 2048, variants = 0, kernel = 3;
+  int zero_in_sgd = 0;
   int widths[CDDP_MODEL_MAX_LAYERS] = {1024, 1024}, n_widths = 2;
   int convs[CDDP_MODEL_MAX_LAYERS] = {0}, n_convs = 0;
   int opt;
-  while ((opt = getopt(argc, argv, "b:w:n:r:t:p:gc:k:h")) != -1) {
+  while ((opt = getopt(argc, argv, "b:w:n:r:t:p:gc:k:zh")) != -1) {
     switch (opt) {
       case 'b': batch = atoi(optarg); break;
       case 'w': n_widths = parse_list(optarg, widths, CDDP_MODEL_MAX_LAYERS); break;
@@ -99,9 +102,10 @@ int main(int argc, char **argv) {
       case 'g': variants = 1; break;
       case 'c': n_convs = parse_list(optarg, convs, CDDP_MODEL_MAX_LAYERS); break;
       case 'k': kernel = atoi(optarg); break;
+      case 'z': zero_in_sgd = 1; break;
       default:
         fprintf(stderr, "usage: %s [-b batch] [-w w0,w1,..] [-c c0,c1,..] [-k kernel] [-n iters] "
-                        "[-r reps] [-t blas_threads] [-p peak_size] [-g]\n", argv[0]);
+                        "[-r reps] [-t blas_threads] [-p peak_size] [-g] [-z]\n", argv[0]);
         return 2;
     }
   }
@@ -143,19 +147,25 @@ int main(int argc, char **argv) {
   const float lr = 1e-3f;
 
   double best = 1e30, sum = 0, tf = 0, tb = 0, ts = 0, loss = 0, cpu_best = 1e30;
+  memset(grads, 0, np * sizeof(float));
   for (int w = 0; w < 3; w++) { /* warm-up */
     cddp_model_forward(m, x, y, batch, NULL);
     cddp_model_backward(m, 1.0f / batch, 0, NULL, NULL);
   }
+  memset(grads, 0, np * sizeof(float));
   for (int r = 0; r < reps; r++) {
     double t0 = now(), c0 = cpu_now(), f = 0, b = 0, g = 0;
     for (int i = 0; i < iters; i++) {
       double a = now();
       loss = cddp_model_forward(m, x, y, batch, NULL);
       double c = now();
-      cddp_model_backward(m, 1.0f / batch, 0, NULL, NULL);
+      cddp_model_backward(m, 1.0f / batch, zero_in_sgd, NULL, NULL);
       double d = now();
-      for (size_t j = 0; j < np; j++) params[j] -= lr * grads[j];
+      if (zero_in_sgd) {
+        for (size_t j = 0; j < np; j++) params[j] -= lr * grads[j], grads[j] = 0.0f;
+      } else {
+        for (size_t j = 0; j < np; j++) params[j] -= lr * grads[j];
+      }
       double e = now();
       f += c - a, b += d - c, g += e - d;
     }
