@@ -33,6 +33,8 @@ void cddp__bias_rows(float *y, const float *b, int rows, int cols, int relu);
 void cddp__bias_scalar(float *y, float b, size_t count, int relu);
 /* acc[cols] (+)= column sums of x [rows, cols]; accumulate=0 overwrites. */
 void cddp__sum_rows(float *acc, const float *x, int rows, int cols, int accumulate);
+/* dst[:count] += src[:count] */
+void cddp__add_to(float *dst, const float *src, size_t count);
 /* Sum of count floats (8 partial sums). */
 float cddp__sum(const float *x, size_t count);
 
