@@ -200,6 +200,7 @@ TEST(conv_gradients_match_finite_differences) {
   conv_check(2, 2, 5, 4, 3, 3); /* non-square, several channels */
   conv_check(1, 1, 6, 6, 2, 5); /* a kernel wider than half the image */
   conv_check(2, 3, 3, 4, 2, 1); /* 1x1 */
+  conv_check(1, 2, 2, 3, 2, 5); /* a kernel bigger than the image: taps that see nothing */
 }
 
 /* ---- maxpool */
@@ -379,7 +380,12 @@ static void model_fd_check(cddp_model_spec_t spec, const char *what) {
   net_free(&t);
 }
 
-TEST(mlp_gradients_match_finite_differences) { model_fd_check(mlp_spec(), "mlp"); }
+TEST(mlp_gradients_match_finite_differences) {
+  model_fd_check(mlp_spec(), "mlp");
+  cddp_model_spec_t linear = mlp_spec(); /* no hidden layer: one linear layer, no ReLU */
+  linear.n_hidden = 0;
+  model_fd_check(linear, "mlp without hidden layers");
+}
 TEST(cnn_gradients_match_finite_differences) { model_fd_check(cnn_spec(), "cnn"); }
 
 /* ---- PyTorch reference (tests/ref/gen_model.py) */
