@@ -73,7 +73,8 @@ void cddp__xent_backward(float *dlogits, const float *prob, const uint8_t *y, in
 /* OpenBLAS 0.3.21's DYNAMIC_ARCH does not know this CPU model and falls back to its Prescott
  * (SSE3) kernels: 4-5x slower sgemm. When OPENBLAS_CORETYPE is unset and the CPU has AVX-512
  * (or AVX2+FMA), re-runs OpenBLAS's core selection with SkylakeX (or Haswell). Once per
- * process, before any BLAS call of the model; cheap after the first call. */
+ * process: a constructor of layer_blas.c runs it at load (before main, before any thread);
+ * cddp_model_create calls it too (a no-op by then). */
 void cddp__blas_select_core(void);
 
 #endif /* CDDP_TRAIN_LAYERS_H */

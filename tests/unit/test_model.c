@@ -4,7 +4,9 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <cblas.h>
 #include <string.h>
+#include <strings.h>
 
 #include "test.h"
 #include "train/layers.h"
@@ -411,4 +413,21 @@ TEST(flops_per_sample) {
   double want = 2.0 * (784 * 1024) * 2 + 2.0 * (1024 * 1024) * 3 + 2.0 * (1024 * 10) * 3;
   CHECK_NEAR(cddp_model_flops_per_sample(m), want, 1);
   cddp_model_destroy(m);
+}
+
+/* OpenBLAS 0.3.21 takes this CPU for a Prescott (SSE3, 4-5x slower sgemm); layer_blas.c moves
+ * it to the kernels the CPU can run, at load. */
+TEST(blas_runs_the_cpus_vector_kernels) {
+  const char *env = getenv("OPENBLAS_CORETYPE");
+  const char *core = openblas_get_corename();
+  fprintf(stderr, "# OpenBLAS core %s (OPENBLAS_CORETYPE %s)\n", core, env ? env : "unset");
+  if (env && *env) return; /* the user's choice stands */
+  __builtin_cpu_init();
+  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+      __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq"))
+    CHECK(strcasecmp(core, "skylakex") == 0 || strcasecmp(core, "cooperlake") == 0 ||
+          strcasecmp(core, "sapphirerapids") == 0);
+  else if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+    CHECK(strcasecmp(core, "prescott") != 0 && strcasecmp(core, "core2") != 0 &&
+          strcasecmp(core, "nehalem") != 0 && strcasecmp(core, "sandybridge") != 0);
 }
