@@ -1,6 +1,10 @@
 /* layer_pool.c - 2x2 max pooling, stride 2, with the argmax kept for backward. Branchless
  * (ReLU outputs make branches unpredictable) and four windows at a time with SSE vectors. */
+#include <stdint.h>
 #include <string.h>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 #include "train/layers.h"
 
@@ -18,21 +22,38 @@ static inline v4f select4(v4i mask, v4f a, v4f b) { /* mask ? a : b */
 
 /* One row of windows. Ties keep the first element in row-major order, as a sequential scan
  * with > would: left before right, top before bottom. */
+/* Windows [ox, ox + 4) of one row of windows. */
+static inline void pool4(float *restrict y, uint8_t *restrict arg, const float *restrict r0,
+                         const float *restrict r1, int ox) {
+  v4f a = load4(r0 + 2 * ox), b = load4(r0 + 2 * ox + 4);
+  v4f c = load4(r1 + 2 * ox), d = load4(r1 + 2 * ox + 4);
+  v4f tl = __builtin_shuffle(a, b, (v4i){0, 2, 4, 6}), tr = __builtin_shuffle(a, b, (v4i){1, 3, 5, 7});
+  v4f bl = __builtin_shuffle(c, d, (v4i){0, 2, 4, 6}), br = __builtin_shuffle(c, d, (v4i){1, 3, 5, 7});
+  v4i up = tr > tl, down = br > bl; /* -1 where the right one wins */
+  v4f m_up = select4(up, tr, tl), m_down = select4(down, br, bl);
+  v4i lower = m_down > m_up;
+  v4f m = select4(lower, m_down, m_up);
+  v4i idx = (lower & (2 - down)) | (~lower & -up); /* masks are -1: -up is 0/1 */
+  memcpy(y + ox, &m, sizeof m);
+#if defined(__SSE2__)
+  __m128i w16 = _mm_packs_epi32((__m128i)idx, (__m128i)idx);
+  uint32_t bytes = (uint32_t)_mm_cvtsi128_si32(_mm_packus_epi16(w16, w16));
+  memcpy(arg + ox, &bytes, sizeof bytes);
+#else
+  for (int i = 0; i < 4; i++) arg[ox + i] = (uint8_t)idx[i];
+#endif
+}
+
+/* One row of windows. Ties keep the first element in row-major order, as a sequential scan
+ * with > would: left before right, top before bottom. A row of at least 4 windows ends with
+ * an overlapping group of 4 (recomputing a few windows is cheaper than a scalar tail). */
 static void pool_row(float *restrict y, uint8_t *restrict arg, const float *restrict r0,
                      const float *restrict r1, int ow) {
   int ox = 0;
-  for (; ox + 4 <= ow; ox += 4) {
-    v4f a = load4(r0 + 2 * ox), b = load4(r0 + 2 * ox + 4);
-    v4f c = load4(r1 + 2 * ox), d = load4(r1 + 2 * ox + 4);
-    v4f tl = __builtin_shuffle(a, b, (v4i){0, 2, 4, 6}), tr = __builtin_shuffle(a, b, (v4i){1, 3, 5, 7});
-    v4f bl = __builtin_shuffle(c, d, (v4i){0, 2, 4, 6}), br = __builtin_shuffle(c, d, (v4i){1, 3, 5, 7});
-    v4i up = tr > tl, down = br > bl; /* -1 where the right one wins */
-    v4f m_up = select4(up, tr, tl), m_down = select4(down, br, bl);
-    v4i lower = m_down > m_up;
-    v4f m = select4(lower, m_down, m_up);
-    v4i idx = (lower & (2 - down)) | (~lower & -up); /* masks are -1: -up is 0/1 */
-    memcpy(y + ox, &m, sizeof m);
-    for (int i = 0; i < 4; i++) arg[ox + i] = (uint8_t)idx[i];
+  for (; ox + 4 <= ow; ox += 4) pool4(y, arg, r0, r1, ox);
+  if (ox < ow && ow >= 4) {
+    pool4(y, arg, r0, r1, ow - 4);
+    return;
   }
   for (; ox < ow; ox++) {
     float v0 = r0[2 * ox], v1 = r0[2 * ox + 1], v2 = r1[2 * ox], v3 = r1[2 * ox + 1];
