@@ -285,7 +285,8 @@ double cddp_model_forward(cddp_model_t *m, const float *x, const uint8_t *y, int
 }
 
 /* Rows per ready panel: the weight split into ceil(size / READY_PANEL_FLOATS) panels of equal
- * rows (a multiple of 16, so the GEMM keeps whole register tiles), the first one smaller. */
+ * rows (a multiple of 16, so the GEMM keeps whole register tiles); the panel at row 0 takes
+ * what is left. */
 static int panel_rows(const layer_t *l) {
   size_t size = (size_t)l->out * l->in;
   size_t panels = (size + READY_PANEL_FLOATS - 1) / READY_PANEL_FLOATS;
@@ -307,10 +308,9 @@ void cddp_model_backward(cddp_model_t *m, float grad_scale, int accumulate,
     const float *in = layer_input(m, i);
     float *d = m->dbuf[cur], *other = m->dbuf[cur ^ 1];
     if (l->conv) {
-      /* d: gradient of the pooled output; to the conv output through the argmax and the
-       * ReLU, then the conv's own backward writes dx over d's buffer (no longer needed). */
-      /* one sample at a time, so the conv output gradient (one sample's worth of scratch)
-       * stays in cache; the input gradient goes to the other buffer */
+      /* d: gradient of the pooled output; through the argmax and the ReLU to the conv output
+       * (one sample's worth of scratch, so it stays in cache), then the conv's backward; the
+       * input gradient goes to the other buffer */
       size_t in_floats = (size_t)l->in * l->h * l->w;
       for (int s = 0; s < n; s++) {
         cddp__maxpool2_backward(m->dconv, d + s * l->pool_floats, l->arg + s * l->pool_floats,
