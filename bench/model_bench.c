@@ -3,7 +3,9 @@
  * Build: make lib && make -C bench model   (or: make -C bench build/bench/model_bench)
  * Run:   build/bench/model_bench [-b 128] [-w 1024,1024] [-n 40] [-r 5] [-t 1] [-p 2048] [-g]
  *        [-c 16,32 (a CNN with these conv channels; -w are then its fc widths)] [-k 3]
- * -g also times each orientation of the three GEMMs of every linear layer. */
+ * -g also times each orientation of the three GEMMs of every linear layer.
+ * -z: the SGD pass also zeroes the gradients and backward accumulates (beta=1), instead of
+ *     backward overwriting them (beta=0: OpenBLAS zeroes them in a pass of its own). */
 #include <cblas.h>
 #include <math.h>
 #include <stdio.h>
@@ -47,6 +49,11 @@ static int parse_list(const char *arg, int *out, int max) {
   return n;
 }
 
+/* With one BLAS thread the GEMM timings use this thread's CPU time: robust to other programs
+ * on the cores. */
+static int cpu_clock;
+static double gemm_clock(void) { return cpu_clock ? cpu_now() : now(); }
+
 /* Best time of reps runs of iters calls of C[M,N] = op(A) op(B) (RowMajor). */
 static double time_gemm(int ta, int tb, int M, int N, int K, float beta, int iters, int reps) {
   uint64_t s = 7;
@@ -54,11 +61,11 @@ static double time_gemm(int ta, int tb, int M, int N, int K, float beta, int ite
   int lda = ta ? M : K, ldb = tb ? K : N;
   double best = 1e30;
   for (int r = 0; r < reps; r++) {
-    double t0 = now();
+    double t0 = gemm_clock();
     for (int i = 0; i < iters; i++)
       cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
                   M, N, K, 1.0f, A, lda, B, ldb, beta, C, N);
-    double t = (now() - t0) / iters;
+    double t = (gemm_clock() - t0) / iters;
     if (t < best) best = t;
   }
   free(A), free(B), free(C);
@@ -85,10 +92,11 @@ static void gemm_variants(int n, int in, int out) {
 
 int main(int argc, char **argv) {
   int batch = 128, iters = 40, reps = 5, threads = 1, peak_n = 2048, variants = 0, kernel = 3;
+  int zero_in_sgd = 0;
   int widths[CDDP_MODEL_MAX_LAYERS] = {1024, 1024}, n_widths = 2;
   int convs[CDDP_MODEL_MAX_LAYERS] = {0}, n_convs = 0;
   int opt;
-  while ((opt = getopt(argc, argv, "b:w:n:r:t:p:gc:k:h")) != -1) {
+  while ((opt = getopt(argc, argv, "b:w:n:r:t:p:gc:k:zh")) != -1) {
     switch (opt) {
       case 'b': batch = atoi(optarg); break;
       case 'w': n_widths = parse_list(optarg, widths, CDDP_MODEL_MAX_LAYERS); break;
@@ -99,9 +107,10 @@ int main(int argc, char **argv) {
       case 'g': variants = 1; break;
       case 'c': n_convs = parse_list(optarg, convs, CDDP_MODEL_MAX_LAYERS); break;
       case 'k': kernel = atoi(optarg); break;
+      case 'z': zero_in_sgd = 1; break;
       default:
         fprintf(stderr, "usage: %s [-b batch] [-w w0,w1,..] [-c c0,c1,..] [-k kernel] [-n iters] "
-                        "[-r reps] [-t blas_threads] [-p peak_size] [-g]\n", argv[0]);
+                        "[-r reps] [-t blas_threads] [-p peak_size] [-g] [-z]\n", argv[0]);
         return 2;
     }
   }
@@ -116,12 +125,14 @@ int main(int argc, char **argv) {
     return 1;
   }
   openblas_set_num_threads(threads);
+  cpu_clock = threads == 1;
   printf("# OpenBLAS %s, core %s, %d thread(s)\n", openblas_get_config(), openblas_get_corename(),
          threads);
 
   double tp = time_gemm(0, 0, peak_n, peak_n, peak_n, 0, 2, 3);
   double peak = 2.0 * peak_n * peak_n * (double)peak_n / tp * 1e-9;
-  printf("# sgemm peak %dx%dx%d: %.1f GFLOP/s\n", peak_n, peak_n, peak_n, peak);
+  printf("# sgemm peak %dx%dx%d: %.1f GFLOP/s%s\n", peak_n, peak_n, peak_n, peak,
+         cpu_clock ? " (thread CPU time)" : "");
   if (variants) {
     int in = spec.in_c * spec.in_h * spec.in_w;
     for (int i = 0; i <= n_widths && !n_convs; i++) {
@@ -143,19 +154,25 @@ int main(int argc, char **argv) {
   const float lr = 1e-3f;
 
   double best = 1e30, sum = 0, tf = 0, tb = 0, ts = 0, loss = 0, cpu_best = 1e30;
+  memset(grads, 0, np * sizeof(float));
   for (int w = 0; w < 3; w++) { /* warm-up */
     cddp_model_forward(m, x, y, batch, NULL);
     cddp_model_backward(m, 1.0f / batch, 0, NULL, NULL);
   }
+  memset(grads, 0, np * sizeof(float));
   for (int r = 0; r < reps; r++) {
     double t0 = now(), c0 = cpu_now(), f = 0, b = 0, g = 0;
     for (int i = 0; i < iters; i++) {
       double a = now();
       loss = cddp_model_forward(m, x, y, batch, NULL);
       double c = now();
-      cddp_model_backward(m, 1.0f / batch, 0, NULL, NULL);
+      cddp_model_backward(m, 1.0f / batch, zero_in_sgd, NULL, NULL);
       double d = now();
-      for (size_t j = 0; j < np; j++) params[j] -= lr * grads[j];
+      if (zero_in_sgd) {
+        for (size_t j = 0; j < np; j++) params[j] -= lr * grads[j], grads[j] = 0.0f;
+      } else {
+        for (size_t j = 0; j < np; j++) params[j] -= lr * grads[j];
+      }
       double e = now();
       f += c - a, b += d - c, g += e - d;
     }
@@ -164,13 +181,17 @@ int main(int argc, char **argv) {
     if (ct < cpu_best) cpu_best = ct;
     if (t < best) best = t, tf = f / iters, tb = b / iters, ts = g / iters;
   }
-  double gf = flops * batch / best * 1e-9;
+  /* against the peak: the CPU-time figure with one thread (the peak is timed the same way) */
+  double gf = flops * batch / (cpu_clock ? cpu_best : best) * 1e-9;
   printf("# model %s, %zu params, %.3f MFLOP/sample (fwd+bwd GEMMs), batch %d, loss %.4f\n",
          n_convs ? "cnn" : "mlp", np, flops * 1e-6, batch, loss / batch);
   printf("step  best %7.3f ms (fwd %.3f  bwd %.3f  sgd %.3f)  mean %7.3f ms\n", best * 1e3,
          tf * 1e3, tb * 1e3, ts * 1e3, sum / reps * 1e3);
-  printf("samples/s %.0f (best)  %.0f (mean)  %.0f (CPU time, best)   %.1f GFLOP/s = %.0f%% of "
-         "sgemm peak\n", batch / best, batch / (sum / reps), batch / cpu_best, gf, 100.0 * gf / peak);
+  /* CPU time of this thread says what a step costs when other programs share the cores; with
+   * more BLAS threads it misses theirs, so it is shown for one thread only */
+  printf("samples/s %.0f (best)  %.0f (mean)", batch / best, batch / (sum / reps));
+  if (threads == 1) printf("  %.0f (CPU time, best)", batch / cpu_best);
+  printf("   %.1f GFLOP/s = %.0f%% of sgemm peak\n", gf, 100.0 * gf / peak);
   free(params), free(grads), free(x), free(y);
   cddp_model_destroy(m);
   return 0;

@@ -51,3 +51,8 @@ static void select_core(void) {
 }
 
 void cddp__blas_select_core(void) { pthread_once(&once, select_core); }
+
+/* At load, before main: setenv must not race another thread's getenv, and no thread exists
+ * yet (libopenblas, a dependency, is initialised before us). Any program that links the model
+ * gets the right kernels even for BLAS calls made before cddp_model_create. */
+__attribute__((constructor)) static void select_at_load(void) { cddp__blas_select_core(); }

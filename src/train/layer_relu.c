@@ -90,6 +90,12 @@ void cddp__sum_rows(float *acc, const float *x, int rows, int cols, int accumula
   }
 }
 
+void cddp__add_to(float *dst, const float *src, size_t count) {
+  size_t i = 0;
+  for (; i + 8 <= count; i += 8) store8(dst + i, add8(load8(dst + i), load8(src + i)));
+  for (; i < count; i++) dst[i] += src[i];
+}
+
 float cddp__sum(const float *x, size_t count) {
   v8f a = {{0}, {0}};
   size_t i = 0;

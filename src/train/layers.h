@@ -33,6 +33,8 @@ void cddp__bias_rows(float *y, const float *b, int rows, int cols, int relu);
 void cddp__bias_scalar(float *y, float b, size_t count, int relu);
 /* acc[cols] (+)= column sums of x [rows, cols]; accumulate=0 overwrites. */
 void cddp__sum_rows(float *acc, const float *x, int rows, int cols, int accumulate);
+/* dst[:count] += src[:count] */
+void cddp__add_to(float *dst, const float *src, size_t count);
 /* Sum of count floats (8 partial sums). */
 float cddp__sum(const float *x, size_t count);
 
@@ -71,7 +73,8 @@ void cddp__xent_backward(float *dlogits, const float *prob, const uint8_t *y, in
 /* OpenBLAS 0.3.21's DYNAMIC_ARCH does not know this CPU model and falls back to its Prescott
  * (SSE3) kernels: 4-5x slower sgemm. When OPENBLAS_CORETYPE is unset and the CPU has AVX-512
  * (or AVX2+FMA), re-runs OpenBLAS's core selection with SkylakeX (or Haswell). Once per
- * process, before any BLAS call of the model; cheap after the first call. */
+ * process: a constructor of layer_blas.c runs it at load (before main, before any thread);
+ * cddp_model_create calls it too (a no-op by then). */
 void cddp__blas_select_core(void);
 
 #endif /* CDDP_TRAIN_LAYERS_H */

@@ -45,6 +45,7 @@ struct cddp_model {
   float *prob;    /* [max_batch, n_classes] softmax of the last forward */
   float *dbuf[2]; /* ping-pong gradient buffers, each the largest activation */
   float *col;     /* im2col scratch for one sample */
+  float *dconv;   /* one sample's conv output gradient */
   /* the last forward */
   const float *x;
   const uint8_t *y;
@@ -168,13 +169,15 @@ cddp_result_t cddp_model_create(const cddp_model_spec_t *spec, int max_batch, cd
                      m->param_count, MAX_PARAMS);
     goto fail;
   }
-  size_t B = (size_t)max_batch, big = (size_t)spec->in_c * spec->in_h * spec->in_w, col = 0;
+  size_t B = (size_t)max_batch, big = (size_t)spec->in_c * spec->in_h * spec->in_w, col = 0,
+         conv_out = 0;
   for (int i = 0; i < m->n_layers; i++) {
     layer_t *l = &m->layers[i];
     big = CDDP_MAX(big, l->out_floats);
     if (!(l->act = alloc_floats(B * l->out_floats))) goto oom;
     if (l->conv) {
       col = CDDP_MAX(col, cddp__conv2d_col_floats(l->in, l->h, l->w, l->k));
+      conv_out = CDDP_MAX(conv_out, l->out_floats);
       if (!(l->pool = alloc_floats(B * l->pool_floats))) goto oom;
       if (!(l->arg = aligned_alloc(64, (B * l->pool_floats + 63) & ~(size_t)63))) goto oom;
     }
@@ -183,6 +186,7 @@ cddp_result_t cddp_model_create(const cddp_model_spec_t *spec, int max_batch, cd
   for (int i = 0; i < 2; i++)
     if (!(m->dbuf[i] = alloc_floats(B * big))) goto oom;
   if (col && !(m->col = alloc_floats(col))) goto oom;
+  if (conv_out && !(m->dconv = alloc_floats(conv_out))) goto oom;
   CDDP_INFO(CDDP_SUB_TRAIN, "model: %s, %d layers, %zu parameters, %.3g FLOP/sample fwd+bwd",
             spec->kind == CDDP_MODEL_MLP ? "mlp" : "cnn", m->n_layers, m->param_count, m->flops);
   *out = m;
@@ -205,6 +209,7 @@ void cddp_model_destroy(cddp_model_t *m) {
   free(m->dbuf[0]);
   free(m->dbuf[1]);
   free(m->col);
+  free(m->dconv);
   free(m);
 }
 
@@ -262,9 +267,15 @@ double cddp_model_forward(cddp_model_t *m, const float *x, const uint8_t *y, int
     layer_t *l = &m->layers[i];
     const float *in = layer_input(m, i);
     if (l->conv) {
-      cddp__conv2d_forward(l->act, in, P + l->w_off, P + l->b_off, m->col, n, l->in, l->h, l->w,
-                           l->out, l->k, 1);
-      cddp__maxpool2_forward(l->pool, l->arg, l->act, n, l->out, l->h, l->w);
+      /* one sample at a time: the pool reads the conv output while it is still in cache */
+      size_t in_floats = (size_t)l->in * l->h * l->w;
+      for (int s = 0; s < n; s++) {
+        float *act = l->act + s * l->out_floats;
+        cddp__conv2d_forward(act, in + s * in_floats, P + l->w_off, P + l->b_off, m->col, 1,
+                             l->in, l->h, l->w, l->out, l->k, 1);
+        cddp__maxpool2_forward(l->pool + s * l->pool_floats, l->arg + s * l->pool_floats, act, 1,
+                               l->out, l->h, l->w);
+      }
     } else {
       cddp__linear_forward(l->act, in, P + l->w_off, P + l->b_off, n, l->in, l->out, l->relu);
     }
@@ -274,7 +285,8 @@ double cddp_model_forward(cddp_model_t *m, const float *x, const uint8_t *y, int
 }
 
 /* Rows per ready panel: the weight split into ceil(size / READY_PANEL_FLOATS) panels of equal
- * rows (a multiple of 16, so the GEMM keeps whole register tiles), the first one smaller. */
+ * rows (a multiple of 16, so the GEMM keeps whole register tiles); the panel at row 0 takes
+ * what is left. */
 static int panel_rows(const layer_t *l) {
   size_t size = (size_t)l->out * l->in;
   size_t panels = (size + READY_PANEL_FLOATS - 1) / READY_PANEL_FLOATS;
@@ -296,13 +308,22 @@ void cddp_model_backward(cddp_model_t *m, float grad_scale, int accumulate,
     const float *in = layer_input(m, i);
     float *d = m->dbuf[cur], *other = m->dbuf[cur ^ 1];
     if (l->conv) {
-      /* d: gradient of the pooled output; to the conv output through the argmax and the
-       * ReLU, then the conv's own backward writes dx over d's buffer (no longer needed). */
-      cddp__maxpool2_backward(other, d, l->arg, l->pool, n, l->out, l->h, l->w, 1);
-      cddp__conv2d_backward(i > 0 ? d : NULL, G + l->w_off, G + l->b_off, other, in,
-                            P + l->w_off, m->col, n, l->in, l->h, l->w, l->out, l->k,
-                            accumulate);
+      /* d: gradient of the pooled output; through the argmax and the ReLU to the conv output
+       * (one sample's worth of scratch, so it stays in cache), then the conv's backward; the
+       * input gradient goes to the other buffer */
+      size_t in_floats = (size_t)l->in * l->h * l->w;
+      for (int s = 0; s < n; s++) {
+        cddp__maxpool2_backward(m->dconv, d + s * l->pool_floats, l->arg + s * l->pool_floats,
+                                l->pool + s * l->pool_floats, 1, l->out, l->h, l->w, 1);
+        cddp__conv2d_backward(i > 0 ? other + s * in_floats : NULL, G + l->w_off, G + l->b_off,
+                              m->dconv, in + s * in_floats, P + l->w_off, m->col, 1, l->in, l->h,
+                              l->w, l->out, l->k, accumulate || s > 0);
+      }
+      if (n == 0 && !accumulate) /* nothing above zeroed them */
+        cddp__conv2d_backward(NULL, G + l->w_off, G + l->b_off, m->dconv, in, P + l->w_off,
+                              m->col, 0, l->in, l->h, l->w, l->out, l->k, 0);
       if (ready) ready(ready_ctx, l->w_off);
+      cur ^= 1;
     } else {
       /* bias first (it follows the weight in the buffer), then weight panels from the end */
       cddp__sum_rows(G + l->b_off, d, n, l->out, accumulate);

@@ -1,291 +1,17 @@
-/* test_model.c - the model's layers and both models: finite-difference gradients of every layer
- * and model, PyTorch's forward/backward on tiny models (tests/ref/model.txt), accumulation,
- * the ready hook's order and finality, spec errors, n = 0, names and init. */
+/* test_model.c - both models: finite-difference gradients, PyTorch's forward/backward on tiny
+ * models (tests/ref/model.txt), accumulation, the ready hook's order and finality, spec
+ * errors, n = 0, names, init. The layers alone: test_model_layers.c. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <cblas.h>
 #include <string.h>
+#include <strings.h>
 
 #include "test.h"
 #include "train/layers.h"
 #include "train/model.h"
-
-/* ---- helpers */
-
-static uint64_t rng = 0x1234567ull;
-static float frand(void) { /* [-1, 1) */
-  rng = rng * 6364136223846793005ull + 1442695040888963407ull;
-  return (float)(rng >> 40) / 8388608.0f - 1.0f;
-}
-static float *vec(size_t n, float scale) {
-  float *p = malloc((n ? n : 1) * sizeof(float));
-  for (size_t i = 0; i < n; i++) p[i] = scale * frand();
-  return p;
-}
-static double dot(const float *a, const float *b, size_t n) {
-  double s = 0;
-  for (size_t i = 0; i < n; i++) s += (double)a[i] * b[i];
-  return s;
-}
-/* ||a - b|| / max(||a||, ||b||), 0 when both are 0 */
-static double rel_err(const float *a, const double *b, size_t n) {
-  double d = 0, na = 0, nb = 0;
-  for (size_t i = 0; i < n; i++) {
-    d += (a[i] - b[i]) * (a[i] - b[i]);
-    na += (double)a[i] * a[i], nb += b[i] * b[i];
-  }
-  double m = fmax(sqrt(na), sqrt(nb));
-  return m == 0 ? 0 : sqrt(d) / m;
-}
-#define CHECK_REL(name, analytic, numeric, n, tol)                                         \
-  do {                                                                                     \
-    double e_ = rel_err(analytic, numeric, n);                                             \
-    if (!(e_ <= (tol))) TEST_FAIL("%s: relative error %.3g > %.3g", name, e_, (double)(tol)); \
-  } while (0)
-
-/* Central differences of f over each element of v: out[i] = (f(v+e) - f(v-e)) / 2e. */
-typedef double (*loss_fn)(void *ctx);
-static double *numeric_grad(float *v, size_t n, float eps, loss_fn f, void *ctx) {
-  double *g = malloc((n ? n : 1) * sizeof(double));
-  for (size_t i = 0; i < n; i++) {
-    float keep = v[i];
-    v[i] = keep + eps;
-    double lp = f(ctx);
-    v[i] = keep - eps;
-    double lm = f(ctx);
-    v[i] = keep;
-    g[i] = (lp - lm) / (2.0 * eps);
-  }
-  return g;
-}
-
-/* ---- linear */
-
-typedef struct {
-  int n, in, out, relu;
-  float *x, *w, *b, *y, *r; /* r: the projection that makes a scalar loss sum(r * y) */
-} lin_t;
-static double lin_loss(void *c) {
-  lin_t *t = c;
-  cddp__linear_forward(t->y, t->x, t->w, t->b, t->n, t->in, t->out, t->relu);
-  return dot(t->y, t->r, (size_t)t->n * t->out);
-}
-
-static void linear_check(int relu) {
-  lin_t t = {.n = 3, .in = 5, .out = 4, .relu = relu};
-  t.x = vec(15, 1), t.w = vec(20, 1), t.b = vec(4, 0.5f), t.y = vec(12, 0), t.r = vec(12, 1);
-  float *dw = vec(20, 1), *db = vec(4, 1), *dx = vec(15, 1), *dz = vec(12, 0);
-  lin_loss(&t);
-  /* dy = r; through the ReLU when there is one */
-  if (relu) cddp__relu_backward(dz, t.r, t.y, 12);
-  else memcpy(dz, t.r, sizeof(float) * 12);
-  cddp__linear_backward_params(dw, db, dz, t.x, 3, 5, 4, 0);
-  cddp__linear_backward_input(dx, dz, t.w, NULL, 3, 5, 4, 0);
-  /* y against a direct sum */
-  for (int i = 0; i < 3; i++)
-    for (int o = 0; o < 4; o++) {
-      double s = t.b[o];
-      for (int k = 0; k < 5; k++) s += (double)t.x[i * 5 + k] * t.w[o * 5 + k];
-      if (relu && s < 0) s = 0;
-      CHECK_NEAR(t.y[i * 4 + o], s, 1e-5);
-    }
-  double *gw = numeric_grad(t.w, 20, 1e-2f, lin_loss, &t);
-  double *gb = numeric_grad(t.b, 4, 1e-2f, lin_loss, &t);
-  double *gx = numeric_grad(t.x, 15, 1e-2f, lin_loss, &t);
-  CHECK_REL("linear dW", dw, gw, 20, 1e-4);
-  CHECK_REL("linear db", db, gb, 4, 1e-4);
-  CHECK_REL("linear dx", dx, gx, 15, 1e-4);
-  free(gw), free(gb), free(gx), free(dw), free(db), free(dx), free(dz);
-  free(t.x), free(t.w), free(t.b), free(t.y), free(t.r);
-}
-
-TEST(linear_gradients_match_finite_differences) { linear_check(0); }
-
-/* The fused bias+ReLU forward and ReLU-masked input gradient, wide enough (37 columns) for
- * the vector loops and their scalar tails. */
-TEST(linear_relu_fused_paths_match_finite_differences) {
-  linear_check(1);
-  int n = 3, in = 37, out = 37;
-  float *x = vec(n * in, 1), *w = vec(out * in, 1), *b = vec(out, 1), *y = vec(n * out, 0);
-  float *dy = vec(n * out, 1), *dx = vec(n * in, 0);
-  cddp__relu_forward(x, x, (size_t)n * in); /* the input is a ReLU output */
-  cddp__linear_forward(y, x, w, b, n, in, out, 1);
-  cddp__linear_backward_input(dx, dy, w, x, n, in, out, 1);
-  for (int i = 0; i < n; i++)
-    for (int k = 0; k < in; k++) {
-      double s = 0;
-      for (int o = 0; o < out; o++) s += (double)dy[i * out + o] * w[o * in + k];
-      CHECK_NEAR(dx[i * in + k], x[i * in + k] > 0 ? s : 0.0, 1e-4);
-    }
-  for (int i = 0; i < n * out; i++) CHECK(y[i] >= 0);
-  free(x), free(w), free(b), free(y), free(dy), free(dx);
-}
-
-/* ---- relu */
-
-typedef struct {
-  size_t n;
-  float *x, *y, *r;
-} relu_t;
-static double relu_loss(void *c) {
-  relu_t *t = c;
-  cddp__relu_forward(t->y, t->x, t->n);
-  return dot(t->y, t->r, t->n);
-}
-
-TEST(relu_gradient_matches_finite_differences) {
-  relu_t t = {.n = 43};
-  t.x = vec(43, 1), t.y = vec(43, 0), t.r = vec(43, 1);
-  for (size_t i = 0; i < 43; i++) /* stay away from the kink */
-    if (fabsf(t.x[i]) < 0.05f) t.x[i] = t.x[i] < 0 ? -0.1f : 0.1f;
-  float *dx = vec(43, 0);
-  relu_loss(&t);
-  for (size_t i = 0; i < 43; i++) CHECK_EQ(t.y[i], t.x[i] > 0 ? t.x[i] : 0);
-  cddp__relu_backward(dx, t.r, t.y, 43);
-  double *g = numeric_grad(t.x, 43, 1e-2f, relu_loss, &t);
-  CHECK_REL("relu dx", dx, g, 43, 1e-4);
-  free(g), free(dx), free(t.x), free(t.y), free(t.r);
-}
-
-/* ---- conv */
-
-typedef struct {
-  int n, c_in, h, w, c_out, k;
-  float *x, *wt, *b, *y, *r, *col;
-} conv_t;
-static double conv_loss(void *c) {
-  conv_t *t = c;
-  cddp__conv2d_forward(t->y, t->x, t->wt, t->b, t->col, t->n, t->c_in, t->h, t->w, t->c_out,
-                       t->k, 0);
-  return dot(t->y, t->r, (size_t)t->n * t->c_out * t->h * t->w);
-}
-
-static void conv_check(int n, int c_in, int h, int w, int c_out, int k) {
-  conv_t t = {.n = n, .c_in = c_in, .h = h, .w = w, .c_out = c_out, .k = k};
-  size_t nx = (size_t)n * c_in * h * w, nw = (size_t)c_out * c_in * k * k,
-         ny = (size_t)n * c_out * h * w;
-  t.x = vec(nx, 1), t.wt = vec(nw, 1), t.b = vec(c_out, 1), t.y = vec(ny, 0), t.r = vec(ny, 1);
-  t.col = vec(cddp__conv2d_col_floats(c_in, h, w, k), 0);
-  conv_loss(&t);
-  /* forward against the direct definition */
-  int p = k / 2;
-  for (int s = 0; s < n; s++)
-    for (int co = 0; co < c_out; co++)
-      for (int oy = 0; oy < h; oy++)
-        for (int ox = 0; ox < w; ox++) {
-          double v = t.b[co];
-          for (int ci = 0; ci < c_in; ci++)
-            for (int ki = 0; ki < k; ki++)
-              for (int kj = 0; kj < k; kj++) {
-                int iy = oy + ki - p, ix = ox + kj - p;
-                if (iy < 0 || iy >= h || ix < 0 || ix >= w) continue;
-                v += (double)t.x[((s * c_in + ci) * h + iy) * w + ix] *
-                     t.wt[((co * c_in + ci) * k + ki) * k + kj];
-              }
-          CHECK_NEAR(t.y[((s * c_out + co) * h + oy) * w + ox], v, 1e-4);
-        }
-  float *dw = vec(nw, 1), *db = vec(c_out, 1), *dx = vec(nx, 1);
-  cddp__conv2d_backward(dx, dw, db, t.r, t.x, t.wt, t.col, n, c_in, h, w, c_out, k, 0);
-  double *gw = numeric_grad(t.wt, nw, 1e-2f, conv_loss, &t);
-  double *gb = numeric_grad(t.b, c_out, 1e-2f, conv_loss, &t);
-  double *gx = numeric_grad(t.x, nx, 1e-2f, conv_loss, &t);
-  CHECK_REL("conv dW", dw, gw, nw, 1e-4);
-  CHECK_REL("conv db", db, gb, c_out, 1e-4);
-  CHECK_REL("conv dx", dx, gx, nx, 1e-4);
-  free(gw), free(gb), free(gx), free(dw), free(db), free(dx);
-  free(t.x), free(t.wt), free(t.b), free(t.y), free(t.r), free(t.col);
-}
-
-TEST(conv_gradients_match_finite_differences) {
-  conv_check(2, 2, 5, 4, 3, 3); /* non-square, several channels */
-  conv_check(1, 1, 6, 6, 2, 5); /* a kernel wider than half the image */
-  conv_check(2, 3, 3, 4, 2, 1); /* 1x1 */
-}
-
-/* ---- maxpool */
-
-typedef struct {
-  int n, c, h, w;
-  float *x, *y, *r;
-  uint8_t *arg;
-} pool_t;
-static double pool_loss(void *ctx) {
-  pool_t *t = ctx;
-  cddp__maxpool2_forward(t->y, t->arg, t->x, t->n, t->c, t->h, t->w);
-  return dot(t->y, t->r, (size_t)t->n * t->c * (t->h / 2) * (t->w / 2));
-}
-
-TEST(maxpool_gradient_matches_finite_differences) {
-  pool_t t = {.n = 2, .c = 2, .h = 5, .w = 6}; /* odd height: the last row is dropped */
-  size_t nx = 2 * 2 * 5 * 6, ny = 2 * 2 * 2 * 3;
-  t.x = malloc(nx * sizeof(float));
-  for (size_t i = 0; i < nx; i++) t.x[i] = (float)((i * 37) % nx) * 0.1f - 3.0f; /* distinct */
-  t.y = vec(ny, 0), t.r = vec(ny, 1), t.arg = malloc(ny);
-  pool_loss(&t);
-  for (int p = 0; p < 4; p++)
-    for (int oy = 0; oy < 2; oy++)
-      for (int ox = 0; ox < 3; ox++) {
-        const float *xp = t.x + p * 30;
-        float m = fmaxf(fmaxf(xp[2 * oy * 6 + 2 * ox], xp[2 * oy * 6 + 2 * ox + 1]),
-                        fmaxf(xp[(2 * oy + 1) * 6 + 2 * ox], xp[(2 * oy + 1) * 6 + 2 * ox + 1]));
-        CHECK_EQ(t.y[p * 6 + oy * 3 + ox], m);
-      }
-  float *dx = vec(nx, 1);
-  cddp__maxpool2_backward(dx, t.r, t.arg, t.y, 2, 2, 5, 6, 0);
-  double *g = numeric_grad(t.x, nx, 1e-2f, pool_loss, &t);
-  CHECK_REL("maxpool dx", dx, g, nx, 1e-4);
-  /* the fused ReLU mask: windows whose max is <= 0 pass nothing */
-  cddp__maxpool2_backward(dx, t.r, t.arg, t.y, 2, 2, 5, 6, 1);
-  for (size_t i = 0; i < nx; i++) {
-    double want = t.x[i] > 0 ? g[i] : 0.0;
-    CHECK_NEAR(dx[i], want, 1e-3);
-  }
-  free(g), free(dx), free(t.x), free(t.y), free(t.r), free(t.arg);
-}
-
-/* ---- softmax cross-entropy */
-
-typedef struct {
-  int n, k;
-  float *z, *p;
-  uint8_t *y;
-} xent_t;
-static double xent_loss(void *c) {
-  xent_t *t = c;
-  return cddp__xent_forward(t->p, t->z, t->y, t->n, t->k, NULL);
-}
-
-TEST(softmax_xent_matches_definition_and_finite_differences) {
-  uint8_t y[4] = {0, 4, 2, 2};
-  xent_t t = {4, 5, vec(20, 3), vec(20, 0), y};
-  int hits = -1;
-  double loss = cddp__xent_forward(t.p, t.z, y, 4, 5, &hits);
-  double want = 0;
-  int want_hits = 0;
-  for (int i = 0; i < 4; i++) {
-    double s = 0;
-    int best = 0;
-    for (int j = 0; j < 5; j++) s += exp(t.z[i * 5 + j]), best = t.z[i * 5 + j] > t.z[i * 5 + best] ? j : best;
-    want += log(s) - t.z[i * 5 + y[i]];
-    want_hits += best == y[i];
-  }
-  CHECK_NEAR(loss, want, 1e-5);
-  CHECK_EQ(hits, want_hits);
-  float *d = vec(20, 0);
-  cddp__xent_backward(d, t.p, y, 4, 5, 0.5f);
-  double *g = numeric_grad(t.z, 20, 1e-2f, xent_loss, &t);
-  for (int i = 0; i < 20; i++) g[i] *= 0.5;
-  CHECK_REL("xent dlogits", d, g, 20, 1e-3);
-  /* huge logits: no overflow, the loss is the margin */
-  float big[3] = {1000.0f, 0.0f, -1000.0f};
-  uint8_t yb = 1;
-  float pb[3];
-  loss = cddp__xent_forward(pb, big, &yb, 1, 3, &hits);
-  CHECK_NEAR(loss, 1000.0, 1e-3);
-  CHECK_EQ(hits, 0);
-  CHECK(isfinite(pb[0]) && isfinite(pb[1]) && isfinite(pb[2]));
-  free(g), free(d), free(t.z), free(t.p);
-}
+#include "unit/test_model_grad.h"
 
 /* ---- whole models */
 
@@ -348,7 +74,12 @@ static void model_fd_check(cddp_model_spec_t spec, const char *what) {
   net_free(&t);
 }
 
-TEST(mlp_gradients_match_finite_differences) { model_fd_check(mlp_spec(), "mlp"); }
+TEST(mlp_gradients_match_finite_differences) {
+  model_fd_check(mlp_spec(), "mlp");
+  cddp_model_spec_t linear = mlp_spec(); /* no hidden layer: one linear layer, no ReLU */
+  linear.n_hidden = 0;
+  model_fd_check(linear, "mlp without hidden layers");
+}
 TEST(cnn_gradients_match_finite_differences) { model_fd_check(cnn_spec(), "cnn"); }
 
 /* ---- PyTorch reference (tests/ref/gen_model.py) */
@@ -682,4 +413,21 @@ TEST(flops_per_sample) {
   double want = 2.0 * (784 * 1024) * 2 + 2.0 * (1024 * 1024) * 3 + 2.0 * (1024 * 10) * 3;
   CHECK_NEAR(cddp_model_flops_per_sample(m), want, 1);
   cddp_model_destroy(m);
+}
+
+/* OpenBLAS 0.3.21 takes this CPU for a Prescott (SSE3, 4-5x slower sgemm); layer_blas.c moves
+ * it to the kernels the CPU can run, at load. */
+TEST(blas_runs_the_cpus_vector_kernels) {
+  const char *env = getenv("OPENBLAS_CORETYPE");
+  const char *core = openblas_get_corename();
+  fprintf(stderr, "# OpenBLAS core %s (OPENBLAS_CORETYPE %s)\n", core, env ? env : "unset");
+  if (env && *env) return; /* the user's choice stands */
+  __builtin_cpu_init();
+  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+      __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq"))
+    CHECK(strcasecmp(core, "skylakex") == 0 || strcasecmp(core, "cooperlake") == 0 ||
+          strcasecmp(core, "sapphirerapids") == 0);
+  else if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+    CHECK(strcasecmp(core, "prescott") != 0 && strcasecmp(core, "core2") != 0 &&
+          strcasecmp(core, "nehalem") != 0 && strcasecmp(core, "sandybridge") != 0);
 }
