@@ -35,6 +35,7 @@ typedef struct cddp_train_config {
   int64_t warmup_steps;      /* schedule.warmup_steps */
   float min_lr;              /* schedule.min_lr */
   double bucket_mb;          /* ddp.bucket_mb */
+  int overlap;               /* ddp.overlap: buckets start during backward */
   int threads;               /* ddp.threads: BLAS threads per rank; 0 = cores / local ranks */
   int64_t ckpt_every;        /* checkpoint.every_steps (0 = only at the end) */
   int ckpt_keep;             /* checkpoint.keep */

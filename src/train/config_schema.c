@@ -78,6 +78,8 @@ const cddp__cfg_key_t cddp__cfg_keys[] = {
      "LR at the end of the cosine/linear decay"},
     {"ddp.bucket_mb", CDDP__CFG_DOUBLE, F(bucket_mb), 0, "4", 0, 4096, CDDP__CFG_LO_OPEN, NULL,
      "gradient bucket size in MiB (each bucket's allreduce starts when backward fills it)"},
+    {"ddp.overlap", CDDP__CFG_BOOL, F(overlap), 0, "true", NONE, 0, NULL,
+     "start each bucket's allreduce during backward; false: one allreduce after backward"},
     {"ddp.threads", CDDP__CFG_INT, F(threads), 0, "0", 0, 1024, 0, NULL,
      "BLAS threads per rank; 0 = cores / local ranks"},
     {"checkpoint.every_steps", CDDP__CFG_INT64, F(ckpt_every), 0, "200", 0, BIG, 0, NULL,

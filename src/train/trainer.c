@@ -126,6 +126,7 @@ static cddp_result_t setup(trainer_t *t) {
   if (!t->params || !t->xbuf || !t->ybuf || !t->idx) return cddp__fail(CDDP_SYSTEM, "out of memory");
   CDDP_CHECK(cddp_ddp_create(&t->ddp, t->w.comm, t->n_params, (size_t)(c->bucket_mb * 1048576.0), CDDP_SUM));
   t->grads = cddp_ddp_grads(t->ddp);
+  cddp_ddp_set_overlap(t->ddp, c->overlap);
   if (t->accum > 1 && !(t->scratch = aligned_alloc(64, (t->n_params * sizeof(float) + 63) / 64 * 64)))
     return cddp__fail(CDDP_SYSTEM, "out of memory");
   cddp_model_bind(t->model, t->params, t->grads);
@@ -193,7 +194,8 @@ static int run_loop(trainer_t *t) {
       fprintf(stderr, "cddp train: rank 0: checkpoint at step %" PRId64 ": %s\n", t->step, cddp_last_error());
       return 1;
     }
-    if (epoch_done && t->cfg.eval_every_epoch && !stop && evaluate(t, epoch_before) != CDDP_OK) {
+    int eval = (epoch_done && t->cfg.eval_every_epoch) || t->step == t->total_steps;
+    if (eval && !stop && evaluate(t, epoch_before) != CDDP_OK) {
       fprintf(stderr, "cddp train: rank %d: evaluation: %s\n", t->rank, cddp_last_error());
       return 1;
     }
