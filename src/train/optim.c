@@ -74,6 +74,20 @@ static double sum_squares(const float *restrict g, size_t n) {
   return s;
 }
 
+/* The same over one short block (<= FUSE_BLOCK) in float lanes, 4x cheaper than converting
+ * each element: the block's 16 partial sums hold ~256 terms each, far from float's limits,
+ * and the blocks are added in double. Only for the logged norm; clipping uses the exact one. */
+static double sum_squares_block(const float *restrict g, size_t n) {
+  float acc[16] = {0};
+  size_t i = 0;
+  for (; i + 16 <= n; i += 16)
+    for (int l = 0; l < 16; l++) acc[l] += g[i + l] * g[i + l];
+  double s = 0;
+  for (; i < n; i++) s += (double)g[i] * g[i];
+  for (int l = 0; l < 16; l++) s += acc[l];
+  return s;
+}
+
 /* The kernels take the clip scale cs (1 when not clipping) and write the scaled gradient back
  * only when clipping happened, so clipping costs no extra pass. */
 
@@ -189,7 +203,7 @@ double cddp_optim_step(cddp_optim_t *o, float *params, float *grads, float lr) {
     double ss = 0;
     for (size_t i = 0; i < n; i += FUSE_BLOCK) {
       size_t len = CDDP_MIN((size_t)FUSE_BLOCK, n - i);
-      ss += sum_squares(grads + i, len);
+      ss += sum_squares_block(grads + i, len);
       update_range(o, params, grads, i, len, lr, 1.0f, 0, adam);
     }
     return sqrt(ss);
