@@ -86,6 +86,18 @@ rc=$?
 if [ $rc -eq 0 ] && grep -q "4 ranks on 2 hosts" "$log" && grep -q "transport tcp" "$log"; then ok netns_hosts_tcp
 else fail netns_hosts_tcp "exit $rc: $(grep -m1 'cddp bench' "$log") $(tail -2 "$log" | tr '\n' ' ')"; fi
 checked netns_hosts_4_ranks "$log" 4
+# cddp train across the two hosts: TCP between them, the same bits as 4 ranks over TCP on one
+# host (the transport, not the launcher, decides the order of the sums: shm's differs)
+log=$CDDP_SLURM_STATE/train-netns.log
+env -u MASTER_ADDR MASTER_PORT="$(free_port)" timeout "$T" "$SL" run srun -N2 -n4 \
+  "$CDDP" train --launcher slurm --name netns "${TR[@]}" >"$log" 2>&1
+rc=$?
+if grep -q "; world 4 (tcp)" "$log"; then trained netns_train_tcp_world_4 "$log" $rc netns
+else fail netns_train_tcp_world_4 "exit $rc: $(grep -m1 'cddp train' "$log") $(tail -2 "$log" | tr '\n' ' ')"; fi
+timeout "$T" "$CDDP" run --standalone --nproc-per-node 4 "$CDDP" train --transport tcp --name tcp1 "${TR[@]}" >"$W/tcp1.log" 2>&1
+rc=$?
+if [ $rc = 0 ] && [ -s "$W/netns/$w" ] && cmp -s "$W/netns/$w" "$W/tcp1/$w"; then ok netns_train_same_bits_as_one_host_tcp
+else fail netns_train_same_bits_as_one_host_tcp "exit $rc: $(cmp "$W/netns/$w" "$W/tcp1/$w" 2>&1)"; fi
 if timeout 30 "$SL" down >/dev/null 2>&1 && ! ip netns list | grep -q "^cddp-h"; then ok netns_down
 else fail netns_down "namespaces left: $(ip netns list | tr '\n' ' ')"; fi
 finish
