@@ -15,9 +15,12 @@ cddp_result_t cddp_world_join(cddp_world_t *w, const cddp_comm_config_t *cfg) {
   cddp__log_set_rank(w->rank);
   cddp_result_t r = cddp_env_connect(&w->env, (int)cddp__knob_int(CDDP_KNOB_STORE_TIMEOUT_MS),
                                      &w->store, &w->hosted);
-  if (r != CDDP_OK)
+  if (r != CDDP_OK) {
+    char why[512]; /* cddp__fail rewrites the buffer cddp_last_error points to */
+    snprintf(why, sizeof why, "%s", cddp_last_error());
     return cddp__fail(r, "rank %d: cannot reach the job's store at %s:%d: %s", w->rank,
-                      w->env.master_addr, w->env.master_port, cddp_last_error());
+                      w->env.master_addr, w->env.master_port, why);
+  }
   cddp_comm_config_t def;
   if (!cfg) cddp_comm_config_default(&def), cfg = &def;
   r = cddp_comm_init(&w->comm, w->store, w->rank, w->world, w->env.round, cfg);
