@@ -12,6 +12,8 @@
 #include "train/model.h"
 #include "train/optim.h"
 
+typedef enum cddp_overlap { CDDP_OVERLAP_AUTO = 0, CDDP_OVERLAP_ON = 1, CDDP_OVERLAP_OFF = 2 } cddp_overlap_t;
+
 typedef enum cddp_lr_scaling { CDDP_LR_SCALE_NONE = 0, CDDP_LR_SCALE_LINEAR = 1, CDDP_LR_SCALE_SQRT = 2 } cddp_lr_scaling_t;
 
 typedef struct cddp_train_config {
@@ -35,7 +37,7 @@ typedef struct cddp_train_config {
   int64_t warmup_steps;      /* schedule.warmup_steps */
   float min_lr;              /* schedule.min_lr */
   double bucket_mb;          /* ddp.bucket_mb */
-  int overlap;               /* ddp.overlap: buckets start during backward */
+  cddp_overlap_t overlap;    /* ddp.overlap: auto|true|false */
   int threads;               /* ddp.threads: BLAS threads per rank; 0 = cores / local ranks */
   int64_t ckpt_every;        /* checkpoint.every_steps (0 = only at the end) */
   int ckpt_keep;             /* checkpoint.keep */

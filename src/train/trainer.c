@@ -126,7 +126,7 @@ static cddp_result_t setup(trainer_t *t) {
   if (!t->params || !t->xbuf || !t->ybuf || !t->idx) return cddp__fail(CDDP_SYSTEM, "out of memory");
   CDDP_CHECK(cddp_ddp_create(&t->ddp, t->w.comm, t->n_params, (size_t)(c->bucket_mb * 1048576.0), CDDP_SUM));
   t->grads = cddp_ddp_grads(t->ddp);
-  cddp_ddp_set_overlap(t->ddp, c->overlap);
+  cddp_ddp_set_overlap(t->ddp, t->overlap = cddp__train_overlap(t, threads));
   if (t->accum > 1 && !(t->scratch = aligned_alloc(64, (t->n_params * sizeof(float) + 63) / 64 * 64)))
     return cddp__fail(CDDP_SYSTEM, "out of memory");
   cddp_model_bind(t->model, t->params, t->grads);
@@ -152,11 +152,13 @@ static cddp_result_t setup(trainer_t *t) {
   if (t->rank == 0)
     fprintf(stderr,
             "cddp train: %s, %zu parameters; world %d (%s), global batch %d = micro %d x %d ranks x %d accumulation; "
-            "lr %.4g (%s scaling from batch %d); %" PRId64 " steps (%" PRId64 "/epoch); %d BLAS thread(s)/rank; run %s\n",
+            "lr %.4g (%s scaling from batch %d); %" PRId64 " steps (%" PRId64 "/epoch); %d BLAS thread(s)/rank; "
+            "all-reduce %s; run %s\n",
             c->model.kind == CDDP_MODEL_MLP ? "MLP" : "CNN", t->n_params, t->world, cddp_comm_transport(t->w.comm),
             c->global_batch, c->micro_batch, t->world, t->accum, t->sched.lr,
             c->lr_scaling == CDDP_LR_SCALE_NONE ? "no" : c->lr_scaling == CDDP_LR_SCALE_LINEAR ? "linear" : "sqrt",
-            c->ref_batch > 0 ? c->ref_batch : c->global_batch, t->total_steps, per_epoch, threads, t->run_dir);
+            c->ref_batch > 0 ? c->ref_batch : c->global_batch, t->total_steps, per_epoch, threads,
+            t->overlap ? "overlapped with backward" : "after backward", t->run_dir);
   return CDDP_OK;
 }
 

@@ -37,6 +37,7 @@ typedef struct trainer {
   float *scratch;  /* gradient of one accumulation micro-step (accum > 1) */
   size_t added_to; /* scratch is added into grads at [added_to, n) */
   int ddp_after_add;
+  int overlap;      /* buckets start during backward */
   size_t n_params;
   cddp_ddp_t *ddp;
   cddp_optim_t opt;
@@ -63,6 +64,8 @@ int cddp__train_main(const cddp_train_opts_t *o);
 cddp_result_t cddp__train_check_configs(trainer_t *t);   /* every rank's config equals rank 0's */
 cddp_result_t cddp__train_batch_split(trainer_t *t);     /* accumulation steps for this world */
 int cddp__train_blas_threads(const trainer_t *t);
+/* ddp.overlap resolved: auto overlaps unless the all-reduce would only steal a busy core. */
+int cddp__train_overlap(const trainer_t *t, int threads);
 cddp_result_t cddp__train_make_run_dir(trainer_t *t);
 float cddp__train_scaled_lr(const cddp_train_config_t *c);
 

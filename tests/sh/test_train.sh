@@ -67,6 +67,17 @@ done
 grep -q "stopped by signal at step" "$T/stopTERM.1.out" && ok "SIGTERM: the ranks agree on a step, save it and say so" ||
   fail "SIGTERM message" "$(tail -3 "$T/stopTERM.1.out" | tr '\n' ' ')"
 
+# 3b. buckets overlapped with backward (small buckets: many of them) give the same bits as
+# one all-reduce after backward
+OV=(--set model.hidden=[256,256] --set train.max_steps=30 --set eval.every_epoch=false --set ddp.bucket_mb=0.25)
+run2 --name ovon "${OV[@]}" --set ddp.overlap=true >"$T/ovon.out" 2>&1; rc1=$?
+run2 --name ovoff "${OV[@]}" --set ddp.overlap=false >"$T/ovoff.out" 2>&1; rc2=$?
+if [ $rc1 = 0 ] && [ $rc2 = 0 ] && grep -q "all-reduce overlapped with backward" "$T/ovon.out" &&
+   grep -q "all-reduce after backward" "$T/ovoff.out" &&
+   cmp -s "$T/ovon/checkpoints/step-000000030/model.safetensors" "$T/ovoff/checkpoints/step-000000030/model.safetensors"
+then ok "ddp.overlap=true (5 buckets of 256 KiB during backward) and false: bitwise equal weights"
+else fail "overlap" "rc $rc1/$rc2 $(tail -2 "$T/ovon.out" "$T/ovoff.out" | tr '\n' ' ')"; fi
+
 # 4. exactly once: one epoch started on 2 ranks, stopped, finished on 1 rank
 EP=(--set model.hidden=[32] --set train.epochs=1 --set debug.sample_log=true --set checkpoint.every_steps=10 --set eval.every_epoch=false --set data.drop_last=false)
 run2 --name once "${EP[@]}" --set ddp.threads=1 >"$T/once.1.out" 2>&1 &
