@@ -2,7 +2,7 @@
 # train_bench.sh - `cddp train` against PyTorch on the same MLP, data and batch, in one run.
 #
 # Usage: bench/train_bench.sh [--steps N] [--out DIR] [--config PATH]
-# Rows: cddp 2 ranks x 1 BLAS thread (cddp run), PyTorch DDP over gloo 2 ranks x 1 thread
+# Rows: cddp 2 ranks x 1 BLAS thread (cddp run; ddp.overlap auto, which is off here, and on), PyTorch DDP over gloo 2 ranks x 1 thread
 # (torchrun), and the best single PyTorch process (2 threads, OMP_WAIT_POLICY=PASSIVE), the
 # peers with OPENBLAS_CORETYPE=SkylakeX (their fastest kernels on this CPU).
 # Speed is samples/s over the timed steps (the first 5 are warm-up), from each program's own
@@ -33,20 +33,23 @@ PY=/usr/bin/python3
 PEER=$ROOT/bench/peers/ddp_fmnist.py
 step() { echo "train_bench.sh: $*" >&2; }
 
-step "cddp train: 2 ranks x 1 thread, $STEPS steps"
-timeout 600 "$CDDP" run --standalone --nproc-per-node 2 "$CDDP" train --config "$CONFIG" \
-  --work-dir "$OUT/runs" --name bench --set train.max_steps="$STEPS" --set ddp.threads=1 \
-  --set eval.every_epoch=false --set checkpoint.every_steps=0 >"$OUT/cddp.txt" 2>&1 \
-  || { tail -5 "$OUT/cddp.txt"; exit 1; }
-read -r ours comm <<<"$(awk -F'[:,}]' '
-  { for (i = 1; i < NF; i++) { if ($i ~ /"step"$/) s = $(i+1); if ($i ~ /"samples"$/) n = $(i+1);
-      if ($i ~ /"step_ms"$/) t = $(i+1); if ($i ~ /"comm_ms"$/) c = $(i+1) } }
-  s > 5 { N += n; T += t; C += c }
-  END { if (T > 0) printf "%.0f %.1f\n", N / T * 1000, 100 * C / T; else print "- -" }' "$OUT/runs/bench/metrics.jsonl")"
+# cddp_row NAME EXTRA...: trains STEPS steps, prints "samples/s exposed-comm-%"
+cddp_row() {
+  local name=$1; shift
+  step "cddp train ($name): 2 ranks x 1 thread, $STEPS steps"
+  timeout 600 "$CDDP" run --standalone --nproc-per-node 2 "$CDDP" train --config "$CONFIG" \
+    --work-dir "$OUT/runs" --name "$name" --set train.max_steps="$STEPS" --set ddp.threads=1 \
+    --set eval.every_epoch=false --set checkpoint.every_steps=0 "$@" >"$OUT/cddp-$name.txt" 2>&1 \
+    || { tail -5 "$OUT/cddp-$name.txt" >&2; echo "- -"; return; }
+  awk -F'[:,}]' '
+    { for (i = 1; i < NF; i++) { if ($i ~ /"step"$/) s = $(i+1); if ($i ~ /"samples"$/) n = $(i+1);
+        if ($i ~ /"step_ms"$/) t = $(i+1); if ($i ~ /"comm_ms"$/) c = $(i+1) } }
+    s > 5 { N += n; T += t; C += c }
+    END { if (T > 0) printf "%.0f %.1f\n", N / T * 1000, 100 * C / T; else print "- -" }' "$OUT/runs/$name/metrics.jsonl"
+}
+read -r ours comm <<<"$(cddp_row auto)"
+read -r ours_ov comm_ov <<<"$(cddp_row overlap --set ddp.overlap=true)"
 
-# The peers' best: passive OpenMP waits, and OpenBLAS's AVX-512 kernels. Debian's OpenBLAS
-# 0.3.21 does not recognise this CPU and falls back to SSE3 kernels (4-5x slower); cddp picks
-# the right core itself (src/train/layer_blas.c), the peers get it through the variable.
 export OMP_WAIT_POLICY=PASSIVE OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-SkylakeX}
 step "PyTorch DDP (gloo): 2 ranks x 1 thread, $STEPS steps"
 (cd "$OUT" && OMP_NUM_THREADS=1 timeout 900 "$PY" -m torch.distributed.run --standalone --nproc_per_node 2 \
@@ -57,7 +60,8 @@ rate() { sed -n 's/.*peer ddp: .*, \([0-9]*\) samples\/s.*/\1/p' "$1" | tail -1;
 ddp=$(rate "$OUT/peer-ddp.txt"); single=$(rate "$OUT/peer-single.txt")
 
 printf '\n%-46s %12s\n' "MLP 784-1024-1024-10, global batch 256" "samples/s"
-printf '%-46s %12s   exposed comm %s%% of step time\n' "cddp train, 2 ranks x 1 thread" "${ours}" "${comm}"
+printf '%-46s %12s   exposed comm %s%% of step time\n' "cddp train, 2 ranks x 1 thread (overlap auto)" "${ours}" "${comm}"
+printf '%-46s %12s   exposed comm %s%% of step time\n' "cddp train, same, buckets during backward" "${ours_ov}" "${comm_ov}"
 printf '%-46s %12s\n' "PyTorch DDP gloo, 2 ranks x 1 thread" "${ddp:--}"
 printf '%-46s %12s\n' "PyTorch one process, 2 threads (PASSIVE)" "${single:--}"
 printf 'goal: cddp >= 16000 samples/s on this 2-core machine; logs in %s\n' "$OUT"
