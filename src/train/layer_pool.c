@@ -20,6 +20,15 @@ static inline v4f select4(v4i mask, v4f a, v4f b) { /* mask ? a : b */
   return (v4f)((mask & (v4i)a) | (~mask & (v4i)b));
 }
 
+/* Even and odd lanes of the pair (a, b); GCC and clang spell the shuffle differently. */
+#if defined(__clang__)
+#define EVENS(a, b) __builtin_shufflevector(a, b, 0, 2, 4, 6)
+#define ODDS(a, b) __builtin_shufflevector(a, b, 1, 3, 5, 7)
+#else
+#define EVENS(a, b) __builtin_shuffle(a, b, (v4i){0, 2, 4, 6})
+#define ODDS(a, b) __builtin_shuffle(a, b, (v4i){1, 3, 5, 7})
+#endif
+
 /* One row of windows. Ties keep the first element in row-major order, as a sequential scan
  * with > would: left before right, top before bottom. */
 /* Windows [ox, ox + 4) of one row of windows. */
@@ -27,8 +36,8 @@ static inline void pool4(float *restrict y, uint8_t *restrict arg, const float *
                          const float *restrict r1, int ox) {
   v4f a = load4(r0 + 2 * ox), b = load4(r0 + 2 * ox + 4);
   v4f c = load4(r1 + 2 * ox), d = load4(r1 + 2 * ox + 4);
-  v4f tl = __builtin_shuffle(a, b, (v4i){0, 2, 4, 6}), tr = __builtin_shuffle(a, b, (v4i){1, 3, 5, 7});
-  v4f bl = __builtin_shuffle(c, d, (v4i){0, 2, 4, 6}), br = __builtin_shuffle(c, d, (v4i){1, 3, 5, 7});
+  v4f tl = EVENS(a, b), tr = ODDS(a, b);
+  v4f bl = EVENS(c, d), br = ODDS(c, d);
   v4i up = tr > tl, down = br > bl; /* -1 where the right one wins */
   v4f m_up = select4(up, tr, tl), m_down = select4(down, br, bl);
   v4i lower = m_down > m_up;
@@ -43,6 +52,15 @@ static inline void pool4(float *restrict y, uint8_t *restrict arg, const float *
   for (int i = 0; i < 4; i++) arg[ox + i] = (uint8_t)idx[i];
 #endif
 }
+
+/* Even and odd lanes of the pair (a, b); GCC and clang spell the shuffle differently. */
+#if defined(__clang__)
+#define EVENS(a, b) __builtin_shufflevector(a, b, 0, 2, 4, 6)
+#define ODDS(a, b) __builtin_shufflevector(a, b, 1, 3, 5, 7)
+#else
+#define EVENS(a, b) __builtin_shuffle(a, b, (v4i){0, 2, 4, 6})
+#define ODDS(a, b) __builtin_shuffle(a, b, (v4i){1, 3, 5, 7})
+#endif
 
 /* One row of windows. Ties keep the first element in row-major order, as a sequential scan
  * with > would: left before right, top before bottom. A row of at least 4 windows ends with

@@ -27,7 +27,7 @@ else fail "ranks from OMPI_COMM_WORLD_*"; fi
 TR=(--config configs/fmnist_mlp.yaml --work-dir "$T" --set model.hidden=[32] --set train.max_steps=20
     --set eval.every_epoch=false --set ddp.threads=1)
 mpi -np 2 "$CDDP" train --launcher mpi --name mpi "${TR[@]}" >"$T/train-mpi.out" 2>&1; rc=$?
-steps=$(grep -c '"step"' "$T/mpi/metrics.jsonl" 2>/dev/null)
+steps=$(grep -v '"eval"' "$T/mpi/metrics.jsonl" 2>/dev/null | grep -c '"step"')
 if [ $rc -eq 0 ] && grep -q "cddp train: MLP.*; world 2 " "$T/train-mpi.out" && [ "$steps" = 20 ] &&
    grep -q "cddp train: done: 20 steps" "$T/train-mpi.out"; then ok "mpirun -np 2 cddp train --launcher mpi: world 2, 20 steps"
 else fail "mpirun -np 2 cddp train --launcher mpi" "exit $rc, $steps step lines: $(tail -3 "$T/train-mpi.out" | tr '\n' ' ')"; fi

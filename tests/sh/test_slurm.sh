@@ -52,7 +52,7 @@ TR=(--config configs/fmnist_mlp.yaml --work-dir "$W" --set model.hidden=[32] --s
     --set eval.every_epoch=false --set batch.global=256 --set batch.micro=64 --set ddp.threads=1)
 trained() { # NAME LOG RC RUN: exit 0, rank 0 says world 4 and finished, 20 step lines, a verified checkpoint
   local name=$1 log=$2 rc=$3 run=$W/$4 steps
-  steps=$(grep -c '"step"' "$run/metrics.jsonl" 2>/dev/null)
+  steps=$(grep -v '"eval"' "$run/metrics.jsonl" 2>/dev/null | grep -c '"step"')
   if [ "$rc" = 0 ] && grep -q "cddp train: MLP.*; world 4 .*micro 64 x 4 ranks" "$log" && [ "$steps" = 20 ] &&
      grep -q "cddp train: done: 20 steps" "$log" && "$CDDP" ckpt verify "$run/checkpoints" >/dev/null 2>&1; then ok "$name"
   else fail "$name" "exit $rc, $steps step lines: $(tail -3 "$log" | tr '\n' ' ')"; fi
