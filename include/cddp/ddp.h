@@ -56,7 +56,7 @@ typedef struct cddp_ddp cddp_ddp_t;
 
 typedef struct cddp_ddp_stats {
   uint64_t wait_ns;      /* time finish() spent waiting: communication not hidden by backward */
-  uint64_t bytes;        /* payload bytes all-reduced */
+  uint64_t bytes;        /* payload bytes this rank contributed (after compression) */
   uint64_t wire_bytes;   /* bytes each rank sent (ring estimate: 2 (w-1)/w of the payload) */
   int buckets;
 } cddp_ddp_stats_t;
@@ -72,6 +72,18 @@ size_t cddp_ddp_count(const cddp_ddp_t *d);
 int cddp_ddp_bucket_count(const cddp_ddp_t *d);
 /* Overlap off: grad_ready only records, finish reduces every bucket itself (blocking). */
 void cddp_ddp_set_overlap(cddp_ddp_t *d, int overlap);
+/* What crosses the wire. NONE: float32. BF16: bfloat16, summed in float32 at every hop
+ * (half the bytes). SIGN: 1-bit SGD with error feedback: each rank sends the signs of
+ * (gradient + residual) and their mean magnitude per bucket, and keeps what the signs lost
+ * in its residual for the next step (about 32x fewer bytes; the result is the same on every
+ * rank). Collective: every rank calls it once, right after create. */
+typedef enum cddp_compress {
+  CDDP_COMPRESS_NONE = 0, CDDP_COMPRESS_BF16 = 1, CDDP_COMPRESS_SIGN = 2
+} cddp_compress_t;
+cddp_result_t cddp_ddp_set_compress(cddp_ddp_t *d, cddp_compress_t c);
+/* SIGN's error-feedback residual (n floats; NULL otherwise): save it in checkpoints and
+ * restore it on resume, or the resumed run is not the same run. */
+float *cddp_ddp_residual(cddp_ddp_t *d);
 /* Copies root's n-float buffer (e.g. the parameters) to every rank. */
 cddp_result_t cddp_ddp_broadcast(cddp_ddp_t *d, float *buf, int root);
 /* Starts a synchronising step. */

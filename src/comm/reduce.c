@@ -11,20 +11,6 @@
 #define CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
 #endif
 
-static inline float bf16_to_f32(uint16_t h) {
-  uint32_t u = (uint32_t)h << 16;
-  float f;
-  memcpy(&f, &u, 4);
-  return f;
-}
-
-static inline uint16_t f32_to_bf16(float f) {
-  uint32_t u;
-  memcpy(&u, &f, 4);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40); /* quiet NaN */
-  u += 0x7fffu + ((u >> 16) & 1u); /* round to nearest, ties to even */
-  return (uint16_t)(u >> 16);
-}
 
 /* One kernel per (type, op) family: acc = s0; acc = acc op s_k; dst = acc (* scale). */
 #define DEFINE_KERNEL(NAME, T, ACC, LOAD, STORE)                                               \
@@ -60,7 +46,7 @@ static inline uint16_t f32_to_bf16(float f) {
 #define ID(x) (x)
 DEFINE_KERNEL(kernel_f32, float, float, ID, ID)
 DEFINE_KERNEL(kernel_f64, double, double, ID, ID)
-DEFINE_KERNEL(kernel_bf16, uint16_t, float, bf16_to_f32, f32_to_bf16)
+DEFINE_KERNEL(kernel_bf16, uint16_t, float, cddp__bf16_to_f32, cddp__f32_to_bf16)
 
 /* Integers: AVG truncates toward zero, so it is applied through double. */
 #define DEFINE_INT_KERNEL(NAME, T)                                                             \

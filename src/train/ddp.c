@@ -12,9 +12,11 @@
 #include "common/check.h"
 #include "common/clock.h"
 #include "common/log.h"
+#include "train/ddp_compress.h"
 
 typedef struct bucket {
   size_t lo, hi; /* [lo, hi) in floats */
+  size_t soff;   /* sign compression: its words in sign_send; world times that in sign_recv */
   cddp_request_t *req;
   int started;
 } bucket_t;
@@ -28,6 +30,12 @@ struct cddp_ddp {
   int nb;
   int next;        /* first bucket not yet started */
   int overlap;
+  int world;
+  cddp_compress_t compress;
+  uint16_t *wire;       /* bf16: the buffer that crosses the wire (comm memory) */
+  float *residual;      /* sign: error feedback, n floats */
+  uint32_t *sign_send;  /* sign: this rank's packs, bucket after bucket (comm memory) */
+  uint32_t *sign_recv;  /* sign: every rank's packs, world per bucket (comm memory) */
   cddp_result_t err; /* first failure to start a bucket during backward */
   char err_text[512];
   cddp_ddp_stats_t st;
@@ -44,7 +52,7 @@ cddp_result_t cddp_ddp_create(cddp_ddp_t **out, cddp_comm_t *comm, size_t n, siz
   size_t per = CDDP_MAX(bucket_bytes / sizeof(float), (size_t)1024);
   cddp_ddp_t *d = calloc(1, sizeof *d);
   if (!d) return cddp__fail(CDDP_SYSTEM, "ddp: out of memory");
-  d->comm = comm, d->op = op, d->n = n, d->overlap = 1;
+  d->comm = comm, d->op = op, d->n = n, d->overlap = 1, d->world = cddp_comm_world(comm);
   d->nb = (int)((n + per - 1) / per);
   d->b = calloc((size_t)d->nb, sizeof *d->b);
   cddp_result_t r = d->b ? cddp_comm_mem_alloc(comm, n * sizeof(float), (void **)&d->grads)
@@ -72,6 +80,10 @@ void cddp_ddp_destroy(cddp_ddp_t *d) {
   for (int i = 0; i < d->nb; i++)
     if (d->b[i].req) cddp_wait(d->b[i].req);
   cddp_comm_mem_free(d->comm, d->grads);
+  cddp_comm_mem_free(d->comm, d->wire);
+  cddp_comm_mem_free(d->comm, d->sign_send);
+  cddp_comm_mem_free(d->comm, d->sign_recv);
+  free(d->residual);
   free(d->b);
   free(d);
 }
@@ -94,12 +106,38 @@ void cddp_ddp_begin(cddp_ddp_t *d) {
 static void start(cddp_ddp_t *d, bucket_t *b) {
   b->started = 1;
   if (d->err != CDDP_OK) return;
+  size_t len = b->hi - b->lo;
   float *p = d->grads + b->lo;
-  cddp_result_t r = cddp_iallreduce(d->comm, p, p, b->hi - b->lo, CDDP_F32, d->op, &b->req);
+  cddp_result_t r;
+  switch (d->compress) {
+  case CDDP_COMPRESS_BF16:
+    cddp__to_bf16(d->wire + b->lo, p, len);
+    r = cddp_iallreduce(d->comm, d->wire + b->lo, d->wire + b->lo, len, CDDP_BF16, d->op, &b->req);
+    break;
+  case CDDP_COMPRESS_SIGN: {
+    size_t words = cddp__sign_words(len);
+    cddp__sign_pack(d->sign_send + b->soff, p, d->residual + b->lo, len);
+    r = cddp_iallgather(d->comm, d->sign_send + b->soff, d->sign_recv + b->soff * (size_t)d->world, words,
+                        CDDP_I32, &b->req);
+    break;
+  }
+  default:
+    r = cddp_iallreduce(d->comm, p, p, len, CDDP_F32, d->op, &b->req);
+  }
   if (r != CDDP_OK) {
     d->err = r;
     snprintf(d->err_text, sizeof d->err_text, "%s", cddp_last_error());
   }
+}
+
+/* A finished bucket's wire form back into float gradients. */
+static void decode(cddp_ddp_t *d, const bucket_t *b) {
+  size_t len = b->hi - b->lo;
+  if (d->compress == CDDP_COMPRESS_BF16)
+    cddp__from_bf16(d->grads + b->lo, d->wire + b->lo, len);
+  else if (d->compress == CDDP_COMPRESS_SIGN)
+    cddp__sign_unpack_sum(d->grads + b->lo, d->sign_recv + b->soff * (size_t)d->world, d->world, len,
+                          d->op == CDDP_AVG ? 1.0f / (float)d->world : 1.0f);
 }
 
 void cddp_ddp_grad_ready(void *ctx, size_t offset) {
@@ -108,10 +146,25 @@ void cddp_ddp_grad_ready(void *ctx, size_t offset) {
   while (d->next < d->nb && d->b[d->next].lo >= offset) start(d, &d->b[d->next++]);
 }
 
+/* Bytes one rank puts on the wire for the whole buffer (ring estimates). */
+static void count_bytes(cddp_ddp_t *d) {
+  int w = d->world;
+  if (d->compress == CDDP_COMPRESS_SIGN) {
+    uint64_t pack = 0;
+    for (int i = 0; i < d->nb; i++) pack += cddp__sign_words(d->b[i].hi - d->b[i].lo) * 4;
+    d->st.bytes += pack;
+    d->st.wire_bytes += pack * (uint64_t)(w - 1); /* allgather: every other rank gets it */
+    return;
+  }
+  uint64_t payload = d->n * (d->compress == CDDP_COMPRESS_BF16 ? 2 : sizeof(float));
+  d->st.bytes += payload;
+  d->st.wire_bytes += w > 1 ? (uint64_t)((double)payload * 2.0 * (w - 1) / w) : 0;
+}
+
 cddp_result_t cddp_ddp_finish(cddp_ddp_t *d) {
   uint64_t t0 = cddp__now_ns();
   cddp_result_t ret = CDDP_OK;
-  if (!d->overlap) {
+  if (!d->overlap && d->compress == CDDP_COMPRESS_NONE) {
     /* one blocking call over the whole buffer: fewest synchronisations */
     ret = cddp_allreduce(d->comm, d->grads, d->grads, d->n, CDDP_F32, d->op);
     d->next = d->nb;
@@ -122,6 +175,7 @@ cddp_result_t cddp_ddp_finish(cddp_ddp_t *d) {
       cddp_result_t r = cddp_wait(d->b[i].req);
       d->b[i].req = NULL;
       if (r != CDDP_OK && ret == CDDP_OK) ret = r;
+      if (r == CDDP_OK) decode(d, &d->b[i]);
     }
     if (d->err != CDDP_OK) {
       ret = d->err;
@@ -129,11 +183,32 @@ cddp_result_t cddp_ddp_finish(cddp_ddp_t *d) {
     }
   }
   d->st.wait_ns += cddp__now_ns() - t0;
-  d->st.bytes += d->n * sizeof(float);
-  int w = cddp_comm_world(d->comm);
-  d->st.wire_bytes += w > 1 ? (uint64_t)((double)d->n * sizeof(float) * 2.0 * (w - 1) / w) : 0;
+  count_bytes(d);
   return ret;
 }
+
+cddp_result_t cddp_ddp_set_compress(cddp_ddp_t *d, cddp_compress_t c) {
+  if (c == d->compress) return CDDP_OK;
+  if (c != CDDP_COMPRESS_NONE && c != CDDP_COMPRESS_BF16 && c != CDDP_COMPRESS_SIGN)
+    return cddp__fail(CDDP_INVALID_ARG, "ddp: unknown compression %d", (int)c);
+  if (d->compress != CDDP_COMPRESS_NONE)
+    return cddp__fail(CDDP_INVALID_USAGE, "ddp: compression is chosen once, after create");
+  cddp_result_t r = CDDP_OK;
+  if (c == CDDP_COMPRESS_BF16) {
+    r = cddp_comm_mem_alloc(d->comm, d->n * sizeof(uint16_t), (void **)&d->wire);
+  } else {
+    size_t words = 0;
+    for (int i = 0; i < d->nb; i++) d->b[i].soff = words, words += cddp__sign_words(d->b[i].hi - d->b[i].lo);
+    d->residual = calloc(d->n, sizeof(float));
+    if (!d->residual) return cddp__fail(CDDP_SYSTEM, "ddp: out of memory");
+    r = cddp_comm_mem_alloc(d->comm, words * 4, (void **)&d->sign_send);
+    if (r == CDDP_OK) r = cddp_comm_mem_alloc(d->comm, words * 4 * (size_t)d->world, (void **)&d->sign_recv);
+  }
+  if (r == CDDP_OK) d->compress = c;
+  return r;
+}
+
+float *cddp_ddp_residual(cddp_ddp_t *d) { return d->residual; }
 
 void cddp_ddp_stats(cddp_ddp_t *d, cddp_ddp_stats_t *s, int reset) {
   *s = d->st;

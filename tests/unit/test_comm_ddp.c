@@ -1,5 +1,6 @@
 /* test_comm_ddp.c - bucketed gradient all-reduce: sums and means exact for 2 and 3 ranks,
  * buckets started from backward's hook, overlap off, parameter broadcast, world join. */
+#include <math.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,6 +19,7 @@ typedef struct {
   int world, overlap;
   size_t n, bucket_bytes;
   cddp_redop_t op;
+  cddp_compress_t compress;
   int failures[MAXW];
   int buckets;
   uint64_t bytes;
@@ -47,6 +49,7 @@ static void *rank_main(void *p) {
     return NULL;
   }
   cddp_ddp_set_overlap(d, c->overlap);
+  if (cddp_ddp_set_compress(d, c->compress) != CDDP_OK) bad++;
   float *params = malloc(c->n * sizeof(float));
   for (size_t i = 0; i < c->n; i++) params[i] = rank == 1 ? (float)i : -1.0f;
   if (cddp_ddp_broadcast(d, params, 1) != CDDP_OK) bad++;
@@ -118,6 +121,96 @@ TEST(ddp_single_bucket_default_size) {
   ddp_case_t c = {.world = 2, .overlap = 1, .n = 777, .bucket_bytes = 0, .op = CDDP_SUM};
   run_case(&c);
   CHECK_EQ(c.buckets, 1);
+}
+
+TEST(ddp_bf16_wire_small_integers_exact) {
+  /* the test's gradients are integers below 256: exact in bfloat16, so sums stay exact */
+  ddp_case_t c = {.world = 2, .overlap = 1, .n = 10007, .bucket_bytes = 4096, .op = CDDP_SUM,
+                  .compress = CDDP_COMPRESS_BF16};
+  run_case(&c);
+  CHECK_EQ(c.bytes, (uint64_t)3 * 10007 * 2); /* half of float32's */
+}
+
+/* Sign compression with error feedback, 2 ranks, the same gradient every step. What the
+ * signs lose is kept in each rank's residual, so after K steps the sum of the outputs
+ * equals K x (g0 + g1) minus the residuals left (r_K = sum g - sum q, telescoping). */
+#define SIGN_N 5000
+#define SIGN_STEPS 40
+typedef struct {
+  cddp_store_t *store;
+  float out_sum[2][SIGN_N], residual[2][SIGN_N];
+  uint64_t bytes;
+  int failures[2];
+} sign_case_t;
+typedef struct {
+  sign_case_t *c;
+  int rank;
+} sign_arg_t;
+
+static float sign_grad(int rank, size_t i) { return (float)sin((double)i * 0.37 + rank) * (1.0f + (float)(i % 7)); }
+
+static void *sign_rank(void *p) {
+  sign_arg_t *a = p;
+  sign_case_t *c = a->c;
+  cddp_comm_config_t cfg;
+  cddp_comm_config_default(&cfg);
+  cfg.transport = "shm";
+  cddp_comm_t *comm = NULL;
+  cddp_ddp_t *d = NULL;
+  if (cddp_comm_init(&comm, c->store, a->rank, 2, 0, &cfg) != CDDP_OK ||
+      cddp_ddp_create(&d, comm, SIGN_N, 4096, CDDP_SUM) != CDDP_OK ||
+      cddp_ddp_set_compress(d, CDDP_COMPRESS_SIGN) != CDDP_OK) {
+    c->failures[a->rank] = -1;
+    return NULL;
+  }
+  float *g = cddp_ddp_grads(d);
+  for (int step = 0; step < SIGN_STEPS; step++) {
+    cddp_ddp_begin(d);
+    for (size_t i = 0; i < SIGN_N; i++) g[i] = sign_grad(a->rank, i);
+    cddp_ddp_grad_ready(d, 0);
+    if (cddp_ddp_finish(d) != CDDP_OK) c->failures[a->rank]++;
+    for (size_t i = 0; i < SIGN_N; i++) c->out_sum[a->rank][i] += g[i];
+  }
+  memcpy(c->residual[a->rank], cddp_ddp_residual(d), sizeof c->residual[a->rank]);
+  cddp_ddp_stats_t st;
+  cddp_ddp_stats(d, &st, 0);
+  if (a->rank == 0) c->bytes = st.bytes;
+  cddp_ddp_destroy(d);
+  cddp_comm_destroy(comm);
+  return NULL;
+}
+
+TEST(ddp_sign_error_feedback_keeps_what_the_signs_lose) {
+  static sign_case_t c;
+  memset(&c, 0, sizeof c);
+  CHECK_OK(cddp_store_mem_create(&c.store));
+  pthread_t th[2];
+  sign_arg_t args[2] = {{&c, 0}, {&c, 1}};
+  for (int r = 0; r < 2; r++) pthread_create(&th[r], NULL, sign_rank, &args[r]);
+  for (int r = 0; r < 2; r++) pthread_join(th[r], NULL);
+  CHECK_EQ(c.failures[0], 0);
+  CHECK_EQ(c.failures[1], 0);
+  double worst = 0, worst_res = 0, mean_true = 0, res2 = 0, g2 = 0;
+  for (size_t i = 0; i < SIGN_N; i++) {
+    if (c.out_sum[0][i] != c.out_sum[1][i]) TEST_FAIL("ranks disagree at %zu", i);
+    double want = SIGN_STEPS * ((double)sign_grad(0, i) + sign_grad(1, i)) - c.residual[0][i] - c.residual[1][i];
+    double err = fabs(c.out_sum[0][i] - want);
+    if (err > worst) worst = err;
+    if (fabs(c.residual[0][i]) > worst_res) worst_res = fabs(c.residual[0][i]);
+    res2 += (double)c.residual[0][i] * c.residual[0][i];
+    g2 += (double)sign_grad(0, i) * sign_grad(0, i);
+    mean_true += fabs(SIGN_STEPS * ((double)sign_grad(0, i) + sign_grad(1, i))) / SIGN_N;
+  }
+  /* telescoping holds up to float rounding; the residual stays bounded (a few scales) */
+  CHECK(worst < 1e-3 * mean_true);
+  fprintf(stderr, "# residual norm %.2f x one step's gradient norm after %d steps (largest %.1f); telescoping error %.3g of mean |sum g| %.3g\n",
+          sqrt(res2 / g2), SIGN_STEPS, worst_res, worst, mean_true);
+  /* bounded: a few steps' worth of gradient, not SIGN_STEPS' worth (sign with mean scale is a
+   * contraction, so error feedback cannot run away) */
+  CHECK(sqrt(res2 / g2) < 6.0);
+  /* 5000 floats in 5 buckets: 1 scale + 32 words of bits (1024 elements) each, 4 bytes/word */
+  CHECK_EQ(c.bytes, (uint64_t)SIGN_STEPS * (4 * 33 + 1 * (1 + (5000 - 4096 + 31) / 32)) * 4);
+  cddp_store_close(c.store);
 }
 
 TEST(ddp_rejects_bad_arguments) {
