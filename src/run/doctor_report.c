@@ -109,8 +109,11 @@ static void interface_problems(rep_t *r) {
         if (!in->ifs[i].up && cddp__netif_match(in->spec, in->ifs[i].name))
           off += (size_t)snprintf(down + off, sizeof down - off, "%s%s", off ? "," : "", in->ifs[i].name);
       char present[200] = "";
-      for (int i = 0, o = 0; i < in->nif && o < (int)sizeof present; i++)
-        o += snprintf(present + o, sizeof present - (size_t)o, "%s%s", o ? ", " : "", in->ifs[i].name);
+      for (int i = 0, o = 0; i < in->nif && o < (int)sizeof present; i++) {
+        int dup = 0; /* an interface with IPv4 and IPv6 appears twice */
+        for (int k = 0; k < i; k++) dup |= !strcmp(in->ifs[k].name, in->ifs[i].name);
+        if (!dup) o += snprintf(present + o, sizeof present - (size_t)o, "%s%s", o ? ", " : "", in->ifs[i].name);
+      }
       if (off)
         problem(r, "interface %s chosen by CDDP_SOCKET_IFNAME=%s is down on host %s -> bring it up (ip link set %s up) "
                    "or set CDDP_SOCKET_IFNAME=%s", down, in->spec, r->hosts[h].label, down, suggest(r, f));
@@ -261,7 +264,8 @@ static void measure_section(rep_t *r) {
       fprintf(r->out, "  %s: unknown (no ping-pong with rank 0)\n", r->hosts[h].label);
       continue;
     }
-    fprintf(r->out, "  %s: %+.3f ms (+-%.3f)\n", r->hosts[h].label, m->offset_ms, m->offset_err_ms);
+    double off = fabs(m->offset_ms) < 0.0005 ? 0 : m->offset_ms; /* no "-0.000" */
+    fprintf(r->out, "  %s: %+.3f ms (+-%.3f)\n", r->hosts[h].label, off, m->offset_err_ms);
     if (fabs(m->offset_ms) - m->offset_err_ms > r->j->max_offset_ms)
       problem(r, "host %s's clock is %.1f ms %s rank 0's -> synchronise the clocks (chrony or ntpd on every host); "
                  "logs and timeouts compare them", r->hosts[h].label, fabs(m->offset_ms),
