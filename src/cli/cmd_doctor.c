@@ -375,7 +375,8 @@ static int run(ctx_t *c) {
     const char **keys = calloc(CDDP__DOC_MAX_KEYS, sizeof *keys);
     for (int k = 0; keys && k < CDDP__DOC_MAX_KEYS && k < self.nkeys; k++) keys[k] = cddp_config_key_name(k);
     char store[300];
-    snprintf(store, sizeof store, "%s:%d", c->env.master_addr, c->env.master_port);
+    if (c->env.source == CDDP_ENV_NONE) snprintf(store, sizeof store, "in-process (no launcher: a world of one)");
+    else snprintf(store, sizeof store, "%s:%d", c->env.master_addr, c->env.master_port);
     cddp__doc_job_t job = {.world = c->env.world_size, .n = c->n, .info = c->info, .reach = c->reach, .meas = c->meas,
                            .missing = missing, .nmissing = nmissing, .wait_s = nmissing ? c->o.timeout_s : waited,
                            .store = store, .cfg_path = c->o.cfg, .cfg_keys = keys, .iters = c->o.iters,
