@@ -15,6 +15,7 @@ static const struct {
     {"store", cddp_cmd_store, "serve a rendezvous store on a TCP port"},
     {"bench", cddp_cmd_bench, "benchmark collectives (nccl-tests dialect)"},
     {"plot", cddp_cmd_plot, "draw a run's loss, throughput and communication (gnuplot)"},
+    {"doctor", cddp_cmd_doctor, "check hosts, interfaces, links, clocks and configs of a job (run it like the job)"},
     {"ckpt", cddp_cmd_ckpt, "inspect or verify a checkpoint (info|verify PATH)"},
 };
 
