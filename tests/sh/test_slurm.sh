@@ -126,12 +126,13 @@ else fail srun_unresolvable_master_fails_fast "exit $rc after $(( $(date +%s) - 
 # 7. two jobs at once on the same nodes, no MASTER_PORT: each job's store port comes from its
 # job and step ids (20000 + (job * 64 + step % 64) % 12768), so they do not collide
 PORTSH='echo "PORT $SLURM_JOB_ID $SLURM_STEP_ID $MASTER_PORT"; exec "$@"'
+jpids=()
 for j in a b; do
   env -u MASTER_PORT timeout "$T" "$SL" run srun -N2 -n4 "$CDDP" run --launcher slurm \
     sh -c "$PORTSH" sh "$CDDP" bench allreduce -b 1K -e 4M -f 4 -c 1 >"$CDDP_SLURM_STATE/job-$j.log" 2>&1 &
-  eval "pid_$j=\$!"
+  jpids+=($!)
 done
-wait "$pid_a"; rc_a=$?; wait "$pid_b"; rc_b=$?
+wait "${jpids[0]}"; rc_a=$?; wait "${jpids[1]}"; rc_b=$?
 pa=$(awk '/^PORT/ { print $2, $3, $4; exit }' "$CDDP_SLURM_STATE/job-a.log")
 pb=$(awk '/^PORT/ { print $2, $3, $4; exit }' "$CDDP_SLURM_STATE/job-b.log")
 formula() { set -- $1; [ -n "${3:-}" ] && [ "$3" = $((20000 + ($1 * 64 + $2 % 64) % 12768)) ]; }
