@@ -436,6 +436,13 @@ int cddp__run_main(int argc, char **argv) {
     cddp__run_usage(stdout);
     return 0;
   }
+  /* a Slurm step's master comes from its node list: a name nobody knows fails here, at once,
+   * not after every task retried the store for --rdzv-timeout */
+  if (o.slurm && (o.mode == CDDP_RUN_SLURM_RANK ? o.world_size : o.max_nodes) > 1 &&
+      cddp__host_resolves(o.master_addr, o.master_src) != CDDP_OK) {
+    fprintf(stderr, "cddp run: %s\n", cddp_last_error());
+    return 2;
+  }
   if (o.mode == CDDP_RUN_SLURM_RANK) return exec_slurm_rank(&o, argv + o.prog_index);
   if (o.mode == CDDP_RUN_SLURM_BATCH) return exec_srun(argc, argv);
 

@@ -9,6 +9,7 @@
 #include "common/check.h"
 #include "common/clock.h"
 #include "common/log.h"
+#include "run/net.h"
 #include "run/slurm_step.h"
 
 /* Integer variable: absent -> dflt; malformed or out of [lo, hi] -> INVALID_ARG naming it. */
@@ -28,6 +29,10 @@ static cddp_result_t env_int(const char *name, int dflt, long lo, long hi, int *
 }
 
 static void copy(char *dst, size_t size, const char *src) { snprintf(dst, size, "%s", src ? src : ""); }
+
+/* The variable that named the master (for "cannot resolve host ... (from X)"), set by the
+ * last cddp_env_read. */
+static char master_from[64] = "MASTER_ADDR";
 
 /* HOST:PORT or [V6]:PORT. */
 static cddp_result_t parse_hostport(const char *name, const char *v, char *host, size_t hsize, int *port) {
@@ -94,6 +99,7 @@ static cddp_result_t read_slurm(cddp_env_t *e) {
   e->node_rank = st.node_rank, e->nnodes = st.nnodes;
   e->master_port = st.master_port;
   copy(e->master_addr, sizeof e->master_addr, st.master_addr);
+  copy(master_from, sizeof master_from, st.master_var);
   copy(e->run_id, sizeof e->run_id, st.run_id);
   return CDDP_OK;
 }
@@ -134,6 +140,7 @@ cddp_result_t cddp_env_read(cddp_env_t *env) {
   e.world_size = e.local_world_size = e.nnodes = 1;
   copy(e.master_addr, sizeof e.master_addr, "127.0.0.1");
   copy(e.run_id, sizeof e.run_id, "local");
+  copy(master_from, sizeof master_from, "MASTER_ADDR");
   CDDP_CHECK(cddp_token_from_env(e.token, sizeof e.token));
   const char *store = getenv("CDDP_STORE");
   if (store && *store) {
@@ -143,6 +150,7 @@ cddp_result_t cddp_env_read(cddp_env_t *env) {
     CDDP_CHECK(env_int("CDDP_RESTART_COUNT", 0, 0, 1 << 30, &e.restart_count));
     CDDP_CHECK(env_int("CDDP_MAX_RESTARTS", 0, 0, 1 << 30, &e.max_restarts));
     copy(e.run_id, sizeof e.run_id, getenv("CDDP_RUN_ID") ? getenv("CDDP_RUN_ID") : "cddp");
+    copy(master_from, sizeof master_from, "CDDP_STORE");
     CDDP_CHECK(parse_hostport("CDDP_STORE", store, e.master_addr, sizeof e.master_addr, &e.master_port));
   } else if (getenv("RANK") && getenv("WORLD_SIZE")) {
     e.source = CDDP_ENV_TORCHRUN;
@@ -176,6 +184,9 @@ cddp_result_t cddp_env_connect(const cddp_env_t *env, int timeout_ms, cddp_store
     CDDP_CHECK(cddp_store_mem_create(&base));
     goto view;
   }
+  /* every rank, rank 0 too (it reaches its own store on 127.0.0.1): a master name that does
+   * not exist fails everywhere at once instead of leaving rank 0 waiting for the others */
+  CDDP_CHECK(cddp__host_resolves(env->master_addr, master_from));
   if (env->source != CDDP_ENV_AGENT && env->rank == 0) {
     if (!hosted)
       return cddp__fail(CDDP_INVALID_ARG, "rank 0 hosts the store here (no cddp run agent): pass a hosted pointer");

@@ -8,6 +8,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "common/check.h"
 #include "run/net.h"
 
 static struct addrinfo *resolve(const char *host, int port, int socktype) {
@@ -73,4 +74,18 @@ void cddp__addr_toward(const char *host, int port, char *buf, size_t size) {
     close(fd);
   }
   if (res) freeaddrinfo(res);
+}
+
+cddp_result_t cddp__host_resolves(const char *host, const char *from) {
+  struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM}, *res = NULL;
+  int rc = getaddrinfo(host, NULL, &hints, &res);
+  if (rc == 0) freeaddrinfo(res);
+  if (rc == EAI_NONAME || rc == EAI_FAIL
+#ifdef EAI_NODATA
+      || rc == EAI_NODATA
+#endif
+  )
+    return cddp__fail(CDDP_NOT_FOUND, "cannot resolve host '%s' (from %s): %s", host, from && *from ? from : "?",
+                      gai_strerror(rc));
+  return CDDP_OK;
 }

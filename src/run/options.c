@@ -391,6 +391,7 @@ cddp_result_t cddp__run_parse(int argc, char **argv, char **envp, cddp_run_opts_
     if (!*r.val[F_MASTER_ADDR] || strlen(r.val[F_MASTER_ADDR]) >= sizeof o->master_addr)
       return bad_value(&r, F_MASTER_ADDR, "must be a host name or address");
     snprintf(o->master_addr, sizeof o->master_addr, "%s", r.val[F_MASTER_ADDR]);
+    snprintf(o->master_src, sizeof o->master_src, "%s", r.src[F_MASTER_ADDR]);
   }
   if (r.val[F_RDZV_ENDPOINT]) {
     o->rdzv_port = CDDP_RUN_DEFAULT_RDZV_PORT;

@@ -32,6 +32,7 @@ typedef struct cddp_run_opts {
   int last_call_ms;
   int node_rank;             /* static: given; -1 = assigned by the rendezvous */
   char master_addr[256];     /* static: store host; workers' MASTER_ADDR */
+  char master_src[64];       /* what gave master_addr (--master-addr, SLURM_STEP_NODELIST...) */
   int master_port;
   int max_restarts;
   char local_addr[256];      /* address published for this node ("" = route to the store) */

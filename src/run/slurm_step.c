@@ -13,12 +13,17 @@ int cddp__slurm_in_step(char **envp) {
   return cddp__envp_get(envp, "SLURM_PROCID") && cddp__envp_get(envp, "SLURM_STEP_ID");
 }
 
-/* The step-wide variable when set, else the job-wide one; *name says which was used. */
-static const char *step_var(char **envp, const char *step, const char *job, const char **name) {
+/* The step-wide variable when set, else the job-wide ones in order (job2 may be NULL); *name
+ * says which was used. A step may run on fewer nodes than its job: the step's list wins. */
+static const char *step_var3(char **envp, const char *step, const char *job, const char *job2, const char **name) {
   const char *v = cddp__envp_get(envp, step);
   *name = step;
   if ((!v || !*v) && job && (v = cddp__envp_get(envp, job)) && *v) *name = job;
+  if ((!v || !*v) && job2 && (v = cddp__envp_get(envp, job2)) && *v) *name = job2;
   return v && *v ? v : NULL;
+}
+static const char *step_var(char **envp, const char *step, const char *job, const char **name) {
+  return step_var3(envp, step, job, NULL, name);
 }
 
 static cddp_result_t number(const char *name, const char *v, long lo, long hi, const char *what, long *out) {
@@ -34,9 +39,9 @@ static cddp_result_t number(const char *name, const char *v, long lo, long hi, c
 
 cddp_result_t cddp__slurm_step_read(char **envp, cddp__slurm_step_t *s) {
   const char *nn, *nt, *nl, *tp, *jn;
-  const char *nodes = step_var(envp, "SLURM_STEP_NUM_NODES", "SLURM_NNODES", &nn);
+  const char *nodes = step_var3(envp, "SLURM_STEP_NUM_NODES", "SLURM_JOB_NUM_NODES", "SLURM_NNODES", &nn);
   const char *tasks = step_var(envp, "SLURM_STEP_NUM_TASKS", "SLURM_NTASKS", &nt);
-  const char *list = step_var(envp, "SLURM_STEP_NODELIST", "SLURM_NODELIST", &nl);
+  const char *list = step_var3(envp, "SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST", "SLURM_NODELIST", &nl);
   const char *tpn = step_var(envp, "SLURM_STEP_TASKS_PER_NODE", "SLURM_TASKS_PER_NODE", &tp);
   const char *jobid = step_var(envp, "SLURM_JOB_ID", "SLURM_JOBID", &jn);
   long nnodes, ntasks, nodeid, localid, rank, job = 0, step = 0;

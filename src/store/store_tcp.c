@@ -322,8 +322,14 @@ static int try_connect(const char *host, int port, uint64_t deadline, int *fd, c
   snprintf(ps, sizeof ps, "%d", port);
   int gai = getaddrinfo(host, ps, &hints, &res);
   if (gai != 0) {
-    snprintf(why, whysize, "cannot resolve %s: %s", host, gai_strerror(gai));
-    return -1;
+    snprintf(why, whysize, "cannot resolve host '%s': %s", host, gai_strerror(gai));
+    /* a name the resolver says does not exist will not appear by retrying: stop (-2) */
+    return gai == EAI_NONAME || gai == EAI_FAIL
+#ifdef EAI_NODATA
+                   || gai == EAI_NODATA
+#endif
+               ? -2
+               : -1;
   }
   int ok = -1;
   for (struct addrinfo *a = res; a && ok != 0; a = a->ai_next) {
@@ -416,8 +422,14 @@ cddp_result_t cddp_store_tcp_connect(cddp_store_t **out, const char *host, int p
   uint64_t deadline = cddp__deadline_ms(timeout_ms);
   char why[200] = "no attempt";
   int backoff_ms = 5, tries = 0;
-  while (try_connect(host, port, deadline, &t->fd, why, sizeof why) != 0) {
+  int tc;
+  while ((tc = try_connect(host, port, deadline, &t->fd, why, sizeof why)) != 0) {
     tries++;
+    if (tc == -2) {
+      cddp_result_t r = cddp__fail(CDDP_NOT_FOUND, "store %s: %s", t->ep, why);
+      c_close(&t->base);
+      return r;
+    }
     int left = cddp__ms_left(deadline);
     if (left == 0) {
       cddp_result_t r = cddp__fail(CDDP_TIMEOUT, "store %s unreachable after %d ms, %d tries (%s)",

@@ -7,13 +7,33 @@ SL=tests/cluster/slurm-local.sh
 T=${CDDP_SLURM_TEST_TIMEOUT:-120}
 export CDDP_SLURM_STATE
 CDDP_SLURM_STATE=$(mktemp -d /tmp/cddp-test-slurm.XXXXXX)
+# our own namespace names: helpers running netns tests at the same time do not collide
+export CDDP_NETNS_PREFIX=cddps$$
 trap 'timeout 30 "$SL" down >/dev/null 2>&1; rm -rf "$CDDP_SLURM_STATE"' EXIT
 
+# 0. bad input from a step's variables, no cluster needed: one line, non-zero exit, at once
+STEP=(SLURM_JOB_ID=77 SLURM_STEP_ID=0 SLURM_PROCID=1 SLURM_LOCALID=1 SLURM_NODEID=0 SLURM_STEP_NUM_NODES=2
+      SLURM_STEP_NUM_TASKS=4 SLURM_STEP_TASKS_PER_NODE='2(x2)' SLURM_JOB_NODELIST='node[1-3]')
+one_line_error() { # NAME WANT CMD...: exit non-zero within 20 s, exactly one line on the output, naming WANT
+  local name=$1 want=$2 out rc; shift 2
+  out=$(timeout 20 "$@" 2>&1); rc=$?
+  if [ $rc != 0 ] && [ $rc != 124 ] && [ "$(printf '%s\n' "$out" | wc -l)" = 1 ] && printf '%s' "$out" | grep -qF "$want"; then ok "$name"
+  else fail "$name" "exit $rc: $(printf '%s' "$out" | head -3 | tr '\n' ' ')"; fi
+}
+one_line_error bad_unknown_master_host_run "cannot resolve host 'cddp-nohost8' (from SLURM_STEP_NODELIST)" \
+  env -u MASTER_ADDR "${STEP[@]}" SLURM_STEP_NODELIST='cddp-nohost[8-9]' "$CDDP" run true
+one_line_error bad_unknown_master_host_train "cannot resolve host 'cddp-nohost8' (from SLURM_STEP_NODELIST)" \
+  env -u MASTER_ADDR "${STEP[@]}" SLURM_STEP_NODELIST='cddp-nohost[8-9]' "$CDDP" train --launcher slurm --config configs/fmnist_mlp.yaml
+one_line_error bad_nodelist_run "malformed node list 'node[1-'" \
+  env -u MASTER_ADDR "${STEP[@]}" SLURM_STEP_NODELIST='node[1-' "$CDDP" run true
+one_line_error bad_nodelist_train "malformed node list 'node[3-1]'" \
+  env -u MASTER_ADDR "${STEP[@]}" SLURM_STEP_NODELIST='node[3-1]' "$CDDP" train --launcher slurm --config configs/fmnist_mlp.yaml
+
 if ! timeout 900 "$SL" install >"$CDDP_SLURM_STATE/install.log" 2>&1 || ! command -v srun >/dev/null; then
-  echo "ok 1 - test_slurm # SKIP Slurm cannot be installed here: $(tail -1 "$CDDP_SLURM_STATE/install.log")"
+  echo "ok $((t_n + 1)) - test_slurm # SKIP Slurm cannot be installed here: $(tail -1 "$CDDP_SLURM_STATE/install.log")"
   exit 0
 fi
-if timeout 60 "$SL" up 2 >"$CDDP_SLURM_STATE/up.log" 2>&1; then ok cluster_up
+if timeout 60 "$SL" up 3 >"$CDDP_SLURM_STATE/up.log" 2>&1; then ok cluster_up
 else fail cluster_up "$(tail -3 "$CDDP_SLURM_STATE/up.log" | tr '\n' ' ')"; finish; fi
 
 # Loopback node names (node1, node2) resolve nowhere, and must not be looked up through DNS:
@@ -68,12 +88,89 @@ w=checkpoints/step-000000020/model.safetensors
 if [ -s "$W/tasks/$w" ] && cmp -s "$W/tasks/$w" "$W/agents/$w"; then ok srun_train_tasks_and_agents_same_bits
 else fail srun_train_tasks_and_agents_same_bits "$(cmp "$W/tasks/$w" "$W/agents/$w" 2>&1)"; fi
 
+# 5. srun -N3 --ntasks-per-node=2: 6 ranks over 3 nodes, one task per rank. 256 does not split
+# over 6 ranks: batch.global 384 = micro 64 x 6.
+TR6=("${TR[@]}" --set batch.global=384)
+trained6() { # NAME LOG RC RUN
+  local name=$1 log=$2 rc=$3 run=$W/$4 steps
+  steps=$(grep -v '"eval"' "$run/metrics.jsonl" 2>/dev/null | grep -c '"step"')
+  if [ "$rc" = 0 ] && grep -q "cddp train: MLP.*; world 6 .*micro 64 x 6 ranks" "$log" && [ "$steps" = 20 ] &&
+     grep -q "cddp train: done: 20 steps" "$log"; then ok "$name"
+  else fail "$name" "exit $rc, $steps step lines: $(grep -m1 'cddp train' "$log") $(tail -2 "$log" | tr '\n' ' ')"; fi
+}
+log=$CDDP_SLURM_STATE/train-3x2.log
+MASTER_PORT=$(free_port) timeout "$T" "$SL" run srun -N3 --ntasks-per-node=2 \
+  "$CDDP" train --launcher slurm --name tasks6 "${TR6[@]}" >"$log" 2>&1
+trained6 srun_train_3_nodes_x_2_tasks_world_6 "$log" $? tasks6
+
+# 6. bad input under srun: a batch that does not split over the step's 6 ranks is one line for
+# the job (rank 0 says it; every rank exits non-zero), not one per rank
+log=$CDDP_SLURM_STATE/bad-split.log
+MASTER_PORT=$(free_port) timeout "$T" "$SL" run srun -N3 --ntasks-per-node=2 \
+  "$CDDP" train --launcher slurm --name badsplit "${TR[@]}" >"$log" 2>&1
+rc=$?
+n=$(grep -c "^cddp train: .*batch" "$log")
+if [ $rc != 0 ] && [ $rc != 124 ] && [ "$n" = 1 ]; then ok srun_batch_split_impossible_one_line
+else fail srun_batch_split_impossible_one_line "exit $rc, $n lines: $(head -3 "$log" | tr '\n' ' ')"; fi
+# node names Slurm knows but the resolver does not (loopback nodes, no MASTER_ADDR): every
+# task says so at once instead of retrying the store for minutes
+log=$CDDP_SLURM_STATE/bad-host.log
+t0=$(date +%s)
+env -u MASTER_ADDR MASTER_PORT="$(free_port)" timeout "$T" "$SL" run srun -N2 -n4 \
+  "$CDDP" train --launcher slurm --name badhost "${TR[@]}" >"$log" 2>&1
+rc=$?
+n=$(grep -c "cannot resolve host 'node1' (from SLURM_STEP_NODELIST)" "$log")
+if [ $rc != 0 ] && [ $rc != 124 ] && [ "$n" -ge 1 ] && [ $(( $(date +%s) - t0 )) -lt 30 ]; then ok srun_unresolvable_master_fails_fast
+else fail srun_unresolvable_master_fails_fast "exit $rc after $(( $(date +%s) - t0 )) s: $(head -2 "$log" | tr '\n' ' ')"; fi
+
+# 7. two jobs at once on the same nodes, no MASTER_PORT: each job's store port comes from its
+# job and step ids (20000 + (job * 64 + step % 64) % 12768), so they do not collide
+PORTSH='echo "PORT $SLURM_JOB_ID $SLURM_STEP_ID $MASTER_PORT"; exec "$@"'
+jpids=()
+for j in a b; do
+  env -u MASTER_PORT timeout "$T" "$SL" run srun -N2 -n4 "$CDDP" run --launcher slurm \
+    sh -c "$PORTSH" sh "$CDDP" bench allreduce -b 1K -e 4M -f 4 -c 1 >"$CDDP_SLURM_STATE/job-$j.log" 2>&1 &
+  jpids+=($!)
+done
+wait "${jpids[0]}"; rc_a=$?; wait "${jpids[1]}"; rc_b=$?
+pa=$(awk '/^PORT/ { print $2, $3, $4; exit }' "$CDDP_SLURM_STATE/job-a.log")
+pb=$(awk '/^PORT/ { print $2, $3, $4; exit }' "$CDDP_SLURM_STATE/job-b.log")
+formula() { set -- $1; [ -n "${3:-}" ] && [ "$3" = $((20000 + ($1 * 64 + $2 % 64) % 12768)) ]; }
+if [ $rc_a = 0 ] && [ $rc_b = 0 ] && formula "$pa" && formula "$pb" && [ "${pa##* }" != "${pb##* }" ]; then
+  ok two_jobs_at_once_ports_from_job_ids
+else fail two_jobs_at_once_ports_from_job_ids "exits $rc_a $rc_b, job/step/port: $pa | $pb"; fi
+checked two_jobs_at_once_first_4_ranks "$CDDP_SLURM_STATE/job-a.log" 4
+checked two_jobs_at_once_second_4_ranks "$CDDP_SLURM_STATE/job-b.log" 4
+
+# 8. sbatch: examples/slurm/train.sbatch (one `cddp run --launcher slurm` agent per node) and
+# examples/slurm/train_tasks.sh (one task per rank), waited for (sbatch --wait, bounded)
+sbatched() { # NAME OUTFILE RC RUN WORLD: the job completed, its output says so, the run trained
+  local name=$1 out=$2 rc=$3 run=$W/$4 world=$5 id state
+  id=$(sed -n 's/^Submitted batch job \([0-9]*\).*/\1/p' "$CDDP_SLURM_STATE/$4.submit")
+  state=$("$SL" run scontrol show job "$id" 2>/dev/null | grep -o 'JobState=[A-Z]* .*' | head -1)
+  if [ "$rc" = 0 ] && grep -q "; world $world " "$out" && grep -q "cddp train: done: 20 steps" "$out" &&
+     grep -q "done$" "$out" && [ -s "$run/checkpoints/step-000000020/model.safetensors" ] &&
+     { [ -z "$state" ] || printf '%s' "$state" | grep -q "JobState=COMPLETED"; }; then ok "$name"
+  else fail "$name" "sbatch exit $rc, job $id ${state%% *}: $(tail -3 "$out" 2>/dev/null | tr '\n' ' ')"; fi
+}
+XTRA=(--set model.hidden=[32] --set train.max_steps=20 --set eval.every_epoch=false --set batch.micro=64 --set ddp.threads=1)
+MASTER_PORT=$(free_port) CDDP=$CDDP WORK_DIR=$W RUN_NAME=sbatch timeout "$T" "$SL" run sbatch --wait -N3 \
+  -o "$CDDP_SLURM_STATE/sbatch-%j.out" examples/slurm/train.sbatch --set batch.global=384 "${XTRA[@]}" \
+  >"$CDDP_SLURM_STATE/sbatch.submit" 2>&1
+rc=$?
+sbatched sbatch_agents_3_nodes_x_2 "$(ls "$CDDP_SLURM_STATE"/sbatch-*.out 2>/dev/null | head -1)" $rc sbatch 6
+MASTER_PORT=$(free_port) CDDP=$CDDP WORK_DIR=$W RUN_NAME=sbatch_tasks timeout "$T" "$SL" run sbatch --wait -N2 \
+  --ntasks-per-node=2 -o "$CDDP_SLURM_STATE/tasks-%j.out" examples/slurm/train_tasks.sh --set batch.global=256 "${XTRA[@]}" \
+  >"$CDDP_SLURM_STATE/sbatch_tasks.submit" 2>&1
+rc=$?
+sbatched sbatch_tasks_2_nodes_x_2 "$(ls "$CDDP_SLURM_STATE"/tasks-*.out 2>/dev/null | head -1)" $rc sbatch_tasks 4
+
 if timeout 30 "$SL" down >/dev/null 2>&1 && ! "$SL" status | grep -q "pid [0-9]"; then ok cluster_down
 else fail cluster_down "daemons still running: $("$SL" status | tr '\n' ' ')"; fi
 
 # 4. two hosts for real: each node in its own network namespace (own address, hostname and
 # /etc/hosts naming node1, node2), so the ranks meet over TCP between the namespaces
-if ! timeout 60 "$SL" up-netns 2 >"$CDDP_SLURM_STATE/up-netns.log" 2>&1; then
+if ! timeout 60 "$SL" up-netns 3 >"$CDDP_SLURM_STATE/up-netns.log" 2>&1; then
   if grep -qi "operation not permitted" "$CDDP_SLURM_STATE/up-netns.log"; then
     echo "ok $((t_n + 1)) - test_slurm:netns_hosts # SKIP network namespaces are not allowed here"
   else fail netns_up "$(tail -3 "$CDDP_SLURM_STATE/up-netns.log" | tr '\n' ' ')"; fi
@@ -98,6 +195,23 @@ timeout "$T" "$CDDP" run --standalone --nproc-per-node 4 "$CDDP" train --transpo
 rc=$?
 if [ $rc = 0 ] && [ -s "$W/netns/$w" ] && cmp -s "$W/netns/$w" "$W/tcp1/$w"; then ok netns_train_same_bits_as_one_host_tcp
 else fail netns_train_same_bits_as_one_host_tcp "exit $rc: $(cmp "$W/netns/$w" "$W/tcp1/$w" 2>&1)"; fi
-if timeout 30 "$SL" down >/dev/null 2>&1 && ! ip netns list | grep -q "^cddp-h"; then ok netns_down
+# a step on fewer nodes than its job (sbatch -N3, srun -N2 --relative=1: node2, node3): the
+# master is the first host of SLURM_STEP_NODELIST (node2), not of the job's list (node1);
+# names resolve in the namespace hosts, so no MASTER_ADDR
+cat >"$CDDP_SLURM_STATE/step.sh" <<EOF
+#!/bin/sh
+echo "JOB \$SLURM_JOB_NODELIST"
+srun -N2 --relative=1 -n4 "$CDDP" run --launcher slurm sh -c 'echo "MASTER \$SLURM_STEP_NODELIST \$MASTER_ADDR"'
+srun -N2 --relative=1 -n4 "$CDDP" train --launcher slurm --name subset $(printf "'%s' " "${TR[@]}")
+EOF
+env -u MASTER_ADDR -u MASTER_PORT timeout "$T" "$SL" run sbatch --wait -N3 --ntasks-per-node=2 -o "$CDDP_SLURM_STATE/subset.out" \
+  "$CDDP_SLURM_STATE/step.sh" >"$CDDP_SLURM_STATE/subset.submit" 2>&1
+rc=$?
+out=$CDDP_SLURM_STATE/subset.out
+if grep -q "^JOB node\[1-3\]" "$out" && [ "$(grep -c "^MASTER node\[2-3\] node2$" "$out")" = 4 ]; then ok step_master_first_host_of_step_not_job
+else fail step_master_first_host_of_step_not_job "$(grep "^JOB\|^MASTER" "$out" | sort -u | tr '\n' ' ')"; fi
+trained step_subset_train_world_4 "$out" $rc subset
+
+if timeout 30 "$SL" down >/dev/null 2>&1 && ! ip netns list | grep -q "^$CDDP_NETNS_PREFIX-"; then ok netns_down
 else fail netns_down "namespaces left: $(ip netns list | tr '\n' ' ')"; fi
 finish

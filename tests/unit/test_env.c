@@ -112,6 +112,59 @@ TEST(env_slurm_task_and_batch_step) {
   CHECK_EQ(e.world_size, 1);
 }
 
+/* A step on fewer nodes than its job: the step's node list and node count win over the
+ * job's (SLURM_JOB_NODELIST, SLURM_NODELIST), which are only fallbacks, in that order. */
+TEST(env_slurm_step_list_beats_job_list) {
+  cddp_env_t e;
+  ENV("SLURM_PROCID", "1", "SLURM_STEP_ID", "3", "SLURM_JOB_ID", "50", "SLURM_LOCALID", "0", "SLURM_NODEID", "1",
+      "SLURM_STEP_NUM_NODES", "2", "SLURM_STEP_NUM_TASKS", "2", "SLURM_STEP_NODELIST", "node[2-3]",
+      "SLURM_JOB_NODELIST", "node[1-3]", "SLURM_NODELIST", "node[1-3]", "SLURM_JOB_NUM_NODES", "3", "SLURM_NNODES", "3");
+  CHECK_OK(cddp_env_read(&e));
+  CHECK(!strcmp(e.master_addr, "node2"));
+  CHECK_EQ(e.nnodes, 2);
+  CHECK(!strcmp(e.run_id, "slurm-50.3"));
+  unsetenv("SLURM_STEP_NODELIST");
+  CHECK_OK(cddp_env_read(&e));
+  CHECK(!strcmp(e.master_addr, "node1"));
+  setenv("SLURM_JOB_NODELIST", "job[7-9]", 1);
+  CHECK_OK(cddp_env_read(&e));
+  CHECK(!strcmp(e.master_addr, "job7")); /* SLURM_JOB_NODELIST before SLURM_NODELIST */
+  unsetenv("SLURM_STEP_NUM_NODES");
+  setenv("SLURM_STEP_NUM_TASKS", "3", 1); /* one task per node of the job */
+  CHECK_OK(cddp_env_read(&e));
+  CHECK_EQ(e.nnodes, 3);
+}
+
+/* Two jobs (or two steps of one job) on one host, no MASTER_PORT: different store ports. */
+TEST(env_slurm_port_from_job_and_step) {
+  cddp_env_t a, b, c;
+  ENV("SLURM_PROCID", "0", "SLURM_STEP_ID", "0", "SLURM_JOB_ID", "1000", "SLURM_LOCALID", "0", "SLURM_NODEID", "0",
+      "SLURM_STEP_NUM_NODES", "1", "SLURM_STEP_NUM_TASKS", "2", "SLURM_STEP_NODELIST", "n1",
+      "SLURM_STEP_TASKS_PER_NODE", "2");
+  CHECK_OK(cddp_env_read(&a));
+  setenv("SLURM_JOB_ID", "1001", 1);
+  CHECK_OK(cddp_env_read(&b));
+  setenv("SLURM_STEP_ID", "1", 1);
+  CHECK_OK(cddp_env_read(&c));
+  CHECK(a.master_port != b.master_port && b.master_port != c.master_port && a.master_port != c.master_port);
+  CHECK_EQ(a.master_port, 20000 + (1000 * 64) % 12768); /* docs/launcher.md's formula */
+  CHECK_EQ(c.master_port, 20000 + (1001 * 64 + 1) % 12768);
+}
+
+/* A master name that does not exist fails at connect at once, naming where it came from. */
+TEST(env_slurm_unknown_master_fails_fast) {
+  cddp_env_t e;
+  ENV("SLURM_PROCID", "0", "SLURM_STEP_ID", "0", "SLURM_JOB_ID", "9", "SLURM_LOCALID", "0", "SLURM_NODEID", "0",
+      "SLURM_STEP_NUM_NODES", "2", "SLURM_STEP_NUM_TASKS", "2", "SLURM_STEP_NODELIST", "cddp-no-such-host[8-9]");
+  CHECK_OK(cddp_env_read(&e));
+  cddp_store_t *s = NULL;
+  cddp_store_server_t *srv = NULL;
+  cddp_result_t r = cddp_env_connect(&e, 4000, &s, &srv);
+  CHECK(s == NULL && srv == NULL);
+  if (r == CDDP_NOT_FOUND) /* else the resolver is unreachable here (EAI_AGAIN): not decidable */
+    CHECK(strstr(cddp_last_error(), "cannot resolve host 'cddp-no-such-host8' (from SLURM_STEP_NODELIST)"));
+}
+
 /* The same reader serves `cddp run --launcher slurm`: a step task without its node index, or
  * with a rank past the step's tasks, is named, never defaulted. */
 TEST(env_slurm_step_errors_are_named) {

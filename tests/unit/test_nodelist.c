@@ -91,4 +91,12 @@ TEST(slurm_port_in_range_and_distinct) {
     CHECK(p != cddp__slurm_port(j + 1, 0));
   }
   CHECK(cddp__slurm_port(31, 0) != cddp__slurm_port(31, 1));
+  /* 20000 + (job * 64 + step % 64) % 12768: any 399 consecutive job ids get distinct ports */
+  static char seen[12768];
+  for (long j = 5000; j < 5000 + 399; j++) {
+    int p = cddp__slurm_port(j, 0) - 20000;
+    CHECK(!seen[p]);
+    seen[p] = 1;
+  }
+  CHECK_EQ(cddp__slurm_port(5000, 0), cddp__slurm_port(5000 + 399, 0)); /* the period */
 }

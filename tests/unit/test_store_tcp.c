@@ -174,6 +174,20 @@ TEST(unreachable_endpoint_times_out) {
   CHECK(strstr(cddp_last_error(), ep) != NULL);
 }
 
+/* A host name that does not exist is not retried until the timeout: it is named at once.
+ * (Where the resolver itself is unreachable, EAI_AGAIN, the connect keeps trying: a timeout
+ * that still names the resolution.) */
+TEST(unknown_host_fails_fast_naming_it) {
+  cddp_store_t *s = NULL;
+  uint64_t t0 = cddp__now_ns();
+  cddp_result_t r = cddp_store_tcp_connect(&s, "cddp-no-such-host-9", 29999, NULL, 4000);
+  double ms = ms_since(t0);
+  CHECK(s == NULL);
+  CHECK(strstr(cddp_last_error(), "cannot resolve host 'cddp-no-such-host-9'") != NULL);
+  if (r == CDDP_NOT_FOUND) CHECK(ms < 3000);
+  else CHECK_EQ(r, CDDP_TIMEOUT);
+}
+
 static void *start_late(void *arg) {
   int port = *(int *)arg;
   usleep(200000);
