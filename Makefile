@@ -33,6 +33,9 @@ HAVE_NCCL := 1
 endif
 endif
 CFLAGS_BASE += -DCDDP_HAVE_MPI=$(HAVE_MPI) -DCDDP_HAVE_NCCL=$(HAVE_NCCL)
+ifeq ($(HAVE_MPI),1)
+LDLIBS += $(MPI_LIBS)
+endif
 CFLAGS ?=
 ALL_CFLAGS := $(CFLAGS_BASE) $(CFLAGS)
 
@@ -68,6 +71,9 @@ $(BUILD)/obj/%.o: %.c
 	@mkdir -p $(dir $@)
 	@$(if $(V),,echo "  CC    $<")
 	$(Q)$(CC) $(ALL_CFLAGS) -MMD -MP -c $< -o $@
+
+# Only the mpi backend sees MPI's headers; every binary links MPI_LIBS when it is built.
+$(BUILD)/obj/src/comm/mpi.o: ALL_CFLAGS += $(MPI_CFLAGS)
 
 $(BUILD)/libcddp.a: $(LIB_OBJS)
 	@mkdir -p $(dir $@)

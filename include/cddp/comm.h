@@ -76,7 +76,7 @@ cddp_result_t cddp_comm_last_error(const cddp_comm_t *comm, const char **msg);
 
 int cddp_comm_rank(const cddp_comm_t *comm);
 int cddp_comm_world(const cddp_comm_t *comm);
-/* "shm" or "tcp": what this rank uses to reach its peers. */
+/* "shm", "tcp" or "mpi" (backend mpi): what this rank uses to reach its peers. */
 const char *cddp_comm_transport(const cddp_comm_t *comm);
 
 /* Collective: allocates bytes that peers on the same host can read and write without

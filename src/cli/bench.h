@@ -25,6 +25,7 @@ typedef struct bench_opts {
   int root;                             /* -r */
   int zero_copy;                        /* --zero-copy: buffers from cddp_comm_mem_alloc */
   const char *transport;                /* --transport; NULL: CDDP_TRANSPORT */
+  const char *backend;                  /* --backend; NULL: CDDP_BACKEND */
   int algo;                             /* --algo; -1: CDDP_ALGO */
   int blocking;                         /* --blocking 0: start every iteration, then wait */
 } bench_opts_t;

@@ -32,6 +32,7 @@ static void usage(FILE *f) {
           "  -r, --root R           root rank of broadcast (default 0)\n"
           "  -z, --blocking 0|1     0: start all iterations, then wait for them (default 1)\n"
           "      --zero-copy        buffers from cddp_comm_mem_alloc (shared with the host's peers)\n"
+          "      --backend B        native or mpi (default: CDDP_BACKEND; mpi: under mpirun)\n"
           "      --transport T      auto, shm or tcp (default: CDDP_TRANSPORT)\n"
           "      --algo A           auto, ring or direct (default: CDDP_ALGO)\n"
           "Rank, world and store come from the environment: run it under `cddp run`, torchrun-style\n"
@@ -115,7 +116,7 @@ static int parse_coll(const char *s, bench_coll_t *c) {
   return -1;
 }
 
-enum { OPT_ZERO_COPY = 1000, OPT_TRANSPORT, OPT_ALGO, OPT_HELP };
+enum { OPT_ZERO_COPY = 1000, OPT_TRANSPORT, OPT_ALGO, OPT_BACKEND, OPT_HELP };
 
 int cddp__bench_parse(int argc, char **argv, bench_opts_t *o) {
   static const struct option longs[] = {
@@ -127,6 +128,7 @@ int cddp__bench_parse(int argc, char **argv, bench_opts_t *o) {
       {"blocking", required_argument, 0, 'z'},     {"zero-copy", no_argument, 0, OPT_ZERO_COPY},
       {"zero_copy", no_argument, 0, OPT_ZERO_COPY}, {"transport", required_argument, 0, OPT_TRANSPORT},
       {"algo", required_argument, 0, OPT_ALGO},    {"help", no_argument, 0, OPT_HELP},
+      {"backend", required_argument, 0, OPT_BACKEND},
       {0, 0, 0, 0},
   };
   *o = (bench_opts_t){.coll = BENCH_COLL_COUNT, .minbytes = 32u << 20, .maxbytes = 32u << 20,
@@ -140,7 +142,8 @@ int cddp__bench_parse(int argc, char **argv, bench_opts_t *o) {
     int c = getopt_long(argc, argv, "b:e:f:i:w:n:c:d:o:r:z:h", longs, NULL);
     if (c == -1) break;
     char flag[32]; /* how the message names the option */
-    if (c == OPT_TRANSPORT || c == OPT_ALGO) snprintf(flag, sizeof flag, "--%s", c == OPT_ALGO ? "algo" : "transport");
+    if (c == OPT_TRANSPORT || c == OPT_ALGO || c == OPT_BACKEND)
+      snprintf(flag, sizeof flag, "--%s", c == OPT_ALGO ? "algo" : c == OPT_BACKEND ? "backend" : "transport");
     else snprintf(flag, sizeof flag, "-%c", c == '?' ? optopt : c);
     switch (c) {
       case 'b':
@@ -187,6 +190,11 @@ int cddp__bench_parse(int argc, char **argv, bench_opts_t *o) {
           return bad("bad transport '%s' for %s (auto, shm or tcp)", optarg, flag);
         o->transport = optarg;
         break;
+      case OPT_BACKEND:
+        if (strcmp(optarg, "native") && strcmp(optarg, "mpi"))
+          return bad("bad backend '%s' for %s (native or mpi)", optarg, flag);
+        o->backend = optarg;
+        break;
       case OPT_ALGO:
         if (!strcmp(optarg, "auto")) o->algo = CDDP_ALGO_AUTO;
         else if (!strcmp(optarg, "ring")) o->algo = CDDP_ALGO_RING;
@@ -196,8 +204,9 @@ int cddp__bench_parse(int argc, char **argv, bench_opts_t *o) {
       case 'h':
       case OPT_HELP: usage(stdout); return 1;
       default:
-        if (optopt == OPT_TRANSPORT || optopt == OPT_ALGO)
-          return bad("option --%s needs a value", optopt == OPT_ALGO ? "algo" : "transport");
+        if (optopt == OPT_TRANSPORT || optopt == OPT_ALGO || optopt == OPT_BACKEND)
+          return bad("option --%s needs a value",
+                     optopt == OPT_ALGO ? "algo" : optopt == OPT_BACKEND ? "backend" : "transport");
         if (optopt > 0 && optopt < 128 && strchr("befiwncdorz", optopt)) return bad("option %s needs a value", flag);
         return bad("unknown option '%s'", optopt ? flag : argv[optind - 1]);
     }

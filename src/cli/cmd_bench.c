@@ -235,6 +235,7 @@ int cddp_cmd_bench(int argc, char **argv) {
   cddp_comm_config_t cfg;
   cddp_comm_config_default(&cfg);
   if (o->transport) cfg.transport = o->transport;
+  if (o->backend) cfg.backend = o->backend;
   if (o->algo >= 0) cfg.algo = (cddp_algo_t)o->algo;
   cddp_env_t env;
   if (cddp_env_read(&env) != CDDP_OK) {

@@ -59,7 +59,7 @@ static cddp_algo_t algo_from_knob(void) {
 
 void cddp_comm_config_default(cddp_comm_config_t *cfg) {
   memset(cfg, 0, sizeof *cfg);
-  cfg->backend = "native";
+  cfg->backend = cddp__knob_str(CDDP_KNOB_BACKEND);
   cfg->transport = cddp__knob_str(CDDP_KNOB_TRANSPORT);
   cfg->nstreams = (int)cddp__knob_int(CDDP_KNOB_NSTREAMS);
   cfg->timeout_ms = (int)cddp__knob_int(CDDP_KNOB_TIMEOUT_MS);
@@ -76,9 +76,13 @@ static cddp_result_t resolve_config(cddp_comm_config_t *out, const cddp_comm_con
     if (in->timeout_ms > 0) out->timeout_ms = in->timeout_ms;
     if (in->algo != CDDP_ALGO_AUTO) out->algo = in->algo;
   }
-  if (strcmp(out->backend, "native") != 0)
-    return cddp__fail(CDDP_INVALID_USAGE, "backend '%s' is not built into this cddp (only 'native')",
+  if (!strcasecmp(out->backend, "mpi")) {
+    out->backend = "mpi";
+    CDDP_CHECK(cddp__mpi_available());
+  } else if (strcasecmp(out->backend, "native")) {
+    return cddp__fail(CDDP_INVALID_USAGE, "backend '%s' is not native or mpi (--backend, CDDP_BACKEND)",
                       out->backend);
+  }
   if (strcasecmp(out->transport, "auto") && strcasecmp(out->transport, "shm") &&
       strcasecmp(out->transport, "tcp"))
     return cddp__fail(CDDP_INVALID_ARG, "transport '%s' is not auto, shm or tcp (CDDP_TRANSPORT)",
@@ -191,7 +195,9 @@ cddp_result_t cddp_comm_init(cddp_comm_t **out, cddp_store_t *store, int rank, i
                               .all_local = all_local};
 
   if (world > 1) {
-    if (!strcasecmp(c->cfg.transport, "shm")) {
+    if (!strcmp(c->cfg.backend, "mpi")) {
+      c->tp = &cddp__transport_mpi; /* every collective on MPI's; the transport knob does not apply */
+    } else if (!strcasecmp(c->cfg.transport, "shm")) {
       if (!all_local) {
         int r = 1;
         while (!strcmp(c->peers[r].host_id, c->peers[0].host_id)) r++;

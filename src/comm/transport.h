@@ -74,6 +74,9 @@ typedef struct cddp__transport {
 
 extern const cddp__transport_t cddp__transport_shm; /* shm.c: all ranks on one host */
 extern const cddp__transport_t cddp__transport_tcp; /* tcp.c: any placement */
+extern const cddp__transport_t cddp__transport_mpi; /* mpi.c: backend "mpi" (ranks from mpirun) */
+/* OK when the mpi backend is built in; else records "backend 'mpi' is not built ..." */
+cddp_result_t cddp__mpi_available(void);
 
 /* Whether cddp_comm_abort was called (an atomic read: abort comes from another thread). */
 static inline int cddp__aborted(const cddp__comm_ctx_t *ctx) {

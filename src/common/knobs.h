@@ -14,6 +14,7 @@
     "interface for TCP: prefix list (eth,ib), ^prefix to exclude, =name exact; empty = the one routing to the master") \
   X(NSTREAMS, "CDDP_NSTREAMS", "2", "TCP connections per peer")                                \
   X(TIMEOUT_MS, "CDDP_TIMEOUT_MS", "300000", "bound on any wait inside a collective or comm init, ms") \
+  X(BACKEND, "CDDP_BACKEND", "native", "collective backend: native (cddp's shm/tcp) or mpi (Open MPI's collectives, under mpirun)") \
   X(TRANSPORT, "CDDP_TRANSPORT", "auto", "auto (shm within a host, tcp across), shm or tcp")    \
   X(ALGO, "CDDP_ALGO", "auto", "collective algorithm: auto, ring or direct")                   \
   X(DIRECT_MAX_BYTES, "CDDP_DIRECT_MAX_BYTES", "65536",                                        \
