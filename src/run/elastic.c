@@ -6,6 +6,7 @@
 
 #include "common/check.h"
 #include "common/clock.h"
+#include "common/log.h"
 #include "run/elastic.h"
 #include "store/store_internal.h"
 
@@ -131,4 +132,33 @@ cddp_result_t cddp__gen_view(cddp_store_t **out, cddp_store_t *s, int64_t gen, u
 
 void cddp__gen_view_disarm(cddp_store_t *view) {
   if (view) V(view)->armed = 0;
+}
+
+cddp_result_t cddp__gen_form(cddp_store_t *s, int rank, int world, int round, const cddp_comm_config_t *cfg,
+                             int64_t min_gen, uint64_t deadline, cddp_comm_t **comm, cddp_store_t **view, int64_t *gen) {
+  *comm = NULL, *view = NULL;
+  for (;;) {
+    int64_t g;
+    CDDP_CHECK(cddp__gen_latest(s, &g));
+    if (g < min_gen) g = min_gen;
+    cddp_store_t *v;
+    CDDP_CHECK(cddp__gen_view(&v, s, g, deadline));
+    cddp_comm_t *c = NULL;
+    cddp_result_t r = cddp_comm_init(&c, v, rank, world, round, cfg);
+    if (r == CDDP_OK) {
+      cddp__gen_view_disarm(v);
+      *comm = c, *view = v, *gen = g;
+      CDDP_INFO(CDDP_SUB_ENV, "rank %d: communicator of generation %lld formed", rank, (long long)g);
+      return CDDP_OK;
+    }
+    char why[512];
+    snprintf(why, sizeof why, "%s", cddp_last_error());
+    cddp_store_close(v);
+    int64_t now = g;
+    if (cddp__gen_latest(s, &now) == CDDP_OK && now > g && cddp__ms_left(deadline) > 0) {
+      CDDP_INFO(CDDP_SUB_ENV, "rank %d: generation %lld abandoned for %lld: %s", rank, (long long)g, (long long)now, why);
+      continue;
+    }
+    return cddp__fail(r, "communicator of generation %lld: %s", (long long)g, why);
+  }
 }

@@ -4,6 +4,7 @@
 
 #include <stdint.h>
 
+#include "cddp/comm.h"
 #include "cddp/store.h"
 
 /* Keys, relative to the job's "<run_id>/" view:
@@ -27,5 +28,12 @@ cddp_result_t cddp__gen_wait_past(cddp_store_t *s, int64_t gen, int timeout_ms);
 cddp_result_t cddp__gen_view(cddp_store_t **out, cddp_store_t *s, int64_t gen, uint64_t deadline);
 /* The communicator formed: from now on the view is a plain prefix view. */
 void cddp__gen_view_disarm(cddp_store_t *view);
+
+/* Builds the communicator of the latest generation (at least min_gen) over s; when a later
+ * generation is announced while it forms, starts over there. Bounded by deadline for the
+ * store waits (the transports by cfg's timeout). On OK, *view is the store view *comm was
+ * built on (close it after destroying *comm) and *gen its generation. */
+cddp_result_t cddp__gen_form(cddp_store_t *s, int rank, int world, int round, const cddp_comm_config_t *cfg,
+                             int64_t min_gen, uint64_t deadline, cddp_comm_t **comm, cddp_store_t **view, int64_t *gen);
 
 #endif /* CDDP_RUN_ELASTIC_H */

@@ -10,34 +10,11 @@
 #include "common/log.h"
 #include "run/elastic.h"
 
-/* Builds w->comm for the latest generation; retries there when a later one is announced
- * while it forms. Bounded by deadline (and the transports by the comm timeout). */
 static cddp_result_t form(cddp_world_t *w, uint64_t deadline) {
-  for (;;) {
-    int64_t g;
-    CDDP_CHECK(cddp__gen_latest(w->store, &g));
-    if (g < w->env.gen) g = w->env.gen;
-    cddp_store_t *v;
-    CDDP_CHECK(cddp__gen_view(&v, w->store, g, deadline));
-    cddp_comm_t *c = NULL;
-    cddp_result_t r = cddp_comm_init(&c, v, w->rank, w->world, w->env.round, &w->cfg);
-    if (r == CDDP_OK) {
-      cddp__gen_view_disarm(v);
-      w->comm = c, w->gen_view = v, w->env.gen = (int)g;
-      CDDP_INFO(CDDP_SUB_ENV, "rank %d: communicator of generation %lld formed", w->rank, (long long)g);
-      return CDDP_OK;
-    }
-    char why[512];
-    snprintf(why, sizeof why, "%s", cddp_last_error());
-    cddp_store_close(v);
-    int64_t now = g;
-    if (cddp__gen_latest(w->store, &now) == CDDP_OK && now > g && cddp__ms_left(deadline) > 0) {
-      CDDP_INFO(CDDP_SUB_ENV, "rank %d: generation %lld abandoned for %lld: %s", w->rank, (long long)g, (long long)now,
-                why);
-      continue;
-    }
-    return cddp__fail(r, "rank %d: communicator of generation %lld: %s", w->rank, (long long)g, why);
-  }
+  int64_t g = w->env.gen;
+  CDDP_CHECK(cddp__gen_form(w->store, w->rank, w->world, w->env.round, &w->cfg, g, deadline, &w->comm, &w->gen_view, &g));
+  w->env.gen = (int)g;
+  return CDDP_OK;
 }
 
 cddp_result_t cddp_world_join(cddp_world_t *w, const cddp_comm_config_t *cfg) {

@@ -73,7 +73,7 @@ static cddp_result_t sync_state(trainer_t *t, uint64_t t_fail) {
     cddp_metrics_break_line(&t->metrics);
     fprintf(stderr,
             "cddp train: recovered from the loss of %s in %" PRId64 " ms: generation %d, state from rank %d, step %" PRId64
-            " redone (rank 0 was at step %" PRId64 ")\n",
+            " redone (rank 0 had committed step %" PRId64 ")\n",
             who, ms, cddp_world_generation(&t->w), src, t->step + 1, before);
   }
   return CDDP_OK;
