@@ -71,10 +71,13 @@ static cddp_result_t sync_state(trainer_t *t, uint64_t t_fail) {
     if (cddp_store_get(t->w.store, key, &v, &len, 0) == CDDP_OK) snprintf(who, sizeof who, "%.*s", (int)len, (char *)v);
     free(v);
     cddp_metrics_break_line(&t->metrics);
+    char mine0[64];
+    if (before < 0) snprintf(mine0, sizeof mine0, "rank 0 is the replacement");
+    else snprintf(mine0, sizeof mine0, "rank 0 had committed step %" PRId64, before);
     fprintf(stderr,
             "cddp train: recovered from the loss of %s in %" PRId64 " ms: generation %d, state from rank %d, step %" PRId64
-            " redone (rank 0 had committed step %" PRId64 ")\n",
-            who, ms, cddp_world_generation(&t->w), src, t->step + 1, before);
+            " redone (%s)\n",
+            who, ms, cddp_world_generation(&t->w), src, t->step + 1, mine0);
   }
   return CDDP_OK;
 }

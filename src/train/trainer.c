@@ -3,6 +3,7 @@
  * checkpoints, sharded evaluation, agreed stop on SIGTERM. */
 #include <cblas.h>
 #include <inttypes.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -104,6 +105,22 @@ static cddp_result_t train_step(trainer_t *t, cddp_step_record_t *rec, int *stop
   return CDDP_OK;
 }
 
+typedef struct load_job {
+  cddp_dataset_t *d;
+  const char *dir;
+  cddp_result_t r;
+  char err[512];
+} load_job_t;
+
+/* The test set loads on its own thread while the training set loads: a replacement worker
+ * (in-place recovery) has every core to itself while the survivors wait for it. */
+static void *load_test(void *arg) {
+  load_job_t *j = arg;
+  j->r = cddp_dataset_load_fmnist(j->d, j->dir, "test");
+  if (j->r != CDDP_OK) snprintf(j->err, sizeof j->err, "%s", cddp_last_error());
+  return NULL;
+}
+
 static cddp_result_t setup(trainer_t *t) {
   cddp_train_config_t *c = &t->cfg;
   /* these two fail alike on every rank: only rank 0 need say so */
@@ -115,8 +132,14 @@ static cddp_result_t setup(trainer_t *t) {
   int threads = cddp__train_blas_threads(t);
   openblas_set_num_threads(threads);
   CDDP_CHECK(cddp__train_make_run_dir(t));
-  CDDP_CHECK(cddp_dataset_load_fmnist(&t->train, c->data_dir, "train"));
-  CDDP_CHECK(cddp_dataset_load_fmnist(&t->test, c->data_dir, "test"));
+  load_job_t job = {&t->test, c->data_dir, CDDP_OK, ""};
+  pthread_t th;
+  int threaded = pthread_create(&th, NULL, load_test, &job) == 0;
+  if (!threaded) load_test(&job);
+  cddp_result_t r = cddp_dataset_load_fmnist(&t->train, c->data_dir, "train");
+  if (threaded) pthread_join(th, NULL);
+  CDDP_CHECK(r);
+  if (job.r != CDDP_OK) return cddp__fail(job.r, "%s", job.err);
   CDDP_CHECK(cddp_model_create(&c->model, CDDP_MAX(c->micro_batch, EVAL_BATCH), &t->model));
   t->n_params = cddp_model_param_count(t->model);
   t->params = aligned_alloc(64, (t->n_params * sizeof(float) + 63) / 64 * 64);

@@ -92,6 +92,31 @@ n=$(grep -c "replaced in place" "$T/b.out")
 [ "$n" = 1 ] && ! grep -q "restarting the workers" "$T/b.out" && ok "b: only the dead worker was restarted (the other node's agent did nothing)" ||
   fail "b: other workers restarted" "$n replacements"
 
+# (d) rank 0 (the metrics writer, the usual state source) killed: rank 1 sends the state
+timeout 120 "$CDDP" run --standalone --nproc-per-node 2 --max-restarts 3 --restart-mode replace \
+  "$CDDP" train --config $CFG --work-dir "$T" --name d "${ONE[@]}" >"$T/d.out" 2>&1 &
+p=$!; bg+=($p)
+kill_at d 0 50 || fail "d: could not kill rank 0"
+wait $p; rc=$?
+check_recovered d "$T/d.out" $rc "$ref" 0
+grep -q "state from rank 1, step [0-9]* redone (rank 0 is the replacement)" "$T/d.out" && ok "d: the state came from rank 1" ||
+  fail "d: state source" "$(grep recovered "$T/d.out")"
+
+# (e) a failure during the recovery: rank 1's replacement is killed as soon as it exists;
+# the survivors give up generation 1 and everyone meets in generation 2
+timeout 120 "$CDDP" run --standalone --nproc-per-node 2 --max-restarts 3 --restart-mode replace \
+  "$CDDP" train --config $CFG --work-dir "$T" --name e "${ONE[@]}" >"$T/e.out" 2>&1 &
+p=$!; bg+=($p)
+kill_at e 1 50 || fail "e: could not kill rank 1"
+read -r _ _ first_pid <"$T/e.kill"
+for _ in $(seq 400); do q=$(worker_pid e 1); [ -n "$q" ] && [ "$q" != "$first_pid" ] && break; sleep 0.01; done
+[ -n "$q" ] && [ "$q" != "$first_pid" ] && kill -KILL "$q"
+wait $p; rc=$?
+check_recovered e "$T/e.out" $rc "$ref" 1
+[ "$(grep -c 'replaced in place' "$T/e.out")" = 2 ] && grep -q "recovered from the loss of rank 1 pid $q in [0-9]* ms: generation 2" "$T/e.out" &&
+  ok "e: the replacement (pid $q) killed during the recovery: recovered in generation 2" ||
+  fail "e: failure during recovery" "$(grep -E 'replaced|recovered' "$T/e.out" | tr '\n' ' ')"
+
 # (c) restarts used up: --max-restarts 0 in replace mode ends the job, one line names the rank
 timeout 60 "$CDDP" run --standalone --nproc-per-node 2 --max-restarts 0 --restart-mode replace \
   "$CDDP" train --config $CFG --work-dir "$T" --name c "${ONE[@]}" >"$T/c.out" 2>&1 &
