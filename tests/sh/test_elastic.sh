@@ -49,9 +49,12 @@ check_recovered() {
     fail "$name: exit $rc" "$(grep -v 'epoch 1/1' "$out" | tail -5 | tr '\n' ' ')"
   [ -n "$line" ] && grep -q "replaced in place by pid" "$out" && ok "$name: agent and trainer log the event: ${line#*cddp train: }" ||
     fail "$name: recovery lines" "$(grep -v 'epoch 1/1' "$out" | tail -5 | tr '\n' ' ')"
-  # no committed step is lost: the redone step follows the last one committed before the kill
-  if [ -n "$redone" ] && [ "$redone" -ge $((before + 1)) ] && [ "$redone" -le $((before + 2)) ] && [ "$steps" = 234 ] && [ "$uniq" = 234 ]; then
-    ok "$name: 1 step redone (step $redone; $before logged before the kill); 234 step lines, none twice"
+  # no committed step is lost: the redone step follows the last one committed before the kill.
+  # When rank 0 (the metrics writer) dies after a step it never logged was committed by the
+  # others, that one line is missing (documented): 233 lines then.
+  local want=234; [ "$5" = 0 ] && [ "$steps" = 233 ] && want=233
+  if [ -n "$redone" ] && [ "$redone" -ge $((before + 1)) ] && [ "$redone" -le $((before + 2)) ] && [ "$steps" = $want ] && [ "$uniq" = $want ]; then
+    ok "$name: 1 step redone (step $redone; $before logged before the kill); $steps step lines, none twice"
   else fail "$name: steps redone" "redone=$redone before=$before lines=$steps unique=$uniq"; fi
   # a sanity bound only (timings on a shared CI machine are noisy); the number is the result
   if [ -n "$dt" ] && awk -v d="$dt" 'BEGIN { exit !(d < 15) }'; then ok "$name: kill -> redone step $first completed in $dt s"
