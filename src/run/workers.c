@@ -203,6 +203,7 @@ cddp_result_t cddp__workers_respawn(cddp__workers_t *ws, int i, char *const *arg
       close(w->fd[s]);
       w->fd[s] = -1;
     }
+  if (w->pid > 0) kill(-w->pid, SIGKILL); /* what the dead one left in its process group */
   ws->outcome = CDDP__OUT_SUCCESS;
   return spawn(w, argv, env, getpid());
 }

@@ -45,12 +45,15 @@ static cddp_result_t sync_state(trainer_t *t, uint64_t t_fail) {
     if (all[4 * q] && all[4 * q + 1] > best) best = all[4 * q + 1], src = q;
     ms = CDDP_MAX(ms, all[4 * q + 3]);
   }
-  int64_t hash = src >= 0 ? all[4 * src + 2] : 0;
+  int bad = -1; /* a rank whose config differs from the source's: every rank says so */
+  for (int q = 0; r == CDDP_OK && src >= 0 && q < t->world && bad < 0; q++)
+    if (all[4 * q + 2] != all[4 * src + 2]) bad = q;
   free(all);
   CDDP_CHECK(r);
   if (src < 0) return cddp__fail(CDDP_INVALID_USAGE, "in-place recovery: no rank holds the training state any more");
-  if (hash != mine[2])
-    return cddp__fail(CDDP_INVALID_ARG, "the config of rank %d differs from rank %d's (the state's source)", t->rank, src);
+  if (bad >= 0)
+    return cddp__fail(CDDP_INVALID_ARG, "in-place recovery: the config of rank %d differs from rank %d's (the state's "
+                      "source)", bad, src);
   int64_t before = t->has_state ? t->step : -1;
   uint64_t hdr[4] = {(uint64_t)t->step, (uint64_t)t->opt.t, t->sampler.epoch, t->sampler.consumed};
   CDDP_CHECK(cddp_broadcast(t->w.comm, hdr, 4, CDDP_I64, src));
