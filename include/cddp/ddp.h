@@ -42,6 +42,8 @@ typedef struct cddp_world {
   cddp_store_server_t *hosted; /* the store rank 0 hosts when no agent does */
   cddp_comm_t *comm;
   int rank, world;
+  cddp_comm_config_t cfg;      /* what join was given, kept for the communicators recover builds */
+  cddp_store_t *gen_view;      /* internal: the store view the current communicator was built on */
 } cddp_world_t;
 
 /* Reads the environment (cddp run, torchrun, Slurm, MPI), connects to the store and builds
@@ -51,6 +53,32 @@ cddp_result_t cddp_world_join(cddp_world_t *w, const cddp_comm_config_t *cfg);
 /* Tears down the communicator; when clean, first waits (bounded) until every rank is done
  * with the store so the store rank 0 may host outlives its last user. */
 void cddp_world_leave(cddp_world_t *w, int clean);
+
+/* In-place recovery (the job runs under `cddp run --restart-mode replace`): a collective
+ * failed (REMOTE, TIMEOUT or ABORTED) because a peer died. Aborts and frees w->comm, waits
+ * until the dead worker's agent started its replacement (a new generation of the job), and
+ * builds w->comm for that generation: same rank, same world. Free everything built on the
+ * old communicator (cddp_ddp_destroy, cddp_comm_mem_free) BEFORE calling it. Bounded by
+ * CDDP_RECOVER_TIMEOUT_MS (default 30 s); converges on the latest generation when failures
+ * come close together. After OK the caller brings the replacement up to date (e.g. broadcasts
+ * its state from a survivor) and redoes the interrupted step:
+ *
+ *   while ((r = step()) != CDDP_OK) {
+ *     if (cddp_world_recover(&w) != CDDP_OK) exit(1);   // one line in cddp_last_error
+ *     rebuild what lived on the old comm; sync state; }
+ *
+ * INVALID_USAGE with one line when the launcher does not replace workers in place (the
+ * caller then exits, as before); TIMEOUT when no replacement came. w->comm is NULL after an
+ * error. */
+cddp_result_t cddp_world_recover(cddp_world_t *w);
+/* 1 when this process was started to replace a dead worker of the same rank: it has no
+ * state of its own and must receive it from a survivor (in the same order of collectives the
+ * survivors use after cddp_world_recover). */
+int cddp_world_replacement(const cddp_world_t *w);
+/* 1 when cddp_world_recover can work here (cddp run --restart-mode replace). */
+int cddp_world_can_recover(const cddp_world_t *w);
+/* The job's generation w->comm belongs to (0 until the first replacement). */
+int cddp_world_generation(const cddp_world_t *w);
 
 typedef struct cddp_ddp cddp_ddp_t;
 

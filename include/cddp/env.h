@@ -23,6 +23,9 @@ typedef struct cddp_env {
   int local_rank, local_world_size;
   int node_rank, nnodes;
   int round, restart_count, max_restarts;
+  int replace_mode; /* CDDP_RESTART_MODE=replace: a dead worker is replaced in place (cddp_world_recover) */
+  int gen;          /* CDDP_GEN: the job's generation this worker was started in (0 at first) */
+  int replacement;  /* CDDP_REPLACEMENT=1: started to replace a dead worker of the same rank */
   char run_id[128];
   char master_addr[256]; /* where the store is (host or address) */
   int master_port;

@@ -14,6 +14,7 @@
 #include "cddp/store.h"
 #include "common/check.h"
 #include "run/agent.h"
+#include "run/elastic.h"
 #include "run/net.h"
 #include "run/options.h"
 #include "run/rdzv.h"
@@ -25,7 +26,7 @@ extern char **environ;
 static const char *contract_vars[] = {
     "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "GROUP_WORLD_SIZE", "ROLE_RANK",
     "ROLE_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "CDDP_RUN_ID", "CDDP_ROUND", "CDDP_RESTART_COUNT",
-    "CDDP_MAX_RESTARTS", "CDDP_STORE", "CDDP_TOKEN", "TORCHELASTIC_RUN_ID", "TORCHELASTIC_RESTART_COUNT",
+    "CDDP_MAX_RESTARTS", "CDDP_STORE", "CDDP_TOKEN", "CDDP_RESTART_MODE", "CDDP_GEN", "CDDP_REPLACEMENT", "TORCHELASTIC_RUN_ID", "TORCHELASTIC_RESTART_COUNT",
     "TORCHELASTIC_MAX_RESTARTS"};
 
 typedef struct agent {
@@ -174,7 +175,8 @@ static int setup_store(agent_t *a) {
 
 /* ---- workers' environment ---- */
 
-static char **worker_env(agent_t *a, int local_rank) {
+/* gen / replacement: the job's generation and whether the worker replaces a dead one. */
+static char **worker_env(agent_t *a, int local_rank, int64_t gen, int replacement) {
   const cddp__rdzv_t *rz = &a->rz;
   const cddp_run_opts_t *o = a->o;
   size_t n = 0;
@@ -212,10 +214,13 @@ static char **worker_env(agent_t *a, int local_rank) {
   PUT("MASTER_PORT", "%d", mport);
   PUT("CDDP_RUN_ID", "%s", o->run_id);
   PUT("CDDP_ROUND", "%d", rz->round);
-  PUT("CDDP_RESTART_COUNT", "%d", rz->restart_count);
+  PUT("CDDP_RESTART_COUNT", "%lld", (long long)(o->replace ? gen : rz->restart_count));
   PUT("CDDP_MAX_RESTARTS", "%d", o->max_restarts);
   PUT("CDDP_STORE", "%s", store);
   if (a->token[0]) PUT("CDDP_TOKEN", "%s", a->token);
+  PUT("CDDP_RESTART_MODE", "%s", o->replace ? "replace" : "all");
+  PUT("CDDP_GEN", "%lld", (long long)gen);
+  PUT("CDDP_REPLACEMENT", "%d", replacement);
   PUT("TORCHELASTIC_RUN_ID", "%s", o->run_id);
   PUT("TORCHELASTIC_RESTART_COUNT", "%d", rz->restart_count);
   PUT("TORCHELASTIC_MAX_RESTARTS", "%d", o->max_restarts);
@@ -231,15 +236,48 @@ static void free_env(char **env) {
 
 /* ---- one round: spawn, watch; returns what happened ---- */
 
+/* --restart-mode replace: worker ws->fail_index died; start its replacement in the job's next
+ * generation (the others keep running and re-form by themselves). -1: restarts used up. */
+static int replace_failed(agent_t *a, cddp__workers_t *ws) {
+  char desc[96], what[128];
+  cddp__describe_status(ws->fail_status, desc, sizeof desc);
+  snprintf(what, sizeof what, "rank %d pid %d", ws->fail_rank, (int)ws->fail_pid);
+  int64_t gen = 0;
+  if (cddp__gen_latest(a->store, &gen) == CDDP_OK && gen >= a->o->max_restarts) return -1;
+  if (cddp__gen_bump(a->store, what, &gen) != CDDP_OK) {
+    fprintf(stderr, "cddp run: cannot announce a new generation in the store: %s\n", cddp_last_error());
+    return -1;
+  }
+  if (gen > a->o->max_restarts) return -1;
+  char **env = worker_env(a, ws->fail_index, gen, 1);
+  cddp_result_t r = env ? cddp__workers_respawn(ws, ws->fail_index, a->prog, env)
+                        : cddp__fail(CDDP_SYSTEM, "out of memory");
+  free_env(env);
+  if (r != CDDP_OK) {
+    fprintf(stderr, "cddp run: cannot start the replacement of rank %d: %s\n", ws->fail_rank, cddp_last_error());
+    return -1;
+  }
+  fprintf(stderr, "cddp run: rank %d (host %s, pid %d) %s; replaced in place by pid %d, generation %lld (restart %lld of "
+          "%d); the other workers stay\n", ws->fail_rank, a->host, (int)ws->fail_pid, desc,
+          (int)ws->w[ws->fail_index].pid, (long long)gen, (long long)gen, a->o->max_restarts);
+  return 0;
+}
+
 static int run_round(agent_t *a, cddp__workers_t *ws, int first) {
   int n = a->rz.nodes[a->rz.node_rank].nproc;
+  int64_t gen = 0;
+  if (a->o->replace && cddp__gen_latest(a->store, &gen) != CDDP_OK) {
+    fprintf(stderr, "cddp run: %s\n", cddp_last_error());
+    return -1;
+  }
   char ***envs = calloc((size_t)n, sizeof *envs);
   int ok = envs != NULL;
-  for (int i = 0; ok && i < n; i++) ok = (envs[i] = worker_env(a, i)) != NULL;
+  for (int i = 0; ok && i < n; i++) ok = (envs[i] = worker_env(a, i, gen, 0)) != NULL;
   memset(ws, 0, sizeof *ws);
   ws->console_mask[0] = a->o->console_mask[0];
   ws->console_mask[1] = a->o->console_mask[1];
   ws->grace_ms = a->o->grace_ms;
+  ws->keep_going = a->o->replace;
   if (ok && cddp__workers_start(ws, n, a->rz.rank_base, a->prog, (char **const *)envs, a->o->log_dir, first) != CDDP_OK) {
     fprintf(stderr, "cddp run: %s\n", cddp_last_error());
     ok = 0;
@@ -250,6 +288,13 @@ static int run_round(agent_t *a, cddp__workers_t *ws, int first) {
   CDDP_INFO(CDDP_SUB_RUN, "round %d: started ranks %d-%d of %d (restart %d)", a->rz.round, a->rz.rank_base,
             a->rz.rank_base + n - 1, a->rz.world_size, a->rz.restart_count);
   cddp__workers_watch(ws, a->sig_fd, a->ev_pipe[0], event_accept, a);
+  while (ws->outcome == CDDP__OUT_FAILED && ws->keep_going) {
+    if (replace_failed(a, ws) != 0) { /* restarts used up: stop the others, then fail */
+      ws->keep_going = 0;
+      ws->stop_now = 1;
+    }
+    cddp__workers_watch(ws, a->sig_fd, a->ev_pipe[0], event_accept, a);
+  }
   return 0;
 }
 
@@ -324,7 +369,12 @@ static int agent_main(agent_t *a) {
       code = cddp__describe_status(ws.fail_status, desc, sizeof desc);
       snprintf(line, sizeof line, "cddp run: rank %d (host %s, pid %d) %s", ws.fail_rank, a->host, (int)ws.fail_pid,
                desc);
-      if (a->rz.restart_count < o->max_restarts) {
+      if (o->replace) {
+        snprintf(line + strlen(line), sizeof line - strlen(line), "; no restarts left (--max-restarts %d, "
+                 "--restart-mode replace)", o->max_restarts);
+        snprintf(msg, sizeof msg, "fail %d %s", code, line);
+        cddp__rdzv_post(a->store, a->rz.round, msg, &now);
+      } else if (a->rz.restart_count < o->max_restarts) {
         cddp__rdzv_post(a->store, a->rz.round, "restart", &now);
         if (now && !strcmp(now, "restart"))
           fprintf(stderr, "%s; restarting the workers (restart %d of %d)\n", line, a->rz.restart_count + 1,

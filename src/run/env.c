@@ -149,6 +149,12 @@ cddp_result_t cddp_env_read(cddp_env_t *env) {
     CDDP_CHECK(env_int("CDDP_ROUND", 0, 0, 1 << 30, &e.round));
     CDDP_CHECK(env_int("CDDP_RESTART_COUNT", 0, 0, 1 << 30, &e.restart_count));
     CDDP_CHECK(env_int("CDDP_MAX_RESTARTS", 0, 0, 1 << 30, &e.max_restarts));
+    CDDP_CHECK(env_int("CDDP_GEN", 0, 0, 1 << 30, &e.gen));
+    CDDP_CHECK(env_int("CDDP_REPLACEMENT", 0, 0, 1, &e.replacement));
+    const char *mode = getenv("CDDP_RESTART_MODE");
+    if (mode && *mode && strcmp(mode, "all") && strcmp(mode, "replace"))
+      return cddp__fail(CDDP_INVALID_ARG, "CDDP_RESTART_MODE=%s is not all or replace", mode);
+    e.replace_mode = mode && !strcmp(mode, "replace");
     copy(e.run_id, sizeof e.run_id, getenv("CDDP_RUN_ID") ? getenv("CDDP_RUN_ID") : "cddp");
     copy(master_from, sizeof master_from, "CDDP_STORE");
     CDDP_CHECK(parse_hostport("CDDP_STORE", store, e.master_addr, sizeof e.master_addr, &e.master_port));

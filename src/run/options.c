@@ -14,7 +14,7 @@
 
 enum {
   F_NNODES, F_NPROC, F_RDZV_ID, F_RDZV_BACKEND, F_RDZV_ENDPOINT, F_RDZV_TIMEOUT, F_RDZV_LAST_CALL,
-  F_STANDALONE, F_NODE_RANK, F_MASTER_ADDR, F_MASTER_PORT, F_MAX_RESTARTS, F_LOCAL_ADDR,
+  F_STANDALONE, F_NODE_RANK, F_MASTER_ADDR, F_MASTER_PORT, F_MAX_RESTARTS, F_RESTART_MODE, F_LOCAL_ADDR,
   F_LOG_DIR, F_TEE, F_REDIRECTS, F_LAUNCHER, F_GRACE, F_MONITOR, F_NO_PYTHON, F_HELP, NFLAGS
 };
 
@@ -35,7 +35,8 @@ static const struct flag {
     [F_NODE_RANK] = {"node-rank", 0, 1, 1, "R", "this node's rank (static backend)"},
     [F_MASTER_ADDR] = {"master-addr", 0, 1, 1, "HOST", "static: node 0's address (default 127.0.0.1)"},
     [F_MASTER_PORT] = {"master-port", 0, 1, 1, "PORT", "static: the store's port on node 0 (default 29500)"},
-    [F_MAX_RESTARTS] = {"max-restarts", 0, 1, 1, "N", "restart all workers up to N times after a failure (default 0)"},
+    [F_MAX_RESTARTS] = {"max-restarts", 0, 1, 1, "N", "restart workers up to N times after failures (default 0)"},
+    [F_RESTART_MODE] = {"restart-mode", 0, 1, 1, "all|replace", "all: every node's workers restart; replace: only the failed one, in place (default all)"},
     [F_LOCAL_ADDR] = {"local-addr", 0, 1, 1, "ADDR", "address other nodes reach this one at (default: route to the store)"},
     [F_LOG_DIR] = {"log-dir", 0, 1, 1, "DIR", "write each rank's output to DIR/rank<N>.log"},
     [F_TEE] = {"tee", 't', 1, 1, "0-3", "with --log-dir: streams also shown on the console (1 out, 2 err, 3 both; default 0)"},
@@ -377,6 +378,10 @@ cddp_result_t cddp__run_parse(int argc, char **argv, char **envp, cddp_run_opts_
   if (r.val[F_MAX_RESTARTS]) {
     if (!parse_long(r.val[F_MAX_RESTARTS], 0, 1000000, &v)) return bad_value(&r, F_MAX_RESTARTS, "must be an integer >= 0");
     o->max_restarts = (int)v;
+  }
+  if (r.val[F_RESTART_MODE]) {
+    if (!strcmp(r.val[F_RESTART_MODE], "replace")) o->replace = 1;
+    else if (strcmp(r.val[F_RESTART_MODE], "all")) return bad_value(&r, F_RESTART_MODE, "must be all or replace");
   }
   if (r.val[F_NODE_RANK]) {
     if (!parse_long(r.val[F_NODE_RANK], 0, 1 << 20, &v)) return bad_value(&r, F_NODE_RANK, "must be an integer >= 0");

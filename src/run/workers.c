@@ -129,6 +129,37 @@ static int mkdir_p(const char *dir) {
   return mkdir(p, 0755) != 0 && errno != EEXIST ? -1 : 0;
 }
 
+/* Forks worker w (its buffers and log file are ready) running argv with env. */
+static cddp_result_t spawn(cddp__worker_t *w, char *const *argv, char **env, pid_t self) {
+  int out[2] = {-1, -1}, err[2] = {-1, -1};
+  cddp_result_t ret = CDDP_OK;
+  w->exited = 0, w->status = 0;
+  if (pipe2(out, O_CLOEXEC) != 0 || pipe2(err, O_CLOEXEC) != 0) {
+    ret = cddp__fail_errno(CDDP_SYSTEM, "pipe for rank %d", w->rank);
+    goto fail;
+  }
+  w->pid = fork();
+  if (w->pid == 0) child(w, out, err, argv, env, self);
+  if (w->pid < 0) {
+    ret = cddp__fail_errno(CDDP_SYSTEM, "fork for rank %d", w->rank);
+    goto fail;
+  }
+  setpgid(w->pid, w->pid); /* also here, so kill(-pid) works at once */
+  close(out[1]);
+  close(err[1]);
+  w->fd[0] = out[0];
+  w->fd[1] = err[0];
+  fcntl(w->fd[0], F_SETFL, O_NONBLOCK);
+  fcntl(w->fd[1], F_SETFL, O_NONBLOCK);
+  return CDDP_OK;
+fail:
+  for (int k = 0; k < 2; k++) {
+    if (out[k] >= 0) close(out[k]);
+    if (err[k] >= 0) close(err[k]);
+  }
+  return ret;
+}
+
 cddp_result_t cddp__workers_start(cddp__workers_t *ws, int n, int rank_base, char *const *argv, char **const *env,
                                   const char *log_dir, int truncate_logs) {
   cddp_result_t ret = CDDP_OK;
@@ -141,7 +172,6 @@ cddp_result_t cddp__workers_start(cddp__workers_t *ws, int n, int rank_base, cha
   if (log_dir && *log_dir && mkdir_p(log_dir) != 0) return cddp__fail_errno(CDDP_SYSTEM, "cannot create --log-dir %s", log_dir);
   for (int i = 0; i < n; i++) {
     cddp__worker_t *w = &ws->w[i];
-    int out[2] = {-1, -1}, err[2] = {-1, -1};
     w->rank = rank_base + i;
     w->fd[0] = w->fd[1] = w->log_fd = -1;
     ws->n = i + 1;
@@ -154,30 +184,7 @@ cddp_result_t cddp__workers_start(cddp__workers_t *ws, int n, int rank_base, cha
       w->log_fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | (truncate_logs ? O_TRUNC : 0), 0644);
       if (w->log_fd < 0) { ret = cddp__fail_errno(CDDP_SYSTEM, "cannot open log file %s", path); goto fail; }
     }
-    if (pipe2(out, O_CLOEXEC) != 0 || pipe2(err, O_CLOEXEC) != 0) {
-      ret = cddp__fail_errno(CDDP_SYSTEM, "pipe for rank %d", w->rank);
-      goto fail_pipes;
-    }
-    w->pid = fork();
-    if (w->pid == 0) child(w, out, err, argv, env[i], self);
-    if (w->pid < 0) {
-      ret = cddp__fail_errno(CDDP_SYSTEM, "fork for rank %d", w->rank);
-      goto fail_pipes;
-    }
-    setpgid(w->pid, w->pid); /* also here, so kill(-pid) works at once */
-    close(out[1]);
-    close(err[1]);
-    w->fd[0] = out[0];
-    w->fd[1] = err[0];
-    fcntl(w->fd[0], F_SETFL, O_NONBLOCK);
-    fcntl(w->fd[1], F_SETFL, O_NONBLOCK);
-    continue;
-  fail_pipes:
-    for (int k = 0; k < 2; k++) {
-      if (out[k] >= 0) close(out[k]);
-      if (err[k] >= 0) close(err[k]);
-    }
-    goto fail;
+    if ((ret = spawn(w, argv, env[i], self)) != CDDP_OK) goto fail;
   }
   return CDDP_OK;
 fail:
@@ -188,6 +195,19 @@ fail:
   return ret;
 }
 
+cddp_result_t cddp__workers_respawn(cddp__workers_t *ws, int i, char *const *argv, char **env) {
+  cddp__worker_t *w = &ws->w[i];
+  for (int s = 0; s < 2; s++)
+    if (w->fd[s] >= 0) {
+      flush_lines(ws, w, s, 1);
+      close(w->fd[s]);
+      w->fd[s] = -1;
+    }
+  if (w->pid > 0) kill(-w->pid, SIGKILL); /* what the dead one left in its process group */
+  ws->outcome = CDDP__OUT_SUCCESS;
+  return spawn(w, argv, env, getpid());
+}
+
 static cddp__worker_t *by_pid(cddp__workers_t *ws, pid_t pid) {
   for (int i = 0; i < ws->n; i++)
     if (ws->w[i].pid == pid) return &ws->w[i];
@@ -196,11 +216,19 @@ static cddp__worker_t *by_pid(cddp__workers_t *ws, pid_t pid) {
 
 void cddp__workers_watch(cddp__workers_t *ws, int sig_fd, int event_fd, int (*accept)(const char *, void *),
                          void *ctx) {
-  int nfds = 2 + 2 * ws->n, stopping = 0, nexited = 0;
+  int nfds = 2 + 2 * ws->n, stopping = 0, nexited = 0, replace_now = 0, first = 1;
   uint64_t kill_at = UINT64_MAX, drain_until = UINT64_MAX;
   struct pollfd *pfd = calloc((size_t)nfds, sizeof *pfd);
   if (!pfd) abort();
-  for (;;) {
+  for (int i = 0; i < ws->n; i++) nexited += ws->w[i].exited;
+  if (nexited == ws->n) drain_until = cddp__deadline_ms(DRAIN_MS);
+  if (ws->stop_now) { /* the agent gave up after a keep-going failure: stop the rest */
+    ws->stop_now = 0;
+    kill_groups(ws, SIGTERM);
+    stopping = 1;
+    kill_at = cddp__deadline_ms(ws->grace_ms);
+  }
+  while (!replace_now) {
     int open_fds = 0;
     for (int i = 0; i < ws->n; i++) open_fds += (ws->w[i].fd[0] >= 0) + (ws->w[i].fd[1] >= 0);
     if (nexited == ws->n && (open_fds == 0 || cddp__now_ns() >= drain_until)) break;
@@ -210,6 +238,7 @@ void cddp__workers_watch(cddp__workers_t *ws, int sig_fd, int event_fd, int (*ac
     }
     uint64_t next = CDDP_MIN(kill_at, drain_until);
     int timeout = next == UINT64_MAX ? -1 : cddp__ms_left(next);
+    if (first) timeout = 0, first = 0; /* children that died while nobody watched: reap them now */
     pfd[0] = (struct pollfd){.fd = sig_fd, .events = POLLIN};
     pfd[1] = (struct pollfd){.fd = event_fd, .events = POLLIN};
     for (int i = 0; i < ws->n; i++)
@@ -262,6 +291,11 @@ void cddp__workers_watch(cddp__workers_t *ws, int sig_fd, int event_fd, int (*ac
         ws->fail_rank = w->rank;
         ws->fail_pid = w->pid;
         ws->fail_status = st;
+        if (ws->keep_going) { /* the others go on; the agent decides about this one */
+          ws->fail_index = (int)(w - ws->w);
+          replace_now = 1;
+          break;
+        }
         kill_groups(ws, SIGTERM);
         stopping = 1;
         kill_at = cddp__deadline_ms(ws->grace_ms);
@@ -270,7 +304,9 @@ void cddp__workers_watch(cddp__workers_t *ws, int sig_fd, int event_fd, int (*ac
   }
   for (int i = 0; i < ws->n; i++)
     for (int s = 0; s < 2; s++)
-      if (ws->w[i].fd[s] >= 0) {
+      if (ws->w[i].fd[s] >= 0 && (!replace_now || i == ws->fail_index)) {
+        if (replace_now) pump(ws, &ws->w[i], s); /* what the dead one wrote last */
+        if (ws->w[i].fd[s] < 0) continue;
         flush_lines(ws, &ws->w[i], s, 1);
         close(ws->w[i].fd[s]);
         ws->w[i].fd[s] = -1;

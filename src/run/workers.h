@@ -28,9 +28,12 @@ typedef struct cddp__workers {
   cddp__worker_t *w;
   int console_mask[2];
   int grace_ms;
+  int keep_going;   /* a failed worker does not stop the others: watch returns FAILED at once
+                       (fail_index says which slot) and the rest keep running */
+  int stop_now;     /* watch starts by stopping every worker (TERM, KILL after grace_ms) */
   /* results of cddp__workers_watch */
   cddp__outcome_t outcome;
-  int fail_rank, fail_status;
+  int fail_rank, fail_status, fail_index;
   pid_t fail_pid;
   int signo;
   char event[512];
@@ -50,6 +53,10 @@ cddp_result_t cddp__workers_start(cddp__workers_t *ws, int n, int rank_base, cha
  * Stopping = SIGTERM to each process group, SIGKILL after grace_ms. */
 void cddp__workers_watch(cddp__workers_t *ws, int sig_fd, int event_fd, int (*accept)(const char *msg, void *ctx),
                          void *ctx);
+
+/* Starts a new process in slot i (a worker that exited) with the same rank, log file and
+ * prefix; call watch again afterwards. */
+cddp_result_t cddp__workers_respawn(cddp__workers_t *ws, int i, char *const *argv, char **env);
 
 /* Frees buffers, closes fds and log files. */
 void cddp__workers_release(cddp__workers_t *ws);

@@ -9,6 +9,13 @@
 
 static double now_s(void) { return (double)cddp__now_ns() * 1e-9; }
 
+/* Wall clock (Unix seconds): lets a log line be put next to outside events (a kill). */
+static double wall_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
 cddp_result_t cddp_metrics_open(cddp_metrics_t *m, const char *jsonl_path, int append, int every) {
   memset(m, 0, sizeof *m);
   m->every = every > 0 ? every : 50;
@@ -37,10 +44,10 @@ void cddp_metrics_step(cddp_metrics_t *m, const cddp_step_record_t *r) {
     fprintf(m->jsonl,
             "{\"step\":%lld,\"epoch\":%llu,\"loss\":%.7g,\"lr\":%.7g,\"grad_norm\":%.7g,"
             "\"samples\":%d,\"samples_per_s\":%.1f,\"step_ms\":%.3f,\"compute_ms\":%.3f,"
-            "\"comm_ms\":%.3f,\"data_ms\":%.3f,\"bytes_sent\":%llu}\n",
+            "\"comm_ms\":%.3f,\"data_ms\":%.3f,\"bytes_sent\":%llu,\"time\":%.3f}\n",
             (long long)r->step, (unsigned long long)r->epoch, r->loss, r->lr, r->grad_norm,
             r->samples, rate, r->step_s * 1e3, r->compute_s * 1e3, r->comm_s * 1e3,
-            r->data_s * 1e3, (unsigned long long)r->bytes_sent);
+            r->data_s * 1e3, (unsigned long long)r->bytes_sent, wall_s());
     /* fflush, not fsync: a crash may lose the last lines, never the checkpoints */
     fflush(m->jsonl);
     double avg = cddp_metrics_rate(m);

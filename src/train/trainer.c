@@ -3,6 +3,7 @@
  * checkpoints, sharded evaluation, agreed stop on SIGTERM. */
 #include <cblas.h>
 #include <inttypes.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -69,7 +70,7 @@ static cddp_result_t train_step(trainer_t *t, cddp_step_record_t *rec, int *stop
     uint64_t td = cddp__now_ns();
     int n = cddp_sampler_micro(&t->sampler, t->rank, t->world, j, micro, t->idx);
     cddp_dataset_gather(&t->train, t->idx, n, t->xbuf, t->ybuf);
-    if (t->sample_log) log_samples(t, t->idx, n);
+    if (t->sample_log) log_samples(t, t->idx, n), fflush(t->sample_log); /* a SIGKILL keeps them */
     data_ns += cddp__now_ns() - td;
     int last = j == t->accum - 1;
     if (last) cddp_ddp_begin(t->ddp);
@@ -104,18 +105,41 @@ static cddp_result_t train_step(trainer_t *t, cddp_step_record_t *rec, int *stop
   return CDDP_OK;
 }
 
+typedef struct load_job {
+  cddp_dataset_t *d;
+  const char *dir;
+  cddp_result_t r;
+  char err[512];
+} load_job_t;
+
+/* The test set loads on its own thread while the training set loads: a replacement worker
+ * (in-place recovery) has every core to itself while the survivors wait for it. */
+static void *load_test(void *arg) {
+  load_job_t *j = arg;
+  j->r = cddp_dataset_load_fmnist(j->d, j->dir, "test");
+  if (j->r != CDDP_OK) snprintf(j->err, sizeof j->err, "%s", cddp_last_error());
+  return NULL;
+}
+
 static cddp_result_t setup(trainer_t *t) {
   cddp_train_config_t *c = &t->cfg;
   /* these two fail alike on every rank: only rank 0 need say so */
+  int replacement = cddp_world_replacement(&t->w); /* its peers are mid-run: only the state sync */
   t->same_error_everywhere = 1;
-  CDDP_CHECK(cddp__train_check_configs(t));
+  if (!replacement) CDDP_CHECK(cddp__train_check_configs(t));
   CDDP_CHECK(cddp__train_batch_split(t));
   t->same_error_everywhere = 0;
   int threads = cddp__train_blas_threads(t);
   openblas_set_num_threads(threads);
   CDDP_CHECK(cddp__train_make_run_dir(t));
-  CDDP_CHECK(cddp_dataset_load_fmnist(&t->train, c->data_dir, "train"));
-  CDDP_CHECK(cddp_dataset_load_fmnist(&t->test, c->data_dir, "test"));
+  load_job_t job = {&t->test, c->data_dir, CDDP_OK, ""};
+  pthread_t th;
+  int threaded = pthread_create(&th, NULL, load_test, &job) == 0;
+  if (!threaded) load_test(&job);
+  cddp_result_t r = cddp_dataset_load_fmnist(&t->train, c->data_dir, "train");
+  if (threaded) pthread_join(th, NULL);
+  CDDP_CHECK(r);
+  if (job.r != CDDP_OK) return cddp__fail(job.r, "%s", job.err);
   CDDP_CHECK(cddp_model_create(&c->model, CDDP_MAX(c->micro_batch, EVAL_BATCH), &t->model));
   t->n_params = cddp_model_param_count(t->model);
   t->params = aligned_alloc(64, (t->n_params * sizeof(float) + 63) / 64 * 64);
@@ -137,10 +161,13 @@ static cddp_result_t setup(trainer_t *t) {
   t->total_steps = c->max_steps > 0 ? c->max_steps : per_epoch * c->epochs;
   t->sched = (cddp_sched_spec_t){c->sched, cddp__train_scaled_lr(c), c->min_lr, c->warmup_steps, t->total_steps};
   CDDP_CHECK(cddp_sched_check(&t->sched));
-  /* every rank starts from rank 0's parameters, as DDP does */
-  CDDP_CHECK(cddp_ddp_broadcast(t->ddp, t->params, 0));
-  int resumed = 0;
-  CDDP_CHECK(cddp__train_restore(t, &resumed));
+  int resumed = replacement; /* a replacement appends to the dead rank's files */
+  if (!replacement) {
+    /* every rank starts from rank 0's parameters, as DDP does */
+    CDDP_CHECK(cddp_ddp_broadcast(t->ddp, t->params, 0));
+    CDDP_CHECK(cddp__train_restore(t, &resumed));
+    t->has_state = 1;
+  }
   char path[700];
   snprintf(path, sizeof path, "%s/metrics.jsonl", t->run_dir);
   CDDP_CHECK(cddp_metrics_open(&t->metrics, t->rank == 0 ? path : NULL, resumed, c->log_every));
@@ -149,6 +176,7 @@ static cddp_result_t setup(trainer_t *t) {
     t->sample_log = fopen(path, resumed ? "a" : "w");
     if (!t->sample_log) return cddp__fail_errno(CDDP_SYSTEM, "cannot open sample log %s", path);
   }
+  if (replacement) return cddp__train_join_as_replacement(t);
   if (t->rank == 0)
     fprintf(stderr,
             "cddp train: %s, %zu parameters; world %d (%s), global batch %d = micro %d x %d ranks x %d accumulation; "
@@ -181,7 +209,19 @@ static int run_loop(trainer_t *t) {
   while (t->step < t->total_steps && !stop) {
     cddp_step_record_t rec = {0};
     uint64_t epoch_before = t->sampler.epoch;
-    if (train_step(t, &rec, &stop) != CDDP_OK) {
+    cddp_result_t r = train_step(t, &rec, &stop);
+    if (r != CDDP_OK && cddp__train_recoverable(t, r)) {
+      uint64_t t_fail = cddp__now_ns();
+      char why[512];
+      snprintf(why, sizeof why, "%s", cddp_last_error());
+      CDDP_INFO(CDDP_SUB_TRAIN, "step %" PRId64 " failed (%s): recovering in place", t->step + 1, why);
+      if (cddp__train_recover(t, t_fail) == CDDP_OK) continue; /* redo the interrupted step */
+      cddp_metrics_break_line(&t->metrics);
+      fprintf(stderr, "cddp train: rank %d: step %" PRId64 ": %s; in-place recovery failed: %s\n", t->rank,
+              t->step + 1, why, cddp_last_error());
+      return 1;
+    }
+    if (r != CDDP_OK) {
       cddp_metrics_break_line(&t->metrics);
       fprintf(stderr, "cddp train: rank %d: step %" PRId64 ": %s\n", t->rank, t->step + 1, cddp_last_error());
       if (cddp__train_stop && cddp__train_save(t) == CDDP_OK && t->rank == 0)
@@ -197,7 +237,10 @@ static int run_loop(trainer_t *t) {
       return 1;
     }
     int eval = (epoch_done && t->cfg.eval_every_epoch) || t->step == t->total_steps;
-    if (eval && !stop && evaluate(t, epoch_before) != CDDP_OK) {
+    cddp_result_t er = eval && !stop ? evaluate(t, epoch_before) : CDDP_OK;
+    while (er != CDDP_OK && cddp__train_recoverable(t, er) && (er = cddp__train_recover(t, cddp__now_ns())) == CDDP_OK)
+      er = evaluate(t, epoch_before); /* every survivor failed in it: all redo it */
+    if (er != CDDP_OK) {
       fprintf(stderr, "cddp train: rank %d: evaluation: %s\n", t->rank, cddp_last_error());
       return 1;
     }

@@ -52,6 +52,8 @@ typedef struct trainer {
   int eval_batch;
   char last_ckpt[600];
   int same_error_everywhere; /* the failing check gives every rank the same verdict */
+  int has_state;    /* 0 in a replacement until a survivor sent it the run's state */
+  int recoveries;   /* in-place recoveries this process took part in */
 } trainer_t;
 
 /* Set by SIGTERM/SIGINT; the ranks agree on it at each step's end. */
@@ -74,5 +76,15 @@ cddp_result_t cddp__train_save(trainer_t *t);
 /* Restores per opts->resume (rank 0 reads, every rank receives). *resumed = 1 when state came
  * from a checkpoint. */
 cddp_result_t cddp__train_restore(trainer_t *t, int *resumed);
+
+/* train_recover.c (cddp run --restart-mode replace) */
+/* r is a failure in-place recovery can repair (a peer died) and this job supports it. */
+int cddp__train_recoverable(const trainer_t *t, cddp_result_t r);
+/* After a collective failed at t_fail (monotonic ns): re-forms the world with the dead rank's
+ * replacement, rebuilds the ddp, takes the state of the rank that got furthest, trims this
+ * rank's sample log to the committed steps. The caller then redoes the interrupted step. */
+cddp_result_t cddp__train_recover(trainer_t *t, uint64_t t_fail);
+/* A replacement process, after setup: receives the state from a survivor. */
+cddp_result_t cddp__train_join_as_replacement(trainer_t *t);
 
 #endif /* CDDP_TRAIN_TRAINER_H */

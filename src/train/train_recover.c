@@ -1,0 +1,118 @@
+/* train_recover.c - in-place recovery of `cddp train` (cddp run --restart-mode replace): after a
+ * peer died the survivors re-form the communicator with its replacement, the state of the rank
+ * that got furthest is broadcast to everyone, and the interrupted step is redone. */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/check.h"
+#include "common/clock.h"
+#include "common/log.h"
+#include "train/trainer.h"
+
+/* Keeps the lines of steps <= step in this rank's own sample log (the replacement owns the
+ * dead rank's file: same rank), so the logs list the samples of committed steps exactly once. */
+static cddp_result_t trim_own_log(trainer_t *t, int64_t step) {
+  if (!t->sample_log) return CDDP_OK;
+  char path[700], tmp[720];
+  snprintf(path, sizeof path, "%s/samples/rank%d.txt", t->run_dir, t->rank);
+  snprintf(tmp, sizeof tmp, "%s.tmp", path);
+  fclose(t->sample_log);
+  t->sample_log = NULL;
+  FILE *in = fopen(path, "r"), *out = fopen(tmp, "w");
+  unsigned long long e, s, i;
+  while (in && out && fscanf(in, "%llu %llu %llu", &e, &s, &i) == 3)
+    if ((int64_t)s <= step) fprintf(out, "%llu %llu %llu\n", e, s, i);
+  if (in) fclose(in);
+  if (!out || fclose(out) != 0 || rename(tmp, path) != 0)
+    return cddp__fail_errno(CDDP_SYSTEM, "cannot rewrite sample log %s", path);
+  if (!(t->sample_log = fopen(path, "a"))) return cddp__fail_errno(CDDP_SYSTEM, "cannot open sample log %s", path);
+  return CDDP_OK;
+}
+
+/* Every rank reports (has state, step, config hash, ms since its failure); the lowest rank
+ * holding the highest step sends params, optimizer moments and counters, sampler position. */
+static cddp_result_t sync_state(trainer_t *t, uint64_t t_fail) {
+  int64_t mine[4] = {t->has_state, t->has_state ? t->step : -1, (int64_t)cddp_config_hash(&t->cfg),
+                     t_fail ? (int64_t)((cddp__now_ns() - t_fail) / 1000000) : 0};
+  int64_t *all = calloc((size_t)t->world * 4, sizeof *all);
+  if (!all) return cddp__fail(CDDP_SYSTEM, "out of memory");
+  cddp_result_t r = cddp_allgather(t->w.comm, mine, all, 4, CDDP_I64);
+  int src = -1;
+  int64_t best = -1, ms = 0;
+  for (int q = 0; r == CDDP_OK && q < t->world; q++) {
+    if (all[4 * q] && all[4 * q + 1] > best) best = all[4 * q + 1], src = q;
+    ms = CDDP_MAX(ms, all[4 * q + 3]);
+  }
+  int bad = -1; /* a rank whose config differs from the source's: every rank says so */
+  for (int q = 0; r == CDDP_OK && src >= 0 && q < t->world && bad < 0; q++)
+    if (all[4 * q + 2] != all[4 * src + 2]) bad = q;
+  free(all);
+  CDDP_CHECK(r);
+  if (src < 0) return cddp__fail(CDDP_INVALID_USAGE, "in-place recovery: no rank holds the training state any more");
+  if (bad >= 0)
+    return cddp__fail(CDDP_INVALID_ARG, "in-place recovery: the config of rank %d differs from rank %d's (the state's "
+                      "source)", bad, src);
+  int64_t before = t->has_state ? t->step : -1;
+  uint64_t hdr[4] = {(uint64_t)t->step, (uint64_t)t->opt.t, t->sampler.epoch, t->sampler.consumed};
+  CDDP_CHECK(cddp_broadcast(t->w.comm, hdr, 4, CDDP_I64, src));
+  CDDP_CHECK(cddp_broadcast(t->w.comm, t->params, t->n_params, CDDP_F32, src));
+  if (t->opt.m) CDDP_CHECK(cddp_broadcast(t->w.comm, t->opt.m, t->n_params, CDDP_F32, src));
+  if (t->opt.v) CDDP_CHECK(cddp_broadcast(t->w.comm, t->opt.v, t->n_params, CDDP_F32, src));
+  t->step = (int64_t)hdr[0];
+  t->opt.t = (int64_t)hdr[1];
+  CDDP_CHECK(cddp_sampler_restore(&t->sampler, hdr[2], hdr[3]));
+  CDDP_CHECK(trim_own_log(t, t->step));
+  t->has_state = 1;
+  t->recoveries++;
+  if (t->rank == 0) {
+    char who[128] = "?", key[64];
+    void *v = NULL;
+    size_t len = 0;
+    snprintf(key, sizeof key, "elastic/gen/%d", cddp_world_generation(&t->w));
+    if (cddp_store_get(t->w.store, key, &v, &len, 0) == CDDP_OK) snprintf(who, sizeof who, "%.*s", (int)len, (char *)v);
+    free(v);
+    cddp_metrics_break_line(&t->metrics);
+    char mine0[64];
+    if (before < 0) snprintf(mine0, sizeof mine0, "rank 0 is the replacement");
+    else snprintf(mine0, sizeof mine0, "rank 0 had committed step %" PRId64, before);
+    fprintf(stderr,
+            "cddp train: recovered from the loss of %s in %" PRId64 " ms: generation %d, state from rank %d, step %" PRId64
+            " redone (%s)\n",
+            who, ms, cddp_world_generation(&t->w), src, t->step + 1, mine0);
+  }
+  return CDDP_OK;
+}
+
+/* The gradient buffer is comm memory: built on the current communicator. */
+static cddp_result_t make_ddp(trainer_t *t) {
+  CDDP_CHECK(cddp_ddp_create(&t->ddp, t->w.comm, t->n_params, (size_t)(t->cfg.bucket_mb * 1048576.0), CDDP_SUM));
+  t->grads = cddp_ddp_grads(t->ddp);
+  cddp_ddp_set_overlap(t->ddp, t->overlap);
+  return CDDP_OK;
+}
+
+int cddp__train_recoverable(const trainer_t *t, cddp_result_t r) {
+  return cddp_world_can_recover(&t->w) && !cddp__train_stop &&
+         (r == CDDP_REMOTE || r == CDDP_TIMEOUT || r == CDDP_ABORTED);
+}
+
+cddp_result_t cddp__train_recover(trainer_t *t, uint64_t t_fail) {
+  for (;;) {
+    cddp_comm_abort(t->w.comm); /* ends the buckets still in flight */
+    cddp_ddp_destroy(t->ddp);
+    t->ddp = NULL, t->grads = NULL;
+    CDDP_CHECK(cddp_world_recover(&t->w));
+    cddp_result_t r = make_ddp(t);
+    if (r == CDDP_OK) r = sync_state(t, t_fail);
+    if (r == CDDP_OK || !cddp__train_recoverable(t, r)) return r;
+    CDDP_INFO(CDDP_SUB_TRAIN, "recovery interrupted (%s): again", cddp_last_error());
+  }
+}
+
+cddp_result_t cddp__train_join_as_replacement(trainer_t *t) {
+  cddp_result_t r = sync_state(t, 0);
+  if (r != CDDP_OK && cddp__train_recoverable(t, r)) r = cddp__train_recover(t, 0);
+  return r;
+}

@@ -1,0 +1,152 @@
+/* test_run_elastic.c - the generation protocol of in-place replacement, with threads as ranks on
+ * the in-memory store: announce and wait, a bootstrap that gives up when a later generation
+ * appears, convergence on the latest of two close failures, a bounded wait. */
+#include <pthread.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cddp/comm.h"
+#include "common/clock.h"
+#include "comm/transport.h"
+#include "run/elastic.h"
+#include "test.h"
+
+/* comm.c refers to the transports weakly; a strong reference pulls shm.o from libcddp.a. */
+const cddp__transport_t *const elastic_force_link = &cddp__transport_shm;
+
+static double ms_since(uint64_t t0) { return (double)(cddp__now_ns() - t0) / 1e6; }
+
+TEST(gen_bump_announces_and_wakes_waiters) {
+  cddp_store_t *s;
+  CHECK_OK(cddp_store_mem_create(&s));
+  int64_t g = -1;
+  CHECK_OK(cddp__gen_latest(s, &g));
+  CHECK_EQ(g, 0);
+  CHECK_RESULT(cddp__gen_wait_past(s, 0, 0), CDDP_TIMEOUT);
+  CHECK(strstr(cddp_last_error(), "elastic/gen/1") != NULL);
+  CHECK_OK(cddp__gen_bump(s, "rank 1 pid 42", &g));
+  CHECK_EQ(g, 1);
+  CHECK_OK(cddp__gen_wait_past(s, 0, 0));
+  CHECK_RESULT(cddp__gen_wait_past(s, 1, 0), CDDP_TIMEOUT);
+  void *v = NULL;
+  size_t len = 0;
+  CHECK_OK(cddp_store_get(s, "elastic/gen/1", &v, &len, 0));
+  CHECK(len == 13 && !memcmp(v, "rank 1 pid 42", 13));
+  free(v);
+  CHECK_OK(cddp__gen_bump(s, "rank 0 pid 43", &g));
+  CHECK_EQ(g, 2);
+  CHECK_OK(cddp__gen_latest(s, &g));
+  CHECK_EQ(g, 2);
+  cddp_store_close(s);
+}
+
+typedef struct later {
+  cddp_store_t *s;
+  int delay_ms, n;
+} later_t;
+
+static void *bump_later(void *arg) {
+  later_t *l = arg;
+  for (int i = 0; i < l->n; i++) {
+    usleep((useconds_t)l->delay_ms * 1000);
+    int64_t g;
+    cddp__gen_bump(l->s, "test", &g);
+  }
+  return NULL;
+}
+
+TEST(gen_view_gives_up_when_a_later_generation_appears) {
+  cddp_store_t *s, *v;
+  CHECK_OK(cddp_store_mem_create(&s));
+  CHECK_OK(cddp__gen_view(&v, s, 0, cddp__deadline_ms(20000)));
+  CHECK_OK(cddp_store_set(v, "x", "1", 1)); /* keys live under elastic/g0/ */
+  CHECK_OK(cddp_store_wait(s, (const char *[]){"elastic/g0/x"}, 1, 0));
+  later_t l = {s, 100, 1};
+  pthread_t th;
+  pthread_create(&th, NULL, bump_later, &l);
+  uint64_t t0 = cddp__now_ns();
+  void *val = NULL;
+  size_t len;
+  CHECK_RESULT(cddp_store_get(v, "never", &val, &len, 10000), CDDP_ABORTED);
+  double ms = ms_since(t0);
+  CHECK(ms >= 90 && ms < 2000);
+  CHECK(strstr(cddp_last_error(), "generation 1") != NULL);
+  pthread_join(th, NULL);
+  /* disarmed: a plain view again */
+  cddp__gen_view_disarm(v);
+  CHECK_RESULT(cddp_store_wait(v, (const char *[]){"never"}, 1, 10), CDDP_TIMEOUT);
+  cddp_store_close(v);
+  /* the deadline bounds every wait */
+  CHECK_OK(cddp__gen_view(&v, s, 1, cddp__deadline_ms(200)));
+  t0 = cddp__now_ns();
+  CHECK_RESULT(cddp_store_wait(v, (const char *[]){"never"}, 1, 10000), CDDP_TIMEOUT);
+  CHECK(ms_since(t0) < 2000);
+  cddp_store_close(v);
+  cddp_store_close(s);
+}
+
+typedef struct rank {
+  pthread_t th;
+  cddp_store_t *s;
+  int rank, world;
+  int64_t min_gen, gen;
+  int deadline_ms;
+  cddp_result_t rc;
+  cddp_comm_t *comm;
+  cddp_store_t *view;
+  double sum;
+} rank_t;
+
+static void *form_main(void *arg) {
+  rank_t *r = arg;
+  cddp_comm_config_t cfg;
+  cddp_comm_config_default(&cfg);
+  cfg.transport = "shm";
+  cfg.timeout_ms = 20000;
+  r->rc = cddp__gen_form(r->s, r->rank, r->world, 0, &cfg, r->min_gen, cddp__deadline_ms(r->deadline_ms), &r->comm,
+                         &r->view, &r->gen);
+  if (r->rc != CDDP_OK) return NULL;
+  double x = r->rank + 1;
+  r->rc = cddp_allreduce(r->comm, &x, &x, 1, CDDP_F64, CDDP_SUM);
+  r->sum = x;
+  return NULL;
+}
+
+/* Ranks 0 and 1 wait in generation 0 for rank 2, which "dies" twice in a row (generations 1
+ * and 2 are announced 100 ms apart); its replacement starts in generation 2: everyone meets
+ * there. */
+TEST(gen_form_converges_on_the_latest_of_two_close_failures) {
+  cddp_store_t *s;
+  CHECK_OK(cddp_store_mem_create(&s));
+  rank_t r[3];
+  memset(r, 0, sizeof r);
+  for (int i = 0; i < 3; i++) r[i] = (rank_t){.s = s, .rank = i, .world = 3, .deadline_ms = 20000};
+  uint64_t t0 = cddp__now_ns();
+  for (int i = 0; i < 2; i++) pthread_create(&r[i].th, NULL, form_main, &r[i]);
+  later_t l = {s, 100, 2};
+  bump_later(&l);
+  r[2].min_gen = 2;
+  pthread_create(&r[2].th, NULL, form_main, &r[2]);
+  for (int i = 0; i < 3; i++) pthread_join(r[i].th, NULL);
+  for (int i = 0; i < 3; i++) {
+    CHECK_OK(r[i].rc);
+    CHECK_EQ(r[i].gen, 2);
+    CHECK_NEAR(r[i].sum, 6.0, 0);
+  }
+  CHECK(ms_since(t0) < 10000);
+  for (int i = 0; i < 3; i++) cddp_comm_destroy(r[i].comm), cddp_store_close(r[i].view);
+  cddp_store_close(s);
+}
+
+/* Nobody else comes: the wait ends at the deadline with TIMEOUT naming the generation. */
+TEST(gen_form_is_bounded) {
+  cddp_store_t *s;
+  CHECK_OK(cddp_store_mem_create(&s));
+  rank_t r = {.s = s, .rank = 0, .world = 2, .deadline_ms = 300};
+  uint64_t t0 = cddp__now_ns();
+  form_main(&r);
+  CHECK_RESULT(r.rc, CDDP_TIMEOUT);
+  CHECK(strstr(cddp_last_error(), "generation 0") != NULL);
+  CHECK(ms_since(t0) < 3000);
+  cddp_store_close(s);
+}
