@@ -125,4 +125,5 @@ clean:
 help:
 	@echo "make [all|lib|cli|tests|asan|tsan|check-asan|check-tsan|fuzz|clean] [BUILD=dir] [WERROR=1] [SANITIZER=...] [V=1]"
 
--include $(LIB_OBJS:.o=.d) $(CLI_OBJS:.o=.d) $(TEST_BINS:$(BUILD)/tests/%=$(BUILD)/obj/tests/unit/%.d)
+-include $(LIB_OBJS:.o=.d) $(CLI_OBJS:.o=.d) $(TEST_BINS:$(BUILD)/tests/%=$(BUILD)/obj/tests/unit/%.d) \
+         $(EXAMPLE_BINS:$(BUILD)/examples/%=$(BUILD)/obj/examples/%.d) $(HELPER_BINS:$(BUILD)/tests/helpers/%=$(BUILD)/obj/tests/helpers/%.d)
