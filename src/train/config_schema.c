@@ -80,6 +80,8 @@ const cddp__cfg_key_t cddp__cfg_keys[] = {
      "gradient bucket size in MiB (each bucket's allreduce starts when backward fills it)"},
     {"ddp.overlap", CDDP__CFG_ENUM, F(overlap), 0, "auto", NONE, 0, "auto|true|false",
      "true: each bucket's allreduce starts during backward; false: one allreduce after it; auto: true unless every core already computes and the ranks share memory"},
+    {"ddp.compress", CDDP__CFG_ENUM, F(compress), 0, "none", NONE, 0, "none|bf16|sign",
+     "gradients on the wire: none (float32), bf16 (half the bytes), sign (1-bit with error feedback, ~32x fewer)"},
     {"ddp.threads", CDDP__CFG_INT, F(threads), 0, "0", 0, 1024, 0, NULL,
      "BLAS threads per rank; 0 = cores / local ranks"},
     {"checkpoint.every_steps", CDDP__CFG_INT64, F(ckpt_every), 0, "200", 0, BIG, 0, NULL,

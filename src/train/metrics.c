@@ -44,10 +44,10 @@ void cddp_metrics_step(cddp_metrics_t *m, const cddp_step_record_t *r) {
     fprintf(m->jsonl,
             "{\"step\":%lld,\"epoch\":%llu,\"loss\":%.7g,\"lr\":%.7g,\"grad_norm\":%.7g,"
             "\"samples\":%d,\"samples_per_s\":%.1f,\"step_ms\":%.3f,\"compute_ms\":%.3f,"
-            "\"comm_ms\":%.3f,\"data_ms\":%.3f,\"bytes_sent\":%llu,\"time\":%.3f}\n",
+            "\"comm_ms\":%.3f,\"data_ms\":%.3f,\"bytes_sent\":%llu,\"compression\":%.2f,\"time\":%.3f}\n",
             (long long)r->step, (unsigned long long)r->epoch, r->loss, r->lr, r->grad_norm,
             r->samples, rate, r->step_s * 1e3, r->compute_s * 1e3, r->comm_s * 1e3,
-            r->data_s * 1e3, (unsigned long long)r->bytes_sent, wall_s());
+            r->data_s * 1e3, (unsigned long long)r->bytes_sent, r->compression, wall_s());
     /* fflush, not fsync: a crash may lose the last lines, never the checkpoints */
     fflush(m->jsonl);
     double avg = cddp_metrics_rate(m);

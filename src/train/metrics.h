@@ -19,6 +19,7 @@ typedef struct cddp_step_record {
   int samples;         /* real samples in the global batch */
   double step_s, compute_s, comm_s, data_s; /* comm = exposed (not hidden by backward) */
   uint64_t bytes_sent; /* this rank, this step */
+  double compression;  /* float32 gradient bytes / bytes this rank contributed (1: none) */
 } cddp_step_record_t;
 
 typedef struct cddp_metrics {

@@ -85,30 +85,31 @@ static cddp_result_t sync_state(trainer_t *t, uint64_t t_fail) {
   return CDDP_OK;
 }
 
-/* The gradient buffer is comm memory: built on the current communicator. */
-static cddp_result_t make_ddp(trainer_t *t) {
-  CDDP_CHECK(cddp_ddp_create(&t->ddp, t->w.comm, t->n_params, (size_t)(t->cfg.bucket_mb * 1048576.0), CDDP_SUM));
-  t->grads = cddp_ddp_grads(t->ddp);
-  cddp_ddp_set_overlap(t->ddp, t->overlap);
-  return CDDP_OK;
-}
-
 int cddp__train_recoverable(const trainer_t *t, cddp_result_t r) {
   return cddp_world_can_recover(&t->w) && !cddp__train_stop &&
          (r == CDDP_REMOTE || r == CDDP_TIMEOUT || r == CDDP_ABORTED);
 }
 
 cddp_result_t cddp__train_recover(trainer_t *t, uint64_t t_fail) {
+  /* this rank's error-feedback residual survives the rebuild (the dead rank's is lost) */
+  float *res = t->ddp ? cddp_ddp_residual(t->ddp) : NULL;
+  float *kept = res ? malloc(t->n_params * sizeof *kept) : NULL;
+  if (kept) memcpy(kept, res, t->n_params * sizeof *kept);
+  cddp_result_t r;
   for (;;) {
     cddp_comm_abort(t->w.comm); /* ends the buckets still in flight */
     cddp_ddp_destroy(t->ddp);
     t->ddp = NULL, t->grads = NULL;
-    CDDP_CHECK(cddp_world_recover(&t->w));
-    cddp_result_t r = make_ddp(t);
+    r = cddp_world_recover(&t->w);
+    if (r != CDDP_OK) break;
+    r = cddp__train_make_ddp(t);
+    if (r == CDDP_OK && kept) memcpy(cddp_ddp_residual(t->ddp), kept, t->n_params * sizeof *kept);
     if (r == CDDP_OK) r = sync_state(t, t_fail);
-    if (r == CDDP_OK || !cddp__train_recoverable(t, r)) return r;
+    if (r == CDDP_OK || !cddp__train_recoverable(t, r)) break;
     CDDP_INFO(CDDP_SUB_TRAIN, "recovery interrupted (%s): again", cddp_last_error());
   }
+  free(kept);
+  return r;
 }
 
 cddp_result_t cddp__train_join_as_replacement(trainer_t *t) {

@@ -132,3 +132,10 @@ cddp_result_t cddp__train_make_run_dir(trainer_t *t) {
   if (fclose(f) != 0 && r == CDDP_OK) r = cddp__fail_errno(CDDP_SYSTEM, "cannot write %s", sub);
   return r;
 }
+
+cddp_result_t cddp__train_make_ddp(trainer_t *t) {
+  CDDP_CHECK(cddp_ddp_create(&t->ddp, t->w.comm, t->n_params, (size_t)(t->cfg.bucket_mb * 1048576.0), CDDP_SUM));
+  t->grads = cddp_ddp_grads(t->ddp);
+  cddp_ddp_set_overlap(t->ddp, t->overlap);
+  return cddp_ddp_set_compress(t->ddp, (cddp_compress_t)t->cfg.compress);
+}

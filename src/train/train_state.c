@@ -30,15 +30,39 @@ static cddp_tensor_view_t *views(const trainer_t *t, const float *buf, const cha
   return v;
 }
 
-cddp_result_t cddp__train_save(trainer_t *t) {
-  if (t->rank != 0) return CDDP_OK;
-  int n = cddp_model_n_params(t->model);
-  char(*names)[96] = calloc((size_t)n * 3, sizeof *names);
+/* Every rank's error-feedback residual (ddp.compress: sign) for rank 0 to save, world x
+ * n_params floats; NULL when there is none or the communicator cannot be trusted. */
+static float *gather_residuals(trainer_t *t, int healthy, cddp_result_t *r) {
+  float *res = t->ddp ? cddp_ddp_residual(t->ddp) : NULL;
+  *r = CDDP_OK;
+  if (!res) return NULL;
+  if (!healthy) {
+    if (t->rank == 0) CDDP_WARN("checkpoint without the error-feedback residuals: a peer is gone");
+    return NULL;
+  }
+  float *all = malloc((size_t)t->world * t->n_params * sizeof *all);
+  if (!all) {
+    *r = cddp__fail(CDDP_SYSTEM, "checkpoint: out of memory");
+    return NULL;
+  }
+  *r = cddp_allgather(t->w.comm, res, all, t->n_params, CDDP_F32);
+  if (*r != CDDP_OK) free(all), all = NULL;
+  return all;
+}
+
+cddp_result_t cddp__train_save(trainer_t *t, int healthy) {
+  cddp_result_t r;
+  float *residuals = gather_residuals(t, healthy, &r);
+  if (r != CDDP_OK || t->rank != 0) {
+    free(residuals);
+    return r;
+  }
+  int n = cddp_model_n_params(t->model), nres = residuals ? t->world : 0;
+  char(*names)[96] = calloc((size_t)n * 3 + (size_t)nres, sizeof *names);
   cddp_tensor_view_t *w = names ? views(t, t->params, "", names) : NULL;
   cddp_tensor_view_t *m = t->opt.m && names ? views(t, t->opt.m, "optim.m.", names + n) : NULL;
   cddp_tensor_view_t *v = t->opt.v && names ? views(t, t->opt.v, "optim.v.", names + 2 * n) : NULL;
-  cddp_tensor_view_t *state = calloc((size_t)n * 2 + 1, sizeof *state);
-  cddp_result_t r = CDDP_OK;
+  cddp_tensor_view_t *state = calloc((size_t)n * 2 + (size_t)nres + 1, sizeof *state);
   if (!names || !w || !state || (t->opt.m && !m) || (t->opt.v && !v)) {
     r = cddp__fail(CDDP_SYSTEM, "checkpoint: out of memory");
     goto out;
@@ -46,7 +70,11 @@ cddp_result_t cddp__train_save(trainer_t *t) {
   int ns = 0;
   for (int i = 0; m && i < n; i++) state[ns++] = m[i];
   for (int i = 0; v && i < n; i++) state[ns++] = v[i];
-  char kv[10][64];
+  for (int q = 0; q < nres; q++) {
+    snprintf(names[3 * n + q], sizeof names[0], "ddp.residual.rank%d", q);
+    state[ns++] = (cddp_tensor_view_t){names[3 * n + q], 1, {(int64_t)t->n_params}, residuals + (size_t)q * t->n_params};
+  }
+  char kv[11][64];
   snprintf(kv[0], 64, "%" PRId64, t->step);
   snprintf(kv[1], 64, "%" PRIu64, t->sampler.epoch);
   snprintf(kv[2], 64, "%" PRIu64, t->sampler.consumed);
@@ -57,11 +85,13 @@ cddp_result_t cddp__train_save(trainer_t *t) {
   snprintf(kv[7], 64, "%" PRId64, t->opt.t);
   snprintf(kv[8], 64, "%" PRId64, t->total_steps);
   snprintf(kv[9], 64, "%zu", t->n_params);
+  snprintf(kv[10], 64, "%d", nres);
   const cddp_meta_kv_t meta[] = {
       {"format", STATE_FORMAT},     {"step", kv[0]},         {"epoch", kv[1]},
       {"samples_consumed", kv[2]},  {"seed", kv[3]},         {"config_hash", kv[4]},
       {"world_size", kv[5]},        {"global_batch", kv[6]}, {"optim_steps", kv[7]},
       {"total_steps", kv[8]},       {"param_count", kv[9]},  {"cddp_version", cddp_version()},
+      {"residual_ranks", kv[10]},
   };
   cddp_ckpt_payload_t p = {w, n, state, ns, meta, (int)CDDP_ARRAY_LEN(meta)};
   char root[600];
@@ -69,7 +99,7 @@ cddp_result_t cddp__train_save(trainer_t *t) {
   r = cddp_ckpt_save(root, t->step, &p, t->cfg.ckpt_keep, t->last_ckpt, sizeof t->last_ckpt);
   if (r == CDDP_OK) CDDP_INFO(CDDP_SUB_TRAIN, "checkpoint %s", t->last_ckpt);
 out:
-  free(names), free(w), free(m), free(v), free(state);
+  free(names), free(w), free(m), free(v), free(state), free(residuals);
   return r;
 }
 
@@ -79,6 +109,35 @@ static int parse_u64(const cddp_ckpt_t *c, const char *key, uint64_t *out) {
   char *end;
   *out = strtoull(s, &end, 10);
   return *end ? -1 : 0;
+}
+
+/* Rank 0, ddp.compress sign: every rank's error-feedback residual into t->residuals (world x
+ * n). Saved on another world size, their sum goes to rank 0: the total correction still owed
+ * is kept, only who owes it changes. */
+static cddp_result_t read_residuals(trainer_t *t, const cddp_ckpt_t *c, const char *dir) {
+  if (!t->ddp || !cddp_ddp_residual(t->ddp)) return CDDP_OK;
+  uint64_t saved = 0;
+  if (parse_u64(c, "residual_ranks", &saved) != 0) saved = 0;
+  size_t n = t->n_params;
+  if (!(t->residuals = calloc((size_t)t->world * n, sizeof(float)))) return cddp__fail(CDDP_SYSTEM, "out of memory");
+  if (saved == 0) {
+    CDDP_WARN("checkpoint %s holds no error-feedback residuals: they start from zero", dir);
+    return CDDP_OK;
+  }
+  if (saved != (uint64_t)t->world)
+    CDDP_WARN("checkpoint %s was saved by %" PRIu64 " ranks, this world has %d: their residuals are summed into rank 0's",
+              dir, saved, t->world);
+  float *one = saved == (uint64_t)t->world ? NULL : malloc(n * sizeof *one);
+  if (saved != (uint64_t)t->world && !one) return cddp__fail(CDDP_SYSTEM, "out of memory");
+  cddp_result_t r = CDDP_OK;
+  for (uint64_t q = 0; q < saved && r == CDDP_OK; q++) {
+    char name[64];
+    snprintf(name, sizeof name, "ddp.residual.rank%" PRIu64, q);
+    r = cddp_ckpt_tensor(c, "state", name, one ? one : t->residuals + q * n, n);
+    for (size_t i = 0; one && r == CDDP_OK && i < n; i++) t->residuals[i] += one[i];
+  }
+  free(one);
+  return r;
 }
 
 /* Rank 0: reads checkpoint dir into params, moments and the header words. */
@@ -115,6 +174,7 @@ static cddp_result_t read_ckpt(trainer_t *t, const char *dir, uint64_t hdr[5]) {
       r = cddp_ckpt_tensor(c, "state", name, t->opt.v + p->offset, p->count);
     }
   }
+  if (r == CDDP_OK) r = read_residuals(t, c, dir);
   const char *h = cddp_ckpt_meta(c, "config_hash");
   char mine[32];
   snprintf(mine, sizeof mine, "%016" PRIx64, cddp_config_hash(&t->cfg));
@@ -191,6 +251,15 @@ cddp_result_t cddp__train_restore(trainer_t *t, int *resumed) {
   t->step = (int64_t)hdr[0];
   t->opt.t = (int64_t)hdr[3];
   CDDP_CHECK(cddp_sampler_restore(&t->sampler, hdr[1], hdr[2]));
+  float *res = cddp_ddp_residual(t->ddp);
+  if (res) { /* every rank gets its own residual back */
+    if (!t->residuals && !(t->residuals = calloc((size_t)t->world * t->n_params, sizeof(float))))
+      return cddp__fail(CDDP_SYSTEM, "out of memory");
+    CDDP_CHECK(cddp_broadcast(t->w.comm, t->residuals, (size_t)t->world * t->n_params, CDDP_F32, 0));
+    memcpy(res, t->residuals + (size_t)t->rank * t->n_params, t->n_params * sizeof *res);
+  }
+  free(t->residuals);
+  t->residuals = NULL;
   if (t->cfg.sample_log) {
     if (t->rank == 0) trim_sample_logs(t, t->step);
     CDDP_CHECK(cddp_barrier(t->w.comm)); /* no rank appends before the trim is done */

@@ -101,6 +101,7 @@ static cddp_result_t train_step(trainer_t *t, cddp_step_record_t *rec, int *stop
   cddp_ddp_stats_t st;
   cddp_ddp_stats(t->ddp, &st, 1);
   rec->bytes_sent = st.wire_bytes;
+  rec->compression = st.bytes ? (double)t->n_params * sizeof(float) / (double)st.bytes : 1.0;
   *stop = stats[1] > 0;
   return CDDP_OK;
 }
@@ -148,9 +149,8 @@ static cddp_result_t setup(trainer_t *t) {
   t->ybuf = malloc((size_t)c->micro_batch);
   t->idx = malloc((size_t)c->micro_batch * sizeof *t->idx);
   if (!t->params || !t->xbuf || !t->ybuf || !t->idx) return cddp__fail(CDDP_SYSTEM, "out of memory");
-  CDDP_CHECK(cddp_ddp_create(&t->ddp, t->w.comm, t->n_params, (size_t)(c->bucket_mb * 1048576.0), CDDP_SUM));
-  t->grads = cddp_ddp_grads(t->ddp);
-  cddp_ddp_set_overlap(t->ddp, t->overlap = cddp__train_overlap(t, threads));
+  t->overlap = cddp__train_overlap(t, threads);
+  CDDP_CHECK(cddp__train_make_ddp(t));
   if (t->accum > 1 && !(t->scratch = aligned_alloc(64, (t->n_params * sizeof(float) + 63) / 64 * 64)))
     return cddp__fail(CDDP_SYSTEM, "out of memory");
   cddp_model_bind(t->model, t->params, t->grads);
@@ -224,14 +224,14 @@ static int run_loop(trainer_t *t) {
     if (r != CDDP_OK) {
       cddp_metrics_break_line(&t->metrics);
       fprintf(stderr, "cddp train: rank %d: step %" PRId64 ": %s\n", t->rank, t->step + 1, cddp_last_error());
-      if (cddp__train_stop && cddp__train_save(t) == CDDP_OK && t->rank == 0)
+      if (cddp__train_stop && cddp__train_save(t, 0) == CDDP_OK && t->rank == 0)
         fprintf(stderr, "cddp train: saved %s before stopping\n", t->last_ckpt);
       return cddp__train_stop ? 128 + (int)cddp__train_stop : 1;
     }
     cddp_metrics_step(&t->metrics, &rec);
     int epoch_done = t->sampler.epoch != epoch_before || t->step == t->total_steps;
     int due = (t->cfg.ckpt_every > 0 && t->step % t->cfg.ckpt_every == 0) || t->step == t->total_steps || stop;
-    if (due && cddp__train_save(t) != CDDP_OK) {
+    if (due && cddp__train_save(t, 1) != CDDP_OK) {
       cddp_metrics_break_line(&t->metrics);
       fprintf(stderr, "cddp train: rank 0: checkpoint at step %" PRId64 ": %s\n", t->step, cddp_last_error());
       return 1;

@@ -35,6 +35,7 @@ typedef struct trainer {
   cddp_model_t *model;
   float *params, *grads;
   float *scratch;  /* gradient of one accumulation micro-step (accum > 1) */
+  float *residuals; /* resume with ddp.compress sign: every rank's residual, read by rank 0 */
   size_t added_to; /* scratch is added into grads at [added_to, n) */
   int ddp_after_add;
   int overlap;      /* buckets start during backward */
@@ -70,9 +71,14 @@ int cddp__train_blas_threads(const trainer_t *t);
 int cddp__train_overlap(const trainer_t *t, int threads);
 cddp_result_t cddp__train_make_run_dir(trainer_t *t);
 float cddp__train_scaled_lr(const cddp_train_config_t *c);
+/* The DDP object on the current communicator (its gradient buffer is comm memory), with
+ * ddp.overlap and ddp.compress applied. */
+cddp_result_t cddp__train_make_ddp(trainer_t *t);
 
 /* train_state.c */
-cddp_result_t cddp__train_save(trainer_t *t);
+/* Collective when ddp.compress is sign and healthy (the residuals are gathered); rank 0
+ * writes. healthy = 0 after a failed step: no collective, no residuals. */
+cddp_result_t cddp__train_save(trainer_t *t, int healthy);
 /* Restores per opts->resume (rank 0 reads, every rank receives). *resumed = 1 when state came
  * from a checkpoint. */
 cddp_result_t cddp__train_restore(trainer_t *t, int *resumed);

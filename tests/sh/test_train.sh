@@ -78,6 +78,26 @@ if [ $rc1 = 0 ] && [ $rc2 = 0 ] && grep -q "all-reduce overlapped with backward"
 then ok "ddp.overlap=true (5 buckets of 256 KiB during backward) and false: bitwise equal weights"
 else fail "overlap" "rc $rc1/$rc2 $(tail -2 "$T/ovon.out" "$T/ovoff.out" | tr '\n' ' ')"; fi
 
+# 3c. compressed gradients: bf16 halves the bytes, sign cuts them 32x; a sign run stopped and
+# resumed restores every rank's error-feedback residual: the same bits as uninterrupted
+CZ=(--set model.hidden=[256] --set train.max_steps=60 --set eval.every_epoch=false --set checkpoint.every_steps=20)
+for c in bf16 sign; do run2 --name cz$c "${CZ[@]}" --set ddp.compress=$c >"$T/cz$c.out" 2>&1 || fail "compress $c" "$(tail -2 "$T/cz$c.out")"; done
+r16=$(field compression "$T/czbf16/metrics.jsonl" | tail -1); rsg=$(field compression "$T/czsign/metrics.jsonl" | tail -1)
+l0=$(field loss "$T/czsign/metrics.jsonl" | head -1); l1=$(field loss "$T/czsign/metrics.jsonl" | tail -5 | sort -n | tail -1)
+if [ "$r16" = 2.00 ] && awk -v r="$rsg" 'BEGIN { exit !(r >= 8) }' && awk -v a="$l0" -v b="$l1" 'BEGIN { exit !(b < a * 0.6) }'
+then ok "ddp.compress: bf16 sends 1/$r16 of the bytes, sign 1/$rsg, and sign still trains (loss $l0 -> $l1)"
+else fail "compression ratios" "bf16 $r16 sign $rsg loss $l0 -> $l1"; fi
+run2 --name czstop "${CZ[@]}" --set ddp.compress=sign --set ddp.threads=1 >"$T/czstop.1.out" 2>&1 &
+pid=$!
+wait_step "$T/czstop" 25
+pkill -TERM -f "run --standalone --nproc-per-node 2 $CDDP train --config $CFG --work-dir $T --name czstop"; wait $pid 2>/dev/null
+stopped=$(field step "$T/czstop/metrics.jsonl" | tail -1)
+run2 --name czstop "${CZ[@]}" --set ddp.compress=sign --resume-from latest >"$T/czstop.2.out" 2>&1; rc=$?
+if [ $rc = 0 ] && [ "$stopped" -lt 60 ] && ! grep -q "no error-feedback" "$T/czstop.2.out" &&
+   cmp -s "$T/czsign/checkpoints/step-000000060/model.safetensors" "$T/czstop/checkpoints/step-000000060/model.safetensors"
+then ok "sign compression stopped at step $stopped and resumed: residuals restored, weights bitwise equal"
+else fail "sign resume" "rc=$rc stopped=$stopped $(grep -h 'resum\|residual\|error' "$T"/czstop.*.out | tr '\n' ' ')"; fi
+
 # 4. exactly once: one epoch started on 2 ranks, stopped, finished on 1 rank
 EP=(--set model.hidden=[32] --set train.epochs=1 --set debug.sample_log=true --set checkpoint.every_steps=10 --set eval.every_epoch=false --set data.drop_last=false)
 run2 --name once "${EP[@]}" --set ddp.threads=1 >"$T/once.1.out" 2>&1 &
