@@ -3,7 +3,11 @@
  *
  * allreduce = reduce-scatter within the host, allreduce of my slice across hosts,
  * allgather within the host: each host's NIC carries count * es * 2 (H-1)/H bytes in
- * total, split over L parallel cross-host rings, instead of the flat ring's L times that. */
+ * total, split over L parallel cross-host rings, instead of the flat ring's 2 (p-1)/p.
+ * Large messages are cut in segments and pipelined: a helper thread runs segment s's
+ * cross-host allreduce while this thread reduce-scatters segment s+1 and allgathers s-1,
+ * so the shm work hides behind the network. */
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,6 +18,8 @@
 #include "common/knobs.h"
 #include "common/log.h"
 
+#define HIER_MAXSEG 16
+
 typedef struct hier {
   const cddp__comm_ctx_t *ctx;
   int H, L, host, local; /* hosts, ranks per host, my host, my rank within it */
@@ -23,8 +29,17 @@ typedef struct hier {
   cddp__comm_ctx_t lctx, xctx;
   void *ls, *xs; /* shm (L > 1) and tcp (H > 1) states */
   char *scratch;
-  size_t cap, direct_max;
+  size_t cap, direct_max, seg_bytes;
   int failed;
+  /* the cross-host helper thread: runs posted segment allreduces in order */
+  pthread_t th;
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  int th_started, th_stop;
+  cddp__coll_t xjob[HIER_MAXSEG]; /* segment allreduces, posted in order */
+  int posted, finished;           /* jobs posted / completed (under mu) */
+  cddp_result_t xerr;             /* first failure of a posted job, its message: */
+  char xmsg[600];
 } hier_t;
 
 /* ---------------------------------------------------------------- placement */
@@ -111,6 +126,85 @@ static cddp_result_t allreduce_small(hier_t *h, const cddp__coll_t *c, const voi
   return sub(h, 1, c, CDDP__ALLREDUCE, recv, recv, count, 0);
 }
 
+/* ---------------------------------------------------------------- the pipeline */
+
+static void *cross_main(void *arg) {
+  hier_t *h = arg;
+  pthread_mutex_lock(&h->mu);
+  for (;;) {
+    while (!h->th_stop && h->finished == h->posted) pthread_cond_wait(&h->cv, &h->mu);
+    if (h->finished == h->posted) break; /* stopping and drained */
+    cddp__coll_t job = h->xjob[h->finished % HIER_MAXSEG];
+    int skip = h->xerr != CDDP_OK;
+    pthread_mutex_unlock(&h->mu);
+    cddp_result_t r = skip ? CDDP_OK : cddp__transport_tcp.run(h->xs, &job);
+    pthread_mutex_lock(&h->mu);
+    if (r != CDDP_OK && h->xerr == CDDP_OK) {
+      h->xerr = r;
+      snprintf(h->xmsg, sizeof h->xmsg, "%s", cddp_last_error());
+    }
+    h->finished++;
+    pthread_cond_broadcast(&h->cv);
+  }
+  pthread_mutex_unlock(&h->mu);
+  return NULL;
+}
+
+static void post_cross(hier_t *h, const cddp__coll_t *job) {
+  pthread_mutex_lock(&h->mu);
+  h->xjob[h->posted % HIER_MAXSEG] = *job;
+  h->posted++;
+  pthread_cond_broadcast(&h->cv);
+  pthread_mutex_unlock(&h->mu);
+}
+
+/* Waits until at most `left` posted jobs are unfinished; the first failure, re-worded. */
+static cddp_result_t wait_cross(hier_t *h, int left) {
+  pthread_mutex_lock(&h->mu);
+  while (h->posted - h->finished > left) pthread_cond_wait(&h->cv, &h->mu);
+  cddp_result_t r = h->xerr;
+  char msg[600];
+  snprintf(msg, sizeof msg, "%s", h->xmsg);
+  pthread_mutex_unlock(&h->mu);
+  if (r == CDDP_OK) return CDDP_OK;
+  h->failed = 1;
+  return cddp__fail(r, "hierarchical step across hosts (local rank %d of each host): %s", h->local, msg);
+}
+
+/* Elements [0, main) in segments of seg elements (multiples of L): reduce-scatter of segment
+ * s within the host, its slice's allreduce across hosts on the helper thread, allgather of
+ * segment s-1 meanwhile. Every local rank issues the shm steps in the same order. */
+static cddp_result_t allreduce_pipelined(hier_t *h, const cddp__coll_t *c, char *slices, size_t main,
+                                         size_t seg) {
+  size_t es = cddp_dtype_size(c->dt), L = (size_t)h->L, nseg = (main + seg - 1) / seg;
+  cddp_result_t ret = CDDP_OK;
+  for (size_t s = 0; s <= nseg && ret == CDDP_OK; s++) {
+    if (s < nseg) {
+      size_t off = s * seg, n = CDDP_MIN(seg, main - off);
+      char *slice = slices + off / L * es;
+      ret = sub(h, 0, c, CDDP__REDUCE_SCATTER, (const char *)c->send + off * es, slice, n / L, 0);
+      if (ret != CDDP_OK) break;
+      cddp__coll_t job = *c;
+      job.kind = CDDP__ALLREDUCE, job.send = slice, job.recv = slice, job.count = n / L;
+      if (job.op == CDDP_AVG) job.op = CDDP_SUM;
+      post_cross(h, &job);
+    }
+    if (s >= 1) {
+      size_t off = (s - 1) * seg, n = CDDP_MIN(seg, main - off);
+      ret = wait_cross(h, s < nseg ? 1 : 0);
+      if (ret == CDDP_OK)
+        ret = sub(h, 0, c, CDDP__ALLGATHER, slices + off / L * es, (char *)c->recv + off * es, n / L, 0);
+    }
+  }
+  if (ret != CDDP_OK) { /* let the helper drain what was posted (it skips after a failure) */
+    char msg[600];
+    snprintf(msg, sizeof msg, "%s", cddp_last_error());
+    wait_cross(h, 0);
+    cddp__set_error_text(msg);
+  }
+  return ret;
+}
+
 static cddp_result_t allreduce(hier_t *h, const cddp__coll_t *c) {
   size_t es = cddp_dtype_size(c->dt), L = (size_t)h->L;
   int small = c->algo == CDDP_ALGO_DIRECT || c->count < L ||
@@ -121,15 +215,22 @@ static cddp_result_t allreduce(hier_t *h, const cddp__coll_t *c) {
     size_t blk = c->count / L, main = blk * L;
     char *slice = scratch(h, blk * es);
     if (!slice) return CDDP_SYSTEM;
-    CDDP_CHECK(sub(h, 0, c, CDDP__REDUCE_SCATTER, c->send, slice, blk, 0));
-    CDDP_CHECK(sub(h, 1, c, CDDP__ALLREDUCE, slice, slice, blk, 0));
+    /* segments of about seg_bytes (a multiple of L elements), at most HIER_MAXSEG - 1 */
+    size_t seg = CDDP_MAX(h->seg_bytes / es, (main + HIER_MAXSEG - 2) / (HIER_MAXSEG - 1));
+    seg = (seg + L - 1) / L * L;
+    if (h->th_started && seg < main) {
+      CDDP_CHECK(allreduce_pipelined(h, c, slice, main, seg));
+    } else {
+      CDDP_CHECK(sub(h, 0, c, CDDP__REDUCE_SCATTER, c->send, slice, blk, 0));
+      CDDP_CHECK(sub(h, 1, c, CDDP__ALLREDUCE, slice, slice, blk, 0));
+      CDDP_CHECK(sub(h, 0, c, CDDP__ALLGATHER, slice, c->recv, blk, 0));
+    }
     if (main < c->count) { /* the count % L elements left over: before recv is overwritten */
       cddp__coll_t t = *c;
       t.algo = CDDP_ALGO_AUTO;
       CDDP_CHECK(allreduce_small(h, &t, (const char *)c->send + main * es, (char *)c->recv + main * es,
                                  c->count - main));
     }
-    CDDP_CHECK(sub(h, 0, c, CDDP__ALLGATHER, slice, c->recv, blk, 0));
   }
   if (c->op == CDDP_AVG) cddp__scale(c->recv, c->count, c->dt, 1.0 / h->ctx->world);
   return CDDP_OK;
@@ -201,6 +302,9 @@ static cddp_result_t hier_init(const cddp__comm_ctx_t *ctx, void **state) {
     return cddp__fail(CDDP_SYSTEM, "out of memory");
   }
   h->ctx = ctx;
+  pthread_mutex_init(&h->mu, NULL);
+  pthread_cond_init(&h->cv, NULL);
+  h->seg_bytes = (size_t)CDDP_MAX(64, cddp__knob_int(CDDP_KNOB_HIER_SEGMENT_BYTES));
   int64_t dmax = cddp__knob_int(CDDP_KNOB_DIRECT_MAX_BYTES);
   h->direct_max = dmax < 0 ? 0 : (size_t)dmax;
   if (!cddp__hier_placement(ctx->peers, ctx->world, &h->H, &h->L)) {
@@ -241,6 +345,13 @@ static cddp_result_t hier_init(const cddp__comm_ctx_t *ctx, void **state) {
                                .cfg = ctx->cfg, .peers = h->xpeers, .aborted = ctx->aborted, .all_local = 0};
   if (h->L > 1) CDDP_CHECK_GOTO(cddp__transport_shm.init(&h->lctx, &h->ls), ret, fail);
   if (h->H > 1) CDDP_CHECK_GOTO(cddp__transport_tcp.init(&h->xctx, &h->xs), ret, fail);
+  if (h->H > 1 && h->L > 1) {
+    if (pthread_create(&h->th, NULL, cross_main, h) != 0) {
+      ret = cddp__fail(CDDP_SYSTEM, "cannot start the hierarchical transport's cross-host thread");
+      goto fail;
+    }
+    h->th_started = 1;
+  }
   CDDP_INFO(CDDP_SUB_COMM,
             "hier: rank %d is local rank %d of %d on host %d of %d; reduce-scatter/allgather within the host "
             "over shm, allreduce across hosts over tcp with local rank %d of every host",
@@ -278,6 +389,15 @@ static void hier_wake(void *state) {
 static void hier_destroy(void *state) {
   hier_t *h = state;
   if (!h) return;
+  if (h->th_started) {
+    pthread_mutex_lock(&h->mu);
+    h->th_stop = 1;
+    pthread_cond_broadcast(&h->cv);
+    pthread_mutex_unlock(&h->mu);
+    pthread_join(h->th, NULL);
+  }
+  pthread_cond_destroy(&h->cv);
+  pthread_mutex_destroy(&h->mu);
   if (h->xs) cddp__transport_tcp.destroy(h->xs);
   if (h->ls) cddp__transport_shm.destroy(h->ls);
   cddp_store_close(h->xstore);

@@ -20,6 +20,8 @@
   X(ALGO, "CDDP_ALGO", "auto", "collective algorithm: auto, ring or direct")                   \
   X(DIRECT_MAX_BYTES, "CDDP_DIRECT_MAX_BYTES", "65536",                                        \
     "auto picks the latency algorithm at or below this message size")                         \
+  X(HIER_SEGMENT_BYTES, "CDDP_HIER_SEGMENT_BYTES", "4194304",                                 \
+    "hier: large allreduces are pipelined in segments of about this size (at most 15)")      \
   X(SHM_CHUNK_BYTES, "CDDP_SHM_CHUNK_BYTES", "262144", "staging chunk per rank for shm copies") \
   X(SHM_CMA, "CDDP_SHM_CMA", "1",                                                              \
     "shm: 1 = read/write peers' ordinary buffers with process_vm_readv/writev when allowed")  \
