@@ -5,6 +5,7 @@
 #   1. links shaped to 1 Gbit/s: 64 MiB allreduce, flat ring, 1 rank per host: busbw >= 90% of the link
 #   2. the same links, 2 ranks per host: hierarchical vs flat ring (hier must be faster)
 #   3. unshaped links: flat ring, 1 rank per host (2 and 3 hosts) vs iperf3 between two hosts: >= 80%
+#      (with the system's congestion control, and with reno on both sides)
 #   --fit also sweeps 4 B .. 64 MiB for every algorithm on the shaped links (the measurements
 #   bench/cost_model.py fits alpha and beta to; see docs/cost-model.md).
 #   --repeat N keeps each figure's best of N runs (a busy 2-core machine is noisy).
@@ -95,22 +96,37 @@ fi
 
 # ---- 3: unshaped
 shape none
-step "unshaped: iperf3 host 1 -> host 2 (3 s)"
-"$NS" exec 2 timeout 20 iperf3 -s -1 >"$OUT/iperf3-server.log" 2>&1 &
-sleep 0.5
-"$NS" exec 1 timeout 20 iperf3 -c "$("$NS" addr 2)" -t 3 -f g >"$OUT/iperf3.log" 2>&1
-wait
-IPERF=$(awk '/receiver/ { for (i = 1; i < NF; i++) if ($(i + 1) == "Gbits/sec") print $i / 8 }' "$OUT/iperf3.log" | tail -1)
-[ -n "$IPERF" ] || { IPERF=-; step "iperf3 gave no figure (see $OUT/iperf3.log)"; }
-u2=() u3=()
+# iperf3 CC [--bidir]: one stream host 1 -> host 2 (--bidir: and one back at the same time) for
+# 3 s with congestion control CC; GB/s per direction (the mean of the receivers), or "-"
+iperf() {
+  local log=$OUT/iperf3-$1${2:-}.log v
+  "$NS" exec 2 timeout 20 iperf3 -s -1 >"$log.server" 2>&1 &
+  sleep 0.5
+  "$NS" exec 1 timeout 20 iperf3 -c "$("$NS" addr 2)" -t 3 -f g -C "$1" ${2:-} >"$log" 2>&1
+  wait
+  v=$(awk '/receiver/ { for (i = 1; i < NF; i++) if ($(i + 1) == "Gbits/sec") { s += $i / 8; n++ } }
+           END { if (n) printf "%.4f", s / n }' "$log")
+  echo "${v:--}"
+}
+CC=$(sysctl -n net.ipv4.tcp_congestion_control 2>/dev/null || echo cubic)
+if command -v iperf3 >/dev/null; then
+  step "unshaped: iperf3 host 1 -> host 2 (3 s each, $CC then reno)"
+  IPERF=$(iperf "$CC") IPERF_RENO=$(iperf reno) IPERF_BI=$(iperf "$CC" --bidir) IPERF_BI_RENO=$(iperf reno --bidir)
+else
+  step "iperf3 is not installed (scripts/install-deps.sh bench): no reference figure"
+  IPERF=- IPERF_RENO=- IPERF_BI=- IPERF_BI_RENO=-
+fi
+u2=() u3=() u2r=()
 for r in $(seq "$REPEAT"); do
-  step "unshaped ($r/$REPEAT): flat ring 1 rank/host on 2 hosts, then 3 hosts (64 MiB)"
+  step "unshaped ($r/$REPEAT): flat ring 1 rank/host on 2 hosts, 3 hosts, then 2 hosts with reno (64 MiB)"
   run "$OUT/unshaped-flat-1x2.$r" 2 1 CDDP_TRANSPORT=tcp -- -b 64M -e 64M -w 2 -n 10
   run "$OUT/unshaped-flat-1x3.$r" 3 1 CDDP_TRANSPORT=tcp -- -b 64M -e 64M -w 2 -n 10
+  run "$OUT/unshaped-flat-1x2-reno.$r" 2 1 CDDP_TRANSPORT=tcp CDDP_TCP_CONGESTION=reno -- -b 64M -e 64M -w 2 -n 10
   u2+=("$(busbw "$OUT/unshaped-flat-1x2.$r" $M64 2)")
   u3+=("$(busbw "$OUT/unshaped-flat-1x3.$r" $M64 3)")
+  u2r+=("$(busbw "$OUT/unshaped-flat-1x2-reno.$r" $M64 2)")
 done
-U2=$(best "${u2[@]}") U3=$(best "${u3[@]}")
+U2=$(best "${u2[@]}") U3=$(best "${u3[@]}") U2R=$(best "${u2r[@]}")
 
 wrong=$(cat "$OUT"/shaped-* "$OUT"/unshaped-* "$OUT"/fit-* 2>/dev/null | sed -E 's/^\[[^]]*\] ?//' |
   awk '$1 ~ /^[0-9]+$/ && NF >= 9 && $9 ~ /^[0-9]+$/ { w += $9 } END { print w + 0 }')
@@ -123,10 +139,23 @@ printf '%-58s %10s %-26s %s\n' "1 Gbit/s links, flat ring, 1 rank/host: busbw" "
 printf '%-58s %10s %-26s %s\n' "1 Gbit/s links, 2 ranks/host, flat ring: busbw" "$F2" "(hier must beat it)" ""
 printf '%-58s %10s %-26s %s\n' "1 Gbit/s links, 2 ranks/host, hierarchical: busbw" "$H2" "> flat ($F2)" \
   "$(verdict "$H2" "$F2") (x$(awk -v a="$H2" -v b="$F2" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "-" }'))"
-printf '%-58s %10s %-26s %s\n' "unshaped: iperf3 host 1 -> host 2 (GB/s)" "$IPERF" "" ""
+printf '%-58s %10s %-26s %s\n' "unshaped: iperf3 host 1 -> host 2, $CC (GB/s)" "$IPERF" "" ""
 GOAL=$(awk -v i="$IPERF" 'BEGIN { if (i == "-") print "-"; else printf "%.3f", 0.8 * i }')
 printf '%-58s %10s %-26s %s\n' "unshaped: flat ring, 1 rank/host, 2 hosts: busbw" "$U2" ">= $GOAL (80% of iperf3)" \
   "$(verdict "$U2" "$GOAL") ($(pct "$U2" "$IPERF")% of iperf3)"
 printf '%-58s %10s %-26s %s\n' "unshaped: flat ring, 1 rank/host, 3 hosts: busbw" "$U3" ">= $GOAL (80% of iperf3)" \
   "$(verdict "$U3" "$GOAL") ($(pct "$U3" "$IPERF")% of iperf3)"
+GOALR=$(awk -v i="$IPERF_RENO" 'BEGIN { if (i == "-") print "-"; else printf "%.3f", 0.8 * i }')
+printf '%-58s %10s %-26s %s\n' "unshaped: iperf3 host 1 -> host 2, reno (GB/s)" "$IPERF_RENO" "" ""
+printf '%-58s %10s %-26s %s\n' "unshaped: flat ring, 2 hosts, reno both sides: busbw" "$U2R" ">= $GOALR (80% of iperf3)" \
+  "$(verdict "$U2R" "$GOALR") ($(pct "$U2R" "$IPERF_RENO")% of iperf3)"
+# an allreduce loads both directions of every link at once: iperf3 --bidir is the like-for-like
+# reference (on one machine the "hosts" share its cores, so a two-way stream costs twice the CPU)
+for cc in "$CC" reno; do
+  if [ "$cc" = reno ]; then bi=$IPERF_BI_RENO v=$U2R; else bi=$IPERF_BI v=$U2; fi
+  g=$(awk -v i="$bi" 'BEGIN { if (i == "-") print "-"; else printf "%.3f", 0.8 * i }')
+  printf '%-58s %10s %-26s %s\n' "unshaped: iperf3 --bidir, $cc, per direction (GB/s)" "$bi" "" ""
+  printf '%-58s %10s %-26s %s\n' "unshaped: flat ring, 2 hosts, $cc: busbw vs --bidir" "$v" ">= $g (80% of it)" \
+    "$(verdict "$v" "$g") ($(pct "$v" "$bi")% of iperf3 --bidir)"
+done
 echo "# wrong elements in every run: $wrong; logs in $OUT"
