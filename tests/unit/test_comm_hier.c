@@ -224,7 +224,7 @@ TEST_TIMEOUT(hier_forced_direct, 120) { run_job(6, contiguous2x3, CDDP_ALGO_DIRE
 TEST_TIMEOUT(hier_pipelined_3x2, 120) {
   setenv("CDDP_HIER_SEGMENT_BYTES", "4096", 1);
   run_job(6, interleaved3x2, CDDP_ALGO_RING, forced);
-  run_job(6, contiguous2x3, CDDP_ALGO_AUTO, matrix);
+  run_job(6, contiguous2x3, CDDP_ALGO_AUTO, forced);
 }
 /* degenerate groups: one rank per host (tcp only), one host (shm only) */
 static const int one_each[] = {0, 1, 2, 3};
