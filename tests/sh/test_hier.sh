@@ -36,13 +36,15 @@ job() {
 # bench NAME TRANSPORT BENCH-ARGS...: exact results on all 6 ranks and the header names TRANSPORT
 bench() {
   local name=$1 tp=$2 v; shift 2
-  job "$name" CDDP_DEBUG=INFO CDDP_DEBUG_SUBSYS=COMM -- "$CDDP" bench allreduce -c 1 -n 2 "$@"
+  job "$name" CDDP_DEBUG=INFO CDDP_DEBUG_SUBSYS=COMM ${SEG:+CDDP_HIER_SEGMENT_BYTES=$SEG} -- \
+    "$CDDP" bench allreduce -c 1 -n 2 "$@"
   v=$(bench_verdict 6 "$T/$name".[123]) # rank 0 is on whichever host c10d made node 0
   if [ $rc = 0 ] && [ "$v" = clean ] && cat "$T/$name".[123] | grep -q "6 ranks .*, transport $tp,"; then ok "$name"
   else fail "$name" "exit $rc, $v, $(cat "$T/$name".[123] | grep -m1 '# cddp bench')"; fi
 }
 bench hier_float_sum hier -b 4 -e 4M -f 8 -d float -o sum
-bench hier_double_avg hier -b 8 -e 2M -f 8 -d double -o avg
+# 64 KiB segments: the pipelined path (15 segments at 2 MiB) with every host's helper thread
+SEG=65536 bench hier_double_avg_pipelined hier -b 8 -e 2M -f 8 -d double -o avg
 bench hier_bf16_max hier -b 2 -e 1M -f 8 -d bfloat16 -o max
 bench hier_int32_min hier -b 4 -e 1M -f 8 -d int32 -o min
 bench hier_int64_avg hier -b 8 -e 1M -f 8 -d int64 -o avg
@@ -51,9 +53,23 @@ bench hier_float_odd_count hier -b 262156 -e 262156 -d float -o sum
 bench hier_ring_forced hier -b 4 -e 64K -f 16 -d float -o avg --algo ring
 # every rank logs its place: local rank l of host x talks to local rank l elsewhere
 n=$(cat "$T"/hier_float_sum.* | grep -c "hier: rank [0-5] is local rank [01] of 2 on host [012] of 3")
-[ "$n" = 6 ] && ok "six ranks log their host and local rank" || fail "hier log lines" "$n of 6"
+if [ "$n" = 6 ]; then ok "six ranks log their host and local rank"; else fail "hier log lines" "$n of 6"; fi
 bench flat_when_asked tcp -b 4 -e 64K -f 16 -d float -o sum --transport tcp
 # (CDDP_TRANSPORT=tcp, the knob form, is the flat train run below)
+
+# uneven hosts (2 + 2 + 1 ranks): the flat ring, and an INFO line saying why
+port=$(free_port) pids=()
+for i in 1 2 3; do
+  "$NS" exec $i env CDDP_DEBUG=INFO CDDP_DEBUG_SUBSYS=COMM timeout 40 "$CDDP" run --nnodes 3 \
+    --nproc-per-node $(( i < 3 ? 2 : 1 )) --rdzv-backend c10d --rdzv-endpoint "$MASTER:$port" --rdzv-id uneven \
+    "$CDDP" bench allreduce -c 1 -n 2 -b 1K -e 1M -f 32 >"$T/uneven.$i" 2>&1 & pids+=($!)
+done
+rc=0
+for p in "${pids[@]}"; do wait "$p" || rc=$?; done
+n=$(cat "$T"/uneven.[123] | grep -c "hierarchical collectives not used (hosts run different numbers of ranks): flat tcp over 3 hosts")
+if [ $rc = 0 ] && [ "$(bench_verdict 5 "$T"/uneven.[123])" = clean ] && [ "$n" = 5 ] &&
+   cat "$T"/uneven.[123] | grep -q "5 ranks .*, transport tcp,"; then ok "uneven hosts (2+2+1): flat tcp, said at INFO by every rank"
+else fail "uneven hosts" "exit $rc, $n INFO lines, $(bench_verdict 5 "$T"/uneven.[123])"; fi
 
 # the MLP for 30 steps, hierarchical vs flat TCP: the same losses up to float rounding
 TR=(--config configs/fmnist_mlp.yaml --work-dir "$T/runs" --set model.hidden=[64] --set train.max_steps=30
