@@ -102,7 +102,7 @@ iperf() {
   local log=$OUT/iperf3-$1${2:-}.log v
   "$NS" exec 2 timeout 20 iperf3 -s -1 >"$log.server" 2>&1 &
   sleep 0.5
-  "$NS" exec 1 timeout 20 iperf3 -c "$("$NS" addr 2)" -t 3 -f g -C "$1" ${2:+"$2"} >"$log" 2>  "$NS" exec 1 timeout 20 iperf3 -c "$("$NS" addr 2)" -t 3 -f g -C "$1" ${2:-} >"$log" 2>&11
+  "$NS" exec 1 timeout 20 iperf3 -c "$("$NS" addr 2)" -t 3 -f g -C "$1" ${2:+"$2"} >"$log" 2>&1
   wait
   v=$(awk '/receiver/ { for (i = 1; i < NF; i++) if ($(i + 1) == "Gbits/sec") { s += $i / 8; n++ } }
            END { if (n) printf "%.4f", s / n }' "$log")
