@@ -46,7 +46,7 @@ typedef struct cddp_request cddp_request_t;
 
 typedef struct cddp_comm_config {
   const char *backend;   /* "native" (default); "mpi", "nccl" when built */
-  const char *transport; /* "auto" (shm on one host, tcp across), "shm", "tcp" */
+  const char *transport; /* "auto" (shm on one host, hier or tcp across), "shm", "tcp", "hier" */
   int nstreams;          /* TCP connections per peer (CDDP_NSTREAMS) */
   int timeout_ms;        /* bound on every wait inside a collective (CDDP_TIMEOUT_MS) */
   cddp_algo_t algo;      /* CDDP_ALGO: auto, ring, direct */
@@ -76,7 +76,8 @@ cddp_result_t cddp_comm_last_error(const cddp_comm_t *comm, const char **msg);
 
 int cddp_comm_rank(const cddp_comm_t *comm);
 int cddp_comm_world(const cddp_comm_t *comm);
-/* "shm", "tcp" or "mpi" (backend mpi): what this rank uses to reach its peers. */
+/* "shm", "tcp", "hier" (shm within hosts + tcp across) or "mpi" (backend mpi): what this rank
+ * uses to reach its peers. */
 const char *cddp_comm_transport(const cddp_comm_t *comm);
 
 /* Collective: allocates bytes that peers on the same host can read and write without

@@ -33,7 +33,7 @@ static void usage(FILE *f) {
           "  -z, --blocking 0|1     0: start all iterations, then wait for them (default 1)\n"
           "      --zero-copy        buffers from cddp_comm_mem_alloc (shared with the host's peers)\n"
           "      --backend B        native or mpi (default: CDDP_BACKEND; mpi: under mpirun)\n"
-          "      --transport T      auto, shm or tcp (default: CDDP_TRANSPORT)\n"
+          "      --transport T      auto, shm, tcp or hier (default: CDDP_TRANSPORT)\n"
           "      --algo A           auto, ring or direct (default: CDDP_ALGO)\n"
           "Rank, world and store come from the environment: run it under `cddp run`, torchrun-style\n"
           "variables, an srun step or mpirun. Rank 0 prints one line per size; the exit status is 1 if\n"
@@ -186,8 +186,8 @@ int cddp__bench_parse(int argc, char **argv, bench_opts_t *o) {
         break;
       case OPT_ZERO_COPY: o->zero_copy = 1; break;
       case OPT_TRANSPORT:
-        if (strcmp(optarg, "auto") && strcmp(optarg, "shm") && strcmp(optarg, "tcp"))
-          return bad("bad transport '%s' for %s (auto, shm or tcp)", optarg, flag);
+        if (strcmp(optarg, "auto") && strcmp(optarg, "shm") && strcmp(optarg, "tcp") && strcmp(optarg, "hier"))
+          return bad("bad transport '%s' for %s (auto, shm, tcp or hier)", optarg, flag);
         o->transport = optarg;
         break;
       case OPT_BACKEND:

@@ -16,7 +16,7 @@ static void usage(FILE *f) {
   fprintf(f,
           "usage: cddp train --config PATH [--set key=value ...] [--work-dir DIR] [--name NAME]\n"
           "                  [--resume-from latest|PATH|none] [--launcher auto|slurm|mpi]\n"
-          "                  [--backend native|mpi] [--transport auto|shm|tcp]\n"
+          "                  [--backend native|mpi] [--transport auto|shm|tcp|hier]\n"
           "  --config PATH         YAML config (configs/*.yaml; keys in docs/config.md)\n"
           "  --set key=value       override one key after the file (repeatable): --set optim.lr=0.1\n"
           "  --work-dir DIR        where runs live (default runs); the run is DIR/NAME\n"
@@ -27,7 +27,7 @@ static void usage(FILE *f) {
           "                        slurm / mpi: insist on that launcher's variables\n"
           "  --backend B           collective backend: native (default, CDDP_BACKEND) or mpi (MPI's\n"
           "                        collectives; start the ranks with mpirun)\n"
-          "  --transport T         auto (shm within a host, tcp across), shm or tcp\n"
+          "  --transport T         auto (shm within a host, hier or tcp across), shm, tcp or hier\n"
           "Sana's spellings --config_path --work_dir --resume_from work too. Run it under `cddp run`,\n"
           "srun or mpirun, or alone (one rank); with NPROC_PER_NODE NNODES NODE_RANK ADDR PORT set and\n"
           "no RANK, it starts its own launcher (cddp run) first.\n");

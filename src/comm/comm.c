@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "cddp/comm.h"
+#include "comm/hier.h"
 #include "comm/reduce.h"
 #include "comm/transport.h"
 #include "common/check.h"
@@ -84,8 +85,8 @@ static cddp_result_t resolve_config(cddp_comm_config_t *out, const cddp_comm_con
                       out->backend);
   }
   if (strcasecmp(out->transport, "auto") && strcasecmp(out->transport, "shm") &&
-      strcasecmp(out->transport, "tcp"))
-    return cddp__fail(CDDP_INVALID_ARG, "transport '%s' is not auto, shm or tcp (CDDP_TRANSPORT)",
+      strcasecmp(out->transport, "tcp") && strcasecmp(out->transport, "hier"))
+    return cddp__fail(CDDP_INVALID_ARG, "transport '%s' is not auto, shm, tcp or hier (CDDP_TRANSPORT)",
                       out->transport);
   if (out->nstreams < 1 || out->nstreams > 64)
     return cddp__fail(CDDP_INVALID_ARG, "nstreams %d is not in 1..64 (CDDP_NSTREAMS)", out->nstreams);
@@ -152,6 +153,22 @@ static cddp_result_t exchange_peers(cddp_comm_t *c) {
   return CDDP_OK;
 }
 
+/* ---------------------------------------------------------------- hierarchical choice */
+
+/* Several hosts (auto) or asked for (hier): shm within each host composed with tcp across
+ * them when every host runs the same number of ranks (auto: >= 2 hosts with >= 2 ranks
+ * each), otherwise the flat tcp transport. */
+static const cddp__transport_t *pick_hier(const cddp_comm_t *c, int all_local) {
+  int asked = !strcasecmp(c->cfg.transport, "hier"), hosts, per_host;
+  if (!asked && (all_local || strcasecmp(c->cfg.transport, "auto"))) return NULL;
+  int uniform = cddp__hier_placement(c->peers, c->world, &hosts, &per_host);
+  if (uniform && (asked || (hosts >= 2 && per_host >= 2))) return &cddp__transport_hier;
+  if (asked || !uniform)
+    CDDP_INFO(CDDP_SUB_COMM, "hierarchical collectives not used (%s): flat tcp over %d hosts",
+              uniform ? "one rank per host" : "hosts run different numbers of ranks", hosts);
+  return NULL;
+}
+
 /* ---------------------------------------------------------------- lifecycle */
 
 /* Under mu. The message is written before the code is published (execute reads it lock-free). */
@@ -206,7 +223,9 @@ cddp_result_t cddp_comm_init(cddp_comm_t **out, cddp_store_t *store, int rank, i
         goto fail;
       }
       c->tp = &cddp__transport_shm;
-    } else if (!strcasecmp(c->cfg.transport, "tcp") || !all_local) {
+    } else if ((c->tp = pick_hier(c, all_local))) {
+      /* hierarchical */
+    } else if (!strcasecmp(c->cfg.transport, "tcp") || !strcasecmp(c->cfg.transport, "hier") || !all_local) {
       c->tp = &cddp__transport_tcp;
     } else {
       c->tp = &cddp__transport_shm;

@@ -15,10 +15,13 @@
   X(NSTREAMS, "CDDP_NSTREAMS", "2", "TCP connections per peer")                                \
   X(TIMEOUT_MS, "CDDP_TIMEOUT_MS", "300000", "bound on any wait inside a collective or comm init, ms") \
   X(BACKEND, "CDDP_BACKEND", "native", "collective backend: native (cddp's shm/tcp) or mpi (Open MPI's collectives, under mpirun)") \
-  X(TRANSPORT, "CDDP_TRANSPORT", "auto", "auto (shm within a host, tcp across), shm or tcp")    \
+  X(TRANSPORT, "CDDP_TRANSPORT", "auto",                                                      \
+    "auto (shm within a host; across hosts hier when every host runs the same number >= 2 of ranks, else tcp), shm, tcp (flat) or hier") \
   X(ALGO, "CDDP_ALGO", "auto", "collective algorithm: auto, ring or direct")                   \
   X(DIRECT_MAX_BYTES, "CDDP_DIRECT_MAX_BYTES", "65536",                                        \
     "auto picks the latency algorithm at or below this message size")                         \
+  X(HIER_SEGMENT_BYTES, "CDDP_HIER_SEGMENT_BYTES", "4194304",                                 \
+    "hier: large allreduces are pipelined in segments of about this size (at most 15)")      \
   X(SHM_CHUNK_BYTES, "CDDP_SHM_CHUNK_BYTES", "262144", "staging chunk per rank for shm copies") \
   X(SHM_CMA, "CDDP_SHM_CMA", "1",                                                              \
     "shm: 1 = read/write peers' ordinary buffers with process_vm_readv/writev when allowed")  \

@@ -180,13 +180,15 @@ log=$CDDP_SLURM_STATE/srun-netns.log
 env -u MASTER_ADDR MASTER_PORT="$(free_port)" timeout "$T" "$SL" run srun -N2 -n4 \
   "$CDDP" bench allreduce -b 1K -e 1M -f 16 -c 1 >"$log" 2>&1
 rc=$?
-if [ $rc -eq 0 ] && grep -q "4 ranks on 2 hosts" "$log" && grep -q "transport tcp" "$log"; then ok netns_hosts_tcp
+# 2 hosts x 2 ranks: the automatic choice is the hierarchical transport (shm within, tcp across)
+if [ $rc -eq 0 ] && grep -q "4 ranks on 2 hosts" "$log" && grep -q "transport hier" "$log"; then ok netns_hosts_tcp
 else fail netns_hosts_tcp "exit $rc: $(grep -m1 'cddp bench' "$log") $(tail -2 "$log" | tr '\n' ' ')"; fi
 checked netns_hosts_4_ranks "$log" 4
 # cddp train across the two hosts: TCP between them, the same bits as 4 ranks over TCP on one
-# host (the transport, not the launcher, decides the order of the sums: shm's differs)
+# host (the transport, not the launcher, decides the order of the sums: shm's and hier's differ,
+# so the flat tcp transport is asked for)
 log=$CDDP_SLURM_STATE/train-netns.log
-env -u MASTER_ADDR MASTER_PORT="$(free_port)" timeout "$T" "$SL" run srun -N2 -n4 \
+env -u MASTER_ADDR CDDP_TRANSPORT=tcp MASTER_PORT="$(free_port)" timeout "$T" "$SL" run srun -N2 -n4 \
   "$CDDP" train --launcher slurm --name netns "${TR[@]}" >"$log" 2>&1
 rc=$?
 if grep -q "; world 4 (tcp)" "$log"; then trained netns_train_tcp_world_4 "$log" $rc netns
