@@ -48,6 +48,30 @@ static inline cddp_v4f cddp__v4_exp(cddp_v4f x) {
   return p * (cddp_v4f)bits;
 }
 
+/* The same e^x for a GCC vector of any width (a statement expression, so it inlines into
+ * functions compiled for AVX2 or AVX-512 with their own vector width). */
+#define CDDP_VEXP(xin)                                                                    \
+  ({                                                                                      \
+    __typeof__(xin) x_ = (xin), hi_ = x_ - x_ + 88.3f, lo_ = x_ - x_ - 87.3f;             \
+    __typeof__(x_ > x_) m_ = x_ < hi_;                                                    \
+    x_ = (__typeof__(x_))((m_ & (__typeof__(m_))x_) | (~m_ & (__typeof__(m_))hi_));      \
+    m_ = x_ > lo_;                                                                        \
+    x_ = (__typeof__(x_))((m_ & (__typeof__(m_))x_) | (~m_ & (__typeof__(m_))lo_));      \
+    __typeof__(x_) t_ = x_ * 1.44269504088896341f + 0.5f;                                 \
+    __typeof__(m_) n_ = __builtin_convertvector(t_, __typeof__(m_));                      \
+    __typeof__(x_) nf_ = __builtin_convertvector(n_, __typeof__(x_));                     \
+    n_ += (__typeof__(m_))(nf_ > t_);                                                     \
+    nf_ = __builtin_convertvector(n_, __typeof__(x_));                                    \
+    __typeof__(x_) r_ = x_ - nf_ * 0.693359375f - nf_ * -2.12194440e-4f;                  \
+    __typeof__(x_) p_ = r_ * 1.9875691500e-4f + 1.3981999507e-3f;                         \
+    p_ = p_ * r_ + 8.3334519073e-3f;                                                      \
+    p_ = p_ * r_ + 4.1665795894e-2f;                                                      \
+    p_ = p_ * r_ + 1.6666665459e-1f;                                                      \
+    p_ = p_ * r_ + 5.0000001201e-1f;                                                      \
+    p_ = p_ * r_ * r_ + r_ + 1.0f;                                                        \
+    p_ * (__typeof__(x_))((n_ + 127) << 23);                                              \
+  })
+
 /* tanh(u) = 1 - 2 / (e^{2u} + 1): exact limits +-1, absolute error ~1e-7. */
 static inline cddp_v4f cddp__v4_tanh(cddp_v4f u) {
   return 1.0f - 2.0f / (cddp__v4_exp(u + u) + 1.0f);
