@@ -55,8 +55,9 @@ typedef float v8f __attribute__((vector_size(32)));
 #undef SFX
 #undef ATTR
 
-/* 2: AVX-512, 1: AVX2+FMA, 0: SSE */
-static int isa(void) {
+static int forced = 3;
+
+int cddp__cpu_isa(void) {
   static int level = -1;
   if (level < 0) {
     __builtin_cpu_init();
@@ -64,11 +65,13 @@ static int isa(void) {
             : __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") ? 1
                                                                                 : 0;
   }
-  return level;
+  return level < forced ? level : forced;
 }
 
+void cddp__cpu_isa_limit(int level) { forced = level; }
+
 void cddp__bias_gelu_forward(float *y, float *x, const float *b, int n, int c) {
-  switch (isa()) {
+  switch (cddp__cpu_isa()) {
     case 2: bias_gelu_rows_avx512(y, x, b, n, c); break;
     case 1: bias_gelu_rows_avx2(y, x, b, n, c); break;
     default: bias_gelu_rows_sse(y, x, b, n, c); break;
@@ -76,7 +79,7 @@ void cddp__bias_gelu_forward(float *y, float *x, const float *b, int n, int c) {
 }
 
 void cddp__gelu_backward(float *d, const float *x, size_t count) {
-  switch (isa()) {
+  switch (cddp__cpu_isa()) {
     case 2: gelu_backward_avx512(d, x, count); break;
     case 1: gelu_backward_avx2(d, x, count); break;
     default: gelu_backward_sse(d, x, count); break;

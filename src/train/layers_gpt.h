@@ -10,6 +10,12 @@
 
 #define CDDP_LN_EPS 1e-5f
 
+/* The vector loops of GELU and the attention softmax exist for AVX-512 (2), AVX2+FMA (1) and
+ * SSE (0); cddp__cpu_isa() says which this CPU runs (layer_gelu.c), cddp__cpu_isa_limit(l)
+ * caps it at l (tests run every width; not thread-safe, call it before any model work). */
+int cddp__cpu_isa(void);
+void cddp__cpu_isa_limit(int level);
+
 /* ---- LayerNorm (layer_norm.c) over the last dimension c of x [n, c] (biased variance, eps
  * 1e-5, as nn.LayerNorm). mean and rstd [n] are kept for backward. */
 void cddp__layernorm_forward(float *y, float *mean, float *rstd, const float *x, const float *w,

@@ -78,7 +78,7 @@ static double gelu_loss(void *p) {
   return dot(t->y, t->r, (size_t)t->n * t->c);
 }
 
-TEST(gelu_matches_tanh_formula_and_finite_differences) {
+static void gelu_check(void) {
   int n = 2, c = 37; /* two 16-lane vectors (or 4 of 8, 9 of 4) and a scalar tail per row */
   size_t nc = (size_t)n * c;
   gelu_t t = {.x = vec(nc, 4), .pre = vec(nc, 0), .b = vec(c, 0.5), .y = vec(nc, 0),
@@ -98,6 +98,16 @@ TEST(gelu_matches_tanh_formula_and_finite_differences) {
   free(g), free(d), free(t.x), free(t.pre), free(t.b), free(t.y), free(t.r);
 }
 
+/* every vector width this CPU runs: AVX-512, AVX2, SSE (the test's own process) */
+#define FOR_EACH_ISA(body)                                      \
+  for (int isa_ = cddp__cpu_isa(); isa_ >= 0; isa_--) {         \
+    cddp__cpu_isa_limit(isa_);                                  \
+    CHECK_EQ(cddp__cpu_isa(), isa_);                            \
+    body;                                                       \
+  }
+
+TEST(gelu_matches_tanh_formula_and_finite_differences) { FOR_EACH_ISA(gelu_check()); }
+
 typedef struct {
   float *qkv, *y, *att, *r;
   int B, T, C, H;
@@ -108,10 +118,11 @@ static double attn_loss(void *p) {
   return dot(t->y, t->r, (size_t)t->B * t->T * t->C);
 }
 
-TEST(attention_gradients_match_finite_differences_and_mask_is_causal) {
-  int shapes[][3] = {{5, 8, 2}, {7, 12, 3}, {1, 4, 1}}; /* T, C, heads */
-  for (int k = 0; k < 3; k++) {
-    int B = 2, T = shapes[k][0], C = shapes[k][1], H = shapes[k][2];
+static void attn_check(int n_shapes) {
+  /* T, C, heads; T = 70 and 130 cross layer_attn.c's causal blocks of 64 rows */
+  int shapes[][3] = {{5, 8, 2}, {7, 12, 3}, {1, 4, 1}, {70, 4, 2}, {130, 4, 1}};
+  for (int k = 0; k < n_shapes; k++) {
+    int B = k < 3 ? 2 : 1, T = shapes[k][0], C = shapes[k][1], H = shapes[k][2];
     size_t nq = (size_t)B * T * 3 * C, ny = (size_t)B * T * C;
     attn_t t = {.qkv = vec(nq, 1.5), .y = vec(ny, 0), .att = vec((size_t)B * H * T * T, 0),
                 .r = vec(ny, 1), .B = B, .T = T, .C = C, .H = H};
@@ -140,6 +151,10 @@ TEST(attention_gradients_match_finite_differences_and_mask_is_causal) {
     CHECK(memcmp(y0, t.y, (size_t)T * C * sizeof(float)) != 0);
     free(y0), free(g), free(dqkv), free(scratch), free(t.qkv), free(t.y), free(t.att), free(t.r);
   }
+}
+
+TEST(attention_gradients_match_finite_differences_and_mask_is_causal) {
+  FOR_EACH_ISA(attn_check(isa_ == 0 ? 5 : 4));
 }
 
 typedef struct {
@@ -366,11 +381,13 @@ static int ref_case(FILE *f) {
 }
 
 TEST(gpt_forward_backward_match_pytorch) {
-  FILE *f = open_ref();
-  int cases = 0;
-  while (ref_case(f)) cases++;
-  fclose(f);
-  CHECK_EQ(cases, 2);
+  FOR_EACH_ISA({
+    FILE *f = open_ref();
+    int cases = 0;
+    while (ref_case(f)) cases++;
+    fclose(f);
+    CHECK_EQ(cases, 2);
+  });
 }
 
 /* ---- accumulation, scale, the ready hook */
