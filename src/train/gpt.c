@@ -244,9 +244,21 @@ void cddp_gpt_init_params(cddp_gpt_t *m, uint64_t seed) {
   for (size_t j = 0; j < C; j++) P[m->lnf_w + j] = 1.0f;
 }
 
-/* y[n,out] = x[n,in] W^T (no bias: the caller's fused pass adds it) */
-static void matmul_wt(float *y, const float *x, const float *w, int n, int in, int out) {
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, out, in, 1.0f, x, in, w, in, 0.0f, y,
+/* y[n,out] = bias (+ the residual r when not NULL), then y += x[n,in] W^T with beta = 1:
+ * OpenBLAS's beta = 0 would zero y in a pass of its own, and the bias pass after it would
+ * read y once more. */
+static void linear_into(float *y, const float *x, const float *w, const float *bias,
+                        const float *r, int n, int in, int out) {
+  for (int i = 0; i < n; i++) {
+    float *yr = y + (size_t)i * out;
+    if (r) {
+      memcpy(yr, r + (size_t)i * out, sizeof(float) * (size_t)out);
+      cddp__add_to(yr, bias, (size_t)out);
+    } else {
+      memcpy(yr, bias, sizeof(float) * (size_t)out);
+    }
+  }
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, out, in, 1.0f, x, in, w, in, 1.0f, y,
               out);
 }
 
@@ -276,15 +288,13 @@ double cddp_gpt_forward(cddp_gpt_t *m, const uint8_t *tokens, const uint8_t *tar
     const block_p_t *b = &m->bp[l];
     block_a_t *a = &m->ba[l];
     cddp__layernorm_forward(a->ln1, a->mean1, a->rstd1, x, P + b->ln1_w, P + b->ln1_b, n, C);
-    cddp__linear_forward(a->qkv, a->ln1, P + b->attn_w, P + b->attn_b, n, C, 3 * C, 0);
+    linear_into(a->qkv, a->ln1, P + b->attn_w, P + b->attn_b, NULL, n, C, 3 * C);
     cddp__attn_forward(a->y, a->att, a->qkv, B, T, C, s->n_head);
-    matmul_wt(a->res1, a->y, P + b->aproj_w, n, C, C);
-    cddp__bias_residual(a->res1, P + b->aproj_b, x, n, C);
+    linear_into(a->res1, a->y, P + b->aproj_w, P + b->aproj_b, x, n, C, C);
     cddp__layernorm_forward(a->ln2, a->mean2, a->rstd2, a->res1, P + b->ln2_w, P + b->ln2_b, n, C);
-    matmul_wt(a->fc, a->ln2, P + b->fc_w, n, C, 4 * C);
-    cddp__bias_gelu_forward(a->gelu, a->fc, P + b->fc_b, n, 4 * C);
-    matmul_wt(a->res2, a->gelu, P + b->mproj_w, n, 4 * C, C);
-    cddp__bias_residual(a->res2, P + b->mproj_b, a->res1, n, C);
+    linear_into(a->fc, a->ln2, P + b->fc_w, P + b->fc_b, NULL, n, C, 4 * C);
+    cddp__bias_gelu_forward(a->gelu, a->fc, NULL, n, 4 * C);
+    linear_into(a->res2, a->gelu, P + b->mproj_w, P + b->mproj_b, a->res1, n, 4 * C, C);
     x = a->res2;
   }
   cddp__layernorm_forward(m->lnf, m->meanf, m->rstdf, x, P + m->lnf_w, P + m->lnf_b, n, C);

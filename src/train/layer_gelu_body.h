@@ -8,15 +8,17 @@ ATTR static void NAME(bias_gelu_rows, SFX)(float *y, float *x, const float *b, i
     for (; j + W <= c; j += W) {
       VF v, bv;
       memcpy(&v, xr + j, sizeof v);
-      memcpy(&bv, b + j, sizeof bv);
-      v += bv;
-      memcpy(xr + j, &v, sizeof v);
+      if (b) {
+        memcpy(&bv, b + j, sizeof bv);
+        v += bv;
+        memcpy(xr + j, &v, sizeof v);
+      }
       VF u2 = -2.0f * K0 * (v + K1 * v * v * v);
       VF g = v / (1.0f + CDDP_VEXP(u2));
       memcpy(yr + j, &g, sizeof g);
     }
     for (; j < c; j++) {
-      xr[j] += b[j];
+      if (b) xr[j] += b[j];
       yr[j] = gelu1(xr[j]);
     }
   }

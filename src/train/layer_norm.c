@@ -1,5 +1,5 @@
 /* layer_norm.c - LayerNorm over the last dimension (forward keeps mean and 1/std per row) and
- * the bias + residual pass after a projection; SSE vectors via vmath.h. */
+ * its backward; SSE vectors via vmath.h. */
 #include <math.h>
 #include <string.h>
 
@@ -78,15 +78,5 @@ void cddp__layernorm_backward(float *dx, float *dw, float *db, const float *dy, 
       float xh = (xr[j] - mean[r]) * rstd[r], g = dyr[j] * w[j];
       dxr[j] += rstd[r] * (g - a - xh * bx);
     }
-  }
-}
-
-void cddp__bias_residual(float *y, const float *b, const float *r, int n, int c) {
-  for (int i = 0; i < n; i++) {
-    float *yr = y + (size_t)i * c;
-    const float *rr = r + (size_t)i * c;
-    int j = 0;
-    for (; j + 4 <= c; j += 4) ST(yr + j, LD(yr + j) + LD(b + j) + LD(rr + j));
-    for (; j < c; j++) yr[j] += b[j] + rr[j];
   }
 }

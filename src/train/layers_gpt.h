@@ -25,12 +25,11 @@ void cddp__layernorm_forward(float *y, float *mean, float *rstd, const float *x,
 void cddp__layernorm_backward(float *dx, float *dw, float *db, const float *dy, const float *x,
                               const float *w, const float *mean, const float *rstd, int n, int c,
                               int accumulate);
-/* y [n,c] = y + b + r: a linear layer's output (from sgemm) plus its bias plus the residual. */
-void cddp__bias_residual(float *y, const float *b, const float *r, int n, int c);
 
 /* ---- GELU, tanh approximation (layer_gelu.c), as torch's F.gelu(approximate='tanh'):
  * y = x/2 (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))). */
-/* x [n,c] += b (a linear layer's bias), then y = gelu(x): x keeps the pre-activation. */
+/* x [n,c] += b (a linear layer's bias; b may be NULL), then y = gelu(x): x keeps the
+ * pre-activation. */
 void cddp__bias_gelu_forward(float *y, float *x, const float *b, int n, int c);
 /* d [count] *= gelu'(x), in place. */
 void cddp__gelu_backward(float *d, const float *x, size_t count);
