@@ -12,6 +12,7 @@
 #include "common/log.h"
 #include "train/layers.h"
 #include "train/layers_gpt.h"
+#include "train/vmath.h"
 
 #define MAX_LAYER 64
 #define MAX_ACT_BYTES ((double)(64ull << 30))
@@ -252,8 +253,11 @@ static void linear_into(float *y, const float *x, const float *w, const float *b
   for (int i = 0; i < n; i++) {
     float *yr = y + (size_t)i * out;
     if (r) {
-      memcpy(yr, r + (size_t)i * out, sizeof(float) * (size_t)out);
-      cddp__add_to(yr, bias, (size_t)out);
+      const float *rr = r + (size_t)i * out;
+      int j = 0;
+      for (; j + 4 <= out; j += 4)
+        cddp__v4_store(yr + j, cddp__v4_load(rr + j) + cddp__v4_load(bias + j));
+      for (; j < out; j++) yr[j] = rr[j] + bias[j];
     } else {
       memcpy(yr, bias, sizeof(float) * (size_t)out);
     }
