@@ -312,7 +312,7 @@ const float *cddp_gpt_logits(const cddp_gpt_t *m) { return m->logits; }
  * follows the weight in the buffer) then the weight, then the hook. */
 static void linear_params(cddp_gpt_t *m, size_t w, size_t bias, const float *dy, const float *x,
                           int n, int in, int out, int acc, cddp_grad_ready_fn ready, void *ctx) {
-  cddp__sum_rows(m->grads + bias, dy, n, out, acc);
+  cddp__colsum(m->grads + bias, dy, n, out, acc);
   cddp__linear_backward_weight_rows(m->grads + w, dy, x, n, in, out, 0, out, acc);
   if (ready) ready(ctx, w);
 }

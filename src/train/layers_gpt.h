@@ -26,6 +26,10 @@ void cddp__layernorm_backward(float *dx, float *dw, float *db, const float *dy, 
                               const float *w, const float *mean, const float *rstd, int n, int c,
                               int accumulate);
 
+/* acc [c] (+)= the column sums of x [n, c] (a linear layer's bias gradient); accumulate=0
+ * overwrites. Vector loops as above (layers.h's cddp__sum_rows is SSE only). */
+void cddp__colsum(float *acc, const float *x, int n, int c, int accumulate);
+
 /* ---- GELU, tanh approximation (layer_gelu.c), as torch's F.gelu(approximate='tanh'):
  * y = x/2 (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))). */
 /* x [n,c] += b (a linear layer's bias; b may be NULL), then y = gelu(x): x keeps the

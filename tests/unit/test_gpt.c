@@ -15,6 +15,14 @@
 
 /* ---- layers: each loss is dot(output, r) for a fixed random r, so d loss/d output = r */
 
+/* every vector width this CPU runs: AVX-512, AVX2, SSE (the test's own process) */
+#define FOR_EACH_ISA(...)                                       \
+  for (int isa_ = cddp__cpu_isa(); isa_ >= 0; isa_--) {         \
+    cddp__cpu_isa_limit(isa_);                                  \
+    CHECK_EQ(cddp__cpu_isa(), isa_);                            \
+    __VA_ARGS__;                                                \
+  }
+
 typedef struct {
   float *x, *w, *b, *y, *mean, *rstd, *r;
   int n, c;
@@ -25,8 +33,8 @@ static double ln_loss(void *p) {
   return dot(t->y, t->r, (size_t)t->n * t->c);
 }
 
-TEST(layernorm_gradients_match_finite_differences) {
-  int widths[] = {11, 8, 3};
+static void layernorm_check(void) {
+  int widths[] = {37, 16, 3}; /* vectors of 16, 8, 4 and a scalar tail */
   for (int k = 0; k < 3; k++) {
     int n = 3, c = widths[k];
     size_t nc = (size_t)n * c;
@@ -64,6 +72,32 @@ TEST(layernorm_gradients_match_finite_differences) {
   }
 }
 
+TEST(layernorm_gradients_match_finite_differences) { FOR_EACH_ISA(layernorm_check()); }
+
+TEST(colsum_matches_the_scalar_sum) {
+  FOR_EACH_ISA({
+    int widths[] = {100, 7};
+    for (int k = 0; k < 2; k++) {
+      int n = 9, c = widths[k];
+      float *x = vec((size_t)n * c, 1), *a = vec(c, 1), *b = vec(c, 0);
+      memcpy(b, a, sizeof(float) * c);
+      cddp__colsum(a, x, n, c, 1);
+      for (int j = 0; j < c; j++) {
+        double s = b[j];
+        for (int r = 0; r < n; r++) s += x[r * c + j];
+        CHECK_NEAR(a[j], s, 1e-5);
+      }
+      cddp__colsum(a, x, n, c, 0);
+      for (int j = 0; j < c; j++) {
+        double s = 0;
+        for (int r = 0; r < n; r++) s += x[r * c + j];
+        CHECK_NEAR(a[j], s, 1e-5);
+      }
+      free(x), free(a), free(b);
+    }
+  });
+}
+
 static double gelu_ref(double x) {
   return 0.5 * x * (1 + tanh(0.7978845608028654 * (x + 0.044715 * x * x * x)));
 }
@@ -97,14 +131,6 @@ static void gelu_check(void) {
   CHECK_REL("gelu dx", d, g, nc, 2e-3);
   free(g), free(d), free(t.x), free(t.pre), free(t.b), free(t.y), free(t.r);
 }
-
-/* every vector width this CPU runs: AVX-512, AVX2, SSE (the test's own process) */
-#define FOR_EACH_ISA(body)                                      \
-  for (int isa_ = cddp__cpu_isa(); isa_ >= 0; isa_--) {         \
-    cddp__cpu_isa_limit(isa_);                                  \
-    CHECK_EQ(cddp__cpu_isa(), isa_);                            \
-    body;                                                       \
-  }
 
 TEST(gelu_matches_tanh_formula_and_finite_differences) { FOR_EACH_ISA(gelu_check()); }
 
