@@ -3,7 +3,8 @@
 # Usage: scripts/install-deps.sh [build|test|bench]   (default: test; each includes the previous)
 set -euo pipefail
 what=${1:-test}
-pkgs=(build-essential libssl-dev libopenblas-dev libyaml-dev zlib1g-dev dataset-fashion-mnist)
+pkgs=(build-essential libssl-dev libopenblas-dev libyaml-dev zlib1g-dev dataset-fashion-mnist
+      bible-kjv bible-kjv-text)
 case "$what" in
   build) ;;
   test) pkgs+=(python3 clang libclang-rt-14-dev libopenmpi-dev openmpi-bin iproute2 nftables iptables
