@@ -293,6 +293,13 @@ static cddp_result_t resolve_and_check(loader_t *ld) {
     CROSS_FAIL("model.kernel", "must be odd, got %d", c->model.kernel);
   if (strcmp(c->dataset, "fashion-mnist") == 0)
     c->model.in_c = 1, c->model.in_h = 28, c->model.in_w = 28, c->model.n_classes = 10;
+  int text = strcmp(c->dataset, "kjv") == 0;
+  if (text != (c->model.kind == CDDP_MODEL_GPT))
+    CROSS_FAIL("model.type", "%s needs data.name %s, not %s", c->model.kind == CDDP_MODEL_GPT ? "gpt" : "an image model",
+               c->model.kind == CDDP_MODEL_GPT ? "kjv" : "fashion-mnist", c->dataset);
+  c->gpt.vocab = 256; /* bytes */
+  if (c->model.kind == CDDP_MODEL_GPT && c->gpt.d_model % c->gpt.n_head)
+    CROSS_FAIL("model.n_head", "%d does not divide model.d_model (%d)", c->gpt.n_head, c->gpt.d_model);
   if (c->model.kind == CDDP_MODEL_CNN) {
     if (c->model.n_conv == 0) CROSS_FAIL("model.conv_channels", "a cnn needs at least one conv block");
     if ((c->model.in_h >> c->model.n_conv) < 1 || (c->model.in_w >> c->model.n_conv) < 1)

@@ -9,6 +9,7 @@
 #include <stdio.h>
 
 #include "cddp/cddp.h"
+#include "train/gpt.h"
 #include "train/model.h"
 #include "train/optim.h"
 
@@ -19,6 +20,7 @@ typedef enum cddp_lr_scaling { CDDP_LR_SCALE_NONE = 0, CDDP_LR_SCALE_LINEAR = 1,
 typedef struct cddp_train_config {
   cddp_model_spec_t model;   /* model.type (mlp|cnn), model.hidden [list], model.conv_channels
                                 [list], model.kernel */
+  cddp_gpt_spec_t gpt;        /* model.n_layer, model.n_head, model.d_model, model.context */
   char data_dir[256];        /* data.dir (default CDDP_FMNIST_DIR) */
   char dataset[32];          /* data.name: fashion-mnist */
   int drop_last;             /* data.drop_last */

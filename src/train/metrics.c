@@ -43,10 +43,10 @@ void cddp_metrics_step(cddp_metrics_t *m, const cddp_step_record_t *r) {
   if (m->jsonl) {
     fprintf(m->jsonl,
             "{\"step\":%lld,\"epoch\":%llu,\"loss\":%.7g,\"lr\":%.7g,\"grad_norm\":%.7g,"
-            "\"samples\":%d,\"samples_per_s\":%.1f,\"step_ms\":%.3f,\"compute_ms\":%.3f,"
+            "\"samples\":%d,\"samples_per_s\":%.1f,\"tokens_per_s\":%.1f,\"step_ms\":%.3f,\"compute_ms\":%.3f,"
             "\"comm_ms\":%.3f,\"data_ms\":%.3f,\"bytes_sent\":%llu,\"compression\":%.2f,\"time\":%.3f}\n",
             (long long)r->step, (unsigned long long)r->epoch, r->loss, r->lr, r->grad_norm,
-            r->samples, rate, r->step_s * 1e3, r->compute_s * 1e3, r->comm_s * 1e3,
+            r->samples, rate, rate * (r->units > 0 ? r->units : 1), r->step_s * 1e3, r->compute_s * 1e3, r->comm_s * 1e3,
             r->data_s * 1e3, (unsigned long long)r->bytes_sent, r->compression, wall_s());
     /* fflush, not fsync: a crash may lose the last lines, never the checkpoints */
     fflush(m->jsonl);
@@ -56,9 +56,11 @@ void cddp_metrics_step(cddp_metrics_t *m, const cddp_step_record_t *r) {
     fmt_eta(per_step * (double)(r->total - r->step), eta, sizeof eta);
     int show = m->live || r->step % m->every == 0 || r->step == r->total;
     if (show) {
-      fprintf(stderr, "%sepoch %llu/%d  step %lld/%lld  loss %.4f  lr %.4g  %.0f samples/s  ETA %s%s",
+      int tokens = r->units > 1;
+      fprintf(stderr, "%sepoch %llu/%d  step %lld/%lld  loss %.4f  lr %.4g  %.0f %s/s  ETA %s%s",
               m->live ? "\r" : "", (unsigned long long)r->epoch + 1, r->epochs, (long long)r->step,
-              (long long)r->total, r->loss, r->lr, avg, eta, m->live ? "\033[K" : "\n");
+              (long long)r->total, r->loss, r->lr, tokens ? avg * r->units : avg, tokens ? "tokens" : "samples",
+              eta, m->live ? "\033[K" : "\n");
       m->pending_newline = m->live;
     }
   }

@@ -17,6 +17,7 @@ typedef struct cddp_step_record {
   double lr;
   double grad_norm;
   int samples;         /* real samples in the global batch */
+  int units;           /* loss terms per sample: 1, or T tokens for text */
   double step_s, compute_s, comm_s, data_s; /* comm = exposed (not hidden by backward) */
   uint64_t bytes_sent; /* this rank, this step */
   double compression;  /* float32 gradient bytes / bytes this rank contributed (1: none) */

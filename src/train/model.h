@@ -12,7 +12,8 @@
 
 #define CDDP_MODEL_MAX_LAYERS 8
 
-typedef enum cddp_model_kind { CDDP_MODEL_MLP = 0, CDDP_MODEL_CNN = 1 } cddp_model_kind_t;
+/* GPT is not built by cddp_model_create: it lives in gpt.h (the trainer picks by kind). */
+typedef enum cddp_model_kind { CDDP_MODEL_MLP = 0, CDDP_MODEL_CNN = 1, CDDP_MODEL_GPT = 2 } cddp_model_kind_t;
 
 typedef struct cddp_model_spec {
   cddp_model_kind_t kind;

@@ -16,11 +16,11 @@
 /* Tensor views of the model's parameters laid over buf (params or a moment buffer). */
 static cddp_tensor_view_t *views(const trainer_t *t, const float *buf, const char *prefix,
                                  char (*names)[96]) {
-  int n = cddp_model_n_params(t->model);
+  int n = t->task->ops->n_params(t->task);
   cddp_tensor_view_t *v = calloc((size_t)n, sizeof *v);
   if (!v) return NULL;
   for (int i = 0; i < n; i++) {
-    const cddp_param_info_t *p = cddp_model_param(t->model, i);
+    const cddp_param_info_t *p = t->task->ops->param(t->task, i);
     snprintf(names[i], sizeof names[i], "%s%s", prefix, p->name);
     v[i].name = names[i];
     v[i].ndim = p->ndim;
@@ -57,7 +57,7 @@ cddp_result_t cddp__train_save(trainer_t *t, int healthy) {
     free(residuals);
     return r;
   }
-  int n = cddp_model_n_params(t->model), nres = residuals ? t->world : 0;
+  int n = t->task->ops->n_params(t->task), nres = residuals ? t->world : 0;
   char(*names)[96] = calloc((size_t)n * 3 + (size_t)nres, sizeof *names);
   cddp_tensor_view_t *w = names ? views(t, t->params, "", names) : NULL;
   cddp_tensor_view_t *m = t->opt.m && names ? views(t, t->opt.m, "optim.m.", names + n) : NULL;
@@ -161,8 +161,8 @@ static cddp_result_t read_ckpt(trainer_t *t, const char *dir, uint64_t hdr[5]) {
                    dir, hdr[4], t->n_params);
     goto out;
   }
-  for (int i = 0; i < cddp_model_n_params(t->model) && r == CDDP_OK; i++) {
-    const cddp_param_info_t *p = cddp_model_param(t->model, i);
+  for (int i = 0; i < t->task->ops->n_params(t->task) && r == CDDP_OK; i++) {
+    const cddp_param_info_t *p = t->task->ops->param(t->task, i);
     char name[96];
     r = cddp_ckpt_tensor(c, "model", p->name, t->params + p->offset, p->count);
     if (r == CDDP_OK && t->opt.m) {

@@ -15,8 +15,6 @@
 #include "cddp/ckpt.h"
 #include "train/trainer.h"
 
-#define EVAL_BATCH 500
-
 volatile sig_atomic_t cddp__train_stop = 0;
 
 static void on_stop(int sig) { cddp__train_stop = sig; }
@@ -27,17 +25,13 @@ static double secs(uint64_t ns) { return (double)ns * 1e-9; }
 static void say(const char *what) { fprintf(stderr, "cddp train: %s\n", what); }
 
 static cddp_result_t evaluate(trainer_t *t, uint64_t epoch) {
-  size_t n = t->test.n, lo = n * (size_t)t->rank / (size_t)t->world,
+  size_t n = t->task->n_eval, lo = n * (size_t)t->rank / (size_t)t->world,
          hi = n * (size_t)(t->rank + 1) / (size_t)t->world;
   double acc[2] = {0, 0}; /* correct, loss sum */
-  size_t d = (size_t)t->test.c * t->test.h * t->test.w;
-  for (size_t i = lo; i < hi; i += EVAL_BATCH) {
-    int m = (int)CDDP_MIN((size_t)EVAL_BATCH, hi - i), correct = 0;
-    acc[1] += cddp_model_forward(t->model, t->test.x + i * d, t->test.y + i, m, &correct);
-    acc[0] += correct;
-  }
+  t->task->ops->eval(t->task, lo, hi, acc);
   CDDP_CHECK(cddp_allreduce(t->w.comm, acc, acc, 2, CDDP_F64, CDDP_SUM));
-  cddp_metrics_eval(&t->metrics, epoch, t->step, acc[0] / (double)n, acc[1] / (double)n, (int)n);
+  double units = (double)n * t->task->units;
+  cddp_metrics_eval(&t->metrics, epoch, t->step, t->task->has_accuracy ? acc[0] / units : -1, acc[1] / units, (int)n);
   return CDDP_OK;
 }
 
@@ -63,26 +57,27 @@ static void add_ready(void *ctx, size_t offset) {
 static cddp_result_t train_step(trainer_t *t, cddp_step_record_t *rec, int *stop) {
   uint64_t t0 = cddp__now_ns(), data_ns = 0, comm_ns = 0;
   int micro = t->cfg.micro_batch, batch = cddp_sampler_batch_size(&t->sampler);
-  float scale = 1.0f / (float)batch; /* SUM over ranks of (sum over samples)/batch = the mean */
+  double units = (double)batch * t->task->units; /* loss terms in the global batch */
+  float scale = (float)(1.0 / units); /* SUM over ranks of (sum over terms)/units = the mean */
   double stats[2] = {0, cddp__train_stop ? 1 : 0}; /* loss sum, stop votes */
   rec->epoch = t->sampler.epoch;
   for (int j = 0; j < t->accum; j++) {
     uint64_t td = cddp__now_ns();
     int n = cddp_sampler_micro(&t->sampler, t->rank, t->world, j, micro, t->idx);
-    cddp_dataset_gather(&t->train, t->idx, n, t->xbuf, t->ybuf);
+    t->task->ops->gather(t->task, t->idx, n);
     if (t->sample_log) log_samples(t, t->idx, n), fflush(t->sample_log); /* a SIGKILL keeps them */
     data_ns += cddp__now_ns() - td;
     int last = j == t->accum - 1;
     if (last) cddp_ddp_begin(t->ddp);
     /* micro-steps after the first write their own gradient and add it (see add_ready) */
-    cddp_model_bind(t->model, t->params, j == 0 ? t->grads : t->scratch);
-    stats[0] += cddp_model_forward(t->model, t->xbuf, t->ybuf, n, NULL);
+    t->task->ops->bind(t->task, t->params, j == 0 ? t->grads : t->scratch);
+    stats[0] += t->task->ops->forward(t->task, n);
     if (j == 0) {
-      cddp_model_backward(t->model, scale, 0, last ? cddp_ddp_grad_ready : NULL, t->ddp);
+      t->task->ops->backward(t->task, scale, 0, last ? cddp_ddp_grad_ready : NULL, t->ddp);
     } else {
       t->added_to = t->n_params;
       t->ddp_after_add = last;
-      cddp_model_backward(t->model, scale, 0, add_ready, t);
+      t->task->ops->backward(t->task, scale, 0, add_ready, t);
     }
   }
   uint64_t tc = cddp__now_ns();
@@ -95,7 +90,7 @@ static cddp_result_t train_step(trainer_t *t, cddp_step_record_t *rec, int *stop
   t->step++;
   uint64_t dt = cddp__now_ns() - t0;
   rec->step = t->step, rec->total = t->total_steps, rec->epochs = t->cfg.epochs;
-  rec->loss = stats[0] / batch, rec->lr = lr, rec->samples = batch;
+  rec->loss = stats[0] / units, rec->lr = lr, rec->samples = batch, rec->units = t->task->units;
   rec->step_s = secs(dt), rec->comm_s = secs(comm_ns), rec->data_s = secs(data_ns);
   rec->compute_s = secs(dt - comm_ns - data_ns);
   cddp_ddp_stats_t st;
@@ -104,22 +99,6 @@ static cddp_result_t train_step(trainer_t *t, cddp_step_record_t *rec, int *stop
   rec->compression = st.bytes ? (double)t->n_params * sizeof(float) / (double)st.bytes : 1.0;
   *stop = stats[1] > 0;
   return CDDP_OK;
-}
-
-typedef struct load_job {
-  cddp_dataset_t *d;
-  const char *dir;
-  cddp_result_t r;
-  char err[512];
-} load_job_t;
-
-/* The test set loads on its own thread while the training set loads: a replacement worker
- * (in-place recovery) has every core to itself while the survivors wait for it. */
-static void *load_test(void *arg) {
-  load_job_t *j = arg;
-  j->r = cddp_dataset_load_fmnist(j->d, j->dir, "test");
-  if (j->r != CDDP_OK) snprintf(j->err, sizeof j->err, "%s", cddp_last_error());
-  return NULL;
 }
 
 static cddp_result_t setup(trainer_t *t) {
@@ -133,30 +112,19 @@ static cddp_result_t setup(trainer_t *t) {
   int threads = cddp__train_blas_threads(t);
   openblas_set_num_threads(threads);
   CDDP_CHECK(cddp__train_make_run_dir(t));
-  load_job_t job = {&t->test, c->data_dir, CDDP_OK, ""};
-  pthread_t th;
-  int threaded = pthread_create(&th, NULL, load_test, &job) == 0;
-  if (!threaded) load_test(&job);
-  cddp_result_t r = cddp_dataset_load_fmnist(&t->train, c->data_dir, "train");
-  if (threaded) pthread_join(th, NULL);
-  CDDP_CHECK(r);
-  if (job.r != CDDP_OK) return cddp__fail(job.r, "%s", job.err);
-  CDDP_CHECK(cddp_model_create(&c->model, CDDP_MAX(c->micro_batch, EVAL_BATCH), &t->model));
-  t->n_params = cddp_model_param_count(t->model);
+  CDDP_CHECK(cddp__task_create(c, c->micro_batch, &t->task));
+  t->n_params = t->task->ops->param_count(t->task);
   t->params = aligned_alloc(64, (t->n_params * sizeof(float) + 63) / 64 * 64);
-  size_t d = (size_t)t->train.c * t->train.h * t->train.w;
-  t->xbuf = malloc((size_t)c->micro_batch * d * sizeof(float));
-  t->ybuf = malloc((size_t)c->micro_batch);
   t->idx = malloc((size_t)c->micro_batch * sizeof *t->idx);
-  if (!t->params || !t->xbuf || !t->ybuf || !t->idx) return cddp__fail(CDDP_SYSTEM, "out of memory");
+  if (!t->params || !t->idx) return cddp__fail(CDDP_SYSTEM, "out of memory");
   t->overlap = cddp__train_overlap(t, threads);
   CDDP_CHECK(cddp__train_make_ddp(t));
   if (t->accum > 1 && !(t->scratch = aligned_alloc(64, (t->n_params * sizeof(float) + 63) / 64 * 64)))
     return cddp__fail(CDDP_SYSTEM, "out of memory");
-  cddp_model_bind(t->model, t->params, t->grads);
-  cddp_model_init_params(t->model, c->seed);
+  t->task->ops->bind(t->task, t->params, t->grads);
+  t->task->ops->init_params(t->task, c->seed);
   CDDP_CHECK(cddp_optim_init(&t->opt, &c->optim, t->n_params));
-  CDDP_CHECK(cddp_sampler_init(&t->sampler, c->seed, t->train.n, c->global_batch, c->drop_last));
+  CDDP_CHECK(cddp_sampler_init(&t->sampler, c->seed, t->task->n_train, c->global_batch, c->drop_last));
   int64_t per_epoch = cddp_sampler_steps_per_epoch(&t->sampler);
   t->total_steps = c->max_steps > 0 ? c->max_steps : per_epoch * c->epochs;
   t->sched = (cddp_sched_spec_t){c->sched, cddp__train_scaled_lr(c), c->min_lr, c->warmup_steps, t->total_steps};
@@ -182,7 +150,7 @@ static cddp_result_t setup(trainer_t *t) {
             "cddp train: %s, %zu parameters; world %d (%s), global batch %d = micro %d x %d ranks x %d accumulation; "
             "lr %.4g (%s scaling from batch %d); %" PRId64 " steps (%" PRId64 "/epoch); %d BLAS thread(s)/rank; "
             "all-reduce %s; run %s\n",
-            c->model.kind == CDDP_MODEL_MLP ? "MLP" : "CNN", t->n_params, t->world, cddp_comm_transport(t->w.comm),
+            t->task->name, t->n_params, t->world, cddp_comm_transport(t->w.comm),
             c->global_batch, c->micro_batch, t->world, t->accum, t->sched.lr,
             c->lr_scaling == CDDP_LR_SCALE_NONE ? "no" : c->lr_scaling == CDDP_LR_SCALE_LINEAR ? "linear" : "sqrt",
             c->ref_batch > 0 ? c->ref_batch : c->global_batch, t->total_steps, per_epoch, threads,
@@ -196,10 +164,8 @@ static void teardown(trainer_t *t, int clean) {
   cddp_ddp_destroy(t->ddp);
   cddp_optim_free(&t->opt);
   cddp_sampler_free(&t->sampler);
-  cddp_model_destroy(t->model);
-  cddp_dataset_free(&t->train);
-  cddp_dataset_free(&t->test);
-  free(t->params), free(t->scratch), free(t->xbuf), free(t->ybuf), free(t->idx);
+  if (t->task) t->task->ops->destroy(t->task);
+  free(t->params), free(t->scratch), free(t->idx);
   cddp_world_leave(&t->w, clean);
 }
 
@@ -254,9 +220,10 @@ static int run_loop(trainer_t *t) {
     return 128 + (cddp__train_stop ? (int)cddp__train_stop : SIGTERM);
   }
   if (t->rank == 0)
-    printf("cddp train: done: %" PRId64 " steps in %.1f s, %.0f samples/s, exposed communication %.1f%% of step time; "
+    printf("cddp train: done: %" PRId64 " steps in %.1f s, %.0f %s/s, exposed communication %.1f%% of step time; "
            "checkpoint %s\n",
-           t->step, wall, cddp_metrics_rate(&t->metrics), 100 * cddp_metrics_comm_fraction(&t->metrics), t->last_ckpt);
+           t->step, wall, cddp_metrics_rate(&t->metrics) * t->task->units, t->task->units > 1 ? "tokens" : "samples",
+           100 * cddp_metrics_comm_fraction(&t->metrics), t->last_ckpt);
   return 0;
 }
 

@@ -13,6 +13,7 @@
 #include "train/model.h"
 #include "train/optim.h"
 #include "train/sampler.h"
+#include "train/task.h"
 
 typedef struct cddp_train_opts {
   const char *config_path;
@@ -31,8 +32,7 @@ typedef struct trainer {
   char run_dir[512];
   cddp_world_t w;
   int rank, world, accum;
-  cddp_dataset_t train, test;
-  cddp_model_t *model;
+  cddp_task_t *task;   /* the data set and the model */
   float *params, *grads;
   float *scratch;  /* gradient of one accumulation micro-step (accum > 1) */
   float *residuals; /* resume with ddp.compress sign: every rank's residual, read by rank 0 */
@@ -47,8 +47,6 @@ typedef struct trainer {
   int64_t step, total_steps;
   cddp_metrics_t metrics;
   FILE *sample_log;
-  float *xbuf;
-  uint8_t *ybuf;
   uint32_t *idx;
   int eval_batch;
   char last_ckpt[600];
