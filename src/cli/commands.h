@@ -9,6 +9,7 @@ int cddp_cmd_bench(int argc, char **argv);
 int cddp_cmd_train(int argc, char **argv);
 int cddp_cmd_ckpt(int argc, char **argv);
 int cddp_cmd_plot(int argc, char **argv);
+int cddp_cmd_sample(int argc, char **argv);
 int cddp_cmd_doctor(int argc, char **argv);
 
 #endif

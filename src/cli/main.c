@@ -14,6 +14,7 @@ static const struct {
     {"run", cddp_cmd_run, "start workers on this node (torchrun-style launcher)"},
     {"store", cddp_cmd_store, "serve a rendezvous store on a TCP port"},
     {"bench", cddp_cmd_bench, "benchmark collectives (nccl-tests dialect)"},
+    {"sample", cddp_cmd_sample, "print text from a trained GPT checkpoint (temperature, top-k)"},
     {"plot", cddp_cmd_plot, "draw a run's loss, throughput and communication (gnuplot)"},
     {"doctor", cddp_cmd_doctor, "check hosts, interfaces, links, clocks and configs of a job (run it like the job)"},
     {"ckpt", cddp_cmd_ckpt, "inspect or verify a checkpoint (info|verify PATH)"},
