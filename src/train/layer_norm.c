@@ -7,40 +7,8 @@
 #include "train/layers_gpt.h"
 #include "train/vmath.h"
 
-#define NAME2(a, b) a##_##b
-#define NAME(a, b) NAME2(a, b)
-typedef float v16f __attribute__((vector_size(64)));
-typedef float v8f __attribute__((vector_size(32)));
-
-#define VF v16f
-#define W 16
-#define SFX avx512
-#define ATTR __attribute__((target("avx512f")))
-#include "train/layer_norm_body.h"
-#undef VF
-#undef W
-#undef SFX
-#undef ATTR
-
-#define VF v8f
-#define W 8
-#define SFX avx2
-#define ATTR __attribute__((target("avx2,fma")))
-#include "train/layer_norm_body.h"
-#undef VF
-#undef W
-#undef SFX
-#undef ATTR
-
-#define VF cddp_v4f
-#define W 4
-#define SFX sse
-#define ATTR
-#include "train/layer_norm_body.h"
-#undef VF
-#undef W
-#undef SFX
-#undef ATTR
+#define VBODY "train/layer_norm_body.h"
+#include "train/vwidths.h"
 
 void cddp__layernorm_forward(float *y, float *mean, float *rstd, const float *x, const float *w,
                              const float *b, int n, int c) {
