@@ -3,6 +3,7 @@
 # torchrun (restart every worker from the last checkpoint), side by side.
 #
 # Usage: bench/elastic_bench.sh [--kill-at STEP] [--ckpt-every K] [--repeat N] [--out DIR]
+#                               [--monitor-interval S]   (torchrun's, default its own: 5 s)
 # Both jobs: the MLP 784-1024-1024-10 on Fashion-MNIST, 1 epoch (234 steps of 256), 2 workers x
 # 1 thread on this host, a checkpoint every K steps (default 50), --max-restarts 3. When the
 # job's step log reaches STEP (default 75) rank 1's worker (not the launcher) is SIGKILLed.
@@ -19,15 +20,20 @@ KILL_AT=75
 CKPT=50
 REPEAT=1
 OUT=""
+MONITOR=5
 num() { [[ "${2:-}" =~ ^[1-9][0-9]*$ ]] || { echo "elastic_bench.sh: $1 needs a positive number, got '${2:-}'" >&2; exit 2; }; }
 while [ $# -gt 0 ]; do
   case "$1" in
     --kill-at) num "$1" "${2:-}"; KILL_AT=$2; shift 2 ;;
     --ckpt-every) num "$1" "${2:-}"; CKPT=$2; shift 2 ;;
     --repeat) num "$1" "${2:-}"; REPEAT=$2; shift 2 ;;
+    --monitor-interval) MONITOR=${2:-}; shift 2
+      if ! [[ "$MONITOR" =~ ^[0-9]*\.?[0-9]+$ ]] || ! awk -v m="$MONITOR" 'BEGIN { exit !(m > 0) }'; then
+        echo "elastic_bench.sh: --monitor-interval needs seconds > 0, got '$MONITOR'" >&2; exit 2
+      fi ;;
     --out) OUT=${2:?--out needs a directory}; shift 2 ;;
-    -h|--help) sed -n '2,14s/^# \{0,1\}//p' "$0"; exit 0 ;;
-    *) echo "elastic_bench.sh: unknown argument '$1' (--kill-at STEP, --ckpt-every K, --repeat N, --out DIR)" >&2; exit 2 ;;
+    -h|--help) sed -n '2,15s/^# \{0,1\}//p' "$0"; exit 0 ;;
+    *) echo "elastic_bench.sh: unknown argument '$1' (--kill-at STEP, --ckpt-every K, --repeat N, --out DIR, --monitor-interval S)" >&2; exit 2 ;;
   esac
 done
 [ "$KILL_AT" -lt 230 ] || { echo "elastic_bench.sh: --kill-at must be below 230 (the epoch has 234 steps)" >&2; exit 2; }
@@ -117,7 +123,7 @@ one_torch() {
   local w=$OUT/torch$1 r rec red blamed kt
   run_job "torch$1" "$w/run/steps.jsonl" "ddp_fmnist_elastic.py --run-dir $w/run" \
     env OPENBLAS_CORETYPE="${OPENBLAS_CORETYPE:-SkylakeX}" timeout 600 /usr/bin/python3 -m torch.distributed.run \
-    --standalone --nproc_per_node 2 --max_restarts 3 --redirects 1 --tee 1 "$PEER" --run-dir "$w/run" --epochs 1 \
+    --standalone --nproc_per_node 2 --max_restarts 3 --monitor_interval "$MONITOR" --redirects 1 --tee 1 "$PEER" --run-dir "$w/run" --epochs 1 \
     --ckpt-every "$CKPT"
   read -r kt _ _ <"$OUT/torch$1.kill"
   # the restarted group's resume line (the step of the checkpoint it loaded) after the kill
@@ -152,8 +158,8 @@ cell() {
 blames() { awk '{ c[$5]++ } END { for (b in c) printf "%s%s", (s++ ? ", " : ""), (length(c) > 1 || NR > 1 ? c[b] "x rank " b : "rank " b); print "" }' "$1"; }
 fails() { awk '$6 != 0 { n++ } END { print n + 0 }' "$1"; }
 
-printf '\nrank 1 SIGKILLed at step %s of 234 (checkpoint every %s steps), 2 workers x 1 thread, %s run(s) each\n' \
-  "$KILL_AT" "$CKPT" "$REPEAT"
+printf '\nrank 1 SIGKILLed at step %s of 234 (checkpoint every %s steps), 2 workers x 1 thread, %s run(s) each; torchrun --monitor_interval %s\n' \
+  "$KILL_AT" "$CKPT" "$REPEAT" "$MONITOR"
 printf '%-10s %-18s %-14s %-20s %-26s %-20s %s\n' "" "kill->step (s)" "steps redone" "wall (s)" "test accuracy" "error line blamed" \
   "uninterrupted: wall, accuracy"
 for row in cddp torch; do
