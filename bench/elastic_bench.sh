@@ -11,8 +11,9 @@
 # bench/peers/ddp_fmnist_elastic.py (resumes from its newest checkpoint when restarted).
 # Columns: recovery = kill -> first step of the recovered job completed (s); steps redone =
 # steps computed twice (the completed steps after the restart point, plus the one in flight);
-# wall = launch -> launcher exit (s); the final test accuracy; the rank the launcher's error
-# line blamed (rank 1 is right). --repeat N: the median of N runs and [min-max].
+# caught up = kill -> the job completes the step after the last one it had before (recovery
+# plus the redone steps); wall = launch -> launcher exit (s); the final test accuracy; the
+# rank the launcher's error line blamed (rank 1 is right). --repeat N: median [min-max].
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 ROOT=$PWD
@@ -32,7 +33,7 @@ while [ $# -gt 0 ]; do
         echo "elastic_bench.sh: --monitor-interval needs seconds > 0, got '$MONITOR'" >&2; exit 2
       fi ;;
     --out) OUT=${2:?--out needs a directory}; shift 2 ;;
-    -h|--help) sed -n '2,15s/^# \{0,1\}//p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,17s/^# \{0,1\}//p' "$0"; exit 0 ;;
     *) echo "elastic_bench.sh: unknown argument '$1' (--kill-at STEP, --ckpt-every K, --repeat N, --out DIR, --monitor-interval S)" >&2; exit 2 ;;
   esac
 done
@@ -89,38 +90,40 @@ run_job() {
   awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.1f\n", b - a }' >"$OUT/$name.wall"
 }
 
-# measure STEPLOG KILLFILE R: "recovery redone" from a step log, given R, the first step the
-# recovered job completed: recovery = the time of the first line of step R after the kill,
-# minus the kill time; redone = M - R + 2, M the highest step logged before that line (the
-# steps completed twice, plus the one in flight at the kill)
+# measure STEPLOG KILLFILE R: "recovery redone caught-up" from a step log, given R, the first
+# step the recovered job completed: recovery = the time of the first line of step R after the
+# kill, minus the kill time; redone = M - R + 2, M the highest step logged before that line
+# (the steps completed twice, plus the one in flight at the kill); caught-up = kill -> step
+# M + 1 completed (the job is past where it was: restart and redone steps together)
 measure() {
   local kt; read -r kt _ _ <"$2"
-  [ "$kt" = 0 ] && { echo "- -"; return; }
+  [ "$kt" = 0 ] && { echo "- - -"; return; }
   sed -n 's/.*"step": *\([0-9]*\).*"time": *\([0-9.]*\).*/\1 \2/p' "$1" |
     awk -v k="$kt" -v r="$3" '
-      !done && $1 == r && $2 > k { printf "%.2f %d\n", $2 - k, m - r + 2; done = 1 }
+      done && $1 == m + 1 { c = $2 - k; exit }
+      !done && $1 == r && $2 > k { rec = $2 - k; done = 1; if ($1 == m + 1) { c = rec; exit } }
       !done && $1 > m { m = $1 }
-      END { if (!done) print "- -" }'
+      END { if (done) printf "%.2f %d %s\n", rec, m - r + 2, c ? sprintf("%.2f", c) : "-"; else print "- - -" }'
 }
 acc_of() {
   grep '"eval"' "$1" 2>/dev/null | tail -1 | sed -n 's/.*"accuracy": *\([0-9.]*\).*/\1/p' |
     awk '{ printf "%.4f\n", $1 } END { if (!NR) print "-" }'
 }
 
-# one_cddp I / one_torch I: one killed run; prints "recovery redone wall accuracy blamed rc"
+# one_cddp I / one_torch I: one killed run; prints "recovery redone wall accuracy blamed rc caught-up"
 one_cddp() {
-  local w=$OUT/cddp$1 r rec red blamed
+  local w=$OUT/cddp$1 r rec red cau blamed
   run_job "cddp$1" "$w/run/metrics.jsonl" "--work-dir $w --name run" \
     timeout 300 "$CDDP" run --standalone --nproc-per-node 2 --max-restarts 3 --restart-mode replace \
     "$CDDP" train --config configs/fmnist_mlp.yaml --work-dir "$w" --name run --set train.epochs=1 \
     --set checkpoint.every_steps="$CKPT" --set ddp.threads=1
   r=$(sed -n 's/.*cddp train: recovered from the loss of rank .* step \([0-9]*\) redone.*/\1/p' "$OUT/cddp$1.out" | head -1)
-  read -r rec red <<<"$(measure "$w/run/metrics.jsonl" "$OUT/cddp$1.kill" "${r:-0}")"
+  read -r rec red cau <<<"$(measure "$w/run/metrics.jsonl" "$OUT/cddp$1.kill" "${r:-0}")"
   blamed=$(sed -n 's/^cddp run: rank \([0-9]*\) .*killed by signal.*/\1/p' "$OUT/cddp$1.out" | head -1)
-  echo "$rec $red $(cat "$OUT/cddp$1.wall") $(acc_of "$w/run/metrics.jsonl") ${blamed:--} $(cat "$OUT/cddp$1.rc")"
+  echo "$rec $red $(cat "$OUT/cddp$1.wall") $(acc_of "$w/run/metrics.jsonl") ${blamed:--} $(cat "$OUT/cddp$1.rc") $cau"
 }
 one_torch() {
-  local w=$OUT/torch$1 r rec red blamed kt
+  local w=$OUT/torch$1 r rec red cau blamed kt
   run_job "torch$1" "$w/run/steps.jsonl" "ddp_fmnist_elastic.py --run-dir $w/run" \
     env OPENBLAS_CORETYPE="${OPENBLAS_CORETYPE:-SkylakeX}" timeout 600 /usr/bin/python3 -m torch.distributed.run \
     --standalone --nproc_per_node 2 --max_restarts 3 --monitor_interval "$MONITOR" --redirects 1 --tee 1 "$PEER" --run-dir "$w/run" --epochs 1 \
@@ -129,9 +132,9 @@ one_torch() {
   # the restarted group's resume line (the step of the checkpoint it loaded) after the kill
   r=$(sed -n 's/.*"resume": *\([0-9]*\).*"time": *\([0-9.]*\).*/\1 \2/p' "$w/run/steps.jsonl" |
     awk -v k="$kt" '$2 > k { print $1 + 1; exit }')
-  read -r rec red <<<"$(measure "$w/run/steps.jsonl" "$OUT/torch$1.kill" "${r:-0}")"
+  read -r rec red cau <<<"$(measure "$w/run/steps.jsonl" "$OUT/torch$1.kill" "${r:-0}")"
   blamed=$(sed -n 's/.*failed (exitcode: .*) local_rank: \([0-9]*\) .*/\1/p' "$OUT/torch$1.out" | head -1)
-  echo "$rec $red $(cat "$OUT/torch$1.wall") $(acc_of "$w/run/steps.jsonl") ${blamed:--} $(cat "$OUT/torch$1.rc")"
+  echo "$rec $red $(cat "$OUT/torch$1.wall") $(acc_of "$w/run/steps.jsonl") ${blamed:--} $(cat "$OUT/torch$1.rc") $cau"
 }
 
 # the same jobs uninterrupted, once: the wall time and accuracy a kill is compared with
@@ -160,13 +163,13 @@ fails() { awk '$6 != 0 { n++ } END { print n + 0 }' "$1"; }
 
 printf '\nrank 1 SIGKILLed at step %s of 234 (checkpoint every %s steps), 2 workers x 1 thread, %s run(s) each; torchrun --monitor_interval %s\n' \
   "$KILL_AT" "$CKPT" "$REPEAT" "$MONITOR"
-printf '%-10s %-18s %-14s %-20s %-26s %-20s %s\n' "" "kill->step (s)" "steps redone" "wall (s)" "test accuracy" "error line blamed" \
-  "uninterrupted: wall, accuracy"
+printf '%-10s %-18s %-14s %-20s %-20s %-26s %-20s %s\n' "" "kill->step (s)" "steps redone" "kill->caught up (s)" "wall (s)" \
+  "test accuracy" "error line blamed" "uninterrupted: wall, accuracy"
 for row in cddp torch; do
   f=$OUT/$row.rows
   read -r _ _ rw ra _ _ <"$OUT/$row.ref"
-  printf '%-10s %-18s %-14s %-20s %-26s %-20s %s\n' "$([ $row = cddp ] && echo cddp || echo torchrun)" \
-    "$(cell "$f" 1)" "$(cell "$f" 2)" "$(cell "$f" 3)" "$(cell "$f" 4)" "$(blames "$f")" "$rw s, $ra"
+  printf '%-10s %-18s %-14s %-20s %-20s %-26s %-20s %s\n' "$([ $row = cddp ] && echo cddp || echo torchrun)" \
+    "$(cell "$f" 1)" "$(cell "$f" 2)" "$(cell "$f" 7)" "$(cell "$f" 3)" "$(cell "$f" 4)" "$(blames "$f")" "$rw s, $ra"
   n=$(fails "$f"); [ "$n" = 0 ] || echo "  ($n run(s) of $row exited non-zero: see $OUT/${row}*.out)"
 done
 echo "logs in $OUT"
