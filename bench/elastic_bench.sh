@@ -17,6 +17,23 @@
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 ROOT=$PWD
+# measure STEPLOG KILLFILE R: "recovery redone caught-up" from a step log, given R, the first
+# step the recovered job completed: recovery = the time of the first line of step R after the
+# kill, minus the kill time; redone = M - R + 2, M the highest step logged before that line
+# (the steps completed twice, plus the one in flight at the kill); caught-up = kill -> step
+# M + 1 completed (the job is past where it was: restart and redone steps together)
+measure() {
+  local kt; read -r kt _ _ <"$2"
+  [ "$kt" = 0 ] && { echo "- - -"; return; }
+  sed -n 's/.*"step": *\([0-9]*\).*"time": *\([0-9.]*\).*/\1 \2/p' "$1" |
+    awk -v k="$kt" -v r="$3" '
+      done && $1 == m + 1 { c = $2 - k; exit }
+      !done && $1 == r && $2 > k { rec = $2 - k; done = 1; if ($1 == m + 1) { c = rec; exit } }
+      !done && $1 > m { m = $1 }
+      END { if (done) printf "%.2f %d %s\n", rec, m - r + 2, c ? sprintf("%.2f", c) : "-"; else print "- - -" }'
+}
+# (--measure STEPLOG KILLFILE R: just that, for tests/sh/test_elastic_bench.sh)
+[ "${1:-}" = --measure ] && { [ $# = 4 ] || exit 2; measure "$2" "$3" "$4"; exit; }
 KILL_AT=75
 CKPT=50
 REPEAT=1
@@ -90,21 +107,6 @@ run_job() {
   awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.1f\n", b - a }' >"$OUT/$name.wall"
 }
 
-# measure STEPLOG KILLFILE R: "recovery redone caught-up" from a step log, given R, the first
-# step the recovered job completed: recovery = the time of the first line of step R after the
-# kill, minus the kill time; redone = M - R + 2, M the highest step logged before that line
-# (the steps completed twice, plus the one in flight at the kill); caught-up = kill -> step
-# M + 1 completed (the job is past where it was: restart and redone steps together)
-measure() {
-  local kt; read -r kt _ _ <"$2"
-  [ "$kt" = 0 ] && { echo "- - -"; return; }
-  sed -n 's/.*"step": *\([0-9]*\).*"time": *\([0-9.]*\).*/\1 \2/p' "$1" |
-    awk -v k="$kt" -v r="$3" '
-      done && $1 == m + 1 { c = $2 - k; exit }
-      !done && $1 == r && $2 > k { rec = $2 - k; done = 1; if ($1 == m + 1) { c = rec; exit } }
-      !done && $1 > m { m = $1 }
-      END { if (done) printf "%.2f %d %s\n", rec, m - r + 2, c ? sprintf("%.2f", c) : "-"; else print "- - -" }'
-}
 acc_of() {
   grep '"eval"' "$1" 2>/dev/null | tail -1 | sed -n 's/.*"accuracy": *\([0-9.]*\).*/\1/p' |
     awk '{ printf "%.4f\n", $1 } END { if (!NR) print "-" }'
@@ -163,12 +165,12 @@ fails() { awk '$6 != 0 { n++ } END { print n + 0 }' "$1"; }
 
 printf '\nrank 1 SIGKILLed at step %s of 234 (checkpoint every %s steps), 2 workers x 1 thread, %s run(s) each; torchrun --monitor_interval %s\n' \
   "$KILL_AT" "$CKPT" "$REPEAT" "$MONITOR"
-printf '%-10s %-18s %-14s %-20s %-20s %-26s %-20s %s\n' "" "kill->step (s)" "steps redone" "kill->caught up (s)" "wall (s)" \
+printf '%-10s %-18s %-14s %-20s %-20s %-26s %-22s %s\n' "" "kill->step (s)" "steps redone" "kill->caught up (s)" "wall (s)" \
   "test accuracy" "error line blamed" "uninterrupted: wall, accuracy"
 for row in cddp torch; do
   f=$OUT/$row.rows
   read -r _ _ rw ra _ _ <"$OUT/$row.ref"
-  printf '%-10s %-18s %-14s %-20s %-20s %-26s %-20s %s\n' "$([ $row = cddp ] && echo cddp || echo torchrun)" \
+  printf '%-10s %-18s %-14s %-20s %-20s %-26s %-22s %s\n' "$([ $row = cddp ] && echo cddp || echo torchrun)" \
     "$(cell "$f" 1)" "$(cell "$f" 2)" "$(cell "$f" 7)" "$(cell "$f" 3)" "$(cell "$f" 4)" "$(blames "$f")" "$rw s, $ra"
   n=$(fails "$f"); [ "$n" = 0 ] || echo "  ($n run(s) of $row exited non-zero: see $OUT/${row}*.out)"
 done
