@@ -1,0 +1,177 @@
+#!/usr/bin/env bash
+# elastic_bench.sh - one worker SIGKILLed mid-epoch, under cddp (in-place replacement) and under
+# torchrun (restart every worker from the last checkpoint), side by side.
+#
+# Usage: bench/elastic_bench.sh [--kill-at STEP] [--ckpt-every K] [--repeat N] [--out DIR]
+#                               [--monitor-interval S]   (torchrun's, default its own: 5 s)
+# Both jobs: the MLP 784-1024-1024-10 on Fashion-MNIST, 1 epoch (234 steps of 256), 2 workers x
+# 1 thread on this host, a checkpoint every K steps (default 50), --max-restarts 3. When the
+# job's step log reaches STEP (default 75) rank 1's worker (not the launcher) is SIGKILLed.
+# cddp: cddp run --restart-mode replace + cddp train; torchrun: Debian's torch 1.13 with
+# bench/peers/ddp_fmnist_elastic.py (resumes from its newest checkpoint when restarted).
+# Columns: recovery = kill -> first step of the recovered job completed (s); steps redone =
+# steps computed twice (the completed steps after the restart point, plus the one in flight);
+# caught up = kill -> the job completes the step after the last one it had before (recovery
+# plus the redone steps); wall = launch -> launcher exit (s); the final test accuracy; the
+# rank the launcher's error line blamed (rank 1 is right). --repeat N: median [min-max].
+set -uo pipefail
+cd "$(dirname "$0")/.." || exit 1
+ROOT=$PWD
+# measure STEPLOG KILLFILE R: "recovery redone caught-up" from a step log, given R, the first
+# step the recovered job completed: recovery = the time of the first line of step R after the
+# kill, minus the kill time; redone = M - R + 2, M the highest step logged before that line
+# (the steps completed twice, plus the one in flight at the kill); caught-up = kill -> step
+# M + 1 completed (the job is past where it was: restart and redone steps together)
+measure() {
+  local kt; read -r kt _ _ <"$2"
+  [ "$kt" = 0 ] && { echo "- - -"; return; }
+  sed -n 's/.*"step": *\([0-9]*\).*"time": *\([0-9.]*\).*/\1 \2/p' "$1" |
+    awk -v k="$kt" -v r="$3" '
+      done && $1 == m + 1 { c = $2 - k; exit }
+      !done && $1 == r && $2 > k { rec = $2 - k; done = 1; if ($1 == m + 1) { c = rec; exit } }
+      !done && $1 > m { m = $1 }
+      END { if (done) printf "%.2f %d %s\n", rec, m - r + 2, c ? sprintf("%.2f", c) : "-"; else print "- - -" }'
+}
+# (--measure STEPLOG KILLFILE R: just that, for tests/sh/test_elastic_bench.sh)
+[ "${1:-}" = --measure ] && { [ $# = 4 ] || exit 2; measure "$2" "$3" "$4"; exit; }
+KILL_AT=75
+CKPT=50
+REPEAT=1
+OUT=""
+MONITOR=5
+num() { [[ "${2:-}" =~ ^[1-9][0-9]*$ ]] || { echo "elastic_bench.sh: $1 needs a positive number, got '${2:-}'" >&2; exit 2; }; }
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --kill-at) num "$1" "${2:-}"; KILL_AT=$2; shift 2 ;;
+    --ckpt-every) num "$1" "${2:-}"; CKPT=$2; shift 2 ;;
+    --repeat) num "$1" "${2:-}"; REPEAT=$2; shift 2 ;;
+    --monitor-interval) MONITOR=${2:-}; shift 2
+      if ! [[ "$MONITOR" =~ ^[0-9]*\.?[0-9]+$ ]] || ! awk -v m="$MONITOR" 'BEGIN { exit !(m > 0) }'; then
+        echo "elastic_bench.sh: --monitor-interval needs seconds > 0, got '$MONITOR'" >&2; exit 2
+      fi ;;
+    --out) OUT=${2:?--out needs a directory}; shift 2 ;;
+    -h|--help) sed -n '2,17s/^# \{0,1\}//p' "$0"; exit 0 ;;
+    *) echo "elastic_bench.sh: unknown argument '$1' (--kill-at STEP, --ckpt-every K, --repeat N, --out DIR, --monitor-interval S)" >&2; exit 2 ;;
+  esac
+done
+[ "$KILL_AT" -lt 230 ] || { echo "elastic_bench.sh: --kill-at must be below 230 (the epoch has 234 steps)" >&2; exit 2; }
+OUT=${OUT:-$(mktemp -d /tmp/cddp-elastic-bench.XXXXXX)}
+mkdir -p "$OUT" && OUT=$(cd "$OUT" && pwd)
+make -j"$(nproc)" cli >"$OUT/build.log" 2>&1 || { tail -20 "$OUT/build.log"; exit 1; }
+if ! /usr/bin/python3 -c 'import torch' 2>/dev/null; then
+  echo "elastic_bench.sh: Debian's python3-torch is missing (scripts/install-deps.sh bench)" >&2; exit 1
+fi
+CDDP=$ROOT/build/cddp
+PEER=$ROOT/bench/peers/ddp_fmnist_elastic.py
+export OMP_NUM_THREADS=1 OMP_WAIT_POLICY=PASSIVE
+bg=()
+cleanup() { for p in "${bg[@]}"; do kill -KILL -- "-$p" "$p" 2>/dev/null; done; }
+trap cleanup EXIT
+say() { echo "elastic_bench.sh: $*" >&2; }
+
+last_step() { grep '"step"' "$1" 2>/dev/null | tail -1 | sed -n 's/.*"step": *\([0-9]*\).*/\1/p'; }
+# worker_pid PATTERN: the pid of rank 1's worker (RANK=1 in its environment; the launchers
+# carry the same command line but no RANK)
+worker_pid() {
+  local p
+  for p in $(pgrep -f -- "$1"); do
+    tr '\0' ' ' <"/proc/$p/cmdline" 2>/dev/null | grep -q 'torch.distributed.run' && continue
+    tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx "RANK=1" && { echo "$p"; return; }
+  done
+}
+
+# run_job NAME STEPLOG PATTERN CMD...: starts CMD (its own process group), SIGKILLs rank 1's
+# worker once STEPLOG passes KILL_AT (unless NOKILL=1), waits; writes NAME.kill (kill time,
+# last step logged, pid), NAME.wall (seconds, launch -> exit) and NAME.rc
+run_job() {
+  local name=$1 log=$2 pat=$3; shift 3
+  local t0 t1 pid p="" i
+  t0=$(date +%s.%N)
+  setsid "$@" >"$OUT/$name.out" 2>&1 &
+  pid=$!; bg+=("$pid")
+  [ "${NOKILL:-0}" = 1 ] && { echo "0 0 0" >"$OUT/$name.kill"; wait "$pid"; echo $? >"$OUT/$name.rc"; t1=$(date +%s.%N)
+    awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.1f\n", b - a }' >"$OUT/$name.wall"; return; }
+  for i in $(seq 6000); do # 300 s at most
+    [ "$(last_step "$log")" -ge "$KILL_AT" ] 2>/dev/null && { p=$(worker_pid "$pat"); break; }
+    kill -0 "$pid" 2>/dev/null || break
+    sleep 0.05
+  done
+  if [ -n "$p" ]; then
+    echo "$(date +%s.%N) $(last_step "$log") $p" >"$OUT/$name.kill"
+    kill -KILL "$p"
+  else
+    say "$name: no rank-1 worker to kill at step $KILL_AT"; echo "0 0 0" >"$OUT/$name.kill"
+  fi
+  wait "$pid"; echo $? >"$OUT/$name.rc"
+  t1=$(date +%s.%N)
+  awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.1f\n", b - a }' >"$OUT/$name.wall"
+}
+
+acc_of() {
+  grep '"eval"' "$1" 2>/dev/null | tail -1 | sed -n 's/.*"accuracy": *\([0-9.]*\).*/\1/p' |
+    awk '{ printf "%.4f\n", $1 } END { if (!NR) print "-" }'
+}
+
+# one_cddp I / one_torch I: one killed run; prints "recovery redone wall accuracy blamed rc caught-up"
+one_cddp() {
+  local w=$OUT/cddp$1 r rec red cau blamed
+  run_job "cddp$1" "$w/run/metrics.jsonl" "--work-dir $w --name run" \
+    timeout 300 "$CDDP" run --standalone --nproc-per-node 2 --max-restarts 3 --restart-mode replace \
+    "$CDDP" train --config configs/fmnist_mlp.yaml --work-dir "$w" --name run --set train.epochs=1 \
+    --set checkpoint.every_steps="$CKPT" --set ddp.threads=1
+  r=$(sed -n 's/.*cddp train: recovered from the loss of rank .* step \([0-9]*\) redone.*/\1/p' "$OUT/cddp$1.out" | head -1)
+  read -r rec red cau <<<"$(measure "$w/run/metrics.jsonl" "$OUT/cddp$1.kill" "${r:-0}")"
+  blamed=$(sed -n 's/^cddp run: rank \([0-9]*\) .*killed by signal.*/\1/p' "$OUT/cddp$1.out" | head -1)
+  echo "$rec $red $(cat "$OUT/cddp$1.wall") $(acc_of "$w/run/metrics.jsonl") ${blamed:--} $(cat "$OUT/cddp$1.rc") $cau"
+}
+one_torch() {
+  local w=$OUT/torch$1 r rec red cau blamed kt
+  run_job "torch$1" "$w/run/steps.jsonl" "ddp_fmnist_elastic.py --run-dir $w/run" \
+    env OPENBLAS_CORETYPE="${OPENBLAS_CORETYPE:-SkylakeX}" timeout 600 /usr/bin/python3 -m torch.distributed.run \
+    --standalone --nproc_per_node 2 --max_restarts 3 --monitor_interval "$MONITOR" --redirects 1 --tee 1 "$PEER" --run-dir "$w/run" --epochs 1 \
+    --ckpt-every "$CKPT"
+  read -r kt _ _ <"$OUT/torch$1.kill"
+  # the restarted group's resume line (the step of the checkpoint it loaded) after the kill
+  r=$(sed -n 's/.*"resume": *\([0-9]*\).*"time": *\([0-9.]*\).*/\1 \2/p' "$w/run/steps.jsonl" |
+    awk -v k="$kt" '$2 > k { print $1 + 1; exit }')
+  read -r rec red cau <<<"$(measure "$w/run/steps.jsonl" "$OUT/torch$1.kill" "${r:-0}")"
+  blamed=$(sed -n 's/.*failed (exitcode: .*) local_rank: \([0-9]*\) .*/\1/p' "$OUT/torch$1.out" | head -1)
+  echo "$rec $red $(cat "$OUT/torch$1.wall") $(acc_of "$w/run/steps.jsonl") ${blamed:--} $(cat "$OUT/torch$1.rc") $cau"
+}
+
+# the same jobs uninterrupted, once: the wall time and accuracy a kill is compared with
+say "uninterrupted: cddp"
+NOKILL=1 one_cddp 0 | tee "$OUT/cddp.ref" >&2
+say "uninterrupted: torchrun"
+NOKILL=1 one_torch 0 | tee "$OUT/torch.ref" >&2
+
+for i in $(seq "$REPEAT"); do
+  say "run $i/$REPEAT: cddp, rank 1 killed at step $KILL_AT"
+  one_cddp "$i" | tee -a "$OUT/cddp.rows" >&2
+  say "run $i/$REPEAT: torchrun, rank 1 killed at step $KILL_AT"
+  one_torch "$i" | tee -a "$OUT/torch.rows" >&2
+done
+
+# cell FILE COLUMN: the median, and [min-max] over the runs when there are several
+cell() {
+  awk -v c="$2" -v n="$REPEAT" '$c != "-" { v[++k] = $c }
+    END { if (!k) { print "-"; exit }
+      for (i = 1; i <= k; i++) for (j = i + 1; j <= k; j++) if (v[j] < v[i]) { t = v[i]; v[i] = v[j]; v[j] = t }
+      m = k % 2 ? v[(k + 1) / 2] : (v[k / 2] + v[k / 2 + 1]) / 2
+      if (n == 1) print m; else printf "%s [%s-%s]%s\n", m, v[1], v[k], k < n ? " (" k "/" n ")" : "" }' "$1"
+}
+blames() { awk '{ c[$5]++ } END { for (b in c) printf "%s%s", (s++ ? ", " : ""), (length(c) > 1 || NR > 1 ? c[b] "x rank " b : "rank " b); print "" }' "$1"; }
+fails() { awk '$6 != 0 { n++ } END { print n + 0 }' "$1"; }
+
+printf '\nrank 1 SIGKILLed at step %s of 234 (checkpoint every %s steps), 2 workers x 1 thread, %s run(s) each; torchrun --monitor_interval %s\n' \
+  "$KILL_AT" "$CKPT" "$REPEAT" "$MONITOR"
+printf '%-10s %-18s %-14s %-20s %-20s %-26s %-22s %s\n' "" "kill->step (s)" "steps redone" "kill->caught up (s)" "wall (s)" \
+  "test accuracy" "error line blamed" "uninterrupted: wall, accuracy"
+for row in cddp torch; do
+  f=$OUT/$row.rows
+  read -r _ _ rw ra _ _ <"$OUT/$row.ref"
+  printf '%-10s %-18s %-14s %-20s %-20s %-26s %-22s %s\n' "$([ $row = cddp ] && echo cddp || echo torchrun)" \
+    "$(cell "$f" 1)" "$(cell "$f" 2)" "$(cell "$f" 7)" "$(cell "$f" 3)" "$(cell "$f" 4)" "$(blames "$f")" "$rw s, $ra"
+  n=$(fails "$f"); [ "$n" = 0 ] || echo "  ($n run(s) of $row exited non-zero: see $OUT/${row}*.out)"
+done
+echo "logs in $OUT"
