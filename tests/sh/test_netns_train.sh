@@ -47,7 +47,9 @@ rc=0
 for p in "${pids[@]}"; do wait "$p" || rc=$?; done
 pids=()
 t_hosts=$(( $(date +%s) - t0 ))
-log=$ST/host1.log
+# rank 0 is on whichever host joined the rendezvous first
+log=$(grep -l '^\[rank 0\] cddp train: ' "$ST"/host*.log 2>/dev/null | head -1)
+log=${log:-$ST/host1.log}
 acc() { sed -n 's/.*eval after epoch [0-9]* .*test accuracy \([0-9.]*\).*/\1/p' "$1" | tail -1; }
 a3=$(cat "$ST"/host*.log | sed -n 's/.*eval after epoch [0-9]* .*test accuracy \([0-9.]*\).*/\1/p' | tail -1)
 if [ $rc = 0 ] && grep -q "world 6 (" "$log" && grep -q "micro 64 x 6 ranks" "$log" && [ -n "$a3" ]; then
