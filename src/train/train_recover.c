@@ -15,18 +15,12 @@
  * dead rank's file: same rank), so the logs list the samples of committed steps exactly once. */
 static cddp_result_t trim_own_log(trainer_t *t, int64_t step) {
   if (!t->sample_log) return CDDP_OK;
-  char path[700], tmp[720];
+  char path[700];
   snprintf(path, sizeof path, "%s/samples/rank%d.txt", t->run_dir, t->rank);
-  snprintf(tmp, sizeof tmp, "%s.tmp", path);
   fclose(t->sample_log);
   t->sample_log = NULL;
-  FILE *in = fopen(path, "r"), *out = fopen(tmp, "w");
-  unsigned long long e, s, i;
-  while (in && out && fscanf(in, "%llu %llu %llu", &e, &s, &i) == 3)
-    if ((int64_t)s <= step) fprintf(out, "%llu %llu %llu\n", e, s, i);
-  if (in) fclose(in);
-  if (!out || fclose(out) != 0 || rename(tmp, path) != 0)
-    return cddp__fail_errno(CDDP_SYSTEM, "cannot rewrite sample log %s", path);
+  cddp_result_t r = cddp__train_trim_sample_log(path, step);
+  if (r != CDDP_OK && r != CDDP_NOT_FOUND) return r;
   if (!(t->sample_log = fopen(path, "a"))) return cddp__fail_errno(CDDP_SYSTEM, "cannot open sample log %s", path);
   return CDDP_OK;
 }

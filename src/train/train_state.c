@@ -1,6 +1,7 @@
 /* train_state.c - a run's state in and out of checkpoints: weights, optimizer moments, step,
  * sampler position; rank 0 reads a checkpoint and every rank receives it over the comm, so
  * ranks need no shared file system. */
+#include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -187,22 +188,27 @@ out:
 
 /* Keeps only the sample-log lines of steps the checkpoint includes, so the log lists the
  * samples of committed steps exactly once however many times the run was resumed. */
+cddp_result_t cddp__train_trim_sample_log(const char *path, int64_t step) {
+  char tmp[760];
+  snprintf(tmp, sizeof tmp, "%s.tmp", path);
+  FILE *in = fopen(path, "r");
+  if (!in) return errno == ENOENT ? CDDP_NOT_FOUND : cddp__fail_errno(CDDP_SYSTEM, "cannot read sample log %s", path);
+  FILE *out = fopen(tmp, "w");
+  unsigned long long e, s, i;
+  while (out && fscanf(in, "%llu %llu %llu", &e, &s, &i) == 3)
+    if ((int64_t)s <= step) fprintf(out, "%llu %llu %llu\n", e, s, i);
+  fclose(in);
+  if (!out || fclose(out) != 0 || rename(tmp, path) != 0)
+    return cddp__fail_errno(CDDP_SYSTEM, "cannot rewrite sample log %s", path);
+  return CDDP_OK;
+}
+
+/* Every rank's log (of this world or a larger earlier one) cut back to the checkpoint's step. */
 static void trim_sample_logs(const trainer_t *t, int64_t step) {
-  char path[700], tmp[720];
+  char path[700];
   for (int q = 0; q < 4096; q++) {
     snprintf(path, sizeof path, "%s/samples/rank%d.txt", t->run_dir, q);
-    FILE *in = fopen(path, "r");
-    if (!in) {
-      if (q >= t->world) break;
-      continue;
-    }
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    FILE *out = fopen(tmp, "w");
-    unsigned long long e, s, i;
-    while (out && fscanf(in, "%llu %llu %llu", &e, &s, &i) == 3)
-      if ((int64_t)s <= step) fprintf(out, "%llu %llu %llu\n", e, s, i);
-    fclose(in);
-    if (out && fclose(out) == 0) rename(tmp, path);
+    if (cddp__train_trim_sample_log(path, step) == CDDP_NOT_FOUND && q >= t->world) break;
   }
 }
 

@@ -80,6 +80,9 @@ cddp_result_t cddp__train_save(trainer_t *t, int healthy);
 /* Restores per opts->resume (rank 0 reads, every rank receives). *resumed = 1 when state came
  * from a checkpoint. */
 cddp_result_t cddp__train_restore(trainer_t *t, int *resumed);
+/* Keeps the lines of steps <= step in one sample log ("epoch step index" per line), so the
+ * logs list the samples of committed steps exactly once. NOT_FOUND when there is no file. */
+cddp_result_t cddp__train_trim_sample_log(const char *path, int64_t step);
 
 /* train_recover.c (cddp run --restart-mode replace) */
 /* r is a failure in-place recovery can repair (a peer died) and this job supports it. */
