@@ -75,9 +75,24 @@ void cddp__conn_release(cddp__srv_core_t *core, cddp__srv_conn_t *c) {
   }
   cddp__wire_buf_free(&c->in);
   cddp__wire_buf_free(&c->out);
+  free(c->will_key);
+  free(c->will_val);
+  c->will_key = NULL, c->will_val = NULL;
 }
 
 /* ---- answers ---- */
+
+static void wake(cddp__srv_core_t *core);
+
+void cddp__conn_gone(cddp__srv_core_t *core, cddp__srv_conn_t *c) {
+  if (!c->will_key) return;
+  int created = 0;
+  if (cddp__kv_set(&core->kv, c->will_key, c->will_klen, c->will_val, c->will_vlen, &created) == CDDP_OK)
+    CDDP_INFO(CDDP_SUB_STORE, "store: %s left without a goodbye: its will set %s", c->addr, c->will_key);
+  free(c->will_key), free(c->will_val);
+  c->will_key = NULL, c->will_val = NULL;
+  if (created) wake(core);
+}
 
 static void reply_empty(cddp__srv_conn_t *c, uint8_t op) {
   cddp__wire_end(&c->out, cddp__wire_begin(&c->out, op));
@@ -259,6 +274,24 @@ static int handle(cddp__srv_core_t *core, cddp__srv_conn_t *c, const cddp__wire_
       break;
     case CDDP__OP_NUMKEYS:
       reply_int(c, (int64_t)core->kv.n);
+      break;
+    case CDDP__OP_WILL: {
+      char *k = cddp__memdup_nul(m.key.p, m.key.n);
+      uint8_t *val = cddp__memdup_nul(m.val.p, m.val.n);
+      if (!k || !val) {
+        free(k), free(val);
+        r = cddp__fail(CDDP_SYSTEM, "store: out of memory keeping a will");
+        break;
+      }
+      free(c->will_key), free(c->will_val);
+      c->will_key = k, c->will_klen = m.key.n, c->will_val = val, c->will_vlen = m.val.n;
+      reply_empty(c, CDDP__OP_OK);
+      break;
+    }
+    case CDDP__OP_BYE:
+      free(c->will_key), free(c->will_val);
+      c->will_key = NULL, c->will_val = NULL;
+      reply_empty(c, CDDP__OP_OK);
       break;
     default:
       CDDP_INFO(CDDP_SUB_STORE, "store: %s sent handshake opcode 0x%02x after joining; closing",

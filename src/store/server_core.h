@@ -26,6 +26,10 @@ typedef struct cddp__srv_conn {
   struct cddp__srv_conn *pnext, *pprev; /* parked list */
   struct cddp__srv_conn *rnext;         /* ready list */
   cddp__wire_buf_t in, out;
+  char *will_key;    /* WILL: set when the connection ends without BYE (NULL: none) */
+  uint8_t *will_val;
+  uint32_t will_klen;
+  size_t will_vlen;
   uint8_t nonce[CDDP__WIRE_NONCE];
   char addr[80];
 } cddp__srv_conn_t;
@@ -45,6 +49,10 @@ void cddp__core_free(cddp__srv_core_t *core);
 void cddp__conn_init(cddp__srv_conn_t *c, const char *addr);
 /* Removes c from the engine's lists and frees its buffers (the caller frees c). */
 void cddp__conn_release(cddp__srv_core_t *core, cddp__srv_conn_t *c);
+/* The connection ended without a goodbye (closed, reset, protocol error): sets the key of
+ * its will, if it registered one, and wakes the waits that satisfies. Call before
+ * cddp__conn_release; not when the server itself stops. */
+void cddp__conn_gone(cddp__srv_core_t *core, cddp__srv_conn_t *c);
 
 /* Handles every complete frame in c->in until c parks, closes or has too much unsent
  * output. Answers go to c->out; other conns whose waits it satisfied go on the ready

@@ -51,6 +51,15 @@ cddp_result_t cddp__store_tcp_wait_begin(cddp_store_t *s, const char *const *key
 cddp_result_t cddp__store_tcp_wait_end(cddp_store_t *s, const char *const *keys, size_t n,
                                        int timeout_ms);
 
+/* The connection's will (MQTT's "last will"): when this TCP client's connection ends without
+ * a goodbye (the process died, the host reset it), the server sets key = val. Closing the
+ * client with cddp_store_close says goodbye and drops the will. A later call replaces it.
+ * The key is the server's full key (no prefix view applies). INVALID_ARG on a store that is
+ * not a TCP client. */
+cddp_result_t cddp__store_tcp_will(cddp_store_t *s, const char *key, const void *val, size_t len);
+/* Test hook: frees the client without a goodbye, as a crash would (the will fires). */
+void cddp__store_tcp_abandon(cddp_store_t *s);
+
 /* Whether the connected socket s is connected to itself (a TCP simultaneous open that a
  * connect to a not-yet-listening port of the ephemeral range can produce). */
 int cddp__store_self_connected(int s);

@@ -66,6 +66,7 @@ static void conn_close(cddp_store_server_t *srv, sconn_t *sc, const char *why) {
    * leave it in the epoll set, reporting events for a freed conn */
   epoll_ctl(srv->epfd, EPOLL_CTL_DEL, sc->fd, NULL);
   close(sc->fd);
+  if (strcmp(why, "server stopping")) cddp__conn_gone(&srv->core, &sc->c); /* its will, if any */
   cddp__conn_release(&srv->core, &sc->c);
   if (sc->prev) sc->prev->next = sc->next;
   else srv->conns = sc->next;

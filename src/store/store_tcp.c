@@ -21,6 +21,7 @@ typedef struct tcp_store {
   pthread_mutex_t mu;
   int fd;
   int broken; /* a failed call left the stream in an unknown state */
+  int has_will; /* a WILL is registered: close says BYE first */
   char ep[300]; /* "host:port" for messages */
   cddp__wire_buf_t out, in;
 } tcp_store_t;
@@ -263,7 +264,19 @@ static cddp_result_t c_num_keys(cddp_store_t *s, int64_t *n) {
   return r;
 }
 
+#define BYE_MS 1000 /* how long close waits for the server to take the goodbye */
+
 static void c_close(cddp_store_t *s) {
+  if (T(s)->has_will && !T(s)->broken) { /* a proper goodbye: the server drops the will */
+    size_t st = 0;
+    cddp__wire_msg_t m;
+    if (begin(T(s), CDDP__OP_BYE, &st) == CDDP_OK) {
+      cddp__wire_end(&T(s)->out, st);
+      T(s)->base.timeout_ms = CDDP_MIN(T(s)->base.timeout_ms, BYE_MS);
+      (void)roundtrip(T(s), 0, "goodbye", &m);
+      pthread_mutex_unlock(&T(s)->mu);
+    }
+  }
   if (T(s)->fd >= 0) close(T(s)->fd);
   cddp__wire_buf_free(&T(s)->out);
   cddp__wire_buf_free(&T(s)->in);
@@ -275,6 +288,29 @@ static const cddp_store_ops_t tcp_ops = {
     .name = "tcp", .set = c_set, .get = c_get, .add = c_add, .compare_set = c_cas,
     .wait = c_wait, .del = c_del, .num_keys = c_num_keys, .close = c_close,
 };
+
+cddp_result_t cddp__store_tcp_will(cddp_store_t *s, const char *key, const void *val, size_t len) {
+  if (!s || s->ops != &tcp_ops) return cddp__fail(CDDP_INVALID_ARG, "store will: needs a TCP store client");
+  size_t kn = key ? strnlen(key, CDDP_STORE_MAX_KEY + 1) : 0;
+  if (kn == 0 || kn > CDDP_STORE_MAX_KEY || len > CDDP_STORE_MAX_VALUE || (len && !val))
+    return cddp__fail(CDDP_INVALID_ARG, "store will: bad key or value");
+  size_t st = 0;
+  cddp__wire_msg_t m;
+  CDDP_CHECK(begin(T(s), CDDP__OP_WILL, &st));
+  cddp__wire_str(&T(s)->out, key, kn);
+  cddp__wire_str(&T(s)->out, val, len);
+  cddp__wire_end(&T(s)->out, st);
+  cddp_result_t r = roundtrip(T(s), 0, "will", &m);
+  if (r == CDDP_OK) r = expect(T(s), &m, CDDP__OP_OK, "will");
+  if (r == CDDP_OK) T(s)->has_will = 1;
+  pthread_mutex_unlock(&T(s)->mu);
+  return r;
+}
+
+void cddp__store_tcp_abandon(cddp_store_t *s) {
+  if (s && s->ops == &tcp_ops) T(s)->has_will = 0; /* no goodbye: as if the process died */
+  cddp_store_close(s);
+}
 
 /* ---- test and benchmark hooks: a WAIT split in two so one thread can park many ---- */
 

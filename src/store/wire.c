@@ -145,7 +145,12 @@ int cddp__wire_decode_request(const cddp__wire_frame_t *f, cddp__wire_msg_t *m, 
     case CDDP__OP_DEL:
       m->key = getkey(&r);
       break;
+    case CDDP__OP_WILL:
+      m->key = getkey(&r);
+      m->val = getbytes(&r, CDDP_STORE_MAX_VALUE, "value larger than the limit");
+      break;
     case CDDP__OP_NUMKEYS:
+    case CDDP__OP_BYE:
       break;
     default:
       *err = "unknown request opcode";

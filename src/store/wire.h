@@ -34,6 +34,9 @@ enum cddp__wire_op {
   CDDP__OP_WAIT = 0x14,    /* u32 timeout_ms, u32 nkeys, key * nkeys   -> OK | TIMEOUT */
   CDDP__OP_DEL = 0x15,     /* key                                      -> INT (existed) */
   CDDP__OP_NUMKEYS = 0x16, /* (empty)                                  -> INT */
+  CDDP__OP_WILL = 0x17,    /* key, bytes value: set key=value if this connection ends without
+                              BYE (a crash, a reset); a later WILL replaces it -> OK */
+  CDDP__OP_BYE = 0x18,     /* (empty): a proper goodbye, the will is dropped -> OK */
   /* server -> client */
   CDDP__OP_CHALLENGE = 0x81, /* u32 magic, u16 version, u8 auth_required, server nonce[32] */
   CDDP__OP_AUTH_OK = 0x82,   /* mac[32] = HMAC(token, client_nonce||server_nonce) */

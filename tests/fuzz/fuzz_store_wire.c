@@ -13,6 +13,9 @@ static void parse_all(const uint8_t *p, size_t n) {
     size_t used;
     const char *err;
     if (cddp__wire_parse(p, n, CDDP__WIRE_MAX_LEN, &f, &used, &err) != CDDP__WIRE_FRAME) return;
+    if (cddp__wire_decode_request(&f, &m, &err) == 0 && m.op == CDDP__OP_WILL &&
+        (m.key.n == 0 || m.key.n > CDDP_STORE_MAX_KEY || m.val.n > CDDP_STORE_MAX_VALUE))
+      __builtin_trap();
     if (cddp__wire_decode_request(&f, &m, &err) == 0 && m.op == CDDP__OP_WAIT) {
       const uint8_t *cur = m.keys;
       for (uint32_t i = 0; i < m.nkeys; i++) {
@@ -47,14 +50,17 @@ static void engine(const uint8_t *p, size_t n, int hello, const char *token) {
     if (len > n) len = n;
     if (!dead[who]) {
       cddp__wire_raw(&c[who].in, p, len);
-      if (cddp__core_process(&core, &c[who]) != 0 || c[who].closing) dead[who] = 1;
+      if (cddp__core_process(&core, &c[who]) != 0 || c[who].closing) {
+        dead[who] = 1;
+        cddp__conn_gone(&core, &c[who]); /* its will, if any, sets a key and wakes the other */
+      }
       c[who].out.len = c[who].out.off = 0; /* "sent" */
     }
     p += len, n -= len;
     cddp__srv_conn_t *r;
     while ((r = cddp__core_pop_ready(&core))) {
       int i = r == &c[1];
-      if (!dead[i] && cddp__core_process(&core, r) != 0) dead[i] = 1;
+      if (!dead[i] && cddp__core_process(&core, r) != 0) dead[i] = 1, cddp__conn_gone(&core, r);
     }
   }
   cddp__core_expire(&core, UINT64_MAX);

@@ -489,3 +489,41 @@ TEST(self_connected_socket_is_recognised) {
   close(c);
   cddp_store_server_stop(srv);
 }
+
+/* The will: a connection that ends without a goodbye (a crash) sets its key at once and wakes
+ * the waiters; a proper close drops it; a later will replaces the earlier one. */
+TEST(will_fires_on_abrupt_close_only) {
+  cddp_store_server_t *srv;
+  CHECK_OK(cddp_store_server_start(&srv, "127.0.0.1", 0, "tok"));
+  int port = cddp_store_server_port(srv);
+  cddp_store_t *watcher = connect_ok(port, "tok");
+  /* proper close: no key */
+  cddp_store_t *a = connect_ok(port, "tok");
+  CHECK_OK(cddp__store_tcp_will(a, "dead/a", "gone", 4));
+  cddp_store_close(a);
+  usleep(50000);
+  CHECK_RESULT(cddp_store_wait(watcher, (const char *[]){"dead/a"}, 1, 100), CDDP_TIMEOUT);
+  /* abrupt close: the key appears and a parked wait wakes within milliseconds */
+  cddp_store_t *b = connect_ok(port, "tok");
+  CHECK_OK(cddp__store_tcp_will(b, "dead/first", "x", 1));
+  CHECK_OK(cddp__store_tcp_will(b, "dead/b", "crashed", 7)); /* replaces the first */
+  CHECK_OK(cddp__store_tcp_wait_begin(watcher, (const char *[]){"dead/b"}, 1, 5000));
+  usleep(20000);
+  uint64_t t0 = cddp__now_ns();
+  cddp__store_tcp_abandon(b);
+  CHECK_OK(cddp__store_tcp_wait_end(watcher, (const char *[]){"dead/b"}, 1, 5000));
+  CHECK(ms_since(t0) < 1000);
+  void *v = NULL;
+  size_t n = 0;
+  CHECK_OK(cddp_store_get(watcher, "dead/b", &v, &n, 0));
+  CHECK(n == 7 && !memcmp(v, "crashed", 7));
+  free(v);
+  CHECK_RESULT(cddp_store_wait(watcher, (const char *[]){"dead/first"}, 1, 0), CDDP_TIMEOUT);
+  /* only TCP clients carry a will */
+  cddp_store_t *mem;
+  CHECK_OK(cddp_store_mem_create(&mem));
+  CHECK_RESULT(cddp__store_tcp_will(mem, "k", "v", 1), CDDP_INVALID_ARG);
+  cddp_store_close(mem);
+  cddp_store_close(watcher);
+  cddp_store_server_stop(srv);
+}

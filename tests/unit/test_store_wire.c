@@ -103,6 +103,23 @@ TEST(decode_rejects_bad_fields) {
   cddp__wire_end(&b, st);
   CHECK_EQ(decode_one(&b, &err), -1);
   CHECK(strstr(err, "value larger") != NULL);
+  b.len = 0; /* WILL: a key and a value; BYE: nothing after it */
+  st = cddp__wire_begin(&b, CDDP__OP_WILL);
+  cddp__wire_str(&b, "dead/1", 6);
+  cddp__wire_str(&b, "x", 1);
+  cddp__wire_end(&b, st);
+  CHECK_EQ(decode_one(&b, &err), 0);
+  b.len = 0;
+  st = cddp__wire_begin(&b, CDDP__OP_WILL);
+  cddp__wire_str(&b, "", 0);
+  cddp__wire_str(&b, "x", 1);
+  cddp__wire_end(&b, st);
+  CHECK_EQ(decode_one(&b, &err), -1);
+  b.len = 0;
+  st = cddp__wire_begin(&b, CDDP__OP_BYE);
+  cddp__wire_u8(&b, 0);
+  cddp__wire_end(&b, st);
+  CHECK_EQ(decode_one(&b, &err), -1);
   b.len = 0; /* trailing bytes */
   st = cddp__wire_begin(&b, CDDP__OP_NUMKEYS);
   cddp__wire_u8(&b, 1);
