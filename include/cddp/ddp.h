@@ -44,6 +44,9 @@ typedef struct cddp_world {
   int rank, world;
   cddp_comm_config_t cfg;      /* what join was given, kept for the communicators recover builds */
   cddp_store_t *gen_view;      /* internal: the store view the current communicator was built on */
+  struct cddp__fence *fence;   /* internal: aborts comm when a new generation is announced */
+  int gone;                    /* after cddp_world_recover failed: 1 = this worker's node was
+                                  dropped from the job, 2 = the job stopped (too few nodes left) */
 } cddp_world_t;
 
 /* Reads the environment (cddp run, torchrun, Slurm, MPI), connects to the store and builds
@@ -55,9 +58,12 @@ cddp_result_t cddp_world_join(cddp_world_t *w, const cddp_comm_config_t *cfg);
 void cddp_world_leave(cddp_world_t *w, int clean);
 
 /* In-place recovery (the job runs under `cddp run --restart-mode replace`): a collective
- * failed (REMOTE, TIMEOUT or ABORTED) because a peer died. Aborts and frees w->comm, waits
- * until the dead worker's agent started its replacement (a new generation of the job), and
- * builds w->comm for that generation: same rank, same world. Free everything built on the
+ * failed (REMOTE, TIMEOUT or ABORTED) because a peer died, or a node was lost (a watcher
+ * thread aborts w->comm as soon as the job announces a new generation, so a silent peer does
+ * not hold it until the comm timeout). Aborts and frees w->comm, waits until the job formed
+ * its next generation (the dead worker replaced, or the lost node's ranks dropped), and
+ * builds w->comm for that generation. After a membership change w->rank and w->world are the
+ * new ones (ranks shift down past the lost node; read them again after every recover). Free everything built on the
  * old communicator (cddp_ddp_destroy, cddp_comm_mem_free) BEFORE calling it. Bounded by
  * CDDP_RECOVER_TIMEOUT_MS (default 30 s); converges on the latest generation when failures
  * come close together. After OK the caller brings the replacement up to date (e.g. broadcasts
@@ -68,8 +74,9 @@ void cddp_world_leave(cddp_world_t *w, int clean);
  *     rebuild what lived on the old comm; sync state; }
  *
  * INVALID_USAGE with one line when the launcher does not replace workers in place (the
- * caller then exits, as before); TIMEOUT when no replacement came. w->comm is NULL after an
- * error. */
+ * caller then exits, as before); TIMEOUT when no replacement came; NOT_FOUND with w->gone set
+ * when this worker's node was dropped or the job stopped (cddp_last_error is the one line to
+ * print). w->comm is NULL after an error. Do not move *w between join and leave. */
 cddp_result_t cddp_world_recover(cddp_world_t *w);
 /* 1 when this process was started to replace a dead worker of the same rank: it has no
  * state of its own and must receive it from a survivor (in the same order of collectives the

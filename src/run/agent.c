@@ -13,8 +13,11 @@
 
 #include "cddp/store.h"
 #include "common/check.h"
+#include "common/clock.h"
 #include "run/agent.h"
 #include "run/elastic.h"
+#include "run/member.h"
+#include "common/knobs.h"
 #include "run/net.h"
 #include "run/options.h"
 #include "run/rdzv.h"
@@ -26,7 +29,7 @@ extern char **environ;
 static const char *contract_vars[] = {
     "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "GROUP_WORLD_SIZE", "ROLE_RANK",
     "ROLE_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "CDDP_RUN_ID", "CDDP_ROUND", "CDDP_RESTART_COUNT",
-    "CDDP_MAX_RESTARTS", "CDDP_STORE", "CDDP_TOKEN", "CDDP_RESTART_MODE", "CDDP_GEN", "CDDP_REPLACEMENT", "TORCHELASTIC_RUN_ID", "TORCHELASTIC_RESTART_COUNT",
+    "CDDP_MAX_RESTARTS", "CDDP_STORE", "CDDP_TOKEN", "CDDP_RESTART_MODE", "CDDP_GEN", "CDDP_REPLACEMENT", "CDDP_AGENT_ID", "TORCHELASTIC_RUN_ID", "TORCHELASTIC_RESTART_COUNT",
     "TORCHELASTIC_MAX_RESTARTS"};
 
 typedef struct agent {
@@ -43,6 +46,9 @@ typedef struct agent {
   pthread_t watcher;
   int watcher_running, watch_round;
   cddp__rdzv_t rz;
+  int id;                 /* this agent's id in the job (elastic/agents) */
+  int elastic;            /* replace mode: members, heartbeats, membership changes */
+  cddp__membership_t ms;  /* replace mode: the job's members as this agent knows them */
 } agent_t;
 
 /* ---- the watcher: one thread per round waits for rdzv/R/event, reports on a pipe ---- */
@@ -88,8 +94,13 @@ static const char *event_value(const char *msg) {
 /* Blocks until the watcher reports this round's event or a signal arrives. */
 static int wait_event(agent_t *a, char *msg, size_t size) {
   for (;;) {
-    struct pollfd p[2] = {{.fd = a->ev_pipe[0], .events = POLLIN}, {.fd = a->sig_fd, .events = POLLIN}};
-    if (poll(p, 2, -1) < 0 && errno != EINTR) return -1;
+    struct pollfd p[3] = {{.fd = a->ev_pipe[0], .events = POLLIN}, {.fd = a->sig_fd, .events = POLLIN},
+                          {.fd = a->elastic ? a->ms.pipe[0] : -1, .events = POLLIN}};
+    if (poll(p, 3, -1) < 0 && errno != EINTR) return -1;
+    if (p[2].revents & POLLIN) {
+      cddp__membership_events(&a->ms);
+      if (a->ms.ending) return -2;
+    }
     if (p[1].revents & POLLIN) {
       struct signalfd_siginfo si;
       while (read(a->sig_fd, &si, sizeof si) == (ssize_t)sizeof si)
@@ -197,30 +208,35 @@ static char **worker_env(agent_t *a, int local_rank, int64_t gen, int replacemen
   int v6 = strchr(a->store_host, ':') != NULL;
   char store[300];
   snprintf(store, sizeof store, "%s%s%s:%d", v6 ? "[" : "", a->store_host, v6 ? "]" : "", a->store_port);
-  int nproc = rz->nodes[rz->node_rank].nproc;
+  int nproc = rz->nodes[rz->node_rank].nproc, rank_base = rz->rank_base, world = rz->world_size;
+  if (a->elastic && cddp__members_find(&a->ms.cur, a->id, &rank_base, &world) < 0)
+    rank_base = rz->rank_base, world = rz->world_size;
+  int64_t restarts = 0;
+  if (o->replace) cddp_store_add(a->store, "elastic/restarts", 0, &restarts);
 #define PUT(name, ...)                                         \
   do {                                                         \
     if (asprintf(&env[k], name "=" __VA_ARGS__) >= 0) k++;     \
   } while (0)
-  PUT("RANK", "%d", rz->rank_base + local_rank);
+  PUT("RANK", "%d", rank_base + local_rank);
   PUT("LOCAL_RANK", "%d", local_rank);
-  PUT("WORLD_SIZE", "%d", rz->world_size);
+  PUT("WORLD_SIZE", "%d", world);
   PUT("LOCAL_WORLD_SIZE", "%d", nproc);
   PUT("GROUP_RANK", "%d", rz->node_rank);
   PUT("GROUP_WORLD_SIZE", "%d", rz->nnodes);
-  PUT("ROLE_RANK", "%d", rz->rank_base + local_rank);
-  PUT("ROLE_WORLD_SIZE", "%d", rz->world_size);
+  PUT("ROLE_RANK", "%d", rank_base + local_rank);
+  PUT("ROLE_WORLD_SIZE", "%d", world);
   PUT("MASTER_ADDR", "%s", maddr);
   PUT("MASTER_PORT", "%d", mport);
   PUT("CDDP_RUN_ID", "%s", o->run_id);
   PUT("CDDP_ROUND", "%d", rz->round);
-  PUT("CDDP_RESTART_COUNT", "%lld", (long long)(o->replace ? gen : rz->restart_count));
+  PUT("CDDP_RESTART_COUNT", "%lld", (long long)(o->replace ? restarts : rz->restart_count));
   PUT("CDDP_MAX_RESTARTS", "%d", o->max_restarts);
   PUT("CDDP_STORE", "%s", store);
   if (a->token[0]) PUT("CDDP_TOKEN", "%s", a->token);
   PUT("CDDP_RESTART_MODE", "%s", o->replace ? "replace" : "all");
   PUT("CDDP_GEN", "%lld", (long long)gen);
   PUT("CDDP_REPLACEMENT", "%d", replacement);
+  if (a->elastic) PUT("CDDP_AGENT_ID", "%d", a->id);
   PUT("TORCHELASTIC_RUN_ID", "%s", o->run_id);
   PUT("TORCHELASTIC_RESTART_COUNT", "%d", rz->restart_count);
   PUT("TORCHELASTIC_MAX_RESTARTS", "%d", o->max_restarts);
@@ -242,13 +258,26 @@ static int replace_failed(agent_t *a, cddp__workers_t *ws) {
   char desc[96], what[128];
   cddp__describe_status(ws->fail_status, desc, sizeof desc);
   snprintf(what, sizeof what, "rank %d pid %d", ws->fail_rank, (int)ws->fail_pid);
-  int64_t gen = 0;
-  if (cddp__gen_latest(a->store, &gen) == CDDP_OK && gen >= a->o->max_restarts) return -1;
-  if (cddp__gen_bump(a->store, what, &gen) != CDDP_OK) {
+  if (a->elastic) { /* a worker of a dropped node or of a stopping job is not replaced */
+    cddp__membership_refresh(&a->ms);
+    if (!a->ms.ending) {
+      void *v = NULL;
+      size_t len = 0;
+      if (cddp_store_get(a->store, "elastic/stop", &v, &len, 0) == CDDP_OK) {
+        a->ms.ending = 2;
+        snprintf(a->ms.line, sizeof a->ms.line, "%.*s", (int)len, (char *)v);
+      }
+      free(v);
+    }
+    if (a->ms.ending) return 1;
+  }
+  int64_t restarts = 0, gen = 0; /* membership changes are free; failures count */
+  if (cddp_store_add(a->store, "elastic/restarts", 1, &restarts) != CDDP_OK || restarts > a->o->max_restarts) return -1;
+  if (cddp__gen_change(a->store, what, a->id, NULL, NULL, &gen) != CDDP_OK) {
     fprintf(stderr, "cddp run: cannot announce a new generation in the store: %s\n", cddp_last_error());
     return -1;
   }
-  if (gen > a->o->max_restarts) return -1;
+  if (a->elastic) cddp__membership_refresh(&a->ms);
   char **env = worker_env(a, ws->fail_index, gen, 1);
   cddp_result_t r = env ? cddp__workers_respawn(ws, ws->fail_index, a->prog, env)
                         : cddp__fail(CDDP_SYSTEM, "out of memory");
@@ -259,8 +288,20 @@ static int replace_failed(agent_t *a, cddp__workers_t *ws) {
   }
   fprintf(stderr, "cddp run: rank %d (host %s, pid %d) %s; replaced in place by pid %d, generation %lld (restart %lld of "
           "%d); the other workers stay\n", ws->fail_rank, a->host, (int)ws->fail_pid, desc,
-          (int)ws->w[ws->fail_index].pid, (long long)gen, (long long)gen, a->o->max_restarts);
+          (int)ws->w[ws->fail_index].pid, (long long)gen, (long long)restarts, a->o->max_restarts);
   return 0;
+}
+
+static int all_exited(const cddp__workers_t *ws) {
+  for (int i = 0; i < ws->n; i++)
+    if (!ws->w[i].exited) return 0;
+  return 1;
+}
+
+/* The job goes on without this node, or stops: no replacements; the workers get grace_ms to
+ * exit by themselves (they learn it from the generation record), then TERM, then KILL. */
+static void begin_ending(agent_t *a, cddp__workers_t *ws) {
+  if (!ws->stop_at) ws->stop_at = cddp__deadline_ms(a->o->grace_ms);
 }
 
 static int run_round(agent_t *a, cddp__workers_t *ws, int first) {
@@ -278,6 +319,7 @@ static int run_round(agent_t *a, cddp__workers_t *ws, int first) {
   ws->console_mask[1] = a->o->console_mask[1];
   ws->grace_ms = a->o->grace_ms;
   ws->keep_going = a->o->replace;
+  ws->wake_fd = a->elastic ? a->ms.pipe[0] : -1;
   if (ok && cddp__workers_start(ws, n, a->rz.rank_base, a->prog, (char **const *)envs, a->o->log_dir, first) != CDDP_OK) {
     fprintf(stderr, "cddp run: %s\n", cddp_last_error());
     ok = 0;
@@ -288,10 +330,23 @@ static int run_round(agent_t *a, cddp__workers_t *ws, int first) {
   CDDP_INFO(CDDP_SUB_RUN, "round %d: started ranks %d-%d of %d (restart %d)", a->rz.round, a->rz.rank_base,
             a->rz.rank_base + n - 1, a->rz.world_size, a->rz.restart_count);
   cddp__workers_watch(ws, a->sig_fd, a->ev_pipe[0], event_accept, a);
-  while (ws->outcome == CDDP__OUT_FAILED && ws->keep_going) {
-    if (replace_failed(a, ws) != 0) { /* restarts used up: stop the others, then fail */
-      ws->keep_going = 0;
-      ws->stop_now = 1;
+  for (;;) {
+    if (ws->outcome == CDDP__OUT_WAKE) {
+      cddp__membership_events(&a->ms);
+      ws->outcome = CDDP__OUT_SUCCESS;
+    } else if (ws->outcome == CDDP__OUT_FAILED && ws->keep_going) {
+      int rf = a->elastic && a->ms.ending ? 1 : replace_failed(a, ws);
+      if (rf < 0) { /* restarts used up: stop the others, then fail */
+        ws->keep_going = 0;
+        ws->stop_now = 1;
+      }
+      if (rf > 0) ws->outcome = CDDP__OUT_SUCCESS;
+    } else {
+      break;
+    }
+    if (a->elastic && a->ms.ending) {
+      begin_ending(a, ws);
+      if (all_exited(ws)) break;
     }
     cddp__workers_watch(ws, a->sig_fd, a->ev_pipe[0], event_accept, a);
   }
@@ -300,7 +355,13 @@ static int run_round(agent_t *a, cddp__workers_t *ws, int first) {
 
 /* Leaves: counts this agent out of the round (the store's host waits for everyone). */
 static int finish(agent_t *a, int code) {
-  if (a->rz.nodes) {
+  if (a->elastic) {
+    cddp__monitor_stop(a->ms.mon, 1);
+    a->ms.mon = NULL;
+  }
+  if (a->rz.nodes && a->elastic && a->ms.ending == 1) { /* dropped: not counted out of the round */
+    cddp__rdzv_release(&a->rz);
+  } else if (a->rz.nodes) {
     cddp__rdzv_exit(a->store, &a->rz, a->server != NULL, a->o->grace_ms);
     cddp__rdzv_release(&a->rz);
   }
@@ -334,6 +395,30 @@ static int follow_event(agent_t *a, const char *value, int *exit_code) {
   return 1;
 }
 
+/* Replace mode: generation 0's members, and the monitor (heartbeat, will, peers' health). */
+static int start_membership(agent_t *a) {
+  cddp__membership_t *ms = &a->ms;
+  ms->store = a->store, ms->self = a->id, ms->min_nodes = a->o->min_nodes, ms->round = a->rz.round;
+  snprintf(ms->host, sizeof ms->host, "%s", a->host);
+  if (pipe2(ms->pipe, O_CLOEXEC | O_NONBLOCK) != 0) {
+    fprintf(stderr, "cddp run: pipe: %s\n", strerror(errno));
+    return -1;
+  }
+  a->elastic = 1;
+  if (a->o->max_nodes > 1 &&
+      cddp__monitor_start(&ms->mon, a->store_host, a->store_port, a->token, a->o->run_id, a->id,
+                          (int)cddp__knob_int(CDDP_KNOB_HEARTBEAT_MS), (int)cddp__knob_int(CDDP_KNOB_HEARTBEAT_TIMEOUT_MS),
+                          ms->pipe[1]) != CDDP_OK) {
+    fprintf(stderr, "cddp run: cannot start the heartbeat: %s\n", cddp_last_error());
+    return -1;
+  }
+  if (cddp__membership_begin(ms, a->rz.nodes, a->rz.nnodes) != CDDP_OK) {
+    fprintf(stderr, "cddp run: %s\n", cddp_last_error());
+    return -1;
+  }
+  return 0;
+}
+
 static int agent_main(agent_t *a) {
   cddp_run_opts_t *o = a->o;
   if (setup_store(a) != 0) return finish(a, 1);
@@ -345,6 +430,15 @@ static int agent_main(agent_t *a) {
   else cddp__addr_toward(a->store_host, a->store_port, cfg.self.addr, sizeof cfg.self.addr);
   cfg.self.nproc = o->nproc_per_node;
   cfg.self.master_port = cddp__free_port();
+  cfg.self.id = -1;
+  if (o->replace) { /* a stable id for this agent's life: its heartbeat, its will, its workers' place */
+    int64_t n;
+    if (cddp_store_add(a->store, "elastic/agents", 1, &n) != CDDP_OK) {
+      fprintf(stderr, "cddp run: %s\n", cddp_last_error());
+      return finish(a, 1);
+    }
+    a->id = cfg.self.id = (int)n - 1;
+  }
   int min_round = 0, first = 1;
   for (;;) {
     cddp__rdzv_release(&a->rz);
@@ -355,12 +449,18 @@ static int agent_main(agent_t *a) {
     CDDP_INFO(CDDP_SUB_RDZV, "round %d closed: node %d of %d, world %d", a->rz.round, a->rz.node_rank, a->rz.nnodes,
               a->rz.world_size);
     watch_start(a, a->rz.round);
+    if (o->replace && !a->elastic && start_membership(a) != 0) return finish(a, 1);
     cddp__workers_t ws;
     if (run_round(a, &ws, first) != 0) {
       cddp__rdzv_post(a->store, a->rz.round, "fail 1 cddp run: could not start the workers", NULL);
       return finish(a, 1);
     }
     first = 0;
+    if (a->elastic && a->ms.ending) {
+      cddp__workers_release(&ws);
+      fprintf(stderr, "cddp run: %s\n", a->ms.line);
+      return finish(a, 1);
+    }
     int code = 0, next;
     char line[400], desc[96], msg[512], *now = NULL;
     const char *value = NULL;
@@ -394,16 +494,23 @@ static int agent_main(agent_t *a) {
       cddp__workers_release(&ws);
       return finish(a, 128 + ws.signo);
     }
+    case CDDP__OUT_WAKE: /* handled in run_round; not an outcome */
     case CDDP__OUT_EVENT:
       snprintf(msg, sizeof msg, "%s", ws.event);
       value = event_value(msg);
       break;
     case CDDP__OUT_SUCCESS:
-      cddp__rdzv_node_done(a->store, &a->rz);
+      if (a->elastic) cddp__membership_done(&a->ms, 1);
+      else cddp__rdzv_node_done(a->store, &a->rz);
       int sig = wait_event(a, msg, sizeof msg);
       if (sig > 0) {
         cddp__workers_release(&ws);
         return finish(a, 128 + sig);
+      }
+      if (sig == -2) {
+        cddp__workers_release(&ws);
+        fprintf(stderr, "cddp run: %s\n", a->ms.line);
+        return finish(a, 1);
       }
       value = sig == 0 ? event_value(msg) : "lost the watcher";
       break;

@@ -12,14 +12,172 @@
 
 #define SLICE_MS 50 /* how often a blocked bootstrap looks for a later generation */
 
-cddp_result_t cddp__gen_bump(cddp_store_t *s, const char *what, int64_t *gen) {
-  char key[64];
-  CDDP_CHECK(cddp_store_add(s, "elastic/gen", 1, gen));
-  snprintf(key, sizeof key, "elastic/gen/%lld", (long long)*gen);
-  return cddp_store_set(s, key, what, strlen(what));
+static void announce_key(int64_t gen, char *buf, size_t size);
+
+int cddp__members_parse(const char *text, size_t len, cddp__members_t *out) {
+  memset(out, 0, sizeof *out);
+  if (len >= 5 && !strncmp(text, "stop ", 5)) {
+    out->stop = 1;
+    snprintf(out->line, sizeof out->line, "%.*s", (int)(len - 5), text + 5);
+    return 0;
+  }
+  const char *p = text, *end = text + len;
+  while (p < end) {
+    const char *nl = memchr(p, '\n', (size_t)(end - p));
+    size_t l = nl ? (size_t)(nl - p) : (size_t)(end - p);
+    char line[128];
+    if (l == 0 || l >= sizeof line || out->n >= CDDP__MAX_MEMBERS) return -1;
+    memcpy(line, p, l);
+    line[l] = '\0';
+    cddp__member_t *m = &out->m[out->n];
+    int used = 0;
+    if (sscanf(line, "%d %d %63s%n", &m->id, &m->nproc, m->host, &used) != 3 || used != (int)l || m->id < 0 ||
+        m->nproc < 1)
+      return -1;
+    for (int i = 0; i < out->n; i++)
+      if (out->m[i].id == m->id) return -1;
+    out->n++;
+    p += l + (nl != NULL);
+  }
+  return out->n > 0 ? 0 : -1;
 }
 
-cddp_result_t cddp__gen_latest(cddp_store_t *s, int64_t *gen) { return cddp_store_add(s, "elastic/gen", 0, gen); }
+size_t cddp__members_format(const cddp__members_t *m, char *buf, size_t size) {
+  size_t o = 0;
+  if (m->stop) {
+    int n = snprintf(buf, size, "stop %s", m->line);
+    return n > 0 && (size_t)n < size ? (size_t)n : 0;
+  }
+  for (int i = 0; i < m->n; i++) {
+    int n = snprintf(buf + o, size - o, "%s%d %d %s", i ? "\n" : "", m->m[i].id, m->m[i].nproc, m->m[i].host);
+    if (n < 0 || (size_t)n >= size - o) return 0;
+    o += (size_t)n;
+  }
+  return o;
+}
+
+int cddp__members_world(const cddp__members_t *m) {
+  int w = 0;
+  for (int i = 0; i < m->n; i++) w += m->m[i].nproc;
+  return w;
+}
+
+int cddp__members_find(const cddp__members_t *m, int agent_id, int *rank_base, int *world) {
+  int base = 0, at = -1;
+  for (int i = 0; i < m->n; i++) {
+    if (m->m[i].id == agent_id && at < 0) at = i;
+    if (at < 0) base += m->m[i].nproc;
+  }
+  if (rank_base) *rank_base = at < 0 ? -1 : base;
+  if (world) *world = cddp__members_world(m);
+  return at;
+}
+
+cddp_result_t cddp__members_read(cddp_store_t *s, int64_t gen, cddp__members_t *out) {
+  char key[64];
+  snprintf(key, sizeof key, "elastic/members/%lld", (long long)gen);
+  void *v = NULL;
+  size_t len = 0;
+  cddp_result_t r = cddp_store_get(s, key, &v, &len, 0);
+  if (r == CDDP_TIMEOUT) return cddp__fail(CDDP_NOT_FOUND, "no member record %s", key);
+  CDDP_CHECK(r);
+  int bad = cddp__members_parse(v, len, out);
+  free(v);
+  if (bad) return cddp__fail(CDDP_REMOTE, "member record %s is malformed", key);
+  return CDDP_OK;
+}
+
+cddp_result_t cddp__members_write(cddp_store_t *s, int64_t gen, const cddp__members_t *m) {
+  char key[64];
+  static __thread char buf[CDDP__MAX_MEMBERS * 96 + 512];
+  size_t len = cddp__members_format(m, buf, sizeof buf);
+  if (!len) return cddp__fail(CDDP_INTERNAL, "member record of generation %lld too long", (long long)gen);
+  snprintf(key, sizeof key, "elastic/members/%lld", (long long)gen);
+  void *cur = NULL;
+  size_t cl = 0;
+  cddp_result_t r = cddp_store_compare_set(s, key, NULL, 0, buf, len, &cur, &cl);
+  free(cur);
+  return r;
+}
+
+cddp_result_t cddp__gen_latest(cddp_store_t *s, int64_t *gen) {
+  CDDP_CHECK(cddp_store_add(s, "elastic/gen", 0, gen));
+  /* the announcement precedes the counter's bump: count the ones already announced */
+  for (;;) {
+    char key[64];
+    announce_key(*gen + 1, key, sizeof key);
+    const char *k = key;
+    cddp_result_t r = cddp_store_wait(s, &k, 1, 0);
+    if (r == CDDP_TIMEOUT) break;
+    CDDP_CHECK(r);
+    ++*gen;
+  }
+  cddp__clear_error();
+  return CDDP_OK;
+}
+
+#define CLAIM_WAIT_MS 10000 /* a claimer that never announces: give up after this */
+
+cddp_result_t cddp__gen_change(cddp_store_t *s, const char *what, int self_id,
+                               int (*edit)(const cddp__members_t *cur, cddp__members_t *next, void *ctx),
+                               void *ctx, int64_t *gen) {
+  cddp__members_t *cur = malloc(sizeof *cur), *next = malloc(sizeof *next);
+  cddp_result_t r = CDDP_OK;
+  *gen = 0;
+  if (!cur || !next) {
+    r = cddp__fail(CDDP_SYSTEM, "out of memory");
+    goto out;
+  }
+  for (;;) {
+    int64_t g;
+    CDDP_CHECK_GOTO(cddp__gen_latest(s, &g), r, out);
+    r = cddp__members_read(s, g, cur);
+    int have = r == CDDP_OK;
+    if (r != CDDP_OK && r != CDDP_NOT_FOUND) goto out;
+    cddp__clear_error();
+    r = CDDP_OK;
+    if (have && cur->stop) { /* the job is stopping: no more changes */
+      r = cddp__fail(CDDP_ABORTED, "%s", cur->line);
+      goto out;
+    }
+    if (edit) {
+      if (!have) {
+        r = cddp__fail(CDDP_NOT_FOUND, "generation %lld has no member record to change", (long long)g);
+        goto out;
+      }
+      if (edit(cur, next, ctx)) goto out; /* nothing to do any more */
+    } else {
+      *next = *cur;
+    }
+    char key[64], me[160];
+    snprintf(key, sizeof key, "elastic/claim/%lld", (long long)g + 1);
+    int ml = snprintf(me, sizeof me, "%d %.140s", self_id, what); /* unique: what names a pid or node */
+    void *won = NULL;
+    size_t wl = 0;
+    CDDP_CHECK_GOTO(cddp_store_compare_set(s, key, NULL, 0, me, (size_t)ml, &won, &wl), r, out);
+    int mine = wl == (size_t)ml && !memcmp(won, me, wl);
+    free(won);
+    if (!mine) { /* another agent makes generation g+1: build on it */
+      r = cddp__gen_wait_past(s, g, CLAIM_WAIT_MS);
+      if (r != CDDP_OK) goto out;
+      continue;
+    }
+    if (have || edit) CDDP_CHECK_GOTO(cddp__members_write(s, g + 1, next), r, out);
+    announce_key(g + 1, key, sizeof key);
+    CDDP_CHECK_GOTO(cddp_store_set(s, key, what, strlen(what)), r, out);
+    int64_t counter;
+    CDDP_CHECK_GOTO(cddp_store_add(s, "elastic/gen", 1, &counter), r, out);
+    *gen = g + 1;
+    break;
+  }
+out:
+  free(cur), free(next);
+  return r;
+}
+
+cddp_result_t cddp__gen_bump(cddp_store_t *s, const char *what, int64_t *gen) {
+  return cddp__gen_change(s, what, -1, NULL, NULL, gen);
+}
 
 static void announce_key(int64_t gen, char *buf, size_t size) {
   snprintf(buf, size, "elastic/gen/%lld", (long long)gen);
@@ -134,21 +292,54 @@ void cddp__gen_view_disarm(cddp_store_t *view) {
   if (view) V(view)->armed = 0;
 }
 
+/* The place of this worker in generation g by its member record: OK, or NOT_FOUND with
+ * place->gone set (dropped or stopped); no record: the given rank and world stand. */
+static cddp_result_t find_place(cddp_store_t *s, int64_t g, cddp__gen_place_t *p, int *rank, int *world) {
+  if (!p || p->agent_id < 0) return CDDP_OK;
+  cddp__members_t *m = malloc(sizeof *m);
+  if (!m) return cddp__fail(CDDP_SYSTEM, "out of memory");
+  cddp_result_t r = cddp__members_read(s, g, m);
+  if (r == CDDP_NOT_FOUND) {
+    cddp__clear_error();
+    free(m);
+    return CDDP_OK;
+  }
+  if (r == CDDP_OK && m->stop) {
+    p->gone = 2;
+    r = cddp__fail(CDDP_NOT_FOUND, "%s", m->line);
+  } else if (r == CDDP_OK) {
+    int base, w;
+    if (cddp__members_find(m, p->agent_id, &base, &w) < 0) {
+      p->gone = 1;
+      r = cddp__fail(CDDP_NOT_FOUND, "dropped from the job: generation %lld goes on without agent %d (its node was "
+                     "declared lost)", (long long)g, p->agent_id);
+    } else {
+      *rank = base + p->local_rank, *world = w;
+    }
+  }
+  free(m);
+  return r;
+}
+
 cddp_result_t cddp__gen_form(cddp_store_t *s, int rank, int world, int round, const cddp_comm_config_t *cfg,
-                             int64_t min_gen, uint64_t deadline, cddp_comm_t **comm, cddp_store_t **view, int64_t *gen) {
+                             int64_t min_gen, uint64_t deadline, cddp__gen_place_t *place, cddp_comm_t **comm,
+                             cddp_store_t **view, int64_t *gen) {
   *comm = NULL, *view = NULL;
   for (;;) {
     int64_t g;
     CDDP_CHECK(cddp__gen_latest(s, &g));
     if (g < min_gen) g = min_gen;
+    int rk = rank, wd = world;
+    CDDP_CHECK(find_place(s, g, place, &rk, &wd));
     cddp_store_t *v;
     CDDP_CHECK(cddp__gen_view(&v, s, g, deadline));
     cddp_comm_t *c = NULL;
-    cddp_result_t r = cddp_comm_init(&c, v, rank, world, round, cfg);
+    cddp_result_t r = cddp_comm_init(&c, v, rk, wd, round, cfg);
     if (r == CDDP_OK) {
       cddp__gen_view_disarm(v);
       *comm = c, *view = v, *gen = g;
-      CDDP_INFO(CDDP_SUB_ENV, "rank %d: communicator of generation %lld formed", rank, (long long)g);
+      if (place) place->rank = rk, place->world = wd;
+      CDDP_INFO(CDDP_SUB_ENV, "rank %d of %d: communicator of generation %lld formed", rk, wd, (long long)g);
       return CDDP_OK;
     }
     char why[512];
@@ -156,7 +347,7 @@ cddp_result_t cddp__gen_form(cddp_store_t *s, int rank, int world, int round, co
     cddp_store_close(v);
     int64_t now = g;
     if (cddp__gen_latest(s, &now) == CDDP_OK && now > g && cddp__ms_left(deadline) > 0) {
-      CDDP_INFO(CDDP_SUB_ENV, "rank %d: generation %lld abandoned for %lld: %s", rank, (long long)g, (long long)now, why);
+      CDDP_INFO(CDDP_SUB_ENV, "rank %d: generation %lld abandoned for %lld: %s", rk, (long long)g, (long long)now, why);
       continue;
     }
     return cddp__fail(r, "communicator of generation %lld: %s", (long long)g, why);

@@ -9,16 +9,64 @@
 
 /* Keys, relative to the job's "<run_id>/" view:
  *   elastic/gen        add(): the job's latest generation (absent = 0); each replacement of a
- *                      dead worker (--restart-mode replace) adds 1, so it also counts them
- *   elastic/gen/<G>    set once generation G exists: "rank R pid P" of the worker it replaces
+ *                      dead worker and each membership change adds 1
+ *   elastic/restarts   add(): worker replacements so far (--max-restarts counts these only)
+ *   elastic/claim/<G>  compare_set: the agent that makes generation G
+ *   elastic/members/<G> the member agents of generation G (below)
+ *   elastic/gen/<G>    set once generation G exists: "rank R pid P" of the worker it replaces,
+ *                      or "node H (agent A, why)" of the node it lost
+ *   elastic/agents     add(): agent ids (each agent takes one at start)
+ *   elastic/hb/<A>     add(): agent A's heartbeat counter
+ *   elastic/dead/<A>   set by the store when agent A's connection ended without a goodbye
+ *   elastic/left/<A>   agent A left properly (its heartbeats stop; it is not lost)
  *   elastic/g<G>/...   the communicator of generation G (comm/r<round>/... below it)
  * A survivor whose collective failed waits for elastic/gen/<its G + 1>, then builds the
  * communicator of the latest generation; building gives up (ABORTED) the moment a later one
  * is announced, and is retried there, so two failures close together converge on the last. */
 
-/* Agent: announces the next generation for a replacement; *gen = its number. */
+/* ---- membership: elastic/members/<G>, written before elastic/gen/<G> is announced ----
+ * Text, one member agent per line in rank order: "<agent id> <nproc> <host>"; the agent's
+ * global ranks are rank_base .. rank_base + nproc - 1 (rank_base = the nproc before it),
+ * world = the sum. Or, when the job cannot go on: "stop <line>" (every process exits
+ * non-zero with that line). */
+#define CDDP__MAX_MEMBERS 256
+
+typedef struct cddp__member {
+  int id, nproc;
+  char host[64];
+} cddp__member_t;
+
+typedef struct cddp__members {
+  int n;
+  int stop;           /* 1: the job stops; line says why */
+  char line[400];
+  cddp__member_t m[CDDP__MAX_MEMBERS];
+} cddp__members_t;
+
+/* 0, or -1 when the text is malformed (an empty list included). */
+int cddp__members_parse(const char *text, size_t len, cddp__members_t *out);
+/* The record's text into buf (NUL-terminated); its length, or 0 when it does not fit. */
+size_t cddp__members_format(const cddp__members_t *m, char *buf, size_t size);
+/* The member index of agent_id (-1 when absent) and its rank_base, the world size. */
+int cddp__members_find(const cddp__members_t *m, int agent_id, int *rank_base, int *world);
+int cddp__members_world(const cddp__members_t *m);
+/* Reads elastic/members/<gen>: NOT_FOUND when absent, REMOTE when malformed. */
+cddp_result_t cddp__members_read(cddp_store_t *s, int64_t gen, cddp__members_t *out);
+/* Writes elastic/members/<gen> (the first value wins; generation 0 is written by every agent). */
+cddp_result_t cddp__members_write(cddp_store_t *s, int64_t gen, const cddp__members_t *m);
+
+/* Announces the next generation: claims latest+1 (compare_set on elastic/claim/<G>, so
+ * exactly one caller makes each generation), writes its member record, its announcement
+ * text `what`, then bumps elastic/gen. edit builds the next record from the latest one (NULL:
+ * the same members); it returns 1 when no change is needed any more (a peer already made
+ * it), then *gen = 0. A caller that loses the claim waits for the winner's announcement and
+ * tries again on top of it. *gen = the generation announced. */
+cddp_result_t cddp__gen_change(cddp_store_t *s, const char *what, int self_id,
+                               int (*edit)(const cddp__members_t *cur, cddp__members_t *next, void *ctx),
+                               void *ctx, int64_t *gen);
+/* Agent: announces the next generation for a replacement (same members); *gen = its number. */
 cddp_result_t cddp__gen_bump(cddp_store_t *s, const char *what, int64_t *gen);
-/* The latest generation (0 when none was announced). */
+/* The latest announced generation (0 when none was). */
 cddp_result_t cddp__gen_latest(cddp_store_t *s, int64_t *gen);
 /* Blocks until a generation later than gen is announced, at most timeout_ms (TIMEOUT). */
 cddp_result_t cddp__gen_wait_past(cddp_store_t *s, int64_t gen, int timeout_ms);
@@ -33,7 +81,16 @@ void cddp__gen_view_disarm(cddp_store_t *view);
  * generation is announced while it forms, starts over there. Bounded by deadline for the
  * store waits (the transports by cfg's timeout). On OK, *view is the store view *comm was
  * built on (close it after destroying *comm) and *gen its generation. */
+/* place (NULL: rank and world are fixed): with agent_id >= 0, the rank and world of each
+ * generation tried come from its member record (rank_base of the agent + local_rank); on
+ * OK place->rank / world hold them. NOT_FOUND with place->gone = 1 when the agent is not a
+ * member (this worker was dropped), 2 when the record says the job stops. */
+typedef struct cddp__gen_place {
+  int agent_id, local_rank;
+  int rank, world, gone;
+} cddp__gen_place_t;
 cddp_result_t cddp__gen_form(cddp_store_t *s, int rank, int world, int round, const cddp_comm_config_t *cfg,
-                             int64_t min_gen, uint64_t deadline, cddp_comm_t **comm, cddp_store_t **view, int64_t *gen);
+                             int64_t min_gen, uint64_t deadline, cddp__gen_place_t *place, cddp_comm_t **comm,
+                             cddp_store_t **view, int64_t *gen);
 
 #endif /* CDDP_RUN_ELASTIC_H */

@@ -28,7 +28,7 @@ static cddp_result_t get_int(cddp_store_t *s, const char *key, int timeout_ms, i
 static cddp_result_t publish(cddp_store_t *s, int round, int slot, const cddp__rdzv_node_t *n) {
   char key[96], val[256];
   K(key, "rdzv/%d/node/%d", round, slot);
-  int len = K(val, "%s %s %d %d", n->host, n->addr, n->nproc, n->master_port);
+  int len = K(val, "%s %s %d %d %d", n->host, n->addr, n->nproc, n->master_port, n->id);
   return cddp_store_set(s, key, val, (size_t)len);
 }
 
@@ -65,9 +65,10 @@ static cddp_result_t collect(cddp_store_t *s, int round, int n, uint64_t deadlin
     size_t len;
     CDDP_CHECK_GOTO(cddp_store_get(s, keys[i], &v, &len, 0), ret, done);
     cddp__rdzv_node_t *nd = &out->nodes[i];
-    int got = sscanf((char *)v, "%63s %63s %d %d", nd->host, nd->addr, &nd->nproc, &nd->master_port);
+    nd->id = -1;
+    int got = sscanf((char *)v, "%63s %63s %d %d %d", nd->host, nd->addr, &nd->nproc, &nd->master_port, &nd->id);
     free(v);
-    if (got != 4 || nd->nproc < 1) {
+    if (got < 4 || nd->nproc < 1) {
       ret = cddp__fail(CDDP_REMOTE, "rendezvous round %d: node record %s is malformed", round, keys[i]);
       goto done;
     }

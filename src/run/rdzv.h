@@ -10,6 +10,7 @@ typedef struct cddp__rdzv_node {
   char addr[64];    /* address the other nodes reach it at */
   int nproc;        /* workers it starts */
   int master_port;  /* a free port on it (workers' MASTER_PORT when it is node 0) */
+  int id;           /* its agent id (elastic/agents), -1 when it has none */
 } cddp__rdzv_node_t;
 
 typedef struct cddp__rdzv_cfg {

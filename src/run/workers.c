@@ -216,7 +216,7 @@ static cddp__worker_t *by_pid(cddp__workers_t *ws, pid_t pid) {
 
 void cddp__workers_watch(cddp__workers_t *ws, int sig_fd, int event_fd, int (*accept)(const char *, void *),
                          void *ctx) {
-  int nfds = 2 + 2 * ws->n, stopping = 0, nexited = 0, replace_now = 0, first = 1;
+  int nfds = 3 + 2 * ws->n, stopping = 0, nexited = 0, replace_now = 0, wake_now = 0, first = 1;
   uint64_t kill_at = UINT64_MAX, drain_until = UINT64_MAX;
   struct pollfd *pfd = calloc((size_t)nfds, sizeof *pfd);
   if (!pfd) abort();
@@ -228,7 +228,11 @@ void cddp__workers_watch(cddp__workers_t *ws, int sig_fd, int event_fd, int (*ac
     stopping = 1;
     kill_at = cddp__deadline_ms(ws->grace_ms);
   }
-  while (!replace_now) {
+  if (ws->stop_at && ws->termed) { /* a second watch after stop_at: keep its KILL deadline */
+    stopping = 1;
+    kill_at = ws->stop_at + (uint64_t)ws->grace_ms * 1000000ull;
+  }
+  while (!replace_now && !wake_now) {
     int open_fds = 0;
     for (int i = 0; i < ws->n; i++) open_fds += (ws->w[i].fd[0] >= 0) + (ws->w[i].fd[1] >= 0);
     if (nexited == ws->n && (open_fds == 0 || cddp__now_ns() >= drain_until)) break;
@@ -236,13 +240,23 @@ void cddp__workers_watch(cddp__workers_t *ws, int sig_fd, int event_fd, int (*ac
       kill_groups(ws, SIGKILL);
       kill_at = UINT64_MAX;
     }
+    if (ws->stop_at && !ws->termed && cddp__now_ns() >= ws->stop_at) {
+      ws->termed = 1;
+      if (!stopping) {
+        kill_groups(ws, SIGTERM);
+        stopping = 1;
+        kill_at = cddp__deadline_ms(ws->grace_ms);
+      }
+    }
     uint64_t next = CDDP_MIN(kill_at, drain_until);
+    if (ws->stop_at && !ws->termed) next = CDDP_MIN(next, ws->stop_at);
     int timeout = next == UINT64_MAX ? -1 : cddp__ms_left(next);
     if (first) timeout = 0, first = 0; /* children that died while nobody watched: reap them now */
     pfd[0] = (struct pollfd){.fd = sig_fd, .events = POLLIN};
     pfd[1] = (struct pollfd){.fd = event_fd, .events = POLLIN};
     for (int i = 0; i < ws->n; i++)
       for (int s = 0; s < 2; s++) pfd[2 + 2 * i + s] = (struct pollfd){.fd = ws->w[i].fd[s], .events = POLLIN};
+    pfd[nfds - 1] = (struct pollfd){.fd = stopping ? -1 : ws->wake_fd, .events = POLLIN};
     int r = poll(pfd, (nfds_t)nfds, timeout);
     if (r < 0 && errno != EINTR) break;
     for (int i = 0; i < ws->n; i++)
@@ -277,6 +291,10 @@ void cddp__workers_watch(cddp__workers_t *ws, int sig_fd, int event_fd, int (*ac
         }
       }
     }
+    if (!stopping && ws->wake_fd >= 0 && (pfd[nfds - 1].revents & POLLIN)) {
+      ws->outcome = CDDP__OUT_WAKE;
+      wake_now = 1;
+    }
     int st;
     pid_t pid;
     while ((pid = waitpid(-1, &st, WNOHANG)) > 0) {
@@ -293,7 +311,7 @@ void cddp__workers_watch(cddp__workers_t *ws, int sig_fd, int event_fd, int (*ac
         ws->fail_status = st;
         if (ws->keep_going) { /* the others go on; the agent decides about this one */
           ws->fail_index = (int)(w - ws->w);
-          replace_now = 1;
+          replace_now = 1, wake_now = 0;
           break;
         }
         kill_groups(ws, SIGTERM);
@@ -302,7 +320,7 @@ void cddp__workers_watch(cddp__workers_t *ws, int sig_fd, int event_fd, int (*ac
       }
     }
   }
-  for (int i = 0; i < ws->n; i++)
+  for (int i = 0; i < ws->n && !wake_now; i++)
     for (int s = 0; s < 2; s++)
       if (ws->w[i].fd[s] >= 0 && (!replace_now || i == ws->fail_index)) {
         if (replace_now) pump(ws, &ws->w[i], s); /* what the dead one wrote last */

@@ -2,6 +2,7 @@
 #ifndef CDDP_RUN_WORKERS_H
 #define CDDP_RUN_WORKERS_H
 
+#include <stdint.h>
 #include <sys/types.h>
 
 #include "cddp/cddp.h"
@@ -20,7 +21,8 @@ typedef enum cddp__outcome {
   CDDP__OUT_SUCCESS = 0, /* every worker exited 0 */
   CDDP__OUT_FAILED,      /* a worker failed: fail_* say which; the others were stopped */
   CDDP__OUT_SIGNAL,      /* the agent got SIGINT/SIGTERM/SIGHUP: forwarded, workers stopped */
-  CDDP__OUT_EVENT        /* the event fd said something (another node): workers stopped */
+  CDDP__OUT_EVENT,       /* the event fd said something (another node): workers stopped */
+  CDDP__OUT_WAKE         /* wake_fd is readable: returned at once, the workers keep running */
 } cddp__outcome_t;
 
 typedef struct cddp__workers {
@@ -31,6 +33,10 @@ typedef struct cddp__workers {
   int keep_going;   /* a failed worker does not stop the others: watch returns FAILED at once
                        (fail_index says which slot) and the rest keep running */
   int stop_now;     /* watch starts by stopping every worker (TERM, KILL after grace_ms) */
+  int wake_fd;      /* -1, or an fd whose readability makes watch return WAKE (read it) */
+  uint64_t stop_at; /* 0, or a monotonic time (ns) at which the workers are stopped (TERM,
+                       KILL after grace_ms) if they have not all exited by themselves */
+  int termed;       /* stop_at's TERM was sent */
   /* results of cddp__workers_watch */
   cddp__outcome_t outcome;
   int fail_rank, fail_status, fail_index;

@@ -1,6 +1,8 @@
 /* train_recover.c - in-place recovery of `cddp train` (cddp run --restart-mode replace): after a
  * peer died the survivors re-form the communicator with its replacement, the state of the rank
  * that got furthest is broadcast to everyone, and the interrupted step is redone. */
+#include <dirent.h>
+#include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,23 +13,47 @@
 #include "common/log.h"
 #include "train/trainer.h"
 
-/* Keeps the lines of steps <= step in this rank's own sample log (the replacement owns the
- * dead rank's file: same rank), so the logs list the samples of committed steps exactly once. */
-static cddp_result_t trim_own_log(trainer_t *t, int64_t step) {
-  if (!t->sample_log) return CDDP_OK;
+/* Cuts every sample log of the run (this world's, a dead rank's, a rank number that no longer
+ * exists after the world shrank) back to the committed steps. Each is rewritten through a
+ * rename, so a dropped worker that still holds its old file open writes into a file nobody
+ * sees. Rank 0 does it between two barriers of the sync; then every rank appends to its own. */
+static cddp_result_t trim_all_logs(const trainer_t *t, int64_t step) {
+  char dir[600], path[900];
+  snprintf(dir, sizeof dir, "%s/samples", t->run_dir);
+  DIR *d = opendir(dir);
+  if (!d) return errno == ENOENT ? CDDP_OK : cddp__fail_errno(CDDP_SYSTEM, "cannot read %s", dir);
+  cddp_result_t r = CDDP_OK;
+  struct dirent *e;
+  while (r == CDDP_OK && (e = readdir(d))) {
+    int n = 0;
+    if (sscanf(e->d_name, "rank%*d.txt%n", &n) != 0 || n == 0 || e->d_name[n]) continue;
+    snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+    r = cddp__train_trim_sample_log(path, step);
+    if (r == CDDP_NOT_FOUND) r = CDDP_OK;
+  }
+  closedir(d);
+  return r;
+}
+
+static cddp_result_t reopen_logs(trainer_t *t) {
+  if (!t->cfg.sample_log) return CDDP_OK;
+  if (t->sample_log) fclose(t->sample_log);
+  t->sample_log = NULL;
+  cddp_result_t r = t->rank == 0 ? trim_all_logs(t, t->step) : CDDP_OK;
+  int64_t bad = r != CDDP_OK;
+  char why[512];
+  snprintf(why, sizeof why, "%s", bad ? cddp_last_error() : "");
+  CDDP_CHECK(cddp_allreduce(t->w.comm, &bad, &bad, 1, CDDP_I64, CDDP_MAX)); /* no rank appends before the trim */
+  if (bad) return cddp__fail(CDDP_SYSTEM, "rank 0 could not cut the sample logs back: %s", t->rank == 0 ? why : "see its log");
   char path[700];
   snprintf(path, sizeof path, "%s/samples/rank%d.txt", t->run_dir, t->rank);
-  fclose(t->sample_log);
-  t->sample_log = NULL;
-  cddp_result_t r = cddp__train_trim_sample_log(path, step);
-  if (r != CDDP_OK && r != CDDP_NOT_FOUND) return r;
   if (!(t->sample_log = fopen(path, "a"))) return cddp__fail_errno(CDDP_SYSTEM, "cannot open sample log %s", path);
   return CDDP_OK;
 }
 
 /* Every rank reports (has state, step, config hash, ms since its failure); the lowest rank
  * holding the highest step sends params, optimizer moments and counters, sampler position. */
-static cddp_result_t sync_state(trainer_t *t, uint64_t t_fail) {
+static cddp_result_t sync_state(trainer_t *t, uint64_t t_fail, int old_world, int old_accum) {
   int64_t mine[4] = {t->has_state, t->has_state ? t->step : -1, (int64_t)cddp_config_hash(&t->cfg),
                      t_fail ? (int64_t)((cddp__now_ns() - t_fail) / 1000000) : 0};
   int64_t *all = calloc((size_t)t->world * 4, sizeof *all);
@@ -57,7 +83,7 @@ static cddp_result_t sync_state(trainer_t *t, uint64_t t_fail) {
   t->step = (int64_t)hdr[0];
   t->opt.t = (int64_t)hdr[1];
   CDDP_CHECK(cddp_sampler_restore(&t->sampler, hdr[2], hdr[3]));
-  CDDP_CHECK(trim_own_log(t, t->step));
+  CDDP_CHECK(reopen_logs(t));
   t->has_state = 1;
   t->recoveries++;
   if (t->rank == 0) {
@@ -71,10 +97,14 @@ static cddp_result_t sync_state(trainer_t *t, uint64_t t_fail) {
     char mine0[64];
     if (before < 0) snprintf(mine0, sizeof mine0, "rank 0 is the replacement");
     else snprintf(mine0, sizeof mine0, "rank 0 had committed step %" PRId64, before);
+    char resized[160] = "";
+    if (old_world != t->world)
+      snprintf(resized, sizeof resized, ", world %d -> %d (accumulation %d -> %d, global batch %d kept)", old_world,
+               t->world, old_accum, t->accum, t->cfg.global_batch);
     fprintf(stderr,
-            "cddp train: recovered from the loss of %s in %" PRId64 " ms: generation %d, state from rank %d, step %" PRId64
+            "cddp train: recovered from the loss of %s in %" PRId64 " ms: generation %d%s, state from rank %d, step %" PRId64
             " redone (%s)\n",
-            who, ms, cddp_world_generation(&t->w), src, t->step + 1, mine0);
+            who, ms, cddp_world_generation(&t->w), resized, src, t->step + 1, mine0);
   }
   return CDDP_OK;
 }
@@ -82,6 +112,30 @@ static cddp_result_t sync_state(trainer_t *t, uint64_t t_fail) {
 int cddp__train_recoverable(const trainer_t *t, cddp_result_t r) {
   return cddp_world_can_recover(&t->w) && !cddp__train_stop &&
          (r == CDDP_REMOTE || r == CDDP_TIMEOUT || r == CDDP_ABORTED);
+}
+
+/* The world after a membership change: new rank and size, accumulation steps re-derived so
+ * the global batch stays, rank 0's metrics file. A batch the new world cannot split stops
+ * the job (elastic/stop tells the agents not to replace anyone). */
+static cddp_result_t adopt_world(trainer_t *t) {
+  int old_rank = t->rank;
+  t->rank = t->w.rank, t->world = t->w.world;
+  if (cddp__train_batch_split(t) != CDDP_OK) {
+    char line[600];
+    snprintf(line, sizeof line, "job stopped: the world shrank to %d ranks: %s", t->world, cddp_last_error());
+    (void)cddp_store_set(t->w.store, "elastic/stop", line, strlen(line));
+    t->w.gone = 2;
+    return cddp__fail(CDDP_INVALID_ARG, "%s", line);
+  }
+  if (t->accum > 1 && !t->scratch && !(t->scratch = aligned_alloc(64, (t->n_params * sizeof(float) + 63) / 64 * 64)))
+    return cddp__fail(CDDP_SYSTEM, "out of memory");
+  if (t->rank == 0 && old_rank != 0) { /* rank 0 writes the metrics from now on */
+    char path[700];
+    snprintf(path, sizeof path, "%s/metrics.jsonl", t->run_dir);
+    cddp_metrics_close(&t->metrics);
+    CDDP_CHECK(cddp_metrics_open(&t->metrics, path, 1, t->cfg.log_every));
+  }
+  return CDDP_OK;
 }
 
 cddp_result_t cddp__train_recover(trainer_t *t, uint64_t t_fail) {
@@ -94,11 +148,13 @@ cddp_result_t cddp__train_recover(trainer_t *t, uint64_t t_fail) {
     cddp_comm_abort(t->w.comm); /* ends the buckets still in flight */
     cddp_ddp_destroy(t->ddp);
     t->ddp = NULL, t->grads = NULL;
+    int old_world = t->world, old_accum = t->accum;
     r = cddp_world_recover(&t->w);
     if (r != CDDP_OK) break;
+    if ((r = adopt_world(t)) != CDDP_OK) break;
     r = cddp__train_make_ddp(t);
     if (r == CDDP_OK && kept) memcpy(cddp_ddp_residual(t->ddp), kept, t->n_params * sizeof *kept);
-    if (r == CDDP_OK) r = sync_state(t, t_fail);
+    if (r == CDDP_OK) r = sync_state(t, t_fail, old_world, old_accum);
     if (r == CDDP_OK || !cddp__train_recoverable(t, r)) break;
     CDDP_INFO(CDDP_SUB_TRAIN, "recovery interrupted (%s): again", cddp_last_error());
   }
@@ -107,7 +163,7 @@ cddp_result_t cddp__train_recover(trainer_t *t, uint64_t t_fail) {
 }
 
 cddp_result_t cddp__train_join_as_replacement(trainer_t *t) {
-  cddp_result_t r = sync_state(t, 0);
+  cddp_result_t r = sync_state(t, 0, t->world, t->accum);
   if (r != CDDP_OK && cddp__train_recoverable(t, r)) r = cddp__train_recover(t, 0);
   return r;
 }

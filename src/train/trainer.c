@@ -183,6 +183,11 @@ static int run_loop(trainer_t *t) {
       CDDP_INFO(CDDP_SUB_TRAIN, "step %" PRId64 " failed (%s): recovering in place", t->step + 1, why);
       if (cddp__train_recover(t, t_fail) == CDDP_OK) continue; /* redo the interrupted step */
       cddp_metrics_break_line(&t->metrics);
+      if (t->w.gone) { /* dropped, or the job stops: the one line that says why */
+        if (t->w.gone == 1) fprintf(stderr, "cddp train: rank %d: %s\n", t->rank, cddp_last_error());
+        else fprintf(stderr, "cddp train: %s\n", cddp_last_error());
+        return 1;
+      }
       fprintf(stderr, "cddp train: rank %d: step %" PRId64 ": %s; in-place recovery failed: %s\n", t->rank,
               t->step + 1, why, cddp_last_error());
       return 1;
@@ -207,7 +212,8 @@ static int run_loop(trainer_t *t) {
     while (er != CDDP_OK && cddp__train_recoverable(t, er) && (er = cddp__train_recover(t, cddp__now_ns())) == CDDP_OK)
       er = evaluate(t, epoch_before); /* every survivor failed in it: all redo it */
     if (er != CDDP_OK) {
-      fprintf(stderr, "cddp train: rank %d: evaluation: %s\n", t->rank, cddp_last_error());
+      if (t->w.gone) fprintf(stderr, "cddp train: %s\n", cddp_last_error());
+      else fprintf(stderr, "cddp train: rank %d: evaluation: %s\n", t->rank, cddp_last_error());
       return 1;
     }
   }

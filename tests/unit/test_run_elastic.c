@@ -94,6 +94,7 @@ typedef struct rank {
   cddp_result_t rc;
   cddp_comm_t *comm;
   cddp_store_t *view;
+  cddp__gen_place_t *place;
   double sum;
 } rank_t;
 
@@ -103,7 +104,7 @@ static void *form_main(void *arg) {
   cddp_comm_config_default(&cfg);
   cfg.transport = "shm";
   cfg.timeout_ms = 20000;
-  r->rc = cddp__gen_form(r->s, r->rank, r->world, 0, &cfg, r->min_gen, cddp__deadline_ms(r->deadline_ms), &r->comm,
+  r->rc = cddp__gen_form(r->s, r->rank, r->world, 0, &cfg, r->min_gen, cddp__deadline_ms(r->deadline_ms), r->place, &r->comm,
                          &r->view, &r->gen);
   if (r->rc != CDDP_OK) return NULL;
   double x = r->rank + 1;
@@ -148,5 +149,117 @@ TEST(gen_form_is_bounded) {
   CHECK_RESULT(r.rc, CDDP_TIMEOUT);
   CHECK(strstr(cddp_last_error(), "generation 0") != NULL);
   CHECK(ms_since(t0) < 3000);
+  cddp_store_close(s);
+}
+
+/* The member record: text in, ranks out (rank_base = the nproc before the agent). */
+TEST(members_parse_format_and_rank_derivation) {
+  cddp__members_t m, back;
+  const char *t = "0 1 hostA\n2 2 hostB\n5 1 hostC";
+  CHECK_EQ(cddp__members_parse(t, strlen(t), &m), 0);
+  CHECK_EQ(m.n, 3);
+  int base = -9, world = -9;
+  CHECK_EQ(cddp__members_find(&m, 0, &base, &world), 0);
+  CHECK_EQ(base, 0);
+  CHECK_EQ(world, 4);
+  CHECK_EQ(cddp__members_find(&m, 2, &base, NULL), 1);
+  CHECK_EQ(base, 1);
+  CHECK_EQ(cddp__members_find(&m, 5, &base, NULL), 2);
+  CHECK_EQ(base, 3);
+  CHECK_EQ(cddp__members_find(&m, 1, &base, NULL), -1); /* not a member: dropped */
+  CHECK_EQ(base, -1);
+  char buf[256];
+  size_t len = cddp__members_format(&m, buf, sizeof buf);
+  CHECK(len == strlen(t) && !memcmp(buf, t, len));
+  char small[10];
+  CHECK_EQ(cddp__members_format(&m, small, sizeof small), 0); /* does not fit */
+  CHECK_EQ(cddp__members_parse(buf, len, &back), 0);
+  CHECK(!strcmp(back.m[1].host, "hostB") && back.m[1].nproc == 2);
+  const char *stop = "stop job stopped: 1 of at least 2 nodes left";
+  CHECK_EQ(cddp__members_parse(stop, strlen(stop), &m), 0);
+  CHECK(m.stop && !strcmp(m.line, "job stopped: 1 of at least 2 nodes left"));
+  const char *bad[] = {"", "0 0 a", "x 1 a", "0 1 a\n0 1 b", "0 1", "0 1 a\n\n1 1 b", "-1 1 a", "0 1 a b"};
+  for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) CHECK_EQ(cddp__members_parse(bad[i], strlen(bad[i]), &m), -1);
+}
+
+typedef struct dropper {
+  cddp_store_t *s;
+  int self;
+  int64_t gen;
+  cddp_result_t rc;
+} dropper_t;
+
+static int drop_one(const cddp__members_t *cur, cddp__members_t *next, void *ctx) {
+  (void)ctx;
+  if (cddp__members_find(cur, 1, NULL, NULL) < 0) return 1; /* a peer did it */
+  *next = *cur;
+  next->n = 0;
+  for (int i = 0; i < cur->n; i++)
+    if (cur->m[i].id != 1) next->m[next->n++] = cur->m[i];
+  return 0;
+}
+
+static void *drop_main(void *arg) {
+  dropper_t *d = arg;
+  d->rc = cddp__gen_change(d->s, "node h (agent 1, test)", d->self, drop_one, NULL, &d->gen);
+  return NULL;
+}
+
+/* Two survivors see the same loss at once: exactly one makes the new generation. */
+TEST(gen_change_makes_each_change_once) {
+  cddp_store_t *s;
+  CHECK_OK(cddp_store_mem_create(&s));
+  cddp__members_t m = {.n = 3};
+  for (int i = 0; i < 3; i++) m.m[i] = (cddp__member_t){.id = i, .nproc = 1, .host = "h"};
+  CHECK_OK(cddp__members_write(s, 0, &m));
+  dropper_t d[2] = {{s, 0, -1, CDDP_OK}, {s, 2, -1, CDDP_OK}};
+  pthread_t th[2];
+  for (int i = 0; i < 2; i++) pthread_create(&th[i], NULL, drop_main, &d[i]);
+  for (int i = 0; i < 2; i++) pthread_join(th[i], NULL);
+  CHECK_OK(d[0].rc);
+  CHECK_OK(d[1].rc);
+  CHECK_EQ(d[0].gen + d[1].gen, 1); /* one made generation 1, the other had nothing to do */
+  int64_t g;
+  CHECK_OK(cddp__gen_latest(s, &g));
+  CHECK_EQ(g, 1);
+  cddp__members_t now;
+  CHECK_OK(cddp__members_read(s, 1, &now));
+  int base, world;
+  CHECK_EQ(cddp__members_find(&now, 2, &base, &world), 1);
+  CHECK_EQ(base, 1);
+  CHECK_EQ(world, 2);
+  /* a replacement (no edit) copies the members into its generation */
+  CHECK_OK(cddp__gen_bump(s, "rank 1 pid 9", &g));
+  CHECK_EQ(g, 2);
+  CHECK_OK(cddp__members_read(s, 2, &now));
+  CHECK_EQ(now.n, 2);
+  cddp_store_close(s);
+}
+
+/* A worker whose agent is not in the generation's record is told at once that it was
+ * dropped; a stop record ends it with the record's line. */
+TEST(gen_form_drops_a_worker_whose_agent_is_gone) {
+  cddp_store_t *s;
+  CHECK_OK(cddp_store_mem_create(&s));
+  cddp__members_t m = {.n = 2};
+  for (int i = 0; i < 2; i++) m.m[i] = (cddp__member_t){.id = i, .nproc = 1, .host = "h"};
+  CHECK_OK(cddp__members_write(s, 0, &m));
+  cddp__gen_place_t place = {.agent_id = 7, .local_rank = 0};
+  rank_t r = {.s = s, .rank = 0, .world = 2, .deadline_ms = 5000, .place = &place};
+  uint64_t t0 = cddp__now_ns();
+  form_main(&r);
+  CHECK_RESULT(r.rc, CDDP_NOT_FOUND);
+  CHECK_EQ(place.gone, 1);
+  CHECK(strstr(cddp_last_error(), "dropped") != NULL);
+  CHECK(ms_since(t0) < 1000);
+  cddp__members_t stop = {.stop = 1};
+  snprintf(stop.line, sizeof stop.line, "job stopped: test");
+  CHECK_OK(cddp__members_write(s, 1, &stop));
+  CHECK_OK(cddp_store_set(s, "elastic/gen/1", "x", 1));
+  place = (cddp__gen_place_t){.agent_id = 0};
+  form_main(&r);
+  CHECK_RESULT(r.rc, CDDP_NOT_FOUND);
+  CHECK_EQ(place.gone, 2);
+  CHECK(!strcmp(cddp_last_error(), "job stopped: test"));
   cddp_store_close(s);
 }

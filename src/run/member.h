@@ -1,0 +1,56 @@
+/* member.h - an agent's watch over the other member agents of its job: its own heartbeat, a
+ * will that marks it dead the moment its connection drops, and the detection of peers that
+ * crashed (their will fired) or went silent (no heartbeat within the timeout). */
+#ifndef CDDP_RUN_MEMBER_H
+#define CDDP_RUN_MEMBER_H
+
+#include <stdint.h>
+
+#include "run/elastic.h"
+#include "run/rdzv.h"
+
+typedef struct cddp__monitor cddp__monitor_t;
+
+/* Connects to the store at host:port (own connection, own thread), registers the will
+ * "<run_id>/elastic/dead/<self_id>" and starts beating elastic/hb/<self_id> every hb_ms.
+ * It reports on notify_fd, one line per event (each write is atomic):
+ *   "lost <id> <why>"   a watched member's will fired, or its heartbeat stood still for
+ *                       timeout_ms (why says which)
+ *   "gen <G>"           generation G was announced (a later one than watched)
+ *   "stop"              elastic/stop was set (a worker asked the job to stop)
+ * A member is reported lost once per cddp__monitor_watch. */
+cddp_result_t cddp__monitor_start(cddp__monitor_t **out, const char *host, int port, const char *token,
+                                  const char *run_id, int self_id, int hb_ms, int timeout_ms, int notify_fd);
+/* The members to watch (self is skipped) as of generation gen. */
+void cddp__monitor_watch(cddp__monitor_t *m, const cddp__members_t *members, int64_t gen);
+/* Stops the thread; goodbye = 1 marks elastic/left/<self> and closes with a goodbye (the
+ * will is dropped); 0 leaves the connection to die with the process. NULL is a no-op. */
+void cddp__monitor_stop(cddp__monitor_t *m, int goodbye);
+
+#endif /* CDDP_RUN_MEMBER_H */
+
+/* ---- the agent's side of membership changes ---- */
+typedef struct cddp__membership {
+  cddp_store_t *store;  /* the agent's "<run_id>/" view */
+  int self, min_nodes, round;
+  char host[64];
+  cddp__members_t cur;  /* the members of generation gen */
+  int64_t gen;
+  cddp__monitor_t *mon;
+  int pipe[2];          /* the monitor's reports */
+  int ending;           /* 0 running; 1 this node was dropped; 2 the job stops */
+  char line[512];       /* why, one line (printed by the agent at exit) */
+} cddp__membership_t;
+
+/* Generation 0's members are the round's nodes in node-rank order (every agent writes the
+ * same record; the first write wins); then adopts the latest generation. */
+cddp_result_t cddp__membership_begin(cddp__membership_t *ms, const cddp__rdzv_node_t *nodes, int n);
+/* Handles what the monitor reported (call when ms->pipe[0] is readable): a lost member is
+ * proposed away (exactly one agent makes the new generation and logs its line; below
+ * min_nodes the generation says the job stops), a new generation is adopted. */
+void cddp__membership_events(cddp__membership_t *ms);
+/* Adopts the latest generation: its members, or ending when it drops this node or stops. */
+void cddp__membership_refresh(cddp__membership_t *ms);
+/* This node's workers all succeeded (mark = 1), or the members changed (mark = 0): when every
+ * current member's workers succeeded, posts the round's "done". */
+void cddp__membership_done(cddp__membership_t *ms, int mark);
