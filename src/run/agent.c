@@ -362,7 +362,8 @@ static int finish(agent_t *a, int code) {
   if (a->rz.nodes && a->elastic && a->ms.ending == 1) { /* dropped: not counted out of the round */
     cddp__rdzv_release(&a->rz);
   } else if (a->rz.nodes) {
-    cddp__rdzv_exit(a->store, &a->rz, a->server != NULL, a->o->grace_ms);
+    if (a->elastic) a->rz.nnodes = a->ms.cur.n; /* count out the nodes still in the job */
+    cddp__rdzv_exit(a->store, &a->rz, a->server != NULL && !(a->elastic && a->ms.ending), a->o->grace_ms);
     cddp__rdzv_release(&a->rz);
   }
   /* the watcher may still be blocked on the connection: leave it to process exit */
