@@ -19,9 +19,9 @@ static inline float cddp__bf16_to_f32(uint16_t h) {
 static inline uint16_t cddp__f32_to_bf16(float f) {
   uint32_t u;
   memcpy(&u, &f, 4);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40); /* quiet NaN */
-  u += 0x7fffu + ((u >> 16) & 1u); /* round to nearest, ties to even */
-  return (uint16_t)(u >> 16);
+  uint32_t nan = (u >> 16) | 0x40;                       /* quiet NaN */
+  uint32_t rne = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16; /* round to nearest, ties to even */
+  return (uint16_t)((u & 0x7fffffffu) > 0x7f800000u ? nan : rne); /* a select, no branch */
 }
 
 /* IEEE half <-> float, portable and exact: every half widens exactly; floats round to
