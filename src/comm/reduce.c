@@ -2,7 +2,8 @@
 #include <stdint.h>
 #include <string.h>
 
-#if defined(__x86_64__) || defined(__i386__)
+/* F16C conversions on x86 (checked at run time); -DCDDP_NO_F16C builds the portable path only. */
+#if (defined(__x86_64__) || defined(__i386__)) && !defined(CDDP_NO_F16C)
 #include <immintrin.h>
 #define HAVE_X86 1
 #else
@@ -200,16 +201,15 @@ void cddp__reduce_n(void *dst, const void *const *srcs, int nsrc, size_t n, cddp
     if (d == b && disjoint(d, a, bytes)) return sum2_f32_into(d, a, n, sc);
     if (disjoint(d, a, bytes) && disjoint(d, b, bytes)) return sum2_f32(d, a, b, n, sc);
   }
-  if (nsrc == 2 && dt == CDDP_F16 && (op == CDDP_SUM || op == CDDP_AVG)) {
+#if HAVE_X86
+  if (nsrc == 2 && dt == CDDP_F16 && (op == CDDP_SUM || op == CDDP_AVG) && cddp__f16_hw()) {
     const uint16_t *a = srcs[0], *b = srcs[1];
     uint16_t *d = dst;
-    float sc = op == CDDP_AVG ? (float)scale : 1.0f;
     size_t bytes = n * sizeof(uint16_t);
-    int da = disjoint(d, a, bytes), db = disjoint(d, b, bytes);
-#if HAVE_X86
-    if ((d == a || da) && (d == b || db) && cddp__f16_hw()) return sum2_f16_hw(d, a, b, n, sc);
-#endif
+    if ((d == a || disjoint(d, a, bytes)) && (d == b || disjoint(d, b, bytes)))
+      return sum2_f16_hw(d, a, b, n, op == CDDP_AVG ? (float)scale : 1.0f);
   }
+#endif
   switch (dt) {
     case CDDP_F32: kernel_f32(dst, srcs, nsrc, n, op, scale); break;
     case CDDP_F64: kernel_f64(dst, srcs, nsrc, n, op, scale); break;
