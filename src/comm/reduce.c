@@ -2,6 +2,14 @@
 #include <stdint.h>
 #include <string.h>
 
+/* F16C conversions on x86 (checked at run time); -DCDDP_NO_F16C builds the portable path only. */
+#if (defined(__x86_64__) || defined(__i386__)) && !defined(CDDP_NO_F16C)
+#include <immintrin.h>
+#define HAVE_X86 1
+#else
+#define HAVE_X86 0
+#endif
+
 #include "comm/reduce.h"
 
 /* ifunc resolvers run before the sanitizer runtimes start, which crashes them: no clones there. */
@@ -47,6 +55,97 @@
 DEFINE_KERNEL(kernel_f32, float, float, ID, ID)
 DEFINE_KERNEL(kernel_f64, double, double, ID, ID)
 DEFINE_KERNEL(kernel_bf16, uint16_t, float, cddp__bf16_to_f32, cddp__f32_to_bf16)
+
+/* IEEE half: convert a block to f32 (F16C where present: vcvtph2ps/vcvtps2ph round to
+ * nearest even, keep subnormals and NaN exactly as the scalar converters do), reduce in f32
+ * with the same loops as every other float type, round once on the way out. */
+#if HAVE_X86
+__attribute__((target("avx,f16c"))) static void f16_load_hw(float *d, const uint16_t *s, size_t n) {
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(d + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(s + i))));
+  for (; i < n; i++) d[i] = cddp__f16_to_f32(s[i]);
+}
+
+__attribute__((target("avx,f16c"))) static void f16_store_hw(uint16_t *d, const float *s, size_t n) {
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    _mm_storeu_si128((__m128i *)(d + i), _mm256_cvtps_ph(_mm256_loadu_ps(s + i), _MM_FROUND_TO_NEAREST_INT));
+  for (; i < n; i++) d[i] = cddp__f32_to_f16(s[i]);
+}
+
+int cddp__f16_hw(void) { return __builtin_cpu_supports("f16c") && __builtin_cpu_supports("avx"); }
+#else
+int cddp__f16_hw(void) { return 0; }
+#endif
+
+void cddp__f16_to_f32_n(float *dst, const uint16_t *src, size_t n) {
+#if HAVE_X86
+  if (cddp__f16_hw()) return f16_load_hw(dst, src, n);
+#endif
+  for (size_t i = 0; i < n; i++) dst[i] = cddp__f16_to_f32(src[i]);
+}
+
+void cddp__f32_to_f16_n(uint16_t *dst, const float *src, size_t n) {
+#if HAVE_X86
+  if (cddp__f16_hw()) return f16_store_hw(dst, src, n);
+#endif
+  for (size_t i = 0; i < n; i++) dst[i] = cddp__f32_to_f16(src[i]);
+}
+
+/* The hot half-precision case, two inputs summed (or averaged) in one pass: the same bits as
+ * the block kernels (widen both, add in f32, scale, round once). Each 8 elements are read
+ * before they are written, so dst may be a or b exactly (not a shifted overlap). */
+#if HAVE_X86
+__attribute__((target("avx,f16c"))) static void sum2_f16_hw(uint16_t *d, const uint16_t *a, const uint16_t *b,
+                                                            size_t n, float scale) {
+  const __m256 s = _mm256_set1_ps(scale);
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    __m256 x = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(a + i)));
+    __m256 y = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(b + i)));
+    __m256 r = _mm256_add_ps(x, y);
+    if (scale != 1.0f) r = _mm256_mul_ps(r, s);
+    _mm_storeu_si128((__m128i *)(d + i), _mm256_cvtps_ph(r, _MM_FROUND_TO_NEAREST_INT));
+  }
+  for (; i < n; i++) {
+    float r = cddp__f16_to_f32(a[i]) + cddp__f16_to_f32(b[i]);
+    if (scale != 1.0f) r *= scale;
+    d[i] = cddp__f32_to_f16(r);
+  }
+}
+#endif
+
+/* acc[i] = acc[i] op x[i], the inner step of DEFINE_KERNEL for the f16 kernel. */
+CLONES static void combine_f32(float *restrict acc, const float *restrict x, size_t m, cddp_redop_t op) {
+  switch (op) {
+    case CDDP_MAX:
+      for (size_t i = 0; i < m; i++) acc[i] = acc[i] < x[i] ? x[i] : acc[i];
+      break;
+    case CDDP_MIN:
+      for (size_t i = 0; i < m; i++) acc[i] = acc[i] > x[i] ? x[i] : acc[i];
+      break;
+    default:
+      for (size_t i = 0; i < m; i++) acc[i] += x[i];
+  }
+}
+
+static void kernel_f16(void *dst_, const void *const *srcs, int nsrc, size_t n, cddp_redop_t op, double scale_) {
+  uint16_t *dst = dst_;
+  const float scale = (float)scale_;
+  enum { B = 1024 };
+  float acc[B], x[B];
+  for (size_t b0 = 0; b0 < n; b0 += B) {
+    size_t m = n - b0 < B ? n - b0 : B;
+    cddp__f16_to_f32_n(acc, (const uint16_t *)srcs[0] + b0, m);
+    for (int k = 1; k < nsrc; k++) {
+      cddp__f16_to_f32_n(x, (const uint16_t *)srcs[k] + b0, m);
+      combine_f32(acc, x, m, op);
+    }
+    if (op == CDDP_AVG && scale != 1.0f)
+      for (size_t i = 0; i < m; i++) acc[i] *= scale;
+    cddp__f32_to_f16_n(dst + b0, acc, m);
+  }
+}
 
 /* Integers: AVG truncates toward zero, so it is applied through double. */
 #define DEFINE_INT_KERNEL(NAME, T)                                                             \
@@ -102,10 +201,20 @@ void cddp__reduce_n(void *dst, const void *const *srcs, int nsrc, size_t n, cddp
     if (d == b && disjoint(d, a, bytes)) return sum2_f32_into(d, a, n, sc);
     if (disjoint(d, a, bytes) && disjoint(d, b, bytes)) return sum2_f32(d, a, b, n, sc);
   }
+#if HAVE_X86
+  if (nsrc == 2 && dt == CDDP_F16 && (op == CDDP_SUM || op == CDDP_AVG) && cddp__f16_hw()) {
+    const uint16_t *a = srcs[0], *b = srcs[1];
+    uint16_t *d = dst;
+    size_t bytes = n * sizeof(uint16_t);
+    if ((d == a || disjoint(d, a, bytes)) && (d == b || disjoint(d, b, bytes)))
+      return sum2_f16_hw(d, a, b, n, op == CDDP_AVG ? (float)scale : 1.0f);
+  }
+#endif
   switch (dt) {
     case CDDP_F32: kernel_f32(dst, srcs, nsrc, n, op, scale); break;
     case CDDP_F64: kernel_f64(dst, srcs, nsrc, n, op, scale); break;
     case CDDP_BF16: kernel_bf16(dst, srcs, nsrc, n, op, scale); break;
+    case CDDP_F16: kernel_f16(dst, srcs, nsrc, n, op, scale); break;
     case CDDP_I32: kernel_i32(dst, srcs, nsrc, n, op, scale); break;
     case CDDP_I64: kernel_i64(dst, srcs, nsrc, n, op, scale); break;
     default: break;
@@ -124,12 +233,12 @@ void cddp__scale(void *buf, size_t n, cddp_dtype_t dt, double scale) {
 }
 
 size_t cddp_dtype_size(cddp_dtype_t dt) {
-  static const size_t sizes[CDDP_DTYPE_COUNT] = {4, 8, 2, 4, 8};
+  static const size_t sizes[CDDP_DTYPE_COUNT] = {4, 8, 2, 4, 8, 2};
   return (unsigned)dt < CDDP_DTYPE_COUNT ? sizes[dt] : 0;
 }
 
 const char *cddp_dtype_name(cddp_dtype_t dt) {
-  static const char *names[CDDP_DTYPE_COUNT] = {"f32", "f64", "bf16", "i32", "i64"};
+  static const char *names[CDDP_DTYPE_COUNT] = {"f32", "f64", "bf16", "i32", "i64", "f16"};
   return (unsigned)dt < CDDP_DTYPE_COUNT ? names[dt] : "?";
 }
 
