@@ -32,6 +32,8 @@
   X(SPIN_US, "CDDP_SPIN_US", "20", "busy-wait this long before sleeping on a futex")           \
   X(RECOVER_TIMEOUT_MS, "CDDP_RECOVER_TIMEOUT_MS", "30000",                                   \
     "restart mode replace: how long survivors wait for the job to re-form after a failure, ms") \
+  X(DATA_CACHE, "CDDP_DATA_CACHE", "",                                                         \
+    "directory of decompressed data sets mapped by later loads; empty = $TMPDIR/cddp-cache-<uid>, off = none") \
   X(STORE_TIMEOUT_MS, "CDDP_STORE_TIMEOUT_MS", "300000", "default bound on a store client call, ms") \
   X(TOKEN, "CDDP_TOKEN", "", "job token for the store's challenge-response (never sent on the wire)") \
   X(TOKEN_FILE, "CDDP_TOKEN_FILE", "", "file holding the job token (used when CDDP_TOKEN is unset)")
