@@ -38,7 +38,8 @@ worker_pid() {
 alive() { local p; for p in "$@"; do kill -0 "$p" 2>/dev/null && return 0; done; return 1; }
 
 # ---- the plan: run I = "NODES K KILL..." with KILL = kind:rank:step:delay_ms. kind worker: wait
-# for the run's metrics to reach step, then delay, then SIGKILL that rank's worker; burst: no
+# for the run's metrics to reach step, then delay, then SIGKILL that rank's worker; ckpt: past
+# step, SIGKILL rank 0 as soon as it is writing a checkpoint (a .tmp-step-* exists); burst: no
 # wait for a step, delay after the previous kill (it lands in that kill's recovery); agent: the
 # hook for agent deaths (see AGENT_KILLS).
 # rnd N: X = a number in 0..N-1 from the seeded stream (a 64-bit LCG's high bits; bash's own
@@ -46,13 +47,14 @@ alive() { local p; for p in "$@"; do kill -0 "$p" 2>/dev/null && return 0; done;
 R=$SEED
 rnd() { R=$((R * 6364136223846793005 + 1442695040888963407)); X=$(((R >> 33 & 0x7fffffff) % $1)); }
 WHOLE_JOB_KILLS=${CHAOS_WHOLE_JOB_KILLS:-0}
-AGENT_KILLS=0 # agent kills need membership changes (a dead agent's ranks leave the world): 1 once they land
+AGENT_KILLS=${CHAOS_AGENT_KILLS:-0} # agent kills need membership changes (a dead agent's ranks leave the world): 1 once they land
 declare -a PLAN
 for i in $(seq "$RUNS"); do
   rnd 2; nodes=$((1 + X)); rnd 3; k=$((1 + X)); rnd 10; s=$((3 + X)); plan=""
   for j in $(seq "$k"); do
     rnd $((2 * nodes)); rank=$X; rnd 120; delay=$X; kind=worker
     rnd 4; [ "$j" -gt 1 ] && [ "$X" = 0 ] && kind=burst
+    rnd 4; [ "$kind" = worker ] && [ "$X" = 0 ] && kind=ckpt rank=0
     # a burst always leaves a worker that holds the state: with 2 workers it hits the one just
     # killed (its replacement), unless WHOLE_JOB_KILLS=1 (every worker dead at once: the job
     # must fall back to its newest disk checkpoint, which in-place recovery does not do yet)
@@ -66,52 +68,66 @@ for i in $(seq "$RUNS"); do
 done
 
 # agent_kill NAME NODE: the hook for agent deaths (membership changes): SIGKILL node NODE's
-# `cddp run` and its workers. The checks after it must then expect that agent's exit status
-# non-zero and the world to shrink (and the samples still exactly once).
-agent_kill() { local a=${AGENTS[$2]}; pkill -KILL -P "$a" 2>/dev/null; kill -KILL "$a" 2>/dev/null; }
+# `cddp run` (the child of its `timeout`; its workers follow through PR_SET_PDEATHSIG). The
+# checks after it must then expect that agent's exit status non-zero (137 from timeout) and the
+# world to shrink, with the samples still exactly once.
+agent_kill() { local a; a=$(pgrep -P "${AGENTS[$2]}" -f "$CDDP run"); [ -n "$a" ] && kill -KILL $a; }
 
 # killer NAME KILL...: carries out a run's kills; one line per kill in $T/NAME.kills:
-# "time last-step-logged rank pid kind"
+# "time last-step-logged rank pid kind mid-checkpoint|-"
 killer() {
-  local name=$1 m=$T/$1/metrics.jsonl kind rank step delay p i; shift
+  local name=$1 m=$T/$1/metrics.jsonl kind rank step delay p i w; shift
   for kill in "$@"; do
     IFS=: read -r kind rank step delay <<<"$kill"
     if [ "$kind" != burst ]; then
       for i in $(seq 1200); do [ "$(last_step "$m")" -ge "$step" ] 2>/dev/null && break; alive "${AGENTS[@]}" || return; sleep 0.05; done
     fi
-    sleep "$(awk -v d="$delay" 'BEGIN { printf "%.3f", d / 1000 }')"
+    p=""
+    if [ "$kind" = ckpt ]; then # rank 0 found first, then 2 s at most for its next checkpoint write
+      p=$(worker_pid "$name" 0)
+      for i in $(seq 400); do compgen -G "$T/$name/checkpoints/.tmp-step-*" >/dev/null && break; sleep 0.003; done
+    else
+      sleep "$(awk -v d="$delay" 'BEGIN { printf "%.3f", d / 1000 }')"
+    fi
     if [ "$kind" = agent ]; then
       echo "$(date +%s.%N) $(last_step "$m") agent ${AGENTS[1]} agent" >>"$T/$name.kills"; agent_kill "$name" 1; continue
     fi
-    p=""
-    for i in $(seq 100); do p=$(worker_pid "$name" "$rank"); [ -n "$p" ] && break; sleep 0.01; done
+    for i in $(seq 100); do [ -n "$p" ] && break; p=$(worker_pid "$name" "$rank"); [ -n "$p" ] && break; sleep 0.01; done
     [ -n "$p" ] || { echo "# $name: no worker of rank $rank to kill" >&2; continue; }
-    echo "$(date +%s.%N) $(last_step "$m") $rank $p $kind" >>"$T/$name.kills"
+    # a rank 0 killed while a checkpoint's .tmp- directory exists died writing it
+    w=-; [ "$rank" = 0 ] && compgen -G "$T/$name/checkpoints/.tmp-step-*" >/dev/null && w=mid-checkpoint
+    echo "$(date +%s.%N) $(last_step "$m") $rank $p $kind $w" >>"$T/$name.kills"
     kill -KILL "$p" 2>/dev/null
   done
 }
 
-# episodes NAME: one line "ms redone" per recovery: from the first kill not yet recovered from
-# to the first step line, after it, of the step the recovery redid; redone = the highest step
-# logged before that line, minus the redone step, plus 2 (the one in flight and any recomputed)
+# episodes NAME: one line "ms redone" per recovery episode. An episode starts at a kill (time t,
+# L the last step logged then) and ends at the first step line after t of the step it redid: R,
+# the lowest "step R redone" of the trainer's recovery lines above L; every kill before that
+# line belongs to the episode (a kill during a recovery). redone = the highest step logged
+# before that line, minus R, plus 2: the one in flight, plus any committed step computed again.
 episodes() {
   local name=$1
-  grep -h 'cddp train: recovered from the loss of rank' "$T/$name".out* | sed -n 's/.* step \([0-9]*\) redone.*/R \1/p' >"$T/$name.ep"
-  awk '{ print "K", $1 }' "$T/$name.kills" >>"$T/$name.ep"
-  grep -v '"eval"' "$T/$name/metrics.jsonl" | sed -n 's/.*"step":\([0-9]*\).*"time":\([0-9.]*\).*/M \1 \2/p' >>"$T/$name.ep"
-  awk '$1 == "R" { r[++nr] = $2 } $1 == "K" { k[++nk] = $2 } $1 == "M" { ms[++nm] = $2; mt[nm] = $3 }
+  { grep -h 'cddp train: recovered from the loss of rank' "$T/$name".out* | sed -n 's/.* step \([0-9]*\) redone.*/R \1/p'
+    awk '{ print "K", $1, $2 }' "$T/$name.kills"
+    grep -v '"eval"' "$T/$name/metrics.jsonl" | sed -n 's/.*"step":\([0-9]*\).*"time":\([0-9.]*\).*/M \1 \2/p'
+  } >"$T/$name.ep"
+  awk '$1 == "R" { r[++nr] = $2 } $1 == "K" { kt[++nk] = $2; kl[nk] = $3 } $1 == "M" { ms[++nm] = $2; mt[nm] = $3 }
     END {
       ki = 1
-      for (e = 1; e <= nr && ki <= nk; e++) {
-        t0 = k[ki]; hi = 0; end = 0
+      while (ki <= nk) {
+        t0 = kt[ki]; want = -1
+        for (e = 1; e <= nr; e++) if (r[e] > kl[ki] && (want < 0 || r[e] < want)) want = r[e]
+        if (want < 0) break
+        hi = 0; end = 0
         for (j = 1; j <= nm; j++) {
-          if (mt[j] > t0 && ms[j] >= r[e]) { end = mt[j]; break }
+          if (mt[j] > t0 && ms[j] >= want) { end = mt[j]; break }
           if (ms[j] > hi) hi = ms[j]
         }
         if (!end) break
-        red = hi - r[e] + 2; if (red < 1) red = 1
+        red = hi - want + 2; if (red < 1) red = 1
         printf "%d %d\n", (end - t0) * 1000, red
-        while (ki <= nk && k[ki] < end) ki++
+        while (ki <= nk && kt[ki] < end) ki++
       }
     }' "$T/$name.ep"
 }
@@ -123,7 +139,7 @@ REF_ACC=$(acc_of "$T/ref/metrics.jsonl")
   ok "reference: $STEPS steps uninterrupted, test accuracy $REF_ACC" ||
   { fail "reference run" "$(tail -3 "$T/ref.out" | tr '\n' ' ')"; finish; }
 
-completed=0 corrupt=0 ckpts=0 total=0
+completed=0 corrupt=0 ckpts=0 total=0 midckpt=0 nkills=0
 : >"$T/all.ep"
 for i in $(seq "$RUNS"); do
   [ -n "$ONLY" ] && [ "$ONLY" != "$i" ] && continue
@@ -147,6 +163,7 @@ for i in $(seq "$RUNS"); do
   why=()
   [ "$rc" = 0 ] || why+=("exit $rc: $(cat "$T/$name".out* | grep -v '^\[rank' | grep -v 'epoch 1/1' | tail -2 | tr '\n' ' ')")
   nk=$(wc -l <"$T/$name.kills")
+  nkills=$((nkills + nk)) midckpt=$((midckpt + $(grep -c 'mid-checkpoint' "$T/$name.kills")))
   nrec=$(cat "$T/$name".out* | grep -c 'cddp train: recovered from the loss of rank')
   [ "$nrec" -ge 1 ] || why+=("no recovery line after $nk kill(s)")
   # the metrics: no step twice; a step rank 0 committed but died before logging may be missing
@@ -181,7 +198,7 @@ for i in $(seq "$RUNS"); do
     --resume-from latest >"$T/$name.resume" 2>&1; r=$?
   { [ $r = 0 ] && grep -q "resuming from .*step-0*$STEPS (step $STEPS," "$T/$name.resume" && grep -q "done: $((STEPS + 2)) steps" "$T/$name.resume"; } ||
     why+=("resume from latest: exit $r: $(grep -v 'epoch' "$T/$name.resume" | tail -1)")
-  desc="$([ "$nodes" = 1 ] && echo "1x2" || echo "2x2"), kills$(for x in "${kl[@]}"; do IFS=: read -r kd rk st dl <<<"$x"; printf ' %s' "$([ "$kd" = burst ] && echo "r$rk+${dl}ms" || echo "r$rk@$st+${dl}ms")"; done)"
+  desc="$([ "$nodes" = 1 ] && echo "1x2" || echo "2x2"), kills$(for x in "${kl[@]}"; do IFS=: read -r kd rk st dl <<<"$x"; case $kd in burst) printf ' r%s+%sms' "$rk" "$dl" ;; ckpt) printf ' r0@%s-in-ckpt' "$st" ;; agent) printf ' agent%s@%s+%sms' "$rk" "$st" "$dl" ;; *) printf ' r%s@%s+%sms' "$rk" "$st" "$dl" ;; esac; done)"
   times=$(awk '{ printf("%s%d", (NR > 1 ? "," : ""), $1) } END { if (!NR) printf "-" }' "$T/$name.times")
   if [ ${#why[@]} = 0 ]; then
     completed=$((completed + 1))
@@ -202,5 +219,5 @@ stats=$(sort -n "$T/all.ep" | awk '{ v[NR] = $1; if ($2 > r) r = $2 } END {
   if (!NR) { print "- - 0"; exit }
   printf "%d %d %d\n", NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2, v[NR], r }')
 read -r med max red <<<"$stats"
-echo "chaos: $completed of $total runs completed, $corrupt corrupt checkpoints ($ckpts verified), recovery median $med ms, max $max ms, steps redone max $red (seed $SEED)"
+echo "chaos: $completed of $total runs completed, $corrupt corrupt checkpoints ($ckpts verified), recovery median $med ms, max $max ms, steps redone max $red (seed $SEED; $nkills kills, $midckpt of rank 0 mid-checkpoint-write)"
 finish
