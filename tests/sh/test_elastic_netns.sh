@@ -34,7 +34,7 @@ CFG=configs/fmnist_mlp.yaml
 # 192 = 32 x 3 ranks x 2 = 32 x 2 ranks x 3: the batch splits over 3 and over 2 ranks; 312 steps
 ONE=(--set debug.sample_log=true --set checkpoint.every_steps=1000 --set ddp.threads=1
      --set batch.global=192 --set batch.micro=32 --set 'model.hidden=[256]')
-# --grace-period 1: a cut-off host's workers, stuck in a collective with peers they cannot
+# --rdzv-timeout 20: how long a cut-off node may try to come back. --grace-period 1: a cut-off host's workers, stuck in a collective with peers they cannot
 # reach, ignore SIGTERM; they are killed 2 s after their agent knows it is cut off (default 5 + 5 s)
 TRAIN=("${ONE[@]}" --set train.epochs=1) RUNX=(--grace-period 1) STEPS=312 BATCH=192
 
@@ -51,7 +51,7 @@ hosts() {
   local name=$1 ep; ep=$("$NS" addr 1):29500; A=()
   for i in 1 2 3; do
     "$NS" exec $i "$CDDP" run --nnodes 2:3 --nproc-per-node 1 --rdzv-backend c10d --rdzv-endpoint "$ep" \
-      --rdzv-id "$name" --rdzv-last-call 1 --max-restarts 3 --restart-mode replace "${RUNX[@]}" \
+      --rdzv-id "$name" --rdzv-last-call 1 --rdzv-timeout 20 --max-restarts 3 --restart-mode replace "${RUNX[@]}" \
       "$CDDP" train --config $CFG --work-dir "$T" --name "$name" "${TRAIN[@]}" >"$T/$name$i.out" 2>&1 &
     A[$i]=$!; bg+=($!)
     [ $i = 1 ] && sleep 0.3
@@ -94,12 +94,14 @@ cut_case() {
   local before; before=$(last_step "$m")
   local t0; t0=$(date +%s.%N)
   if [ "$how" = linkdown ]; then "$NS" linkdown 3; else "$NS" partition 1,2 3; fi
-  local det= line
+  local det='' line
+  # the agent's line: "node H (agent A) lost: no heartbeat for N ms; ..." (or "... (agent A, no heartbeat for N ms) lost; ...")
+  local lost='lost: no heartbeat for\|no heartbeat for [0-9]* ms) lost'
   for _ in $(seq 500); do
-    grep -q 'lost: no heartbeat for' "$T/${name}1.out" "$T/${name}2.out" && { det=$(since "$t0"); break; }
+    grep -q "$lost" "$T/${name}1.out" "$T/${name}2.out" && { det=$(since "$t0"); break; }
     sleep 0.02
   done
-  line=$(grep -h -m1 'lost: no heartbeat for' "$T/${name}1.out" "$T/${name}2.out")
+  line=$(grep -h -m1 "$lost" "$T/${name}1.out" "$T/${name}2.out")
   wait_all 60 "${A[1]}" "${A[2]}"
   local r1=${RC[0]} r2=${RC[1]} t_surv; t_surv=$(since "$t0")
   # host 3 cannot hear anything any more: it must end on its own, each process with one line
@@ -147,13 +149,13 @@ want part && { cut_case part partition; "$NS" heal; }
 rejoin_case() {
   local name=$1 m=$T/$1/metrics.jsonl
   local ne=${CDDP_REJOIN_EPOCHS:-8}
-  TRAIN=("${ONE[@]}" --set train.epochs=$ne) STEPS=$((312 * ne))
+  TRAIN=("${ONE[@]}" --set "train.epochs=$ne") STEPS=$((312 * ne))
   reference "${name}_ref"
   hosts "$name"
   wait_step "$m" 40 || fail "$name: no progress" "$(tail -3 "$T/${name}1.out" | tr '\n' ' ')"
   local t0; t0=$(date +%s.%N)
   "$NS" linkdown 3
-  local o3=$T/${name}3.out t_off= t1 t_in= line
+  local o3=$T/${name}3.out t_off='' t1 t_in='' line
   for _ in $(seq 750); do # host 3 knows it is out (cut off, or told it was dropped): 15 s at most
     grep -q '^cddp run: node .* \(is cut off from the job\|was dropped from the job\)' "$o3" && { t_off=$(since "$t0"); break; }
     sleep 0.02
