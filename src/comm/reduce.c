@@ -157,7 +157,7 @@ static int bf16_cap = 2; /* the widest path allowed: 2 AVX-512F, 1 AVX2, 0 porta
 
 static int bf16_level(void) {
 #if HAVE_X86
-  if (bf16_cap >= 2 && __builtin_cpu_supports("avx512f")) return 2;
+  if (bf16_cap >= 2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw")) return 2;
   if (bf16_cap >= 1 && __builtin_cpu_supports("avx2")) return 1;
 #endif
   return 0;
@@ -186,7 +186,7 @@ static void sum2_bf16_c(uint16_t *d, const uint16_t *a, const uint16_t *b, size_
 
 #if HAVE_X86
 #define AVX2 __attribute__((target("avx2")))
-#define AVX512 __attribute__((target("avx512f")))
+#define AVX512 __attribute__((target("avx512f,avx512bw")))
 
 AVX2 static inline __m256 bf16x8_widen(const uint16_t *s) {
   __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)s));
@@ -223,21 +223,31 @@ AVX2 static void bf16_store_avx2(uint16_t *d, const float *s, size_t n) {
   bf16_store_c(d + i, s + i, n - i);
 }
 
-/* Each 16 elements are read before they are written, so d may be a or b exactly. */
-AVX2 static void sum2_bf16_avx2(uint16_t *d, const uint16_t *a, const uint16_t *b, size_t n, float scale) {
+/* Each 16 elements are read before they are written, so d may be a or b exactly. Inlined
+ * twice, scaled and not, so the loop carries no test. */
+#define INLINE inline __attribute__((always_inline))
+AVX2 static INLINE void sum2_bf16_avx2_body(uint16_t *d, const uint16_t *a, const uint16_t *b, size_t n,
+                                            float scale, const int scaled) {
   const __m256 s = _mm256_set1_ps(scale);
-  const int scaled = scale != 1.0f;
+  const __m256i z = _mm256_setzero_si256();
   size_t i = 0;
   for (; i + 16 <= n; i += 16) {
-    __m256 r0 = _mm256_add_ps(bf16x8_widen(a + i), bf16x8_widen(b + i));
-    __m256 r1 = _mm256_add_ps(bf16x8_widen(a + i + 8), bf16x8_widen(b + i + 8));
-    if (scaled) {
-      r0 = _mm256_mul_ps(r0, s);
-      r1 = _mm256_mul_ps(r1, s);
-    }
-    bf16x16_store(d + i, bf16x8_round(r0), bf16x8_round(r1));
+    /* unpack with zero widens within each 128-bit lane (elements 0-3 and 4-7 of each lane);
+     * packus is the inverse interleave, so the order comes back without permutes */
+    __m256i x = _mm256_loadu_si256((const __m256i *)(a + i)), y = _mm256_loadu_si256((const __m256i *)(b + i));
+    __m256 lo = _mm256_add_ps(_mm256_castsi256_ps(_mm256_unpacklo_epi16(z, x)),
+                              _mm256_castsi256_ps(_mm256_unpacklo_epi16(z, y)));
+    __m256 hi = _mm256_add_ps(_mm256_castsi256_ps(_mm256_unpackhi_epi16(z, x)),
+                              _mm256_castsi256_ps(_mm256_unpackhi_epi16(z, y)));
+    if (scaled) lo = _mm256_mul_ps(lo, s), hi = _mm256_mul_ps(hi, s);
+    _mm256_storeu_si256((__m256i *)(d + i), _mm256_packus_epi32(bf16x8_round(lo), bf16x8_round(hi)));
   }
   sum2_bf16_c(d + i, a + i, b + i, n - i, scale);
+}
+
+AVX2 static void sum2_bf16_avx2(uint16_t *d, const uint16_t *a, const uint16_t *b, size_t n, float scale) {
+  if (scale != 1.0f) sum2_bf16_avx2_body(d, a, b, n, scale, 1);
+  else sum2_bf16_avx2_body(d, a, b, n, scale, 0);
 }
 
 AVX512 static inline __m512 bf16x16_widen(const uint16_t *s) {
@@ -245,15 +255,20 @@ AVX512 static inline __m512 bf16x16_widen(const uint16_t *s) {
   return _mm512_castsi512_ps(_mm512_slli_epi32(w, 16));
 }
 
-/* 16 floats rounded to bf16 and stored (vpmovdw keeps the low 16 bits of each lane). */
-AVX512 static inline void bf16x16_round_store(uint16_t *d, __m512 f) {
+/* 16 floats rounded to bf16, each in the low half of its 32-bit lane (cddp__f32_to_bf16). */
+AVX512 static inline __m512i bf16x16_round(__m512 f) {
   __m512i u = _mm512_castps_si512(f), hi = _mm512_srli_epi32(u, 16);
   __m512i lsb = _mm512_and_si512(hi, _mm512_set1_epi32(1));
   __m512i rne = _mm512_srli_epi32(_mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7fff)), lsb), 16);
   __m512i nan = _mm512_or_si512(hi, _mm512_set1_epi32(0x40));
   __mmask16 isnan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)),
                                             _mm512_set1_epi32(0x7f800000));
-  _mm256_storeu_si256((__m256i *)d, _mm512_cvtepi32_epi16(_mm512_mask_blend_epi32(isnan, rne, nan)));
+  return _mm512_mask_blend_epi32(isnan, rne, nan);
+}
+
+/* 16 floats rounded to bf16 and stored (vpmovdw keeps the low 16 bits of each lane). */
+AVX512 static inline void bf16x16_round_store(uint16_t *d, __m512 f) {
+  _mm256_storeu_si256((__m256i *)d, _mm512_cvtepi32_epi16(bf16x16_round(f)));
 }
 
 AVX512 static void bf16_load_avx512(float *d, const uint16_t *s, size_t n) {
@@ -268,16 +283,28 @@ AVX512 static void bf16_store_avx512(uint16_t *d, const float *s, size_t n) {
   bf16_store_c(d + i, s + i, n - i);
 }
 
-AVX512 static void sum2_bf16_avx512(uint16_t *d, const uint16_t *a, const uint16_t *b, size_t n, float scale) {
+AVX512 static INLINE void sum2_bf16_avx512_body(uint16_t *d, const uint16_t *a, const uint16_t *b, size_t n,
+                                                float scale, const int scaled) {
   const __m512 s = _mm512_set1_ps(scale);
-  const int scaled = scale != 1.0f;
+  const __m512i z = _mm512_setzero_si512();
   size_t i = 0;
-  for (; i + 16 <= n; i += 16) {
-    __m512 r = _mm512_add_ps(bf16x16_widen(a + i), bf16x16_widen(b + i));
-    if (scaled) r = _mm512_mul_ps(r, s);
-    bf16x16_round_store(d + i, r);
+  for (; i + 32 <= n; i += 32) {
+    /* unpack with zero widens within each 128-bit lane (elements 0-3 and 4-7 of each lane);
+     * packus is the inverse interleave, so the order comes back without permutes */
+    __m512i x = _mm512_loadu_si512(a + i), y = _mm512_loadu_si512(b + i);
+    __m512 lo = _mm512_add_ps(_mm512_castsi512_ps(_mm512_unpacklo_epi16(z, x)),
+                              _mm512_castsi512_ps(_mm512_unpacklo_epi16(z, y)));
+    __m512 hi = _mm512_add_ps(_mm512_castsi512_ps(_mm512_unpackhi_epi16(z, x)),
+                              _mm512_castsi512_ps(_mm512_unpackhi_epi16(z, y)));
+    if (scaled) lo = _mm512_mul_ps(lo, s), hi = _mm512_mul_ps(hi, s);
+    _mm512_storeu_si512(d + i, _mm512_packus_epi32(bf16x16_round(lo), bf16x16_round(hi)));
   }
   sum2_bf16_c(d + i, a + i, b + i, n - i, scale);
+}
+
+AVX512 static void sum2_bf16_avx512(uint16_t *d, const uint16_t *a, const uint16_t *b, size_t n, float scale) {
+  if (scale != 1.0f) sum2_bf16_avx512_body(d, a, b, n, scale, 1);
+  else sum2_bf16_avx512_body(d, a, b, n, scale, 0);
 }
 #endif
 
