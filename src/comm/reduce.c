@@ -2,7 +2,9 @@
 /* -O2 in GCC 12 vectorises only loops whose trip count needs no epilogue; these loops are the
  * data path, so this file weighs the cost of vectorising each one instead (same bits: no
  * reassociation, only wider registers). */
+#if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC optimize("vect-cost-model=dynamic")
+#endif
 #include <stdint.h>
 #include <string.h>
 
