@@ -67,6 +67,14 @@ void cddp__f32_to_f16_n(uint16_t *dst, const float *src, size_t n);
 /* Whether the _n conversions use F16C on this CPU (tests compare both paths). */
 int cddp__f16_hw(void);
 
+/* The bf16 conversions over n elements (AVX-512F or AVX2 where the CPU has them; the same
+ * bits as the scalar ones above). */
+void cddp__bf16_to_f32_n(float *dst, const uint16_t *src, size_t n);
+void cddp__f32_to_bf16_n(uint16_t *dst, const float *src, size_t n);
+/* The bf16 path in use: 2 AVX-512F, 1 AVX2, 0 portable. cap >= 0 first limits it to at most
+ * cap (tests compare every path on one CPU; not thread-safe, set it before any reduction). */
+int cddp__bf16_isa(int cap);
+
 /* dst[i] = srcs[0][i] op srcs[1][i] op ... op srcs[nsrc-1][i], for n elements.
  * The srcs are combined in the order given, so every rank that passes them in the
  * same order gets bit-identical results. dst may alias any src. For CDDP_AVG the sum
