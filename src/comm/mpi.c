@@ -213,13 +213,13 @@ static int overlap(const void *a, size_t an, const void *b, size_t bn) {
 static int half_type(cddp_dtype_t dt) { return dt == CDDP_BF16 || dt == CDDP_F16; }
 
 static void widen(cddp_dtype_t dt, float *dst, const uint16_t *src, size_t n) {
-  if (dt == CDDP_F16) return cddp__f16_to_f32_n(dst, src, n);
-  for (size_t i = 0; i < n; i++) dst[i] = cddp__bf16_to_f32(src[i]);
+  if (dt == CDDP_F16) cddp__f16_to_f32_n(dst, src, n);
+  else cddp__bf16_to_f32_n(dst, src, n);
 }
 
 static void narrow(cddp_dtype_t dt, uint16_t *dst, const float *src, size_t n) {
-  if (dt == CDDP_F16) return cddp__f32_to_f16_n(dst, src, n);
-  for (size_t i = 0; i < n; i++) dst[i] = cddp__f32_to_bf16(src[i]);
+  if (dt == CDDP_F16) cddp__f32_to_f16_n(dst, src, n);
+  else cddp__f32_to_bf16_n(dst, src, n);
 }
 
 /* MPI counts are int: messages are cut into pieces of at most this many elements. */
