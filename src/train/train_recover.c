@@ -246,7 +246,8 @@ cddp_result_t cddp__train_recover(trainer_t *t, uint64_t t_fail) {
 }
 
 cddp_result_t cddp__train_join_as_replacement(trainer_t *t) {
-  cddp_result_t r = sync_state(t, 0, t->world, t->accum);
+  /* no ddp: a peer died while setup built it (see setup): straight to the next generation */
+  cddp_result_t r = t->ddp ? sync_state(t, 0, t->world, t->accum) : CDDP_ABORTED;
   if (r != CDDP_OK && cddp__train_recoverable(t, r)) r = cddp__train_recover(t, 0);
   return r;
 }

@@ -53,7 +53,8 @@ alive() { local p; for p in "$@"; do kill -0 "$p" 2>/dev/null && return 0; done;
 # soon as it is writing a checkpoint (the writer's pid ends its .tmp-step-* name); burst: no
 # wait for a step, delay after the previous kill (it lands in that kill's recovery); agent:
 # SIGKILL node 1's `cddp run` (never node 0's: it hosts the store), after its step or, as an
-# agent burst (step "-"), inside the previous kill's recovery.
+# agent burst (step "-"), inside the previous kill's recovery; both: after step and delay, SIGKILL
+# rank's worker and, delay % 21 ms later, the other worker of its node (found beforehand).
 # rnd N: X = a number in 0..N-1 from the seeded stream (a 64-bit LCG's high bits; bash's own
 # $RANDOM repeats patterns in its low bits)
 R=$SEED
@@ -70,7 +71,7 @@ for i in $(seq "$RUNS"); do
   rnd 2; nodes=$((1 + X)); rnd 3; k=$((1 + X)); rnd 10; s=$((3 + X)); plan=""
   rnd 3; aj=$((1 + X)) wj=0 # the agent kill's place among a forced run's kills
   if [ "$AGENT_KILLS" = 1 ] && [ $((i % 4)) = 2 ]; then nodes=2; [ "$aj" -gt "$k" ] && aj=$k
-  elif [ "$WHOLE_JOB_KILLS" = 1 ] && [ $((i % 6)) = 3 ]; then nodes=1 wj=1; [ "$k" = 1 ] && k=2
+  elif [ "$WHOLE_JOB_KILLS" = 1 ] && [ $((i % 6)) = 3 ]; then nodes=1 wj=1
   else aj=0; fi
   agent=0
   for j in $(seq "$k"); do
@@ -80,8 +81,7 @@ for i in $(seq "$RUNS"); do
     # a burst in a 1 x 2 job hits the replacement of the worker just killed or, with
     # WHOLE_JOB_KILLS=1, either worker: the other one leaves no rank holding the state
     [ "$kind" = burst ] && [ "$nodes" = 1 ] && [ "$WHOLE_JOB_KILLS" != 1 ] && rank=$prev
-    [ "$wj" = 1 ] && [ "$j" = 1 ] && kind=worker
-    [ "$wj" = 1 ] && [ "$j" = 2 ] && kind=burst rank=$((1 - prev)) delay=$((delay % 21))
+    [ "$wj" = 1 ] && [ "$j" = 1 ] && kind=both
     prev=$rank
     rnd 5; at=$s
     if [ "$AGENT_KILLS" = 1 ] && [ "$nodes" = 2 ] && [ "$agent" = 0 ] && { [ "$j" = "$aj" ] || { [ "$aj" = 0 ] && [ "$X" = 0 ]; }; }; then
@@ -132,6 +132,19 @@ killer() {
       continue
     fi
     node=$((rank / 2)) lr=$((rank % 2)); [ "$gone" = 1 ] && node=0
+    if [ "$kind" = both ]; then # both workers of the node, the second delay % 21 ms after the first
+      p=$(worker_pid "$node" "$lr") q=$(worker_pid "$node" $((1 - lr)))
+      [ -n "$p" ] && [ -n "$q" ] || { echo "# $name: no two workers of node $node to kill" >&2; continue; }
+      local lines=() gap; gap=$(awk -v d="$delay" 'BEGIN { printf "%.3f", d % 21 / 1000 }')
+      for x in "$p:$lr" "$q:$((1 - lr))"; do # everything looked up first: the kills come close together
+        w=- who=n${node}l${x#*:}
+        writes_metrics "${x%:*}" && who=0 && compgen -G "$T/$name/checkpoints/.tmp-step-*" >/dev/null && w=mid-checkpoint
+        lines+=("$(last_step "$m") $who ${x%:*} both $w")
+      done
+      t1=$(date +%s.%N); kill -KILL "$p" 2>/dev/null; sleep "$gap"; t2=$(date +%s.%N); kill -KILL "$q" 2>/dev/null
+      printf '%s %s\n%s %s\n' "$t1" "${lines[0]}" "$t2" "${lines[1]}" >>"$T/$name.kills"
+      continue
+    fi
     for i in $(seq 100); do [ -n "$p" ] && break; p=$(worker_pid "$node" "$lr"); [ -n "$p" ] && break; sleep 0.01; done
     [ "$kind" = ckpt ] && node=x lr=x
     [ -n "$p" ] || { echo "# $name: no worker n${node}l$lr to kill" >&2; continue; }
@@ -204,7 +217,7 @@ for i in $(seq "$RUNS"); do
     if [ "$nodes" = 1 ]; then launch=(--standalone --nproc-per-node 2)
     else launch=(--nnodes 1:2 --nproc-per-node 2 --rdzv-backend c10d --rdzv-endpoint 127.0.0.1:$P --rdzv-id C$P); fi
     [ "$n" = 1 ] && for _ in $(seq 250); do listening "$P" && break; sleep 0.02; done
-    timeout 120 "$CDDP" run "${launch[@]}" --max-restarts "$k" --restart-mode replace \
+    timeout 120 "$CDDP" run "${launch[@]}" --max-restarts $((2 * k)) --restart-mode replace \
       "$CDDP" train "${JOB[@]}" --work-dir "$T" --name "$name" --set batch.micro=64 >"$T/$name.out$n" 2>&1 &
     AGENTS[$n]=$!; bg+=($!)
   done
@@ -215,7 +228,7 @@ for i in $(seq "$RUNS"); do
   ka=$(awk '$5 == "agent"' "$T/$name.kills" | wc -l)
   rc=0 rcs=""
   for n in "${!AGENTS[@]}"; do
-    wait "${AGENTS[$n]}"; r=$?; rcs+=" $r"
+    wait "${AGENTS[$n]}" 2>/dev/null; r=$?; rcs+=" $r"
     if [ "$n" = 1 ] && [ "$ka" = 1 ]; then [ "$r" != 0 ] || rc=killed-agent-exit-0; else [ "$r" = 0 ] || rc=$r; fi
   done
   why=()
@@ -268,7 +281,7 @@ for i in $(seq "$RUNS"); do
     --resume-from latest >"$T/$name.resume" 2>&1; r=$?
   { [ $r = 0 ] && grep -q "resuming from .*step-0*$STEPS (step $STEPS," "$T/$name.resume" && grep -q "done: $((STEPS + 2)) steps" "$T/$name.resume"; } ||
     why+=("resume from latest: exit $r: $(grep -v 'epoch' "$T/$name.resume" | tail -1)")
-  desc="$([ "$nodes" = 1 ] && echo "1x2" || echo "2x2"), kills$(for x in "${kl[@]}"; do IFS=: read -r kd rk st dl <<<"$x"; case $kd in burst) printf ' r%s+%sms' "$rk" "$dl" ;; ckpt) printf ' r0@%s-in-ckpt' "$st" ;; agent) printf ' agent%s@%s+%sms' "$rk" "$st" "$dl" ;; *) printf ' r%s@%s+%sms' "$rk" "$st" "$dl" ;; esac; done)"
+  desc="$([ "$nodes" = 1 ] && echo "1x2" || echo "2x2"), kills$(for x in "${kl[@]}"; do IFS=: read -r kd rk st dl <<<"$x"; case $kd in both) printf ' r%s+r%s@%s+%sms+%sms' "$rk" "$((1 - rk))" "$st" "$dl" "$((dl % 21))" ;; burst) printf ' r%s+%sms' "$rk" "$dl" ;; ckpt) printf ' r0@%s-in-ckpt' "$st" ;; agent) printf ' agent%s@%s+%sms' "$rk" "$st" "$dl" ;; *) printf ' r%s@%s+%sms' "$rk" "$st" "$dl" ;; esac; done)"
   times=$(awk '{ printf("%s%d", (NR > 1 ? "," : ""), $1) } END { if (!NR) printf "-" }' "$T/$name.times")
   if [ ${#why[@]} = 0 ]; then
     completed=$((completed + 1))
