@@ -32,8 +32,8 @@ JOB=(--config configs/fmnist_mlp.yaml --set debug.sample_log=true --set train.ma
 
 last_step() { grep -v '"eval"' "$1" 2>/dev/null | tail -1 | sed -n 's/.*"step":\([0-9]*\).*/\1/p'; }
 acc_of() { grep '"eval"' "$1" 2>/dev/null | tail -1 | sed -n 's/.*"accuracy":\([0-9.]*\).*/\1/p'; }
-# run_of NODE: the `cddp run` of node NODE (the child of its `timeout`); workers_of NODE: its workers
-run_of() { pgrep -P "${AGENTS[$1]}" -f "$CDDP run"; }
+# run_of NODE: the `cddp run` of node NODE (its subshell's `timeout`'s child); workers_of NODE: its workers
+run_of() { local t; t=$(pgrep -P "${AGENTS[$1]}" -x timeout) && pgrep -P "$t" -f "$CDDP run"; }
 workers_of() { local a; a=$(run_of "$1"); [ -n "$a" ] && pgrep -P "$a"; }
 # worker_pid NODE LOCAL: the pid of that node's worker of LOCAL_RANK (ranks are renumbered when
 # the world shrinks; a node and a local rank are not)
@@ -99,7 +99,7 @@ done
 # killer NAME KILL...: carries out a run's kills; one line per kill in $T/NAME.kills:
 # "time last-step-logged who pid kind mid-checkpoint|-", who 0 when the victim was rank 0 (the
 # metrics writer, or for an agent one of its workers), else nNlL (node, local rank) or agent.
-# An agent kill SIGKILLs node 1's `cddp run` (the child of its `timeout`; its workers follow
+# An agent kill SIGKILLs node 1's `cddp run` (under its `timeout`; its workers follow
 # through PR_SET_PDEATHSIG); node 0 hosts the store, whose loss ends the job (a documented limit).
 killer() {
   local name=$1 m=$T/$1/metrics.jsonl kind rank step delay p i w who node lr d gone=0; shift
@@ -217,8 +217,9 @@ for i in $(seq "$RUNS"); do
     if [ "$nodes" = 1 ]; then launch=(--standalone --nproc-per-node 2)
     else launch=(--nnodes 1:2 --nproc-per-node 2 --rdzv-backend c10d --rdzv-endpoint 127.0.0.1:$P --rdzv-id C$P); fi
     [ "$n" = 1 ] && for _ in $(seq 250); do listening "$P" && break; sleep 0.02; done
-    timeout 120 "$CDDP" run "${launch[@]}" --max-restarts $((2 * k)) --restart-mode replace \
-      "$CDDP" train "${JOB[@]}" --work-dir "$T" --name "$name" --set batch.micro=64 >"$T/$name.out$n" 2>&1 &
+    # in a subshell that exits (not execs): a SIGKILLed agent then raises no "Killed" job notice here
+    ( timeout 120 "$CDDP" run "${launch[@]}" --max-restarts $((2 * k)) --restart-mode replace \
+      "$CDDP" train "${JOB[@]}" --work-dir "$T" --name "$name" --set batch.micro=64; exit $? ) >"$T/$name.out$n" 2>&1 &
     AGENTS[$n]=$!; bg+=($!)
   done
   : >"$T/$name.kills"
