@@ -36,9 +36,9 @@ while [ $# -gt 0 ]; do
 done
 [ -n "$PARSE" ] || [ "$SKIP" -lt "$STEPS" ] || die "--skip $SKIP leaves no timed step of $STEPS"
 
-# stats FILE...: "bytes step_ms comm_ms compute_ms val_loss steps" over the metrics files of one
-# method: medians of the step lines after step SKIP (all files pooled) and of each file's last
-# eval loss; "-" for what is missing.
+# stats FILE...: "bytes step_ms comm_ms compute_ms val_loss steps p10_step_ms" over the metrics
+# files of one method: medians of the step lines after step SKIP (all files pooled) and of each
+# file's last eval loss, and the 10th percentile of the step times; "-" for what is missing.
 stats() {
   awk -v skip="$SKIP" '
     function num(key,   m) { if (match($0, "\"" key "\":-?[0-9.eE+-]+")) return substr($0, RSTART + length(key) + 3, RLENGTH - length(key) - 3); return "" }
@@ -54,34 +54,36 @@ stats() {
     }
     END {
       if (last != "") vl[++nv] = last
-      if (n == 0) { printf "- - - - %s 0\n", (nv ? median(vl, nv) : "-"); exit }
-      printf "%.0f %.1f %.1f %.1f %s %d\n", median(by, n), median(st, n), median(cm, n), median(cp, n), (nv ? sprintf("%.4f", median(vl, nv)) : "-"), n
+      if (n == 0) { printf "- - - - %s 0 -\n", (nv ? median(vl, nv) : "-"); exit }
+      printf "%.0f %.1f %.1f %.1f %s %d %.1f\n", median(by, n), median(st, n), median(cm, n), median(cp, n), (nv ? sprintf("%.4f", median(vl, nv)) : "-"), n, st[int((n + 9) / 10)]
     }' "$@"
 }
 
 # table DIR: the table and the verdicts from DIR/runs/METHOD-rN/metrics.jsonl
 table() {
-  local dir=$1 m files b0="" t0="" v0="" fails=0 line
-  declare -A B T C P V N
+  local dir=$1 m files b0="" t0="" v0="" q0="" fails=0
+  declare -A B T C P V N Q
   for m in $METHODS; do
     files=$(ls "$dir"/runs/"$m"-r*/metrics.jsonl 2>/dev/null)
-    if [ -z "$files" ]; then B[$m]=- T[$m]=- C[$m]=- P[$m]=- V[$m]=- N[$m]=0; continue; fi
+    if [ -z "$files" ]; then B[$m]=- T[$m]=- C[$m]=- P[$m]=- V[$m]=- N[$m]=0 Q[$m]=-; continue; fi
     # shellcheck disable=SC2086
-    read -r "B[$m]" "T[$m]" "C[$m]" "P[$m]" "V[$m]" "N[$m]" <<<"$(stats $files)"
+    read -r "B[$m]" "T[$m]" "C[$m]" "P[$m]" "V[$m]" "N[$m]" "Q[$m]" <<<"$(stats $files)"
   done
-  if [ -n "${B[none]:-}" ]; then b0=${B[none]} t0=${T[none]} v0=${V[none]}; fi
+  if [ -n "${B[none]:-}" ]; then b0=${B[none]} t0=${T[none]} v0=${V[none]} q0=${Q[none]}; fi
   # ratio A B: A / B to 2 decimals, "-" when either is missing
   ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a == "-" || b == "-" || a == "" || b == "" || b + 0 == 0) print "-"; else printf "%.2f", a / b }'; }
   pctdiff() { awk -v a="$1" -v b="$2" 'BEGIN { if (a == "-" || b == "-" || a == "" || b == "" || b + 0 == 0) print "-"; else printf "%+.2f%%", 100 * (a - b) / b }'; }
   echo
   echo "# compress_netns.sh: configs/gpt_kjv.yaml on 2 namespace hosts x $NPROC rank(s), links $RATE; medians of steps > $SKIP"
-  printf '%-8s %14s %9s %9s %8s %9s %9s %10s %9s\n' method "MB/step/rank" "bytes÷" "step ms" speedup "comm ms" "comp ms" "val loss" "vs fp32"
+  printf '%-8s %13s %7s %8s %8s %8s %8s %8s %8s %9s %8s\n' method "MB/step/rank" "bytes÷" "step ms" speedup "comm ms" "comp ms" "p10 ms" "p10 ÷" "val loss" "vs fp32"
   for m in $METHODS; do
     local mb; mb=$(awk -v b="${B[$m]}" 'BEGIN { if (b == "-") print "-"; else printf "%.3f", b / 1e6 }')
-    printf '%-8s %14s %9s %9s %8s %9s %9s %10s %9s\n' "$m" "$mb" "$(ratio "$b0" "${B[$m]}")" "${T[$m]}" \
-      "$(ratio "$t0" "${T[$m]}")" "${C[$m]}" "${P[$m]}" "${V[$m]}" "$(pctdiff "${V[$m]}" "$v0")"
+    printf '%-8s %13s %7s %8s %8s %8s %8s %8s %8s %9s %8s\n' "$m" "$mb" "$(ratio "$b0" "${B[$m]}")" "${T[$m]}" \
+      "$(ratio "$t0" "${T[$m]}")" "${C[$m]}" "${P[$m]}" "${Q[$m]}" "$(ratio "$q0" "${Q[$m]}")" "${V[$m]}" "$(pctdiff "${V[$m]}" "$v0")"
   done
-  echo "# bytes÷ and speedup: fp32 (none) over the method; vs fp32: (val loss - fp32's) / fp32's"
+  echo "# bytes÷, speedup and p10 ÷: fp32 (none) over the method; comm ms: exposed (after backward);"
+  echo "# p10 ms: the 10th percentile of the step times (the steps least slowed by other load);"
+  echo "# vs fp32: (val loss - fp32's) / fp32's"
   # verdict NAME OK-EXPRESSION A B: PASS/FAIL line; n/a when a figure is missing
   verdict() {
     local r
