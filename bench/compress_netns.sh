@@ -139,7 +139,7 @@ PORT=29600
 
 # train METHOD RUN: one agent per host, rank 0's output in OUT/METHOD-rRUN.log
 train() {
-  local m=$1 r=$2 i rc=0 t=$((STEPS * 6 + 120)) log
+  local m=$1 r=$2 i rc=0 t=$((STEPS * 10 + 180)) log
   PORT=$((PORT + 1))
   rm -rf "$OUT/runs/$m-r$r"
   for i in 1 2; do
