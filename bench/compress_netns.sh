@@ -72,6 +72,7 @@ table() {
   if [ -n "${B[none]:-}" ]; then b0=${B[none]} t0=${T[none]} v0=${V[none]} q0=${Q[none]}; fi
   # ratio A B: A / B to 2 decimals, "-" when either is missing
   ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a == "-" || b == "-" || a == "" || b == "" || b + 0 == 0) print "-"; else printf "%.2f", a / b }'; }
+  ratio3() { awk -v a="$1" -v b="$2" 'BEGIN { if (a == "-" || b == "-" || a == "" || b == "" || b + 0 == 0) print "-"; else printf "%.3f", a / b }'; }
   pctdiff() { awk -v a="$1" -v b="$2" 'BEGIN { if (a == "-" || b == "-" || a == "" || b == "" || b + 0 == 0) print "-"; else printf "%+.2f%%", 100 * (a - b) / b }'; }
   echo
   echo "# compress_netns.sh: configs/gpt_kjv.yaml on 2 namespace hosts x $NPROC rank(s), links $RATE; medians of steps > $SKIP"
@@ -92,11 +93,11 @@ table() {
     echo "$r: $1"
   }
   if [[ " $METHODS " == *" none "* && " $METHODS " == *" bf16 "* ]]; then
-    verdict "bf16 halves the bytes sent (fp32/bf16 = $(ratio "$b0" "${B[bf16]}"), goal 1.9..2.1)" "a / b >= 1.9 && a / b <= 2.1" "$b0" "${B[bf16]}"
-    verdict "bf16 cuts step time >= 1.6x (fp32 ${t0} ms / bf16 ${T[bf16]} ms = $(ratio "$t0" "${T[bf16]}"))" "a / b >= 1.6" "$t0" "${T[bf16]}"
+    verdict "bf16 halves the bytes sent (fp32/bf16 = $(ratio3 "$b0" "${B[bf16]}"), goal 1.9..2.1)" "a / b >= 1.9 && a / b <= 2.1" "$b0" "${B[bf16]}"
+    verdict "bf16 cuts step time >= 1.6x (fp32 ${t0} ms / bf16 ${T[bf16]} ms = $(ratio3 "$t0" "${T[bf16]}"))" "a / b >= 1.6" "$t0" "${T[bf16]}"
   fi
   if [[ " $METHODS " == *" none "* && " $METHODS " == *" sign "* ]]; then
-    verdict "sign cuts bytes >= 8x (fp32/sign = $(ratio "$b0" "${B[sign]}"))" "a / b >= 8" "$b0" "${B[sign]}"
+    verdict "sign cuts bytes >= 8x (fp32/sign = $(ratio3 "$b0" "${B[sign]}"))" "a / b >= 8" "$b0" "${B[sign]}"
     verdict "sign val loss within 2% of fp32's (${V[sign]} vs ${v0}: $(pctdiff "${V[sign]}" "$v0"))" "a <= 1.02 * b" "${V[sign]}" "$v0"
   fi
   return $((fails > 0))
