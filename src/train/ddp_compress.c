@@ -21,37 +21,48 @@ void cddp__to_f16(uint16_t *wire, const float *g, size_t n, float scale) {
 
 void cddp__from_f16(float *g, const uint16_t *wire, size_t n) { cddp__f16_to_f32_n(g, wire, n); }
 
+/* Sign compression with one scale per chunk of CDDP_SIGN_CHUNK elements (see the header). */
+
+/* out = [scales of the chunks][sign bits]; the scale of a chunk is the mean |e| over it, which
+ * is the s minimising |e - s sign(e)|^2 there. */
 void cddp__sign_pack(uint32_t *out, const float *g, float *residual, size_t len) {
-  double abs_sum = 0;
-  for (size_t i = 0; i < len; i++) {
-    float e = g[i] + residual[i];
-    residual[i] = e; /* holds e until the scale is known */
-    abs_sum += fabsf(e);
-  }
-  float scale = len ? (float)(abs_sum / (double)len) : 0.0f;
-  memcpy(&out[0], &scale, sizeof scale);
-  uint32_t *bits = out + 1;
-  for (size_t w = 0; w < (len + 31) / 32; w++) {
-    uint32_t word = 0;
-    size_t base = w * 32, end = base + 32 < len ? base + 32 : len;
-    for (size_t i = base; i < end; i++) {
-      float e = residual[i];
-      uint32_t pos = e >= 0.0f;
-      word |= pos << (i - base);
-      residual[i] = e - (pos ? scale : -scale);
+  size_t nc = cddp__sign_chunks(len);
+  uint32_t *bits = out + nc;
+  for (size_t c = 0; c < nc; c++) {
+    size_t lo = c * CDDP_SIGN_CHUNK, hi = lo + CDDP_SIGN_CHUNK < len ? lo + CDDP_SIGN_CHUNK : len;
+    float abs_sum = 0;
+    for (size_t i = lo; i < hi; i++) {
+      float e = g[i] + residual[i];
+      residual[i] = e; /* holds e until the scale is known */
+      abs_sum += fabsf(e);
     }
-    bits[w] = word;
+    float scale = abs_sum / (float)(hi - lo);
+    memcpy(&out[c], &scale, sizeof scale);
+    for (size_t w = lo / 32; w < (hi + 31) / 32; w++) {
+      uint32_t word = 0;
+      size_t base = w * 32, end = base + 32 < hi ? base + 32 : hi;
+      for (size_t i = base; i < end; i++) {
+        float e = residual[i];
+        uint32_t pos = e >= 0.0f;
+        word |= pos << (i - base);
+        residual[i] = e - (pos ? scale : -scale);
+      }
+      bits[w] = word;
+    }
   }
 }
 
 void cddp__sign_unpack_sum(float *g, const uint32_t *packs, int world, size_t len, float post_scale) {
-  size_t words = cddp__sign_words(len);
+  size_t words = cddp__sign_words(len), nc = cddp__sign_chunks(len);
   memset(g, 0, len * sizeof *g);
   for (int r = 0; r < world; r++) {
-    const uint32_t *p = packs + (size_t)r * words;
-    float scale;
-    memcpy(&scale, &p[0], sizeof scale);
-    for (size_t i = 0; i < len; i++) g[i] += (p[1 + i / 32] >> (i % 32)) & 1u ? scale : -scale;
+    const uint32_t *p = packs + (size_t)r * words, *bits = p + nc;
+    for (size_t c = 0; c < nc; c++) {
+      size_t lo = c * CDDP_SIGN_CHUNK, hi = lo + CDDP_SIGN_CHUNK < len ? lo + CDDP_SIGN_CHUNK : len;
+      float scale;
+      memcpy(&scale, &p[c], sizeof scale);
+      for (size_t i = lo; i < hi; i++) g[i] += (bits[i / 32] >> (i % 32)) & 1u ? scale : -scale;
+    }
   }
   if (post_scale != 1.0f)
     for (size_t i = 0; i < len; i++) g[i] *= post_scale;

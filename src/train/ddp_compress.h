@@ -1,15 +1,23 @@
 /* ddp_compress.h - gradient compression of one DDP bucket: bf16 or f16 on the wire, or sign bits
  * with error feedback (1-bit SGD: each rank sends sign(g + residual) and one scale per
- * bucket, keeps what the signs lost in its residual, and adds it back next step). */
+ * chunk of CDDP_SIGN_CHUNK elements, keeps what the signs lost in its residual, and adds it
+ * back next step). */
 #ifndef CDDP_TRAIN_DDP_COMPRESS_H
 #define CDDP_TRAIN_DDP_COMPRESS_H
 
 #include <stddef.h>
 #include <stdint.h>
 
-/* 32-bit words one rank sends for a sign-compressed bucket of len floats: the scale, then
- * one bit per element. */
-static inline size_t cddp__sign_words(size_t len) { return 1 + (len + 31) / 32; }
+/* Sign compression keeps one scale per chunk of this many elements (a multiple of 32): one
+ * scale per 4 MiB bucket let the large gradients of some tensors set the step of every other
+ * element of the bucket (GPT on KJV, 150 steps: validation loss 3.18 against fp32's 2.19;
+ * per 128 elements: 2.32; per 32: 2.33). 1.25 bits per element: 25.6x fewer bytes. */
+#define CDDP_SIGN_CHUNK 128
+/* Chunks of a sign-compressed bucket of len floats. */
+static inline size_t cddp__sign_chunks(size_t len) { return (len + CDDP_SIGN_CHUNK - 1) / CDDP_SIGN_CHUNK; }
+/* 32-bit words one rank sends for a sign-compressed bucket of len floats: one scale per
+ * chunk, then one bit per element. */
+static inline size_t cddp__sign_words(size_t len) { return cddp__sign_chunks(len) + (len + 31) / 32; }
 
 /* wire[i] = bf16(g[i]) for n elements. */
 void cddp__to_bf16(uint16_t *wire, const float *g, size_t n);
@@ -20,7 +28,8 @@ void cddp__to_f16(uint16_t *wire, const float *g, size_t n, float scale);
 /* g[i] = float(wire[i]). */
 void cddp__from_f16(float *g, const uint16_t *wire, size_t n);
 
-/* e = g + residual; out = [scale = mean |e|, sign bits of e]; residual = e - scale * sign(e). */
+/* e = g + residual; out = [scale of each chunk = its mean |e|, sign bits of e];
+ * residual = e - scale * sign(e). */
 void cddp__sign_pack(uint32_t *out, const float *g, float *residual, size_t len);
 /* g[i] = scale_r * sign_r(i) summed over the world ranks' packs (gathered one after the
  * other, cddp__sign_words(len) words each), in rank order (identical on every rank), times
