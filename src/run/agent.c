@@ -481,7 +481,8 @@ static int come_back(agent_t *a) {
   cddp__membership_t *ms = &a->ms;
   cddp__monitor_stop(ms->mon, 1);
   ms->mon = NULL;
-  if (reconnect(a, &a->store) < 0) return -1;
+  int re = reconnect(a, &a->store);
+  if (re < 0) return -1;
   ms->store = a->store;
   int64_t n;
   if (cddp_store_add(a->store, "elastic/agents", 1, &n) != CDDP_OK) {
@@ -490,10 +491,10 @@ static int come_back(agent_t *a) {
   }
   int old = a->id;
   a->id = ms->self = (int)n - 1;
-  /* the watcher of this round may have lost its connection too: a fresh one */
-  int w = reconnect(a, &a->watch_store);
-  if (w < 0) return -1;
-  if (w > 0) {
+  /* the watcher's connection broke with the agent's: a fresh one (the old one is busy in its
+   * thread's wait, so it cannot be probed) */
+  if (re > 0) {
+    if (connect_store(a, &a->watch_store) != 0) return -1;
     if (a->watcher_running) pthread_detach(a->watcher);
     a->watcher_running = 0;
     watch_start(a, a->rz.round);

@@ -375,9 +375,11 @@ static void propose(cddp__membership_t *ms, int lost, const char *why) {
   if (g > 0 && !c.proposed_stop) {
     char map[300];
     rank_map(&before, &ms->cur, map, sizeof map);
+    char *spare = strstr(c.what, "; spare ");
+    if (spare) *spare = '\0';
     if (lost >= 0)
-      fprintf(stderr, "cddp run: %s lost; generation %lld: world %d -> %d, ranks %s\n", c.what, (long long)g,
-              cddp__members_world(&before), cddp__members_world(&ms->cur), map);
+      fprintf(stderr, "cddp run: %s lost%s%s; generation %lld: world %d -> %d, ranks %s\n", c.what, spare ? ", " : "",
+              spare ? spare + 2 : "", (long long)g, cddp__members_world(&before), cddp__members_world(&ms->cur), map);
     else
       fprintf(stderr, "cddp run: %s: generation %lld: world %d -> %d, ranks %s (taken in at the workers' next step "
               "boundary)\n", c.what, (long long)g, cddp__members_world(&before), cddp__members_world(&ms->cur), map);
@@ -421,6 +423,7 @@ void cddp__membership_events(cddp__membership_t *ms) {
 
 void cddp__membership_done(cddp__membership_t *ms, int mark) {
   char key[64];
+  if (ms->pending || ms->cur.n == 0) return; /* not a member: not ours to say */
   if (mark) {
     snprintf(key, sizeof key, "rdzv/%d/done/%d", ms->round, ms->self);
     if (cddp_store_set(ms->store, key, "1", 1) != CDDP_OK) return;
