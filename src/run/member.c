@@ -378,8 +378,9 @@ static void propose(cddp__membership_t *ms, int lost, const char *why) {
     char *spare = strstr(c.what, "; spare ");
     if (spare) *spare = '\0';
     if (lost >= 0)
-      fprintf(stderr, "cddp run: %s lost%s%s; generation %lld: world %d -> %d, ranks %s\n", c.what, spare ? ", " : "",
-              spare ? spare + 2 : "", (long long)g, cddp__members_world(&before), cddp__members_world(&ms->cur), map);
+      fprintf(stderr, "cddp run: node %s (agent %d) lost: %s%s%s; generation %lld: world %d -> %d, ranks %s\n", host, lost,
+              why, spare ? "; " : "", spare ? spare + 2 : "", (long long)g, cddp__members_world(&before),
+              cddp__members_world(&ms->cur), map);
     else
       fprintf(stderr, "cddp run: %s: generation %lld: world %d -> %d, ranks %s (taken in at the workers' next step "
               "boundary)\n", c.what, (long long)g, cddp__members_world(&before), cddp__members_world(&ms->cur), map);

@@ -112,10 +112,10 @@ case_b() {
   kill -KILL "${A[2]}"; wait "${A[2]}" 2>/dev/null
   wait_all 90 "${A[1]}" "${A[3]}"
   cat "$T"/s?.out >"$T/s.out"
-  [ "${RC[*]}" = "0 0" ] && ok "s: agent 2 SIGKILLed at step $before: the member left and the spare finish (exit 0)" ||
+  [ "${RC[*]}" = "0 0" ] && ok "s: the 2nd agent SIGKILLed at step $before: the member left and the spare finish (exit 0)" ||
     fail "s: exit codes" "${RC[*]}; $(grep -v 'epoch 1/1' "$T/s.out" | tail -5 | tr '\n' ' ')"
   local line rline
-  line=$(grep -m1 'cddp run: node .* (agent 1, its connection closed) lost, spare node .* (agent 2) takes its place; generation 1: world 2 -> 2, ranks 0 -> 0, new 1' "$T/s.out")
+  line=$(grep -m1 'cddp run: node .* (agent 1) lost: its connection closed; spare node .* (agent 2) takes its place; generation 1: world 2 -> 2, ranks 0 -> 0, new 1' "$T/s.out")
   rline=$(grep -m1 'cddp train: recovered from the loss of node .* takes its place in .* generation 1, state from rank 0, step [0-9]* redone' "$T/s.out")
   [ -n "$line" ] && [ -n "$rline" ] && ok "s: one generation drops the lost node and takes the spare: ${line#*cddp run: } / ${rline#*cddp train: }" ||
     fail "s: event lines" "$(grep -E 'lost|recovered|spare' "$T/s.out" | tr '\n' ' ')"
@@ -141,7 +141,7 @@ case_c() {
   wait_line 10 'lost: no heartbeat for\|lost; generation' "${surv[@]}" &&
     det=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.2f", b - a }')
   if [ -n "$det" ] && awk -v d="$det" 'BEGIN { exit !(d < 5) }'; then
-    ok "f: frozen node declared lost ${det} s after SIGSTOP (< 5 s): $(grep -h -m1 'no heartbeat' "${surv[@]}" | sed 's/^cddp run: //')"
+    ok "f: frozen node declared lost ${det} s after SIGSTOP (< 5 s): $(grep -h '^cddp run: .*no heartbeat' "${surv[@]}" | head -1 | sed 's/^cddp run: //')"
   else fail "f: frozen node not declared lost within 5 s" "det=$det"; fi
   wait_line 10 "cddp train: recovered from the loss of node .* no heartbeat for .*world 3 -> 2" "$T"/f?.out &&
     ok "f: the survivors re-formed with world 2" || fail "f: no re-forming" "$(grep -h recovered "$T"/f?.out)"
