@@ -4,8 +4,10 @@
 #
 # Usage: bench/elastic_bench.sh [--kill-at STEP] [--ckpt-every K] [--repeat N] [--out DIR]
 #                               [--monitor-interval S]   (torchrun's, default its own: 5 s)
+#                               [--agents 1|2] [--cddp-only]
 # Both jobs: the MLP 784-1024-1024-10 on Fashion-MNIST, 1 epoch (234 steps of 256), 2 workers x
-# 1 thread on this host, a checkpoint every K steps (default 50), --max-restarts 3. When the
+# 1 thread on this host (--agents 2: 2 launchers x 2 workers, c10d rendezvous on this host), a
+# checkpoint every K steps (default 50), --max-restarts 3. When the
 # job's step log reaches STEP (default 75) rank 1's worker (not the launcher) is SIGKILLed.
 # cddp: cddp run --restart-mode replace + cddp train; torchrun: Debian's torch 1.13 with
 # bench/peers/ddp_fmnist_elastic.py (resumes from its newest checkpoint when restarted).
@@ -39,6 +41,8 @@ CKPT=50
 REPEAT=1
 OUT=""
 MONITOR=5
+AGENTS=1
+CDDP_ONLY=0
 num() { [[ "${2:-}" =~ ^[1-9][0-9]*$ ]] || { echo "elastic_bench.sh: $1 needs a positive number, got '${2:-}'" >&2; exit 2; }; }
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -50,15 +54,18 @@ while [ $# -gt 0 ]; do
         echo "elastic_bench.sh: --monitor-interval needs seconds > 0, got '$MONITOR'" >&2; exit 2
       fi ;;
     --out) OUT=${2:?--out needs a directory}; shift 2 ;;
-    -h|--help) sed -n '2,17s/^# \{0,1\}//p' "$0"; exit 0 ;;
-    *) echo "elastic_bench.sh: unknown argument '$1' (--kill-at STEP, --ckpt-every K, --repeat N, --out DIR, --monitor-interval S)" >&2; exit 2 ;;
+    --agents) [[ "${2:-}" =~ ^[12]$ ]] || { echo "elastic_bench.sh: --agents must be 1 or 2, got '${2:-}'" >&2; exit 2; }
+      AGENTS=$2; shift 2 ;;
+    --cddp-only) CDDP_ONLY=1; shift ;;
+    -h|--help) sed -n '2,19s/^# \{0,1\}//p' "$0"; exit 0 ;;
+    *) echo "elastic_bench.sh: unknown argument '$1' (--kill-at STEP, --ckpt-every K, --repeat N, --out DIR, --monitor-interval S, --agents 1|2, --cddp-only)" >&2; exit 2 ;;
   esac
 done
 [ "$KILL_AT" -lt 230 ] || { echo "elastic_bench.sh: --kill-at must be below 230 (the epoch has 234 steps)" >&2; exit 2; }
 OUT=${OUT:-$(mktemp -d /tmp/cddp-elastic-bench.XXXXXX)}
 mkdir -p "$OUT" && OUT=$(cd "$OUT" && pwd)
 make -j"$(nproc)" cli >"$OUT/build.log" 2>&1 || { tail -20 "$OUT/build.log"; exit 1; }
-if ! /usr/bin/python3 -c 'import torch' 2>/dev/null; then
+if [ "$CDDP_ONLY" = 0 ] && ! /usr/bin/python3 -c 'import torch' 2>/dev/null; then
   echo "elastic_bench.sh: Debian's python3-torch is missing (scripts/install-deps.sh bench)" >&2; exit 1
 fi
 CDDP=$ROOT/build/cddp
@@ -112,23 +119,41 @@ acc_of() {
     awk '{ printf "%.4f\n", $1 } END { if (!NR) print "-" }'
 }
 
+free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+# launch: the launcher flags for AGENTS; twice CMD...: CMD twice at once (two launchers), exit
+# status non-zero when either's is
+launch() {
+  if [ "$AGENTS" = 1 ]; then echo "$1"; return; fi
+  local p; p=$(free_port)
+  case $1 in
+    cddp) echo "--nnodes 2 --nproc-per-node 2 --rdzv-backend c10d --rdzv-endpoint 127.0.0.1:$p --rdzv-id E$p" ;;
+    torch) echo "--nnodes 2 --nproc_per_node 2 --rdzv_backend c10d --rdzv_endpoint 127.0.0.1:$p --rdzv_id E$p" ;;
+  esac
+}
+TWICE=(bash -c '"$@" & a=$!; "$@" & b=$!; wait $a; r=$?; wait $b; exit $((r | $?))' twice)
 # one_cddp I / one_torch I: one killed run; prints "recovery redone wall accuracy blamed rc caught-up"
 one_cddp() {
-  local w=$OUT/cddp$1 r rec red cau blamed
+  local w=$OUT/cddp$1 r rec red cau blamed l pre=()
+  l=$(launch cddp); [ "$l" = cddp ] && l="--standalone --nproc-per-node 2"
+  [ "$AGENTS" = 2 ] && pre=("${TWICE[@]}")
+  # shellcheck disable=SC2086
   run_job "cddp$1" "$w/run/metrics.jsonl" "--work-dir $w --name run" \
-    timeout 300 "$CDDP" run --standalone --nproc-per-node 2 --max-restarts 3 --restart-mode replace \
+    timeout 300 "${pre[@]}" "$CDDP" run $l --max-restarts 3 --restart-mode replace \
     "$CDDP" train --config configs/fmnist_mlp.yaml --work-dir "$w" --name run --set train.epochs=1 \
-    --set checkpoint.every_steps="$CKPT" --set ddp.threads=1
+    --set checkpoint.every_steps="$CKPT" --set ddp.threads=1 --set batch.micro=$((128 / AGENTS))
   r=$(sed -n 's/.*cddp train: recovered from the loss of rank .* step \([0-9]*\) redone.*/\1/p' "$OUT/cddp$1.out" | head -1)
   read -r rec red cau <<<"$(measure "$w/run/metrics.jsonl" "$OUT/cddp$1.kill" "${r:-0}")"
   blamed=$(sed -n 's/^cddp run: rank \([0-9]*\) .*killed by signal.*/\1/p' "$OUT/cddp$1.out" | head -1)
   echo "$rec $red $(cat "$OUT/cddp$1.wall") $(acc_of "$w/run/metrics.jsonl") ${blamed:--} $(cat "$OUT/cddp$1.rc") $cau"
 }
 one_torch() {
-  local w=$OUT/torch$1 r rec red cau blamed kt
+  local w=$OUT/torch$1 r rec red cau blamed kt l pre=()
+  l=$(launch torch); [ "$l" = torch ] && l="--standalone --nproc_per_node 2"
+  [ "$AGENTS" = 2 ] && pre=("${TWICE[@]}")
+  # shellcheck disable=SC2086
   run_job "torch$1" "$w/run/steps.jsonl" "ddp_fmnist_elastic.py --run-dir $w/run" \
-    env OPENBLAS_CORETYPE="${OPENBLAS_CORETYPE:-SkylakeX}" timeout 600 /usr/bin/python3 -m torch.distributed.run \
-    --standalone --nproc_per_node 2 --max_restarts 3 --monitor_interval "$MONITOR" --redirects 1 --tee 1 "$PEER" --run-dir "$w/run" --epochs 1 \
+    env OPENBLAS_CORETYPE="${OPENBLAS_CORETYPE:-SkylakeX}" timeout 600 "${pre[@]}" /usr/bin/python3 -m torch.distributed.run \
+    $l --max_restarts 3 --monitor_interval "$MONITOR" --redirects 1 --tee 1 "$PEER" --run-dir "$w/run" --epochs 1 \
     --ckpt-every "$CKPT"
   read -r kt _ _ <"$OUT/torch$1.kill"
   # the restarted group's resume line (the step of the checkpoint it loaded) after the kill
@@ -142,12 +167,15 @@ one_torch() {
 # the same jobs uninterrupted, once: the wall time and accuracy a kill is compared with
 say "uninterrupted: cddp"
 NOKILL=1 one_cddp 0 | tee "$OUT/cddp.ref" >&2
-say "uninterrupted: torchrun"
-NOKILL=1 one_torch 0 | tee "$OUT/torch.ref" >&2
+if [ "$CDDP_ONLY" = 0 ]; then
+  say "uninterrupted: torchrun"
+  NOKILL=1 one_torch 0 | tee "$OUT/torch.ref" >&2
+fi
 
 for i in $(seq "$REPEAT"); do
   say "run $i/$REPEAT: cddp, rank 1 killed at step $KILL_AT"
   one_cddp "$i" | tee -a "$OUT/cddp.rows" >&2
+  [ "$CDDP_ONLY" = 1 ] && continue
   say "run $i/$REPEAT: torchrun, rank 1 killed at step $KILL_AT"
   one_torch "$i" | tee -a "$OUT/torch.rows" >&2
 done
@@ -163,11 +191,11 @@ cell() {
 blames() { awk '{ c[$5]++ } END { for (b in c) printf "%s%s", (s++ ? ", " : ""), (length(c) > 1 || NR > 1 ? c[b] "x rank " b : "rank " b); print "" }' "$1"; }
 fails() { awk '$6 != 0 { n++ } END { print n + 0 }' "$1"; }
 
-printf '\nrank 1 SIGKILLed at step %s of 234 (checkpoint every %s steps), 2 workers x 1 thread, %s run(s) each; torchrun --monitor_interval %s\n' \
-  "$KILL_AT" "$CKPT" "$REPEAT" "$MONITOR"
+printf '\nrank 1 SIGKILLed at step %s of 234 (checkpoint every %s steps), %s x 1 thread, %s run(s) each; torchrun --monitor_interval %s\n' \
+  "$KILL_AT" "$CKPT" "$([ "$AGENTS" = 1 ] && echo "2 workers" || echo "2 launchers x 2 workers")" "$REPEAT" "$MONITOR"
 printf '%-10s %-18s %-14s %-20s %-20s %-26s %-22s %s\n' "" "kill->step (s)" "steps redone" "kill->caught up (s)" "wall (s)" \
   "test accuracy" "error line blamed" "uninterrupted: wall, accuracy"
-for row in cddp torch; do
+for row in cddp $([ "$CDDP_ONLY" = 0 ] && echo torch); do
   f=$OUT/$row.rows
   read -r _ _ rw ra _ _ <"$OUT/$row.ref"
   printf '%-10s %-18s %-14s %-20s %-20s %-26s %-22s %s\n' "$([ $row = cddp ] && echo cddp || echo torchrun)" \

@@ -18,6 +18,7 @@ typedef enum cddp_dtype {
   CDDP_BF16, /* reduced with f32 accumulation */
   CDDP_I32,
   CDDP_I64,
+  CDDP_F16, /* IEEE half, reduced with f32 accumulation; beyond 65504 is inf */
   CDDP_DTYPE_COUNT
 } cddp_dtype_t;
 

@@ -126,12 +126,14 @@ int cddp_ddp_bucket_count(const cddp_ddp_t *d);
 /* Overlap off: grad_ready only records, finish reduces every bucket itself (blocking). */
 void cddp_ddp_set_overlap(cddp_ddp_t *d, int overlap);
 /* What crosses the wire. NONE: float32. BF16: bfloat16, summed in float32 at every hop
- * (half the bytes). SIGN: 1-bit SGD with error feedback: each rank sends the signs of
+ * (half the bytes). F16: IEEE half, the same way; with AVG each rank divides by the world
+ * size before rounding (so sums stay in range); magnitudes past 65504 become inf and those
+ * below 6e-8 vanish, as with PyTorch's fp16 compress hook. SIGN: 1-bit SGD with error feedback: each rank sends the signs of
  * (gradient + residual) and their mean magnitude per bucket, and keeps what the signs lost
  * in its residual for the next step (about 32x fewer bytes; the result is the same on every
  * rank). Collective: every rank calls it once, right after create. */
 typedef enum cddp_compress {
-  CDDP_COMPRESS_NONE = 0, CDDP_COMPRESS_BF16 = 1, CDDP_COMPRESS_SIGN = 2
+  CDDP_COMPRESS_NONE = 0, CDDP_COMPRESS_BF16 = 1, CDDP_COMPRESS_SIGN = 2, CDDP_COMPRESS_F16 = 3
 } cddp_compress_t;
 cddp_result_t cddp_ddp_set_compress(cddp_ddp_t *d, cddp_compress_t c);
 /* SIGN's error-feedback residual (n floats; NULL otherwise): save it in checkpoints and

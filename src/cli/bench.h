@@ -36,8 +36,8 @@ int cddp__bench_parse(int argc, char **argv, bench_opts_t *o);
 const char *cddp__bench_coll_name(bench_coll_t c);
 
 /* The test pattern: element i of rank r holds the small integer v(r, i) = 1 + (i + 3r) % mod,
- * so that every sum over the world is exact in every type (mod shrinks for bf16 on big
- * worlds: sums stay <= 256). */
+ * so that every sum over the world is exact in every type (mod shrinks for bf16 and f16 on
+ * big worlds: sums stay <= 256 and <= 2048). */
 int cddp__bench_mod(cddp_dtype_t dt, int world);
 /* buf[j] = v(rank, first + j) for j < n. */
 void cddp__bench_fill(void *buf, size_t n, cddp_dtype_t dt, int rank, size_t first, int mod);

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "cli/bench.h"
+#include "comm/reduce.h"
 
 static inline float bf16_to_f32(uint16_t h) {
   uint32_t u = (uint32_t)h << 16;
@@ -24,6 +25,7 @@ static inline double get(const void *buf, cddp_dtype_t dt, size_t i) {
     case CDDP_F32: return ((const float *)buf)[i];
     case CDDP_F64: return ((const double *)buf)[i];
     case CDDP_BF16: return bf16_to_f32(((const uint16_t *)buf)[i]);
+    case CDDP_F16: return cddp__f16_to_f32(((const uint16_t *)buf)[i]);
     case CDDP_I32: return ((const int32_t *)buf)[i];
     case CDDP_I64: return (double)((const int64_t *)buf)[i];
     default: return NAN;
@@ -35,6 +37,7 @@ static inline void set(void *buf, cddp_dtype_t dt, size_t i, double v) {
     case CDDP_F32: ((float *)buf)[i] = (float)v; break;
     case CDDP_F64: ((double *)buf)[i] = v; break;
     case CDDP_BF16: ((uint16_t *)buf)[i] = f32_to_bf16((float)v); break;
+    case CDDP_F16: ((uint16_t *)buf)[i] = cddp__f32_to_f16((float)v); break;
     case CDDP_I32: ((int32_t *)buf)[i] = (int32_t)v; break;
     case CDDP_I64: ((int64_t *)buf)[i] = (int64_t)v; break;
     default: break;
@@ -48,6 +51,7 @@ static inline int value(int rank, size_t i, int mod) {
 int cddp__bench_mod(cddp_dtype_t dt, int world) {
   int mod = 5;
   if (dt == CDDP_BF16 && world * mod > 256) mod = 256 / world; /* bf16 holds integers <= 256 exactly */
+  if (dt == CDDP_F16 && world * mod > 2048) mod = 2048 / world; /* f16: <= 2048 */
   return mod < 1 ? 1 : mod;
 }
 
@@ -91,7 +95,7 @@ size_t cddp__bench_check_reduced(const void *buf, size_t n, cddp_dtype_t dt, cdd
   expected(want, dt, op, world, mod);
   /* AVG of floats is sum * (1/world) or sum / world: allow rounding, exact elsewhere */
   double tol = 0;
-  if (op == CDDP_AVG) tol = dt == CDDP_F32 ? 1e-6 : dt == CDDP_F64 ? 1e-14 : dt == CDDP_BF16 ? 1e-2 : 0;
+  if (op == CDDP_AVG) tol = dt == CDDP_F32 ? 1e-6 : dt == CDDP_F64 ? 1e-14 : dt == CDDP_BF16 ? 1e-2 : dt == CDDP_F16 ? 1e-3 : 0;
   size_t wrong = 0, k = first % (size_t)mod;
   for (size_t j = 0; j < n; j++) {
     double got = get(buf, dt, j), w = want[k];

@@ -27,7 +27,7 @@ static void usage(FILE *f) {
           "  -w, --warmup_iters N   untimed iterations per size (default 1)\n"
           "  -n, --iters N          timed iterations per size (default 20)\n"
           "  -c, --check 0|1        fill known values and count wrong elements on every rank (default 1)\n"
-          "  -d, --datatype T       float, double, bfloat16, int32, int64 (nccl-tests and cddp names)\n"
+          "  -d, --datatype T       float, double, bfloat16, half, int32, int64 (nccl-tests and cddp names)\n"
           "  -o, --op OP            sum, avg, max, min (default sum)\n"
           "  -r, --root R           root rank of broadcast (default 0)\n"
           "  -z, --blocking 0|1     0: start all iterations, then wait for them (default 1)\n"
@@ -87,7 +87,8 @@ static int parse_dtype(const char *s, cddp_dtype_t *dt) {
       {"ncclDouble", CDDP_F64}, {"ncclFloat64", CDDP_F64}, {"bfloat16", CDDP_BF16}, {"bf16", CDDP_BF16},
       {"ncclBfloat16", CDDP_BF16}, {"int32", CDDP_I32}, {"int", CDDP_I32},   {"i32", CDDP_I32},
       {"ncclInt", CDDP_I32},  {"ncclInt32", CDDP_I32}, {"int64", CDDP_I64},  {"i64", CDDP_I64},
-      {"ncclInt64", CDDP_I64},
+      {"ncclInt64", CDDP_I64}, {"half", CDDP_F16}, {"float16", CDDP_F16}, {"f16", CDDP_F16},
+      {"fp16", CDDP_F16}, {"ncclHalf", CDDP_F16}, {"ncclFloat16", CDDP_F16},
   };
   for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
     if (!strcasecmp(s, names[i].name)) return *dt = names[i].dt, 0;
@@ -175,7 +176,7 @@ int cddp__bench_parse(int argc, char **argv, bench_opts_t *o) {
         break;
       case 'd':
         if (parse_dtype(optarg, &o->dt))
-          return bad("unsupported datatype '%s' for %s (float, double, bfloat16, int32, int64)", optarg, flag);
+          return bad("unsupported datatype '%s' for %s (float, double, bfloat16, half, int32, int64)", optarg, flag);
         break;
       case 'o':
         if (parse_op(optarg, &o->op)) return bad("unsupported op '%s' for %s (sum, avg, max, min)", optarg, flag);

@@ -32,7 +32,7 @@ typedef struct rank_id {
 } rank_id_t;
 
 static const char *type_name(cddp_dtype_t dt) {
-  static const char *n[CDDP_DTYPE_COUNT] = {"float", "double", "bfloat16", "int32", "int64"};
+  static const char *n[CDDP_DTYPE_COUNT] = {"float", "double", "bfloat16", "int32", "int64", "half"};
   return (unsigned)dt < CDDP_DTYPE_COUNT ? n[dt] : "?";
 }
 static const char *op_name(cddp_redop_t op) {

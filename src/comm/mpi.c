@@ -187,7 +187,7 @@ static MPI_Datatype mpi_type(cddp_dtype_t dt) {
     case CDDP_F64: return MPI_DOUBLE;
     case CDDP_I32: return MPI_INT32_T;
     case CDDP_I64: return MPI_INT64_T;
-    default: return MPI_UINT16_T; /* bf16: moved as bits, reduced as f32 */
+    default: return MPI_UINT16_T; /* bf16, f16: moved as bits, reduced as f32 */
   }
 }
 
@@ -209,20 +209,17 @@ static int overlap(const void *a, size_t an, const void *b, size_t bn) {
   return x < y + bn && y < x + an;
 }
 
-static void bf16_to_f32(float *dst, const uint16_t *src, size_t n) {
-  for (size_t i = 0; i < n; i++) {
-    uint32_t u = (uint32_t)src[i] << 16;
-    memcpy(&dst[i], &u, 4);
-  }
+/* bf16 and f16 are reduced by MPI as f32: widened before, rounded once after. */
+static int half_type(cddp_dtype_t dt) { return dt == CDDP_BF16 || dt == CDDP_F16; }
+
+static void widen(cddp_dtype_t dt, float *dst, const uint16_t *src, size_t n) {
+  if (dt == CDDP_F16) cddp__f16_to_f32_n(dst, src, n);
+  else cddp__bf16_to_f32_n(dst, src, n);
 }
 
-static void f32_to_bf16(uint16_t *dst, const float *src, size_t n) {
-  for (size_t i = 0; i < n; i++) {
-    uint32_t u;
-    memcpy(&u, &src[i], 4);
-    if ((u & 0x7fffffffu) > 0x7f800000u) dst[i] = (uint16_t)((u >> 16) | 0x40); /* quiet NaN */
-    else dst[i] = (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16); /* nearest, ties to even */
-  }
+static void narrow(cddp_dtype_t dt, uint16_t *dst, const float *src, size_t n) {
+  if (dt == CDDP_F16) cddp__f32_to_f16_n(dst, src, n);
+  else cddp__f32_to_bf16_n(dst, src, n);
 }
 
 /* MPI counts are int: messages are cut into pieces of at most this many elements. */
@@ -233,10 +230,10 @@ static cddp_result_t run_allreduce(mpi_state_t *s, const cddp__coll_t *c) {
   const void *send = c->send;
   void *recv = c->recv;
   cddp_dtype_t dt = c->dt;
-  if (dt == CDDP_BF16) { /* f32 accumulation, one rounding at the end */
+  if (half_type(dt)) { /* f32 accumulation, one rounding at the end */
     float *f = scratch(s, n * 4);
-    if (!f && n) return cddp__fail(CDDP_SYSTEM, "backend mpi: no memory for a %zu-element bf16 staging buffer", n);
-    bf16_to_f32(f, send, n);
+    if (!f && n) return cddp__fail(CDDP_SYSTEM, "backend mpi: no memory for a %zu-element %s staging buffer", n, cddp_dtype_name(dt));
+    widen(dt, f, send, n);
     send = recv = f, dt = CDDP_F32, es = 4;
   } else if (send != recv && overlap(send, n * es, recv, n * es)) {
     memmove(recv, send, n * es);
@@ -251,7 +248,7 @@ static cddp_result_t run_allreduce(mpi_state_t *s, const cddp__coll_t *c) {
     CDDP_CHECK(wait_req(s, &req, c->deadline, "allreduce"));
   }
   if (c->op == CDDP_AVG) cddp__scale(recv, n, dt, 1.0 / s->ctx->world);
-  if (c->dt == CDDP_BF16) f32_to_bf16(c->recv, recv, n);
+  if (half_type(c->dt)) narrow(c->dt, c->recv, recv, n);
   return CDDP_OK;
 }
 
@@ -261,10 +258,10 @@ static cddp_result_t run_reduce_scatter(mpi_state_t *s, const cddp__coll_t *c) {
   const void *send = c->send;
   void *out = c->recv;
   cddp_dtype_t dt = c->dt;
-  if (dt == CDDP_BF16) {
+  if (half_type(dt)) {
     float *f = scratch(s, W * n * 4);
-    if (!f && n) return cddp__fail(CDDP_SYSTEM, "backend mpi: no memory for a bf16 staging buffer");
-    bf16_to_f32(f, send, W * n);
+    if (!f && n) return cddp__fail(CDDP_SYSTEM, "backend mpi: no memory for a %s staging buffer", cddp_dtype_name(dt));
+    widen(dt, f, send, W * n);
     send = out = f, dt = CDDP_F32, es = 4; /* in place: block `rank` lands at f[0..n) */
   } else if (overlap(send, W * n * es, out, n * es) && send != out) {
     void *t = scratch(s, W * n * es);
@@ -278,7 +275,7 @@ static cddp_result_t run_reduce_scatter(mpi_state_t *s, const cddp__coll_t *c) {
   if (rc != MPI_SUCCESS) return s->failed = 1, mpi_fail(rc, "MPI_Ireduce_scatter_block", s->ctx->rank);
   CDDP_CHECK(wait_req(s, &req, c->deadline, "reduce_scatter"));
   if (c->op == CDDP_AVG) cddp__scale(out, n, dt, 1.0 / (double)W);
-  if (c->dt == CDDP_BF16) f32_to_bf16(c->recv, out, n);
+  if (half_type(c->dt)) narrow(c->dt, c->recv, out, n);
   return CDDP_OK;
 }
 

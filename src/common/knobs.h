@@ -36,6 +36,8 @@
     "restart mode replace: how often each agent beats its heartbeat in the store, ms")       \
   X(HEARTBEAT_TIMEOUT_MS, "CDDP_HEARTBEAT_TIMEOUT_MS", "3000",                                \
     "restart mode replace: a member agent whose heartbeat stands still this long is declared lost, ms") \
+  X(DATA_CACHE, "CDDP_DATA_CACHE", "",                                                         \
+    "directory of decompressed data sets mapped by later loads; empty = $TMPDIR/cddp-cache-<uid>, off = none") \
   X(STORE_TIMEOUT_MS, "CDDP_STORE_TIMEOUT_MS", "300000", "default bound on a store client call, ms") \
   X(TOKEN, "CDDP_TOKEN", "", "job token for the store's challenge-response (never sent on the wire)") \
   X(TOKEN_FILE, "CDDP_TOKEN_FILE", "", "file holding the job token (used when CDDP_TOKEN is unset)")

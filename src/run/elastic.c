@@ -6,6 +6,7 @@
 
 #include "common/check.h"
 #include "common/clock.h"
+#include "common/knobs.h"
 #include "common/log.h"
 #include "run/elastic.h"
 #include "store/store_internal.h"
@@ -416,6 +417,10 @@ cddp_result_t cddp__gen_form(cddp_store_t *s, int rank, int world, int round, co
                         (long long)g);
     }
     int64_t now = g;
+    /* a peer died while this generation formed (a replacement meeting a worker killed just now,
+     * before its agent announced the next generation): wait for that announcement */
+    if ((r == CDDP_REMOTE || r == CDDP_ABORTED || r == CDDP_TIMEOUT) && cddp__ms_left(deadline) > 0)
+      (void)cddp__gen_wait_past(s, g, CDDP_MIN(cddp__ms_left(deadline), (int)cddp__knob_int(CDDP_KNOB_RECOVER_TIMEOUT_MS)));
     if (cddp__gen_latest(s, &now) == CDDP_OK && now > g && cddp__ms_left(deadline) > 0) {
       CDDP_INFO(CDDP_SUB_ENV, "rank %d: generation %lld abandoned for %lld: %s", rk, (long long)g, (long long)now, why);
       continue;

@@ -109,13 +109,24 @@ static cddp_result_t beat(cddp__monitor_t *m, uint64_t now) {
   return scan_pending(m);
 }
 
+/* The store stopped answering: says "cut <why>" (the failure that broke the connection, not
+ * the later "unusable" of the call that found it broken). */
+static void say_cut(cddp__monitor_t *m, const char *first) {
+  const char *e = cddp_last_error();
+  say(m, "cut %s", strstr(e, "unusable") && first[0] ? first : e);
+}
+
 static void *monitor_main(void *arg) {
   cddp__monitor_t *m = arg;
   uint64_t next_beat = 0;
+  char first[200] = "";
   while (!__atomic_load_n(&m->stop, __ATOMIC_ACQUIRE)) {
     uint64_t now = cddp__now_ns();
     if (now >= next_beat) {
-      if (beat(m, now) != CDDP_OK) break; /* the store is gone */
+      if (beat(m, now) != CDDP_OK) { /* no answer within timeout_ms: the others drop this node */
+        say_cut(m, first);
+        break;
+      }
       next_beat = now + (uint64_t)m->hb_ms * 1000000ull;
     }
     char key[64];
@@ -139,7 +150,10 @@ static void *monitor_main(void *arg) {
       pthread_mutex_unlock(&m->mu);
       say(m, "gen %lld", (long long)g + 1);
     } else if (r != CDDP_TIMEOUT) {
+      say_cut(m, first);
       break;
+    } else {
+      snprintf(first, sizeof first, "%s", cddp_last_error()); /* "no answer in time" breaks it */
     }
   }
   return NULL;
@@ -157,6 +171,9 @@ cddp_result_t cddp__monitor_start(cddp__monitor_t **out, const char *host, int p
   snprintf(prefix, sizeof prefix, "%s/", run_id);
   snprintf(key, sizeof key, "%selastic/dead/%d", prefix, self_id);
   cddp_result_t r = cddp_store_tcp_connect(&m->raw, host, port, token, 10000);
+  /* a call unanswered for the heartbeat timeout means this node is cut off (its link, a
+   * partition): the others drop it after the same time, so it stops instead of hanging */
+  if (r == CDDP_OK) cddp_store_set_timeout(m->raw, m->timeout_ms);
   if (r == CDDP_OK) r = cddp__store_tcp_will(m->raw, key, "connection closed", 17);
   if (r == CDDP_OK) r = cddp_store_prefix_create(&m->s, m->raw, prefix, 1);
   if (r == CDDP_OK && pthread_create(&m->th, NULL, monitor_main, m) != 0)
@@ -410,6 +427,10 @@ void cddp__membership_events(cddp__membership_t *ms) {
     } else if (!strncmp(line, "gen ", 4)) {
       cddp__membership_refresh(ms);
       if (!ms->ending) cddp__membership_done(ms, 0);
+    } else if (!strncmp(line, "cut ", 4) && !ms->ending) {
+      ms->ending = 1;
+      LINE_OF("node %s (agent %d) is cut off from the job (%s): the others go on without it after "
+              "CDDP_HEARTBEAT_TIMEOUT_MS; its workers stop", ms->host, ms->self, line + 4);
     } else if (!strcmp(line, "stop") && !ms->ending) {
       void *v = NULL;
       size_t len = 0;

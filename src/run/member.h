@@ -20,6 +20,8 @@ typedef struct cddp__monitor cddp__monitor_t;
  *   "stop"              elastic/stop was set (a worker asked the job to stop)
  *   "pending <id>"      agent id waits to be taken in (elastic/pending/<id>, alive); once per
  *                       id per cddp__monitor_watch
+ *   "cut <why>"         the store did not answer within timeout_ms (every call on this
+ *                       connection is bounded by it): this node is cut off; the thread ends
  * A member is reported lost once per cddp__monitor_watch. */
 cddp_result_t cddp__monitor_start(cddp__monitor_t **out, const char *host, int port, const char *token,
                                   const char *run_id, int self_id, int hb_ms, int timeout_ms, int notify_fd);

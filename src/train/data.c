@@ -1,4 +1,5 @@
-/* data.c - Fashion-MNIST IDX files (gzip or plain, read through zlib), validated and normalised. */
+/* data.c - Fashion-MNIST IDX files (gzip or plain, read through zlib), validated and normalised;
+ * a second load maps the decompressed set from the cache (data_cache.c). */
 #include "train/data.h"
 
 #include <errno.h>
@@ -6,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <zlib.h>
 
@@ -22,6 +24,7 @@
 typedef struct idx_file {
   gzFile gz;
   char path[PATH_MAX];
+  struct stat st;
 } idx_file_t;
 
 static uint32_t be32(const unsigned char *b) {
@@ -43,6 +46,7 @@ static cddp_result_t idx_open(idx_file_t *f, const char *dir, const char *name) 
                         name, f->path);
   }
   if (!S_ISREG(st.st_mode)) return cddp__fail(CDDP_INVALID_ARG, "%s: not a regular file", f->path);
+  f->st = st;
   f->gz = gzopen(f->path, "rb");
   if (!f->gz) return cddp__fail_errno(CDDP_SYSTEM, "open %s", f->path);
   gzbuffer(f->gz, 1u << 18);
@@ -182,11 +186,13 @@ cddp_result_t cddp_dataset_load_fmnist(cddp_dataset_t *d, const char *dir, const
   CDDP_CHECK_GOTO(idx_open(&lf, dir, name), ret, fail);
   snprintf(name, sizeof name, "%s-images-idx3-ubyte", prefix);
   CDDP_CHECK_GOTO(idx_open(&imf, dir, name), ret, fail);
+  if (cddp__data_cache_load(d, prefix, imf.path, &imf.st, lf.path, &lf.st)) goto exit;
   CDDP_CHECK_GOTO(load_labels(d, &lf), ret, fail);
   CDDP_CHECK_GOTO(load_images(d, &imf, lf.path), ret, fail);
   d->c = 1;
   d->h = d->w = FMNIST_SIDE;
   d->n_classes = FMNIST_CLASSES;
+  cddp__data_cache_save(d, prefix, imf.path, &imf.st, lf.path, &lf.st);
 exit:
   idx_close(&imf);
   idx_close(&lf);
@@ -198,8 +204,12 @@ fail:
 
 void cddp_dataset_free(cddp_dataset_t *d) {
   if (!d) return;
-  free(d->x);
-  free(d->y);
+  if (d->map) {
+    munmap(d->map, d->map_len);
+  } else {
+    free(d->x);
+    free(d->y);
+  }
   memset(d, 0, sizeof *d);
 }
 

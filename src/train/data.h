@@ -1,4 +1,4 @@
-/* data.h - data sets in memory: Fashion-MNIST from IDX files (gzip via zlib), validated. */
+/* data.h - data sets in memory: Fashion-MNIST from IDX files (gzip via zlib), validated, cached. */
 #ifndef CDDP_TRAIN_DATA_H
 #define CDDP_TRAIN_DATA_H
 
@@ -15,6 +15,8 @@ typedef struct cddp_dataset {
   float *x;          /* [n, c*h*w], pixels scaled to [0,1] then normalised (mean 0.2860, std 0.3530) */
   uint8_t *y;        /* [n] labels 0..n_classes-1 */
   int n_classes;
+  void *map;         /* set when x and y live in a mapped cache file (data_cache.c): read-only */
+  size_t map_len;
 } cddp_dataset_t;
 
 /* Loads `split` ("train" or "test") from dir (the package's files, *.gz or plain). Errors
@@ -24,5 +26,14 @@ cddp_result_t cddp_dataset_load_fmnist(cddp_dataset_t *d, const char *dir, const
 void cddp_dataset_free(cddp_dataset_t *d);
 /* Copies rows idx[0..n) into x (n*c*h*w floats) and y. */
 void cddp_dataset_gather(const cddp_dataset_t *d, const uint32_t *idx, int n, float *x, uint8_t *y);
+
+/* The decompressed-set cache (data_cache.c, CDDP_DATA_CACHE), keyed by both source files:
+ * load maps an entry into d and returns 1, or returns 0; save writes one (errors: none, the
+ * cache is only a speed-up). */
+struct stat;
+int cddp__data_cache_load(cddp_dataset_t *d, const char *split, const char *images, const struct stat *si,
+                          const char *labels, const struct stat *sl);
+void cddp__data_cache_save(const cddp_dataset_t *d, const char *split, const char *images, const struct stat *si,
+                           const char *labels, const struct stat *sl);
 
 #endif /* CDDP_TRAIN_DATA_H */

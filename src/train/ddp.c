@@ -32,7 +32,7 @@ struct cddp_ddp {
   int overlap;
   int world;
   cddp_compress_t compress;
-  uint16_t *wire;       /* bf16: the buffer that crosses the wire (comm memory) */
+  uint16_t *wire;       /* bf16, f16: the buffer that crosses the wire (comm memory) */
   float *residual;      /* sign: error feedback, n floats */
   uint32_t *sign_send;  /* sign: this rank's packs, bucket after bucket (comm memory) */
   uint32_t *sign_recv;  /* sign: every rank's packs, world per bucket (comm memory) */
@@ -114,6 +114,10 @@ static void start(cddp_ddp_t *d, bucket_t *b) {
     cddp__to_bf16(d->wire + b->lo, p, len);
     r = cddp_iallreduce(d->comm, d->wire + b->lo, d->wire + b->lo, len, CDDP_BF16, d->op, &b->req);
     break;
+  case CDDP_COMPRESS_F16: /* divide first, then sum (as PyTorch's fp16 hook): sums stay in range */
+    cddp__to_f16(d->wire + b->lo, p, len, d->op == CDDP_AVG ? 1.0f / (float)d->world : 1.0f);
+    r = cddp_iallreduce(d->comm, d->wire + b->lo, d->wire + b->lo, len, CDDP_F16, CDDP_SUM, &b->req);
+    break;
   case CDDP_COMPRESS_SIGN: {
     size_t words = cddp__sign_words(len);
     cddp__sign_pack(d->sign_send + b->soff, p, d->residual + b->lo, len);
@@ -135,6 +139,8 @@ static void decode(cddp_ddp_t *d, const bucket_t *b) {
   size_t len = b->hi - b->lo;
   if (d->compress == CDDP_COMPRESS_BF16)
     cddp__from_bf16(d->grads + b->lo, d->wire + b->lo, len);
+  else if (d->compress == CDDP_COMPRESS_F16)
+    cddp__from_f16(d->grads + b->lo, d->wire + b->lo, len);
   else if (d->compress == CDDP_COMPRESS_SIGN)
     cddp__sign_unpack_sum(d->grads + b->lo, d->sign_recv + b->soff * (size_t)d->world, d->world, len,
                           d->op == CDDP_AVG ? 1.0f / (float)d->world : 1.0f);
@@ -156,7 +162,8 @@ static void count_bytes(cddp_ddp_t *d) {
     d->st.wire_bytes += pack * (uint64_t)(w - 1); /* allgather: every other rank gets it */
     return;
   }
-  uint64_t payload = d->n * (d->compress == CDDP_COMPRESS_BF16 ? 2 : sizeof(float));
+  int half = d->compress == CDDP_COMPRESS_BF16 || d->compress == CDDP_COMPRESS_F16;
+  uint64_t payload = d->n * (half ? 2 : sizeof(float));
   d->st.bytes += payload;
   d->st.wire_bytes += w > 1 ? (uint64_t)((double)payload * 2.0 * (w - 1) / w) : 0;
 }
@@ -189,12 +196,12 @@ cddp_result_t cddp_ddp_finish(cddp_ddp_t *d) {
 
 cddp_result_t cddp_ddp_set_compress(cddp_ddp_t *d, cddp_compress_t c) {
   if (c == d->compress) return CDDP_OK;
-  if (c != CDDP_COMPRESS_NONE && c != CDDP_COMPRESS_BF16 && c != CDDP_COMPRESS_SIGN)
+  if (c != CDDP_COMPRESS_NONE && c != CDDP_COMPRESS_BF16 && c != CDDP_COMPRESS_SIGN && c != CDDP_COMPRESS_F16)
     return cddp__fail(CDDP_INVALID_ARG, "ddp: unknown compression %d", (int)c);
   if (d->compress != CDDP_COMPRESS_NONE)
     return cddp__fail(CDDP_INVALID_USAGE, "ddp: compression is chosen once, after create");
   cddp_result_t r = CDDP_OK;
-  if (c == CDDP_COMPRESS_BF16) {
+  if (c == CDDP_COMPRESS_BF16 || c == CDDP_COMPRESS_F16) {
     r = cddp_comm_mem_alloc(d->comm, d->n * sizeof(uint16_t), (void **)&d->wire);
   } else {
     size_t words = 0;

@@ -5,13 +5,21 @@
 #include "comm/reduce.h"
 #include "train/ddp_compress.h"
 
-void cddp__to_bf16(uint16_t *wire, const float *g, size_t n) {
-  for (size_t i = 0; i < n; i++) wire[i] = cddp__f32_to_bf16(g[i]);
+void cddp__to_bf16(uint16_t *wire, const float *g, size_t n) { cddp__f32_to_bf16_n(wire, g, n); }
+
+void cddp__from_bf16(float *g, const uint16_t *wire, size_t n) { cddp__bf16_to_f32_n(g, wire, n); }
+
+void cddp__to_f16(uint16_t *wire, const float *g, size_t n, float scale) {
+  if (scale == 1.0f) return cddp__f32_to_f16_n(wire, g, n);
+  float tmp[1024];
+  for (size_t b = 0; b < n; b += 1024) {
+    size_t m = n - b < 1024 ? n - b : 1024;
+    for (size_t i = 0; i < m; i++) tmp[i] = g[b + i] * scale;
+    cddp__f32_to_f16_n(wire + b, tmp, m);
+  }
 }
 
-void cddp__from_bf16(float *g, const uint16_t *wire, size_t n) {
-  for (size_t i = 0; i < n; i++) g[i] = cddp__bf16_to_f32(wire[i]);
-}
+void cddp__from_f16(float *g, const uint16_t *wire, size_t n) { cddp__f16_to_f32_n(g, wire, n); }
 
 void cddp__sign_pack(uint32_t *out, const float *g, float *residual, size_t len) {
   double abs_sum = 0;

@@ -1,4 +1,4 @@
-/* ddp_compress.h - gradient compression of one DDP bucket: bf16 on the wire, or sign bits
+/* ddp_compress.h - gradient compression of one DDP bucket: bf16 or f16 on the wire, or sign bits
  * with error feedback (1-bit SGD: each rank sends sign(g + residual) and one scale per
  * bucket, keeps what the signs lost in its residual, and adds it back next step). */
 #ifndef CDDP_TRAIN_DDP_COMPRESS_H
@@ -15,6 +15,10 @@ static inline size_t cddp__sign_words(size_t len) { return 1 + (len + 31) / 32; 
 void cddp__to_bf16(uint16_t *wire, const float *g, size_t n);
 /* g[i] = float(wire[i]). */
 void cddp__from_bf16(float *g, const uint16_t *wire, size_t n);
+/* wire[i] = f16(g[i] * scale): scaled in float32, rounded once (nearest even; past 65504: inf). */
+void cddp__to_f16(uint16_t *wire, const float *g, size_t n, float scale);
+/* g[i] = float(wire[i]). */
+void cddp__from_f16(float *g, const uint16_t *wire, size_t n);
 
 /* e = g + residual; out = [scale = mean |e|, sign bits of e]; residual = e - scale * sign(e). */
 void cddp__sign_pack(uint32_t *out, const float *g, float *residual, size_t len);

@@ -51,6 +51,89 @@ static cddp_result_t reopen_logs(trainer_t *t) {
   return CDDP_OK;
 }
 
+/* ---- the whole job lost: no rank holds the state, so it comes back from disk ---- */
+
+/* Rank 0: cuts metrics.jsonl back to the lines of steps <= step (through a rename; the file is
+ * reopened), so the redone steps are not logged twice. *last gets the highest step it had
+ * logged, -1 when there is no file. */
+static cddp_result_t trim_metrics(trainer_t *t, int64_t step, int64_t *last) {
+  char path[700], tmp[720], line[1024];
+  snprintf(path, sizeof path, "%s/metrics.jsonl", t->run_dir);
+  snprintf(tmp, sizeof tmp, "%s.tmp", path);
+  *last = -1;
+  FILE *in = fopen(path, "r");
+  if (!in) return errno == ENOENT ? CDDP_OK : cddp__fail_errno(CDDP_SYSTEM, "cannot read %s", path);
+  FILE *out = fopen(tmp, "w");
+  while (out && fgets(line, sizeof line, in)) {
+    const char *k = strstr(line, "\"step\":");
+    long long s = k ? strtoll(k + 7, NULL, 10) : -1;
+    if (k && !strstr(line, "\"eval\"") && s > *last) *last = s;
+    if (!k || s <= step) fputs(line, out);
+  }
+  fclose(in);
+  if (!out || fclose(out) != 0 || rename(tmp, path) != 0) return cddp__fail_errno(CDDP_SYSTEM, "cannot rewrite %s", path);
+  cddp_metrics_close(&t->metrics);
+  return cddp_metrics_open(&t->metrics, path, 1, t->cfg.log_every);
+}
+
+/* Back to step 0 of the config's init: what a fresh start of the job trains first. */
+static cddp_result_t restart_from_init(trainer_t *t) {
+  t->task->ops->bind(t->task, t->params, t->grads);
+  t->task->ops->init_params(t->task, t->cfg.seed);
+  CDDP_CHECK(cddp_broadcast(t->w.comm, t->params, t->n_params, CDDP_F32, 0)); /* as setup does */
+  if (t->opt.m) memset(t->opt.m, 0, t->n_params * sizeof *t->opt.m);
+  if (t->opt.v) memset(t->opt.v, 0, t->n_params * sizeof *t->opt.v);
+  float *res = t->ddp ? cddp_ddp_residual(t->ddp) : NULL;
+  if (res) memset(res, 0, t->n_params * sizeof *res);
+  t->opt.t = 0;
+  t->step = 0;
+  return cddp_sampler_restore(&t->sampler, 0, 0);
+}
+
+/* Every worker of the job died at once (each rank here is a replacement): the state comes back
+ * from the newest checkpoint of the run exactly as --resume-from latest loads it, or, with no
+ * checkpoint yet, from step 0 of the config's init (same seed, same sample order: the job
+ * trains what a fresh start would). The sample logs and rank 0's metrics are cut back to that
+ * step, so every sample is still trained exactly once and no step is logged twice. */
+static cddp_result_t restore_whole_job(trainer_t *t) {
+  CDDP_CHECK(cddp__train_check_configs(t));
+  cddp_train_opts_t o = *t->opts;
+  const cddp_train_opts_t *given = t->opts;
+  o.resume = "latest";
+  t->opts = &o;
+  int resumed = 0;
+  cddp_result_t r = cddp__train_restore(t, &resumed);
+  t->opts = given;
+  CDDP_CHECK(r);
+  if (!resumed) CDDP_CHECK(restart_from_init(t));
+  int64_t last = -1, bad = 0;
+  char why[900] = "";
+  if (t->rank == 0 && trim_metrics(t, t->step, &last) != CDDP_OK) bad = 1;
+  /* the run's own checkpoints are never ahead of its metrics (a step is logged before it is saved) */
+  if (t->rank == 0 && !bad && last >= 0 && t->step > last) {
+    snprintf(why, sizeof why, "no survivor holds the state and checkpoint %s (step %" PRId64 ") is ahead of this "
+             "run's metrics (step %" PRId64 "): not this run's", t->last_ckpt, t->step, last);
+    bad = 1;
+  } else if (bad) {
+    snprintf(why, sizeof why, "%s", cddp_last_error());
+  }
+  CDDP_CHECK(cddp_allreduce(t->w.comm, &bad, &bad, 1, CDDP_I64, CDDP_MAX));
+  if (bad) return cddp__fail(CDDP_INVALID_USAGE, "in-place recovery: %s", t->rank == 0 ? why : "rank 0 could not restore the run");
+  CDDP_CHECK(reopen_logs(t));
+  t->has_state = 1;
+  t->recoveries++;
+  if (t->rank == 0) {
+    char from[700], redone[64] = "";
+    if (resumed) snprintf(from, sizeof from, "checkpoint %s", t->last_ckpt);
+    else snprintf(from, sizeof from, "the config's init (no checkpoint in %s/checkpoints yet)", t->run_dir);
+    if (last >= t->step) snprintf(redone, sizeof redone, ", %" PRId64 " steps redone", last + 1 - t->step);
+    cddp_metrics_break_line(&t->metrics);
+    fprintf(stderr, "cddp train: no survivor holds the state: restored step %" PRId64 " from %s%s (generation %d, "
+            "world %d)\n", t->step, from, redone, cddp_world_generation(&t->w), t->world);
+  }
+  return CDDP_OK;
+}
+
 /* Every rank reports (has state, step, config hash, ms since its failure); the lowest rank
  * holding the highest step sends params, optimizer moments and counters, sampler position. */
 static cddp_result_t sync_state(trainer_t *t, uint64_t t_fail, int old_world, int old_accum, int join) {
@@ -70,7 +153,7 @@ static cddp_result_t sync_state(trainer_t *t, uint64_t t_fail, int old_world, in
     if (all[4 * q + 2] != all[4 * src + 2]) bad = q;
   free(all);
   CDDP_CHECK(r);
-  if (src < 0) return cddp__fail(CDDP_INVALID_USAGE, "in-place recovery: no rank holds the training state any more");
+  if (src < 0) return restore_whole_job(t); /* every worker died at once: from disk */
   if (bad >= 0)
     return cddp__fail(CDDP_INVALID_ARG, "in-place recovery: the config of rank %d differs from rank %d's (the state's "
                       "source)", bad, src);
@@ -187,7 +270,8 @@ void cddp__train_publish_worlds(trainer_t *t) {
 }
 
 cddp_result_t cddp__train_join_as_replacement(trainer_t *t) {
-  cddp_result_t r = sync_state(t, 0, t->world, t->accum, 0);
+  /* no ddp: a peer died while setup built it (see setup): straight to the next generation */
+  cddp_result_t r = t->ddp ? sync_state(t, 0, t->world, t->accum, 0) : CDDP_ABORTED;
   if (r != CDDP_OK && cddp__train_recoverable(t, r)) r = cddp__train_recover(t, 0);
   return r;
 }

@@ -120,7 +120,8 @@ static cddp_result_t setup(trainer_t *t) {
   t->idx = malloc((size_t)c->micro_batch * sizeof *t->idx);
   if (!t->params || !t->idx) return cddp__fail(CDDP_SYSTEM, "out of memory");
   t->overlap = cddp__train_overlap(t, threads);
-  CDDP_CHECK(cddp__train_make_ddp(t));
+  cddp_result_t dr = cddp__train_make_ddp(t); /* collective: a replacement's peers may die meanwhile */
+  if (dr != CDDP_OK && !(replacement && cddp__train_recoverable(t, dr))) return dr; /* else it recovers below */
   if (t->accum > 1 && !(t->scratch = aligned_alloc(64, (t->n_params * sizeof(float) + 63) / 64 * 64)))
     return cddp__fail(CDDP_SYSTEM, "out of memory");
   t->task->ops->bind(t->task, t->params, t->grads);

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "cddp/ddp.h"
+#include "comm/reduce.h"
 
 static int wrong;
 #define EXPECT(cond, ...)                                         \
@@ -56,6 +57,14 @@ static void aliasing(void) {
   for (int i = 0; i < 4; i++) h[i] = (uint16_t)(0x3f80 + 0x80 * R); /* 1.0, 2.0, 4.0, ... (powers of 2) */
   OK(cddp_allreduce(W.comm, h, h, 4, CDDP_BF16, CDDP_MAX));
   EXPECT(h[0] == (uint16_t)(0x3f80 + 0x80 * (P - 1)), "bf16 max %#x", h[0]);
+  /* f16: 1 + (P-1) * 2^-11 summed in f32, rounded once (each 2^-11 alone is half an ulp of
+   * 1.0 and would round away); avg of 1000 * (rank + 1) scales the f32 sum before rounding */
+  uint16_t f[2] = {R == 0 ? 0x3c00 : 0x1000, cddp__f32_to_f16(1000.0f * (float)(R + 1))};
+  OK(cddp_allreduce(W.comm, f, f, 1, CDDP_F16, CDDP_SUM));
+  int hk = P - 1, m = hk / 2 + ((hk & 1) && ((hk / 2) & 1)); /* hk half-ulps, ties to even */
+  EXPECT(f[0] == 0x3c00 + m, "f16 sum %#x, want %#x", f[0], 0x3c00 + m);
+  OK(cddp_allreduce(W.comm, f + 1, f + 1, 1, CDDP_F16, CDDP_AVG));
+  EXPECT(cddp__f16_to_f32(f[1]) == 500.0f * (float)(P + 1), "f16 avg %g", cddp__f16_to_f32(f[1]));
   int32_t bc[5] = {R, R, R, R, R};
   OK(cddp_broadcast(W.comm, bc, 5, CDDP_I32, P - 1));
   EXPECT(bc[0] == P - 1 && bc[4] == P - 1, "broadcast from %d got %d", P - 1, bc[0]);

@@ -40,3 +40,28 @@ bench_verdict() {
     echo "$rows rows, $wrong wrong; $(echo "$body" | grep -v '^#' | tail -2 | tr '\n' ' ')"
   fi
 }
+# samples_verdict RUN_DIR STEPS BATCH [REF_RUN_DIR]: "clean" when the sample logs of a `cddp
+# train` run (RUN_DIR/samples/rank*.txt, lines "epoch step index", debug.sample_log=true) hold
+# steps 1..STEPS with BATCH samples each, nothing else, and no (epoch, index) twice: every sample
+# of the trained steps exactly once. Given REF_RUN_DIR (an uninterrupted run of the same job, any
+# world size) the (step, index) pairs must also be its own. Otherwise a one-line reason.
+samples_verdict() {
+  local dir=$1 steps=$2 batch=$3 ref=${4:-} v
+  ls "$dir"/samples/rank*.txt >/dev/null 2>&1 || { echo "no sample logs in $dir/samples"; return; }
+  v=$(cat "$dir"/samples/rank*.txt | awk -v S="$steps" -v B="$batch" '
+    NF != 3 { odd++; next }
+    { n++; c[$2]++; if (seen[$1 " " $3]++) dup++ }
+    END {
+      for (s in c) if (s + 0 < 1 || s + 0 > S + 0) extra++
+      for (s = 1; s <= S; s++) if (c[s] != B) { short++; if (!first) first = s " (" c[s] + 0 " samples)" }
+      if (odd || dup || extra || short)
+        printf "%d lines: %d malformed, %d samples twice, %d steps outside 1..%d, %d steps without %d samples (first: step %s)\n",
+          n, odd, dup, extra, S, short, B, first
+      else print "clean" }')
+  if [ "$v" = clean ] && [ -n "$ref" ] &&
+     ! cmp -s <(cat "$dir"/samples/rank*.txt | awk '{ print $2, $3 }' | sort) \
+               <(cat "$ref"/samples/rank*.txt | awk -v S="$steps" '$2 <= S { print $2, $3 }' | sort); then
+    v="every step has $batch distinct samples, but not the ones $ref trained"
+  fi
+  echo "$v"
+}

@@ -37,6 +37,8 @@ bench world_3 3 allreduce -b 1K -e 4M -f 16 -c 1
 bench world_3_reduce_scatter 3 reduce_scatter -b 1K -e 1M -f 32 -c 1
 bench world_3_allgather 3 allgather -b 1K -e 1M -f 32 -c 1
 bench bf16_avg 2 allreduce -b 1K -e 1M -f 32 -d bfloat16 -o avg -c 1
+bench f16_avg 3 allreduce -b 1K -e 1M -f 32 -d half -o avg -c 1
+CDDP_TRANSPORT=tcp bench f16_tcp_reduce_scatter 3 reduce_scatter -b 3K -e 3M -f 32 -d f16 -c 1
 bench int64_max_nonblocking 3 allreduce -b 1K -e 1M -f 32 -d int64 -o max -z 0 -n 5 -c 1
 bench algo_ring 2 allreduce -b 1K -e 1M -f 32 --algo ring -c 1
 bench algo_direct 2 allreduce -b 1K -e 64K -f 8 --algo direct -c 1
@@ -63,7 +65,7 @@ badflag() { # NAME EXPECTED-TEXT ARGS...
 }
 badflag bad_flag "unknown option '--frobnicate'" allreduce --frobnicate
 badflag bad_size "bad size '12Q'" allreduce -b 12Q
-badflag bad_dtype "unsupported datatype 'half'" allreduce -d half
+badflag bad_dtype "unsupported datatype 'fp8'" allreduce -d fp8
 badflag bad_op "unsupported op 'prod'" allreduce -o prod
 badflag bad_collective "unknown collective 'alltoall'" alltoall
 badflag no_collective "which collective?"

@@ -2,7 +2,8 @@
 # test_elastic.sh - cddp run --restart-mode replace: a worker killed with SIGKILL mid-epoch is
 # replaced in place, the survivors re-form without exiting, no committed step is lost, every
 # sample of the epoch is trained exactly once and the accuracy matches an uninterrupted run;
-# with the restart budget spent the job ends non-zero with one line naming the dead rank.
+# with the restart budget spent the job ends non-zero with one line naming the dead rank; with
+# every worker killed at once (no rank holds the state) the job goes on from its newest checkpoint.
 cd "$(dirname "$0")/../.." && source tests/sh/lib.sh
 T=$(mktemp -d /tmp/cddp-elastic-test.XXXXXX)
 bg=()
@@ -35,7 +36,7 @@ kill_at() {
 check_recovered() {
   local name=$1 out=$2 rc=$3 ref=$4 m=$T/$1/metrics.jsonl
   read -r kt before pid <"$T/$name.kill"
-  local line acc steps uniq redone first dt seen uniqs
+  local line acc steps uniq redone first dt samples
   line=$(grep -m1 'cddp train: recovered from the loss of rank' "$out")
   acc=$(acc_of "$m")
   steps=$(grep -vc '"eval"' "$m"); uniq=$(grep -v '"eval"' "$m" | sed -n 's/.*"step":\([0-9]*\).*/\1/p' | sort -u | wc -l)
@@ -43,8 +44,7 @@ check_recovered() {
   # the redone step (the first one the re-formed job completed), and how long after the kill
   read -r first dt < <(grep -v '"eval"' "$m" | sed -n 's/.*"step":\([0-9]*\).*"time":\([0-9.]*\).*/\1 \2/p' |
     awk -v k="$kt" -v s="${redone:-0}" '$1 >= s && $2 > k { printf "%d %.3f\n", $1, $2 - k; exit }')
-  seen=$(cat "$T/$name"/samples/rank*.txt | awk '$1 == 0' | wc -l)
-  uniqs=$(cat "$T/$name"/samples/rank*.txt | awk '$1 == 0 { print $3 }' | sort -u | wc -l)
+  samples=$(samples_verdict "$T/$name" 234 256)
   [ "$rc" = 0 ] && ok "$name: the job completes (exit 0) after rank $5's worker (pid $pid) was killed at step $before" ||
     fail "$name: exit $rc" "$(grep -v 'epoch 1/1' "$out" | tail -5 | tr '\n' ' ')"
   [ -n "$line" ] && grep -q "replaced in place by pid" "$out" && ok "$name: agent and trainer log the event: ${line#*cddp train: }" ||
@@ -59,8 +59,8 @@ check_recovered() {
   # a sanity bound only (timings on a shared CI machine are noisy); the number is the result
   if [ -n "$dt" ] && awk -v d="$dt" 'BEGIN { exit !(d < 15) }'; then ok "$name: kill -> redone step $first completed in $dt s"
   else fail "$name: no step after the kill" "first=$first dt=$dt"; fi
-  [ "$seen" = 59904 ] && [ "$uniqs" = 59904 ] && ok "$name: sample log: each of the epoch's 59904 samples exactly once" ||
-    fail "$name: sample log" "$seen lines, $uniqs distinct"
+  [ "$samples" = clean ] && ok "$name: sample log: each of the epoch's 59904 samples exactly once" ||
+    fail "$name: sample log" "$samples"
   if [ -n "$acc" ] && awk -v a="$acc" -v b="$ref" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(d <= 0.005) }'; then
     ok "$name: test accuracy $acc vs $ref uninterrupted (within 0.5 points)"
   else fail "$name: accuracy" "$acc vs $ref"; fi
@@ -119,6 +119,40 @@ check_recovered e "$T/e.out" $rc "$ref" 1
 [ "$(grep -c 'replaced in place' "$T/e.out")" = 2 ] && grep -q "recovered from the loss of rank 1 pid $q in [0-9]* ms: generation 2" "$T/e.out" &&
   ok "e: the replacement (pid $q) killed during the recovery: recovered in generation 2" ||
   fail "e: failure during recovery" "$(grep -E 'replaced|recovered' "$T/e.out" | tr '\n' ' ')"
+
+# (w) the whole job lost: both workers of a 1 x 2 job SIGKILLed together. No rank holds the
+# state any more: the replacements restore the newest disk checkpoint (every 20 steps here) as
+# --resume-from latest would, cut the logs back to it and redo the steps since; exactly-once holds
+timeout 120 "$CDDP" run --standalone --nproc-per-node 2 --max-restarts 3 --restart-mode replace \
+  "$CDDP" train --config $CFG --work-dir "$T" --name w "${ONE[@]}" --set checkpoint.every_steps=20 >"$T/w.out" 2>&1 &
+p=$!; bg+=($p)
+wait_step "$T/w/metrics.jsonl" 50 || fail "w: no progress"
+w0=$(worker_pid w 0) w1=$(worker_pid w 1) before=$(last_step "$T/w/metrics.jsonl") kt=$(date +%s.%N)
+kill -KILL $w0 $w1
+wait $p; rc=$?
+m=$T/w/metrics.jsonl
+line=$(grep -m1 'cddp train: no survivor holds the state: restored step' "$T/w.out")
+read -r S N < <(echo "$line" | sed -n 's/.*restored step \([0-9]*\) from checkpoint .*step-0*\1, \([0-9]*\) steps redone.*/\1 \2/p')
+L=$((${S:-0} + ${N:-0} - 1)) # the last step logged before the loss
+steps=$(grep -vc '"eval"' "$m"); uniq=$(grep -v '"eval"' "$m" | sed -n 's/.*"step":\([0-9]*\).*/\1/p' | sort -u | wc -l)
+[ "$rc" = 0 ] && [ "$(grep -c 'replaced in place' "$T/w.out")" = 2 ] &&
+  ok "w: both workers (pids $w0 $w1) killed together at step $before: the job completes (exit 0)" ||
+  fail "w: exit $rc" "$(grep -v 'epoch 1/1' "$T/w.out" | tail -4 | tr '\n' ' ')"
+if [ -n "$S" ] && [ $((S % 20)) = 0 ] && [ "$L" -ge "$before" ] && [ "$L" -le $((before + 1)) ] && [ $((L - S)) -le 20 ] &&
+   [ "$steps" = 234 ] && [ "$uniq" = 234 ]; then
+  ok "w: restored from its newest checkpoint, step $S; $N steps redone (the ones since it, $((S + 1))..$((L + 1))); 234 step lines, none twice: ${line#*cddp train: }"
+else fail "w: disk fallback" "line='$line' before=$before S=$S N=$N lines=$steps unique=$uniq"; fi
+read -r first dt < <(grep -v '"eval"' "$m" | sed -n 's/.*"step":\([0-9]*\).*"time":\([0-9.]*\).*/\1 \2/p' |
+  awk -v k="$kt" '$2 > k { printf "%d %.3f\n", $1, $2 - k; exit }')
+if [ -n "$dt" ] && awk -v d="$dt" 'BEGIN { exit !(d < 15) }'; then ok "w: kill -> first redone step ($first) completed in $dt s"
+else fail "w: no step after the kill" "first=$first dt=$dt"; fi
+s=$(samples_verdict "$T/w" 234 256 "$T/ref")
+[ "$s" = clean ] && ok "w: sample log: each of the epoch's 59904 samples exactly once, the same as the uninterrupted run's" ||
+  fail "w: sample log" "$s"
+acc=$(acc_of "$m")
+if [ -n "$acc" ] && awk -v a="$acc" -v b="$ref" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(d <= 0.005) }'; then
+  ok "w: test accuracy $acc vs $ref uninterrupted (within 0.5 points)"
+else fail "w: accuracy" "$acc vs $ref"; fi
 
 # (c) restarts used up: --max-restarts 0 in replace mode ends the job, one line names the rank
 timeout 60 "$CDDP" run --standalone --nproc-per-node 2 --max-restarts 0 --restart-mode replace \

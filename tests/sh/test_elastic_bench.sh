@@ -33,7 +33,7 @@ got=$($B --measure "$T/cddp.jsonl" "$T/kill" 99)
 [ "$got" = "- - -" ] && ok "no recovered step: '- - -'" || fail "no recovered step" "got '$got'"
 
 # bad input: one line, exit 2
-for args in "--kill-at x" "--kill-at 240" "--repeat 0" "--monitor-interval 0" "--bogus"; do
+for args in "--kill-at x" "--kill-at 240" "--repeat 0" "--monitor-interval 0" "--agents 3" "--bogus"; do
   # shellcheck disable=SC2086
   $B $args >/dev/null 2>"$T/err"; rc=$?
   [ $rc = 2 ] && [ "$(wc -l <"$T/err")" = 1 ] && grep -q '^elastic_bench.sh: ' "$T/err" && ok "$args: exit 2, $(cat "$T/err")" ||

@@ -46,6 +46,7 @@ bench hier_float_sum hier -b 4 -e 4M -f 8 -d float -o sum
 # 64 KiB segments: the pipelined path (15 segments at 2 MiB) with every host's helper thread
 SEG=65536 bench hier_double_avg_pipelined hier -b 8 -e 2M -f 8 -d double -o avg
 bench hier_bf16_max hier -b 2 -e 1M -f 8 -d bfloat16 -o max
+bench hier_f16_avg hier -b 2 -e 1M -f 8 -d half -o avg
 bench hier_int32_min hier -b 4 -e 1M -f 8 -d int32 -o min
 bench hier_int64_avg hier -b 8 -e 1M -f 8 -d int64 -o avg
 # an odd element count above the latency threshold: the slices plus a left-over element

@@ -60,7 +60,7 @@ else
   v=$(bench_verdict 2 "$T/mb2.out")
   if [ $rc -eq 0 ] && [ "$v" = clean ] && grep -q "transport mpi" "$T/mb2.out"; then ok "backend mpi, np 2: allreduce exact"
   else fail "backend mpi, np 2: allreduce exact" "exit $rc, $v"; fi
-  for c in "reduce_scatter -d bfloat16 -o avg" "allreduce -d int64 -o avg" "allreduce -d double -o max" \
+  for c in "reduce_scatter -d bfloat16 -o avg" "allreduce -d half -o avg" "allreduce -d int64 -o avg" "allreduce -d double -o max" \
            "allgather -d bfloat16" "broadcast -d int32 -r 2"; do
     mpi -np 3 "$CDDP" bench $c --backend mpi -b 3K -e 3M -f 32 -c 1 >"$T/mb3.out" 2>&1; rc=$?
     v=$(bench_verdict 3 "$T/mb3.out")
@@ -69,7 +69,7 @@ else
   done
   for np in 2 3; do
     out=$(mpi -np $np "$B/tests/helpers/mpi_worker" aliasing 2>&1); rc=$?
-    if [ $rc -eq 0 ] && grep -q "mpi_worker: $np ranks, transport mpi, 0 wrong" <<<"$out"; then ok "backend mpi, np $np: in-place forms, async, bf16, i64 avg"
+    if [ $rc -eq 0 ] && grep -q "mpi_worker: $np ranks, transport mpi, 0 wrong" <<<"$out"; then ok "backend mpi, np $np: in-place forms, async, bf16, f16, i64 avg"
     else fail "backend mpi, np $np: aliasing forms" "exit $rc: $(tail -3 <<<"$out" | tr '\n' ' ')"; fi
   done
   # a peer that never arrives: rank 0 fails within CDDP_TIMEOUT_MS / at abort, and mpirun ends the job

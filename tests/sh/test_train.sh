@@ -78,15 +78,26 @@ if [ $rc1 = 0 ] && [ $rc2 = 0 ] && grep -q "all-reduce overlapped with backward"
 then ok "ddp.overlap=true (5 buckets of 256 KiB during backward) and false: bitwise equal weights"
 else fail "overlap" "rc $rc1/$rc2 $(tail -2 "$T/ovon.out" "$T/ovoff.out" | tr '\n' ' ')"; fi
 
-# 3c. compressed gradients: bf16 halves the bytes, sign cuts them 32x; a sign run stopped and
+# 3c. compressed gradients: bf16 and fp16 halve the bytes, sign cuts them 32x; a sign run stopped and
 # resumed restores every rank's error-feedback residual: the same bits as uninterrupted
 CZ=(--set model.hidden=[256] --set train.max_steps=60 --set eval.every_epoch=false --set checkpoint.every_steps=20)
-for c in bf16 sign; do run2 --name cz$c "${CZ[@]}" --set ddp.compress=$c >"$T/cz$c.out" 2>&1 || fail "compress $c" "$(tail -2 "$T/cz$c.out")"; done
+for c in none bf16 fp16 sign; do run2 --name cz$c "${CZ[@]}" --set ddp.compress=$c >"$T/cz$c.out" 2>&1 || fail "compress $c" "$(tail -2 "$T/cz$c.out")"; done
 r16=$(field compression "$T/czbf16/metrics.jsonl" | tail -1); rsg=$(field compression "$T/czsign/metrics.jsonl" | tail -1)
 l0=$(field loss "$T/czsign/metrics.jsonl" | head -1); l1=$(field loss "$T/czsign/metrics.jsonl" | tail -5 | sort -n | tail -1)
 if [ "$r16" = 2.00 ] && awk -v r="$rsg" 'BEGIN { exit !(r >= 8) }' && awk -v a="$l0" -v b="$l1" 'BEGIN { exit !(b < a * 0.6) }'
 then ok "ddp.compress: bf16 sends 1/$r16 of the bytes, sign 1/$rsg, and sign still trains (loss $l0 -> $l1)"
 else fail "compression ratios" "bf16 $r16 sign $rsg loss $l0 -> $l1"; fi
+# fp16: half the bytes of the float32 run (bytes_sent per step), and it trains like it (the
+# mean loss of the last 10 steps within 2% of float32's)
+rh=$(field compression "$T/czfp16/metrics.jsonl" | tail -1)
+bh=$(field bytes_sent "$T/czfp16/metrics.jsonl" | tail -1); bn=$(field bytes_sent "$T/cznone/metrics.jsonl" | tail -1)
+h0=$(field loss "$T/czfp16/metrics.jsonl" | head -1)
+hl=$(field loss "$T/czfp16/metrics.jsonl" | tail -10 | awk '{ s += $1 } END { print s / NR }')
+nl=$(field loss "$T/cznone/metrics.jsonl" | tail -10 | awk '{ s += $1 } END { print s / NR }')
+if [ "$rh" = 2.00 ] && [ -n "$bn" ] && [ "$((bh * 2))" = "$bn" ] &&
+   awk -v a="$h0" -v h="$hl" -v n="$nl" 'BEGIN { d = h - n; exit !(h < a * 0.6 && (d < 0 ? -d : d) <= 0.02 * n) }'
+then ok "ddp.compress: fp16 sends $bh bytes a step (float32: $bn), compression $rh; loss $h0 -> $hl (float32: $nl)"
+else fail "fp16 compression" "compression $rh bytes $bh vs $bn loss $h0 -> $hl (float32 $nl)"; fi
 run2 --name czstop "${CZ[@]}" --set ddp.compress=sign --set ddp.threads=1 >"$T/czstop.1.out" 2>&1 &
 pid=$!
 wait_step "$T/czstop" 25

@@ -8,6 +8,7 @@
 #include "cddp/comm.h"
 #include "cddp/ddp.h"
 #include "cddp/store.h"
+#include "comm/reduce.h"
 #include "comm/transport.h"
 #include "test.h"
 
@@ -129,6 +130,89 @@ TEST(ddp_bf16_wire_small_integers_exact) {
                   .compress = CDDP_COMPRESS_BF16};
   run_case(&c);
   CHECK_EQ(c.bytes, (uint64_t)3 * 10007 * 2); /* half of float32's */
+}
+
+TEST(ddp_f16_wire_small_integers_exact) {
+  /* integers below 2048 are exact in half precision, and so are their sums here */
+  ddp_case_t c = {.world = 2, .overlap = 1, .n = 10007, .bucket_bytes = 4096, .op = CDDP_SUM,
+                  .compress = CDDP_COMPRESS_F16};
+  run_case(&c);
+  CHECK_EQ(c.bytes, (uint64_t)3 * 10007 * 2); /* half of float32's */
+  ddp_case_t a = {.world = 2, .overlap = 0, .n = 3001, .bucket_bytes = 4096, .op = CDDP_AVG,
+                  .compress = CDDP_COMPRESS_F16}; /* halves of integers < 1024: exact too */
+  run_case(&a);
+}
+
+/* f16 with AVG: each rank rounds g / world, the halves are summed in f32 and rounded once.
+ * So 40000 + 40000 (past 65504 as a sum) averages fine, the smallest subnormal divided by 2
+ * vanishes (the price of dividing first), and with SUM the big sum is inf. */
+#define F16_N 4
+static const float f16_in[2][F16_N] = {{40000.0f, 0x1p-24f, 0.1f, -3.3f}, {40000.0f, 0x1p-24f, 0.7f, 1e-3f}};
+typedef struct {
+  cddp_store_t *store;
+  cddp_redop_t op;
+  float out[2][F16_N];
+  int failures[2];
+} f16_case_t;
+typedef struct {
+  f16_case_t *c;
+  int rank;
+} f16_arg_t;
+
+static void *f16_rank(void *p) {
+  f16_arg_t *a = p;
+  f16_case_t *c = a->c;
+  cddp_comm_config_t cfg;
+  cddp_comm_config_default(&cfg);
+  cfg.transport = "shm";
+  cddp_comm_t *comm = NULL;
+  cddp_ddp_t *d = NULL;
+  if (cddp_comm_init(&comm, c->store, a->rank, 2, 0, &cfg) != CDDP_OK ||
+      cddp_ddp_create(&d, comm, F16_N, 0, c->op) != CDDP_OK || cddp_ddp_set_compress(d, CDDP_COMPRESS_F16) != CDDP_OK) {
+    c->failures[a->rank] = -1;
+    cddp_comm_destroy(comm);
+    return NULL;
+  }
+  float *g = cddp_ddp_grads(d);
+  cddp_ddp_begin(d);
+  memcpy(g, f16_in[a->rank], sizeof f16_in[0]);
+  cddp_ddp_grad_ready(d, 0);
+  if (cddp_ddp_finish(d) != CDDP_OK) c->failures[a->rank]++;
+  memcpy(c->out[a->rank], g, sizeof c->out[0]);
+  cddp_ddp_destroy(d);
+  cddp_comm_destroy(comm);
+  return NULL;
+}
+
+static void f16_run(f16_case_t *c, cddp_redop_t op) {
+  memset(c, 0, sizeof *c);
+  c->op = op;
+  CHECK_OK(cddp_store_mem_create(&c->store));
+  pthread_t th[2];
+  f16_arg_t args[2] = {{c, 0}, {c, 1}};
+  for (int r = 0; r < 2; r++) pthread_create(&th[r], NULL, f16_rank, &args[r]);
+  for (int r = 0; r < 2; r++) pthread_join(th[r], NULL);
+  CHECK_EQ(c->failures[0], 0);
+  CHECK_EQ(c->failures[1], 0);
+  CHECK(memcmp(c->out[0], c->out[1], sizeof c->out[0]) == 0);
+  cddp_store_close(c->store);
+}
+
+TEST(ddp_f16_avg_divides_before_the_sum) {
+  static f16_case_t c;
+  f16_run(&c, CDDP_AVG);
+  for (int i = 0; i < F16_N; i++) {
+    float h0 = cddp__f16_to_f32(cddp__f32_to_f16(f16_in[0][i] * 0.5f));
+    float h1 = cddp__f16_to_f32(cddp__f32_to_f16(f16_in[1][i] * 0.5f));
+    float want = cddp__f16_to_f32(cddp__f32_to_f16(h0 + h1));
+    if (c.out[0][i] != want) TEST_FAIL("avg element %d: %.9g, want %.9g", i, c.out[0][i], want);
+  }
+  CHECK(c.out[0][0] == 40000.0f);
+  CHECK(c.out[0][1] == 0.0f);
+  CHECK(fabsf(c.out[0][2] - 0.4f) < 1e-3f && c.out[0][2] != 0.4f); /* rounded to half precision */
+  f16_run(&c, CDDP_SUM);
+  CHECK(isinf(c.out[0][0]) && c.out[0][0] > 0);
+  CHECK(c.out[0][1] == 0x1p-23f);
 }
 
 /* Sign compression with error feedback, 2 ranks, the same gradient every step. What the

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "comm/hier.h"
+#include "comm/reduce.h"
 #include "common/clock.h"
 #include "test.h"
 
@@ -76,6 +77,7 @@ static void put(void *buf, cddp_dtype_t dt, size_t i, double v) {
     case CDDP_F32: ((float *)buf)[i] = (float)v; break;
     case CDDP_F64: ((double *)buf)[i] = v; break;
     case CDDP_BF16: { float f = (float)v; uint32_t u; memcpy(&u, &f, 4); ((uint16_t *)buf)[i] = (uint16_t)(u >> 16); break; }
+    case CDDP_F16: ((uint16_t *)buf)[i] = cddp__f32_to_f16((float)v); break;
     case CDDP_I32: ((int32_t *)buf)[i] = (int32_t)v; break;
     default: ((int64_t *)buf)[i] = (int64_t)v;
   }
@@ -86,6 +88,7 @@ static double get(const void *buf, cddp_dtype_t dt, size_t i) {
     case CDDP_F32: return ((const float *)buf)[i];
     case CDDP_F64: return ((const double *)buf)[i];
     case CDDP_BF16: { uint32_t u = (uint32_t)((const uint16_t *)buf)[i] << 16; float f; memcpy(&f, &u, 4); return f; }
+    case CDDP_F16: return cddp__f16_to_f32(((const uint16_t *)buf)[i]);
     case CDDP_I32: return ((const int32_t *)buf)[i];
     default: return (double)((const int64_t *)buf)[i];
   }
@@ -106,7 +109,7 @@ static double ref_reduce(cddp_dtype_t dt, cddp_redop_t op, int world, size_t i) 
 
 static void check_buf(const void *buf, cddp_dtype_t dt, size_t n, double (*want)(size_t, void *), void *arg,
                       const char *what, int rank) {
-  double tol = dt == CDDP_BF16 ? 0.07 : 1e-5;
+  double tol = dt == CDDP_BF16 ? 0.07 : dt == CDDP_F16 ? 0.01 : 1e-5;
   for (size_t i = 0; i < n; i++) {
     double w = want(i, arg), g = get(buf, dt, i);
     if (!(fabs(g - w) <= tol))
@@ -139,7 +142,7 @@ static double want_ag(size_t i, void *a) { ref_arg_t *r = a; return val((int)(i 
 static double want_bc(size_t i, void *a) { ref_arg_t *r = a; return val(r->rank, i); }
 
 static const size_t counts[] = {0, 1, 5, 7, 1000, 16411, 40001};
-static const cddp_dtype_t dtypes[] = {CDDP_F32, CDDP_F64, CDDP_BF16, CDDP_I32, CDDP_I64};
+static const cddp_dtype_t dtypes[] = {CDDP_F32, CDDP_F64, CDDP_BF16, CDDP_I32, CDDP_I64, CDDP_F16};
 static const cddp_redop_t ops[] = {CDDP_SUM, CDDP_AVG, CDDP_MAX, CDDP_MIN};
 
 static void matrix(hrank_t *tr) {

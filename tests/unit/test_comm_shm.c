@@ -6,6 +6,7 @@
 
 #include "cddp/comm.h"
 #include "cddp/store.h"
+#include "comm/reduce.h"
 #include "comm/transport.h"
 #include "test.h"
 
@@ -68,6 +69,7 @@ static void put(void *buf, cddp_dtype_t dt, size_t i, double v) {
     case CDDP_F32: ((float *)buf)[i] = (float)v; break;
     case CDDP_F64: ((double *)buf)[i] = v; break;
     case CDDP_BF16: { float f = (float)v; uint32_t u; memcpy(&u, &f, 4); ((uint16_t *)buf)[i] = (uint16_t)(u >> 16); break; }
+    case CDDP_F16: ((uint16_t *)buf)[i] = cddp__f32_to_f16((float)v); break;
     case CDDP_I32: ((int32_t *)buf)[i] = (int32_t)v; break;
     default: ((int64_t *)buf)[i] = (int64_t)v;
   }
@@ -78,6 +80,7 @@ static double get(const void *buf, cddp_dtype_t dt, size_t i) {
     case CDDP_F32: return ((const float *)buf)[i];
     case CDDP_F64: return ((const double *)buf)[i];
     case CDDP_BF16: { uint32_t u = (uint32_t)((const uint16_t *)buf)[i] << 16; float f; memcpy(&f, &u, 4); return f; }
+    case CDDP_F16: return cddp__f16_to_f32(((const uint16_t *)buf)[i]);
     case CDDP_I32: return ((const int32_t *)buf)[i];
     default: return (double)((const int64_t *)buf)[i];
   }
@@ -99,7 +102,7 @@ static double ref_reduce(cddp_dtype_t dt, cddp_redop_t op, int world, size_t i) 
 /* Checks n elements of buf against expect(i); prints the largest difference on mismatch. */
 #define CHECK_BUF(buf, dt, n, expect_expr, what)                                              \
   do {                                                                                       \
-    double worst = 0, tol = (dt) == CDDP_BF16 ? 0.07 : 1e-5;                                 \
+    double worst = 0, tol = (dt) == CDDP_BF16 ? 0.07 : (dt) == CDDP_F16 ? 0.01 : 1e-5;                             \
     size_t at = 0;                                                                           \
     for (size_t i = 0; i < (n); i++) {                                                       \
       double d = fabs(get(buf, dt, i) - (expect_expr));                                      \
@@ -243,6 +246,65 @@ static void around_switch(cddp_comm_t *c, int rank, int world, void *arg) {
 }
 TEST(shm_around_switch_w2) { run_ranks(2, CDDP_ALGO_AUTO, around_switch, NULL); }
 TEST(shm_around_switch_w3) { run_ranks(3, CDDP_ALGO_AUTO, around_switch, NULL); }
+
+/* f16 is summed in f32 and rounded once: shm reduces all ranks' data in one pass. Halves of
+ * magnitude 1/16..64 sum exactly in f32 in any order, but rarely fit a half: the result must
+ * be the exact sum rounded once (an f16 accumulator, or rounding per rank, gives other bits). */
+static uint16_t f16_val(int rank, size_t i) {
+  uint32_t u = (uint32_t)(rank * 2654435761u) ^ (uint32_t)(i * 40503u + 17);
+  u = u * 1664525u + 1013904223u;
+  float mag = ldexpf(1.0f + (float)((u >> 8) & 0x3ff) / 1024.0f, (int)((u >> 20) % 10) - 4);
+  return cddp__f32_to_f16(u & 1 ? -mag : mag);
+}
+
+static uint16_t f16_once_ref(int world, cddp_redop_t op, size_t i) {
+  double exact = 0;
+  for (int r = 0; r < world; r++) exact += cddp__f16_to_f32(f16_val(r, i));
+  float acc = (float)exact;
+  if (op == CDDP_AVG) acc *= (float)(1.0 / world);
+  return cddp__f32_to_f16(acc);
+}
+
+static void f16_once(cddp_comm_t *c, int rank, int world, void *arg) {
+  static const size_t ns[] = {5, 3000, 70001};
+  size_t maxn = 70001;
+  uint16_t *a, *b, *ref = malloc(maxn * 2 * (size_t)world);
+  CHECK_OK(cddp_comm_mem_alloc(c, maxn * 2 * (size_t)world, (void **)&a));
+  b = malloc(maxn * 2 * (size_t)world);
+  size_t rounded = 0;
+  for (size_t k = 0; k < CDDP_ARRAY_LEN(ns); k++)
+    for (int op = CDDP_SUM; op <= CDDP_AVG; op++)
+      for (int zc = 0; zc < 2; zc++) {
+        size_t n = ns[k];
+        uint16_t *buf = zc ? a : b;
+        for (size_t i = 0; i < n; i++) buf[i] = f16_val(rank, i), ref[i] = f16_once_ref(world, op, i);
+        CHECK_OK(cddp_allreduce(c, buf, buf, n, CDDP_F16, (cddp_redop_t)op));
+        for (size_t i = 0; i < n; i++) {
+          double exact = 0;
+          for (int r = 0; r < world; r++) exact += cddp__f16_to_f32(f16_val(r, i));
+          rounded += op == CDDP_SUM && (double)cddp__f16_to_f32(ref[i]) != exact;
+          if (buf[i] != ref[i])
+            TEST_FAIL("f16 %s allreduce world %d n %zu rank %d: element %zu is %#x (%g), want %#x (%g)",
+                      cddp_redop_name((cddp_redop_t)op), world, n, rank, i, buf[i], cddp__f16_to_f32(buf[i]),
+                      ref[i], cddp__f16_to_f32(ref[i]));
+        }
+        check_same(rank, world, buf, n * 2, "f16 allreduce");
+        /* reduce_scatter: rank r keeps block r of the world * n sums */
+        for (size_t i = 0; i < n * (size_t)world; i++) buf[i] = f16_val(rank, i);
+        CHECK_OK(cddp_reduce_scatter(c, buf, buf + (size_t)rank * n, n, CDDP_F16, (cddp_redop_t)op));
+        for (size_t i = 0; i < n; i++)
+          if (buf[(size_t)rank * n + i] != f16_once_ref(world, op, (size_t)rank * n + i))
+            TEST_FAIL("f16 %s reduce_scatter world %d n %zu rank %d: element %zu wrong",
+                      cddp_redop_name((cddp_redop_t)op), world, n, rank, i);
+      }
+  CHECK(rounded > 1000); /* the sums really needed rounding, so the bits above mean something */
+  CHECK_OK(cddp_comm_mem_free(c, a));
+  free(b), free(ref);
+}
+TEST(shm_f16_rounds_once_w2) { small_staging(); run_ranks(2, CDDP_ALGO_AUTO, f16_once, NULL); }
+TEST(shm_f16_rounds_once_w3_ring) { small_staging(); run_ranks(3, CDDP_ALGO_RING, f16_once, NULL); }
+TEST(shm_f16_rounds_once_w4_direct) { run_ranks(4, CDDP_ALGO_DIRECT, f16_once, NULL); }
+TEST(shm_f16_rounds_once_w4_cma) { setenv("CDDP_SHM_CMA", "1", 1); run_ranks(4, CDDP_ALGO_AUTO, f16_once, NULL); }
 
 /* Zero-copy buffers on some ranks only: every rank must agree to stage instead. */
 static void mixed_buffers(cddp_comm_t *c, int rank, int world, void *arg) {

@@ -10,6 +10,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "comm/reduce.h"
 #include "comm/tcp.h"
 #include "test_comm_tcp_harness.h"
 
@@ -27,6 +28,7 @@ static void put(void *b, cddp_dtype_t dt, size_t i, double v) {
     case CDDP_F32: ((float *)b)[i] = (float)v; break;
     case CDDP_F64: ((double *)b)[i] = v; break;
     case CDDP_BF16: ((uint16_t *)b)[i] = f_bf16((float)v); break;
+    case CDDP_F16: ((uint16_t *)b)[i] = cddp__f32_to_f16((float)v); break;
     case CDDP_I32: ((int32_t *)b)[i] = (int32_t)v; break;
     default: ((int64_t *)b)[i] = (int64_t)v; break;
   }
@@ -36,6 +38,7 @@ static double get(const void *b, cddp_dtype_t dt, size_t i) {
     case CDDP_F32: return ((const float *)b)[i];
     case CDDP_F64: return ((const double *)b)[i];
     case CDDP_BF16: return bf16_f(((const uint16_t *)b)[i]);
+    case CDDP_F16: return cddp__f16_to_f32(((const uint16_t *)b)[i]);
     case CDDP_I32: return ((const int32_t *)b)[i];
     default: return (double)((const int64_t *)b)[i];
   }
@@ -73,8 +76,9 @@ static void check_ref(const void *got, cddp_dtype_t dt, cddp_redop_t op, int wor
   size_t at = 0;
   for (size_t i = 0; i < n; i++) {
     double sa, want = ref(dt, op, world, off + i, &sa), g = get(got, dt, i), d = fabs(g - want);
-    /* bf16 partial sums cross the wire as bf16: one rounding per step */
-    double tol = is_int(dt) ? 0 : dt == CDDP_BF16 ? world * sa / 256 : dt == CDDP_F32 ? 1e-3 : 1e-9;
+    /* bf16 and f16 partial sums cross the wire as such: one rounding per step */
+    double tol = is_int(dt) ? 0 : dt == CDDP_BF16 ? world * sa / 256 : dt == CDDP_F16 ? world * sa / 2048
+               : dt == CDDP_F32 ? 1e-3 : 1e-9;
     if (d - tol > worst - tol_at || i == 0) worst = d, tol_at = tol, at = i;
   }
   if (worst > tol_at)
@@ -164,6 +168,92 @@ TEST_TIMEOUT(tcp_matrix_world3, 120) {
   unsetenv("CDDP_TCP_CHUNK_BYTES");
 }
 TEST_TIMEOUT(tcp_matrix_world4, 120) { run_job(4, matrix_body, NULL); }
+
+/* ---- f16: f32 accumulation, one rounding per hop, bit for bit ---- */
+
+static float h2f(uint16_t h) { return cddp__f16_to_f32(h); }
+static uint16_t hop(uint16_t a, uint16_t b, float scale) { /* what one hop writes to the wire */
+  float acc = h2f(a) + h2f(b);
+  if (scale != 1.0f) acc *= scale;
+  return cddp__f32_to_f16(acc);
+}
+static uint16_t hx(int r, size_t i) { return cddp__f32_to_f16((float)gen(CDDP_F32, r, i)); }
+
+/* Ring: block b's partial starts at rank b+1 and gathers b+2, ..., b, rounded at each hop. */
+static uint16_t ring_ref(int w, size_t i, int b, float scale) {
+  uint16_t p = hx((b + 1) % w, i);
+  for (int j = 2; j <= w; j++) p = hop(p, hx((b + j) % w, i), j == w ? scale : 1.0f);
+  return p;
+}
+/* Recursive doubling: ranks past the largest power of two fold in first, then butterflies
+ * with the lower rank's data first. */
+static uint16_t rd_ref(int w, size_t i, float scale) {
+  int p2 = 1;
+  while (p2 * 2 <= w) p2 *= 2;
+  uint16_t v[8];
+  for (int r = 0; r < p2; r++) v[r] = r + p2 < w ? hop(hx(r, i), hx(r + p2, i), 1.0f) : hx(r, i);
+  for (int mask = 1; mask < p2; mask <<= 1) {
+    uint16_t nv[8];
+    for (int r = 0; r < p2; r++) {
+      int lo = r < (r ^ mask) ? r : r ^ mask;
+      nv[r] = hop(v[lo], v[lo ^ mask], mask * 2 == p2 ? scale : 1.0f);
+    }
+    memcpy(v, nv, sizeof v);
+  }
+  return v[0];
+}
+
+static void f16_hops_body(trank_t *tr) {
+  int w = tr->job->world, r = tr->rank;
+  enum { N = 4097 };
+  uint16_t *buf = malloc(N * 2 * (size_t)w), *want = malloc(N * 2 * (size_t)w);
+  size_t differs = 0; /* elements where rounding per hop differs from rounding once */
+  for (int op = CDDP_SUM; op <= CDDP_AVG; op++)
+    for (int direct = 0; direct < 2; direct++) {
+      float scale = op == CDDP_AVG ? (float)(1.0 / w) : 1.0f;
+      cddp_algo_t algo = direct ? CDDP_ALGO_DIRECT : CDDP_ALGO_RING;
+      for (size_t i = 0; i < N; i++) {
+        size_t off, len;
+        int b = 0;
+        for (; b < w; b++) {
+          cddp__tcp_split(N, (size_t)w, (size_t)b, &off, &len);
+          if (i < off + len) break;
+        }
+        buf[i] = hx(r, i);
+        want[i] = direct ? rd_ref(w, i, scale) : ring_ref(w, i, b, scale);
+        double once = 0;
+        for (int k = 0; k < w; k++) once += h2f(hx(k, i));
+        differs += want[i] != cddp__f32_to_f16((float)once * scale);
+      }
+      CHECK_OK(coll(tr, CDDP__ALLREDUCE, buf, buf, N, CDDP_F16, (cddp_redop_t)op, 0, algo));
+      for (size_t i = 0; i < N; i++)
+        if (buf[i] != want[i])
+          TEST_FAIL("f16 %s allreduce %s world %d rank %d: element %zu is %#x (%.6g), want %#x (%.6g)",
+                    cddp_redop_name((cddp_redop_t)op), direct ? "direct" : "ring", w, r, i, buf[i], h2f(buf[i]),
+                    want[i], h2f(want[i]));
+      same_bits(tr, buf, N * 2, "f16 allreduce");
+      /* reduce_scatter: blocks of N, rank r keeps block r */
+      for (size_t i = 0; i < N * (size_t)w; i++) buf[i] = hx(r, i);
+      CHECK_OK(coll(tr, CDDP__REDUCE_SCATTER, buf, buf + (size_t)r * N, N, CDDP_F16, (cddp_redop_t)op, 0, algo));
+      for (size_t i = 0; i < N; i++) {
+        size_t g = (size_t)r * N + i;
+        uint16_t ref = direct ? rd_ref(w, g, scale) : ring_ref(w, g, r, scale);
+        if (buf[g] != ref)
+          TEST_FAIL("f16 %s reduce_scatter %s world %d rank %d: element %zu is %#x, want %#x",
+                    cddp_redop_name((cddp_redop_t)op), direct ? "direct" : "ring", w, r, i, buf[g], ref);
+      }
+    }
+  if (w > 2) CHECK(differs > 100); /* the reference really tells the two apart */
+  free(buf), free(want);
+}
+
+TEST(tcp_f16_rounds_once_per_hop_world2) { harness_nstreams = 1; run_job(2, f16_hops_body, NULL); }
+TEST(tcp_f16_rounds_once_per_hop_world3) {
+  setenv("CDDP_TCP_CHUNK_BYTES", "4096", 1);
+  run_job(3, f16_hops_body, NULL);
+  unsetenv("CDDP_TCP_CHUNK_BYTES");
+}
+TEST(tcp_f16_rounds_once_per_hop_world4) { run_job(4, f16_hops_body, NULL); }
 
 /* ---- congestion control: reno within one host, the system's (or the knob's) across ---- */
 

@@ -5,6 +5,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "cddp/ddp.h"
 #include "common/check.h"
 #include "test.h"
 #include "train/config.h"
@@ -110,6 +111,12 @@ TEST(defaults_and_enum_values_match_the_c_enums) {
   c = load_ok(NULL, ovr2, 3);
   CHECK_EQ(c.sched, CDDP_SCHED_CONSTANT); /* the last --set wins */
   CHECK_EQ(c.lr_scaling, CDDP_LR_SCALE_LINEAR);
+  CHECK_EQ(c.compress, CDDP_COMPRESS_NONE);
+  const char *cz[] = {"ddp.compress=bf16", "ddp.compress=sign", "ddp.compress=fp16"};
+  const cddp_compress_t czv[] = {CDDP_COMPRESS_BF16, CDDP_COMPRESS_SIGN, CDDP_COMPRESS_F16};
+  for (int i = 0; i < 3; i++) CHECK_EQ(load_ok(NULL, cz + i, 1).compress, czv[i]);
+  CHECK_EQ(load_ok("ddp:\n  compress: fp16\n", NULL, 0).compress, CDDP_COMPRESS_F16);
+  expect_fail("ddp:\n  compress: half\n", ":2:", "ddp.compress", "fp16");
 }
 
 TEST(yaml_values_land_in_their_fields) {

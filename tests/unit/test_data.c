@@ -247,3 +247,39 @@ TEST(corrupt_gzip_is_reported) {
   expect_fail("train-images-idx3-ubyte.gz", NULL);
   rm_tmpdir();
 }
+
+/* CDDP_DATA_CACHE: the second load maps the first one's bytes; a damaged or foreign entry
+ * is ignored (and rewritten); "off" never maps; a directory others may write is not used. */
+TEST(cache_maps_the_same_bytes_and_ignores_a_bad_entry) {
+  if (!have_fmnist()) TEST_FAIL("Fashion-MNIST missing: apt-get install dataset-fashion-mnist");
+  make_tmpdir();
+  cddp_dataset_t ref, d;
+  setenv("CDDP_DATA_CACHE", "off", 1);
+  CHECK_OK(cddp_dataset_load_fmnist(&ref, CDDP_FMNIST_DIR, "test"));
+  CHECK(ref.map == NULL);
+  setenv("CDDP_DATA_CACHE", tmpdir, 1);
+  CHECK(chmod(tmpdir, 0700) == 0);
+  for (int round = 0; round < 4; round++) {
+    /* 0: writes the entry; 1: maps it; 2: entry truncated -> loaded, rewritten; 3: maps again */
+    CHECK_OK(cddp_dataset_load_fmnist(&d, CDDP_FMNIST_DIR, "test"));
+    CHECK((d.map != NULL) == (round == 1 || round == 3));
+    CHECK_EQ(d.n, ref.n);
+    CHECK_EQ(d.n_classes, 10);
+    CHECK(memcmp(d.x, ref.x, ref.n * 784 * sizeof(float)) == 0);
+    CHECK(memcmp(d.y, ref.y, ref.n) == 0);
+    cddp_dataset_free(&d);
+    CHECK(d.x == NULL && d.map == NULL);
+    if (round == 1) {
+      char cmd[256];
+      snprintf(cmd, sizeof cmd, "for f in %s/fmnist-t10k-*.bin; do truncate -s -1 \"$f\"; done", tmpdir);
+      CHECK(system(cmd) == 0);
+    }
+  }
+  CHECK(chmod(tmpdir, 0777) == 0); /* others could plant an entry: not used */
+  CHECK_OK(cddp_dataset_load_fmnist(&d, CDDP_FMNIST_DIR, "test"));
+  CHECK(d.map == NULL);
+  cddp_dataset_free(&d);
+  cddp_dataset_free(&ref);
+  unsetenv("CDDP_DATA_CACHE");
+  rm_tmpdir();
+}

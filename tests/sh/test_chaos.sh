@@ -1,0 +1,312 @@
+#!/usr/bin/env bash
+# test_chaos.sh - the chaos loop: CHAOS_RUNS (20) short `cddp train` jobs under `cddp run
+# --restart-mode replace`, 1 agent x 2 workers or 2 agents x 2 workers (`--nnodes 1:2`), each hit
+# by 1-3 SIGKILLs at random moments (mid-step, mid-checkpoint, during another recovery): of random
+# workers, of the agent that does not host the store (its workers die with it: the world shrinks
+# 4 -> 2), or of both workers of a 1 x 2 job at once (no rank holds the state: the job falls back
+# to its newest disk checkpoint). Every run must complete (exit 0; a killed agent's non-zero),
+# train each sample of its steps exactly once (the sample logs against an uninterrupted run's),
+# recompute no committed step (but those since the checkpoint when the whole job was lost), end
+# within 0.5 points of the uninterrupted run's accuracy, and leave only checkpoints that verify,
+# the newest of which resumes.
+# One TAP line per run, then "chaos: N of N runs completed, ...". The plan (layouts, ranks,
+# steps, delays) comes from CHAOS_SEED (printed; $RANDOM when unset): CHAOS_SEED=S CHAOS_ONLY=I
+# replays run I's plan (the timing of the machine is not replayed).
+cd "$(dirname "$0")/../.." && source tests/sh/lib.sh
+SEED=${CHAOS_SEED:-$RANDOM}
+RUNS=${CHAOS_RUNS:-20}
+ONLY=${CHAOS_ONLY:-}
+STEPS=40  # per run: 40 optimizer steps of 256 samples, a checkpoint every 3
+T=$(mktemp -d /tmp/cddp-chaos-test.XXXXXX)
+bg=()
+cleanup() {
+  for p in "${bg[@]}"; do kill -KILL "$p" 2>/dev/null; done
+  for p in $(pgrep -f -- "--work-dir $T "); do kill -KILL "$p" 2>/dev/null; done
+  wait 2>/dev/null
+  rm -rf "$T"
+}
+trap cleanup EXIT
+echo "# chaos seed $SEED (replay: CHAOS_SEED=$SEED tests/sh/test_chaos.sh; one run: CHAOS_ONLY=I)"
+JOB=(--config configs/fmnist_mlp.yaml --set debug.sample_log=true --set train.max_steps=$STEPS --set ddp.threads=1
+     --set checkpoint.every_steps=3 --set checkpoint.keep=3 --set eval.every_epoch=false)
+
+last_step() { grep -v '"eval"' "$1" 2>/dev/null | tail -1 | sed -n 's/.*"step":\([0-9]*\).*/\1/p'; }
+acc_of() { grep '"eval"' "$1" 2>/dev/null | tail -1 | sed -n 's/.*"accuracy":\([0-9.]*\).*/\1/p'; }
+# run_of NODE: the `cddp run` of node NODE (its subshell's `timeout`'s child); workers_of NODE: its workers
+run_of() { local t; t=$(pgrep -P "${AGENTS[$1]}" -x timeout) && pgrep -P "$t" -f "$CDDP run"; }
+workers_of() { local a; a=$(run_of "$1"); [ -n "$a" ] && pgrep -P "$a"; }
+# worker_pid NODE LOCAL: the pid of that node's worker of LOCAL_RANK (ranks are renumbered when
+# the world shrinks; a node and a local rank are not)
+worker_pid() {
+  local p
+  for p in $(workers_of "$1"); do
+    tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx "LOCAL_RANK=$2" && { echo "$p"; return; }
+  done
+}
+# writes_metrics PID...: one of them is rank 0 (it holds metrics.jsonl open)
+writes_metrics() { local p; for p in "$@"; do ls -l "/proc/$p/fd" 2>/dev/null | grep -q 'metrics.jsonl$' && return 0; done; return 1; }
+alive() { local p; for p in "$@"; do kill -0 "$p" 2>/dev/null && return 0; done; return 1; }
+
+# ---- the plan: run I = "NODES K KILL..." with KILL = kind:rank:step:delay_ms; rank R is local
+# rank R%2 of node R/2 (node 0 once node 1's agent is dead). kind worker: wait for the run's
+# metrics to reach step, then delay, then SIGKILL that worker; ckpt: past step, SIGKILL rank 0 as
+# soon as it is writing a checkpoint (the writer's pid ends its .tmp-step-* name); burst: no
+# wait for a step, delay after the previous kill (it lands in that kill's recovery); agent:
+# SIGKILL node 1's `cddp run` (never node 0's: it hosts the store), after its step or, as an
+# agent burst (step "-"), inside the previous kill's recovery; both: after step and delay, SIGKILL
+# rank's worker and, delay % 21 ms later, the other worker of its node (found beforehand).
+# rnd N: X = a number in 0..N-1 from the seeded stream (a 64-bit LCG's high bits; bash's own
+# $RANDOM repeats patterns in its low bits)
+R=$SEED
+rnd() { R=$((R * 6364136223846793005 + 1442695040888963407)); X=$(((R >> 33 & 0x7fffffff) % $1)); }
+# Agent kills: runs 2, 6, 10, ... are 2 x 2 with one agent kill among their kills, and any other
+# 2 x 2 run may have one (at most one a run: the other agent hosts the store). Whole-job kills:
+# runs 3, 9, 15, ... are 1 x 2 and start with both workers killed 0-20 ms apart, and a random
+# burst in a 1 x 2 run hits either worker (the other one: the whole job). CHAOS_AGENT_KILLS=0 /
+# CHAOS_WHOLE_JOB_KILLS=0 leave them out.
+WHOLE_JOB_KILLS=${CHAOS_WHOLE_JOB_KILLS:-1}
+AGENT_KILLS=${CHAOS_AGENT_KILLS:-1}
+declare -a PLAN
+for i in $(seq "$RUNS"); do
+  rnd 2; nodes=$((1 + X)); rnd 3; k=$((1 + X)); rnd 10; s=$((3 + X)); plan=""
+  rnd 3; aj=$((1 + X)) wj=0 # the agent kill's place among a forced run's kills
+  if [ "$AGENT_KILLS" = 1 ] && [ $((i % 4)) = 2 ]; then nodes=2; [ "$aj" -gt "$k" ] && aj=$k
+  elif [ "$WHOLE_JOB_KILLS" = 1 ] && [ $((i % 6)) = 3 ]; then nodes=1 wj=1
+  else aj=0; fi
+  agent=0
+  for j in $(seq "$k"); do
+    rnd $((2 * nodes)); rank=$X; rnd 120; delay=$X; kind=worker
+    rnd 4; [ "$j" -gt 1 ] && [ "$X" = 0 ] && kind=burst
+    rnd 4; [ "$kind" = worker ] && [ "$X" = 0 ] && kind=ckpt rank=0
+    # a burst in a 1 x 2 job hits the replacement of the worker just killed or, with
+    # WHOLE_JOB_KILLS=1, either worker: the other one leaves no rank holding the state
+    [ "$kind" = burst ] && [ "$nodes" = 1 ] && [ "$WHOLE_JOB_KILLS" != 1 ] && rank=$prev
+    [ "$wj" = 1 ] && [ "$j" = 1 ] && kind=both
+    prev=$rank
+    rnd 5; at=$s
+    if [ "$AGENT_KILLS" = 1 ] && [ "$nodes" = 2 ] && [ "$agent" = 0 ] && { [ "$j" = "$aj" ] || { [ "$aj" = 0 ] && [ "$X" = 0 ]; }; }; then
+      [ "$kind" = burst ] && at=- # an agent burst: inside the previous kill's recovery
+      kind=agent rank=1 agent=1
+    fi
+    plan+=" $kind:$rank:$at:$delay"
+    rnd 8; s=$((s + 4 + X))
+  done
+  PLAN[$i]="$nodes $k$plan"
+done
+# CHAOS_PRINT_PLAN=1: the plan only ("NODES K kind:rank:step:delay_ms ..." per run), nothing run
+[ -n "${CHAOS_PRINT_PLAN:-}" ] && { for i in $(seq "$RUNS"); do echo "run $i: ${PLAN[$i]}"; done; exit 0; }
+
+# killer NAME KILL...: carries out a run's kills; one line per kill in $T/NAME.kills:
+# "time last-step-logged who pid kind mid-checkpoint|-", who 0 when the victim was rank 0 (the
+# metrics writer, or for an agent one of its workers), else nNlL (node, local rank) or agent.
+# An agent kill SIGKILLs node 1's `cddp run` (under its `timeout`; its workers follow
+# through PR_SET_PDEATHSIG); node 0 hosts the store, whose loss ends the job (a documented limit).
+killer() {
+  local name=$1 m=$T/$1/metrics.jsonl kind rank step delay p i w who node lr d gone=0; shift
+  for kill in "$@"; do
+    IFS=: read -r kind rank step delay <<<"$kill"
+    if [ "$kind" != burst ] && [ "$step" != - ]; then
+      for i in $(seq 1200); do [ "$(last_step "$m")" -ge "$step" ] 2>/dev/null && break; alive "${AGENTS[@]}" || return; sleep 0.05; done
+    fi
+    p="" who=""
+    if [ "$kind" = ckpt ]; then # the writer of the next checkpoint (2 s at most), by the pid its .tmp- name ends with
+      for i in $(seq 600); do
+        for d in $(compgen -G "$T/$name/checkpoints/.tmp-step-*"); do kill -0 "${d##*-}" 2>/dev/null && p=${d##*-}; done
+        [ -n "$p" ] && break
+        sleep 0.003
+      done
+      if [ -z "$p" ]; then # no checkpoint write seen: rank 0 anyway
+        for d in $(workers_of 0) $(workers_of 1); do writes_metrics "$d" && { p=$d; break; }; done
+      fi
+    else
+      sleep "$(awk -v d="$delay" 'BEGIN { printf "%.3f", d / 1000 }')"
+    fi
+    w=-
+    if [ "$kind" = agent ]; then
+      p=$(run_of 1)
+      [ -n "$p" ] || { echo "# $name: no agent of node 1 to kill" >&2; continue; }
+      # shellcheck disable=SC2046
+      writes_metrics $(pgrep -P "$p") && who=0 && compgen -G "$T/$name/checkpoints/.tmp-step-*" >/dev/null && w=mid-checkpoint
+      echo "$(date +%s.%N) $(last_step "$m") ${who:-agent} $p agent $w" >>"$T/$name.kills"
+      kill -KILL "$p" 2>/dev/null; gone=1
+      continue
+    fi
+    node=$((rank / 2)) lr=$((rank % 2)); [ "$gone" = 1 ] && node=0
+    if [ "$kind" = both ]; then # both workers of the node, the second delay % 21 ms after the first
+      p=$(worker_pid "$node" "$lr") q=$(worker_pid "$node" $((1 - lr)))
+      [ -n "$p" ] && [ -n "$q" ] || { echo "# $name: no two workers of node $node to kill" >&2; continue; }
+      local lines=() gap; gap=$(awk -v d="$delay" 'BEGIN { printf "%.3f", d % 21 / 1000 }')
+      for x in "$p:$lr" "$q:$((1 - lr))"; do # everything looked up first: the kills come close together
+        w=- who=n${node}l${x#*:}
+        writes_metrics "${x%:*}" && who=0 && compgen -G "$T/$name/checkpoints/.tmp-step-*" >/dev/null && w=mid-checkpoint
+        lines+=("$(last_step "$m") $who ${x%:*} both $w")
+      done
+      t1=$(date +%s.%N); kill -KILL "$p" 2>/dev/null; sleep "$gap"; t2=$(date +%s.%N); kill -KILL "$q" 2>/dev/null
+      printf '%s %s\n%s %s\n' "$t1" "${lines[0]}" "$t2" "${lines[1]}" >>"$T/$name.kills"
+      continue
+    fi
+    for i in $(seq 100); do [ -n "$p" ] && break; p=$(worker_pid "$node" "$lr"); [ -n "$p" ] && break; sleep 0.01; done
+    [ "$kind" = ckpt ] && node=x lr=x
+    [ -n "$p" ] || { echo "# $name: no worker n${node}l$lr to kill" >&2; continue; }
+    # rank 0 holds metrics.jsonl open; killed while a checkpoint's .tmp- directory exists, it died writing it
+    writes_metrics "$p" && who=0 && compgen -G "$T/$name/checkpoints/.tmp-step-*" >/dev/null && w=mid-checkpoint
+    echo "$(date +%s.%N) $(last_step "$m") ${who:-n${node}l$lr} $p $kind $w" >>"$T/$name.kills"
+    kill -KILL "$p" 2>/dev/null
+  done
+}
+
+# episodes NAME: one line "ms redone kind" per recovery episode (kind i: in place, w: the whole
+# job from disk). An episode starts at a kill (time t, L the last step logged then) and ends at
+# the first step line after t of the first step it redid. In place that is R, the lowest "step R
+# redone" of the trainer's recovery lines above L, and redone = the highest step logged before
+# that line, minus R, plus 2: the one in flight, plus any committed step computed again. From
+# disk ("restored step S ..., N steps redone": S + N above L) it is S + 1, and redone is N.
+# Every kill before the end belongs to the episode (a kill during a recovery).
+episodes() {
+  local name=$1
+  { grep -h 'cddp train: recovered from the loss of' "$T/$name".out* | sed -n 's/.* step \([0-9]*\) redone.*/R \1 \1 -1 i/p'
+    grep -h 'cddp train: no survivor holds the state' "$T/$name".out* |
+      sed -n 's/.*restored step \([0-9]*\) from .*, \([0-9]*\) steps redone.*/\1 \2/p' | awk '{ print "R", $1 + $2, $1 + 1, $2, "w" }'
+    awk '{ print "K", $1, $2 }' "$T/$name.kills"
+    grep -v '"eval"' "$T/$name/metrics.jsonl" | sed -n 's/.*"step":\([0-9]*\).*"time":\([0-9.]*\).*/M \1 \2/p'
+  } >"$T/$name.ep"
+  awk '$1 == "R" { r[++nr] = $2; re[nr] = $3; rr[nr] = $4; rk[nr] = $5 } $1 == "K" { kt[++nk] = $2; kl[nk] = $3 }
+    $1 == "M" { ms[++nm] = $2; mt[nm] = $3 }
+    END {
+      ki = 1
+      while (ki <= nk) {
+        t0 = kt[ki]; e0 = 0
+        for (e = 1; e <= nr; e++) if (r[e] > kl[ki] && (!e0 || r[e] < r[e0])) e0 = e
+        if (!e0) break
+        want = re[e0]; hi = 0; end = 0
+        for (j = 1; j <= nm; j++) {
+          if (mt[j] > t0 && ms[j] >= want) { end = mt[j]; break }
+          if (ms[j] > hi) hi = ms[j]
+        }
+        if (!end) break
+        red = rr[e0] >= 0 ? rr[e0] : hi - want + 2; if (red < 1) red = 1
+        printf "%d %d %s\n", (end - t0) * 1000, red, rk[e0]
+        while (ki <= nk && kt[ki] < end) ki++
+      }
+    }' "$T/$name.ep"
+}
+
+# ---- the uninterrupted reference: its samples and accuracy
+timeout 120 "$CDDP" run --standalone --nproc-per-node 2 "$CDDP" train "${JOB[@]}" --work-dir "$T" --name ref >"$T/ref.out" 2>&1
+REF_ACC=$(acc_of "$T/ref/metrics.jsonl")
+[ -n "$REF_ACC" ] && [ "$(samples_verdict "$T/ref" $STEPS 256)" = clean ] &&
+  ok "reference: $STEPS steps uninterrupted, test accuracy $REF_ACC" ||
+  { fail "reference run" "$(tail -3 "$T/ref.out" | tr '\n' ' ')"; finish; }
+
+# listening PORT: a socket of this host listens on PORT (the store's host has bound it)
+listening() { awk -v p="$(printf ':%04X' "$1")" '$4 == "0A" && substr($2, length($2) - 4) == p { f = 1 } END { exit !f }' /proc/net/tcp /proc/net/tcp6 2>/dev/null; }
+
+completed=0 corrupt=0 ckpts=0 total=0 midckpt=0 nkills=0 nagent=0 nwhole=0
+: >"$T/all.ep"
+for i in $(seq "$RUNS"); do
+  [ -n "$ONLY" ] && [ "$ONLY" != "$i" ] && continue
+  total=$((total + 1))
+  read -r nodes k kills <<<"${PLAN[$i]}"
+  name=c$i
+  AGENTS=()
+  P=$(free_port)
+  for n in $(seq 0 $((nodes - 1))); do
+    # 2 x 2: --nnodes 1:2, so that losing node 1's agent leaves a job of world 2 (micro 64 x 4
+    # ranks, then 64 x 2 ranks x 2 accumulation: global batch 256 kept). Node 0 starts first and
+    # hosts the store; node 1 starts once the port listens (it then joins as a client).
+    if [ "$nodes" = 1 ]; then launch=(--standalone --nproc-per-node 2)
+    else launch=(--nnodes 1:2 --nproc-per-node 2 --rdzv-backend c10d --rdzv-endpoint 127.0.0.1:$P --rdzv-id C$P); fi
+    [ "$n" = 1 ] && for _ in $(seq 250); do listening "$P" && break; sleep 0.02; done
+    # in a subshell that exits (not execs): a SIGKILLed agent then raises no "Killed" job notice here
+    ( timeout 120 "$CDDP" run "${launch[@]}" --max-restarts $((2 * k)) --restart-mode replace \
+      "$CDDP" train "${JOB[@]}" --work-dir "$T" --name "$name" --set batch.micro=64; exit $? ) >"$T/$name.out$n" 2>&1 &
+    AGENTS[$n]=$!; bg+=($!)
+  done
+  : >"$T/$name.kills"
+  read -ra kl <<<"$kills"
+  killer "$name" "${kl[@]}"
+  # every agent exits 0 but a killed one (SIGKILL: 137 from its timeout)
+  ka=$(awk '$5 == "agent"' "$T/$name.kills" | wc -l)
+  rc=0 rcs=""
+  for n in "${!AGENTS[@]}"; do
+    wait "${AGENTS[$n]}" 2>/dev/null; r=$?; rcs+=" $r"
+    if [ "$n" = 1 ] && [ "$ka" = 1 ]; then [ "$r" != 0 ] || rc=killed-agent-exit-0; else [ "$r" = 0 ] || rc=$r; fi
+  done
+  why=()
+  [ "$rc" = 0 ] || why+=("exit$rcs: $(cat "$T/$name".out* | grep -v '^\[rank' | grep -v 'epoch 1/1' | tail -2 | tr '\n' ' ')")
+  [ "$nodes" = 1 ] || grep -q 'cddp train: MLP, .* world 4 ' "$T/$name.out0" || why+=("the 2 x 2 job did not start with world 4")
+  nk=$(wc -l <"$T/$name.kills")
+  nkills=$((nkills + nk)) midckpt=$((midckpt + $(grep -c 'mid-checkpoint' "$T/$name.kills"))) nagent=$((nagent + ka))
+  nrec=$(cat "$T/$name".out* | grep -c 'cddp train: recovered from the loss of')
+  nw=$(cat "$T/$name".out* | grep -c 'cddp train: no survivor holds the state: restored step')
+  nwhole=$((nwhole + nw))
+  [ $((nrec + nw)) -ge 1 ] || why+=("no recovery line after $nk kill(s)")
+  # an agent lost: the world shrank 4 -> 2 and the accumulation was re-derived (once)
+  if [ "$ka" = 1 ]; then
+    [ "$(cat "$T/$name".out* | grep -c 'cddp train: recovered from the loss of node .* world 4 -> 2 (accumulation 1 -> 2, global batch 256 kept)')" = 1 ] ||
+      why+=("no (single) 'world 4 -> 2 (accumulation 1 -> 2' line: $(cat "$T/$name".out* | grep -c 'world 4 -> 2')")
+  fi
+  # the metrics: no step twice; a step rank 0 committed but died before logging may be missing
+  m=$T/$name/metrics.jsonl
+  lines=$(grep -vc '"eval"' "$m" 2>/dev/null) uniq=$(grep -v '"eval"' "$m" 2>/dev/null | sed -n 's/.*"step":\([0-9]*\).*/\1/p' | sort -u | wc -l)
+  k0=$(awk '$3 == 0' "$T/$name.kills" | wc -l)
+  { [ "$lines" = "$uniq" ] && [ "$lines" -le $STEPS ] && [ "$lines" -ge $((STEPS - k0)) ]; } ||
+    why+=("metrics: $lines step lines, $uniq distinct (want $STEPS, each once)")
+  s=$(samples_verdict "$T/$name" $STEPS 256 "$T/ref")
+  [ "$s" = clean ] || why+=("samples: $s")
+  acc=$(acc_of "$m")
+  awk -v a="$acc" -v b="$REF_ACC" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(a != "" && d <= 0.005) }' ||
+    why+=("accuracy '$acc' vs $REF_ACC uninterrupted")
+  # the checkpoints: every step-* verifies; no half-written one is left
+  nc=0 nbad=0
+  for d in "$T/$name"/checkpoints/step-*; do
+    [ -d "$d" ] || continue
+    nc=$((nc + 1))
+    "$CDDP" ckpt verify "$d" >"$T/$name.verify" 2>&1 || { nbad=$((nbad + 1)); why+=("corrupt checkpoint: $(head -1 "$T/$name.verify")"); }
+  done
+  ckpts=$((ckpts + nc)) corrupt=$((corrupt + nbad))
+  [ "$nc" -ge 1 ] || why+=("no checkpoint")
+  left=$(find "$T/$name/checkpoints" -maxdepth 1 -name '.tmp-*' 2>/dev/null | wc -l)
+  [ "$left" = 0 ] || why+=("$left half-written checkpoint dir(s) left")
+  # recovery times and steps redone (before the resume appends to the logs)
+  episodes "$name" >"$T/$name.times"
+  cat "$T/$name.times" >>"$T/all.ep"
+  # in place: the one step in flight; the whole job from disk: those since its checkpoint (one every
+  # 3 steps; 3 more when rank 0 died writing the newest) and the one in flight
+  red=$(awk '$3 == "i" && $2 > m { m = $2 } END { print m + 0 }' "$T/$name.times")
+  [ "$red" -le 1 ] || why+=("$red steps redone in one in-place recovery")
+  red=$(awk '$3 == "w" && $2 > m { m = $2 } END { print m + 0 }' "$T/$name.times")
+  [ "$red" -le 7 ] || why+=("$red steps redone from the disk checkpoint")
+  # the newest checkpoint resumes: 2 more steps on 1 rank
+  timeout 60 "$CDDP" train "${JOB[@]}" --work-dir "$T" --name "$name" --set train.max_steps=$((STEPS + 2)) \
+    --resume-from latest >"$T/$name.resume" 2>&1; r=$?
+  { [ $r = 0 ] && grep -q "resuming from .*step-0*$STEPS (step $STEPS," "$T/$name.resume" && grep -q "done: $((STEPS + 2)) steps" "$T/$name.resume"; } ||
+    why+=("resume from latest: exit $r: $(grep -v 'epoch' "$T/$name.resume" | tail -1)")
+  desc="$([ "$nodes" = 1 ] && echo "1x2" || echo "2x2"), kills$(for x in "${kl[@]}"; do IFS=: read -r kd rk st dl <<<"$x"; case $kd in both) printf ' r%s+r%s@%s+%sms+%sms' "$rk" "$((1 - rk))" "$st" "$dl" "$((dl % 21))" ;; burst) printf ' r%s+%sms' "$rk" "$dl" ;; ckpt) printf ' r0@%s-in-ckpt' "$st" ;; agent) printf ' agent%s@%s+%sms' "$rk" "$st" "$dl" ;; *) printf ' r%s@%s+%sms' "$rk" "$st" "$dl" ;; esac; done)"
+  times=$(awk '{ printf("%s%d", (NR > 1 ? "," : ""), $1) } END { if (!NR) printf "-" }' "$T/$name.times")
+  if [ ${#why[@]} = 0 ]; then
+    completed=$((completed + 1))
+    ok "run $i ($desc): exit$rcs, $nrec recover$([ "$nrec" = 1 ] && echo y || echo ies) in place$([ "$nw" -gt 0 ] && echo ", $nw from disk ($(awk '$3 == "w" { printf "%s%d steps redone", (n++ ? ", " : ""), $2 }' "$T/$name.times"))") in $times ms, samples exactly once, acc $acc, $nc checkpoints verified, resumed"
+  else
+    fail "run $i ($desc)" "$(IFS=';'; echo "${why[*]}") -- replay: CHAOS_SEED=$SEED CHAOS_ONLY=$i"
+    mkdir -p /tmp/cddp-chaos-failed && cp -r "$T/$name" "$T/$name".* /tmp/cddp-chaos-failed/ 2>/dev/null &&
+      echo "# run $i: its logs kept in /tmp/cddp-chaos-failed/"
+  fi
+  rm -rf "${T:?}/$name"
+done
+
+# the whole plan ran its agent kills and lost the whole job at least once (a replay of one run need not)
+if [ -z "$ONLY" ] && [ "$RUNS" -ge 12 ]; then
+  [ "$AGENT_KILLS" != 1 ] || [ "$nagent" -ge 3 ] && ok "agent kills: $nagent" || fail "agent kills" "only $nagent in $RUNS runs"
+  [ "$WHOLE_JOB_KILLS" != 1 ] || [ "$nwhole" -ge 1 ] && ok "whole job lost and restored from disk: $nwhole" ||
+    fail "whole-job kills" "no run lost every worker at once"
+fi
+
+stats=$(awk '$3 == "i"' "$T/all.ep" | sort -n | awk '{ v[NR] = $1; if ($2 > r) r = $2 } END {
+  if (!NR) { print "- - 0"; exit }
+  printf "%d %d %d\n", NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2, v[NR], r }')
+read -r med max red <<<"$stats"
+wstats=$(awk '$3 == "w" { n++; if ($1 > t) t = $1; if ($2 > r) r = $2 } END { printf "%d %d\n", t, r }' "$T/all.ep")
+read -r wmax wred <<<"$wstats"
+echo "chaos: $completed of $total runs completed, $corrupt corrupt checkpoints ($ckpts verified), recovery in place median $med ms, max $max ms, steps redone max $red; whole job from disk $nwhole times, max $wmax ms, $wred steps redone max (seed $SEED; $nkills kills: $nagent of an agent, $midckpt of rank 0 mid-checkpoint-write)"
+finish
