@@ -46,7 +46,8 @@ typedef struct cddp_world {
   cddp_store_t *gen_view;      /* internal: the store view the current communicator was built on */
   struct cddp__fence *fence;   /* internal: aborts comm when a new generation is announced */
   int gone;                    /* after cddp_world_recover failed: 1 = this worker's node was
-                                  dropped from the job, 2 = the job stopped (too few nodes left) */
+                                  dropped from the job, 2 = the job stopped (too few nodes left),
+                                  3 = the job finished before this newcomer was taken in */
 } cddp_world_t;
 
 /* Reads the environment (cddp run, torchrun, Slurm, MPI), connects to the store and builds
@@ -78,8 +79,25 @@ void cddp_world_leave(cddp_world_t *w, int clean);
  * when this worker's node was dropped or the job stopped (cddp_last_error is the one line to
  * print). w->comm is NULL after an error. Do not move *w between join and leave. */
 cddp_result_t cddp_world_recover(cddp_world_t *w);
-/* 1 when this process was started to replace a dead worker of the same rank: it has no
- * state of its own and must receive it from a survivor (in the same order of collectives the
+/* 1 when the job announced a generation that takes a node in (a late joiner, a spare, a node
+ * that came back; `cddp run --nnodes MIN:MAX --restart-mode replace`): nothing failed, so
+ * w->comm keeps working, and the ranks should re-form at a step boundary they agree on.
+ * Each rank sees it at its own time: add it as a vote to a per-step all-reduce (a SUM of
+ * 0/1 votes), and when the sum is > 0 every rank, after committing the step, frees what
+ * lives on w->comm and calls cddp_world_recover (it returns at once into the new
+ * generation; w->rank is unchanged, w->world grows), then sends its state to the newcomers,
+ * whose cddp_world_replacement is 1. No step is redone:
+ *
+ *   votes = cddp_world_should_reform(&w);  allreduce(..., &votes, SUM);  commit the step;
+ *   if (votes > 0) { free comm things; cddp_world_recover(&w); rebuild; sync state; }
+ *
+ * A trainer whose global batch splits only over some world sizes lists them in the job's
+ * store as "elastic/worlds" (text "1 2 3 6 ..."): a joiner that would make another size is
+ * kept waiting as a spare. */
+int cddp_world_should_reform(const cddp_world_t *w);
+/* 1 when this process was started to replace a dead worker of the same rank, or as a
+ * newcomer on a node taken into the running job: it has no state of its own and must
+ * receive it from a survivor (in the same order of collectives the
  * survivors use after cddp_world_recover). */
 int cddp_world_replacement(const cddp_world_t *w);
 /* 1 when cddp_world_recover can work here (cddp run --restart-mode replace). */

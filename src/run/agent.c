@@ -100,6 +100,7 @@ static int wait_event(agent_t *a, char *msg, size_t size) {
     if (p[2].revents & POLLIN) {
       cddp__membership_events(&a->ms);
       if (a->ms.ending) return -2;
+      if (a->ms.joined) return -3;
     }
     if (p[1].revents & POLLIN) {
       struct signalfd_siginfo si;
@@ -311,16 +312,22 @@ static int run_round(agent_t *a, cddp__workers_t *ws, int first) {
     fprintf(stderr, "cddp run: %s\n", cddp_last_error());
     return -1;
   }
+  /* a node taken into a running job: its workers are newcomers of the generation that took it
+   * in; they get the state from the others over the network */
+  int newcomer = a->elastic && a->ms.joined, rank_base = a->rz.rank_base;
+  if (newcomer) gen = a->ms.gen, a->ms.joined = 0;
+  if (a->elastic) cddp__members_find(&a->ms.cur, a->id, &rank_base, NULL);
+  if (rank_base < 0) rank_base = a->rz.rank_base;
   char ***envs = calloc((size_t)n, sizeof *envs);
   int ok = envs != NULL;
-  for (int i = 0; ok && i < n; i++) ok = (envs[i] = worker_env(a, i, gen, 0)) != NULL;
+  for (int i = 0; ok && i < n; i++) ok = (envs[i] = worker_env(a, i, gen, newcomer)) != NULL;
   memset(ws, 0, sizeof *ws);
   ws->console_mask[0] = a->o->console_mask[0];
   ws->console_mask[1] = a->o->console_mask[1];
   ws->grace_ms = a->o->grace_ms;
   ws->keep_going = a->o->replace;
   ws->wake_fd = a->elastic ? a->ms.pipe[0] : -1;
-  if (ok && cddp__workers_start(ws, n, a->rz.rank_base, a->prog, (char **const *)envs, a->o->log_dir, first) != CDDP_OK) {
+  if (ok && cddp__workers_start(ws, n, rank_base, a->prog, (char **const *)envs, a->o->log_dir, first) != CDDP_OK) {
     fprintf(stderr, "cddp run: %s\n", cddp_last_error());
     ok = 0;
   }
@@ -359,7 +366,7 @@ static int finish(agent_t *a, int code) {
     cddp__monitor_stop(a->ms.mon, 1);
     a->ms.mon = NULL;
   }
-  if (a->rz.nodes && a->elastic && a->ms.ending == 1) { /* dropped: not counted out of the round */
+  if (a->rz.nodes && a->elastic && (a->ms.ending == 1 || a->ms.pending)) { /* dropped / never taken in */
     cddp__rdzv_release(&a->rz);
   } else if (a->rz.nodes) {
     if (a->elastic) a->rz.nnodes = a->ms.cur.n; /* count out the nodes still in the job */
@@ -399,7 +406,8 @@ static int follow_event(agent_t *a, const char *value, int *exit_code) {
 /* Replace mode: generation 0's members, and the monitor (heartbeat, will, peers' health). */
 static int start_membership(agent_t *a) {
   cddp__membership_t *ms = &a->ms;
-  ms->store = a->store, ms->self = a->id, ms->min_nodes = a->o->min_nodes, ms->round = a->rz.round;
+  ms->store = a->store, ms->self = a->id, ms->min_nodes = a->o->min_nodes, ms->max_nodes = a->o->max_nodes;
+  ms->round = a->rz.round;
   snprintf(ms->host, sizeof ms->host, "%s", a->host);
   if (pipe2(ms->pipe, O_CLOEXEC | O_NONBLOCK) != 0) {
     fprintf(stderr, "cddp run: pipe: %s\n", strerror(errno));
@@ -413,10 +421,95 @@ static int start_membership(agent_t *a) {
     fprintf(stderr, "cddp run: cannot start the heartbeat: %s\n", cddp_last_error());
     return -1;
   }
-  if (cddp__membership_begin(ms, a->rz.nodes, a->rz.nnodes) != CDDP_OK) {
+  cddp_result_t r = a->rz.late ? cddp__membership_pend(ms, a->o->nproc_per_node)
+                                : cddp__membership_begin(ms, a->rz.nodes, a->rz.nnodes);
+  if (r != CDDP_OK) {
     fprintf(stderr, "cddp run: %s\n", cddp_last_error());
     return -1;
   }
+  return 0;
+}
+
+/* A pending node (a late joiner, a spare, one that came back) waits until a member takes it
+ * in: -1 (then start the workers as newcomers), or the exit code (the job finished or
+ * stopped, a signal, the store lost). */
+static int wait_taken_in(agent_t *a) {
+  cddp__membership_t *ms = &a->ms;
+  if (ms->joined) return -1;
+  if (!ms->ending)
+    fprintf(stderr, "cddp run: node %s (agent %d) waits to be taken into the running job (generation %lld)\n", a->host,
+            a->id, (long long)ms->gen);
+  char msg[512];
+  for (;;) {
+    int sig = ms->ending ? -2 : wait_event(a, msg, sizeof msg);
+    if (sig > 0) return 128 + sig;
+    if (sig == -2) {
+      fprintf(stderr, "cddp run: %s\n", ms->line);
+      return 1;
+    }
+    if (sig == -3) {
+      fprintf(stderr, "cddp run: node %s (agent %d) taken into the job in generation %lld (world %d)\n", a->host, a->id,
+              (long long)ms->gen, cddp__members_world(&ms->cur));
+      return -1;
+    }
+    const char *value = sig == 0 ? event_value(msg) : "lost the watcher";
+    if (!strcmp(value, "done")) {
+      fprintf(stderr, "cddp run: the job finished while node %s (agent %d) waited to be taken in\n", a->host, a->id);
+      return 0;
+    }
+    int code = 1;
+    follow_event(a, value, &code);
+    return code;
+  }
+}
+
+/* Reconnects a store view whose connection broke (a partition), bounded by --rdzv-timeout:
+ * 0 it works, 1 reconnected, -1 not reachable. The old view is left as it is (a thread may
+ * still block on it; the process ends soon enough). */
+static int reconnect(agent_t *a, cddp_store_t **s) {
+  int64_t v;
+  if (cddp_store_add(*s, "elastic/agents", 0, &v) == CDDP_OK) return 0;
+  cddp_store_t *fresh;
+  if (connect_store(a, &fresh) != 0) return -1;
+  *s = fresh;
+  return 1;
+}
+
+/* This node was dropped (a partition, a freeze): its workers are gone; it registers again as a
+ * pending node under a new agent id, with a new heartbeat and will. */
+static int come_back(agent_t *a) {
+  cddp__membership_t *ms = &a->ms;
+  cddp__monitor_stop(ms->mon, 1);
+  ms->mon = NULL;
+  int re = reconnect(a, &a->store);
+  if (re < 0) return -1;
+  ms->store = a->store;
+  int64_t n;
+  if (cddp_store_add(a->store, "elastic/agents", 1, &n) != CDDP_OK) {
+    fprintf(stderr, "cddp run: %s\n", cddp_last_error());
+    return -1;
+  }
+  int old = a->id;
+  a->id = ms->self = (int)n - 1;
+  /* the watcher's connection broke with the agent's: a fresh one (the old one is busy in its
+   * thread's wait, so it cannot be probed) */
+  if (re > 0) {
+    if (connect_store(a, &a->watch_store) != 0) return -1;
+    if (a->watcher_running) pthread_detach(a->watcher);
+    a->watcher_running = 0;
+    watch_start(a, a->rz.round);
+  }
+  char drain[4096];
+  while (read(ms->pipe[0], drain, sizeof drain) > 0) {
+  }
+  if (cddp__monitor_start(&ms->mon, a->store_host, a->store_port, a->token, a->o->run_id, a->id,
+                          (int)cddp__knob_int(CDDP_KNOB_HEARTBEAT_MS), (int)cddp__knob_int(CDDP_KNOB_HEARTBEAT_TIMEOUT_MS),
+                          ms->pipe[1]) != CDDP_OK ||
+      cddp__membership_pend(ms, a->o->nproc_per_node) != CDDP_OK) {
+    fprintf(stderr, "cddp run: node %s cannot come back into the job: %s\n", a->host, cddp_last_error());
+    return -1;
+  }
+  fprintf(stderr, "cddp run: node %s (agent %d) comes back as agent %d\n", a->host, old, a->id);
   return 0;
 }
 
@@ -432,6 +525,9 @@ static int agent_main(agent_t *a) {
   cfg.self.nproc = o->nproc_per_node;
   cfg.self.master_port = cddp__free_port();
   cfg.self.id = -1;
+  /* replace mode, c10d, room to grow: a node that comes after the round closed waits to be
+   * taken into the running job instead of waiting for a round that never opens */
+  cfg.late_ok = o->replace && o->backend == CDDP_RDZV_C10D && !o->standalone && o->max_nodes > 1;
   if (o->replace) { /* a stable id for this agent's life: its heartbeat, its will, its workers' place */
     int64_t n;
     if (cddp_store_add(a->store, "elastic/agents", 1, &n) != CDDP_OK) {
@@ -451,12 +547,24 @@ static int agent_main(agent_t *a) {
               a->rz.world_size);
     watch_start(a, a->rz.round);
     if (o->replace && !a->elastic && start_membership(a) != 0) return finish(a, 1);
+    if (a->elastic && a->ms.pending) {
+      int code = wait_taken_in(a);
+      if (code >= 0) return finish(a, code);
+    }
     cddp__workers_t ws;
     if (run_round(a, &ws, first) != 0) {
       cddp__rdzv_post(a->store, a->rz.round, "fail 1 cddp run: could not start the workers", NULL);
       return finish(a, 1);
     }
     first = 0;
+    while (a->elastic && a->ms.ending == 1) { /* dropped: come back as a pending node */
+      cddp__workers_release(&ws);
+      fprintf(stderr, "cddp run: %s\n", a->ms.line);
+      if (come_back(a) != 0) return finish(a, 1);
+      int code = wait_taken_in(a);
+      if (code >= 0) return finish(a, code);
+      if (run_round(a, &ws, 0) != 0) return finish(a, 1);
+    }
     if (a->elastic && a->ms.ending) {
       cddp__workers_release(&ws);
       fprintf(stderr, "cddp run: %s\n", a->ms.line);
@@ -501,6 +609,7 @@ static int agent_main(agent_t *a) {
       value = event_value(msg);
       break;
     case CDDP__OUT_SUCCESS:
+      if (a->elastic) (void)cddp_store_set(a->store, "elastic/complete", "1", 1); /* nobody is taken in now */
       if (a->elastic) cddp__membership_done(&a->ms, 1);
       else cddp__rdzv_node_done(a->store, &a->rz);
       int sig = wait_event(a, msg, sizeof msg);

@@ -74,6 +74,67 @@ int cddp__members_find(const cddp__members_t *m, int agent_id, int *rank_base, i
   return at;
 }
 
+static int world_allowed(const char *worlds, int w) {
+  if (!worlds || !*worlds) return 1;
+  for (const char *p = worlds; *p;) {
+    char *end;
+    long v = strtol(p, &end, 10);
+    if (end == p) break;
+    if (v == w) return 1;
+    p = end;
+    while (*p == ' ' || *p == ',') p++;
+  }
+  return 0;
+}
+
+int cddp__members_next(const cddp__members_t *cur, cddp__members_t *next, void *ctx) {
+  cddp__change_t *c = ctx;
+  c->what[0] = c->refused[0] = '\0';
+  c->added = c->proposed_stop = 0, c->refused_id = -1;
+  if (cddp__members_find(cur, c->self, NULL, NULL) < 0) return 1; /* not ours to change */
+  int at = c->lost >= 0 ? cddp__members_find(cur, c->lost, NULL, NULL) : -1;
+  memset(next, 0, sizeof *next);
+  for (int i = 0; i < cur->n; i++)
+    if (i != at) next->m[next->n++] = cur->m[i];
+  size_t o = 0;
+  if (at >= 0)
+    o = (size_t)snprintf(c->what, sizeof c->what, "node %s (agent %d, %s)", cur->m[at].host, c->lost, c->why);
+  for (int k = 0; k < c->ncand && next->n < CDDP__MAX_MEMBERS; k++) {
+    const cddp__member_t *p = &c->cand[k];
+    if (cddp__members_find(next, p->id, NULL, NULL) >= 0 || p->id == c->lost) continue;
+    if (next->n >= c->max_nodes) {
+      if (c->refused_id < 0)
+        c->refused_id = p->id, snprintf(c->refused, sizeof c->refused, "the job has its --nnodes maximum of %d nodes",
+                                        c->max_nodes);
+      continue;
+    }
+    int w = cddp__members_world(next) + p->nproc;
+    if (!world_allowed(c->worlds, w)) {
+      if (c->refused_id < 0)
+        c->refused_id = p->id, snprintf(c->refused, sizeof c->refused, "a world of %d ranks cannot split the global "
+                                        "batch (world sizes that work: %s)", w, c->worlds);
+      continue;
+    }
+    next->m[next->n++] = *p;
+    if (o < sizeof c->what)
+      o += (size_t)snprintf(c->what + o, sizeof c->what - o, "%s%s node %s (agent %d)",
+                            at >= 0 ? (c->added ? "," : "; spare") : (c->added ? "," : "join"), "", p->host, p->id);
+    c->added++;
+  }
+  if (at >= 0 && c->added && o < sizeof c->what)
+    snprintf(c->what + o, sizeof c->what - o, " takes its place");
+  if (at < 0 && !c->added) return 1;
+  if (next->n < c->min_nodes) {
+    memset(next, 0, sizeof *next);
+    next->stop = 1, c->proposed_stop = 1;
+    snprintf(next->line, sizeof next->line, "job stopped: %d of at least %d nodes left after losing %s (agent %d, %s)",
+             cur->n - 1, c->min_nodes, cur->m[at].host, c->lost, c->why);
+  }
+  return 0;
+}
+
+int cddp__gen_is_join(const char *text, size_t len) { return len >= 5 && !memcmp(text, "join ", 5); }
+
 cddp_result_t cddp__members_read(cddp_store_t *s, int64_t gen, cddp__members_t *out) {
   char key[64];
   snprintf(key, sizeof key, "elastic/members/%lld", (long long)gen);
@@ -214,6 +275,9 @@ static cddp_result_t fence(gen_view_t *v) {
     return cddp__fail(CDDP_ABORTED, "generation %lld was announced while generation %lld formed", (long long)v->gen + 1,
                       (long long)v->gen);
   if (r != CDDP_TIMEOUT) return r;
+  k = "elastic/complete";
+  if (cddp_store_wait(v->outer, &k, 1, 0) == CDDP_OK)
+    return cddp__fail(CDDP_ABORTED, "the job finished while generation %lld formed", (long long)v->gen);
   cddp__clear_error();
   if (cddp__now_ns() >= v->deadline)
     return cddp__fail(CDDP_TIMEOUT, "generation %lld did not form in time (a rank never joined)", (long long)v->gen);
@@ -346,6 +410,12 @@ cddp_result_t cddp__gen_form(cddp_store_t *s, int rank, int world, int round, co
     char why[512];
     snprintf(why, sizeof why, "%s", cddp_last_error());
     cddp_store_close(v);
+    const char *ck = "elastic/complete";
+    if (place && cddp_store_wait(s, &ck, 1, 0) == CDDP_OK) {
+      place->gone = 3;
+      return cddp__fail(CDDP_NOT_FOUND, "the job finished before generation %lld formed: nothing left to train",
+                        (long long)g);
+    }
     int64_t now = g;
     /* a peer died while this generation formed (a replacement meeting a worker killed just now,
      * before its agent announced the next generation): wait for that announcement */

@@ -19,6 +19,13 @@
  *   elastic/hb/<A>     add(): agent A's heartbeat counter
  *   elastic/dead/<A>   set by the store when agent A's connection ended without a goodbye
  *   elastic/left/<A>   agent A left properly (its heartbeats stop; it is not lost)
+ *   elastic/pending/<A> "<nproc> <host>": agent A waits to be taken in (a late joiner, a spare
+ *                      beyond --nnodes MAX, a dropped node that came back)
+ *   elastic/worlds     set by the trainer: the world sizes its global batch splits over
+ *                      ("1 2 3 4 6 ..."); absent = any. A joiner that would make another
+ *                      world size is kept pending.
+ *   elastic/complete   an agent whose workers all finished set it: training is over, nobody
+ *                      is taken in any more
  *   elastic/g<G>/...   the communicator of generation G (comm/r<round>/... below it)
  * A survivor whose collective failed waits for elastic/gen/<its G + 1>, then builds the
  * communicator of the latest generation; building gives up (ABORTED) the moment a later one
@@ -55,11 +62,38 @@ cddp_result_t cddp__members_read(cddp_store_t *s, int64_t gen, cddp__members_t *
 /* Writes elastic/members/<gen> (the first value wins; generation 0 is written by every agent). */
 cddp_result_t cddp__members_write(cddp_store_t *s, int64_t gen, const cddp__members_t *m);
 
+/* ---- the next member record: drop a lost agent, take pending ones in ----
+ * Pending agents (cand, in the order they registered) are appended after the members, so
+ * the ranks of a join are unchanged and a loss shifts ranks down past the lost node. A
+ * candidate is taken while the record has fewer than max_nodes members and the world it
+ * makes is listed in worlds (NULL or "": any). Below min_nodes the record is a stop. */
+typedef struct cddp__change {
+  int self;                    /* the proposing agent: no change when it is not a member */
+  int lost;                    /* the agent to drop, or -1 */
+  const char *why;             /* why it is lost ("its connection closed") */
+  int min_nodes, max_nodes;
+  const cddp__member_t *cand;  /* pending agents (a member among them is skipped) */
+  int ncand;
+  const char *worlds;          /* elastic/worlds, or NULL */
+  /* results of the last call */
+  char what[400];              /* the announcement: "node H (agent A, why)[; spare node H2 (agent
+                                  B) takes its place]" or "join node H (agent A)[, node ...]" */
+  int added, proposed_stop;
+  int refused_id;              /* a candidate not taken (-1: none) and why, one line */
+  char refused[240];
+} cddp__change_t;
+/* The edit for cddp__gen_change (ctx = cddp__change_t): 1 when nothing is to change (the
+ * lost agent is gone already and nobody can be taken in, or self is not a member). */
+int cddp__members_next(const cddp__members_t *cur, cddp__members_t *next, void *ctx);
+/* 1 when the text of elastic/gen/<G> announces a join only (the workers re-form at their next
+ * step boundary instead of aborting the step in flight). */
+int cddp__gen_is_join(const char *text, size_t len);
+
 /* Announces the next generation: claims latest+1 (compare_set on elastic/claim/<G>, so
  * exactly one caller makes each generation), writes its member record, its announcement
  * text `what`, then bumps elastic/gen. edit builds the next record from the latest one (NULL:
  * the same members); it returns 1 when no change is needed any more (a peer already made
- * it), then *gen = 0. A caller that loses the claim waits for the winner's announcement and
+ * it), then *gen = 0. what is read after edit (edit may rewrite it). A caller that loses the claim waits for the winner's announcement and
  * tries again on top of it. *gen = the generation announced. */
 cddp_result_t cddp__gen_change(cddp_store_t *s, const char *what, int self_id,
                                int (*edit)(const cddp__members_t *cur, cddp__members_t *next, void *ctx),
@@ -84,7 +118,8 @@ void cddp__gen_view_disarm(cddp_store_t *view);
 /* place (NULL: rank and world are fixed): with agent_id >= 0, the rank and world of each
  * generation tried come from its member record (rank_base of the agent + local_rank); on
  * OK place->rank / world hold them. NOT_FOUND with place->gone = 1 when the agent is not a
- * member (this worker was dropped), 2 when the record says the job stops. */
+ * member (this worker was dropped), 2 when the record says the job stops, 3 when the job
+ * finished (elastic/complete) before the generation formed (a newcomer came too late). */
 typedef struct cddp__gen_place {
   int agent_id, local_rank;
   int rank, world, gone;

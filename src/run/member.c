@@ -15,6 +15,7 @@
 #include "store/store_internal.h"
 
 #define TICK_MS 50 /* how often wills and announcements are looked at */
+#define MAX_AGENT_IDS 4096 /* pending agents are looked for among ids below this */
 
 typedef struct watched {
   int id, reported;
@@ -30,6 +31,7 @@ struct cddp__monitor {
   int64_t gen, gen_seen;
   int n;
   watched_t w[CDDP__MAX_MEMBERS];
+  unsigned char said[MAX_AGENT_IDS]; /* a pending agent reported since the last watch */
 };
 
 static void say(cddp__monitor_t *m, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -51,6 +53,32 @@ static int exists(cddp_store_t *s, const char *key) {
   int r = cddp_store_wait(s, &k, 1, 0) == CDDP_OK;
   cddp__clear_error();
   return r;
+}
+
+/* Agents that wait to be taken in: registered in elastic/pending/<id>, not dead, not gone. */
+static cddp_result_t scan_pending(cddp__monitor_t *m) {
+  int64_t n;
+  char key[64];
+  CDDP_CHECK(cddp_store_add(m->s, "elastic/agents", 0, &n));
+  if (exists(m->s, "elastic/complete")) return CDDP_OK;
+  for (int id = 0; id < n && id < MAX_AGENT_IDS; id++) {
+    pthread_mutex_lock(&m->mu);
+    int skip = id == m->self || m->said[id];
+    for (int i = 0; i < m->n && !skip; i++) skip = m->w[i].id == id;
+    pthread_mutex_unlock(&m->mu);
+    if (skip) continue;
+    snprintf(key, sizeof key, "elastic/pending/%d", id);
+    if (!exists(m->s, key)) continue;
+    snprintf(key, sizeof key, "elastic/dead/%d", id);
+    if (exists(m->s, key)) continue;
+    snprintf(key, sizeof key, "elastic/left/%d", id);
+    if (exists(m->s, key)) continue;
+    pthread_mutex_lock(&m->mu);
+    m->said[id] = 1;
+    pthread_mutex_unlock(&m->mu);
+    say(m, "pending %d", id);
+  }
+  return CDDP_OK;
 }
 
 /* One heartbeat period: beat, then read every watched counter. */
@@ -78,7 +106,7 @@ static cddp_result_t beat(cddp__monitor_t *m, uint64_t now) {
   }
   pthread_mutex_unlock(&m->mu);
   if (exists(m->s, "elastic/stop")) say(m, "stop");
-  return CDDP_OK;
+  return scan_pending(m);
 }
 
 /* The store stopped answering: says "cut <why>" (the failure that broke the connection, not
@@ -177,6 +205,7 @@ void cddp__monitor_watch(cddp__monitor_t *m, const cddp__members_t *members, int
     m->w[m->n++] = w;
   }
   m->gen = gen;
+  memset(m->said, 0, sizeof m->said); /* a new generation: pending agents are looked at again */
   pthread_mutex_unlock(&m->mu);
 }
 
@@ -216,6 +245,17 @@ cddp_result_t cddp__membership_begin(cddp__membership_t *ms, const cddp__rdzv_no
   return r;
 }
 
+cddp_result_t cddp__membership_pend(cddp__membership_t *ms, int nproc) {
+  char key[64], val[96];
+  snprintf(key, sizeof key, "elastic/pending/%d", ms->self);
+  int len = snprintf(val, sizeof val, "%d %s", nproc, ms->host);
+  ms->pending = 1, ms->joined = 0, ms->ending = 0;
+  memset(&ms->cur, 0, sizeof ms->cur);
+  CDDP_CHECK(cddp_store_set(ms->store, key, val, (size_t)len));
+  cddp__membership_refresh(ms);
+  return CDDP_OK;
+}
+
 void cddp__membership_refresh(cddp__membership_t *ms) {
   int64_t g;
   cddp__members_t *m = malloc(sizeof *m);
@@ -230,11 +270,19 @@ void cddp__membership_refresh(cddp__membership_t *ms) {
   } else if (r == CDDP_OK && m->stop) {
     ms->ending = 2;
     LINE_OF("%s", m->line);
+  } else if (r == CDDP_OK && cddp__members_find(m, ms->self, NULL, NULL) < 0 && ms->pending) {
+    ms->gen = g; /* still waiting to be taken in */
   } else if (r == CDDP_OK && cddp__members_find(m, ms->self, NULL, NULL) < 0) {
     ms->ending = 1;
     LINE_OF("node %s (agent %d) was dropped from the job: generation %lld goes on without it (it was declared lost); "
             "its workers stop", ms->host, ms->self, (long long)g);
   } else if (r == CDDP_OK) {
+    if (ms->pending) { /* taken in */
+      char key[64];
+      snprintf(key, sizeof key, "elastic/pending/%d", ms->self);
+      (void)cddp_store_delete(ms->store, key, NULL);
+      ms->pending = 0, ms->joined = 1;
+    }
     ms->cur = *m, ms->gen = g;
     cddp__monitor_watch(ms->mon, &ms->cur, g);
   }
@@ -242,63 +290,125 @@ void cddp__membership_refresh(cddp__membership_t *ms) {
   cddp__clear_error();
 }
 
-typedef struct loss {
-  cddp__membership_t *ms;
-  int id, proposed_stop;
-  const char *why;
-} loss_t;
-
-/* The next member record without the lost agent (or a stop record below min_nodes). */
-static int drop_member(const cddp__members_t *cur, cddp__members_t *next, void *ctx) {
-  loss_t *l = ctx;
-  int at = cddp__members_find(cur, l->id, NULL, NULL);
-  if (at < 0 || cddp__members_find(cur, l->ms->self, NULL, NULL) < 0) return 1; /* done already / not ours */
-  memset(next, 0, sizeof *next);
-  for (int i = 0; i < cur->n; i++)
-    if (i != at) next->m[next->n++] = cur->m[i];
-  if (next->n < l->ms->min_nodes) {
-    next->stop = 1, l->proposed_stop = 1;
-    snprintf(next->line, sizeof next->line, "job stopped: %d of at least %d nodes left after losing %s (agent %d, %s)",
-             next->n, l->ms->min_nodes, cur->m[at].host, l->id, l->why);
+/* The pending agents (elastic/pending/<id>, alive) in the order they registered; *worlds gets
+ * elastic/worlds (malloc'd, or NULL). */
+static int read_pending(cddp__membership_t *ms, cddp__member_t *cand, int max, char **worlds) {
+  int64_t n = 0;
+  int k = 0;
+  char key[64];
+  *worlds = NULL;
+  if (cddp_store_add(ms->store, "elastic/agents", 0, &n) != CDDP_OK) n = 0;
+  for (int id = 0; id < n && id < MAX_AGENT_IDS && k < max; id++) {
+    snprintf(key, sizeof key, "elastic/pending/%d", id);
+    void *v = NULL;
+    size_t len = 0;
+    if (cddp_store_get(ms->store, key, &v, &len, 0) != CDDP_OK) continue;
+    char text[128];
+    snprintf(text, sizeof text, "%.*s", (int)CDDP_MIN(len, sizeof text - 1), (char *)v);
+    free(v);
+    cddp__member_t *c = &cand[k];
+    c->id = id;
+    if (sscanf(text, "%d %63s", &c->nproc, c->host) != 2 || c->nproc < 1) continue;
+    snprintf(key, sizeof key, "elastic/dead/%d", id);
+    if (exists(ms->store, key)) continue;
+    snprintf(key, sizeof key, "elastic/left/%d", id);
+    if (exists(ms->store, key)) continue;
+    k++;
   }
-  return 0;
+  void *v = NULL;
+  size_t len = 0;
+  if (cddp_store_get(ms->store, "elastic/worlds", &v, &len, 0) == CDDP_OK && (*worlds = malloc(len + 1))) {
+    memcpy(*worlds, v, len);
+    (*worlds)[len] = '\0';
+  }
+  free(v);
+  cddp__clear_error();
+  return k;
 }
 
-/* "0 -> 0, 2 -> 1" style rank map of the members kept (ranges for nproc > 1). */
+/* "0 -> 0, 2 -> 1" style rank map of the members kept (ranges for nproc > 1); a newcomer: "new 2". */
 static void rank_map(const cddp__members_t *a, const cddp__members_t *b, char *buf, size_t size) {
   size_t o = 0;
   buf[0] = '\0';
   for (int i = 0; i < b->n && o + 40 < size; i++) {
     int ob, nb;
-    cddp__members_find(a, b->m[i].id, &ob, NULL);
+    int was = cddp__members_find(a, b->m[i].id, &ob, NULL);
     cddp__members_find(b, b->m[i].id, &nb, NULL);
     int k = b->m[i].nproc - 1;
-    if (k) o += (size_t)snprintf(buf + o, size - o, "%s%d-%d -> %d-%d", o ? ", " : "", ob, ob + k, nb, nb + k);
-    else o += (size_t)snprintf(buf + o, size - o, "%s%d -> %d", o ? ", " : "", ob, nb);
+    const char *sep = o ? ", " : "";
+    if (was < 0 && k) o += (size_t)snprintf(buf + o, size - o, "%snew %d-%d", sep, nb, nb + k);
+    else if (was < 0) o += (size_t)snprintf(buf + o, size - o, "%snew %d", sep, nb);
+    else if (k) o += (size_t)snprintf(buf + o, size - o, "%s%d-%d -> %d-%d", sep, ob, ob + k, nb, nb + k);
+    else o += (size_t)snprintf(buf + o, size - o, "%s%d -> %d", sep, ob, nb);
   }
 }
 
-static void on_lost(cddp__membership_t *ms, int id, const char *why) {
-  int at = cddp__members_find(&ms->cur, id, NULL, NULL);
-  if (at < 0 || ms->ending) return;
-  char host[64], what[200];
-  snprintf(host, sizeof host, "%s", ms->cur.m[at].host);
-  snprintf(what, sizeof what, "node %s (agent %d, %s)", host, id, why);
-  loss_t l = {ms, id, 0, why};
+/* A pending agent not taken in: one line, once in the job (elastic/spare/<id> decides who says it). */
+static void say_refused(cddp__membership_t *ms, const cddp__change_t *c) {
+  if (c->refused_id < 0) return;
+  char key[64], host[64] = "?";
+  snprintf(key, sizeof key, "elastic/spare/%d", c->refused_id);
+  void *cur = NULL;
+  size_t len = 0;
+  char me[16];
+  int ml = snprintf(me, sizeof me, "%d", ms->self);
+  if (cddp_store_compare_set(ms->store, key, NULL, 0, me, (size_t)ml, &cur, &len) == CDDP_OK && len == (size_t)ml &&
+      !memcmp(cur, me, len)) {
+    for (int k = 0; k < c->ncand; k++)
+      if (c->cand[k].id == c->refused_id) snprintf(host, sizeof host, "%s", c->cand[k].host);
+    fprintf(stderr, "cddp run: node %s (agent %d) waits as a spare: %s\n", host, c->refused_id, c->refused);
+  }
+  free(cur);
+  cddp__clear_error();
+}
+
+/* Proposes the next generation: without the lost agent (lost >= 0) and with the pending
+ * agents that fit. Exactly one agent makes it; that one logs the line. */
+static void propose(cddp__membership_t *ms, int lost, const char *why) {
+  if (ms->ending || ms->pending) return;
+  cddp__member_t *cand = malloc(sizeof *cand * CDDP__MAX_MEMBERS);
+  char *worlds = NULL;
+  if (!cand) return;
+  cddp__change_t c = {.self = ms->self, .lost = lost, .why = why, .min_nodes = ms->min_nodes,
+                      .max_nodes = ms->max_nodes, .cand = cand, .refused_id = -1};
+  c.ncand = read_pending(ms, cand, CDDP__MAX_MEMBERS, &worlds);
+  c.worlds = worlds;
+  char host[64] = "?";
+  int at = lost >= 0 ? cddp__members_find(&ms->cur, lost, NULL, NULL) : -1;
+  if (at >= 0) snprintf(host, sizeof host, "%s", ms->cur.m[at].host);
+  snprintf(c.what, sizeof c.what, "node %s (agent %d, %s)", host, lost, why ? why : "");
   int64_t g = 0;
   cddp__members_t before = ms->cur;
-  cddp_result_t r = cddp__gen_change(ms->store, what, ms->self, drop_member, &l, &g);
-  if (r != CDDP_OK && r != CDDP_ABORTED)
-    fprintf(stderr, "cddp run: node %s (agent %d) lost (%s) but no new generation could be made: %s\n", host, id, why,
-            cddp_last_error());
+  cddp_result_t r = cddp__gen_change(ms->store, c.what, ms->self, cddp__members_next, &c, &g);
+  if (r != CDDP_OK && r != CDDP_ABORTED) {
+    if (lost >= 0)
+      fprintf(stderr, "cddp run: node %s (agent %d) lost (%s) but no new generation could be made: %s\n", host, lost,
+              why, cddp_last_error());
+    else
+      fprintf(stderr, "cddp run: a node waits to join but no new generation could be made: %s\n", cddp_last_error());
+  }
+  if (g == 0) say_refused(ms, &c);
   cddp__membership_refresh(ms);
-  if (g > 0 && !l.proposed_stop) {
+  if (g > 0 && !c.proposed_stop) {
     char map[300];
     rank_map(&before, &ms->cur, map, sizeof map);
-    fprintf(stderr, "cddp run: node %s (agent %d) lost: %s; generation %lld: world %d -> %d, ranks %s\n", host, id,
-            why, (long long)g, cddp__members_world(&before), cddp__members_world(&ms->cur), map);
+    char *spare = strstr(c.what, "; spare ");
+    if (spare) *spare = '\0';
+    if (lost >= 0)
+      fprintf(stderr, "cddp run: node %s (agent %d) lost: %s%s%s; generation %lld: world %d -> %d, ranks %s\n", host, lost,
+              why, spare ? "; " : "", spare ? spare + 2 : "", (long long)g, cddp__members_world(&before),
+              cddp__members_world(&ms->cur), map);
+    else
+      fprintf(stderr, "cddp run: %s: generation %lld: world %d -> %d, ranks %s (taken in at the workers' next step "
+              "boundary)\n", c.what, (long long)g, cddp__members_world(&before), cddp__members_world(&ms->cur), map);
   }
+  free(cand), free(worlds);
   if (!ms->ending) cddp__membership_done(ms, 0);
+}
+
+static void on_lost(cddp__membership_t *ms, int id, const char *why) {
+  if (cddp__members_find(&ms->cur, id, NULL, NULL) < 0) return;
+  propose(ms, id, why);
 }
 
 void cddp__membership_events(cddp__membership_t *ms) {
@@ -312,6 +422,8 @@ void cddp__membership_events(cddp__membership_t *ms) {
     int id, used = 0;
     if (sscanf(line, "lost %d %n", &id, &used) == 1 && used) {
       on_lost(ms, id, line + used);
+    } else if (sscanf(line, "pending %d", &id) == 1) {
+      propose(ms, -1, NULL);
     } else if (!strncmp(line, "gen ", 4)) {
       cddp__membership_refresh(ms);
       if (!ms->ending) cddp__membership_done(ms, 0);
@@ -333,6 +445,7 @@ void cddp__membership_events(cddp__membership_t *ms) {
 
 void cddp__membership_done(cddp__membership_t *ms, int mark) {
   char key[64];
+  if (ms->pending || ms->cur.n == 0) return; /* not a member: not ours to say */
   if (mark) {
     snprintf(key, sizeof key, "rdzv/%d/done/%d", ms->round, ms->self);
     if (cddp_store_set(ms->store, key, "1", 1) != CDDP_OK) return;

@@ -18,6 +18,8 @@ typedef struct cddp__monitor cddp__monitor_t;
  *                       timeout_ms (why says which)
  *   "gen <G>"           generation G was announced (a later one than watched)
  *   "stop"              elastic/stop was set (a worker asked the job to stop)
+ *   "pending <id>"      agent id waits to be taken in (elastic/pending/<id>, alive); once per
+ *                       id per cddp__monitor_watch
  *   "cut <why>"         the store did not answer within timeout_ms (every call on this
  *                       connection is bounded by it): this node is cut off; the thread ends
  * A member is reported lost once per cddp__monitor_watch. */
@@ -34,24 +36,32 @@ void cddp__monitor_stop(cddp__monitor_t *m, int goodbye);
 /* ---- the agent's side of membership changes ---- */
 typedef struct cddp__membership {
   cddp_store_t *store;  /* the agent's "<run_id>/" view */
-  int self, min_nodes, round;
+  int self, min_nodes, max_nodes, round;
   char host[64];
   cddp__members_t cur;  /* the members of generation gen */
   int64_t gen;
   cddp__monitor_t *mon;
   int pipe[2];          /* the monitor's reports */
   int ending;           /* 0 running; 1 this node was dropped; 2 the job stops */
+  int pending;          /* 1 while this agent waits in elastic/pending/<self> to be taken in */
+  int joined;           /* set when a generation took this pending agent in (the agent clears it) */
   char line[512];       /* why, one line (printed by the agent at exit) */
 } cddp__membership_t;
 
 /* Generation 0's members are the round's nodes in node-rank order (every agent writes the
  * same record; the first write wins); then adopts the latest generation. */
 cddp_result_t cddp__membership_begin(cddp__membership_t *ms, const cddp__rdzv_node_t *nodes, int n);
+/* A late joiner, a spare or a node that comes back: registers elastic/pending/<self> = "<nproc>
+ * <host>" and waits (pending = 1) until a member proposes a generation that lists it. */
+cddp_result_t cddp__membership_pend(cddp__membership_t *ms, int nproc);
 /* Handles what the monitor reported (call when ms->pipe[0] is readable): a lost member is
- * proposed away (exactly one agent makes the new generation and logs its line; below
- * min_nodes the generation says the job stops), a new generation is adopted. */
+ * proposed away, a spare taking its place when one is pending (exactly one agent makes the
+ * new generation and logs its line; below min_nodes the generation says the job stops); a
+ * pending agent is taken in while the job has fewer than max_nodes members (a "join"
+ * generation); a new generation is adopted. */
 void cddp__membership_events(cddp__membership_t *ms);
-/* Adopts the latest generation: its members, or ending when it drops this node or stops. */
+/* Adopts the latest generation: its members, or ending when it drops this node or stops. A
+ * pending agent stays pending until a generation lists it (then joined = 1). */
 void cddp__membership_refresh(cddp__membership_t *ms);
 /* This node's workers all succeeded (mark = 1), or the members changed (mark = 0): when every
  * current member's workers succeeded, posts the round's "done". */

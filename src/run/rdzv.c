@@ -100,6 +100,29 @@ static cddp_result_t close_round(cddp_store_t *s, int round, int n, int *closed_
   return CDDP_OK;
 }
 
+/* The round closed without this node: its nodes, then this one appended. */
+static cddp_result_t join_late(cddp_store_t *s, const cddp__rdzv_cfg_t *cfg, int round, uint64_t deadline,
+                               cddp__rdzv_t *out) {
+  char key[64];
+  int64_t n;
+  K(key, "rdzv/%d/closed", round);
+  cddp_result_t r = get_int(s, key, cddp__ms_left(deadline), &n);
+  if (r == CDDP_TIMEOUT)
+    return cddp__fail(CDDP_TIMEOUT, "rendezvous round %d did not close within %.1f s", round, cfg->timeout_ms / 1e3);
+  CDDP_CHECK(r);
+  out->node_rank = 0, out->rank_base = 0;
+  CDDP_CHECK(collect(s, round, (int)n, deadline, cfg->timeout_ms, out));
+  cddp__rdzv_node_t *nodes = realloc(out->nodes, (size_t)(n + 1) * sizeof *nodes);
+  if (!nodes) return cddp__fail(CDDP_SYSTEM, "out of memory in rendezvous");
+  out->nodes = nodes;
+  nodes[n] = cfg->self;
+  out->node_rank = (int)n, out->nnodes = (int)n + 1;
+  out->rank_base = out->world_size;
+  out->world_size += cfg->self.nproc;
+  out->late = 1;
+  return CDDP_OK;
+}
+
 cddp_result_t cddp__rdzv_join(cddp_store_t *s, const cddp__rdzv_cfg_t *cfg, int min_round, cddp__rdzv_t *out) {
   uint64_t deadline = cddp__deadline_ms(cfg->timeout_ms);
   int64_t cur;
@@ -130,6 +153,7 @@ cddp_result_t cddp__rdzv_join(cddp_store_t *s, const cddp__rdzv_cfg_t *cfg, int 
     K(key, "rdzv/%d/joined", round);
     CDDP_CHECK(cddp_store_add(s, key, 1, &slot1));
     int slot = (int)slot1 - 1, n = -1;
+    if (slot >= cfg->max_nodes && cfg->late_ok) return join_late(s, cfg, round, deadline, out);
     if (slot >= cfg->max_nodes) { /* full: wait for the next round */
       round++;
       continue;
@@ -165,6 +189,10 @@ cddp_result_t cddp__rdzv_join(cddp_store_t *s, const cddp__rdzv_cfg_t *cfg, int 
       }
       CDDP_CHECK(r);
       n = (int)closed;
+    }
+    if (slot >= n && cfg->late_ok) {
+      out->closed_here = 0;
+      return join_late(s, cfg, round, deadline, out);
     }
     if (slot >= n) { /* joined after the close: next round */
       out->closed_here = 0;

@@ -18,6 +18,8 @@ typedef struct cddp__rdzv_cfg {
   int node_rank;    /* static backend: this node's rank; -1: c10d (rank = join order) */
   int last_call_ms; /* after min_nodes joined, wait this long for more (c10d) */
   int timeout_ms;   /* bound on the whole join */
+  int late_ok;      /* c10d: a node that comes after the round closed (or beyond max_nodes)
+                       returns with late = 1 instead of waiting for the next round */
   cddp__rdzv_node_t self;
 } cddp__rdzv_cfg_t;
 
@@ -26,6 +28,8 @@ typedef struct cddp__rdzv {
   int node_rank, nnodes;
   int rank_base, world_size;   /* global rank of this node's local rank 0; sum of nproc */
   int closed_here;             /* 1 when this agent closed the round (exactly one does) */
+  int late;                    /* late_ok: the round closed without this node; nodes[] holds the
+                                  round's nodes and then this one (node_rank = the last) */
   cddp__rdzv_node_t *nodes;    /* nnodes entries in node-rank order (malloc'd) */
 } cddp__rdzv_t;
 

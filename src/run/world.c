@@ -17,13 +17,16 @@
 
 /* A thread with its own store connection: when a generation past the one w->comm belongs to
  * is announced, it aborts w->comm, so every blocked collective returns ABORTED at once (a
- * frozen or cut-off peer would otherwise hold it until the comm's timeout). */
+ * frozen or cut-off peer would otherwise hold it until the comm's timeout). A join
+ * generation (nobody lost: "join node ...") only raises join_gen: the ranks agree to re-form
+ * at a step boundary (cddp_world_should_reform). */
 struct cddp__fence {
   pthread_t th;
   pthread_mutex_t mu; /* guards w->comm and w->env.gen against the main thread's changes */
   cddp_store_t *store;
   cddp_world_t *w;
   int stop;
+  int64_t join_gen; /* the latest join generation seen (atomic) */
 };
 
 static int64_t fence_gen(struct cddp__fence *f) {
@@ -33,20 +36,41 @@ static int64_t fence_gen(struct cddp__fence *f) {
   return g;
 }
 
+/* 1 when elastic/gen/<g> announces a join only. */
+static int is_join(cddp_store_t *s, int64_t g) {
+  char key[64];
+  snprintf(key, sizeof key, "elastic/gen/%lld", (long long)g);
+  void *v = NULL;
+  size_t len = 0;
+  int j = cddp_store_get(s, key, &v, &len, 0) == CDDP_OK && cddp__gen_is_join(v, len);
+  free(v);
+  cddp__clear_error();
+  return j;
+}
+
 static void *fence_main(void *arg) {
   struct cddp__fence *f = arg;
+  int64_t seen = -1, base = -1; /* generations up to seen are known to be joins past base */
   while (!__atomic_load_n(&f->stop, __ATOMIC_ACQUIRE)) {
     int64_t g = fence_gen(f);
+    if (g != base) base = g, seen = g; /* re-formed: start over past the new generation */
     char key[64];
-    snprintf(key, sizeof key, "elastic/gen/%lld", (long long)g + 1);
+    snprintf(key, sizeof key, "elastic/gen/%lld", (long long)seen + 1);
     const char *k = key;
     cddp_result_t r = cddp_store_wait(f->store, &k, 1, FENCE_SLICE_MS);
     if (r == CDDP_TIMEOUT) continue;
     if (r != CDDP_OK) break; /* the store is gone: the job is over */
+    if (is_join(f->store, seen + 1)) { /* not a failure: re-form at the next step boundary */
+      seen++;
+      __atomic_store_n(&f->join_gen, seen, __ATOMIC_RELEASE);
+      CDDP_INFO(CDDP_SUB_ENV, "rank %d: generation %lld takes a node in: re-forming at the next step boundary",
+                f->w->rank, (long long)seen);
+      continue;
+    }
     pthread_mutex_lock(&f->mu);
     if (f->w->env.gen == g && f->w->comm) {
       CDDP_INFO(CDDP_SUB_ENV, "rank %d: generation %lld announced: aborting the communicator of %lld", f->w->rank,
-                (long long)g + 1, (long long)g);
+                (long long)seen + 1, (long long)g);
       cddp_comm_abort(f->w->comm);
     }
     pthread_mutex_unlock(&f->mu);
@@ -153,6 +177,10 @@ int cddp_world_can_recover(const cddp_world_t *w) {
 int cddp_world_replacement(const cddp_world_t *w) { return w->env.replacement; }
 
 int cddp_world_generation(const cddp_world_t *w) { return w->env.gen; }
+
+int cddp_world_should_reform(const cddp_world_t *w) {
+  return w->fence && __atomic_load_n(&w->fence->join_gen, __ATOMIC_ACQUIRE) > (int64_t)w->env.gen;
+}
 
 static void drop_comm(cddp_world_t *w) {
   fence_lock(w);

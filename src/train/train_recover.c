@@ -136,7 +136,7 @@ static cddp_result_t restore_whole_job(trainer_t *t) {
 
 /* Every rank reports (has state, step, config hash, ms since its failure); the lowest rank
  * holding the highest step sends params, optimizer moments and counters, sampler position. */
-static cddp_result_t sync_state(trainer_t *t, uint64_t t_fail, int old_world, int old_accum) {
+static cddp_result_t sync_state(trainer_t *t, uint64_t t_fail, int old_world, int old_accum, int join) {
   int64_t mine[4] = {t->has_state, t->has_state ? t->step : -1, (int64_t)cddp_config_hash(&t->cfg),
                      t_fail ? (int64_t)((cddp__now_ns() - t_fail) / 1000000) : 0};
   int64_t *all = calloc((size_t)t->world * 4, sizeof *all);
@@ -181,6 +181,14 @@ static cddp_result_t sync_state(trainer_t *t, uint64_t t_fail, int old_world, in
     if (before < 0) snprintf(mine0, sizeof mine0, "rank 0 is the replacement");
     else snprintf(mine0, sizeof mine0, "rank 0 had committed step %" PRId64, before);
     char resized[160] = "";
+    if (join && !strncmp(who, "join ", 5)) {
+      fprintf(stderr,
+              "cddp train: %s joined: generation %d, world %d -> %d, accumulation %d -> %d (global batch %d kept), "
+              "state from rank %d, no step redone (re-formed at step %" PRId64 " in %" PRId64 " ms)\n",
+              who + 5, cddp_world_generation(&t->w), old_world, t->world, old_accum, t->accum, t->cfg.global_batch, src,
+              t->step, ms);
+      return CDDP_OK;
+    }
     if (old_world != t->world)
       snprintf(resized, sizeof resized, ", world %d -> %d (accumulation %d -> %d, global batch %d kept)", old_world,
                t->world, old_accum, t->accum, t->cfg.global_batch);
@@ -221,7 +229,7 @@ static cddp_result_t adopt_world(trainer_t *t) {
   return CDDP_OK;
 }
 
-cddp_result_t cddp__train_recover(trainer_t *t, uint64_t t_fail) {
+static cddp_result_t recover_as(trainer_t *t, uint64_t t_fail, int join) {
   /* this rank's error-feedback residual survives the rebuild (the dead rank's is lost) */
   float *res = t->ddp ? cddp_ddp_residual(t->ddp) : NULL;
   float *kept = res ? malloc(t->n_params * sizeof *kept) : NULL;
@@ -237,7 +245,7 @@ cddp_result_t cddp__train_recover(trainer_t *t, uint64_t t_fail) {
     if ((r = adopt_world(t)) != CDDP_OK) break;
     r = cddp__train_make_ddp(t);
     if (r == CDDP_OK && kept) memcpy(cddp_ddp_residual(t->ddp), kept, t->n_params * sizeof *kept);
-    if (r == CDDP_OK) r = sync_state(t, t_fail, old_world, old_accum);
+    if (r == CDDP_OK) r = sync_state(t, t_fail, old_world, old_accum, join);
     if (r == CDDP_OK || !cddp__train_recoverable(t, r)) break;
     CDDP_INFO(CDDP_SUB_TRAIN, "recovery interrupted (%s): again", cddp_last_error());
   }
@@ -245,9 +253,25 @@ cddp_result_t cddp__train_recover(trainer_t *t, uint64_t t_fail) {
   return r;
 }
 
+cddp_result_t cddp__train_recover(trainer_t *t, uint64_t t_fail) { return recover_as(t, t_fail, 0); }
+
+cddp_result_t cddp__train_reform(trainer_t *t) { return recover_as(t, cddp__now_ns(), 1); }
+
+void cddp__train_publish_worlds(trainer_t *t) {
+  if (t->rank != 0 || !cddp_world_can_recover(&t->w)) return;
+  const cddp_train_config_t *c = &t->cfg;
+  long units = c->micro_batch > 0 ? c->global_batch / c->micro_batch : 0;
+  char buf[1024];
+  size_t len = 0;
+  for (long w = 1; w <= units && len + 16 < sizeof buf; w++)
+    if (units % w == 0 && (long)c->micro_batch * units == c->global_batch)
+      len += (size_t)snprintf(buf + len, sizeof buf - len, "%s%ld", len ? " " : "", w);
+  if (len) (void)cddp_store_set(t->w.store, "elastic/worlds", buf, len);
+}
+
 cddp_result_t cddp__train_join_as_replacement(trainer_t *t) {
   /* no ddp: a peer died while setup built it (see setup): straight to the next generation */
-  cddp_result_t r = t->ddp ? sync_state(t, 0, t->world, t->accum) : CDDP_ABORTED;
+  cddp_result_t r = t->ddp ? sync_state(t, 0, t->world, t->accum, 0) : CDDP_ABORTED;
   if (r != CDDP_OK && cddp__train_recoverable(t, r)) r = cddp__train_recover(t, 0);
   return r;
 }

@@ -54,12 +54,13 @@ static void add_ready(void *ctx, size_t offset) {
 
 /* One optimizer step: accum micro-steps, the last one's backward overlapped with the
  * all-reduce. Returns the step's record; *stop is the ranks' joint decision to stop. */
-static cddp_result_t train_step(trainer_t *t, cddp_step_record_t *rec, int *stop) {
+static cddp_result_t train_step(trainer_t *t, cddp_step_record_t *rec, int *stop, int *reform) {
   uint64_t t0 = cddp__now_ns(), data_ns = 0, comm_ns = 0;
   int micro = t->cfg.micro_batch, batch = cddp_sampler_batch_size(&t->sampler);
   double units = (double)batch * t->task->units; /* loss terms in the global batch */
   float scale = (float)(1.0 / units); /* SUM over ranks of (sum over terms)/units = the mean */
-  double stats[2] = {0, cddp__train_stop ? 1 : 0}; /* loss sum, stop votes */
+  /* loss sum, stop votes, votes to re-form at this step's end (a node waits to be taken in) */
+  double stats[3] = {0, cddp__train_stop ? 1 : 0, cddp_world_should_reform(&t->w) ? 1 : 0};
   rec->epoch = t->sampler.epoch;
   for (int j = 0; j < t->accum; j++) {
     uint64_t td = cddp__now_ns();
@@ -82,7 +83,7 @@ static cddp_result_t train_step(trainer_t *t, cddp_step_record_t *rec, int *stop
   }
   uint64_t tc = cddp__now_ns();
   CDDP_CHECK(cddp_ddp_finish(t->ddp));
-  CDDP_CHECK(cddp_allreduce(t->w.comm, stats, stats, 2, CDDP_F64, CDDP_SUM));
+  CDDP_CHECK(cddp_allreduce(t->w.comm, stats, stats, 3, CDDP_F64, CDDP_SUM));
   comm_ns = cddp__now_ns() - tc;
   float lr = cddp_sched_lr(&t->sched, t->step);
   rec->grad_norm = cddp_optim_step(&t->opt, t->params, t->grads, lr);
@@ -98,6 +99,7 @@ static cddp_result_t train_step(trainer_t *t, cddp_step_record_t *rec, int *stop
   rec->bytes_sent = st.wire_bytes;
   rec->compression = st.bytes ? (double)t->n_params * sizeof(float) / (double)st.bytes : 1.0;
   *stop = stats[1] > 0;
+  *reform = stats[2] > 0;
   return CDDP_OK;
 }
 
@@ -145,6 +147,7 @@ static cddp_result_t setup(trainer_t *t) {
     t->sample_log = fopen(path, resumed ? "a" : "w");
     if (!t->sample_log) return cddp__fail_errno(CDDP_SYSTEM, "cannot open sample log %s", path);
   }
+  cddp__train_publish_worlds(t);
   if (replacement) return cddp__train_join_as_replacement(t);
   if (t->rank == 0)
     fprintf(stderr,
@@ -172,11 +175,23 @@ static void teardown(trainer_t *t, int clean) {
 
 static int run_loop(trainer_t *t) {
   uint64_t t_start = cddp__now_ns();
-  int stop = 0;
+  int stop = 0, reform = 0;
   while (t->step < t->total_steps && !stop) {
     cddp_step_record_t rec = {0};
     uint64_t epoch_before = t->sampler.epoch;
-    cddp_result_t r = train_step(t, &rec, &stop);
+    if (reform) { /* every rank voted on it in the last step: re-form at this boundary */
+      reform = 0;
+      cddp_result_t rr = cddp__train_reform(t);
+      if (rr != CDDP_OK) {
+        cddp_metrics_break_line(&t->metrics);
+        if (t->w.gone == 1) fprintf(stderr, "cddp train: rank %d: %s\n", t->rank, cddp_last_error());
+        else if (t->w.gone) fprintf(stderr, "cddp train: %s\n", cddp_last_error());
+        else fprintf(stderr, "cddp train: rank %d: re-forming after step %" PRId64 ": %s\n", t->rank, t->step,
+                     cddp_last_error());
+        return 1;
+      }
+    }
+    cddp_result_t r = train_step(t, &rec, &stop, &reform);
     if (r != CDDP_OK && cddp__train_recoverable(t, r)) {
       uint64_t t_fail = cddp__now_ns();
       char why[512];
@@ -218,6 +233,11 @@ static int run_loop(trainer_t *t) {
       return 1;
     }
   }
+  if (reform && !stop && cddp__train_reform(t) != CDDP_OK) { /* a node came at the last step: it ends with us */
+    cddp_metrics_break_line(&t->metrics);
+    fprintf(stderr, "cddp train: rank %d: re-forming after the last step: %s\n", t->rank, cddp_last_error());
+    return 1;
+  }
   double wall = secs(cddp__now_ns() - t_start);
   cddp_metrics_break_line(&t->metrics);
   if (stop) {
@@ -249,8 +269,9 @@ int cddp__train_main(const cddp_train_opts_t *o) {
   if (o->transport) cc.transport = o->transport;
   if (cddp_world_join(&t->w, &cc) != CDDP_OK) {
     say(cddp_last_error());
+    int rc = t->w.gone == 3 ? 0 : 1; /* a newcomer that came after the last step: nothing to do */
     free(t);
-    return 1;
+    return rc;
   }
   t->rank = t->w.rank, t->world = t->w.world;
   struct sigaction sa = {.sa_handler = on_stop};

@@ -91,6 +91,13 @@ int cddp__train_recoverable(const trainer_t *t, cddp_result_t r);
  * replacement, rebuilds the ddp, takes the state of the rank that got furthest, trims this
  * rank's sample log to the committed steps. The caller then redoes the interrupted step. */
 cddp_result_t cddp__train_recover(trainer_t *t, uint64_t t_fail);
+/* A node was taken in (cddp_world_should_reform, agreed in the step's stats): after the step
+ * committed, every rank re-forms into the new generation, re-derives accumulation, and the
+ * newcomers receive the state; no step is redone. */
+cddp_result_t cddp__train_reform(trainer_t *t);
+/* Rank 0 lists the world sizes the global batch splits over in the job's store
+ * (elastic/worlds), so the agents take in only joiners that keep it splittable. */
+void cddp__train_publish_worlds(trainer_t *t);
 /* A replacement process, after setup: receives the state from a survivor. */
 cddp_result_t cddp__train_join_as_replacement(trainer_t *t);
 

@@ -2,9 +2,8 @@
 # test_elastic_member.sh - cddp run --restart-mode replace when a whole node goes: 3 agents x 1
 # worker on this host. (1) an agent SIGKILLed mid-epoch (its worker dies with it): its will
 # fires, the two survivors re-form with world 2 at once and finish; exactly-once and accuracy
-# hold, one step is redone. (2) an agent and its worker frozen (SIGSTOP): declared lost within
-# the heartbeat timeout, the others go on; resumed (SIGCONT), the frozen ones exit non-zero
-# with a line saying they were dropped. (3) below MIN (--nnodes 3:3): every process exits
+# hold, one step is redone. (A frozen agent, declared lost and coming back: test_elastic_join.sh
+# case c.) (3) below MIN (--nnodes 3:3): every process exits
 # non-zero with one line "job stopped: ...".
 cd "$(dirname "$0")/../.." && source tests/sh/lib.sh
 T=$(mktemp -d /tmp/cddp-member-test.XXXXXX)
@@ -88,41 +87,6 @@ acc=$(acc_of "$m")
 if [ -n "$acc" ] && awk -v a="$acc" -v b="$ref" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(d <= 0.005) }'; then
   ok "k: test accuracy $acc vs $ref uninterrupted (within 0.5 points)"
 else fail "k: accuracy" "$acc vs $ref"; fi
-
-# (2) a frozen host: the agent of rank 1 and its worker SIGSTOPped; heartbeats every 250 ms,
-# lost after 2 s without one (the issue's bound is 5 s: 2x slack)
-export CDDP_HEARTBEAT_MS=250 CDDP_HEARTBEAT_TIMEOUT_MS=2000
-agents f 2:3
-wait_step "$T/f/metrics.jsonl" 80 || fail "f: no progress" "$(tail -3 "$T/f1.out")"
-victim=
-for i in 2 3; do w=$(worker_of "${A[$i]}"); [ -n "$w" ] && [ "$(rank_of "$w")" = 1 ] && victim=$i; done
-[ -n "$victim" ] || victim=2
-w=$(worker_of "${A[$victim]}")
-kill -STOP "${A[$victim]}" $w; t0=$(date +%s.%N)
-surv=(); for i in 1 2 3; do [ $i != "$victim" ] && surv+=("$T/f$i.out"); done
-det=
-for _ in $(seq 750); do
-  grep -q 'lost: no heartbeat for' "${surv[@]}" && { det=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.2f", b - a }'); break; }
-  sleep 0.02
-done
-line=$(grep -h -m1 'lost: no heartbeat for' "${surv[@]}")
-if [ -n "$det" ] && awk -v d="$det" 'BEGIN { exit !(d < 5) }'; then
-  ok "f: frozen node declared lost ${det} s after SIGSTOP (< 5 s): ${line#*cddp run: }"
-else fail "f: frozen node not declared lost within 5 s" "det=$det $(tail -2 "${surv[0]}" | tr '\n' ' ')"; fi
-grep -q "cddp train: recovered from the loss of node .* no heartbeat for .*world 3 -> 2" "$T"/f?.out &&
-  ok "f: the survivors re-formed with world 2" || fail "f: no re-forming" "$(grep -h recovered "$T"/f?.out)"
-kill -CONT "${A[$victim]}" $w
-pids=(); for i in 1 2 3; do pids+=("${A[$i]}"); done
-wait_all 60 "${pids[@]}"
-vrc=${RC[$((victim - 1))]}; src=0; for i in 1 2 3; do [ $i != "$victim" ] && src=$((src | RC[i - 1])); done
-[ "$src" = 0 ] && ok "f: the survivors finish (exit 0)" || fail "f: survivors" "${RC[*]}"
-vo=$T/f$victim.out
-if [ "$vrc" != 0 ] && [ "$vrc" != 137 ] && [ "$(grep -c '^cddp run: node .* was dropped from the job' "$vo")" = 1 ] &&
-   grep -q 'cddp train: rank [0-9]*: dropped from the job' "$vo"; then
-  ok "f: resumed, the frozen agent and its worker exit $vrc, each with one line: $(grep -h '^cddp run: node' "$vo" | cut -c1-90)..."
-else fail "f: the frozen ones after SIGCONT" "rc=$vrc $(tail -3 "$vo" | tr '\n' ' ')"; fi
-exactly_once f
-unset CDDP_HEARTBEAT_MS CDDP_HEARTBEAT_TIMEOUT_MS
 
 # (3) below MIN: --nnodes 3:3 and one agent killed: every process exits non-zero with one line
 agents s 3:3

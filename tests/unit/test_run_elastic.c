@@ -263,3 +263,74 @@ TEST(gen_form_drops_a_worker_whose_agent_is_gone) {
   CHECK(!strcmp(cddp_last_error(), "job stopped: test"));
   cddp_store_close(s);
 }
+
+static cddp__members_t *mk(const char *text) {
+  static cddp__members_t m[4];
+  static int k;
+  cddp__members_t *r = &m[k++ % 4];
+  cddp__members_parse(text, strlen(text), r);
+  return r;
+}
+
+TEST(members_next_takes_joiners_up_to_max_and_keeps_ranks) {
+  cddp__members_t *cur = mk("0 1 a\n1 2 b"), next;
+  cddp__member_t cand[] = {{.id = 1, .nproc = 2, .host = "b"}, {.id = 4, .nproc = 1, .host = "c"},
+                           {.id = 5, .nproc = 1, .host = "d"}};
+  cddp__change_t c = {.self = 0, .lost = -1, .min_nodes = 2, .max_nodes = 3, .cand = cand, .ncand = 3};
+  CHECK_EQ(cddp__members_next(cur, &next, &c), 0);
+  CHECK_EQ(next.n, 3); /* a member among the candidates is skipped; d is beyond max */
+  CHECK_EQ(next.m[2].id, 4);
+  int base, w;
+  CHECK_EQ(cddp__members_find(&next, 1, &base, &w), 1);
+  CHECK_EQ(base, 1);
+  CHECK_EQ(w, 4);
+  CHECK_EQ(cddp__members_find(&next, 4, &base, NULL), 2);
+  CHECK_EQ(base, 3);
+  CHECK(!strcmp(c.what, "join node c (agent 4)"));
+  CHECK(cddp__gen_is_join(c.what, strlen(c.what)));
+  CHECK_EQ(c.added, 1);
+  CHECK_EQ(c.refused_id, 5);
+  CHECK(strstr(c.refused, "maximum of 3") != NULL);
+  /* at max, nothing to do; not a member, nothing to do */
+  c.max_nodes = 2;
+  CHECK_EQ(cddp__members_next(cur, &next, &c), 1);
+  c.max_nodes = 3, c.self = 9;
+  CHECK_EQ(cddp__members_next(cur, &next, &c), 1);
+}
+
+TEST(members_next_keeps_a_joiner_whose_world_cannot_split_the_batch_pending) {
+  cddp__members_t *cur = mk("0 1 a\n1 1 b"), next;
+  cddp__member_t cand[] = {{.id = 2, .nproc = 2, .host = "c"}, {.id = 3, .nproc = 1, .host = "d"}};
+  cddp__change_t c = {.self = 1, .lost = -1, .min_nodes = 1, .max_nodes = 4, .cand = cand, .ncand = 2,
+                      .worlds = "1 2 3 6"};
+  CHECK_EQ(cddp__members_next(cur, &next, &c), 0); /* 2 + 2 = 4 does not split; 2 + 1 = 3 does */
+  CHECK_EQ(next.n, 3);
+  CHECK_EQ(next.m[2].id, 3);
+  CHECK_EQ(c.refused_id, 2);
+  CHECK(strstr(c.refused, "a world of 4 ranks cannot split") != NULL);
+  cand[1].nproc = 3; /* 5: nobody fits */
+  CHECK_EQ(cddp__members_next(cur, &next, &c), 1);
+}
+
+TEST(members_next_a_spare_takes_a_lost_nodes_place_in_one_generation) {
+  cddp__members_t *cur = mk("0 1 a\n1 1 b"), next;
+  cddp__member_t cand[] = {{.id = 2, .nproc = 1, .host = "c"}};
+  cddp__change_t c = {.self = 0, .lost = 0, .why = "x", .min_nodes = 2, .max_nodes = 2, .cand = cand, .ncand = 1};
+  c.self = 1;
+  CHECK_EQ(cddp__members_next(cur, &next, &c), 0);
+  CHECK_EQ(next.n, 2);
+  CHECK(!next.stop);
+  CHECK_EQ(next.m[0].id, 1); /* ranks shift down past the lost node, the spare comes last */
+  CHECK_EQ(next.m[1].id, 2);
+  CHECK(!strcmp(c.what, "node a (agent 0, x); spare node c (agent 2) takes its place"));
+  CHECK(!cddp__gen_is_join(c.what, strlen(c.what)));
+  /* no spare: below min, the record says stop */
+  c.ncand = 0;
+  CHECK_EQ(cddp__members_next(cur, &next, &c), 0);
+  CHECK(next.stop && c.proposed_stop);
+  CHECK(strstr(next.line, "job stopped: 1 of at least 2 nodes left after losing a (agent 0, x)") != NULL);
+  /* the lost agent is gone already and nobody waits: nothing to do */
+  cddp__members_t *after = mk("1 1 b\n2 1 c");
+  c.ncand = 1;
+  CHECK_EQ(cddp__members_next(after, &next, &c), 1);
+}

@@ -1,0 +1,168 @@
+#!/usr/bin/env bash
+# test_elastic_join.sh - scale-up under cddp run --nnodes MIN:MAX --restart-mode replace, agents
+# x 1 worker on this host. (a) a 3rd agent started mid-epoch under --nnodes 2:3 is taken in at
+# a step boundary: no step redone, the run completes, exactly-once, accuracy of an
+# uninterrupted run. (b) a spare: --nnodes 2:2 with 3 agents, the 3rd waits; a member agent
+# SIGKILLed -> the spare takes its place in one generation (world kept). (c) freeze/thaw: an
+# agent and its worker SIGSTOPped -> dropped; SIGCONT -> the agent comes back as a pending node
+# and is taken in again; exactly-once holds across both changes.
+cd "$(dirname "$0")/../.." && source tests/sh/lib.sh
+T=$(mktemp -d /tmp/cddp-join-test.XXXXXX)
+bg=()
+cleanup() { for p in "${bg[@]}"; do kill -CONT "$p" 2>/dev/null; kill -KILL "$p" 2>/dev/null; done; wait 2>/dev/null; [ -n "$KEEP" ] || rm -rf "$T"; }
+trap cleanup EXIT
+CFG=configs/fmnist_mlp.yaml
+# 192 = 32 x 2 ranks x 3 = 32 x 3 ranks x 2: the batch splits over 2 and over 3 ranks
+ONE=(--set debug.sample_log=true --set train.epochs=1 --set checkpoint.every_steps=1000 --set ddp.threads=1
+     --set batch.global=192 --set batch.micro=32 --set 'model.hidden=[256]')
+export CDDP_HEARTBEAT_MS=250 CDDP_HEARTBEAT_TIMEOUT_MS=2000
+
+acc_of() { grep '"eval"' "$1" | tail -1 | sed -n 's/.*"accuracy":\([0-9.]*\).*/\1/p'; }
+last_step() { grep -v '"eval"' "$1" 2>/dev/null | tail -1 | sed -n 's/.*"step":\([0-9]*\).*/\1/p'; }
+wait_step() { # FILE N: until metrics FILE reaches step N (bounded: 60 s)
+  for _ in $(seq 3000); do [ "$(last_step "$1")" -ge "$2" ] 2>/dev/null && return 0; sleep 0.02; done; return 1
+}
+wait_line() { # SECS PATTERN FILE...: until a line matches (bounded)
+  local secs=$1 pat=$2; shift 2
+  for _ in $(seq $((secs * 50))); do grep -q "$pat" "$@" 2>/dev/null && return 0; sleep 0.02; done; return 1
+}
+# agent NAME I NNODES [--set ...]: starts agent I (pid in A[I], output $T/NAME<I>.out); port in $P
+agent() {
+  "$CDDP" run --nnodes "$3" --nproc-per-node 1 --rdzv-backend c10d --rdzv-endpoint 127.0.0.1:$P --rdzv-id "$1$P" \
+    --rdzv-last-call 1 --max-restarts 3 --restart-mode replace \
+    "$CDDP" train --config $CFG --work-dir "$T" --name "$1" "${ONE[@]}" "${@:4}" >"$T/$1$2.out" 2>&1 &
+  A[$2]=$!; bg+=($!)
+}
+# wait_all SECS PID...: waits for each (killing what is left after SECS); codes in RC[]
+wait_all() {
+  local secs=$1; shift; local p; RC=()
+  ( sleep "$secs"; for p in "$@"; do kill -KILL "$p" 2>/dev/null; done ) & local dog=$!
+  for p in "$@"; do wait "$p"; RC+=($?); done
+  kill "$dog" 2>/dev/null; wait "$dog" 2>/dev/null
+}
+worker_of() { pgrep -P "$1" | head -1; }
+rank_of() { tr '\0' '\n' <"/proc/$1/environ" 2>/dev/null | sed -n 's/^RANK=//p'; }
+# exactly_once NAME [EPOCHS]: every sample of each epoch once across all files of samples/
+exactly_once() {
+  local e seen uniqs bad=
+  for e in $(seq 0 $((${2:-1} - 1))); do
+    seen=$(cat "$T/$1"/samples/rank*.txt | awk -v e=$e '$1 == e' | wc -l)
+    uniqs=$(cat "$T/$1"/samples/rank*.txt | awk -v e=$e '$1 == e { print $3 }' | sort -u | wc -l)
+    [ "$seen" = 59904 ] && [ "$uniqs" = 59904 ] || bad="$bad epoch $e: $seen lines, $uniqs distinct;"
+  done
+  [ -z "$bad" ] && ok "$1: sample logs ($(ls "$T/$1/samples" | tr '\n' ' ')): each of the ${2:-1} epoch(s)' 59904 samples exactly once" ||
+    fail "$1: sample log" "$bad"
+}
+# steps_once NAME: 312 step lines in metrics.jsonl, none twice (no step redone)
+steps_once() {
+  local m=$T/$1/metrics.jsonl steps uniq
+  steps=$(grep -vc '"eval"' "$m"); uniq=$(grep -v '"eval"' "$m" | sed -n 's/.*"step":\([0-9]*\).*/\1/p' | sort -u | wc -l)
+  [ "$steps" = 312 ] && [ "$uniq" = 312 ] && ok "$1: 312 step lines, none twice${2:+ ($2)}" || fail "$1: steps" "lines=$steps unique=$uniq"
+}
+acc_near() { # NAME: the accuracy within 0.5 points of the reference
+  local acc; acc=$(acc_of "$T/$1/metrics.jsonl")
+  if [ -n "$acc" ] && awk -v a="$acc" -v b="$ref" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(d <= 0.005) }'; then
+    ok "$1: test accuracy $acc vs $ref uninterrupted (within 0.5 points)"
+  else fail "$1: accuracy" "$acc vs $ref"; fi
+}
+
+# reference: the same job uninterrupted (world 2)
+timeout 120 "$CDDP" run --standalone --nproc-per-node 2 "$CDDP" train --config $CFG --work-dir "$T" --name ref "${ONE[@]}" >"$T/ref.out" 2>&1
+ref=$(acc_of "$T/ref/metrics.jsonl")
+[ -n "$ref" ] && ok "reference run (world 2): test accuracy $ref" || fail "reference run" "$(tail -3 "$T/ref.out")"
+
+case_a() {
+  # (a) a node joins mid-epoch: 2 agents under --nnodes 2:3, a 3rd started at step 60
+  P=$(free_port); A=()
+  agent j 1 2:3; sleep 0.3; agent j 2 2:3
+  wait_step "$T/j/metrics.jsonl" 60 || fail "j: no progress" "$(tail -3 "$T/j1.out")"
+  local t0; t0=$(date +%s.%N)
+  agent j 3 2:3
+  wait_all 90 "${A[1]}" "${A[2]}" "${A[3]}"
+  cat "$T"/j?.out >"$T/j.out"
+  [ "${RC[*]}" = "0 0 0" ] && ok "j: all three agents finish (exit 0)" ||
+    fail "j: exit codes" "${RC[*]}; $(grep -v 'epoch 1/1' "$T/j.out" | tail -5 | tr '\n' ' ')"
+  local line rline
+  line=$(grep -m1 'cddp run: join node .* (agent 2): generation 1: world 2 -> 3, ranks 0 -> 0, 1 -> 1, new 2' "$T/j.out")
+  rline=$(grep -m1 'cddp train: node .* (agent 2) joined: generation 1, world 2 -> 3, accumulation 3 -> 2 (global batch 192 kept), state from rank 0, no step redone' "$T/j.out")
+  [ -n "$line" ] && [ -n "$rline" ] && ok "j: the agent and rank 0 log the join: ${line#*cddp run: } / ${rline#*cddp train: }" ||
+    fail "j: event lines" "$(grep -E 'join|joined|taken' "$T/j.out" | tr '\n' ' ')"
+  # join -> first step completed in the new world (the step after the one it re-formed at)
+  local at dt
+  at=$(echo "$rline" | sed -n 's/.*re-formed at step \([0-9]*\).*/\1/p')
+  dt=$(grep -v '"eval"' "$T/j/metrics.jsonl" | sed -n 's/.*"step":\([0-9]*\).*"time":\([0-9.]*\).*/\1 \2/p' |
+    awk -v s="$at" -v k="$t0" '$1 == s + 1 { printf "%.2f", $2 - k; exit }')
+  [ -n "$dt" ] && ok "j: 3rd agent started -> step $((at + 1)) completed by a world of 3 in $dt s" || fail "j: no step after the join" "at=$at"
+  steps_once j "0 redone"
+  exactly_once j
+  acc_near j
+}
+
+case_b() {
+  # (b) a spare: --nnodes 2:2 with 3 agents; the 3rd waits; the agent of rank 1 SIGKILLed -> the
+  # spare takes its place in the same generation (world kept at 2)
+  P=$(free_port); A=()
+  agent s 1 2:2; sleep 0.3; agent s 2 2:2
+  wait_step "$T/s/metrics.jsonl" 20 || fail "s: no progress" "$(tail -3 "$T/s1.out")"
+  agent s 3 2:2
+  wait_line 20 'waits to be taken into the running job' "$T/s3.out" && wait_step "$T/s/metrics.jsonl" 80 &&
+    ok "s: the 3rd agent waits as a spare: $(grep -h 'waits' "$T"/s?.out | head -2 | sed 's/^cddp run: //' | tr '\n' '/')" ||
+    fail "s: the spare" "$(tail -2 "$T/s3.out" | tr '\n' ' ')"
+  local before kt; before=$(last_step "$T/s/metrics.jsonl"); kt=$(date +%s.%N)
+  kill -KILL "${A[2]}"; wait "${A[2]}" 2>/dev/null
+  wait_all 90 "${A[1]}" "${A[3]}"
+  cat "$T"/s?.out >"$T/s.out"
+  [ "${RC[*]}" = "0 0" ] && ok "s: the 2nd agent SIGKILLed at step $before: the member left and the spare finish (exit 0)" ||
+    fail "s: exit codes" "${RC[*]}; $(grep -v 'epoch 1/1' "$T/s.out" | tail -5 | tr '\n' ' ')"
+  local line rline
+  line=$(grep -m1 'cddp run: node .* (agent 1) lost: its connection closed; spare node .* (agent 2) takes its place; generation 1: world 2 -> 2, ranks 0 -> 0, new 1' "$T/s.out")
+  rline=$(grep -m1 'cddp train: recovered from the loss of node .* takes its place in .* generation 1, state from rank 0, step [0-9]* redone' "$T/s.out")
+  [ -n "$line" ] && [ -n "$rline" ] && ok "s: one generation drops the lost node and takes the spare: ${line#*cddp run: } / ${rline#*cddp train: }" ||
+    fail "s: event lines" "$(grep -E 'lost|recovered|spare' "$T/s.out" | tr '\n' ' ')"
+  local redone; redone=$(echo "$rline" | sed -n 's/.* step \([0-9]*\) redone.*/\1/p')
+  steps_once s "step $redone redone"
+  exactly_once s
+  acc_near s
+}
+
+case_c() {
+  # (c) freeze/thaw (3 epochs, so the job still runs when the thawed node is back): the agent of rank 1 and its worker SIGSTOPped -> dropped; SIGCONT -> the
+  # agent comes back (a new agent id) and is taken in again (--nnodes 2:3 has room)
+  P=$(free_port); A=()
+  agent f 1 2:3 --set train.epochs=3; sleep 0.3; agent f 2 2:3 --set train.epochs=3; agent f 3 2:3 --set train.epochs=3
+  wait_step "$T/f/metrics.jsonl" 30 || fail "f: no progress" "$(tail -3 "$T/f1.out")"
+  local victim= i w
+  for i in 2 3; do w=$(worker_of "${A[$i]}"); [ -n "$w" ] && [ "$(rank_of "$w")" = 1 ] && victim=$i; done
+  [ -n "$victim" ] || victim=2
+  w=$(worker_of "${A[$victim]}")
+  kill -STOP "${A[$victim]}" $w; local t0; t0=$(date +%s.%N)
+  local surv=() det=
+  for i in 1 2 3; do [ $i != "$victim" ] && surv+=("$T/f$i.out"); done
+  wait_line 10 'lost: no heartbeat for\|lost; generation' "${surv[@]}" &&
+    det=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.2f", b - a }')
+  if [ -n "$det" ] && awk -v d="$det" 'BEGIN { exit !(d < 5) }'; then
+    ok "f: frozen node declared lost ${det} s after SIGSTOP (< 5 s): $(grep -h '^cddp run: .*no heartbeat' "${surv[@]}" | head -1 | sed 's/^cddp run: //')"
+  else fail "f: frozen node not declared lost within 5 s" "det=$det"; fi
+  wait_line 10 "cddp train: recovered from the loss of node .* no heartbeat for .*world 3 -> 2" "$T"/f?.out &&
+    ok "f: the survivors re-formed with world 2" || fail "f: no re-forming" "$(grep -h recovered "$T"/f?.out)"
+  kill -CONT "${A[$victim]}" $w
+  local vo=$T/f$victim.out
+  wait_all 90 "${A[1]}" "${A[2]}" "${A[3]}"
+  cat "$T"/f?.out >"$T/f.out"
+  [ "${RC[*]}" = "0 0 0" ] && ok "f: all three agents finish (exit 0), the thawed one included" ||
+    fail "f: exit codes" "${RC[*]}; $(tail -4 "$vo" | tr '\n' ' ')"
+  if grep -q 'cddp train: rank [0-9]*: dropped from the job' "$vo" && grep -q '^cddp run: node .* was dropped from the job' "$vo" &&
+     grep -q '^cddp run: node .* (agent [0-9]*) comes back as agent [0-9]*' "$vo"; then
+    ok "f: thawed: its worker exits with the dropped line, the agent $(grep -h -m1 'comes back' "$vo" | sed 's/^cddp run: node //')"
+  else fail "f: the thawed agent" "$(tail -4 "$vo" | tr '\n' ' ')"; fi
+  grep -q 'cddp train: node .* joined: generation 2, world 2 -> 3, accumulation 3 -> 2 (global batch 192 kept).*no step redone' "$T/f.out" &&
+    ok "f: taken in again: $(grep -h -m1 'joined: generation 2' "$T/f.out" | sed 's/.*cddp train: //')" ||
+    fail "f: not taken in again" "$(grep -h 'join\|taken' "$T/f.out" | tr '\n' ' ')"
+  exactly_once f 3
+}
+
+case "${1:-all}" in
+  a) case_a ;; b) case_b ;; c) case_c ;;
+  *) case_a; case_b; case_c ;;
+esac
+finish
