@@ -468,7 +468,13 @@ static int wait_taken_in(agent_t *a) {
  * still block on it; the process ends soon enough). */
 static int reconnect(agent_t *a, cddp_store_t **s) {
   int64_t v;
-  if (cddp_store_add(*s, "elastic/agents", 0, &v) == CDDP_OK) return 0;
+  /* a probe of a cut connection would wait the whole store timeout: a heartbeat timeout is
+   * enough to tell, and the fresh connection gets --rdzv-timeout */
+  cddp_store_set_timeout(*s, (int)cddp__knob_int(CDDP_KNOB_HEARTBEAT_TIMEOUT_MS));
+  if (cddp_store_add(*s, "elastic/agents", 0, &v) == CDDP_OK) {
+    cddp_store_set_timeout(*s, a->o->rdzv_timeout_ms);
+    return 0;
+  }
   cddp_store_t *fresh;
   if (connect_store(a, &fresh) != 0) return -1;
   *s = fresh;

@@ -34,7 +34,7 @@ CFG=configs/fmnist_mlp.yaml
 # 192 = 32 x 3 ranks x 2 = 32 x 2 ranks x 3: the batch splits over 3 and over 2 ranks; 312 steps
 ONE=(--set debug.sample_log=true --set checkpoint.every_steps=1000 --set ddp.threads=1
      --set batch.global=192 --set batch.micro=32 --set 'model.hidden=[256]')
-# --rdzv-timeout 20: how long a cut-off node may try to come back. --grace-period 1: a cut-off host's workers, stuck in a collective with peers they cannot
+# --rdzv-timeout 10: how long a cut-off node may try to come back. --grace-period 1: a cut-off host's workers, stuck in a collective with peers they cannot
 # reach, ignore SIGTERM; they are killed 2 s after their agent knows it is cut off (default 5 + 5 s)
 TRAIN=("${ONE[@]}" --set train.epochs=1) RUNX=(--grace-period 1) STEPS=312 BATCH=192
 
@@ -51,7 +51,7 @@ hosts() {
   local name=$1 ep; ep=$("$NS" addr 1):29500; A=()
   for i in 1 2 3; do
     "$NS" exec $i "$CDDP" run --nnodes 2:3 --nproc-per-node 1 --rdzv-backend c10d --rdzv-endpoint "$ep" \
-      --rdzv-id "$name" --rdzv-last-call 1 --rdzv-timeout 20 --max-restarts 3 --restart-mode replace "${RUNX[@]}" \
+      --rdzv-id "$name" --rdzv-last-call 1 --rdzv-timeout 10 --max-restarts 3 --restart-mode replace "${RUNX[@]}" \
       "$CDDP" train --config $CFG --work-dir "$T" --name "$name" "${TRAIN[@]}" >"$T/$name$i.out" 2>&1 &
     A[$i]=$!; bg+=($!)
     [ $i = 1 ] && sleep 0.3
