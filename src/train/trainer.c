@@ -281,7 +281,9 @@ int cddp__train_main(const cddp_train_opts_t *o) {
   int rc;
   cddp_result_t r = setup(t);
   if (r != CDDP_OK) {
-    if (t->rank == 0 || !t->same_error_everywhere) say(cddp_last_error());
+    /* an error every rank shares is said once per node (its local rank 0), so each node's
+     * log names the cause, not only the first node's */
+    if (t->w.env.local_rank == 0 || !t->same_error_everywhere) say(cddp_last_error());
     rc = r == CDDP_INVALID_ARG || r == CDDP_NOT_FOUND ? 2 : 1;
   } else {
     rc = run_loop(t);

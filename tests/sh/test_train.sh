@@ -140,6 +140,24 @@ wait $p0; rc0=$?
 if [ $rc0 = 2 ] && [ $rc1 = 2 ] && grep -q "the config of rank 1 differs from rank 0's at key 'optim.lr'" "$T/tr0.out" && [ "$(wc -l <"$T/tr0.out")" -le 3 ]
 then ok "configs differ across ranks: every rank stops, rank 0 names the key"
 else fail "config agreement" "rc $rc0/$rc1: $(cat "$T/tr0.out" "$T/tr1.out" | tr '\n' ' ')"; fi
+# two nodes (two launchers, c10d) started with different configs: both stop within 30 s, and
+# each node's log names the differing key on one line
+port=$(free_port)
+cnode() {
+  timeout 60 "$CDDP" run --nnodes 2 --nproc-per-node 1 --rdzv-backend c10d --rdzv-endpoint 127.0.0.1:$port \
+    --rdzv-id cfgdiff "$CDDP" train --config "$CFG" --work-dir "$T" --name cfgdiff --set model.hidden=[32] \
+    --set train.max_steps=5 "$@"
+}
+t0=$(date +%s)
+cnode >"$T/cd0.out" 2>&1 & p0=$!
+cnode --set optim.lr=0.07 >"$T/cd1.out" 2>&1; rc1=$?
+wait $p0; rc0=$?
+dt=$(($(date +%s) - t0))
+key="the config of rank 1 differs from rank 0's at key 'optim.lr'"
+if [ $rc0 != 0 ] && [ $rc1 != 0 ] && [ $dt -le 30 ] && [ "$(grep -c "$key" "$T/cd0.out")" = 1 ] &&
+   [ "$(grep -c "$key" "$T/cd1.out")" = 1 ]
+then ok "two nodes with different configs: both stop in ${dt} s (exit $rc0/$rc1), each names the key once"
+else fail "config agreement across nodes" "rc $rc0/$rc1 in ${dt} s: $(cat "$T/cd0.out" "$T/cd1.out" | tr '\n' ' ')"; fi
 
 # 6. bad input: one line naming the thing, non-zero exit
 bad() { # NAME EXPECTED-REGEX CMD...
