@@ -433,6 +433,26 @@ static cddp_result_t find_place(cddp_store_t *s, int64_t g, cddp__gen_place_t *p
   return r;
 }
 
+/* Waits for the generation after the wait generation g in slices, giving up (ABORTED) when
+ * the agents end the round meanwhile (a signal: "fail ..." in rdzv/<round>/event). */
+static cddp_result_t wait_below_min(cddp_store_t *s, int64_t g, int round, int timeout_ms) {
+  uint64_t end = cddp__deadline_ms(timeout_ms);
+  char ev[64];
+  snprintf(ev, sizeof ev, "rdzv/%d/event", round);
+  for (;;) {
+    cddp_result_t r = cddp__gen_wait_past(s, g, CDDP_MIN(cddp__ms_left(end), 250));
+    if (r != CDDP_TIMEOUT || cddp__ms_left(end) == 0) return r;
+    void *v = NULL;
+    size_t len = 0;
+    if (cddp_store_get(s, ev, &v, &len, 0) == CDDP_OK) {
+      r = cddp__fail(CDDP_ABORTED, "the job ended while it waited below MIN: %.*s", (int)CDDP_MIN(len, 300), (char *)v);
+      free(v);
+      return r;
+    }
+    cddp__clear_error();
+  }
+}
+
 cddp_result_t cddp__gen_form(cddp_store_t *s, int rank, int world, int round, const cddp_comm_config_t *cfg,
                              int64_t min_gen, uint64_t deadline, cddp__gen_place_t *place, cddp_comm_t **comm,
                              cddp_store_t **view, int64_t *gen) {
@@ -448,7 +468,8 @@ cddp_result_t cddp__gen_form(cddp_store_t *s, int rank, int world, int round, co
       int recover_ms = (int)cddp__knob_int(CDDP_KNOB_RECOVER_TIMEOUT_MS);
       CDDP_INFO(CDDP_SUB_ENV, "rank %d: generation %lld waits below MIN for up to %.1f s", rk, (long long)g,
                 wait_ms / 1e3);
-      cddp_result_t r = cddp__gen_wait_past(s, g, wait_ms + recover_ms);
+      cddp_result_t r = wait_below_min(s, g, round, wait_ms + recover_ms);
+      if (r == CDDP_ABORTED) return r;
       if (r != CDDP_OK)
         return cddp__fail(r, "the job waited below MIN in generation %lld and nothing followed within %.1f s "
                           "(--rdzv-timeout + CDDP_RECOVER_TIMEOUT_MS): its agents are gone", (long long)g,

@@ -103,6 +103,6 @@ for i in 1 2; do
     [ "$(grep -c '^cddp run: job stopped: 2 of at least 3 nodes left after losing .* (agent [0-9]*, its connection closed); no node joined within 3.0 s (--rdzv-timeout)$' "$o")" = 1 ] &&
     [ "$(grep -c '^\[rank [0-9]*\] cddp train: job stopped: 2 of at least 3 nodes left' "$o")" = 1 ] && good=$((good + 1))
 done
-[ $good = 2 ] && ok "s: below MIN: both survivors and their workers exit non-zero (${RC[*]}) in ${el} s, one line each: $(grep -h '^cddp run: job' "$T/s1.out")" ||
+[ $good = 2 ] && ok "s: below MIN: both survivors and their workers exit non-zero (${RC[*]}) in ${el} s, one line each: $(grep -h '^cddp run: job stopped' "$T/s1.out")" ||
   fail "s: below MIN" "rc=${RC[*]} $(grep -h 'job stopped\|cddp run' "$T"/s?.out | tr '\n' ' ')"
 finish
