@@ -23,6 +23,15 @@ int cddp__members_parse(const char *text, size_t len, cddp__members_t *out) {
     return 0;
   }
   const char *p = text, *end = text + len;
+  if (len >= 5 && !strncmp(text, "wait ", 5)) { /* below MIN: "wait <ms> <lost>" then the members */
+    const char *nl = memchr(text, '\n', len);
+    int used = 0;
+    if (!nl || sscanf(text, "wait %d %n", &out->wait_ms, &used) != 1 || !used || out->wait_ms <= 0 ||
+        text + used > nl)
+      return -1;
+    snprintf(out->line, sizeof out->line, "%.*s", (int)(nl - (text + used)), text + used);
+    p = nl + 1;
+  }
   while (p < end) {
     const char *nl = memchr(p, '\n', (size_t)(end - p));
     size_t l = nl ? (size_t)(nl - p) : (size_t)(end - p);
@@ -48,6 +57,11 @@ size_t cddp__members_format(const cddp__members_t *m, char *buf, size_t size) {
   if (m->stop) {
     int n = snprintf(buf, size, "stop %s", m->line);
     return n > 0 && (size_t)n < size ? (size_t)n : 0;
+  }
+  if (m->wait_ms > 0) {
+    int n = snprintf(buf, size, "wait %d %s\n", m->wait_ms, m->line);
+    if (n < 0 || (size_t)n >= size) return 0;
+    o = (size_t)n;
   }
   for (int i = 0; i < m->n; i++) {
     int n = snprintf(buf + o, size - o, "%s%d %d %s", i ? "\n" : "", m->m[i].id, m->m[i].nproc, m->m[i].host);
@@ -90,8 +104,17 @@ static int world_allowed(const char *worlds, int w) {
 int cddp__members_next(const cddp__members_t *cur, cddp__members_t *next, void *ctx) {
   cddp__change_t *c = ctx;
   c->what[0] = c->refused[0] = '\0';
-  c->added = c->proposed_stop = 0, c->refused_id = -1;
+  c->added = c->proposed_stop = c->proposed_wait = c->ended_wait = 0, c->refused_id = -1;
   if (cddp__members_find(cur, c->self, NULL, NULL) < 0) return 1; /* not ours to change */
+  if (c->expired) { /* the wait is over: nobody (enough) came */
+    if (cur->wait_ms <= 0) return 1; /* nodes came in time (or no wait): nothing to stop */
+    memset(next, 0, sizeof *next);
+    next->stop = 1, c->proposed_stop = 1;
+    snprintf(next->line, sizeof next->line, "job stopped: %d of at least %d nodes left after losing %.200s; no node "
+             "joined within %.1f s (--rdzv-timeout)", cur->n, c->min_nodes, cur->line, cur->wait_ms / 1e3);
+    snprintf(c->what, sizeof c->what, "stop: no node joined within %.1f s", cur->wait_ms / 1e3);
+    return 0;
+  }
   int at = c->lost >= 0 ? cddp__members_find(cur, c->lost, NULL, NULL) : -1;
   memset(next, 0, sizeof *next);
   for (int i = 0; i < cur->n; i++)
@@ -124,11 +147,31 @@ int cddp__members_next(const cddp__members_t *cur, cddp__members_t *next, void *
   if (at >= 0 && c->added && o < sizeof c->what)
     snprintf(c->what + o, sizeof c->what - o, " takes its place");
   if (at < 0 && !c->added) return 1;
-  if (next->n < c->min_nodes) {
+  if (next->n < c->min_nodes && at < 0) { /* waiting below MIN: too few pending yet */
+    c->refused_id = -1;
+    return 1;
+  }
+  if (next->n < c->min_nodes && c->wait_ms > 0) { /* wait for pending nodes (none took the place) */
+    if (c->added) { /* too few: they stay pending */
+      next->n = 0;
+      for (int i = 0; i < cur->n; i++)
+        if (i != at) next->m[next->n++] = cur->m[i];
+      c->added = 0;
+    }
+    next->wait_ms = c->wait_ms, c->proposed_wait = 1;
+    snprintf(next->line, sizeof next->line, "%s (agent %d, %s)", cur->m[at].host, c->lost, c->why);
+    snprintf(c->what, sizeof c->what, "node %s (agent %d, %s); below MIN, waiting up to %.1f s for a node to join",
+             cur->m[at].host, c->lost, c->why, c->wait_ms / 1e3);
+  } else if (next->n < c->min_nodes) {
     memset(next, 0, sizeof *next);
     next->stop = 1, c->proposed_stop = 1;
     snprintf(next->line, sizeof next->line, "job stopped: %d of at least %d nodes left after losing %s (agent %d, %s)",
              cur->n - 1, c->min_nodes, cur->m[at].host, c->lost, c->why);
+  } else if (cur->wait_ms > 0 && at < 0) { /* the wait ends: the lost node's loss, then the joiners */
+    c->ended_wait = 1;
+    char joined[400];
+    snprintf(joined, sizeof joined, "%s", c->what + 5); /* past "join " */
+    snprintf(c->what, sizeof c->what, "node %.200s; %.170s joined in time", cur->line, joined);
   }
   return 0;
 }
@@ -358,8 +401,11 @@ void cddp__gen_view_disarm(cddp_store_t *view) {
 }
 
 /* The place of this worker in generation g by its member record: OK, or NOT_FOUND with
- * place->gone set (dropped or stopped); no record: the given rank and world stand. */
-static cddp_result_t find_place(cddp_store_t *s, int64_t g, cddp__gen_place_t *p, int *rank, int *world) {
+ * place->gone set (dropped or stopped); no record: the given rank and world stand. *wait_ms > 0:
+ * the record waits below MIN (this generation never forms; the next one decides). */
+static cddp_result_t find_place(cddp_store_t *s, int64_t g, cddp__gen_place_t *p, int *rank, int *world,
+                                int *wait_ms) {
+  *wait_ms = 0;
   if (!p || p->agent_id < 0) return CDDP_OK;
   cddp__members_t *m = malloc(sizeof *m);
   if (!m) return cddp__fail(CDDP_SYSTEM, "out of memory");
@@ -374,6 +420,7 @@ static cddp_result_t find_place(cddp_store_t *s, int64_t g, cddp__gen_place_t *p
     r = cddp__fail(CDDP_NOT_FOUND, "%s", m->line);
   } else if (r == CDDP_OK) {
     int base, w;
+    *wait_ms = m->wait_ms;
     if (cddp__members_find(m, p->agent_id, &base, &w) < 0) {
       p->gone = 1;
       r = cddp__fail(CDDP_NOT_FOUND, "dropped from the job: generation %lld goes on without agent %d (its node was "
@@ -386,6 +433,26 @@ static cddp_result_t find_place(cddp_store_t *s, int64_t g, cddp__gen_place_t *p
   return r;
 }
 
+/* Waits for the generation after the wait generation g in slices, giving up (ABORTED) when
+ * the agents end the round meanwhile (a signal: "fail ..." in rdzv/<round>/event). */
+static cddp_result_t wait_below_min(cddp_store_t *s, int64_t g, int round, int timeout_ms) {
+  uint64_t end = cddp__deadline_ms(timeout_ms);
+  char ev[64];
+  snprintf(ev, sizeof ev, "rdzv/%d/event", round);
+  for (;;) {
+    cddp_result_t r = cddp__gen_wait_past(s, g, CDDP_MIN(cddp__ms_left(end), 250));
+    if (r != CDDP_TIMEOUT || cddp__ms_left(end) == 0) return r;
+    void *v = NULL;
+    size_t len = 0;
+    if (cddp_store_get(s, ev, &v, &len, 0) == CDDP_OK) {
+      r = cddp__fail(CDDP_ABORTED, "the job ended while it waited below MIN: %.*s", (int)CDDP_MIN(len, 300), (char *)v);
+      free(v);
+      return r;
+    }
+    cddp__clear_error();
+  }
+}
+
 cddp_result_t cddp__gen_form(cddp_store_t *s, int rank, int world, int round, const cddp_comm_config_t *cfg,
                              int64_t min_gen, uint64_t deadline, cddp__gen_place_t *place, cddp_comm_t **comm,
                              cddp_store_t **view, int64_t *gen) {
@@ -395,7 +462,22 @@ cddp_result_t cddp__gen_form(cddp_store_t *s, int rank, int world, int round, co
     CDDP_CHECK(cddp__gen_latest(s, &g));
     if (g < min_gen) g = min_gen;
     int rk = rank, wd = world;
-    CDDP_CHECK(find_place(s, g, place, &rk, &wd));
+    int wait_ms;
+    CDDP_CHECK(find_place(s, g, place, &rk, &wd, &wait_ms));
+    if (wait_ms > 0) { /* below MIN: wait for the generation that takes nodes in, or stops */
+      int recover_ms = (int)cddp__knob_int(CDDP_KNOB_RECOVER_TIMEOUT_MS);
+      CDDP_INFO(CDDP_SUB_ENV, "rank %d: generation %lld waits below MIN for up to %.1f s", rk, (long long)g,
+                wait_ms / 1e3);
+      cddp_result_t r = wait_below_min(s, g, round, wait_ms + recover_ms);
+      if (r == CDDP_ABORTED) return r;
+      if (r != CDDP_OK)
+        return cddp__fail(r, "the job waited below MIN in generation %lld and nothing followed within %.1f s "
+                          "(--rdzv-timeout + CDDP_RECOVER_TIMEOUT_MS): its agents are gone", (long long)g,
+                          (wait_ms + recover_ms) / 1e3);
+      deadline = CDDP_MAX(deadline, cddp__deadline_ms(recover_ms)); /* the wait does not eat the forming time */
+      min_gen = g + 1;
+      continue;
+    }
     cddp_store_t *v;
     CDDP_CHECK(cddp__gen_view(&v, s, g, deadline));
     cddp_comm_t *c = NULL;

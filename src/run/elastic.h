@@ -35,7 +35,9 @@
  * Text, one member agent per line in rank order: "<agent id> <nproc> <host>"; the agent's
  * global ranks are rank_base .. rank_base + nproc - 1 (rank_base = the nproc before it),
  * world = the sum. Or, when the job cannot go on: "stop <line>" (every process exits
- * non-zero with that line). */
+ * non-zero with that line). Or, below MIN after a loss, a first line "wait <ms> <lost>" (lost:
+ * "H (agent A, why)") before the survivors: the job waits up to ms for pending nodes;
+ * its workers do not form this generation but wait for the next (a join or a stop). */
 #define CDDP__MAX_MEMBERS 256
 
 typedef struct cddp__member {
@@ -46,6 +48,7 @@ typedef struct cddp__member {
 typedef struct cddp__members {
   int n;
   int stop;           /* 1: the job stops; line says why */
+  int wait_ms;        /* > 0: below MIN, waiting this long for nodes; line names the lost node */
   char line[400];
   cddp__member_t m[CDDP__MAX_MEMBERS];
 } cddp__members_t;
@@ -66,19 +69,24 @@ cddp_result_t cddp__members_write(cddp_store_t *s, int64_t gen, const cddp__memb
  * Pending agents (cand, in the order they registered) are appended after the members, so
  * the ranks of a join are unchanged and a loss shifts ranks down past the lost node. A
  * candidate is taken while the record has fewer than max_nodes members and the world it
- * makes is listed in worlds (NULL or "": any). Below min_nodes the record is a stop. */
+ * makes is listed in worlds (NULL or "": any). Below min_nodes the record is a stop, or with
+ * wait_ms > 0 a wait (the survivors, waiting up to wait_ms for pending nodes); a wait record
+ * takes pending agents in only when they bring it to min_nodes, and expired = 1 turns it
+ * into the stop. */
 typedef struct cddp__change {
   int self;                    /* the proposing agent: no change when it is not a member */
   int lost;                    /* the agent to drop, or -1 */
   const char *why;             /* why it is lost ("its connection closed") */
   int min_nodes, max_nodes;
+  int wait_ms;                 /* below MIN after a loss: wait this long (0: stop at once) */
+  int expired;                 /* the wait is over: a wait record becomes the stop */
   const cddp__member_t *cand;  /* pending agents (a member among them is skipped) */
   int ncand;
   const char *worlds;          /* elastic/worlds, or NULL */
   /* results of the last call */
   char what[400];              /* the announcement: "node H (agent A, why)[; spare node H2 (agent
                                   B) takes its place]" or "join node H (agent A)[, node ...]" */
-  int added, proposed_stop;
+  int added, proposed_stop, proposed_wait, ended_wait;
   int refused_id;              /* a candidate not taken (-1: none) and why, one line */
   char refused[240];
 } cddp__change_t;

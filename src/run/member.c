@@ -29,6 +29,7 @@ struct cddp__monitor {
   cddp_store_t *raw, *s; /* raw: the connection with the will; s: "<run_id>/" over it */
   int self, hb_ms, timeout_ms, fd, stop;
   int64_t gen, gen_seen;
+  uint64_t deadline; /* "waited" after this (0: none) */
   int n;
   watched_t w[CDDP__MAX_MEMBERS];
   unsigned char said[MAX_AGENT_IDS]; /* a pending agent reported since the last watch */
@@ -140,7 +141,10 @@ static void *monitor_main(void *arg) {
       }
     }
     int64_t g = CDDP_MAX(m->gen, m->gen_seen);
+    int waited = m->deadline && cddp__now_ns() >= m->deadline;
+    if (waited) m->deadline = 0;
     pthread_mutex_unlock(&m->mu);
+    if (waited) say(m, "waited");
     snprintf(key, sizeof key, "elastic/gen/%lld", (long long)g + 1);
     const char *k = key;
     cddp_result_t r = cddp_store_wait(m->s, &k, 1, TICK_MS);
@@ -206,6 +210,13 @@ void cddp__monitor_watch(cddp__monitor_t *m, const cddp__members_t *members, int
   }
   m->gen = gen;
   memset(m->said, 0, sizeof m->said); /* a new generation: pending agents are looked at again */
+  pthread_mutex_unlock(&m->mu);
+}
+
+void cddp__monitor_deadline(cddp__monitor_t *m, uint64_t deadline_ns) {
+  if (!m) return;
+  pthread_mutex_lock(&m->mu);
+  m->deadline = deadline_ns;
   pthread_mutex_unlock(&m->mu);
 }
 
@@ -285,6 +296,12 @@ void cddp__membership_refresh(cddp__membership_t *ms) {
     }
     ms->cur = *m, ms->gen = g;
     cddp__monitor_watch(ms->mon, &ms->cur, g);
+    if (m->wait_ms > 0 && ms->wait_gen != g) /* below MIN: the wait starts when this agent sees it */
+      cddp__monitor_deadline(ms->mon, cddp__now_ns() + (uint64_t)m->wait_ms * 1000000ull);
+    else if (m->wait_ms <= 0 && ms->wait_gen >= 0)
+      cddp__monitor_deadline(ms->mon, 0);
+    if (m->wait_ms > 0 && ms->wait_gen != g) ms->wait_gen = g;
+    else if (m->wait_ms <= 0) ms->wait_gen = -1;
   }
   free(m);
   cddp__clear_error();
@@ -364,13 +381,14 @@ static void say_refused(cddp__membership_t *ms, const cddp__change_t *c) {
 
 /* Proposes the next generation: without the lost agent (lost >= 0) and with the pending
  * agents that fit. Exactly one agent makes it; that one logs the line. */
-static void propose(cddp__membership_t *ms, int lost, const char *why) {
+static void propose(cddp__membership_t *ms, int lost, const char *why, int expired) {
   if (ms->ending || ms->pending) return;
   cddp__member_t *cand = malloc(sizeof *cand * CDDP__MAX_MEMBERS);
   char *worlds = NULL;
   if (!cand) return;
   cddp__change_t c = {.self = ms->self, .lost = lost, .why = why, .min_nodes = ms->min_nodes,
-                      .max_nodes = ms->max_nodes, .cand = cand, .refused_id = -1};
+                      .max_nodes = ms->max_nodes, .cand = cand, .refused_id = -1,
+                      .wait_ms = ms->wait_ms, .expired = expired};
   c.ncand = read_pending(ms, cand, CDDP__MAX_MEMBERS, &worlds);
   c.worlds = worlds;
   char host[64] = "?";
@@ -389,7 +407,15 @@ static void propose(cddp__membership_t *ms, int lost, const char *why) {
   }
   if (g == 0) say_refused(ms, &c);
   cddp__membership_refresh(ms);
-  if (g > 0 && !c.proposed_stop) {
+  if (g > 0 && c.proposed_wait) {
+    fprintf(stderr, "cddp run: job below MIN: %d of at least %d nodes after losing %s (agent %d, %s); waiting up to "
+            "%.1f s for a node to join (--rdzv-timeout)\n", ms->cur.n, ms->min_nodes, host, lost, why, ms->wait_ms / 1e3);
+  } else if (g > 0 && c.ended_wait) {
+    char map[300];
+    rank_map(&before, &ms->cur, map, sizeof map);
+    fprintf(stderr, "cddp run: %s: generation %lld: world %d -> %d, ranks %s (the job goes on)\n", c.what, (long long)g,
+            cddp__members_world(&before), cddp__members_world(&ms->cur), map);
+  } else if (g > 0 && !c.proposed_stop) {
     char map[300];
     rank_map(&before, &ms->cur, map, sizeof map);
     char *spare = strstr(c.what, "; spare ");
@@ -408,7 +434,7 @@ static void propose(cddp__membership_t *ms, int lost, const char *why) {
 
 static void on_lost(cddp__membership_t *ms, int id, const char *why) {
   if (cddp__members_find(&ms->cur, id, NULL, NULL) < 0) return;
-  propose(ms, id, why);
+  propose(ms, id, why, 0);
 }
 
 void cddp__membership_events(cddp__membership_t *ms) {
@@ -423,7 +449,9 @@ void cddp__membership_events(cddp__membership_t *ms) {
     if (sscanf(line, "lost %d %n", &id, &used) == 1 && used) {
       on_lost(ms, id, line + used);
     } else if (sscanf(line, "pending %d", &id) == 1) {
-      propose(ms, -1, NULL);
+      propose(ms, -1, NULL, 0);
+    } else if (!strcmp(line, "waited")) {
+      propose(ms, -1, NULL, 1);
     } else if (!strncmp(line, "gen ", 4)) {
       cddp__membership_refresh(ms);
       if (!ms->ending) cddp__membership_done(ms, 0);

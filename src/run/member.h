@@ -20,6 +20,7 @@ typedef struct cddp__monitor cddp__monitor_t;
  *   "stop"              elastic/stop was set (a worker asked the job to stop)
  *   "pending <id>"      agent id waits to be taken in (elastic/pending/<id>, alive); once per
  *                       id per cddp__monitor_watch
+ *   "waited"            the deadline set by cddp__monitor_deadline passed (once per setting)
  *   "cut <why>"         the store did not answer within timeout_ms (every call on this
  *                       connection is bounded by it): this node is cut off; the thread ends
  * A member is reported lost once per cddp__monitor_watch. */
@@ -27,6 +28,8 @@ cddp_result_t cddp__monitor_start(cddp__monitor_t **out, const char *host, int p
                                   const char *run_id, int self_id, int hb_ms, int timeout_ms, int notify_fd);
 /* The members to watch (self is skipped) as of generation gen. */
 void cddp__monitor_watch(cddp__monitor_t *m, const cddp__members_t *members, int64_t gen);
+/* Reports "waited" once the monotonic time passes deadline_ns (0: none). */
+void cddp__monitor_deadline(cddp__monitor_t *m, uint64_t deadline_ns);
 /* Stops the thread; goodbye = 1 marks elastic/left/<self> and closes with a goodbye (the
  * will is dropped); 0 leaves the connection to die with the process. NULL is a no-op. */
 void cddp__monitor_stop(cddp__monitor_t *m, int goodbye);
@@ -37,6 +40,8 @@ void cddp__monitor_stop(cddp__monitor_t *m, int goodbye);
 typedef struct cddp__membership {
   cddp_store_t *store;  /* the agent's "<run_id>/" view */
   int self, min_nodes, max_nodes, round;
+  int wait_ms;          /* below MIN after a loss: wait this long for pending nodes (--rdzv-timeout) */
+  int64_t wait_gen;     /* the wait generation whose deadline the monitor holds (-1: none) */
   char host[64];
   cddp__members_t cur;  /* the members of generation gen */
   int64_t gen;
@@ -58,7 +63,9 @@ cddp_result_t cddp__membership_pend(cddp__membership_t *ms, int nproc);
  * proposed away, a spare taking its place when one is pending (exactly one agent makes the
  * new generation and logs its line; below min_nodes the generation says the job stops); a
  * pending agent is taken in while the job has fewer than max_nodes members (a "join"
- * generation); a new generation is adopted. */
+ * generation); a new generation is adopted. Below min_nodes the job first waits wait_ms for
+ * pending nodes (a "wait" generation; one line); when they come, one generation takes them in,
+ * when the monitor says "waited", the generation says the job stops. */
 void cddp__membership_events(cddp__membership_t *ms);
 /* Adopts the latest generation: its members, or ending when it drops this node or stops. A
  * pending agent stays pending until a generation lists it (then joined = 1). */

@@ -5,7 +5,10 @@
 # uninterrupted run. (b) a spare: --nnodes 2:2 with 3 agents, the 3rd waits; a member agent
 # SIGKILLed -> the spare takes its place in one generation (world kept). (c) freeze/thaw: an
 # agent and its worker SIGSTOPped -> dropped; SIGCONT -> the agent comes back as a pending node
-# and is taken in again; exactly-once holds across both changes.
+# and is taken in again; exactly-once holds across both changes. (d) below MIN: --nnodes 2:2, one of
+# 2 agents SIGKILLed, --rdzv-timeout 4: the survivor waits ~4 s for a node, then every process
+# exits non-zero with the stop line. (e) the same, a new agent started ~1.5 s after the kill: it
+# is taken in, the interrupted step is redone, the run completes, exactly-once.
 cd "$(dirname "$0")/../.." && source tests/sh/lib.sh
 T=$(mktemp -d /tmp/cddp-join-test.XXXXXX)
 bg=()
@@ -26,10 +29,11 @@ wait_line() { # SECS PATTERN FILE...: until a line matches (bounded)
   local secs=$1 pat=$2; shift 2
   for _ in $(seq $((secs * 50))); do grep -q "$pat" "$@" 2>/dev/null && return 0; sleep 0.02; done; return 1
 }
+RUNX=() # more `cddp run` options
 # agent NAME I NNODES [--set ...]: starts agent I (pid in A[I], output $T/NAME<I>.out); port in $P
 agent() {
   "$CDDP" run --nnodes "$3" --nproc-per-node 1 --rdzv-backend c10d --rdzv-endpoint 127.0.0.1:$P --rdzv-id "$1$P" \
-    --rdzv-last-call 1 --max-restarts 3 --restart-mode replace \
+    --rdzv-last-call 1 --max-restarts 3 --restart-mode replace "${RUNX[@]}" \
     "$CDDP" train --config $CFG --work-dir "$T" --name "$1" "${ONE[@]}" "${@:4}" >"$T/$1$2.out" 2>&1 &
   A[$2]=$!; bg+=($!)
 }
@@ -161,8 +165,54 @@ case_c() {
   exactly_once f 3
 }
 
+case_d() {
+  # (d) below MIN and nobody comes: --nnodes 2:2, the agent of rank 1 SIGKILLed, --rdzv-timeout 4
+  P=$(free_port); A=(); local RUNX=(--rdzv-timeout 4)
+  agent d 1 2:2; sleep 0.3; agent d 2 2:2
+  wait_step "$T/d/metrics.jsonl" 40 || fail "d: no progress" "$(tail -3 "$T/d1.out")"
+  local t0 el; t0=$(date +%s.%N)
+  kill -KILL "${A[2]}"; wait "${A[2]}" 2>/dev/null
+  wait_all 40 "${A[1]}"
+  el=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }')
+  local o=$T/d1.out
+  if [ "${RC[0]}" != 0 ] && [ "${RC[0]}" != 137 ] && awk -v e="$el" 'BEGIN { exit !(e >= 3.5 && e < 30) }' &&
+     [ "$(grep -c '^cddp run: job below MIN: 1 of at least 2 nodes after losing .* (agent 1, its connection closed); waiting up to 4.0 s for a node to join' "$o")" = 1 ] &&
+     [ "$(grep -c '^cddp run: job stopped: 1 of at least 2 nodes left after losing .* (agent 1, its connection closed); no node joined within 4.0 s (--rdzv-timeout)$' "$o")" = 1 ] &&
+     [ "$(grep -c '^\[rank 0\] cddp train: job stopped: 1 of at least 2 nodes left' "$o")" = 1 ]; then
+    ok "d: below MIN, nobody joins: the survivor and its worker exit non-zero (${RC[0]}) ${el} s after the kill: $(grep -h '^cddp run: job stopped' "$o" | sed 's/^cddp run: //')"
+  else fail "d: below MIN" "rc=${RC[*]} el=$el $(grep -h 'job\|cddp run' "$o" | tr '\n' ' ')"; fi
+}
+
+case_e() {
+  # (e) below MIN and a node comes in time: as (d), a 3rd agent started 1.5 s after the kill
+  P=$(free_port); A=(); local RUNX=(--rdzv-timeout 8)
+  agent e 1 2:2; sleep 0.3; agent e 2 2:2
+  wait_step "$T/e/metrics.jsonl" 60 || fail "e: no progress" "$(tail -3 "$T/e1.out")"
+  local before kt; before=$(last_step "$T/e/metrics.jsonl"); kt=$(date +%s.%N)
+  kill -KILL "${A[2]}"; wait "${A[2]}" 2>/dev/null
+  sleep 1.5; agent e 3 2:2
+  wait_all 90 "${A[1]}" "${A[3]}"
+  cat "$T"/e?.out >"$T/e.out"
+  [ "${RC[*]}" = "0 0" ] && ok "e: the 2nd agent SIGKILLed at step $before, a 3rd started 1.5 s later: both finish (exit 0)" ||
+    fail "e: exit codes" "${RC[*]}; $(grep -v 'epoch 1/1' "$T/e.out" | tail -5 | tr '\n' ' ')"
+  local wline line rline
+  wline=$(grep -m1 '^cddp run: job below MIN: 1 of at least 2 nodes after losing .* (agent 1, its connection closed); waiting up to 8.0 s' "$T/e.out")
+  line=$(grep -m1 '^cddp run: node .* (agent 1, its connection closed); node .* (agent 2) joined in time: generation 2: world 1 -> 2, ranks 0 -> 0, new 1 (the job goes on)' "$T/e.out")
+  rline=$(grep -m1 'cddp train: recovered from the loss of node .* (agent 2) joined in time in .* generation 2, state from rank 0, step [0-9]* redone' "$T/e.out")
+  [ -n "$wline" ] && [ -n "$line" ] && [ -n "$rline" ] &&
+    ok "e: the survivor waits, then one generation takes the newcomer: ${line#*cddp run: } / ${rline#*cddp train: }" ||
+    fail "e: event lines" "$(grep -E 'MIN|lost|recovered|joined|stopped' "$T/e.out" | tr '\n' ' ')"
+  local redone first dt; redone=$(echo "$rline" | sed -n 's/.* step \([0-9]*\) redone.*/\1/p')
+  read -r first dt < <(grep -v '"eval"' "$T/e/metrics.jsonl" | sed -n 's/.*"step":\([0-9]*\).*"time":\([0-9.]*\).*/\1 \2/p' |
+    awk -v k="$kt" -v s="${redone:-0}" '$1 >= s && $2 > k { printf "%d %.2f\n", $1, $2 - k; exit }')
+  [ -n "$dt" ] && ok "e: kill -> redone step $first completed in $dt s (1.5 s of it before the newcomer started)" || fail "e: no step after the kill" "redone=$redone"
+  steps_once e "step $redone redone"
+  exactly_once e
+  acc_near e
+}
+
 case "${1:-all}" in
-  a) case_a ;; b) case_b ;; c) case_c ;;
-  *) case_a; case_b; case_c ;;
+  a) case_a ;; b) case_b ;; c) case_c ;; d) case_d ;; e) case_e ;;
+  *) case_a; case_b; case_c; case_d; case_e ;;
 esac
 finish

@@ -20,12 +20,13 @@ last_step() { grep -v '"eval"' "$1" 2>/dev/null | tail -1 | sed -n 's/.*"step":\
 wait_step() { # FILE N: until metrics FILE reaches step N (bounded: 60 s)
   for _ in $(seq 3000); do [ "$(last_step "$1")" -ge "$2" ] 2>/dev/null && return 0; sleep 0.02; done; return 1
 }
+RUNX=() # more `cddp run` options
 # agents NAME NNODES: starts 3 agents (pids in A[1..3], outputs $T/NAME<i>.out); the first hosts the store
 agents() {
   local name=$1 nn=$2 P; P=$(free_port); A=()
   for i in 1 2 3; do
     "$CDDP" run --nnodes "$nn" --nproc-per-node 1 --rdzv-backend c10d --rdzv-endpoint 127.0.0.1:$P --rdzv-id "$name$P" \
-      --rdzv-last-call 1 --max-restarts 3 --restart-mode replace \
+      --rdzv-last-call 1 --max-restarts 3 --restart-mode replace "${RUNX[@]}" \
       "$CDDP" train --config $CFG --work-dir "$T" --name "$name" "${ONE[@]}" >"$T/$name$i.out" 2>&1 &
     A[$i]=$!; bg+=($!)
     [ $i = 1 ] && sleep 0.3 # the first one hosts the store
@@ -88,7 +89,9 @@ if [ -n "$acc" ] && awk -v a="$acc" -v b="$ref" 'BEGIN { d = a - b; if (d < 0) d
   ok "k: test accuracy $acc vs $ref uninterrupted (within 0.5 points)"
 else fail "k: accuracy" "$acc vs $ref"; fi
 
-# (3) below MIN: --nnodes 3:3 and one agent killed: every process exits non-zero with one line
+# (3) below MIN: --nnodes 3:3 and one agent killed, nobody joins within --rdzv-timeout 3: every
+# process exits non-zero with one line (test_elastic_join.sh d/e: the wait itself)
+RUNX=(--rdzv-timeout 3)
 agents s 3:3
 wait_step "$T/s/metrics.jsonl" 80 || fail "s: no progress" "$(tail -3 "$T/s1.out")"
 kill -KILL "${A[3]}"; t0=$(date +%s)
@@ -97,9 +100,9 @@ good=0
 for i in 1 2; do
   o=$T/s$i.out
   [ "${RC[i - 1]}" != 0 ] && [ "${RC[i - 1]}" != 137 ] &&
-    [ "$(grep -c '^cddp run: job stopped: 2 of at least 3 nodes left after losing .* (agent [0-9]*, its connection closed)$' "$o")" = 1 ] &&
+    [ "$(grep -c '^cddp run: job stopped: 2 of at least 3 nodes left after losing .* (agent [0-9]*, its connection closed); no node joined within 3.0 s (--rdzv-timeout)$' "$o")" = 1 ] &&
     [ "$(grep -c '^\[rank [0-9]*\] cddp train: job stopped: 2 of at least 3 nodes left' "$o")" = 1 ] && good=$((good + 1))
 done
-[ $good = 2 ] && ok "s: below MIN: both survivors and their workers exit non-zero (${RC[*]}) in ${el} s, one line each: $(grep -h '^cddp run: job' "$T/s1.out")" ||
+[ $good = 2 ] && ok "s: below MIN: both survivors and their workers exit non-zero (${RC[*]}) in ${el} s, one line each: $(grep -h '^cddp run: job stopped' "$T/s1.out")" ||
   fail "s: below MIN" "rc=${RC[*]} $(grep -h 'job stopped\|cddp run' "$T"/s?.out | tr '\n' ' ')"
 finish

@@ -334,3 +334,50 @@ TEST(members_next_a_spare_takes_a_lost_nodes_place_in_one_generation) {
   c.ncand = 1;
   CHECK_EQ(cddp__members_next(after, &next, &c), 1);
 }
+
+TEST(members_next_below_min_waits_then_takes_enough_joiners_in_or_stops) {
+  cddp__members_t *cur = mk("0 1 a\n1 1 b\n2 1 c"), next;
+  cddp__member_t cand[] = {{.id = 3, .nproc = 1, .host = "d"}, {.id = 4, .nproc = 1, .host = "e"}};
+  cddp__change_t c = {.self = 0, .lost = 2, .why = "x", .min_nodes = 3, .max_nodes = 3, .wait_ms = 4000,
+                      .cand = cand, .ncand = 0};
+  /* below MIN, nobody pending: a wait record of the survivors, not a stop */
+  CHECK_EQ(cddp__members_next(cur, &next, &c), 0);
+  CHECK(!next.stop && !c.proposed_stop && c.proposed_wait);
+  CHECK_EQ(next.n, 2);
+  CHECK_EQ(next.wait_ms, 4000);
+  CHECK(!strcmp(next.line, "c (agent 2, x)"));
+  CHECK(!cddp__gen_is_join(c.what, strlen(c.what)));
+  char buf[512];
+  size_t len = cddp__members_format(&next, buf, sizeof buf);
+  CHECK(!strcmp(buf, "wait 4000 c (agent 2, x)\n0 1 a\n1 1 b"));
+  cddp__members_t *wait = mk(buf); /* round trip */
+  CHECK(len > 0 && wait->wait_ms == 4000 && wait->n == 2 && !strcmp(wait->line, "c (agent 2, x)"));
+  CHECK_EQ(cddp__members_parse("wait 0 x\n0 1 a", 14, &next), -1);
+  CHECK_EQ(cddp__members_parse("wait 5 x", 8, &next), -1);
+  /* one pending agent would make 3 of 3: one generation takes it in, the wait ends */
+  c.lost = -1, c.why = NULL, c.ncand = 1;
+  CHECK_EQ(cddp__members_next(wait, &next, &c), 0);
+  CHECK(!next.stop && next.wait_ms == 0 && c.ended_wait && !c.proposed_wait);
+  CHECK_EQ(next.n, 3);
+  CHECK_EQ(next.m[2].id, 3);
+  CHECK(!strcmp(c.what, "node c (agent 2, x); node d (agent 3) joined in time"));
+  CHECK(!cddp__gen_is_join(c.what, strlen(c.what))); /* the survivors redo the interrupted step */
+  /* min 4: one is not enough, it stays pending (no generation) */
+  c.min_nodes = 4, c.max_nodes = 4;
+  CHECK_EQ(cddp__members_next(wait, &next, &c), 1);
+  c.ncand = 2; /* two are */
+  CHECK_EQ(cddp__members_next(wait, &next, &c), 0);
+  CHECK_EQ(next.n, 4);
+  CHECK(c.ended_wait);
+  /* the wait is over: the wait record becomes the stop; a record that is no longer waiting: nothing */
+  c.min_nodes = 3, c.max_nodes = 3, c.expired = 1;
+  CHECK_EQ(cddp__members_next(wait, &next, &c), 0);
+  CHECK(next.stop && c.proposed_stop);
+  CHECK(!strcmp(next.line, "job stopped: 2 of at least 3 nodes left after losing c (agent 2, x); no node joined within "
+                           "4.0 s (--rdzv-timeout)"));
+  CHECK_EQ(cddp__members_next(cur, &next, &c), 1);
+  /* wait_ms 0: the stop at once, as before */
+  c.expired = 0, c.wait_ms = 0, c.lost = 2, c.why = "x", c.ncand = 0;
+  CHECK_EQ(cddp__members_next(cur, &next, &c), 0);
+  CHECK(next.stop && c.proposed_stop && !c.proposed_wait);
+}
