@@ -235,6 +235,8 @@ static cddp_result_t recover_as(trainer_t *t, uint64_t t_fail, int join) {
   float *kept = res ? malloc(t->n_params * sizeof *kept) : NULL;
   if (kept) memcpy(kept, res, t->n_params * sizeof *kept);
   cddp_result_t r;
+  if (cddp__train_stop) return cddp__fail(CDDP_ABORTED, "stopped by signal %d", (int)cddp__train_stop);
+  cddp__train_recovering = 1;
   for (;;) {
     cddp_comm_abort(t->w.comm); /* ends the buckets still in flight */
     cddp_ddp_destroy(t->ddp);
@@ -249,6 +251,7 @@ static cddp_result_t recover_as(trainer_t *t, uint64_t t_fail, int join) {
     if (r == CDDP_OK || !cddp__train_recoverable(t, r)) break;
     CDDP_INFO(CDDP_SUB_TRAIN, "recovery interrupted (%s): again", cddp_last_error());
   }
+  cddp__train_recovering = 0;
   free(kept);
   return r;
 }

@@ -17,7 +17,14 @@
 
 volatile sig_atomic_t cddp__train_stop = 0;
 
-static void on_stop(int sig) { cddp__train_stop = sig; }
+volatile sig_atomic_t cddp__train_recovering = 0;
+/* At a step boundary the loop saves a checkpoint and stops. While re-forming there is no step
+ * to finish and the peers it waits for may never come: it leaves at once, and the newest
+ * checkpoint is where `--resume-from latest` goes on. */
+static void on_stop(int sig) {
+  if (cddp__train_recovering) _exit(128 + sig);
+  cddp__train_stop = sig;
+}
 
 static double secs(uint64_t ns) { return (double)ns * 1e-9; }
 

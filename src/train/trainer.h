@@ -57,6 +57,8 @@ typedef struct trainer {
 
 /* Set by SIGTERM/SIGINT; the ranks agree on it at each step's end. */
 extern volatile sig_atomic_t cddp__train_stop;
+/* 1 while re-forming after a failure or for a join: a stop signal then exits at once */
+extern volatile sig_atomic_t cddp__train_recovering;
 
 /* The whole run; returns the process exit status (0, 1 runtime, 2 bad input, 143 stopped). */
 int cddp__train_main(const cddp_train_opts_t *o);
