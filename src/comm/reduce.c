@@ -140,22 +140,31 @@ CLONES static void combine_f32(float *restrict acc, const float *restrict x, siz
   }
 }
 
-static void kernel_f16(void *dst_, const void *const *srcs, int nsrc, size_t n, cddp_redop_t op, double scale_) {
+/* A 16-bit float type through f32, any op and number of inputs: widen a block, combine in
+ * f32, round once on the way out. */
+typedef void (*widen_fn)(float *, const uint16_t *, size_t);
+typedef void (*narrow_fn)(uint16_t *, const float *, size_t);
+static void kernel_half(void *dst_, const void *const *srcs, int nsrc, size_t n, cddp_redop_t op, double scale_,
+                        widen_fn widen, narrow_fn narrow) {
   uint16_t *dst = dst_;
   const float scale = (float)scale_;
   enum { B = 1024 };
   float acc[B], x[B];
   for (size_t b0 = 0; b0 < n; b0 += B) {
     size_t m = n - b0 < B ? n - b0 : B;
-    cddp__f16_to_f32_n(acc, (const uint16_t *)srcs[0] + b0, m);
+    widen(acc, (const uint16_t *)srcs[0] + b0, m);
     for (int k = 1; k < nsrc; k++) {
-      cddp__f16_to_f32_n(x, (const uint16_t *)srcs[k] + b0, m);
+      widen(x, (const uint16_t *)srcs[k] + b0, m);
       combine_f32(acc, x, m, op);
     }
     if (op == CDDP_AVG && scale != 1.0f)
       for (size_t i = 0; i < m; i++) acc[i] *= scale;
-    cddp__f32_to_f16_n(dst + b0, acc, m);
+    narrow(dst + b0, acc, m);
   }
+}
+
+static void kernel_f16(void *dst, const void *const *srcs, int nsrc, size_t n, cddp_redop_t op, double scale) {
+  kernel_half(dst, srcs, nsrc, n, op, scale, cddp__f16_to_f32_n, cddp__f32_to_f16_n);
 }
 
 /* bfloat16: widening is a 16-bit shift and rounding is integer arithmetic (the scalar
@@ -346,24 +355,8 @@ static void sum2_bf16(uint16_t *d, const uint16_t *a, const uint16_t *b, size_t 
   sum2_bf16_c(d, a, b, n, scale);
 }
 
-/* Every op and any number of inputs: widen a block, combine in f32, round once on the way out. */
-static void kernel_bf16(void *dst_, const void *const *srcs, int nsrc, size_t n, cddp_redop_t op,
-                        double scale_) {
-  uint16_t *dst = dst_;
-  const float scale = (float)scale_;
-  enum { B = 1024 };
-  float acc[B], x[B];
-  for (size_t b0 = 0; b0 < n; b0 += B) {
-    size_t m = n - b0 < B ? n - b0 : B;
-    cddp__bf16_to_f32_n(acc, (const uint16_t *)srcs[0] + b0, m);
-    for (int k = 1; k < nsrc; k++) {
-      cddp__bf16_to_f32_n(x, (const uint16_t *)srcs[k] + b0, m);
-      combine_f32(acc, x, m, op);
-    }
-    if (op == CDDP_AVG && scale != 1.0f)
-      for (size_t i = 0; i < m; i++) acc[i] *= scale;
-    cddp__f32_to_bf16_n(dst + b0, acc, m);
-  }
+static void kernel_bf16(void *dst, const void *const *srcs, int nsrc, size_t n, cddp_redop_t op, double scale) {
+  kernel_half(dst, srcs, nsrc, n, op, scale, cddp__bf16_to_f32_n, cddp__f32_to_bf16_n);
 }
 
 /* Integers: AVG truncates toward zero, so it is applied through double. */
