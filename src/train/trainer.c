@@ -288,9 +288,10 @@ int cddp__train_main(const cddp_train_opts_t *o) {
   int rc;
   cddp_result_t r = setup(t);
   if (r != CDDP_OK) {
-    /* an error every rank shares is said once per node (its local rank 0), so each node's
-     * log names the cause, not only the first node's */
-    if (t->w.env.local_rank == 0 || !t->same_error_everywhere) say(cddp_last_error());
+    /* an error every rank shares is said once: by rank 0, and under `cddp run` also by each
+     * node's local rank 0, as each agent's log is its own (srun and mpirun merge theirs) */
+    int node_says = t->w.env.source == CDDP_ENV_AGENT && t->w.env.local_rank == 0;
+    if (t->rank == 0 || node_says || !t->same_error_everywhere) say(cddp_last_error());
     rc = r == CDDP_INVALID_ARG || r == CDDP_NOT_FOUND ? 2 : 1;
   } else {
     rc = run_loop(t);
