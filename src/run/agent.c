@@ -21,6 +21,7 @@
 #include "run/net.h"
 #include "run/options.h"
 #include "run/rdzv.h"
+#include "run/slurm_exec.h"
 #include "run/workers.h"
 
 extern char **environ;
@@ -640,60 +641,6 @@ static int agent_main(agent_t *a) {
   }
 }
 
-/* ---- Slurm: a task per rank (exec as the rank) or the batch step (re-run under srun) ---- */
-
-static int exec_slurm_rank(cddp_run_opts_t *o, char **prog) {
-  char v[64];
-#define SETI(name, x) (snprintf(v, sizeof v, "%d", (x)), setenv(name, v, 1))
-  SETI("RANK", o->rank);
-  SETI("LOCAL_RANK", o->local_rank);
-  SETI("WORLD_SIZE", o->world_size);
-  SETI("LOCAL_WORLD_SIZE", o->local_world_size);
-  SETI("GROUP_RANK", o->node_rank);
-  SETI("GROUP_WORLD_SIZE", o->max_nodes);
-  SETI("MASTER_PORT", o->master_port);
-  SETI("CDDP_ROUND", 0);
-  SETI("CDDP_RESTART_COUNT", 0);
-  SETI("CDDP_MAX_RESTARTS", 0);
-  SETI("TORCHELASTIC_RESTART_COUNT", 0);
-  SETI("TORCHELASTIC_MAX_RESTARTS", 0);
-#undef SETI
-  setenv("MASTER_ADDR", o->master_addr, 1);
-  setenv("CDDP_RUN_ID", o->run_id, 1);
-  setenv("TORCHELASTIC_RUN_ID", o->run_id, 1);
-  unsetenv("CDDP_STORE"); /* no agent hosts a store: rank 0 does (cddp_env_connect) */
-  execvp(prog[0], prog);
-  fprintf(stderr, "cddp run: cannot run '%s': %s\n", prog[0], strerror(errno));
-  return 127;
-}
-
-static int exec_srun(int argc, char **argv) {
-  const char *nn = getenv("SLURM_JOB_NUM_NODES");
-  if (!nn) nn = getenv("SLURM_NNODES");
-  char self[4096], nodes[64];
-  ssize_t l = readlink("/proc/self/exe", self, sizeof self - 1);
-  if (l <= 0 || !nn) {
-    fprintf(stderr, "cddp run: --launcher slurm outside a job step needs SLURM_JOB_NUM_NODES and /proc/self/exe\n");
-    return 2;
-  }
-  self[l] = '\0';
-  snprintf(nodes, sizeof nodes, "--nodes=%s", nn);
-  char **av = calloc((size_t)argc + 8, sizeof *av);
-  int k = 0;
-  av[k++] = "srun";
-  av[k++] = nodes;
-  av[k++] = "--ntasks-per-node=1";
-  av[k++] = "--kill-on-bad-exit=1";
-  av[k++] = self;
-  av[k++] = "run";
-  av[k++] = "--launcher=slurm";
-  for (int i = 1; i < argc; i++) av[k++] = argv[i];
-  av[k] = NULL;
-  execvp("srun", av);
-  fprintf(stderr, "cddp run: cannot run srun: %s\n", strerror(errno));
-  return 127;
-}
-
 int cddp__run_main(int argc, char **argv) {
   cddp_run_opts_t o;
   cddp_result_t r = cddp__run_parse(argc, argv, environ, &o);
@@ -717,8 +664,8 @@ int cddp__run_main(int argc, char **argv) {
     fprintf(stderr, "cddp run: %s\n", cddp_last_error());
     return 2;
   }
-  if (o.mode == CDDP_RUN_SLURM_RANK) return exec_slurm_rank(&o, argv + o.prog_index);
-  if (o.mode == CDDP_RUN_SLURM_BATCH) return exec_srun(argc, argv);
+  if (o.mode == CDDP_RUN_SLURM_RANK) return cddp__slurm_exec_rank(&o, argv + o.prog_index);
+  if (o.mode == CDDP_RUN_SLURM_BATCH) return cddp__slurm_exec_srun(argc, argv);
 
   agent_t a = {.o = &o, .prog = argv + o.prog_index, .sig_fd = -1, .ev_pipe = {-1, -1}};
   if (cddp_token_from_env(a.token, sizeof a.token) != CDDP_OK) {
