@@ -41,6 +41,7 @@ typedef struct cddp_train_config {
   double bucket_mb;          /* ddp.bucket_mb */
   cddp_overlap_t overlap;    /* ddp.overlap: auto|true|false */
   int compress;              /* ddp.compress: none|bf16|sign|fp16 (cddp_compress_t order) */
+  int sign_adam;             /* ddp.sign_adam: sign-Adam's variance sync every N steps; 0 = off */
   int threads;               /* ddp.threads: BLAS threads per rank; 0 = cores / local ranks */
   int64_t ckpt_every;        /* checkpoint.every_steps (0 = only at the end) */
   int ckpt_keep;             /* checkpoint.keep */

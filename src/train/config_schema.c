@@ -86,6 +86,8 @@ const cddp__cfg_key_t cddp__cfg_keys[] = {
      "true: each bucket's allreduce starts during backward; false: one allreduce after it; auto: true unless every core already computes and the ranks share memory"},
     {"ddp.compress", CDDP__CFG_ENUM, F(compress), 0, "none", NONE, 0, "none|bf16|sign|fp16",
      "gradients on the wire: none (float32), bf16 (half the bytes), fp16 (half the bytes, finer but overflows past 65504), sign (1-bit with error feedback, ~32x fewer)"},
+    {"ddp.sign_adam", CDDP__CFG_INT, F(sign_adam), 0, "0", 0, 1000000, 0, NULL,
+     "with compress sign and adamw: send each rank's own momentum's signs (error feedback) and average each rank's own second moment every N steps in bf16; 0 = off (signs of the gradient)"},
     {"ddp.threads", CDDP__CFG_INT, F(threads), 0, "0", 0, 1024, 0, NULL,
      "BLAS threads per rank; 0 = cores / local ranks"},
     {"checkpoint.every_steps", CDDP__CFG_INT64, F(ckpt_every), 0, "200", 0, BIG, 0, NULL,

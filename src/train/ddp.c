@@ -4,6 +4,7 @@
  * finishes the buffer from the end towards the start: bucket 0 is the last bucket_bytes of
  * the buffer and is the first one started. Each runs as an iallreduce on the comm's progress
  * thread, in place, on shared memory (the zero-copy path). */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -33,7 +34,13 @@ struct cddp_ddp {
   int world;
   cddp_compress_t compress;
   uint16_t *wire;       /* bf16, f16: the buffer that crosses the wire (comm memory) */
-  float *residual;      /* sign: error feedback, n floats */
+  float *residual;      /* sign: error feedback, n floats (sign-Adam: then vloc, mloc) */
+  float *vloc, *mloc;   /* sign-Adam: Adam's moments of this rank's own uncompressed gradient */
+  uint16_t *vwire;      /* sign-Adam: the bf16 variance that crosses the wire (comm memory) */
+  float *vshared;       /* sign-Adam: the optimizer's second moment, the world's mean vloc */
+  const int64_t *opt_t; /* sign-Adam: optimizer steps taken, read at finish */
+  int vsync_every;
+  float beta1, beta2, gscale; /* gscale: a rank's gradient in units of the global mean gradient */
   uint32_t *sign_send;  /* sign: this rank's packs, bucket after bucket (comm memory) */
   uint32_t *sign_recv;  /* sign: every rank's packs, world per bucket (comm memory) */
   cddp_result_t err; /* first failure to start a bucket during backward */
@@ -83,6 +90,7 @@ void cddp_ddp_destroy(cddp_ddp_t *d) {
   cddp_comm_mem_free(d->comm, d->wire);
   cddp_comm_mem_free(d->comm, d->sign_send);
   cddp_comm_mem_free(d->comm, d->sign_recv);
+  cddp_comm_mem_free(d->comm, d->vwire);
   free(d->residual);
   free(d->b);
   free(d);
@@ -120,6 +128,10 @@ static void start(cddp_ddp_t *d, bucket_t *b) {
     break;
   case CDDP_COMPRESS_SIGN: {
     size_t words = cddp__sign_words(len);
+    if (d->mloc) { /* sign-Adam: the signs of this rank's own momentum */
+      cddp__adam_moments(d->mloc + b->lo, d->vloc + b->lo, p, len, d->beta1, d->beta2, d->gscale);
+      p = d->mloc + b->lo;
+    }
     cddp__sign_pack(d->sign_send + b->soff, p, d->residual + b->lo, len);
     r = cddp_iallgather(d->comm, d->sign_send + b->soff, d->sign_recv + b->soff * (size_t)d->world, words,
                         CDDP_I32, &b->req);
@@ -143,7 +155,7 @@ static void decode(cddp_ddp_t *d, const bucket_t *b) {
     cddp__from_f16(d->grads + b->lo, d->wire + b->lo, len);
   else if (d->compress == CDDP_COMPRESS_SIGN)
     cddp__sign_unpack_sum(d->grads + b->lo, d->sign_recv + b->soff * (size_t)d->world, d->world, len,
-                          d->op == CDDP_AVG ? 1.0f / (float)d->world : 1.0f);
+                          d->op == CDDP_AVG || d->mloc ? 1.0f / (float)d->world : 1.0f); /* mloc: mean units */
 }
 
 void cddp_ddp_grad_ready(void *ctx, size_t offset) {
@@ -168,6 +180,23 @@ static void count_bytes(cddp_ddp_t *d) {
   d->st.wire_bytes += w > 1 ? (uint64_t)((double)payload * 2.0 * (w - 1) / w) : 0;
 }
 
+/* Sign-Adam: on the first step and every vsync_every-th after it, the optimizer's second moment
+ * becomes the mean over the ranks of their bias-corrected vloc (bf16 on the wire), so the
+ * variance never sees the sign compression's noise; the ranks' updates stay identical. */
+static cddp_result_t vsync(cddp_ddp_t *d) {
+  int64_t t = *d->opt_t; /* steps before this one: this is step t + 1 */
+  if (t % d->vsync_every != 0) return CDDP_OK;
+  float inv_bc2 = (float)(1.0 / (1.0 - pow((double)d->beta2, (double)(t + 1))));
+  cddp__to_bf16_scaled(d->vwire, d->vloc, d->n, inv_bc2);
+  cddp_result_t r = cddp_allreduce(d->comm, d->vwire, d->vwire, d->n, CDDP_BF16, CDDP_AVG);
+  if (r != CDDP_OK) return r;
+  cddp__from_bf16(d->vshared, d->vwire, d->n);
+  uint64_t payload = d->n * 2;
+  d->st.bytes += payload;
+  d->st.wire_bytes += d->world > 1 ? (uint64_t)((double)payload * 2.0 * (d->world - 1) / d->world) : 0;
+  return CDDP_OK;
+}
+
 cddp_result_t cddp_ddp_finish(cddp_ddp_t *d) {
   uint64_t t0 = cddp__now_ns();
   cddp_result_t ret = CDDP_OK;
@@ -188,6 +217,7 @@ cddp_result_t cddp_ddp_finish(cddp_ddp_t *d) {
       ret = d->err;
       cddp__set_error_text(d->err_text);
     }
+    if (ret == CDDP_OK && d->vloc) ret = vsync(d);
   }
   d->st.wait_ns += cddp__now_ns() - t0;
   count_bytes(d);
@@ -216,6 +246,25 @@ cddp_result_t cddp_ddp_set_compress(cddp_ddp_t *d, cddp_compress_t c) {
 }
 
 float *cddp_ddp_residual(cddp_ddp_t *d) { return d->residual; }
+
+size_t cddp__ddp_residual_len(const cddp_ddp_t *d) { return d->residual ? (d->mloc ? 3 * d->n : d->n) : 0; }
+
+cddp_result_t cddp__ddp_set_sign_adam(cddp_ddp_t *d, int every, float beta1, float beta2, float *v_shared,
+                                      const int64_t *opt_t) {
+  if (d->compress != CDDP_COMPRESS_SIGN || every <= 0) return CDDP_OK;
+  if (d->vloc) return cddp__fail(CDDP_INVALID_USAGE, "ddp: sign-Adam is set once");
+  if (!v_shared || !opt_t || !(beta1 >= 0 && beta1 < 1) || !(beta2 > 0 && beta2 < 1))
+    return cddp__fail(CDDP_INVALID_ARG, "ddp: sign-Adam needs Adam's v, its step count, beta1 in [0, 1), beta2 in (0, 1)");
+  float *all = realloc(d->residual, 3 * d->n * sizeof(float));
+  if (!all) return cddp__fail(CDDP_SYSTEM, "ddp: out of memory");
+  memset(all + d->n, 0, 2 * d->n * sizeof(float));
+  d->residual = all, d->vloc = all + d->n, d->mloc = all + 2 * d->n;
+  cddp_result_t r = cddp_comm_mem_alloc(d->comm, d->n * sizeof(uint16_t), (void **)&d->vwire);
+  if (r != CDDP_OK) return r;
+  d->vsync_every = every, d->beta1 = beta1, d->beta2 = beta2, d->vshared = v_shared, d->opt_t = opt_t;
+  d->gscale = d->op == CDDP_SUM ? (float)d->world : 1.0f;
+  return CDDP_OK;
+}
 
 void cddp_ddp_stats(cddp_ddp_t *d, cddp_ddp_stats_t *s, int reset) {
   *s = d->st;

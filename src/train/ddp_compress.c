@@ -67,3 +67,20 @@ void cddp__sign_unpack_sum(float *g, const uint32_t *packs, int world, size_t le
   if (post_scale != 1.0f)
     for (size_t i = 0; i < len; i++) g[i] *= post_scale;
 }
+
+void cddp__adam_moments(float *m, float *v, const float *g, size_t n, float beta1, float beta2, float gscale) {
+  const float c1 = (1.0f - beta1) * gscale, c2 = (1.0f - beta2) * gscale * gscale;
+  for (size_t i = 0; i < n; i++) {
+    m[i] = beta1 * m[i] + c1 * g[i];
+    v[i] = beta2 * v[i] + c2 * g[i] * g[i];
+  }
+}
+
+void cddp__to_bf16_scaled(uint16_t *wire, const float *g, size_t n, float scale) {
+  float tmp[1024];
+  for (size_t b = 0; b < n; b += 1024) {
+    size_t m = n - b < 1024 ? n - b : 1024;
+    for (size_t i = 0; i < m; i++) tmp[i] = g[b + i] * scale;
+    cddp__f32_to_bf16_n(wire + b, tmp, m);
+  }
+}

@@ -8,6 +8,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "cddp/ddp.h"
+
 /* Sign compression keeps one scale per chunk of this many elements (a multiple of 32): one
  * scale per 4 MiB bucket let the large gradients of some tensors set the step of every other
  * element of the bucket (GPT on KJV, 150 steps: validation loss 3.18 against fp32's 2.19;
@@ -35,5 +37,23 @@ void cddp__sign_pack(uint32_t *out, const float *g, float *residual, size_t len)
  * other, cddp__sign_words(len) words each), in rank order (identical on every rank), times
  * post_scale. */
 void cddp__sign_unpack_sum(float *g, const uint32_t *packs, int world, size_t len, float post_scale);
+
+/* m = beta1 m + (1 - beta1) gscale g; v = beta2 v + (1 - beta2) (gscale g)^2: one rank's own Adam
+ * moments under sign-Adam. */
+void cddp__adam_moments(float *m, float *v, const float *g, size_t n, float beta1, float beta2, float gscale);
+/* wire[i] = bf16(g[i] * scale). */
+void cddp__to_bf16_scaled(uint16_t *wire, const float *g, size_t n, float scale);
+
+/* Sign-Adam (ddp.sign_adam, docs/train.md), after cddp_ddp_set_compress(SIGN): each rank keeps
+ * Adam's moments of its OWN uncompressed gradient (mloc, vloc; beta1, beta2) and sends
+ * sign(mloc + residual) instead of the gradient's signs, so cddp_ddp_grads then holds the world's
+ * mean momentum (the optimizer must take it as m: cddp_optim_t.m_external). On the first step
+ * and every `every`-th after it, v_shared (the optimizer's v; cddp_optim_t.v_external) becomes
+ * the world's mean bias-corrected vloc, bf16 on the wire, counted in the stats. opt_t: the
+ * optimizer's step count, read at each finish. vloc and mloc are per-rank state: they lie after
+ * the residual in cddp_ddp_residual's buffer, cddp__ddp_residual_len floats (n, or 3n). */
+cddp_result_t cddp__ddp_set_sign_adam(cddp_ddp_t *d, int every, float beta1, float beta2, float *v_shared,
+                                      const int64_t *opt_t);
+size_t cddp__ddp_residual_len(const cddp_ddp_t *d);
 
 #endif /* CDDP_TRAIN_DDP_COMPRESS_H */

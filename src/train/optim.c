@@ -177,7 +177,8 @@ static void update_range(cddp_optim_t *o, float *params, float *grads, size_t i0
       sgd_momentum(p, g, o->m + i0, len, lr, s->weight_decay, s->momentum, s->nesterov, cs,
                    clipped);
   } else {
-    adamw(p, g, o->m + i0, o->v + i0, len, adam[0], s->beta1, s->beta2, adam[1], adam[2],
+    /* v_external: beta2 1 keeps v as it is (v * 1 + g^2 * 0), adam[2] is then 1 */
+    adamw(p, g, o->m + i0, o->v + i0, len, adam[0], o->m_external ? 0.0f : s->beta1, o->v_external ? 1.0f : s->beta2, adam[1], adam[2],
           s->eps, cs, clipped);
   }
 }
@@ -196,7 +197,7 @@ double cddp_optim_step(cddp_optim_t *o, float *params, float *grads, float lr) {
     double bc2 = 1.0 - pow((double)s->beta2, (double)o->t);
     adam[0] = (float)(1.0 - (double)lr * s->weight_decay); /* decoupled decay factor */
     adam[1] = (float)((double)lr / bc1);                    /* step size */
-    adam[2] = (float)(1.0 / sqrt(bc2));                     /* 1 / sqrt(bias correction 2) */
+    adam[2] = o->v_external ? 1.0f : (float)(1.0 / sqrt(bc2)); /* 1 / sqrt(bias correction 2) */
   }
   if (s->grad_clip <= 0) {
     /* No clipping: the norm (for the caller's log) rides along with the update, one pass. */

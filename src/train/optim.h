@@ -24,6 +24,8 @@ typedef struct cddp_optim {
   float *m;      /* SGD momentum buffer / Adam first moment (NULL when unused) */
   float *v;      /* Adam second moment (NULL when unused) */
   int64_t t;     /* steps taken (Adam bias correction) */
+  int m_external; /* Adam: the gradients passed are the momentum itself (sign + vsync + momentum) */
+  int v_external; /* Adam: v is written by someone else, already bias-corrected (sign + vsync) */
 } cddp_optim_t;
 
 cddp_result_t cddp_optim_init(cddp_optim_t *o, const cddp_optim_spec_t *spec, size_t n);

@@ -11,6 +11,7 @@
 #include "common/check.h"
 #include "common/clock.h"
 #include "common/log.h"
+#include "train/ddp_compress.h"
 #include "train/trainer.h"
 
 /* Cuts every sample log of the run (this world's, a dead rank's, a rank number that no longer
@@ -84,7 +85,7 @@ static cddp_result_t restart_from_init(trainer_t *t) {
   if (t->opt.m) memset(t->opt.m, 0, t->n_params * sizeof *t->opt.m);
   if (t->opt.v) memset(t->opt.v, 0, t->n_params * sizeof *t->opt.v);
   float *res = t->ddp ? cddp_ddp_residual(t->ddp) : NULL;
-  if (res) memset(res, 0, t->n_params * sizeof *res);
+  if (res) memset(res, 0, cddp__ddp_residual_len(t->ddp) * sizeof *res);
   t->opt.t = 0;
   t->step = 0;
   return cddp_sampler_restore(&t->sampler, 0, 0);
@@ -232,8 +233,9 @@ static cddp_result_t adopt_world(trainer_t *t) {
 static cddp_result_t recover_as(trainer_t *t, uint64_t t_fail, int join) {
   /* this rank's error-feedback residual survives the rebuild (the dead rank's is lost) */
   float *res = t->ddp ? cddp_ddp_residual(t->ddp) : NULL;
-  float *kept = res ? malloc(t->n_params * sizeof *kept) : NULL;
-  if (kept) memcpy(kept, res, t->n_params * sizeof *kept);
+  size_t res_len = res ? cddp__ddp_residual_len(t->ddp) : 0; /* sign-Adam: also its local m and v */
+  float *kept = res ? malloc(res_len * sizeof *kept) : NULL;
+  if (kept) memcpy(kept, res, res_len * sizeof *kept);
   cddp_result_t r;
   if (cddp__train_stop) return cddp__fail(CDDP_ABORTED, "stopped by signal %d", (int)cddp__train_stop);
   cddp__train_recovering = 1;
@@ -246,7 +248,7 @@ static cddp_result_t recover_as(trainer_t *t, uint64_t t_fail, int join) {
     if (r != CDDP_OK) break;
     if ((r = adopt_world(t)) != CDDP_OK) break;
     r = cddp__train_make_ddp(t);
-    if (r == CDDP_OK && kept) memcpy(cddp_ddp_residual(t->ddp), kept, t->n_params * sizeof *kept);
+    if (r == CDDP_OK && kept) memcpy(cddp_ddp_residual(t->ddp), kept, res_len * sizeof *kept);
     if (r == CDDP_OK) r = sync_state(t, t_fail, old_world, old_accum, join);
     if (r == CDDP_OK || !cddp__train_recoverable(t, r)) break;
     CDDP_INFO(CDDP_SUB_TRAIN, "recovery interrupted (%s): again", cddp_last_error());

@@ -9,6 +9,7 @@
 
 #include "common/check.h"
 #include "common/log.h"
+#include "train/ddp_compress.h"
 #include "train/trainer.h"
 
 #define MAX_KEYS 128
@@ -137,5 +138,9 @@ cddp_result_t cddp__train_make_ddp(trainer_t *t) {
   CDDP_CHECK(cddp_ddp_create(&t->ddp, t->w.comm, t->n_params, (size_t)(t->cfg.bucket_mb * 1048576.0), CDDP_SUM));
   t->grads = cddp_ddp_grads(t->ddp);
   cddp_ddp_set_overlap(t->ddp, t->overlap);
-  return cddp_ddp_set_compress(t->ddp, (cddp_compress_t)t->cfg.compress);
+  CDDP_CHECK(cddp_ddp_set_compress(t->ddp, (cddp_compress_t)t->cfg.compress));
+  if (t->cfg.compress != CDDP_COMPRESS_SIGN || t->cfg.sign_adam <= 0) return CDDP_OK;
+  if (!t->opt.v) return cddp__fail(CDDP_INVALID_ARG, "ddp.sign_adam needs optim.type adamw");
+  t->opt.m_external = t->opt.v_external = 1; /* the optimizer must be initialised first */
+  return cddp__ddp_set_sign_adam(t->ddp, t->cfg.sign_adam, t->opt.spec.beta1, t->opt.spec.beta2, t->opt.v, &t->opt.t);
 }

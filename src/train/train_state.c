@@ -10,6 +10,7 @@
 #include "common/check.h"
 #include "common/log.h"
 #include "cddp/ckpt.h"
+#include "train/ddp_compress.h"
 #include "train/trainer.h"
 
 #define STATE_FORMAT "cddp-train-1"
@@ -41,12 +42,13 @@ static float *gather_residuals(trainer_t *t, int healthy, cddp_result_t *r) {
     if (t->rank == 0) CDDP_WARN("checkpoint without the error-feedback residuals: a peer is gone");
     return NULL;
   }
-  float *all = malloc((size_t)t->world * t->n_params * sizeof *all);
+  size_t len = cddp__ddp_residual_len(t->ddp);
+  float *all = malloc((size_t)t->world * len * sizeof *all);
   if (!all) {
     *r = cddp__fail(CDDP_SYSTEM, "checkpoint: out of memory");
     return NULL;
   }
-  *r = cddp_allgather(t->w.comm, res, all, t->n_params, CDDP_F32);
+  *r = cddp_allgather(t->w.comm, res, all, len, CDDP_F32);
   if (*r != CDDP_OK) free(all), all = NULL;
   return all;
 }
@@ -73,7 +75,8 @@ cddp_result_t cddp__train_save(trainer_t *t, int healthy) {
   for (int i = 0; v && i < n; i++) state[ns++] = v[i];
   for (int q = 0; q < nres; q++) {
     snprintf(names[3 * n + q], sizeof names[0], "ddp.residual.rank%d", q);
-    state[ns++] = (cddp_tensor_view_t){names[3 * n + q], 1, {(int64_t)t->n_params}, residuals + (size_t)q * t->n_params};
+    size_t len = cddp__ddp_residual_len(t->ddp);
+    state[ns++] = (cddp_tensor_view_t){names[3 * n + q], 1, {(int64_t)len}, residuals + (size_t)q * len};
   }
   char kv[11][64];
   snprintf(kv[0], 64, "%" PRId64, t->step);
@@ -119,7 +122,7 @@ static cddp_result_t read_residuals(trainer_t *t, const cddp_ckpt_t *c, const ch
   if (!t->ddp || !cddp_ddp_residual(t->ddp)) return CDDP_OK;
   uint64_t saved = 0;
   if (parse_u64(c, "residual_ranks", &saved) != 0) saved = 0;
-  size_t n = t->n_params;
+  size_t n = cddp__ddp_residual_len(t->ddp); /* the residual, then sign + vsync's local variance */
   if (!(t->residuals = calloc((size_t)t->world * n, sizeof(float)))) return cddp__fail(CDDP_SYSTEM, "out of memory");
   if (saved == 0) {
     CDDP_WARN("checkpoint %s holds no error-feedback residuals: they start from zero", dir);
@@ -259,10 +262,11 @@ cddp_result_t cddp__train_restore(trainer_t *t, int *resumed) {
   CDDP_CHECK(cddp_sampler_restore(&t->sampler, hdr[1], hdr[2]));
   float *res = cddp_ddp_residual(t->ddp);
   if (res) { /* every rank gets its own residual back */
-    if (!t->residuals && !(t->residuals = calloc((size_t)t->world * t->n_params, sizeof(float))))
+    size_t len = cddp__ddp_residual_len(t->ddp);
+    if (!t->residuals && !(t->residuals = calloc((size_t)t->world * len, sizeof(float))))
       return cddp__fail(CDDP_SYSTEM, "out of memory");
-    CDDP_CHECK(cddp_broadcast(t->w.comm, t->residuals, (size_t)t->world * t->n_params, CDDP_F32, 0));
-    memcpy(res, t->residuals + (size_t)t->rank * t->n_params, t->n_params * sizeof *res);
+    CDDP_CHECK(cddp_broadcast(t->w.comm, t->residuals, (size_t)t->world * len, CDDP_F32, 0));
+    memcpy(res, t->residuals + (size_t)t->rank * len, len * sizeof *res);
   }
   free(t->residuals);
   t->residuals = NULL;

@@ -127,13 +127,13 @@ static cddp_result_t setup(trainer_t *t) {
   t->idx = malloc((size_t)c->micro_batch * sizeof *t->idx);
   if (!t->params || !t->idx) return cddp__fail(CDDP_SYSTEM, "out of memory");
   t->overlap = cddp__train_overlap(t, threads);
+  CDDP_CHECK(cddp_optim_init(&t->opt, &c->optim, t->n_params)); /* before the DDP: sign + vsync writes its v */
   cddp_result_t dr = cddp__train_make_ddp(t); /* collective: a replacement's peers may die meanwhile */
   if (dr != CDDP_OK && !(replacement && cddp__train_recoverable(t, dr))) return dr; /* else it recovers below */
   if (t->accum > 1 && !(t->scratch = aligned_alloc(64, (t->n_params * sizeof(float) + 63) / 64 * 64)))
     return cddp__fail(CDDP_SYSTEM, "out of memory");
   t->task->ops->bind(t->task, t->params, t->grads);
   t->task->ops->init_params(t->task, c->seed);
-  CDDP_CHECK(cddp_optim_init(&t->opt, &c->optim, t->n_params));
   CDDP_CHECK(cddp_sampler_init(&t->sampler, c->seed, t->task->n_train, c->global_batch, c->drop_last));
   int64_t per_epoch = cddp_sampler_steps_per_epoch(&t->sampler);
   t->total_steps = c->max_steps > 0 ? c->max_steps : per_epoch * c->epochs;

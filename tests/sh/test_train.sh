@@ -109,6 +109,26 @@ if [ $rc = 0 ] && [ "$stopped" -lt 60 ] && ! grep -q "no error-feedback" "$T/czs
 then ok "sign compression stopped at step $stopped and resumed: residuals restored, weights bitwise equal"
 else fail "sign resume" "rc=$rc stopped=$stopped $(grep -h 'resum\|residual\|error' "$T"/czstop.*.out | tr '\n' ' ')"; fi
 
+# 3d. sign-Adam: own momentum's signs + v averaged every 4 steps; it trains, the sync steps send
+# more bytes, and stopped and resumed it restores every rank's residual, m and v: bitwise
+SA=("${CZ[@]}" --set optim.type=adamw --set optim.lr=0.001 --set ddp.compress=sign --set ddp.sign_adam=4)
+run2 --name czsa "${SA[@]}" >"$T/czsa.out" 2>&1 || fail "sign_adam" "$(tail -2 "$T/czsa.out")"
+c1=$(field compression "$T/czsa/metrics.jsonl" | head -1); c2=$(field compression "$T/czsa/metrics.jsonl" | sed -n 2p)
+l0=$(field loss "$T/czsa/metrics.jsonl" | head -1); l1=$(field loss "$T/czsa/metrics.jsonl" | tail -5 | sort -n | tail -1)
+if awk -v a="$c1" -v b="$c2" -v l0="$l0" -v l1="$l1" 'BEGIN { exit !(a < 2.5 && b > 25 && l1 < l0 * 0.8) }'
+then ok "ddp.sign_adam: sync step compression $c1, others $c2; loss $l0 -> $l1"
+else fail "sign_adam" "compression $c1 $c2 loss $l0 -> $l1"; fi
+run2 --name czsastop "${SA[@]}" --set ddp.threads=1 >"$T/czsastop.1.out" 2>&1 &
+pid=$!
+wait_step "$T/czsastop" 25
+pkill -TERM -f "run --standalone --nproc-per-node 2 $CDDP train --config $CFG --work-dir $T --name czsastop"; wait $pid 2>/dev/null
+stopped=$(field step "$T/czsastop/metrics.jsonl" | tail -1)
+run2 --name czsastop "${SA[@]}" --resume-from latest >"$T/czsastop.2.out" 2>&1; rc=$?
+if [ $rc = 0 ] && [ "$stopped" -lt 60 ] && ! grep -q "no error-feedback" "$T/czsastop.2.out" &&
+   cmp -s "$T/czsa/checkpoints/step-000000060/model.safetensors" "$T/czsastop/checkpoints/step-000000060/model.safetensors"
+then ok "sign-Adam stopped at step $stopped and resumed: residuals, own m and v restored, weights bitwise equal"
+else fail "sign_adam resume" "rc=$rc stopped=$stopped $(grep -h 'resum\|residual\|error' "$T"/czsastop.*.out | tr '\n' ' ')"; fi
+
 # 4. exactly once: one epoch started on 2 ranks, stopped, finished on 1 rank
 EP=(--set model.hidden=[32] --set train.epochs=1 --set debug.sample_log=true --set checkpoint.every_steps=10 --set eval.every_epoch=false --set data.drop_last=false)
 run2 --name once "${EP[@]}" --set ddp.threads=1 >"$T/once.1.out" 2>&1 &

@@ -10,6 +10,7 @@
 #include "cddp/store.h"
 #include "comm/reduce.h"
 #include "comm/transport.h"
+#include "train/ddp_compress.h"
 #include "test.h"
 
 const cddp__transport_t *const ddp_force_link = &cddp__transport_shm;
@@ -324,4 +325,30 @@ TEST(world_join_alone_without_launcher) {
   CHECK_OK(cddp_allreduce(w.comm, &x, &x, 1, CDDP_F32, CDDP_SUM));
   CHECK(x == 2);
   cddp_world_leave(&w, 1);
+}
+
+/* Sign-Adam's local moments: after 3 steps of g, 2g, -g (gscale 2) m and v are the EMAs of the
+ * scaled gradients, as Adam's own formulas give them. */
+TEST(ddp_sign_adam_local_moments_are_adams) {
+  float m[5] = {0}, v[5] = {0}, g[5] = {1, -2, 0.5f, 0, 3};
+  const float k[3] = {1, 2, -1}, b1 = 0.9f, b2 = 0.95f;
+  for (int s = 0; s < 3; s++) {
+    float gs[5];
+    for (int i = 0; i < 5; i++) gs[i] = g[i] * k[s];
+    cddp__adam_moments(m, v, gs, 5, b1, b2, 2.0f);
+  }
+  for (int i = 0; i < 5; i++) {
+    double em = 0, ev = 0;
+    for (int s = 0; s < 3; s++) {
+      double x = 2.0 * g[i] * k[s];
+      em = b1 * em + (1 - b1) * x, ev = b2 * ev + (1 - b2) * x * x;
+    }
+    CHECK_NEAR(m[i], em, 1e-5);
+    CHECK_NEAR(v[i], ev, 1e-5);
+  }
+  uint16_t w[5];
+  float back[5];
+  cddp__to_bf16_scaled(w, g, 5, 4.0f);
+  cddp__from_bf16(back, w, 5);
+  for (int i = 0; i < 5; i++) CHECK_NEAR(back[i], 4.0f * g[i], 1e-6); /* exact in bf16 */
 }
