@@ -35,23 +35,35 @@ typedef struct {
 /* Gradients a rank "produces": small integers, so float sums are exact. */
 static float grad_value(int rank, size_t i, int step) { return (float)((int)(i % 97) + 10 * rank + step); }
 
+/* A rank's communicator (shm) and DDP object with compression set; NULL (and nothing left
+ * open) when any of it fails. */
+static cddp_ddp_t *open_ddp(cddp_store_t *store, int rank, int world, size_t n, size_t bucket, cddp_redop_t op,
+                            cddp_compress_t compress, cddp_comm_t **comm) {
+  cddp_comm_config_t cfg;
+  cddp_comm_config_default(&cfg);
+  cfg.transport = "shm";
+  cddp_ddp_t *d = NULL;
+  *comm = NULL;
+  if (cddp_comm_init(comm, store, rank, world, 0, &cfg) == CDDP_OK && cddp_ddp_create(&d, *comm, n, bucket, op) == CDDP_OK &&
+      cddp_ddp_set_compress(d, compress) == CDDP_OK)
+    return d;
+  cddp_ddp_destroy(d);
+  cddp_comm_destroy(*comm);
+  *comm = NULL;
+  return NULL;
+}
+
 static void *rank_main(void *p) {
   rank_arg_t *a = p;
   ddp_case_t *c = a->c;
   int rank = a->rank, bad = 0;
-  cddp_comm_config_t cfg;
-  cddp_comm_config_default(&cfg);
-  cfg.transport = "shm";
-  cddp_comm_t *comm = NULL;
-  cddp_ddp_t *d = NULL;
-  if (cddp_comm_init(&comm, c->store, rank, c->world, 0, &cfg) != CDDP_OK ||
-      cddp_ddp_create(&d, comm, c->n, c->bucket_bytes, c->op) != CDDP_OK) {
+  cddp_comm_t *comm;
+  cddp_ddp_t *d = open_ddp(c->store, rank, c->world, c->n, c->bucket_bytes, c->op, c->compress, &comm);
+  if (!d) {
     c->failures[rank] = -1;
-    cddp_comm_destroy(comm);
     return NULL;
   }
   cddp_ddp_set_overlap(d, c->overlap);
-  if (cddp_ddp_set_compress(d, c->compress) != CDDP_OK) bad++;
   float *params = malloc(c->n * sizeof(float));
   for (size_t i = 0; i < c->n; i++) params[i] = rank == 1 ? (float)i : -1.0f;
   if (cddp_ddp_broadcast(d, params, 1) != CDDP_OK) bad++;
@@ -163,15 +175,10 @@ typedef struct {
 static void *f16_rank(void *p) {
   f16_arg_t *a = p;
   f16_case_t *c = a->c;
-  cddp_comm_config_t cfg;
-  cddp_comm_config_default(&cfg);
-  cfg.transport = "shm";
-  cddp_comm_t *comm = NULL;
-  cddp_ddp_t *d = NULL;
-  if (cddp_comm_init(&comm, c->store, a->rank, 2, 0, &cfg) != CDDP_OK ||
-      cddp_ddp_create(&d, comm, F16_N, 0, c->op) != CDDP_OK || cddp_ddp_set_compress(d, CDDP_COMPRESS_F16) != CDDP_OK) {
+  cddp_comm_t *comm;
+  cddp_ddp_t *d = open_ddp(c->store, a->rank, 2, F16_N, 0, c->op, CDDP_COMPRESS_F16, &comm);
+  if (!d) {
     c->failures[a->rank] = -1;
-    cddp_comm_destroy(comm);
     return NULL;
   }
   float *g = cddp_ddp_grads(d);
@@ -237,14 +244,9 @@ static float sign_grad(int rank, size_t i) { return (float)sin((double)i * 0.37 
 static void *sign_rank(void *p) {
   sign_arg_t *a = p;
   sign_case_t *c = a->c;
-  cddp_comm_config_t cfg;
-  cddp_comm_config_default(&cfg);
-  cfg.transport = "shm";
-  cddp_comm_t *comm = NULL;
-  cddp_ddp_t *d = NULL;
-  if (cddp_comm_init(&comm, c->store, a->rank, 2, 0, &cfg) != CDDP_OK ||
-      cddp_ddp_create(&d, comm, SIGN_N, 4096, CDDP_SUM) != CDDP_OK ||
-      cddp_ddp_set_compress(d, CDDP_COMPRESS_SIGN) != CDDP_OK) {
+  cddp_comm_t *comm;
+  cddp_ddp_t *d = open_ddp(c->store, a->rank, 2, SIGN_N, 4096, CDDP_SUM, CDDP_COMPRESS_SIGN, &comm);
+  if (!d) {
     c->failures[a->rank] = -1;
     return NULL;
   }
