@@ -138,20 +138,25 @@ static cddp_result_t restore_whole_job(trainer_t *t) {
 /* Every rank reports (has state, step, config hash, ms since its failure); the lowest rank
  * holding the highest step sends params, optimizer moments and counters, sampler position. */
 static cddp_result_t sync_state(trainer_t *t, uint64_t t_fail, int old_world, int old_accum, int join) {
-  int64_t mine[4] = {t->has_state, t->has_state ? t->step : -1, (int64_t)cddp_config_hash(&t->cfg),
-                     t_fail ? (int64_t)((cddp__now_ns() - t_fail) / 1000000) : 0};
-  int64_t *all = calloc((size_t)t->world * 4, sizeof *all);
+  /* per rank: has state, step, config hash, ms since its failure, the world and accumulation
+   * it trained with (the source's are the job's: a replacement born into the new world has
+   * seen no change) */
+  enum { F = 6 };
+  int64_t mine[F] = {t->has_state, t->has_state ? t->step : -1, (int64_t)cddp_config_hash(&t->cfg),
+                     t_fail ? (int64_t)((cddp__now_ns() - t_fail) / 1000000) : 0, old_world, old_accum};
+  int64_t *all = calloc((size_t)t->world * F, sizeof *all);
   if (!all) return cddp__fail(CDDP_SYSTEM, "out of memory");
-  cddp_result_t r = cddp_allgather(t->w.comm, mine, all, 4, CDDP_I64);
+  cddp_result_t r = cddp_allgather(t->w.comm, mine, all, F, CDDP_I64);
   int src = -1;
   int64_t best = -1, ms = 0;
   for (int q = 0; r == CDDP_OK && q < t->world; q++) {
-    if (all[4 * q] && all[4 * q + 1] > best) best = all[4 * q + 1], src = q;
-    ms = CDDP_MAX(ms, all[4 * q + 3]);
+    if (all[F * q] && all[F * q + 1] > best) best = all[F * q + 1], src = q;
+    ms = CDDP_MAX(ms, all[F * q + 3]);
   }
+  if (src >= 0) old_world = (int)all[F * src + 4], old_accum = (int)all[F * src + 5];
   int bad = -1; /* a rank whose config differs from the source's: every rank says so */
   for (int q = 0; r == CDDP_OK && src >= 0 && q < t->world && bad < 0; q++)
-    if (all[4 * q + 2] != all[4 * src + 2]) bad = q;
+    if (all[F * q + 2] != all[F * src + 2]) bad = q;
   free(all);
   CDDP_CHECK(r);
   if (src < 0) return restore_whole_job(t); /* every worker died at once: from disk */
