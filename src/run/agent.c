@@ -167,19 +167,26 @@ static int setup_store(agent_t *a) {
     host_it = cddp__host_is_local(o->rdzv_host);
   }
   if (host_it) {
-    /* c10d: another agent of this host may serve it already; then we are its client */
+    /* c10d: another agent of this host may serve it already; then we are its client. Two
+     * agents starting together can each make the other's listen fail (a probe bind lands
+     * between the other's bind and listen): a failure is tried again for a short while. */
     int shared = o->backend == CDDP_RDZV_C10D && !o->standalone;
-    if (shared && cddp__port_in_use(a->store_port)) {
-      CDDP_INFO(CDDP_SUB_RUN, "port %d is in use: joining the store there as a client", a->store_port);
-    } else if (cddp_store_server_start(&a->server, o->standalone ? "127.0.0.1" : NULL, a->store_port, a->token) !=
-               CDDP_OK) {
-      if (!(shared && cddp__port_in_use(a->store_port))) {
+    for (int tries = 0;; tries++) {
+      if (shared && cddp__port_in_use(a->store_port)) {
+        CDDP_INFO(CDDP_SUB_RUN, "port %d is in use: joining the store there as a client", a->store_port);
+        a->server = NULL;
+        break;
+      }
+      if (cddp_store_server_start(&a->server, o->standalone ? "127.0.0.1" : NULL, a->store_port, a->token) == CDDP_OK) {
+        a->store_port = cddp_store_server_port(a->server);
+        break;
+      }
+      a->server = NULL;
+      if (!shared || tries >= 20) {
         fprintf(stderr, "cddp run: cannot host the store on port %d: %s\n", a->store_port, cddp_last_error());
         return -1;
       }
-      a->server = NULL;
-    } else {
-      a->store_port = cddp_store_server_port(a->server);
+      usleep(20000 + 10000 * (getpid() % 5)); /* apart, so the next tries do not meet again */
     }
   }
   if (connect_store(a, &a->store) != 0 || connect_store(a, &a->watch_store) != 0) return -1;
