@@ -78,6 +78,7 @@ def main():
     ap.add_argument("--max-steps", type=int, default=0, help="0: one epoch")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--seed", type=int, default=42)
+    ap.add_argument("--powersgd", type=int, default=0, help="rank of PyTorch's PowerSGD hook (0: off)")
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
     world, rank = int(os.environ.get("WORLD_SIZE", "1")), int(os.environ.get("RANK", "0"))
@@ -92,6 +93,11 @@ def main():
     model = GPT(a.n_layer, a.n_head, a.d_model, T)
     if world > 1:
         model = nn.parallel.DistributedDataParallel(model)
+        if a.powersgd:
+            from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as psgd
+            state = psgd.PowerSGDState(process_group=None, matrix_approximation_rank=a.powersgd,
+                                       start_powerSGD_iter=2, min_compression_rate=2, orthogonalization_epsilon=1e-8)
+            model.register_comm_hook(state, psgd.powerSGD_hook)
     opt = torch.optim.AdamW(model.parameters(), lr=a.lr, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1)
     lr_at = lambda s: a.lr * (s + 1) / a.warmup if s < a.warmup else 1e-4 + (a.lr - 1e-4) * 0.5 * (
         1 + math.cos(math.pi * (s - a.warmup) / max(1, total - a.warmup)))
