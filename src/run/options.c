@@ -15,7 +15,7 @@
 enum {
   F_NNODES, F_NPROC, F_RDZV_ID, F_RDZV_BACKEND, F_RDZV_ENDPOINT, F_RDZV_TIMEOUT, F_RDZV_LAST_CALL,
   F_STANDALONE, F_NODE_RANK, F_MASTER_ADDR, F_MASTER_PORT, F_MAX_RESTARTS, F_RESTART_MODE, F_LOCAL_ADDR,
-  F_LOG_DIR, F_TEE, F_REDIRECTS, F_LAUNCHER, F_GRACE, F_MONITOR, F_NO_PYTHON, F_HELP, NFLAGS
+  F_LOG_DIR, F_TEE, F_REDIRECTS, F_LAUNCHER, F_GRACE, F_CPU_BIND, F_MONITOR, F_NO_PYTHON, F_HELP, NFLAGS
 };
 
 static const struct flag {
@@ -43,6 +43,7 @@ static const struct flag {
     [F_REDIRECTS] = {"redirects", 'r', 1, 1, "0-3", "with --log-dir: streams kept off the console (default 3)"},
     [F_LAUNCHER] = {"launcher", 0, 1, 1, "slurm|local", "slurm: ranks from the srun step (detected inside a step)"},
     [F_GRACE] = {"grace-period", 0, 1, 1, "SECONDS", "SIGTERM to SIGKILL delay when stopping workers (default 5)"},
+    [F_CPU_BIND] = {"cpu-bind", 0, 1, 1, "auto|none", "auto: each worker on its own share of this node's CPUs, when there are enough (default auto)"},
     [F_MONITOR] = {"monitor-interval", 0, 1, 0, "SECONDS", "accepted for torchrun compatibility; ignored"},
     [F_NO_PYTHON] = {"no-python", 0, 0, 0, NULL, "accepted for torchrun compatibility (PROGRAM always runs directly)"},
     [F_HELP] = {"help", 'h', 0, 0, NULL, "this text"},
@@ -378,6 +379,11 @@ cddp_result_t cddp__run_parse(int argc, char **argv, char **envp, cddp_run_opts_
   if (r.val[F_MAX_RESTARTS]) {
     if (!parse_long(r.val[F_MAX_RESTARTS], 0, 1000000, &v)) return bad_value(&r, F_MAX_RESTARTS, "must be an integer >= 0");
     o->max_restarts = (int)v;
+  }
+  o->cpu_bind = 1;
+  if (r.val[F_CPU_BIND]) {
+    if (!strcmp(r.val[F_CPU_BIND], "none")) o->cpu_bind = 0;
+    else if (strcmp(r.val[F_CPU_BIND], "auto")) return bad_value(&r, F_CPU_BIND, "must be auto or none");
   }
   if (r.val[F_RESTART_MODE]) {
     if (!strcmp(r.val[F_RESTART_MODE], "replace")) o->replace = 1;

@@ -36,6 +36,7 @@ typedef struct cddp_run_opts {
   int master_port;
   int max_restarts;
   int replace;               /* --restart-mode replace: a failed worker is replaced in place */
+  int cpu_bind;              /* --cpu-bind auto (1): workers on disjoint shares of the CPUs; none (0) */
   char local_addr[256];      /* address published for this node ("" = route to the store) */
   char log_dir[4096];        /* "" = no log files */
   int console_mask[2];       /* per stream (0 stdout, 1 stderr): 1 = to the console */

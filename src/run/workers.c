@@ -2,6 +2,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,6 +15,8 @@
 
 #include "common/check.h"
 #include "common/clock.h"
+#include "common/log.h"
+#include "run/cpubind.h"
 #include "run/workers.h"
 
 #define LINE_MAX_BYTES 65536
@@ -89,6 +92,13 @@ int cddp__describe_status(int status, char *buf, size_t size) {
   return code;
 }
 
+/* Before exec: worker `index` of n onto its share of the agent's CPUs (cpubind.c says why). */
+static void bind_cpus(int n, int index) {
+  cpu_set_t allowed, share;
+  if (sched_getaffinity(0, sizeof allowed, &allowed) != 0 || !cddp__cpu_share(&allowed, n, index, &share)) return;
+  sched_setaffinity(0, sizeof share, &share);
+}
+
 static void child(cddp__worker_t *w, int out[2], int err[2], char *const *argv, char **env, pid_t parent) {
   sigset_t none;
   sigemptyset(&none);
@@ -130,7 +140,7 @@ static int mkdir_p(const char *dir) {
 }
 
 /* Forks worker w (its buffers and log file are ready) running argv with env. */
-static cddp_result_t spawn(cddp__worker_t *w, char *const *argv, char **env, pid_t self) {
+static cddp_result_t spawn(cddp__workers_t *ws, cddp__worker_t *w, char *const *argv, char **env, pid_t self) {
   int out[2] = {-1, -1}, err[2] = {-1, -1};
   cddp_result_t ret = CDDP_OK;
   w->exited = 0, w->status = 0;
@@ -139,12 +149,20 @@ static cddp_result_t spawn(cddp__worker_t *w, char *const *argv, char **env, pid
     goto fail;
   }
   w->pid = fork();
-  if (w->pid == 0) child(w, out, err, argv, env, self);
+  if (w->pid == 0) {
+    if (ws->cpu_bind) bind_cpus(ws->n_bind, (int)(w - ws->w));
+    child(w, out, err, argv, env, self);
+  }
   if (w->pid < 0) {
     ret = cddp__fail_errno(CDDP_SYSTEM, "fork for rank %d", w->rank);
     goto fail;
   }
   setpgid(w->pid, w->pid); /* also here, so kill(-pid) works at once */
+  cpu_set_t allowed, share;
+  char cpus[256];
+  if (ws->cpu_bind && sched_getaffinity(0, sizeof allowed, &allowed) == 0 &&
+      cddp__cpu_share(&allowed, ws->n_bind, (int)(w - ws->w), &share))
+    CDDP_INFO(CDDP_SUB_RUN, "rank %d runs on CPUs %s", w->rank, cddp__cpu_list(&share, cpus, sizeof cpus));
   close(out[1]);
   close(err[1]);
   w->fd[0] = out[0];
@@ -164,6 +182,7 @@ cddp_result_t cddp__workers_start(cddp__workers_t *ws, int n, int rank_base, cha
                                   const char *log_dir, int truncate_logs) {
   cddp_result_t ret = CDDP_OK;
   ws->n = 0;
+  ws->n_bind = n;
   ws->w = calloc((size_t)n, sizeof *ws->w);
   ws->outcome = CDDP__OUT_SUCCESS;
   ws->fail_rank = -1;
@@ -184,7 +203,7 @@ cddp_result_t cddp__workers_start(cddp__workers_t *ws, int n, int rank_base, cha
       w->log_fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | (truncate_logs ? O_TRUNC : 0), 0644);
       if (w->log_fd < 0) { ret = cddp__fail_errno(CDDP_SYSTEM, "cannot open log file %s", path); goto fail; }
     }
-    if ((ret = spawn(w, argv, env[i], self)) != CDDP_OK) goto fail;
+    if ((ret = spawn(ws, w, argv, env[i], self)) != CDDP_OK) goto fail;
   }
   return CDDP_OK;
 fail:
@@ -205,7 +224,7 @@ cddp_result_t cddp__workers_respawn(cddp__workers_t *ws, int i, char *const *arg
     }
   if (w->pid > 0) kill(-w->pid, SIGKILL); /* what the dead one left in its process group */
   ws->outcome = CDDP__OUT_SUCCESS;
-  return spawn(w, argv, env, getpid());
+  return spawn(ws, w, argv, env, getpid());
 }
 
 static cddp__worker_t *by_pid(cddp__workers_t *ws, pid_t pid) {

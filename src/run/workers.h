@@ -37,6 +37,8 @@ typedef struct cddp__workers {
   uint64_t stop_at; /* 0, or a monotonic time (ns) at which the workers are stopped (TERM,
                        KILL after grace_ms) if they have not all exited by themselves */
   int termed;       /* stop_at's TERM was sent */
+  int cpu_bind;     /* worker i runs on the i-th of n_bind shares of the agent's CPUs (run/cpubind.h) */
+  int n_bind;       /* set by cddp__workers_start: the round's worker count */
   /* results of cddp__workers_watch */
   cddp__outcome_t outcome;
   int fail_rank, fail_status, fail_index;

@@ -93,4 +93,31 @@ out=$(env SLURM_JOB_ID=77 SLURM_STEP_ID=0 SLURM_PROCID=3 SLURM_LOCALID=1 SLURM_N
 timeout 10 "$CDDP" run /nonexistent/prog >/dev/null 2>"$T/m.err"
 rc=$?
 [ $rc = 127 ] && grep -q "cannot run '/nonexistent/prog'" "$T/m.err" && ok "missing program -> 127" || fail "missing program" "rc=$rc"
+
+# 12. --cpu-bind: by default each worker gets its own share of the agent's CPUs (disjoint, covering
+# them all); none leaves every worker on all of them; too few CPUs for the workers binds nobody
+allowed=$(sed -n 's/^Cpus_allowed_list:\t//p' /proc/$$/status)
+ncpu=$(nproc)
+cpus_of() { sed -n "s/^\[rank $1\] Cpus_allowed_list:\t//p" "$T/cb.out"; }
+if [ "$ncpu" -ge 2 ]; then
+  timeout 10 "$CDDP" run --nproc-per-node 2 sh -c 'grep Cpus_allowed_list /proc/self/status' >"$T/cb.out" 2>&1
+  c0=$(cpus_of 0) c1=$(cpus_of 1)
+  n0=$(taskset -c "$c0" nproc 2>/dev/null) n1=$(taskset -c "$c1" nproc 2>/dev/null)
+  both=$(taskset -c "$c0,$c1" nproc 2>/dev/null)
+  [ -n "$c0" ] && [ -n "$c1" ] && [ "$c0" != "$c1" ] && [ "$((n0 + n1))" = "$ncpu" ] && [ "$both" = "$ncpu" ] &&
+    ok "--cpu-bind auto: 2 workers on disjoint CPU shares ($c0 | $c1 of $allowed)" || fail "--cpu-bind auto" "$(cat "$T/cb.out")"
+  timeout 10 "$CDDP" run --cpu-bind none --nproc-per-node 2 sh -c 'grep Cpus_allowed_list /proc/self/status' >"$T/cb.out" 2>&1
+  [ "$(cpus_of 0)" = "$allowed" ] && [ "$(cpus_of 1)" = "$allowed" ] && ok "--cpu-bind none: every worker on all CPUs" ||
+    fail "--cpu-bind none" "$(cat "$T/cb.out")"
+else
+  ok "--cpu-bind auto: skipped, one CPU"; ok "--cpu-bind none: skipped, one CPU"
+fi
+first=${allowed%%[-,]*}
+taskset -c "$first" timeout 10 "$CDDP" run --nproc-per-node 2 sh -c 'grep Cpus_allowed_list /proc/self/status' >"$T/cb.out" 2>&1
+[ "$(cpus_of 0)" = "$first" ] && [ "$(cpus_of 1)" = "$first" ] && ok "--cpu-bind auto: 2 workers on 1 allowed CPU share it" ||
+  fail "--cpu-bind oversubscribed" "$(cat "$T/cb.out")"
+CDDP_CPU_BIND=cores timeout 10 "$CDDP" run --nproc-per-node 2 true >/dev/null 2>"$T/cb.err"
+rc=$?
+[ $rc = 2 ] && [ "$(wc -l <"$T/cb.err")" = 1 ] && grep -q "CDDP_CPU_BIND must be auto or none, got 'cores'" "$T/cb.err" &&
+  ok "bad CDDP_CPU_BIND: one line, exit 2" || fail "bad --cpu-bind" "rc=$rc $(cat "$T/cb.err")"
 finish
