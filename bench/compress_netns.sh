@@ -12,7 +12,7 @@
 #   Prints one table (bytes sent per step per rank, ratio, median step time, speed-up, final
 #   validation loss, % vs fp32) and PASS/FAIL against issue 6's goals: bf16 halves the bytes and
 #   is >= 1.6x faster per step; each stronger method (sign, powersgd) sends >= 8x fewer bytes and
-#   ends within 2% of fp32's loss. PowerSGD's rank: --set ddp.powersgd_rank=N (default 8).
+#   ends within 2% of fp32's loss. PowerSGD's rank: --set ddp.powersgd_rank=N (default 12).
 #   --parse-only DIR prints the table from DIR/runs/METHOD-rN/metrics.jsonl without running.
 # Logs and run folders stay in DIR (default: a fresh /tmp directory).
 set -uo pipefail

@@ -22,7 +22,7 @@ else fail "gpt train" "rc=$rc loss $first -> $last eval $evl: $(tail -3 "$T/g.ou
 # PowerSGD at rank 8 on the same GPT: it trains, and sends P (rows x 8) and Q (cols x 8) of each
 # weight matrix and every 1-D tensor raw: V = 256 bytes, T = 64 positions, C = 64, L = 2 blocks
 timeout 300 "$CDDP" run --standalone --nproc-per-node 2 "$CDDP" train --config "$CFG" --work-dir "$T" --name ps "${SMALL[@]}" \
-  --set ddp.compress=powersgd >"$T/ps.out" 2>&1; rc=$?
+  --set ddp.compress=powersgd --set ddp.powersgd_rank=8 >"$T/ps.out" 2>&1; rc=$?
 want=$(awk 'BEGIN { V = 256; T = 64; C = 64; L = 2; r = 8
   full = V * C + T * C + L * (12 * C * C + 13 * C) + 2 * C             # wte, wpe, blocks, ln_f
   sent = r * (V + C) + r * (T + C) + L * (r * (4 * C + 2 * C + 5 * C + 5 * C) + 13 * C) + 2 * C

@@ -132,7 +132,7 @@ else fail "sign_adam resume" "rc=$rc stopped=$stopped $(grep -h 'resum\|residual
 # 3e. PowerSGD (rank 8): it trains, sends P and Q of each weight matrix and the biases raw
 # (784x256: 8 (784 + 256), 256, 10x256: 8 (10 + 256), 10 floats of 203,530), and stopped and
 # resumed it restores every rank's residual and warm-start Q's: bitwise
-PS=("${CZ[@]}" --set ddp.compress=powersgd)
+PS=("${CZ[@]}" --set ddp.compress=powersgd --set ddp.powersgd_rank=8)
 run2 --name czps "${PS[@]}" >"$T/czps.out" 2>&1 || fail "powersgd" "$(tail -2 "$T/czps.out")"
 want=$(awk 'BEGIN { r = 8; h = 256; printf "%.2f", (784 * h + h + h * 10 + 10) / (r * (784 + h) + h + r * (h + 10) + 10) }')
 cp=$(field compression "$T/czps/metrics.jsonl" | tail -1); bp=$(field bytes_sent "$T/czps/metrics.jsonl" | tail -1)
