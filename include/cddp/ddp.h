@@ -131,13 +131,32 @@ void cddp_ddp_set_overlap(cddp_ddp_t *d, int overlap);
  * below 6e-8 vanish, as with PyTorch's fp16 compress hook. SIGN: 1-bit SGD with error
  * feedback: each rank sends the signs of (gradient + residual) and their mean magnitude per
  * 128 elements, and keeps what the signs lost in its residual for the next step (25.6x fewer
- * bytes; the result is the same on every rank). Collective: every rank calls it once, right after create. */
+ * bytes; the result is the same on every rank). POWERSGD: low-rank (PowerSGD, Vogels et al.
+ * 2019, as PyTorch's powerSGD_hook) with error feedback: each matrix (a tensor as shape[0] rows
+ * x the rest) plus its residual M is sent as P = M Q (rows x rank) and, after P is summed and
+ * orthonormalised, Q = M^T P (cols x rank); the result is P Q^T of the mean (times the world
+ * for SUM), identical on every rank, and M minus it stays in this rank's residual. Q is
+ * warm-started from the last step. 1-D tensors go raw in float32. It needs the tensor shapes,
+ * so it is chosen with cddp_ddp_set_powersgd, not here; about (rows cols) / (rank (rows + cols))
+ * fewer bytes (the GPT, d 256: 21x at rank 8, 15x at 12). Collective: every rank calls it once, right after create. */
 typedef enum cddp_compress {
-  CDDP_COMPRESS_NONE = 0, CDDP_COMPRESS_BF16 = 1, CDDP_COMPRESS_SIGN = 2, CDDP_COMPRESS_F16 = 3
+  CDDP_COMPRESS_NONE = 0, CDDP_COMPRESS_BF16 = 1, CDDP_COMPRESS_SIGN = 2, CDDP_COMPRESS_F16 = 3,
+  CDDP_COMPRESS_POWERSGD = 4
 } cddp_compress_t;
 cddp_result_t cddp_ddp_set_compress(cddp_ddp_t *d, cddp_compress_t c);
-/* SIGN's error-feedback residual (n floats; NULL otherwise): save it in checkpoints and
- * restore it on resume, or the resumed run is not the same run. */
+/* One tensor of the gradient buffer: floats [offset, offset + rows * cols), row-major (a 1-D
+ * tensor has cols 1; a tensor of more dimensions is shape[0] rows x the product of the rest). */
+typedef struct cddp_ddp_tensor {
+  size_t offset, rows, cols;
+} cddp_ddp_tensor_t;
+/* Chooses POWERSGD with the given rank (1..256) over the count tensors t, which must tile the
+ * buffer in order. Buckets are re-cut at tensor boundaries (whole tensors, about bucket_bytes
+ * each; a larger tensor is a bucket of its own). Collective, once, right after create;
+ * INVALID_ARG naming the tensor or the rank when they do not fit. */
+cddp_result_t cddp_ddp_set_powersgd(cddp_ddp_t *d, int rank, const cddp_ddp_tensor_t *t, int count);
+/* SIGN's and POWERSGD's error-feedback residual (n floats; NULL otherwise), followed by
+ * per-rank state (POWERSGD: the warm-start Q's; sign-Adam: its own moments): save it in
+ * checkpoints and restore it on resume, or the resumed run is not the same run. */
 float *cddp_ddp_residual(cddp_ddp_t *d);
 /* Copies root's n-float buffer (e.g. the parameters) to every rank. */
 cddp_result_t cddp_ddp_broadcast(cddp_ddp_t *d, float *buf, int root);

@@ -40,7 +40,8 @@ typedef struct cddp_train_config {
   float min_lr;              /* schedule.min_lr */
   double bucket_mb;          /* ddp.bucket_mb */
   cddp_overlap_t overlap;    /* ddp.overlap: auto|true|false */
-  int compress;              /* ddp.compress: none|bf16|sign|fp16 (cddp_compress_t order) */
+  int compress;              /* ddp.compress: none|bf16|sign|fp16|powersgd (cddp_compress_t order) */
+  int powersgd_rank;         /* ddp.powersgd_rank: PowerSGD's rank (1..256) */
   int sign_adam;             /* ddp.sign_adam: sign-Adam's variance sync every N steps; 0 = off */
   int threads;               /* ddp.threads: BLAS threads per rank; 0 = cores / local ranks */
   int64_t ckpt_every;        /* checkpoint.every_steps (0 = only at the end) */

@@ -3,7 +3,8 @@
  * Buckets are contiguous slices of the gradient buffer cut from its END, because backward
  * finishes the buffer from the end towards the start: bucket 0 is the last bucket_bytes of
  * the buffer and is the first one started. Each runs as an iallreduce on the comm's progress
- * thread, in place, on shared memory (the zero-copy path). */
+ * thread, in place, on shared memory (the zero-copy path). With PowerSGD, buckets hold whole
+ * tensors: a bucket's P's (and raw 1-D values) leave during backward, its Q's in finish. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,11 +15,13 @@
 #include "common/clock.h"
 #include "common/log.h"
 #include "train/ddp_compress.h"
+#include "train/ddp_powersgd.h"
 
 typedef struct bucket {
   size_t lo, hi; /* [lo, hi) in floats */
   size_t soff;   /* sign compression: its words in sign_send; world times that in sign_recv */
-  cddp_request_t *req;
+  int t0, t1;    /* powersgd: its tensors mats[t0..t1) */
+  cddp_request_t *req, *qreq; /* qreq: powersgd's Q all-reduce */
   int started;
 } bucket_t;
 
@@ -29,6 +32,7 @@ struct cddp_ddp {
   size_t n;
   bucket_t *b;
   int nb;
+  size_t per;      /* floats per bucket (create's bucket_bytes) */
   int next;        /* first bucket not yet started */
   int overlap;
   int world;
@@ -43,6 +47,11 @@ struct cddp_ddp {
   float beta1, beta2, gscale; /* gscale: a rank's gradient in units of the global mean gradient */
   uint32_t *sign_send;  /* sign: this rank's packs, bucket after bucket (comm memory) */
   uint32_t *sign_recv;  /* sign: every rank's packs, world per bucket (comm memory) */
+  cddp__psgd_mat_t *mats; /* powersgd: the tensors, in buffer order */
+  int nmats, prank;
+  size_t pn, qn;        /* powersgd: floats of the P wire (with the raw tensors) and of the Q's */
+  float *pwire, *qwire; /* powersgd: what crosses the wire (comm memory) */
+  float *qstate;        /* powersgd: the warm-start Q's, after the residual (residual + n) */
   cddp_result_t err; /* first failure to start a bucket during backward */
   char err_text[512];
   cddp_ddp_stats_t st;
@@ -59,7 +68,7 @@ cddp_result_t cddp_ddp_create(cddp_ddp_t **out, cddp_comm_t *comm, size_t n, siz
   size_t per = CDDP_MAX(bucket_bytes / sizeof(float), (size_t)1024);
   cddp_ddp_t *d = calloc(1, sizeof *d);
   if (!d) return cddp__fail(CDDP_SYSTEM, "ddp: out of memory");
-  d->comm = comm, d->op = op, d->n = n, d->overlap = 1, d->world = cddp_comm_world(comm);
+  d->comm = comm, d->op = op, d->n = n, d->per = per, d->overlap = 1, d->world = cddp_comm_world(comm);
   d->nb = (int)((n + per - 1) / per);
   d->b = calloc((size_t)d->nb, sizeof *d->b);
   cddp_result_t r = d->b ? cddp_comm_mem_alloc(comm, n * sizeof(float), (void **)&d->grads)
@@ -86,11 +95,16 @@ void cddp_ddp_destroy(cddp_ddp_t *d) {
   if (!d) return;
   for (int i = 0; i < d->nb; i++)
     if (d->b[i].req) cddp_wait(d->b[i].req);
+  for (int i = 0; i < d->nb; i++)
+    if (d->b[i].qreq) cddp_wait(d->b[i].qreq);
   cddp_comm_mem_free(d->comm, d->grads);
   cddp_comm_mem_free(d->comm, d->wire);
   cddp_comm_mem_free(d->comm, d->sign_send);
   cddp_comm_mem_free(d->comm, d->sign_recv);
   cddp_comm_mem_free(d->comm, d->vwire);
+  cddp_comm_mem_free(d->comm, d->pwire);
+  cddp_comm_mem_free(d->comm, d->qwire);
+  free(d->mats);
   free(d->residual);
   free(d->b);
   free(d);
@@ -108,7 +122,7 @@ cddp_result_t cddp_ddp_broadcast(cddp_ddp_t *d, float *buf, int root) {
 void cddp_ddp_begin(cddp_ddp_t *d) {
   d->next = 0;
   d->err = CDDP_OK;
-  for (int i = 0; i < d->nb; i++) d->b[i].started = 0, d->b[i].req = NULL;
+  for (int i = 0; i < d->nb; i++) d->b[i].started = 0, d->b[i].req = d->b[i].qreq = NULL;
 }
 
 static void start(cddp_ddp_t *d, bucket_t *b) {
@@ -137,6 +151,13 @@ static void start(cddp_ddp_t *d, bucket_t *b) {
                         CDDP_I32, &b->req);
     break;
   }
+  case CDDP_COMPRESS_POWERSGD: { /* the bucket's P's and raw tensors, summed */
+    const cddp__psgd_mat_t *m = d->mats + b->t0, *e = d->mats + b->t1 - 1;
+    size_t w0 = m->woff, w1 = e->woff + (e->lowrank ? e->rows * (size_t)d->prank : e->rows * e->cols);
+    cddp__psgd_compress(m, b->t1 - b->t0, d->prank, d->grads, d->residual, d->qstate, d->pwire);
+    r = cddp_iallreduce(d->comm, d->pwire + w0, d->pwire + w0, w1 - w0, CDDP_F32, CDDP_SUM, &b->req);
+    break;
+  }
   default:
     r = cddp_iallreduce(d->comm, p, p, len, CDDP_F32, d->op, &b->req);
   }
@@ -146,8 +167,47 @@ static void start(cddp_ddp_t *d, bucket_t *b) {
   }
 }
 
-/* A finished bucket's wire form back into float gradients. */
-static void decode(cddp_ddp_t *d, const bucket_t *b) {
+/* PowerSGD: floats [*q0, *q1) of the Q wire are bucket b's Q's. */
+static void q_range(const cddp_ddp_t *d, const bucket_t *b, size_t *q0, size_t *q1) {
+  *q0 = *q1 = d->mats[b->t0].qoff;
+  for (int i = b->t0; i < b->t1; i++)
+    if (d->mats[i].lowrank) *q1 = d->mats[i].qoff + d->mats[i].cols * (size_t)d->prank;
+}
+
+/* PowerSGD, a bucket's P's summed: orthonormalise them, Q = M^T P, start the Q's all-reduce. */
+static cddp_result_t psgd_project(cddp_ddp_t *d, bucket_t *b) {
+  size_t q0, q1;
+  q_range(d, b, &q0, &q1);
+  cddp__psgd_project(d->mats + b->t0, b->t1 - b->t0, d->prank, d->grads, d->pwire, d->qwire);
+  if (q1 == q0) return CDDP_OK;
+  return cddp_iallreduce(d->comm, d->qwire + q0, d->qwire + q0, q1 - q0, CDDP_F32, CDDP_SUM, &b->qreq);
+}
+
+/* PowerSGD, every bucket's P's done: wait for each bucket's Q's and decode it. */
+static cddp_result_t psgd_finish(cddp_ddp_t *d, cddp_result_t ret) {
+  float up = d->op == CDDP_SUM ? (float)d->world : 1.0f, raw = d->op == CDDP_AVG ? 1.0f / (float)d->world : 1.0f;
+  for (int i = 0; i < d->nb; i++) {
+    bucket_t *b = &d->b[i];
+    cddp_result_t r = b->qreq ? cddp_wait(b->qreq) : CDDP_OK;
+    b->qreq = NULL;
+    if (r != CDDP_OK && ret == CDDP_OK) ret = r;
+    if (ret == CDDP_OK) /* the rest is still waited for after a failure */
+      cddp__psgd_decode(d->mats + b->t0, b->t1 - b->t0, d->prank, d->grads, d->residual, d->qstate, d->pwire,
+                        d->qwire, d->world, up, raw);
+  }
+  return ret;
+}
+
+/* A finished bucket's wire form back into float gradients (PowerSGD: on to the Q's). */
+static void decode(cddp_ddp_t *d, bucket_t *b) {
+  if (d->compress == CDDP_COMPRESS_POWERSGD) {
+    cddp_result_t r = d->err == CDDP_OK ? psgd_project(d, b) : CDDP_OK;
+    if (r != CDDP_OK && d->err == CDDP_OK) {
+      d->err = r;
+      snprintf(d->err_text, sizeof d->err_text, "%s", cddp_last_error());
+    }
+    return;
+  }
   size_t len = b->hi - b->lo;
   if (d->compress == CDDP_COMPRESS_BF16)
     cddp__from_bf16(d->grads + b->lo, d->wire + b->lo, len);
@@ -167,6 +227,12 @@ void cddp_ddp_grad_ready(void *ctx, size_t offset) {
 /* Bytes one rank puts on the wire for the whole buffer (ring estimates). */
 static void count_bytes(cddp_ddp_t *d) {
   int w = d->world;
+  if (d->compress == CDDP_COMPRESS_POWERSGD) { /* two all-reduces: P's with the raw tensors, Q's */
+    uint64_t payload = (d->pn + d->qn) * sizeof(float);
+    d->st.bytes += payload;
+    d->st.wire_bytes += w > 1 ? (uint64_t)((double)payload * 2.0 * (w - 1) / w) : 0;
+    return;
+  }
   if (d->compress == CDDP_COMPRESS_SIGN) {
     uint64_t pack = 0;
     for (int i = 0; i < d->nb; i++) pack += cddp__sign_words(d->b[i].hi - d->b[i].lo) * 4;
@@ -213,6 +279,7 @@ cddp_result_t cddp_ddp_finish(cddp_ddp_t *d) {
       if (r != CDDP_OK && ret == CDDP_OK) ret = r;
       if (r == CDDP_OK) decode(d, &d->b[i]);
     }
+    if (d->compress == CDDP_COMPRESS_POWERSGD) ret = psgd_finish(d, ret == CDDP_OK ? d->err : ret);
     if (d->err != CDDP_OK) {
       ret = d->err;
       cddp__set_error_text(d->err_text);
@@ -226,10 +293,13 @@ cddp_result_t cddp_ddp_finish(cddp_ddp_t *d) {
 
 cddp_result_t cddp_ddp_set_compress(cddp_ddp_t *d, cddp_compress_t c) {
   if (c == d->compress) return CDDP_OK;
-  if (c != CDDP_COMPRESS_NONE && c != CDDP_COMPRESS_BF16 && c != CDDP_COMPRESS_SIGN && c != CDDP_COMPRESS_F16)
+  if (c != CDDP_COMPRESS_NONE && c != CDDP_COMPRESS_BF16 && c != CDDP_COMPRESS_SIGN && c != CDDP_COMPRESS_F16 &&
+      c != CDDP_COMPRESS_POWERSGD)
     return cddp__fail(CDDP_INVALID_ARG, "ddp: unknown compression %d", (int)c);
   if (d->compress != CDDP_COMPRESS_NONE)
     return cddp__fail(CDDP_INVALID_USAGE, "ddp: compression is chosen once, after create");
+  if (c == CDDP_COMPRESS_POWERSGD)
+    return cddp__fail(CDDP_INVALID_USAGE, "ddp: powersgd needs the tensor shapes: choose it with cddp_ddp_set_powersgd");
   cddp_result_t r = CDDP_OK;
   if (c == CDDP_COMPRESS_BF16 || c == CDDP_COMPRESS_F16) {
     r = cddp_comm_mem_alloc(d->comm, d->n * sizeof(uint16_t), (void **)&d->wire);
@@ -245,9 +315,58 @@ cddp_result_t cddp_ddp_set_compress(cddp_ddp_t *d, cddp_compress_t c) {
   return r;
 }
 
+/* PowerSGD's buckets: whole tensors from the end of the buffer, about per floats each. */
+static cddp_result_t psgd_buckets(cddp_ddp_t *d, size_t per) {
+  int nb = 0;
+  bucket_t *b = calloc((size_t)d->nmats, sizeof *b);
+  if (!b) return cddp__fail(CDDP_SYSTEM, "ddp: out of memory");
+  for (int hi = d->nmats; hi > 0; nb++) {
+    int lo = hi - 1;
+    size_t len = d->mats[lo].rows * d->mats[lo].cols;
+    while (lo > 0 && len + d->mats[lo - 1].rows * d->mats[lo - 1].cols <= per) lo--, len += d->mats[lo].rows * d->mats[lo].cols;
+    b[nb] = (bucket_t){.lo = d->mats[lo].off, .hi = d->mats[hi - 1].off + d->mats[hi - 1].rows * d->mats[hi - 1].cols,
+                       .t0 = lo, .t1 = hi};
+    hi = lo;
+  }
+  free(d->b);
+  d->b = b, d->nb = nb, d->st.buckets = nb;
+  return CDDP_OK;
+}
+
+cddp_result_t cddp_ddp_set_powersgd(cddp_ddp_t *d, int rank, const cddp_ddp_tensor_t *t, int count) {
+  if (d->compress != CDDP_COMPRESS_NONE)
+    return cddp__fail(CDDP_INVALID_USAGE, "ddp: compression is chosen once, after create");
+  if (rank < 1 || rank > 256) return cddp__fail(CDDP_INVALID_ARG, "ddp: powersgd rank %d is not in [1, 256]", rank);
+  if (!t || count < 1) return cddp__fail(CDDP_INVALID_ARG, "ddp: powersgd needs the tensor table");
+  size_t at = 0;
+  for (int i = 0; i < count; i++) {
+    if (t[i].offset != at || t[i].rows == 0 || t[i].cols == 0 || t[i].rows * t[i].cols > d->n - at)
+      return cddp__fail(CDDP_INVALID_ARG, "ddp: tensor %d (offset %zu, %zu x %zu) does not follow at float %zu of %zu", i,
+                        t[i].offset, t[i].rows, t[i].cols, at, d->n);
+    at += t[i].rows * t[i].cols;
+  }
+  if (at != d->n) return cddp__fail(CDDP_INVALID_ARG, "ddp: the tensors cover %zu of the %zu floats", at, d->n);
+  if (!(d->mats = calloc((size_t)count, sizeof *d->mats))) return cddp__fail(CDDP_SYSTEM, "ddp: out of memory");
+  for (int i = 0; i < count; i++) d->mats[i] = (cddp__psgd_mat_t){.off = t[i].offset, .rows = t[i].rows, .cols = t[i].cols};
+  d->nmats = count, d->prank = rank;
+  d->pn = cddp__psgd_layout(d->mats, count, rank, &d->qn);
+  CDDP_CHECK(psgd_buckets(d, d->per));
+  if (!(d->residual = calloc(d->n + d->qn, sizeof(float)))) return cddp__fail(CDDP_SYSTEM, "ddp: out of memory");
+  d->qstate = d->residual + d->n; /* zeros: each Q starts from its seed at the first step */
+  CDDP_CHECK(cddp_comm_mem_alloc(d->comm, CDDP_MAX(d->pn, (size_t)1) * sizeof(float), (void **)&d->pwire));
+  CDDP_CHECK(cddp_comm_mem_alloc(d->comm, CDDP_MAX(d->qn, (size_t)1) * sizeof(float), (void **)&d->qwire));
+  d->compress = CDDP_COMPRESS_POWERSGD;
+  CDDP_INFO(CDDP_SUB_DDP, "ddp: powersgd rank %d: %d tensors in %d buckets, %zu + %zu floats on the wire of %zu", rank,
+            count, d->nb, d->pn, d->qn, d->n);
+  return CDDP_OK;
+}
+
 float *cddp_ddp_residual(cddp_ddp_t *d) { return d->residual; }
 
-size_t cddp__ddp_residual_len(const cddp_ddp_t *d) { return d->residual ? (d->mloc ? 3 * d->n : d->n) : 0; }
+/* sign: n; sign-Adam: 3n (residual, vloc, mloc); powersgd: n + its Q's */
+size_t cddp__ddp_residual_len(const cddp_ddp_t *d) {
+  return d->residual ? (d->mloc ? 3 * d->n : d->n + d->qn) : 0;
+}
 
 cddp_result_t cddp__ddp_set_sign_adam(cddp_ddp_t *d, int every, float beta1, float beta2, float *v_shared,
                                       const int64_t *opt_t) {

@@ -134,10 +134,26 @@ cddp_result_t cddp__train_make_run_dir(trainer_t *t) {
   return r;
 }
 
+/* ddp.compress powersgd: the model's tensors as matrices (shape[0] rows x the rest). */
+static cddp_result_t set_powersgd(trainer_t *t) {
+  int n = t->task->ops->n_params(t->task);
+  cddp_ddp_tensor_t *tt = calloc((size_t)n, sizeof *tt);
+  if (!tt) return cddp__fail(CDDP_SYSTEM, "out of memory");
+  for (int i = 0; i < n; i++) {
+    const cddp_param_info_t *p = t->task->ops->param(t->task, i);
+    size_t rows = p->ndim >= 1 ? (size_t)p->shape[0] : 1;
+    tt[i] = (cddp_ddp_tensor_t){p->offset, rows, rows ? p->count / rows : 0};
+  }
+  cddp_result_t r = cddp_ddp_set_powersgd(t->ddp, t->cfg.powersgd_rank, tt, n);
+  free(tt);
+  return r;
+}
+
 cddp_result_t cddp__train_make_ddp(trainer_t *t) {
   CDDP_CHECK(cddp_ddp_create(&t->ddp, t->w.comm, t->n_params, (size_t)(t->cfg.bucket_mb * 1048576.0), CDDP_SUM));
   t->grads = cddp_ddp_grads(t->ddp);
   cddp_ddp_set_overlap(t->ddp, t->overlap);
+  if (t->cfg.compress == CDDP_COMPRESS_POWERSGD) return set_powersgd(t);
   CDDP_CHECK(cddp_ddp_set_compress(t->ddp, (cddp_compress_t)t->cfg.compress));
   if (t->cfg.compress != CDDP_COMPRESS_SIGN || t->cfg.sign_adam <= 0) return CDDP_OK;
   if (!t->opt.v) return cddp__fail(CDDP_INVALID_ARG, "ddp.sign_adam needs optim.type adamw");

@@ -115,9 +115,11 @@ static int parse_u64(const cddp_ckpt_t *c, const char *key, uint64_t *out) {
   return *end ? -1 : 0;
 }
 
-/* Rank 0, ddp.compress sign: every rank's error-feedback residual into t->residuals (world x
- * n). Saved on another world size, their sum goes to rank 0: the total correction still owed
- * is kept, only who owes it changes. */
+/* Rank 0, ddp.compress sign or powersgd: every rank's error-feedback residual into t->residuals
+ * (world x n). Saved on another world size, their sum goes to rank 0: the total correction still
+ * owed is kept, only who owes it changes. PowerSGD's warm-start Q's, after the residual, are
+ * summed too: rank 0 gets world x Q, harmless because P = M Q is orthonormalised (only Q's
+ * column space matters); the other ranks' Q's are zero and start again from their seed. */
 static cddp_result_t read_residuals(trainer_t *t, const cddp_ckpt_t *c, const char *dir) {
   if (!t->ddp || !cddp_ddp_residual(t->ddp)) return CDDP_OK;
   uint64_t saved = 0;

@@ -24,6 +24,7 @@ fake "$A" none 1 13031424 "9000 9000 9000 1000 1200 1100 1300 1000" 2.2000
 fake "$A" none 2 13031424 "9000 9000 9000 1100 1100 1200 1000 1100" 2.2100
 fake "$A" bf16 1 6515712 "9000 9000 9000 600 650 600 700 600" 2.2010
 fake "$A" sign 1 509040 "9000 9000 9000 400 410 420 400 400" 2.2400
+fake "$A" powersgd 1 608256 "9000 9000 9000 450 450 460 450 440" 2.2150
 out=$("$B" --parse-only "$A" --skip 3 2>&1); rc=$?
 echo "$out" | sed 's/^/# /'
 row() { echo "$out" | awk -v m="$1" '$1 == m'; }
@@ -33,13 +34,19 @@ row() { echo "$out" | awk -v m="$1" '$1 == m'; }
 [[ "$(row bf16)" =~ ^bf16\ +6\.516\ +2\.00\ +600\.0\ +1\.83\ .*2\.2010\ +-0\.18%$ ]] && ok bf16_row || fail bf16_row "$(row bf16)"
 # sign: 13031424 / 509040 = 25.60x fewer bytes; median 400; loss (2.24 - 2.205) / 2.205 = +1.59%
 [[ "$(row sign)" =~ ^sign\ +0\.509\ +25\.60\ +400\.0\ +2\.75\ .*2\.2400\ +\+1\.59%$ ]] && ok sign_row || fail sign_row "$(row sign)"
-[ "$(echo "$out" | grep -c '^PASS: ')" = 4 ] && [ $rc = 0 ] && ok all_goals_pass || fail all_goals_pass "rc $rc"
+# powersgd (GPT, rank 8): 13031424 / 608256 = 21.42x fewer bytes; median 450; loss +0.45%
+[[ "$(row powersgd)" =~ ^powersgd\ +0\.608\ +21\.42\ +450\.0\ +2\.44\ .*2\.2150\ +\+0\.45%$ ]] && ok powersgd_row || fail powersgd_row "$(row powersgd)"
+echo "$out" | grep -q '^PASS: powersgd cuts bytes >= 8x (fp32/powersgd = 21.424)' &&
+  echo "$out" | grep -q '^PASS: powersgd val loss within 2%' && ok powersgd_verdicts || fail powersgd_verdicts "$out"
+[ "$(echo "$out" | grep -c '^PASS: ')" = 6 ] && [ $rc = 0 ] && ok all_goals_pass || fail all_goals_pass "rc $rc"
 
-# goals missed: bf16 only 1.5x faster, sign 3% worse -> two FAILs and exit 1
+# goals missed: bf16 only 1.5x faster, sign 3% worse, powersgd only 7x fewer bytes -> FAILs, exit 1
 fake "$A" bf16 1 6515712 "9000 9000 9000 733 733 733 733 733" 2.2010
 fake "$A" sign 1 509040 "9000 9000 9000 400 410 420 400 400" 2.2712
+fake "$A" powersgd 1 1861632 "9000 9000 9000 450 450 460 450 440" 2.2150
 out=$("$B" --parse-only "$A" --skip 3 2>&1); rc=$?
 echo "$out" | grep -q '^FAIL: bf16 cuts step time' && echo "$out" | grep -q '^FAIL: sign val loss' &&
+  echo "$out" | grep -q '^FAIL: powersgd cuts bytes' && echo "$out" | grep -q '^PASS: powersgd val loss' &&
   echo "$out" | grep -q '^PASS: sign cuts bytes' && [ $rc = 1 ] && ok missed_goals_fail || fail missed_goals_fail "rc $rc: $out"
 
 # --methods picks the rows (fp16 passes through untouched); a method without runs shows dashes

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # test_gpt.sh - `cddp train` of the byte-level GPT on the King James Bible (a small model, a
-# short run, 2 ranks), its evaluation, and `cddp sample` from the checkpoint it leaves.
+# short run, 2 ranks; also with PowerSGD), its evaluation, and `cddp sample` from the checkpoint
+# it leaves.
 cd "$(dirname "$0")/../.." && source tests/sh/lib.sh
 T=$(mktemp -d /tmp/cddp-gpt.XXXXXX)
 trap 'rm -rf "$T"' EXIT
@@ -17,6 +18,21 @@ if [ $rc = 0 ] && awk -v a="$first" -v b="$last" -v e="$evl" 'BEGIN { exit !(a >
 then ok "GPT on the KJV, 2 ranks: loss $first -> $last nats/byte, validation $evl"
 else fail "gpt train" "rc=$rc loss $first -> $last eval $evl: $(tail -3 "$T/g.out" | tr '\n' ' ')"; fi
 "$CDDP" ckpt info "$T/g/checkpoints" 2>/dev/null | grep -q "h.1.attn.c_attn.weight" && ok "checkpoint holds the GPT's tensors by name" || fail "gpt checkpoint names"
+
+# PowerSGD at rank 8 on the same GPT: it trains, and sends P (rows x 8) and Q (cols x 8) of each
+# weight matrix and every 1-D tensor raw: V = 256 bytes, T = 64 positions, C = 64, L = 2 blocks
+timeout 300 "$CDDP" run --standalone --nproc-per-node 2 "$CDDP" train --config "$CFG" --work-dir "$T" --name ps "${SMALL[@]}" \
+  --set ddp.compress=powersgd --set ddp.powersgd_rank=8 >"$T/ps.out" 2>&1; rc=$?
+want=$(awk 'BEGIN { V = 256; T = 64; C = 64; L = 2; r = 8
+  full = V * C + T * C + L * (12 * C * C + 13 * C) + 2 * C             # wte, wpe, blocks, ln_f
+  sent = r * (V + C) + r * (T + C) + L * (r * (4 * C + 2 * C + 5 * C + 5 * C) + 13 * C) + 2 * C
+  printf "%.2f", full / sent }')
+cp=$(field compression "$T/ps/metrics.jsonl" | tail -1)
+pf=$(field loss "$T/ps/metrics.jsonl" | head -1); pl=$(field loss "$T/ps/metrics.jsonl" | tail -5 | sort -n | tail -1)
+pe=$(grep '"eval"' "$T/ps/metrics.jsonl" | sed -n 's/.*"loss":\([0-9.]*\).*/\1/p')
+if [ $rc = 0 ] && [ "$cp" = "$want" ] && awk -v a="$pf" -v b="$pl" -v e="$pe" -v f="$evl" 'BEGIN { exit !(b < 0.6 * a && e < 1.1 * f) }'
+then ok "GPT with ddp.compress powersgd: compression $cp (expected $want), loss $pf -> $pl, validation $pe (float32: $evl)"
+else fail "gpt powersgd" "rc=$rc compression $cp (expected $want) loss $pf -> $pl eval $pe vs $evl: $(tail -2 "$T/ps.out" | tr '\n' ' ')"; fi
 
 s1=$("$CDDP" sample --ckpt "$T/g" --prompt "And God said" -n 120 --seed 7 2>&1); rc=$?
 s2=$("$CDDP" sample --ckpt "$T/g/checkpoints" --prompt "And God said" -n 120 --seed 7 2>&1)

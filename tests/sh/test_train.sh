@@ -129,6 +129,29 @@ if [ $rc = 0 ] && [ "$stopped" -lt 60 ] && ! grep -q "no error-feedback" "$T/czs
 then ok "sign-Adam stopped at step $stopped and resumed: residuals, own m and v restored, weights bitwise equal"
 else fail "sign_adam resume" "rc=$rc stopped=$stopped $(grep -h 'resum\|residual\|error' "$T"/czsastop.*.out | tr '\n' ' ')"; fi
 
+# 3e. PowerSGD (rank 8): it trains, sends P and Q of each weight matrix and the biases raw
+# (784x256: 8 (784 + 256), 256, 10x256: 8 (10 + 256), 10 floats of 203,530), and stopped and
+# resumed it restores every rank's residual and warm-start Q's: bitwise
+PS=("${CZ[@]}" --set ddp.compress=powersgd --set ddp.powersgd_rank=8)
+run2 --name czps "${PS[@]}" >"$T/czps.out" 2>&1 || fail "powersgd" "$(tail -2 "$T/czps.out")"
+want=$(awk 'BEGIN { r = 8; h = 256; printf "%.2f", (784 * h + h + h * 10 + 10) / (r * (784 + h) + h + r * (h + 10) + 10) }')
+cp=$(field compression "$T/czps/metrics.jsonl" | tail -1); bp=$(field bytes_sent "$T/czps/metrics.jsonl" | tail -1)
+l0=$(field loss "$T/czps/metrics.jsonl" | head -1); l1=$(field loss "$T/czps/metrics.jsonl" | tail -5 | sort -n | tail -1)
+if [ "$cp" = "$want" ] && [ "$bp" = $(((8 * (784 + 256) + 256 + 8 * (256 + 10) + 10) * 4)) ] &&
+   awk -v a="$l0" -v b="$l1" 'BEGIN { exit !(b < a * 0.6) }'
+then ok "ddp.compress powersgd: $bp bytes a step, compression $cp (expected $want); loss $l0 -> $l1"
+else fail "powersgd" "compression $cp (expected $want) bytes $bp loss $l0 -> $l1"; fi
+run2 --name czpsstop "${PS[@]}" --set ddp.threads=1 >"$T/czpsstop.1.out" 2>&1 &
+pid=$!
+wait_step "$T/czpsstop" 25
+pkill -TERM -f "run --standalone --nproc-per-node 2 $CDDP train --config $CFG --work-dir $T --name czpsstop"; wait $pid 2>/dev/null
+stopped=$(field step "$T/czpsstop/metrics.jsonl" | tail -1)
+run2 --name czpsstop "${PS[@]}" --resume-from latest >"$T/czpsstop.2.out" 2>&1; rc=$?
+if [ $rc = 0 ] && [ "$stopped" -lt 60 ] && ! grep -q "no error-feedback" "$T/czpsstop.2.out" &&
+   cmp -s "$T/czps/checkpoints/step-000000060/model.safetensors" "$T/czpsstop/checkpoints/step-000000060/model.safetensors"
+then ok "powersgd stopped at step $stopped and resumed: residuals and Q's restored, weights bitwise equal"
+else fail "powersgd resume" "rc=$rc stopped=$stopped $(grep -h 'resum\|residual\|error' "$T"/czpsstop.*.out | tr '\n' ' ')"; fi
+
 # 4. exactly once: one epoch started on 2 ranks, stopped, finished on 1 rank
 EP=(--set model.hidden=[32] --set train.epochs=1 --set debug.sample_log=true --set checkpoint.every_steps=10 --set eval.every_epoch=false --set data.drop_last=false)
 run2 --name once "${EP[@]}" --set ddp.threads=1 >"$T/once.1.out" 2>&1 &
@@ -193,6 +216,7 @@ bad "unreadable config" "nope.yaml" "$CDDP" train --config "$T/nope.yaml"
 bad "unknown key" "unknown.yaml:4.*optim.lrr" "$CDDP" train --config "$T/unknown.yaml"
 bad "bad value" "badvalue.yaml:2.*optim.lr" "$CDDP" train --config "$T/badvalue.yaml"
 bad "bad --set" "batch.global" "$CDDP" train --config "$CFG" --set batch.global=abc
+bad "powersgd rank out of range" "ddp.powersgd_rank" "$CDDP" train --config "$CFG" --set ddp.compress=powersgd --set ddp.powersgd_rank=0
 bad "missing data package" "dataset-fashion-mnist" "$CDDP" train --config "$CFG" --work-dir "$T" --set data.dir="$T/nodata"
 bad "unknown option" "unknown option '--bogus'" "$CDDP" train --config "$CFG" --bogus
 bad "no --config" "--config PATH is required" "$CDDP" train
