@@ -38,7 +38,8 @@ row() { echo "$out" | awk -v m="$1" '$1 == m'; }
 [[ "$(row powersgd)" =~ ^powersgd\ +0\.608\ +21\.42\ +450\.0\ +2\.44\ .*2\.2150\ +\+0\.45%$ ]] && ok powersgd_row || fail powersgd_row "$(row powersgd)"
 echo "$out" | grep -q '^PASS: powersgd cuts bytes >= 8x (fp32/powersgd = 21.424)' &&
   echo "$out" | grep -q '^PASS: powersgd val loss within 2%' && ok powersgd_verdicts || fail powersgd_verdicts "$out"
-[ "$(echo "$out" | grep -c '^PASS: ')" = 6 ] && [ $rc = 0 ] && ok all_goals_pass || fail all_goals_pass "rc $rc"
+[ "$(echo "$out" | grep -c '^PASS: ')" = 7 ] && echo "$out" | grep -qx 'PASS: a stronger method meets both goals: sign powersgd' &&
+  [ $rc = 0 ] && ok all_goals_pass || fail all_goals_pass "rc $rc"
 
 # goals missed: bf16 only 1.5x faster, sign 3% worse, powersgd only 7x fewer bytes -> FAILs, exit 1
 fake "$A" bf16 1 6515712 "9000 9000 9000 733 733 733 733 733" 2.2010
@@ -47,7 +48,15 @@ fake "$A" powersgd 1 1861632 "9000 9000 9000 450 450 460 450 440" 2.2150
 out=$("$B" --parse-only "$A" --skip 3 2>&1); rc=$?
 echo "$out" | grep -q '^FAIL: bf16 cuts step time' && echo "$out" | grep -q '^FAIL: sign val loss' &&
   echo "$out" | grep -q '^FAIL: powersgd cuts bytes' && echo "$out" | grep -q '^PASS: powersgd val loss' &&
-  echo "$out" | grep -q '^PASS: sign cuts bytes' && [ $rc = 1 ] && ok missed_goals_fail || fail missed_goals_fail "rc $rc: $out"
+  echo "$out" | grep -q '^PASS: sign cuts bytes' && echo "$out" | grep -qx 'FAIL: no stronger method meets both goals' &&
+  [ $rc = 1 ] && ok missed_goals_fail || fail missed_goals_fail "rc $rc: $out"
+
+# one stronger method meeting both goals is enough: sign 3% worse, powersgd fine -> exit 0
+fake "$A" bf16 1 6515712 "9000 9000 9000 600 650 600 700 600" 2.2010
+fake "$A" powersgd 1 608256 "9000 9000 9000 450 450 460 450 440" 2.2150
+out=$("$B" --parse-only "$A" --skip 3 2>&1); rc=$?
+echo "$out" | grep -q '^FAIL: sign val loss' && echo "$out" | grep -qx 'PASS: a stronger method meets both goals: powersgd' &&
+  [ $rc = 0 ] && ok one_stronger_method_suffices || fail one_stronger_method_suffices "rc $rc: $out"
 
 # --methods picks the rows (fp16 passes through untouched); a method without runs shows dashes
 fake "$A" fp16 1 6515712 "9000 9000 9000 650 650 650 650 650" 2.2011
