@@ -98,16 +98,23 @@ if [ "$rh" = 2.00 ] && [ -n "$bn" ] && [ "$((bh * 2))" = "$bn" ] &&
    awk -v a="$h0" -v h="$hl" -v n="$nl" 'BEGIN { d = h - n; exit !(h < a * 0.6 && (d < 0 ? -d : d) <= 0.02 * n) }'
 then ok "ddp.compress: fp16 sends $bh bytes a step (float32: $bn), compression $rh; loss $h0 -> $hl (float32: $nl)"
 else fail "fp16 compression" "compression $rh bytes $bh vs $bn loss $h0 -> $hl (float32 $nl)"; fi
-run2 --name czstop "${CZ[@]}" --set ddp.compress=sign --set ddp.threads=1 >"$T/czstop.1.out" 2>&1 &
-pid=$!
-wait_step "$T/czstop" 25
-pkill -TERM -f "run --standalone --nproc-per-node 2 $CDDP train --config $CFG --work-dir $T --name czstop"; wait $pid 2>/dev/null
-stopped=$(field step "$T/czstop/metrics.jsonl" | tail -1)
-run2 --name czstop "${CZ[@]}" --set ddp.compress=sign --resume-from latest >"$T/czstop.2.out" 2>&1; rc=$?
-if [ $rc = 0 ] && [ "$stopped" -lt 60 ] && ! grep -q "no error-feedback" "$T/czstop.2.out" &&
-   cmp -s "$T/czsign/checkpoints/step-000000060/model.safetensors" "$T/czstop/checkpoints/step-000000060/model.safetensors"
-then ok "sign compression stopped at step $stopped and resumed: residuals restored, weights bitwise equal"
-else fail "sign resume" "rc=$rc stopped=$stopped $(grep -h 'resum\|residual\|error' "$T"/czstop.*.out | tr '\n' ' ')"; fi
+# stop_resume REF NAME WHAT ARGS...: run NAME with ARGS (one BLAS thread), stop it near step 25,
+# resume it from latest; ok when it resumed cleanly, had stopped before step 60, found its
+# error-feedback state in the checkpoint, and step 60's weights equal the uninterrupted run REF's
+stop_resume() {
+  local ref=$1 name=$2 what=$3 pid stopped rc; shift 3
+  run2 --name "$name" "$@" --set ddp.threads=1 >"$T/$name.1.out" 2>&1 &
+  pid=$!
+  wait_step "$T/$name" 25
+  pkill -TERM -f "run --standalone --nproc-per-node 2 $CDDP train --config $CFG --work-dir $T --name $name"; wait $pid 2>/dev/null
+  stopped=$(field step "$T/$name/metrics.jsonl" | tail -1)
+  run2 --name "$name" "$@" --resume-from latest >"$T/$name.2.out" 2>&1; rc=$?
+  if [ $rc = 0 ] && [ "$stopped" -lt 60 ] && ! grep -q "no error-feedback" "$T/$name.2.out" &&
+     cmp -s "$T/$ref/checkpoints/step-000000060/model.safetensors" "$T/$name/checkpoints/step-000000060/model.safetensors"
+  then ok "$what stopped at step $stopped and resumed: weights bitwise equal"
+  else fail "$what resume" "rc=$rc stopped=$stopped $(grep -h 'resum\|residual\|error' "$T/$name".*.out | tr '\n' ' ')"; fi
+}
+stop_resume czsign czstop "sign compression (residuals restored)" "${CZ[@]}" --set ddp.compress=sign
 
 # 3d. sign-Adam: own momentum's signs + v averaged every 4 steps; it trains, the sync steps send
 # more bytes, and stopped and resumed it restores every rank's residual, m and v: bitwise
@@ -118,16 +125,7 @@ l0=$(field loss "$T/czsa/metrics.jsonl" | head -1); l1=$(field loss "$T/czsa/met
 if awk -v a="$c1" -v b="$c2" -v l0="$l0" -v l1="$l1" 'BEGIN { exit !(a < 2.5 && b > 25 && l1 < l0 * 0.8) }'
 then ok "ddp.sign_adam: sync step compression $c1, others $c2; loss $l0 -> $l1"
 else fail "sign_adam" "compression $c1 $c2 loss $l0 -> $l1"; fi
-run2 --name czsastop "${SA[@]}" --set ddp.threads=1 >"$T/czsastop.1.out" 2>&1 &
-pid=$!
-wait_step "$T/czsastop" 25
-pkill -TERM -f "run --standalone --nproc-per-node 2 $CDDP train --config $CFG --work-dir $T --name czsastop"; wait $pid 2>/dev/null
-stopped=$(field step "$T/czsastop/metrics.jsonl" | tail -1)
-run2 --name czsastop "${SA[@]}" --resume-from latest >"$T/czsastop.2.out" 2>&1; rc=$?
-if [ $rc = 0 ] && [ "$stopped" -lt 60 ] && ! grep -q "no error-feedback" "$T/czsastop.2.out" &&
-   cmp -s "$T/czsa/checkpoints/step-000000060/model.safetensors" "$T/czsastop/checkpoints/step-000000060/model.safetensors"
-then ok "sign-Adam stopped at step $stopped and resumed: residuals, own m and v restored, weights bitwise equal"
-else fail "sign_adam resume" "rc=$rc stopped=$stopped $(grep -h 'resum\|residual\|error' "$T"/czsastop.*.out | tr '\n' ' ')"; fi
+stop_resume czsa czsastop "sign-Adam (residuals, own m and v restored)" "${SA[@]}"
 
 # 3e. PowerSGD (rank 8): it trains, sends P and Q of each weight matrix and the biases raw
 # (784x256: 8 (784 + 256), 256, 10x256: 8 (10 + 256), 10 floats of 203,530), and stopped and
@@ -141,16 +139,7 @@ if [ "$cp" = "$want" ] && [ "$bp" = $(((8 * (784 + 256) + 256 + 8 * (256 + 10) +
    awk -v a="$l0" -v b="$l1" 'BEGIN { exit !(b < a * 0.6) }'
 then ok "ddp.compress powersgd: $bp bytes a step, compression $cp (expected $want); loss $l0 -> $l1"
 else fail "powersgd" "compression $cp (expected $want) bytes $bp loss $l0 -> $l1"; fi
-run2 --name czpsstop "${PS[@]}" --set ddp.threads=1 >"$T/czpsstop.1.out" 2>&1 &
-pid=$!
-wait_step "$T/czpsstop" 25
-pkill -TERM -f "run --standalone --nproc-per-node 2 $CDDP train --config $CFG --work-dir $T --name czpsstop"; wait $pid 2>/dev/null
-stopped=$(field step "$T/czpsstop/metrics.jsonl" | tail -1)
-run2 --name czpsstop "${PS[@]}" --resume-from latest >"$T/czpsstop.2.out" 2>&1; rc=$?
-if [ $rc = 0 ] && [ "$stopped" -lt 60 ] && ! grep -q "no error-feedback" "$T/czpsstop.2.out" &&
-   cmp -s "$T/czps/checkpoints/step-000000060/model.safetensors" "$T/czpsstop/checkpoints/step-000000060/model.safetensors"
-then ok "powersgd stopped at step $stopped and resumed: residuals and Q's restored, weights bitwise equal"
-else fail "powersgd resume" "rc=$rc stopped=$stopped $(grep -h 'resum\|residual\|error' "$T"/czpsstop.*.out | tr '\n' ' ')"; fi
+stop_resume czps czpsstop "powersgd (residuals and Q's restored)" "${PS[@]}"
 
 # 4. exactly once: one epoch started on 2 ranks, stopped, finished on 1 rank
 EP=(--set model.hidden=[32] --set train.epochs=1 --set debug.sample_log=true --set checkpoint.every_steps=10 --set eval.every_epoch=false --set data.drop_last=false)
