@@ -92,13 +92,6 @@ int cddp__describe_status(int status, char *buf, size_t size) {
   return code;
 }
 
-/* Before exec: worker `index` of n onto its share of the agent's CPUs (cpubind.c says why). */
-static void bind_cpus(int n, int index) {
-  cpu_set_t allowed, share;
-  if (sched_getaffinity(0, sizeof allowed, &allowed) != 0 || !cddp__cpu_share(&allowed, n, index, &share)) return;
-  sched_setaffinity(0, sizeof share, &share);
-}
-
 static void child(cddp__worker_t *w, int out[2], int err[2], char *const *argv, char **env, pid_t parent) {
   sigset_t none;
   sigemptyset(&none);
@@ -144,13 +137,18 @@ static cddp_result_t spawn(cddp__workers_t *ws, cddp__worker_t *w, char *const *
   int out[2] = {-1, -1}, err[2] = {-1, -1};
   cddp_result_t ret = CDDP_OK;
   w->exited = 0, w->status = 0;
+  /* worker i of the round on the i-th share of the agent's CPUs, set in the child before exec
+   * (cpubind.c says why) */
+  cpu_set_t allowed, share;
+  int bound = ws->cpu_bind && sched_getaffinity(0, sizeof allowed, &allowed) == 0 &&
+              cddp__cpu_share(&allowed, ws->n_bind, (int)(w - ws->w), &share);
   if (pipe2(out, O_CLOEXEC) != 0 || pipe2(err, O_CLOEXEC) != 0) {
     ret = cddp__fail_errno(CDDP_SYSTEM, "pipe for rank %d", w->rank);
     goto fail;
   }
   w->pid = fork();
   if (w->pid == 0) {
-    if (ws->cpu_bind) bind_cpus(ws->n_bind, (int)(w - ws->w));
+    if (bound) sched_setaffinity(0, sizeof share, &share);
     child(w, out, err, argv, env, self);
   }
   if (w->pid < 0) {
@@ -158,11 +156,10 @@ static cddp_result_t spawn(cddp__workers_t *ws, cddp__worker_t *w, char *const *
     goto fail;
   }
   setpgid(w->pid, w->pid); /* also here, so kill(-pid) works at once */
-  cpu_set_t allowed, share;
-  char cpus[256];
-  if (ws->cpu_bind && sched_getaffinity(0, sizeof allowed, &allowed) == 0 &&
-      cddp__cpu_share(&allowed, ws->n_bind, (int)(w - ws->w), &share))
+  if (bound) {
+    char cpus[256];
     CDDP_INFO(CDDP_SUB_RUN, "rank %d runs on CPUs %s", w->rank, cddp__cpu_list(&share, cpus, sizeof cpus));
+  }
   close(out[1]);
   close(err[1]);
   w->fd[0] = out[0];

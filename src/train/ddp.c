@@ -20,7 +20,9 @@
 typedef struct bucket {
   size_t lo, hi; /* [lo, hi) in floats */
   size_t soff;   /* sign compression: its words in sign_send; world times that in sign_recv */
-  int t0, t1;    /* powersgd: its tensors mats[t0..t1) */
+  int t0, t1;    /* powersgd: its tensors mats[t0..t1), their P's (and raw values) at floats
+                    [p0, p1) of the P wire and their Q's at [q0, q1) of the Q wire */
+  size_t p0, p1, q0, q1;
   cddp_request_t *req, *qreq; /* qreq: powersgd's Q all-reduce */
   int started;
 } bucket_t;
@@ -152,10 +154,8 @@ static void start(cddp_ddp_t *d, bucket_t *b) {
     break;
   }
   case CDDP_COMPRESS_POWERSGD: { /* the bucket's P's and raw tensors, summed */
-    const cddp__psgd_mat_t *m = d->mats + b->t0, *e = d->mats + b->t1 - 1;
-    size_t w0 = m->woff, w1 = e->woff + (e->lowrank ? e->rows * (size_t)d->prank : e->rows * e->cols);
-    cddp__psgd_compress(m, b->t1 - b->t0, d->prank, d->grads, d->residual, d->qstate, d->pwire);
-    r = cddp_iallreduce(d->comm, d->pwire + w0, d->pwire + w0, w1 - w0, CDDP_F32, CDDP_SUM, &b->req);
+    cddp__psgd_compress(d->mats + b->t0, b->t1 - b->t0, d->prank, d->grads, d->residual, d->qstate, d->pwire);
+    r = cddp_iallreduce(d->comm, d->pwire + b->p0, d->pwire + b->p0, b->p1 - b->p0, CDDP_F32, CDDP_SUM, &b->req);
     break;
   }
   default:
@@ -167,20 +167,11 @@ static void start(cddp_ddp_t *d, bucket_t *b) {
   }
 }
 
-/* PowerSGD: floats [*q0, *q1) of the Q wire are bucket b's Q's. */
-static void q_range(const cddp_ddp_t *d, const bucket_t *b, size_t *q0, size_t *q1) {
-  *q0 = *q1 = d->mats[b->t0].qoff;
-  for (int i = b->t0; i < b->t1; i++)
-    if (d->mats[i].lowrank) *q1 = d->mats[i].qoff + d->mats[i].cols * (size_t)d->prank;
-}
-
 /* PowerSGD, a bucket's P's summed: orthonormalise them, Q = M^T P, start the Q's all-reduce. */
 static cddp_result_t psgd_project(cddp_ddp_t *d, bucket_t *b) {
-  size_t q0, q1;
-  q_range(d, b, &q0, &q1);
   cddp__psgd_project(d->mats + b->t0, b->t1 - b->t0, d->prank, d->grads, d->pwire, d->qwire);
-  if (q1 == q0) return CDDP_OK;
-  return cddp_iallreduce(d->comm, d->qwire + q0, d->qwire + q0, q1 - q0, CDDP_F32, CDDP_SUM, &b->qreq);
+  if (b->q1 == b->q0) return CDDP_OK;
+  return cddp_iallreduce(d->comm, d->qwire + b->q0, d->qwire + b->q0, b->q1 - b->q0, CDDP_F32, CDDP_SUM, &b->qreq);
 }
 
 /* PowerSGD, every bucket's P's done: wait for each bucket's Q's and decode it. */
@@ -315,7 +306,8 @@ cddp_result_t cddp_ddp_set_compress(cddp_ddp_t *d, cddp_compress_t c) {
   return r;
 }
 
-/* PowerSGD's buckets: whole tensors from the end of the buffer, about per floats each. */
+/* PowerSGD's buckets: whole tensors from the end of the buffer, about per floats each, with
+ * their ranges on the two wires (cddp__psgd_layout's order: tensor after tensor). */
 static cddp_result_t psgd_buckets(cddp_ddp_t *d, size_t per) {
   int nb = 0;
   bucket_t *b = calloc((size_t)d->nmats, sizeof *b);
@@ -324,8 +316,12 @@ static cddp_result_t psgd_buckets(cddp_ddp_t *d, size_t per) {
     int lo = hi - 1;
     size_t len = d->mats[lo].rows * d->mats[lo].cols;
     while (lo > 0 && len + d->mats[lo - 1].rows * d->mats[lo - 1].cols <= per) lo--, len += d->mats[lo].rows * d->mats[lo].cols;
-    b[nb] = (bucket_t){.lo = d->mats[lo].off, .hi = d->mats[hi - 1].off + d->mats[hi - 1].rows * d->mats[hi - 1].cols,
-                       .t0 = lo, .t1 = hi};
+    const cddp__psgd_mat_t *e = &d->mats[hi - 1];
+    size_t p1 = e->woff + (e->lowrank ? e->rows * (size_t)d->prank : e->rows * e->cols), q1 = d->mats[lo].qoff;
+    for (int i = lo; i < hi; i++)
+      if (d->mats[i].lowrank) q1 = d->mats[i].qoff + d->mats[i].cols * (size_t)d->prank;
+    b[nb] = (bucket_t){.lo = d->mats[lo].off, .hi = e->off + e->rows * e->cols, .t0 = lo, .t1 = hi,
+                       .p0 = d->mats[lo].woff, .p1 = p1, .q0 = d->mats[lo].qoff, .q1 = q1};
     hi = lo;
   }
   free(d->b);
