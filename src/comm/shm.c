@@ -53,6 +53,7 @@ static cddp_result_t map_segment(shm_t *s, const char *key, size_t bytes, void *
       ret = cddp_store_get(ctx->store, key, &val, &len, 100);
       if (ret != CDDP_TIMEOUT) break;
       if (cddp__aborted(ctx)) return cddp__fail(CDDP_ABORTED, "shm: aborted while waiting for %s", key);
+      CDDP_CHECK(cddp__shm_check_peer(s, 0)); /* a dead rank 0 never publishes it */
       if (cddp__now_ns() >= deadline) {
         char peer[128];
         return cddp__fail(CDDP_TIMEOUT, "shm: timed out waiting for %s to publish %s",
@@ -136,6 +137,7 @@ static cddp_result_t shm_init(const cddp__comm_ctx_t *ctx, void **state) {
   CDDP_CHECK_GOTO(map_segment(s, "shm/seg", bytes, &p, name, sizeof name), ret, fail);
   s->hdr = p;
   s->seg_bytes = bytes;
+  s->ctl = (shm_ctl_t *)((char *)s->hdr + sizeof(shm_hdr_t)); /* zeroed until rank 0 writes it */
   if (s->rank == 0) {
     s->hdr->world = (uint32_t)ctx->world;
     s->hdr->round = (uint32_t)ctx->round;
@@ -146,9 +148,16 @@ static cddp_result_t shm_init(const cddp__comm_ctx_t *ctx, void **state) {
     atomic_thread_fence(memory_order_release);
     __atomic_store_n(&s->hdr->magic, SHM_MAGIC, __ATOMIC_RELEASE);
   } else {
+    /* rank 0 may die between publishing the name and writing the header (a worker killed
+     * while a generation forms): its liveness is checked, or this rank would wait the timeout */
     uint64_t deadline = init_deadline(ctx);
     while (__atomic_load_n(&s->hdr->magic, __ATOMIC_ACQUIRE) != SHM_MAGIC) {
-      if (cddp__now_ns() >= deadline || cddp__aborted(ctx)) {
+      if (cddp__aborted(ctx)) {
+        ret = cddp__fail(CDDP_ABORTED, "shm init: aborted while segment %s waited for rank 0", name);
+        goto fail;
+      }
+      if ((ret = cddp__shm_check_peer(s, 0)) != CDDP_OK) goto fail;
+      if (cddp__now_ns() >= deadline) {
         ret = cddp__fail(CDDP_TIMEOUT, "shm init: segment %s never initialised by rank 0", name);
         goto fail;
       }
@@ -166,7 +175,6 @@ static cddp_result_t shm_init(const cddp__comm_ctx_t *ctx, void **state) {
   s->slot_bytes = s->hdr->slot_bytes;
   s->chunk_bytes = s->hdr->chunk_bytes;
   s->direct_max = s->hdr->direct_max;
-  s->ctl = (shm_ctl_t *)((char *)s->hdr + sizeof(shm_hdr_t));
   for (int k = 0; k < SHM_NSLOT; k++)
     for (int q = 0; q < ctx->world; q++) {
       int idx = k * ctx->world + q;

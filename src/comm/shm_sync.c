@@ -77,7 +77,7 @@ cddp_result_t cddp__shm_check_peer(shm_t *s, int q) {
   if (peer_exited(s, q))
     return cddp__fail(CDDP_REMOTE, "shm %s: %s exited (pid %d)", s->what,
                       cddp__peer_name(s->ctx, q, name, sizeof name), s->ctx->peers[q].pid);
-  if (atomic_load_explicit(&s->ctl[q].left.v, memory_order_acquire))
+  if (s->ctl && atomic_load_explicit(&s->ctl[q].left.v, memory_order_acquire)) /* no ctl: not mapped yet */
     return cddp__fail(CDDP_REMOTE, "shm %s: %s left the communicator (failed or aborted)",
                       s->what, cddp__peer_name(s->ctx, q, name, sizeof name));
   return CDDP_OK;

@@ -1,9 +1,12 @@
 /* test_comm_shm_fail.c - shm failure paths: abort from another thread, timeout, a peer that
- * leaves, a peer SIGKILLed mid-collective (forked ranks over a TCP store). */
+ * leaves, a peer SIGKILLed mid-collective (forked ranks over a TCP store), rank 0 dead while the
+ * communicator formed. */
+#include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -169,3 +172,58 @@ static void run_kill(int world, int mode) {
 TEST(shm_peer_killed_small_w2) { run_kill(2, 0); }
 TEST(shm_peer_killed_ring_w3) { run_kill(3, 1); }
 TEST(shm_peer_killed_zero_copy_w2) { run_kill(2, 2); }
+
+/* ---- rank 0 died while the communicator formed ---- */
+
+/* What comm.c publishes as this host's identity (boot id + network namespace). */
+static void host_id(char *buf, size_t size) {
+  char boot[64] = "?", ns[64] = "?";
+  FILE *f = fopen("/proc/sys/kernel/random/boot_id", "r");
+  if (f) {
+    if (fgets(boot, sizeof boot, f)) boot[strcspn(boot, "\n")] = '\0';
+    fclose(f);
+  }
+  ssize_t n = readlink("/proc/self/ns/net", ns, sizeof ns - 1);
+  ns[n > 0 ? n : 0] = '\0';
+  snprintf(buf, size, "%s/%s", boot, ns);
+}
+
+/* Rank 0 (a pid that has exited) published its peer record and, with publish_seg, the name
+ * of a segment whose header it never wrote: rank 1 must say rank 0 is gone within 2 s, not
+ * wait its 20 s timeout (the chaos loop hung so when a replacement met a worker killed
+ * mid-formation). */
+static void dead_rank0_during_init(int publish_seg) {
+  pid_t dead = fork();
+  CHECK(dead >= 0);
+  if (dead == 0) _exit(0);
+  CHECK(waitpid(dead, NULL, 0) == dead);
+  cddp_store_t *st;
+  CHECK_OK(cddp_store_mem_create(&st));
+  char id[160], rec[256], seg[64];
+  host_id(id, sizeof id);
+  int n = snprintf(rec, sizeof rec, "deadhost\n%s\n%d", id, (int)dead);
+  CHECK_OK(cddp_store_set(st, "comm/r0/peer/0", rec, (size_t)n));
+  int fd = -1;
+  if (publish_seg) {
+    snprintf(seg, sizeof seg, "/cddp-test-dead-%d", (int)getpid());
+    fd = shm_open(seg, O_CREAT | O_EXCL | O_RDWR, 0600);
+    CHECK(fd >= 0 && ftruncate(fd, 64 << 20) == 0); /* zeros: no magic, as if killed before it */
+    CHECK_OK(cddp_store_set(st, "comm/r0/shm/seg", seg, strlen(seg) + 1));
+  }
+  cddp_comm_config_t cfg;
+  cddp_comm_config_default(&cfg);
+  cfg.transport = "shm";
+  cfg.timeout_ms = 20000;
+  cddp_comm_t *c = NULL;
+  uint64_t t0 = cddp__now_ns();
+  cddp_result_t r = cddp_comm_init(&c, st, 1, 2, 0, &cfg);
+  double ms = (double)(cddp__now_ns() - t0) / 1e6;
+  CHECK_EQ(r, CDDP_REMOTE);
+  CHECK(ms < 2000);
+  CHECK(strstr(cddp_last_error(), "rank 0 (host deadhost)") != NULL);
+  if (fd >= 0) close(fd), shm_unlink(seg);
+  cddp_store_close(st);
+}
+
+TEST(shm_rank0_dead_before_segment_header) { dead_rank0_during_init(1); }
+TEST(shm_rank0_dead_before_segment_name) { dead_rank0_during_init(0); }
