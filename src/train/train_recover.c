@@ -11,6 +11,7 @@
 #include "common/check.h"
 #include "common/clock.h"
 #include "common/log.h"
+#include "run/elastic.h"
 #include "train/ddp_compress.h"
 #include "train/trainer.h"
 
@@ -135,9 +136,31 @@ static cddp_result_t restore_whole_job(trainer_t *t) {
   return CDDP_OK;
 }
 
+/* What made generations gen0+1 .. the current one (elastic/gen/<g>, the agents' words): one
+ * recovery may take in several (a worker killed while the job re-formed after a node's loss),
+ * and the line names each loss, oldest first. Joins are left out but for a join alone. */
+static void gen_causes(const trainer_t *t, int gen0, char *buf, size_t size) {
+  int now = cddp_world_generation(&t->w);
+  size_t o = 0;
+  buf[0] = '\0';
+  for (int g = CDDP_MAX(gen0 + 1, 1); g <= now && o + 8 < size; g++) {
+    char key[64];
+    void *v = NULL;
+    size_t len = 0;
+    snprintf(key, sizeof key, "elastic/gen/%d", g);
+    if (cddp_store_get(t->w.store, key, &v, &len, 0) == CDDP_OK &&
+        (!cddp__gen_is_join(v, len) || (g == now && !o)))
+      o += (size_t)snprintf(buf + o, size - o, "%s%.*s", o ? ", then " : "", (int)len, (char *)v);
+    free(v);
+  }
+  cddp__clear_error();
+  if (!o) snprintf(buf, size, "?");
+}
+
 /* Every rank reports (has state, step, config hash, ms since its failure); the lowest rank
- * holding the highest step sends params, optimizer moments and counters, sampler position. */
-static cddp_result_t sync_state(trainer_t *t, uint64_t t_fail, int old_world, int old_accum, int join) {
+ * holding the highest step sends params, optimizer moments and counters, sampler position.
+ * gen0: the generation this rank trained in before (the line names what came since). */
+static cddp_result_t sync_state(trainer_t *t, uint64_t t_fail, int old_world, int old_accum, int join, int gen0) {
   /* per rank: has state, step, config hash, ms since its failure, the world and accumulation
    * it trained with (the source's are the job's: a replacement born into the new world has
    * seen no change) */
@@ -176,12 +199,8 @@ static cddp_result_t sync_state(trainer_t *t, uint64_t t_fail, int old_world, in
   t->has_state = 1;
   t->recoveries++;
   if (t->rank == 0) {
-    char who[128] = "?", key[64];
-    void *v = NULL;
-    size_t len = 0;
-    snprintf(key, sizeof key, "elastic/gen/%d", cddp_world_generation(&t->w));
-    if (cddp_store_get(t->w.store, key, &v, &len, 0) == CDDP_OK) snprintf(who, sizeof who, "%.*s", (int)len, (char *)v);
-    free(v);
+    char who[400];
+    gen_causes(t, gen0, who, sizeof who);
     cddp_metrics_break_line(&t->metrics);
     char mine0[64];
     if (before < 0) snprintf(mine0, sizeof mine0, "rank 0 is the replacement");
@@ -244,17 +263,18 @@ static cddp_result_t recover_as(trainer_t *t, uint64_t t_fail, int join) {
   cddp_result_t r;
   if (cddp__train_stop) return cddp__fail(CDDP_ABORTED, "stopped by signal %d", (int)cddp__train_stop);
   cddp__train_recovering = 1;
+  /* taken once: a recovery interrupted by another loss goes on from the world it started in */
+  int old_world = t->world, old_accum = t->accum, gen0 = cddp_world_generation(&t->w);
   for (;;) {
     cddp_comm_abort(t->w.comm); /* ends the buckets still in flight */
     cddp_ddp_destroy(t->ddp);
     t->ddp = NULL, t->grads = NULL;
-    int old_world = t->world, old_accum = t->accum;
     r = cddp_world_recover(&t->w);
     if (r != CDDP_OK) break;
     if ((r = adopt_world(t)) != CDDP_OK) break;
     r = cddp__train_make_ddp(t);
     if (r == CDDP_OK && kept) memcpy(cddp_ddp_residual(t->ddp), kept, res_len * sizeof *kept);
-    if (r == CDDP_OK) r = sync_state(t, t_fail, old_world, old_accum, join);
+    if (r == CDDP_OK) r = sync_state(t, t_fail, old_world, old_accum, join, gen0);
     if (r == CDDP_OK || !cddp__train_recoverable(t, r)) break;
     CDDP_INFO(CDDP_SUB_TRAIN, "recovery interrupted (%s): again", cddp_last_error());
   }
@@ -281,7 +301,8 @@ void cddp__train_publish_worlds(trainer_t *t) {
 
 cddp_result_t cddp__train_join_as_replacement(trainer_t *t) {
   /* no ddp: a peer died while setup built it (see setup): straight to the next generation */
-  cddp_result_t r = t->ddp ? sync_state(t, 0, t->world, t->accum, 0) : CDDP_ABORTED;
+  cddp_result_t r =
+      t->ddp ? sync_state(t, 0, t->world, t->accum, 0, cddp_world_generation(&t->w) - 1) : CDDP_ABORTED;
   if (r != CDDP_OK && cddp__train_recoverable(t, r)) r = cddp__train_recover(t, 0);
   return r;
 }

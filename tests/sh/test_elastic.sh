@@ -116,8 +116,8 @@ for _ in $(seq 400); do q=$(worker_pid e 1); [ -n "$q" ] && [ "$q" != "$first_pi
 [ -n "$q" ] && [ "$q" != "$first_pid" ] && kill -KILL "$q"
 wait $p; rc=$?
 check_recovered e "$T/e.out" $rc "$ref" 1
-[ "$(grep -c 'replaced in place' "$T/e.out")" = 2 ] && grep -q "recovered from the loss of rank 1 pid $q in [0-9]* ms: generation 2" "$T/e.out" &&
-  ok "e: the replacement (pid $q) killed during the recovery: recovered in generation 2" ||
+[ "$(grep -c 'replaced in place' "$T/e.out")" = 2 ] && grep -q "recovered from the loss of rank 1 pid $first_pid, then rank 1 pid $q in [0-9]* ms: generation 2" "$T/e.out" &&
+  ok "e: the replacement (pid $q) killed during the recovery: recovered in generation 2, both losses named" ||
   fail "e: failure during recovery" "$(grep -E 'replaced|recovered' "$T/e.out" | tr '\n' ' ')"
 
 # (w) the whole job lost: both workers of a 1 x 2 job SIGKILLed together. No rank holds the
