@@ -99,7 +99,7 @@ static cddp_result_t resolve_config(cddp_comm_config_t *out, const cddp_comm_con
 
 /* boot id + network namespace: ranks in different netns are different "hosts" even on one
  * kernel, which is what the namespace test cluster relies on. */
-static void local_host_id(char *buf, size_t size) {
+void cddp__local_host_id(char *buf, size_t size) {
   char boot[64] = "?", ns[64] = "?";
   FILE *f = fopen("/proc/sys/kernel/random/boot_id", "r");
   if (f) {
@@ -121,7 +121,7 @@ static cddp_result_t exchange_peers(cddp_comm_t *c) {
   cddp__peer_t me = {.pid = (int)getpid()};
   if (gethostname(me.host, sizeof me.host) != 0) strcpy(me.host, "?");
   me.host[sizeof me.host - 1] = '\0';
-  local_host_id(me.host_id, sizeof me.host_id);
+  cddp__local_host_id(me.host_id, sizeof me.host_id);
 
   char key[64], val[CDDP_HOST_MAX + sizeof me.host_id + 32];
   int n = snprintf(val, sizeof val, "%s\n%s\n%d", me.host, me.host_id, me.pid);

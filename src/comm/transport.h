@@ -86,4 +86,7 @@ static inline int cddp__aborted(const cddp__comm_ctx_t *ctx) {
 /* "rank R (host H)" for error messages. */
 const char *cddp__peer_name(const cddp__comm_ctx_t *ctx, int rank, char *buf, size_t size);
 
+/* This host as peers compare it: boot id + network namespace (what a peer record carries). */
+void cddp__local_host_id(char *buf, size_t size);
+
 #endif /* CDDP_COMM_TRANSPORT_H */

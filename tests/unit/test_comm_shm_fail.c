@@ -175,19 +175,6 @@ TEST(shm_peer_killed_zero_copy_w2) { run_kill(2, 2); }
 
 /* ---- rank 0 died while the communicator formed ---- */
 
-/* What comm.c publishes as this host's identity (boot id + network namespace). */
-static void host_id(char *buf, size_t size) {
-  char boot[64] = "?", ns[64] = "?";
-  FILE *f = fopen("/proc/sys/kernel/random/boot_id", "r");
-  if (f) {
-    if (fgets(boot, sizeof boot, f)) boot[strcspn(boot, "\n")] = '\0';
-    fclose(f);
-  }
-  ssize_t n = readlink("/proc/self/ns/net", ns, sizeof ns - 1);
-  ns[n > 0 ? n : 0] = '\0';
-  snprintf(buf, size, "%s/%s", boot, ns);
-}
-
 /* Rank 0 (a pid that has exited) published its peer record and, with publish_seg, the name
  * of a segment whose header it never wrote: rank 1 must say rank 0 is gone within 2 s, not
  * wait its 20 s timeout (the chaos loop hung so when a replacement met a worker killed
@@ -200,7 +187,7 @@ static void dead_rank0_during_init(int publish_seg) {
   cddp_store_t *st;
   CHECK_OK(cddp_store_mem_create(&st));
   char id[160], rec[256], seg[64];
-  host_id(id, sizeof id);
+  cddp__local_host_id(id, sizeof id);
   int n = snprintf(rec, sizeof rec, "deadhost\n%s\n%d", id, (int)dead);
   CHECK_OK(cddp_store_set(st, "comm/r0/peer/0", rec, (size_t)n));
   int fd = -1;
