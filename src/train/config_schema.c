@@ -220,6 +220,28 @@ const char *cddp__cfg_type_name(const cddp__cfg_key_t *k) {
   return "?";
 }
 
+/* One UTF-8 sequence at s: its code point in *cp and its length, or 0 when it is not valid
+ * UTF-8 (overlong, a surrogate, past U+10FFFF, cut short). */
+static int utf8_next(const unsigned char *s, uint32_t *cp) {
+  int n = s[0] < 0x80 ? 1 : (s[0] & 0xe0) == 0xc0 ? 2 : (s[0] & 0xf0) == 0xe0 ? 3 : (s[0] & 0xf8) == 0xf0 ? 4 : 0;
+  if (!n) return 0;
+  uint32_t v = n == 1 ? s[0] : s[0] & (0x7f >> n);
+  for (int i = 1; i < n; i++) {
+    if ((s[i] & 0xc0) != 0x80) return 0;
+    v = v << 6 | (s[i] & 0x3f);
+  }
+  static const uint32_t min[5] = {0, 0, 0x80, 0x800, 0x10000};
+  if (v < min[n] || v > 0x10ffff || (v >= 0xd800 && v <= 0xdfff)) return 0;
+  *cp = v;
+  return n;
+}
+
+/* YAML's printable set (1.1, 5.1): anything else is written escaped. */
+static int yaml_printable(uint32_t c) {
+  return c == 0x85 || (c >= 0x20 && c <= 0x7e) || (c >= 0xa0 && c <= 0xd7ff) || (c >= 0xe000 && c <= 0xfffd) ||
+         c >= 0x10000;
+}
+
 static int range_error(const cddp__cfg_key_t *k, const char *text, char *err, size_t cap) {
   char r[64];
   cddp__cfg_range_text(k, r, sizeof r);
@@ -360,6 +382,12 @@ int cddp__cfg_parse(const cddp__cfg_key_t *k, const char *text, cddp_train_confi
       if (k->type == CDDP__CFG_ENUM) return *(int *)field = found, 0;
     }
     if (!*text) return fail_msg(err, cap, "expected a non-empty string");
+    for (const unsigned char *u = (const unsigned char *)text; *u;) { /* YAML holds UTF-8 only */
+      uint32_t cp;
+      int n = utf8_next(u, &cp);
+      if (!n) return fail_msg(err, cap, "not valid UTF-8 (byte 0x%02x at offset %d)", *u, (int)(u - (const unsigned char *)text));
+      u += n;
+    }
     if (strlen(text) >= k->aux) {
       snprintf(err, cap, "too long (at most %zu bytes)", k->aux - 1);
       return -1;
@@ -405,11 +433,16 @@ int cddp__cfg_format(const cddp__cfg_key_t *k, const cddp_train_config_t *c, cha
     size_t o = 0;
     if (cap < 3) break;
     buf[o++] = '"';
-    for (; *s && o + 6 < cap; s++) {
+    for (; *s && o + 8 < cap;) {
       unsigned char ch = (unsigned char)*s;
+      uint32_t cp = ch;
+      int step = utf8_next((const unsigned char *)s, &cp);
+      if (!step) step = 1; /* not from a config (parsing refuses it): written as the byte's code point */
       if (ch == '"' || ch == '\\') buf[o++] = '\\', buf[o++] = (char)ch;
-      else if (ch < 0x20) o += (size_t)snprintf(buf + o, cap - o, "\\x%02x", ch);
-      else buf[o++] = (char)ch;
+      else if (!yaml_printable(cp) && cp < 0x100) o += (size_t)snprintf(buf + o, cap - o, "\\x%02x", (unsigned)cp);
+      else if (!yaml_printable(cp)) o += (size_t)snprintf(buf + o, cap - o, "\\u%04x", (unsigned)cp);
+      else memcpy(buf + o, s, (size_t)step), o += (size_t)step;
+      s += step;
     }
     buf[o++] = '"';
     buf[o] = '\0';

@@ -280,6 +280,10 @@ TEST(overrides_apply_after_the_file_and_are_validated) {
   expect_fail_ovr(file, bad7, 1, "--set batch.micro=96", "does not divide batch.global (256)", NULL);
   const char *bad8[] = {"optim.type=adam"};
   expect_fail_ovr(NULL, bad8, 1, "--set optim.type=adam", "expected one of sgd, adamw", NULL);
+  const char *bad10[] = {"data.dir=/x\x89y"}; /* not UTF-8: no YAML could hold it */
+  expect_fail_ovr(NULL, bad10, 1, "--set data.dir=", "not valid UTF-8 (byte 0x89 at offset 2)", NULL);
+  const char *bad11[] = {"data.dir=/x\xed\xa0\x80"}; /* a UTF-16 surrogate */
+  expect_fail_ovr(NULL, bad11, 1, "--set data.dir=", "not valid UTF-8 (byte 0xed at offset 2)", NULL);
   const char *bad9[] = {"batch.global=0"};
   expect_fail_ovr(NULL, bad9, 1, "--set batch.global=0", "must be in [1, 16777216]", NULL);
 }
@@ -293,9 +297,13 @@ static char *config_text(const cddp_train_config_t *c) {
   return buf;
 }
 
+/* quotes, a backslash, YAML's specials, controls, DEL, U+0089 (a C1 control: YAML wants it
+ * escaped), two- and four-byte UTF-8 written as they are */
+#define ODD_DIR "/odd \"dir\"\\with: colon #hash\ttab\nline\x7f" "\xc2\x89" "caf\xc3\xa9" "\xf0\x9f\x98\x80"
+
 TEST(write_then_load_round_trips_every_key) {
   const char *ovr[] = {"model.type=cnn", "model.hidden=[100]", "model.conv_channels=[3,5,7]",
-                       "data.dir=/odd \"dir\"\\with: colon #hash\ttab\nline", "train.seed=18446744073709551615",
+                       "data.dir=" ODD_DIR, "train.seed=18446744073709551615",
                        "optim.lr=0.1", "optim.eps=3.14159274e-05", "optim.type=adamw",
                        "ddp.bucket_mb=0.1", "schedule.type=linear", "train.max_steps=123456789012",
                        "batch.reference=1000", "debug.sample_log=true", "data.drop_last=false"};
@@ -310,7 +318,7 @@ TEST(write_then_load_round_trips_every_key) {
   cddp_train_config_t b = load_ok(text, NULL, 0);
   CHECK(strcmp(config_text(&b), text) == 0);
   CHECK(cddp_config_hash(&a) == cddp_config_hash(&b));
-  CHECK(strcmp(b.data_dir, "/odd \"dir\"\\with: colon #hash\ttab\nline") == 0);
+  CHECK(strcmp(b.data_dir, ODD_DIR) == 0);
   CHECK(b.lr == a.lr);
   CHECK(b.optim.eps == a.optim.eps);
   CHECK(b.bucket_mb == a.bucket_mb);
