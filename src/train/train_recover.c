@@ -159,14 +159,15 @@ static void gen_causes(const trainer_t *t, int gen0, char *buf, size_t size) {
 
 /* Every rank reports (has state, step, config hash, ms since its failure); the lowest rank
  * holding the highest step sends params, optimizer moments and counters, sampler position.
- * gen0: the generation this rank trained in before (the line names what came since). */
+ * gen0: the generation this rank trained in before; the line names what came since the
+ * oldest of the ranks' (a replacement's is its own generation - 1). */
 static cddp_result_t sync_state(trainer_t *t, uint64_t t_fail, int old_world, int old_accum, int join, int gen0) {
   /* per rank: has state, step, config hash, ms since its failure, the world and accumulation
    * it trained with (the source's are the job's: a replacement born into the new world has
-   * seen no change) */
-  enum { F = 6 };
+   * seen no change), the generation it trained in */
+  enum { F = 7 };
   int64_t mine[F] = {t->has_state, t->has_state ? t->step : -1, (int64_t)cddp_config_hash(&t->cfg),
-                     t_fail ? (int64_t)((cddp__now_ns() - t_fail) / 1000000) : 0, old_world, old_accum};
+                     t_fail ? (int64_t)((cddp__now_ns() - t_fail) / 1000000) : 0, old_world, old_accum, gen0};
   int64_t *all = calloc((size_t)t->world * F, sizeof *all);
   if (!all) return cddp__fail(CDDP_SYSTEM, "out of memory");
   cddp_result_t r = cddp_allgather(t->w.comm, mine, all, F, CDDP_I64);
@@ -175,6 +176,7 @@ static cddp_result_t sync_state(trainer_t *t, uint64_t t_fail, int old_world, in
   for (int q = 0; r == CDDP_OK && q < t->world; q++) {
     if (all[F * q] && all[F * q + 1] > best) best = all[F * q + 1], src = q;
     ms = CDDP_MAX(ms, all[F * q + 3]);
+    gen0 = (int)CDDP_MIN(gen0, all[F * q + 6]); /* a replacement knows only its own generation */
   }
   if (src >= 0) old_world = (int)all[F * src + 4], old_accum = (int)all[F * src + 5];
   int bad = -1; /* a rank whose config differs from the source's: every rank says so */
