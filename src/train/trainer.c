@@ -114,8 +114,16 @@ static cddp_result_t setup(trainer_t *t) {
   cddp_train_config_t *c = &t->cfg;
   /* these two fail alike on every rank: only rank 0 need say so */
   int replacement = cddp_world_replacement(&t->w); /* its peers are mid-run: only the state sync */
+  /* a peer lost during the first start's collectives (--restart-mode replace): the rest of
+   * the set-up is local, then this rank recovers as it would mid-run (from disk or the init
+   * when no rank got as far as holding the state) instead of dying and costing a restart */
+  int lost = 0;
   t->same_error_everywhere = 1;
-  if (!replacement) CDDP_CHECK(cddp__train_check_configs(t));
+  if (!replacement) {
+    cddp_result_t cr = cddp__train_check_configs(t);
+    if (cr != CDDP_OK && !cddp__train_recoverable(t, cr)) return cr;
+    lost = cr != CDDP_OK;
+  }
   CDDP_CHECK(cddp__train_batch_split(t));
   t->same_error_everywhere = 0;
   int threads = cddp__train_blas_threads(t);
@@ -128,8 +136,9 @@ static cddp_result_t setup(trainer_t *t) {
   if (!t->params || !t->idx) return cddp__fail(CDDP_SYSTEM, "out of memory");
   t->overlap = cddp__train_overlap(t, threads);
   CDDP_CHECK(cddp_optim_init(&t->opt, &c->optim, t->n_params)); /* before the DDP: sign + vsync writes its v */
-  cddp_result_t dr = cddp__train_make_ddp(t); /* collective: a replacement's peers may die meanwhile */
-  if (dr != CDDP_OK && !(replacement && cddp__train_recoverable(t, dr))) return dr; /* else it recovers below */
+  cddp_result_t dr = lost ? CDDP_ABORTED : cddp__train_make_ddp(t); /* collective: peers may die meanwhile */
+  if (dr != CDDP_OK && !cddp__train_recoverable(t, dr)) return dr; /* else it recovers below */
+  lost |= dr != CDDP_OK && !replacement;
   if (t->accum > 1 && !(t->scratch = aligned_alloc(64, (t->n_params * sizeof(float) + 63) / 64 * 64)))
     return cddp__fail(CDDP_SYSTEM, "out of memory");
   t->task->ops->bind(t->task, t->params, t->grads);
@@ -140,9 +149,13 @@ static cddp_result_t setup(trainer_t *t) {
   t->sched = (cddp_sched_spec_t){c->sched, cddp__train_scaled_lr(c), c->min_lr, c->warmup_steps, t->total_steps};
   CDDP_CHECK(cddp_sched_check(&t->sched));
   int resumed = replacement; /* a replacement appends to the dead rank's files */
-  if (!replacement) {
+  if (!replacement && !lost) {
     /* every rank starts from rank 0's parameters, as DDP does */
-    CDDP_CHECK(cddp_ddp_broadcast(t->ddp, t->params, 0));
+    cddp_result_t br = cddp_ddp_broadcast(t->ddp, t->params, 0);
+    if (br != CDDP_OK && !cddp__train_recoverable(t, br)) return br;
+    lost = br != CDDP_OK;
+  }
+  if (!replacement && !lost) {
     CDDP_CHECK(cddp__train_restore(t, &resumed));
     t->has_state = 1;
   }
@@ -166,6 +179,10 @@ static cddp_result_t setup(trainer_t *t) {
             c->lr_scaling == CDDP_LR_SCALE_NONE ? "no" : c->lr_scaling == CDDP_LR_SCALE_LINEAR ? "linear" : "sqrt",
             c->ref_batch > 0 ? c->ref_batch : c->global_batch, t->total_steps, per_epoch, threads,
             t->overlap ? "overlapped with backward" : "after backward", t->run_dir);
+  if (lost) {
+    CDDP_INFO(CDDP_SUB_TRAIN, "a peer was lost while the job started (%s): recovering", cddp_last_error());
+    return cddp__train_recover(t, cddp__now_ns());
+  }
   return CDDP_OK;
 }
 

@@ -3,7 +3,8 @@
 # replaced in place, the survivors re-form without exiting, no committed step is lost, every
 # sample of the epoch is trained exactly once and the accuracy matches an uninterrupted run;
 # with the restart budget spent the job ends non-zero with one line naming the dead rank; with
-# every worker killed at once (no rank holds the state) the job goes on from its newest checkpoint.
+# every worker killed at once (no rank holds the state) the job goes on from its newest checkpoint;
+# a worker killed as the job starts does not take the survivor down with it.
 cd "$(dirname "$0")/../.." && source tests/sh/lib.sh
 T=$(mktemp -d /tmp/cddp-elastic-test.XXXXXX)
 bg=()
@@ -126,6 +127,25 @@ grep -q "recovered from the loss of rank 1 pid $first_pid in [0-9]* ms: generati
 [ "$(grep -c 'replaced in place' "$T/e.out")" = 2 ] && [ -n "$how" ] &&
   ok "e: the replacement (pid $q) killed during the recovery: recovered in generation 2, $how" ||
   fail "e: failure during recovery" "$(grep -E 'replaced|recovered' "$T/e.out" | tr '\n' ' ')"
+
+# (s) a worker killed while the job starts (its peer in the set-up's collectives, or just past
+# them): the survivor does not die with it (one replacement, not two), recovers in place (from
+# the config's init when nobody held the state yet) and the job trains each sample once
+for attempt in 1 2 3; do
+  rm -rf "${T:?}/s$attempt"
+  timeout 120 "$CDDP" run --standalone --nproc-per-node 2 --max-restarts 3 --restart-mode replace \
+    "$CDDP" train --config $CFG --work-dir "$T" --name s$attempt --set train.max_steps=30 --set debug.sample_log=true \
+    --set ddp.threads=1 >"$T/s$attempt.out" 2>&1 &
+  p=$!; bg+=($p)
+  q=""; for _ in $(seq 3000); do q=$(worker_pid s$attempt 1); [ -n "$q" ] && break; done
+  [ -n "$q" ] && kill -KILL "$q"
+  wait $p; rc=$?
+  how=$(grep -hoE 'no survivor holds the state: restored step 0|recovered from the loss of rank 1' "$T/s$attempt.out" | head -1)
+  v=$(samples_verdict "$T/s$attempt" 30 256)
+  if [ $rc = 0 ] && [ -n "$q" ] && [ "$(grep -c 'replaced in place' "$T/s$attempt.out")" = 1 ] && [ -n "$how" ] && [ "$v" = clean ]; then
+    ok "s$attempt: rank 1 (pid $q) killed as the job started: one replacement, the survivor stays (${how}), every sample once"
+  else fail "s$attempt: killed at start" "rc=$rc pid=$q v=$v $(grep -vE 'epoch [0-9]' "$T/s$attempt.out" | tail -4 | tr '\n' ' ')"; fi
+done
 
 # (w) the whole job lost: both workers of a 1 x 2 job SIGKILLed together. No rank holds the
 # state any more: the replacements restore the newest disk checkpoint (every 20 steps here) as
