@@ -110,6 +110,14 @@ static cddp_result_t train_step(trainer_t *t, cddp_step_record_t *rec, int *stop
   return CDDP_OK;
 }
 
+/* A collective of the set-up: a peer lost meanwhile (recoverable under --restart-mode replace)
+ * sets *lost and is not an error here; anything else is returned. */
+static cddp_result_t tolerate_lost_peer(const trainer_t *t, cddp_result_t r, int *lost) {
+  if (r == CDDP_OK || !cddp__train_recoverable(t, r)) return r;
+  *lost = 1;
+  return CDDP_OK;
+}
+
 static cddp_result_t setup(trainer_t *t) {
   cddp_train_config_t *c = &t->cfg;
   /* these two fail alike on every rank: only rank 0 need say so */
@@ -119,11 +127,7 @@ static cddp_result_t setup(trainer_t *t) {
    * when no rank got as far as holding the state) instead of dying and costing a restart */
   int lost = 0;
   t->same_error_everywhere = 1;
-  if (!replacement) {
-    cddp_result_t cr = cddp__train_check_configs(t);
-    if (cr != CDDP_OK && !cddp__train_recoverable(t, cr)) return cr;
-    lost = cr != CDDP_OK;
-  }
+  if (!replacement) CDDP_CHECK(tolerate_lost_peer(t, cddp__train_check_configs(t), &lost));
   CDDP_CHECK(cddp__train_batch_split(t));
   t->same_error_everywhere = 0;
   int threads = cddp__train_blas_threads(t);
@@ -136,9 +140,7 @@ static cddp_result_t setup(trainer_t *t) {
   if (!t->params || !t->idx) return cddp__fail(CDDP_SYSTEM, "out of memory");
   t->overlap = cddp__train_overlap(t, threads);
   CDDP_CHECK(cddp_optim_init(&t->opt, &c->optim, t->n_params)); /* before the DDP: sign + vsync writes its v */
-  cddp_result_t dr = lost ? CDDP_ABORTED : cddp__train_make_ddp(t); /* collective: peers may die meanwhile */
-  if (dr != CDDP_OK && !cddp__train_recoverable(t, dr)) return dr; /* else it recovers below */
-  lost |= dr != CDDP_OK && !replacement;
+  if (!lost) CDDP_CHECK(tolerate_lost_peer(t, cddp__train_make_ddp(t), &lost)); /* no ddp: recovery builds it */
   if (t->accum > 1 && !(t->scratch = aligned_alloc(64, (t->n_params * sizeof(float) + 63) / 64 * 64)))
     return cddp__fail(CDDP_SYSTEM, "out of memory");
   t->task->ops->bind(t->task, t->params, t->grads);
@@ -149,12 +151,8 @@ static cddp_result_t setup(trainer_t *t) {
   t->sched = (cddp_sched_spec_t){c->sched, cddp__train_scaled_lr(c), c->min_lr, c->warmup_steps, t->total_steps};
   CDDP_CHECK(cddp_sched_check(&t->sched));
   int resumed = replacement; /* a replacement appends to the dead rank's files */
-  if (!replacement && !lost) {
-    /* every rank starts from rank 0's parameters, as DDP does */
-    cddp_result_t br = cddp_ddp_broadcast(t->ddp, t->params, 0);
-    if (br != CDDP_OK && !cddp__train_recoverable(t, br)) return br;
-    lost = br != CDDP_OK;
-  }
+  if (!replacement && !lost) /* every rank starts from rank 0's parameters, as DDP does */
+    CDDP_CHECK(tolerate_lost_peer(t, cddp_ddp_broadcast(t->ddp, t->params, 0), &lost));
   if (!replacement && !lost) {
     CDDP_CHECK(cddp__train_restore(t, &resumed));
     t->has_state = 1;
