@@ -126,6 +126,10 @@ static cddp_result_t shm_init(const cddp__comm_ctx_t *ctx, void **state) {
   s->world = ctx->world;
   s->what = "init";
   s->spin_ns = (uint64_t)CDDP_MAX(0, cddp__knob_int(CDDP_KNOB_SPIN_US)) * 1000ull;
+  /* Streaming stores used to start at 64 MiB; here regular stores win at every size up to
+   * 256 MiB (zero copy 64 MiB: 11.4-12.1 GB/s vs 10.0-10.6, docs/shm.md): the 260 MiB L3
+   * keeps the lines the caller reads next. A knob for hosts with little cache. */
+  s->nt_bytes = (size_t)CDDP_MAX(0, cddp__knob_int(CDDP_KNOB_SHM_NT_BYTES));
   cddp__shm_liveness_open(s);
 
   size_t chunk = (size_t)CDDP_MAX(4096, cddp__knob_int(CDDP_KNOB_SHM_CHUNK_BYTES));

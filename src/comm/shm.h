@@ -71,6 +71,7 @@ typedef struct shm {
   size_t slot_bytes, chunk_bytes, direct_max;
   uint32_t step;           /* last step this rank started */
   uint64_t spin_ns;
+  size_t nt_bytes;         /* non-temporal stores from this size on (0: never): see knobs.h */
   int pidfd[64];           /* peers' pidfds (-1: use kill(pid, 0)) */
   int next_alloc_id;
   shm_alloc_t allocs[SHM_MAX_ALLOCS];
@@ -122,11 +123,6 @@ int cddp__shm_cma_usable(shm_t *s, const cddp__coll_t *c, size_t es);
 void cddp__shm_prefetchw(const void *p, size_t bytes);
 /* memcpy; with nt, non-temporal stores (caller fences before publishing). */
 void cddp__shm_copy(void *dst, const void *src, size_t bytes, int nt);
-/* Pushes the lines of [p, p+bytes) from this core's L2 to the shared L3 (CLDEMOTE), so the
- * peer that reads them next hits L3 instead of snooping this core: 4x faster here. */
-void cddp__shm_demote(const void *p, size_t bytes);
-/* memcpy into staging, demoting each 4 KiB block as it is written. */
-void cddp__shm_copy_demote(void *dst, const void *src, size_t bytes);
 /* Two-rank f32 sum/avg writing two destinations in one pass (d1 may be NULL; nt streams d1):
  * d0[i] = d1[i] = (a[i] + b[i]) (* scale when avg). Bit-identical to cddp__reduce_n. */
 void cddp__shm_sum2_f32(float *d0, float *d1, const float *a, const float *b, size_t n,

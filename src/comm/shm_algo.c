@@ -351,7 +351,7 @@ cddp_result_t cddp__shm_run(shm_t *s, const cddp__coll_t *c) {
     R.c = c = &bc;
   }
   size_t total = CDDP_MAX(send_bytes, recv_bytes);
-  R.nt = total >= ((size_t)64 << 20);
+  R.nt = s->nt_bytes && total >= s->nt_bytes;
   int large = c->algo == CDDP_ALGO_RING ||
               (c->algo != CDDP_ALGO_DIRECT && total > s->direct_max);
   if (large) return run_large(&R, send_bytes, recv_bytes);

@@ -53,16 +53,6 @@ void cddp__shm_prefetchw(const void *p, size_t bytes) {
 #endif
 }
 
-void cddp__shm_copy_demote(void *dst_, const void *src_, size_t bytes) {
-  char *dst = dst_;
-  const char *src = src_;
-  for (size_t off = 0; off < bytes; off += 4096) { /* demote while the block is fresh */
-    size_t n = bytes - off < 4096 ? bytes - off : 4096;
-    memcpy(dst + off, src + off, n);
-    cddp__shm_demote(dst + off, n);
-  }
-}
-
 void cddp__shm_copy(void *dst_, const void *src_, size_t bytes, int nt) {
   char *dst = dst_;
   const char *src = src_;

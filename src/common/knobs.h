@@ -23,6 +23,8 @@
   X(HIER_SEGMENT_BYTES, "CDDP_HIER_SEGMENT_BYTES", "4194304",                                 \
     "hier: large allreduces are pipelined in segments of about this size (at most 15)")      \
   X(SHM_CHUNK_BYTES, "CDDP_SHM_CHUNK_BYTES", "262144", "staging chunk per rank for shm copies") \
+  X(SHM_NT_BYTES, "CDDP_SHM_NT_BYTES", "0",                                                   \
+    "shm: non-temporal stores into the user's buffers from this message size on (0 = never)") \
   X(SHM_CMA, "CDDP_SHM_CMA", "1",                                                              \
     "shm: 1 = read/write peers' ordinary buffers with process_vm_readv/writev when allowed")  \
   X(TCP_CHUNK_BYTES, "CDDP_TCP_CHUNK_BYTES", "1048576",                                          \

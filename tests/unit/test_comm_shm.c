@@ -230,6 +230,20 @@ SWEEP_TEST(shm_sweep_w4_direct, 4, CDDP_ALGO_DIRECT, 0)
   }
 STAGED_TEST(shm_sweep_w2_staged, 2)
 STAGED_TEST(shm_sweep_w3_staged, 3)
+/* Non-temporal stores are off by default (CDDP_SHM_NT_BYTES=0); these keep their copy and
+ * fused-sum paths covered, staged and zero copy. */
+#define NT_TEST(name, world, zc)                                   \
+  TEST(name) {                                                     \
+    small_staging();                                               \
+    setenv("CDDP_SHM_NT_BYTES", "4096", 1);                        \
+    if (!(zc)) setenv("CDDP_SHM_CMA", "0", 1);                     \
+    run_ranks(world, CDDP_ALGO_RING, sweep, (zc) ? (void *)1 : NULL); \
+    unsetenv("CDDP_SHM_NT_BYTES");                                 \
+    unsetenv("CDDP_SHM_CMA");                                      \
+  }
+NT_TEST(shm_sweep_w2_staged_nt, 2, 0)
+NT_TEST(shm_sweep_w3_staged_nt, 3, 0)
+NT_TEST(shm_sweep_w2_zero_copy_nt, 2, 1)
 SWEEP_TEST(shm_sweep_w2_zero_copy, 2, CDDP_ALGO_RING, 1)
 SWEEP_TEST(shm_sweep_w3_zero_copy, 3, CDDP_ALGO_AUTO, 1)
 SWEEP_TEST(shm_sweep_w4_zero_copy, 4, CDDP_ALGO_RING, 1)
