@@ -14,7 +14,9 @@
 #include "comm/tcp.h"
 #include "common/check.h"
 #include "common/clock.h"
+#include "store/store_internal.h"
 
+#define FENCE_EVERY_NS 200000000ull /* how often the accept loop asks the store if its generation stands */
 #define MAX_STRANGERS 32 /* half-open strangers kept at once; more are closed at once */
 /* Explicit buffers: with the kernel's autotuning from a small start, 64 KiB loopback
  * segments against a small receive buffer made transfers crawl (576-byte probes). The
@@ -244,6 +246,7 @@ cddp_result_t cddp__tcp_bootstrap(cddp__tcp_t *t) {
   /* one loop drives the outgoing connections and the accepts until every stream is up */
   pfd = calloc((size_t)CDDP_MAX(1, t->world * S + MAX_STRANGERS) + 2, sizeof *pfd);
   if (!pfd) { ret = cddp__fail(CDDP_SYSTEM, "out of memory"); goto fail; }
+  uint64_t next_fence = cddp__now_ns() + FENCE_EVERY_NS;
   for (;;) {
     int have_in = 0, pending_out = 0;
     for (int p = 0; p < t->rank; p++)
@@ -269,6 +272,12 @@ cddp_result_t cddp__tcp_bootstrap(cddp__tcp_t *t) {
       pfd[n++] = (struct pollfd){b.c[i].fd, b.c[i].state == CONNECTING ? POLLOUT : POLLIN, 0};
     int rc = poll(pfd, (nfds_t)n, CDDP_MIN(ms, 100));
     if (rc < 0 && errno != EINTR) { ret = cddp__fail_errno(CDDP_SYSTEM, "poll while connecting"); goto fail; }
+    /* a peer that published its address and died before connecting is never heard from
+     * here: the store says when its generation was given up (the job re-forms without us) */
+    if (cddp__now_ns() >= next_fence) {
+      if ((ret = cddp__store_fence(ctx->store)) != CDDP_OK) goto fail;
+      next_fence = cddp__now_ns() + FENCE_EVERY_NS;
+    }
     if (rc <= 0) continue;
     if (pfd[1].revents) {
       uint64_t v;

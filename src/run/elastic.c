@@ -371,10 +371,12 @@ static void g_close(cddp_store_t *s) {
   free(s);
 }
 
+static cddp_result_t g_fence(cddp_store_t *s) { return V(s)->armed ? fence(V(s)) : CDDP_OK; }
+
 static const cddp_store_ops_t gen_ops = {
     .name = "generation", .set = g_set, .get = g_get, .add = g_add, .compare_set = g_cas,
     .wait = g_wait, .del = g_del, .num_keys = g_num_keys, .set_timeout = g_set_timeout,
-    .close = g_close,
+    .close = g_close, .fence = g_fence,
 };
 
 cddp_result_t cddp__gen_view(cddp_store_t **out, cddp_store_t *s, int64_t gen, uint64_t deadline) {

@@ -111,6 +111,10 @@ cddp_result_t cddp_store_delete(cddp_store_t *s, const char *key, int *existed) 
   return s->ops->del(s, key, existed ? existed : &dummy);
 }
 
+cddp_result_t cddp__store_fence(cddp_store_t *s) {
+  return s && s->ops->fence ? s->ops->fence(s) : CDDP_OK;
+}
+
 cddp_result_t cddp_store_num_keys(cddp_store_t *s, int64_t *n) {
   CDDP_CHECK(check_store(s, "num_keys"));
   if (!n) return cddp__fail(CDDP_INVALID_ARG, "store num_keys: NULL output");

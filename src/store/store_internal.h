@@ -32,6 +32,9 @@ typedef struct cddp_store_ops {
   /* Optional (NULL: the base field is enough). */
   void (*set_timeout)(cddp_store_t *s, int timeout_ms);
   void (*close)(cddp_store_t *s);
+  /* Optional: OK while what this view stands for is current (a generation being formed);
+   * an error once it is not, for waits that are not store calls (sockets being accepted). */
+  cddp_result_t (*fence)(cddp_store_t *s);
 } cddp_store_ops_t;
 
 /* Every implementation embeds this as its first member. */
@@ -39,6 +42,10 @@ struct cddp_store {
   const cddp_store_ops_t *ops;
   int timeout_ms; /* default bound on a call (CDDP_STORE_TIMEOUT_MS unless overridden) */
 };
+
+/* ops->fence where the store has one, else OK: a loop that waits on something other than
+ * the store calls this now and then, as the store's own waits do. */
+cddp_result_t cddp__store_fence(cddp_store_t *s);
 
 /* Fills the common header: ops, and timeout from CDDP_STORE_TIMEOUT_MS. */
 void cddp__store_init(cddp_store_t *s, const cddp_store_ops_t *ops);

@@ -91,10 +91,12 @@ static void p_close(cddp_store_t *s) {
   free(s);
 }
 
+static cddp_result_t p_fence(cddp_store_t *s) { return cddp__store_fence(P(s)->inner); }
+
 static const cddp_store_ops_t prefix_ops = {
     .name = "prefix", .set = p_set, .get = p_get, .add = p_add, .compare_set = p_cas,
     .wait = p_wait, .del = p_del, .num_keys = p_num_keys, .set_timeout = p_set_timeout,
-    .close = p_close,
+    .close = p_close, .fence = p_fence,
 };
 
 cddp_result_t cddp_store_prefix_create(cddp_store_t **out, cddp_store_t *base, const char *prefix,

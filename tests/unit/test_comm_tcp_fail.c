@@ -9,6 +9,7 @@
 
 #include "cddp/comm.h"
 #include "comm/tcp.h"
+#include "run/elastic.h"
 #include "test_comm_tcp_harness.h"
 
 static double ms_since(uint64_t t0) { return (double)(cddp__now_ns() - t0) / 1e6; }
@@ -218,4 +219,40 @@ TEST(tcp_sigkilled_peer_is_named_within_2s) {
   CHECK(waitpid(pid, &status, 0) == pid);
   CHECK_EQ(failed, 1); /* the victim itself */
   CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+}
+
+/* ---- a forming generation given up: rank 0 published its address and died before it
+ * connected, so rank 1 waits in accept; the store announces the next generation and rank 1
+ * must give up now, not at the comm timeout (10 s here, 300 s by default). ---- */
+static void *bump_after_300ms(void *arg) {
+  usleep(300 * 1000);
+  int64_t g;
+  cddp__gen_bump(arg, "rank 0 pid 1 (test)", &g);
+  return NULL;
+}
+
+TEST(tcp_bootstrap_gives_up_with_its_generation) {
+  cddp_store_t *base, *gen, *view;
+  CHECK_OK(cddp_store_mem_create(&base));
+  CHECK_OK(cddp__gen_view(&gen, base, 0, cddp__deadline_ms(20000)));
+  CHECK_OK(cddp_store_prefix_create(&view, gen, "comm/r0/", 0));
+  cddp_comm_config_t cfg = {"native", "tcp", 1, 10000, CDDP_ALGO_AUTO};
+  cddp__peer_t peers[2] = {{.host = "testhost0", .host_id = "id", .pid = getpid()},
+                           {.host = "testhost1", .host_id = "id", .pid = getpid()}};
+  int aborted = 0;
+  cddp__comm_ctx_t ctx = {1, 2, 0, view, &cfg, peers, &aborted, 0};
+  pthread_t th;
+  CHECK(pthread_create(&th, NULL, bump_after_300ms, base) == 0);
+  uint64_t t0 = cddp__now_ns();
+  void *st = NULL;
+  cddp_result_t r = cddp__transport_tcp.init(&ctx, &st);
+  double ms = ms_since(t0);
+  pthread_join(th, NULL);
+  if (r == CDDP_OK) cddp__transport_tcp.destroy(st);
+  CHECK_RESULT(r, CDDP_ABORTED);
+  if (!strstr(cddp_last_error(), "generation 1")) TEST_FAIL("error does not name generation 1: %s", cddp_last_error());
+  if (ms < 250 || ms > 2000) TEST_FAIL("gave up after %.0f ms (want soon after the announcement at 300 ms)", ms);
+  cddp_store_close(view);
+  cddp_store_close(gen);
+  cddp_store_close(base);
 }
