@@ -45,6 +45,8 @@ typedef struct cddp_world {
   cddp_comm_config_t cfg;      /* what join was given, kept for the communicators recover builds */
   cddp_store_t *gen_view;      /* internal: the store view the current communicator was built on */
   struct cddp__fence *fence;   /* internal: aborts comm when a new generation is announced */
+  int late;                    /* internal: a first start whose communicator formed past the
+                                  generation it was started in (see cddp_world_replacement) */
   int gone;                    /* after cddp_world_recover failed: 1 = this worker's node was
                                   dropped from the job, 2 = the job stopped (too few nodes left),
                                   3 = the job finished before this newcomer was taken in */
@@ -96,9 +98,10 @@ cddp_result_t cddp_world_recover(cddp_world_t *w);
  * kept waiting as a spare. */
 int cddp_world_should_reform(const cddp_world_t *w);
 /* 1 when this process was started to replace a dead worker of the same rank, or as a
- * newcomer on a node taken into the running job: it has no state of its own and must
- * receive it from a survivor (in the same order of collectives the
- * survivors use after cddp_world_recover). */
+ * newcomer on a node taken into the running job, or when its first communicator formed in a
+ * later generation than the one it was started in (a peer died as the job started, and its
+ * replacement is among the peers): it has no state of its own and must receive it from a
+ * survivor (in the same order of collectives the survivors use after cddp_world_recover). */
 int cddp_world_replacement(const cddp_world_t *w);
 /* 1 when cddp_world_recover can work here (cddp run --restart-mode replace). */
 int cddp_world_can_recover(const cddp_world_t *w);

@@ -154,8 +154,14 @@ cddp_result_t cddp_world_join(cddp_world_t *w, const cddp_comm_config_t *cfg) {
     cddp_comm_config_t full;
     cddp_comm_config_default(&full);
     int ms = w->cfg.timeout_ms > 0 ? w->cfg.timeout_ms : full.timeout_ms;
+    int spawned_in = w->env.gen;
     r = form(w, cddp__deadline_ms(ms), 0);
-    if (r == CDDP_OK) fence_start(w);
+    if (r == CDDP_OK) {
+      /* its peers of that generation include a replacement, which goes straight to the
+       * state sync: so must this rank, or it would run the first start's collectives alone */
+      w->late = w->env.gen > spawned_in;
+      fence_start(w);
+    }
   } else {
     r = cddp_comm_init(&w->comm, w->store, w->rank, w->world, w->env.round, &w->cfg);
   }
@@ -174,7 +180,7 @@ int cddp_world_can_recover(const cddp_world_t *w) {
   return w->env.source == CDDP_ENV_AGENT && w->env.replace_mode && w->world > 1;
 }
 
-int cddp_world_replacement(const cddp_world_t *w) { return w->env.replacement; }
+int cddp_world_replacement(const cddp_world_t *w) { return w->env.replacement || w->late; }
 
 int cddp_world_generation(const cddp_world_t *w) { return w->env.gen; }
 

@@ -166,7 +166,9 @@ static cddp_result_t setup(trainer_t *t) {
     if (!t->sample_log) return cddp__fail_errno(CDDP_SYSTEM, "cannot open sample log %s", path);
   }
   cddp__train_publish_worlds(t);
-  if (replacement) return cddp__train_join_as_replacement(t);
+  /* a first start that formed late (cddp_world_replacement) still opens the job's log */
+  int first_start = !t->w.env.replacement;
+  if (replacement && !first_start) return cddp__train_join_as_replacement(t);
   if (t->rank == 0)
     fprintf(stderr,
             "cddp train: %s, %zu parameters; world %d (%s), global batch %d = micro %d x %d ranks x %d accumulation; "
@@ -177,6 +179,7 @@ static cddp_result_t setup(trainer_t *t) {
             c->lr_scaling == CDDP_LR_SCALE_NONE ? "no" : c->lr_scaling == CDDP_LR_SCALE_LINEAR ? "linear" : "sqrt",
             c->ref_batch > 0 ? c->ref_batch : c->global_batch, t->total_steps, per_epoch, threads,
             t->overlap ? "overlapped with backward" : "after backward", t->run_dir);
+  if (replacement) return cddp__train_join_as_replacement(t);
   if (lost) {
     CDDP_INFO(CDDP_SUB_TRAIN, "a peer was lost while the job started (%s): recovering", cddp_last_error());
     return cddp__train_recover(t, cddp__now_ns());

@@ -4,12 +4,15 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "cddp/comm.h"
 #include "cddp/ddp.h"
 #include "cddp/store.h"
 #include "comm/reduce.h"
 #include "comm/transport.h"
+#include "run/elastic.h"
 #include "train/ddp_compress.h"
 #include "test.h"
 
@@ -327,6 +330,69 @@ TEST(world_join_alone_without_launcher) {
   CHECK_OK(cddp_allreduce(w.comm, &x, &x, 1, CDDP_F32, CDDP_SUM));
   CHECK(x == 2);
   cddp_world_leave(&w, 1);
+}
+
+/* A first start whose communicator forms past the generation it was started in: rank 1 died
+ * as the job started and its replacement (generation 1) is already waiting. Rank 0 (started
+ * in generation 0, no replacement flag) must join generation 1 and count as a replacement,
+ * so that it goes to the state sync with rank 1 and not to the first start's collectives. */
+static int late_port;
+static void late_rank(int rank, int world, void *arg) {
+  (void)arg;
+  char v[32];
+  snprintf(v, sizeof v, "127.0.0.1:%d", late_port);
+  setenv("CDDP_STORE", v, 1);
+  snprintf(v, sizeof v, "%d", rank);
+  setenv("RANK", v, 1), setenv("LOCAL_RANK", v, 1);
+  snprintf(v, sizeof v, "%d", world);
+  setenv("WORLD_SIZE", v, 1), setenv("LOCAL_WORLD_SIZE", v, 1);
+  setenv("CDDP_RESTART_MODE", "replace", 1);
+  setenv("CDDP_RUN_ID", "late", 1);
+  setenv("CDDP_GEN", rank == 0 ? "0" : "1", 1);
+  setenv("CDDP_REPLACEMENT", rank == 0 ? "0" : "1", 1);
+  setenv("CDDP_TIMEOUT_MS", "20000", 1);
+  unsetenv("CDDP_AGENT_ID");
+  cddp_world_t w;
+  CHECK_OK(cddp_world_join(&w, NULL));
+  if (cddp_world_generation(&w) != 1 || !cddp_world_replacement(&w))
+    TEST_FAIL("rank %d: generation %d, replacement %d (want 1, 1)", rank, cddp_world_generation(&w),
+              cddp_world_replacement(&w));
+  float x = (float)(rank + 1);
+  CHECK_OK(cddp_allreduce(w.comm, &x, &x, 1, CDDP_F32, CDDP_SUM));
+  CHECK(x == 3);
+  cddp_world_leave(&w, 1);
+}
+TEST_TIMEOUT(world_join_late_first_start_syncs_state, 60) {
+  /* the store in a child of its own: no server thread in the process the ranks fork from */
+  int up[2], down[2];
+  CHECK(pipe(up) == 0 && pipe(down) == 0);
+  pid_t pid = fork();
+  CHECK(pid >= 0);
+  if (pid == 0) {
+    close(up[0]), close(down[1]);
+    cddp_store_server_t *srv;
+    if (cddp_store_server_start(&srv, "127.0.0.1", 0, NULL) != CDDP_OK) _exit(1);
+    int port = cddp_store_server_port(srv);
+    if (write(up[1], &port, sizeof port) != (ssize_t)sizeof port) _exit(1);
+    char c;
+    while (read(down[0], &c, 1) > 0) { /* until the test closes its end */ }
+    cddp_store_server_stop(srv);
+    _exit(0);
+  }
+  close(up[1]), close(down[0]);
+  CHECK(read(up[0], &late_port, sizeof late_port) == (ssize_t)sizeof late_port);
+  cddp_store_t *base, *s; /* the job's keys live under "<run id>/" */
+  CHECK_OK(cddp_store_tcp_connect(&base, "127.0.0.1", late_port, NULL, 5000));
+  CHECK_OK(cddp_store_prefix_create(&s, base, "late/", 1));
+  int64_t g;
+  CHECK_OK(cddp__gen_bump(s, "rank 1 pid 1 (test)", &g));
+  CHECK_EQ(g, 1);
+  cddp_store_close(s);
+  int failed = cddp_test_fork_ranks(2, late_rank, NULL, 45);
+  close(down[1]), close(up[0]);
+  int status = 0;
+  CHECK(waitpid(pid, &status, 0) == pid);
+  CHECK_EQ(failed, 0);
 }
 
 /* Sign-Adam's local moments: after 3 steps of g, 2g, -g (gscale 2) m and v are the EMAs of the
