@@ -66,4 +66,14 @@ int cddp_test_fork_ranks(int n, void (*fn)(int rank, int world, void *arg), void
 /* A free TCP port on 127.0.0.1 (bound then released). */
 int cddp_test_free_port(void);
 
+/* A store server on 127.0.0.1 in a child process of its own, so the process that forks ranks
+ * runs no server thread (forking while it holds a lock, the sanitizers' allocator's for one,
+ * could hang a rank). Returns its port; cddp_test_store_child_stop ends it and returns 1 when
+ * it exited cleanly. */
+typedef struct {
+  int pid, keep_fd, port;
+} cddp_test_store_child_t;
+int cddp_test_store_child_start(cddp_test_store_child_t *c);
+int cddp_test_store_child_stop(cddp_test_store_child_t *c);
+
 #endif /* CDDP_TEST_H */

@@ -1,6 +1,7 @@
 /* test_main.c - runs each registered test in a child process with a timeout; TAP-style lines. */
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,6 +11,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "cddp/store.h"
 #include "test.h"
 
 #define MAX_TESTS 256
@@ -126,4 +128,34 @@ int main(int argc, char **argv) {
     fflush(stdout);
   }
   return failed ? 1 : 0;
+}
+
+int cddp_test_store_child_start(cddp_test_store_child_t *c) {
+  int up[2], down[2];
+  if (pipe(up) != 0 || pipe(down) != 0) return -1;
+  pid_t pid = fork();
+  if (pid < 0) return -1;
+  if (pid == 0) {
+    close(up[0]), close(down[1]);
+    cddp_store_server_t *srv;
+    if (cddp_store_server_start(&srv, "127.0.0.1", 0, NULL) != CDDP_OK) _exit(1);
+    int port = cddp_store_server_port(srv);
+    if (write(up[1], &port, sizeof port) != (ssize_t)sizeof port) _exit(1);
+    char ch;
+    while (read(down[0], &ch, 1) > 0) { /* until the test closes its end */ }
+    cddp_store_server_stop(srv);
+    _exit(0);
+  }
+  close(up[1]), close(down[0]);
+  struct pollfd pf = {up[0], POLLIN, 0};
+  int ok = poll(&pf, 1, 10000) == 1 && read(up[0], &c->port, sizeof c->port) == (ssize_t)sizeof c->port;
+  close(up[0]);
+  c->pid = pid, c->keep_fd = down[1];
+  return ok ? c->port : -1;
+}
+
+int cddp_test_store_child_stop(cddp_test_store_child_t *c) {
+  close(c->keep_fd);
+  int status = 0;
+  return waitpid(c->pid, &status, 0) == c->pid && WIFEXITED(status) && WEXITSTATUS(status) == 0;
 }

@@ -363,24 +363,8 @@ static void late_rank(int rank, int world, void *arg) {
   cddp_world_leave(&w, 1);
 }
 TEST_TIMEOUT(world_join_late_first_start_syncs_state, 60) {
-  /* the store in a child of its own: no server thread in the process the ranks fork from */
-  int up[2], down[2];
-  CHECK(pipe(up) == 0 && pipe(down) == 0);
-  pid_t pid = fork();
-  CHECK(pid >= 0);
-  if (pid == 0) {
-    close(up[0]), close(down[1]);
-    cddp_store_server_t *srv;
-    if (cddp_store_server_start(&srv, "127.0.0.1", 0, NULL) != CDDP_OK) _exit(1);
-    int port = cddp_store_server_port(srv);
-    if (write(up[1], &port, sizeof port) != (ssize_t)sizeof port) _exit(1);
-    char c;
-    while (read(down[0], &c, 1) > 0) { /* until the test closes its end */ }
-    cddp_store_server_stop(srv);
-    _exit(0);
-  }
-  close(up[1]), close(down[0]);
-  CHECK(read(up[0], &late_port, sizeof late_port) == (ssize_t)sizeof late_port);
+  cddp_test_store_child_t srv;
+  CHECK((late_port = cddp_test_store_child_start(&srv)) > 0);
   cddp_store_t *base, *s; /* the job's keys live under "<run id>/" */
   CHECK_OK(cddp_store_tcp_connect(&base, "127.0.0.1", late_port, NULL, 5000));
   CHECK_OK(cddp_store_prefix_create(&s, base, "late/", 1));
@@ -389,9 +373,7 @@ TEST_TIMEOUT(world_join_late_first_start_syncs_state, 60) {
   CHECK_EQ(g, 1);
   cddp_store_close(s);
   int failed = cddp_test_fork_ranks(2, late_rank, NULL, 45);
-  close(down[1]), close(up[0]);
-  int status = 0;
-  CHECK(waitpid(pid, &status, 0) == pid);
+  CHECK(cddp_test_store_child_stop(&srv));
   CHECK_EQ(failed, 0);
 }
 

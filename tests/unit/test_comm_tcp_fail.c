@@ -192,33 +192,11 @@ static void killed_rank(int rank, int world, void *arg) {
   free(x);
 }
 TEST(tcp_sigkilled_peer_is_named_within_2s) {
-  /* The store server runs in a child of its own: forking the ranks from a process whose
-   * server thread may hold a lock (the sanitizers' allocator) could hang a rank. */
-  int up[2], down[2];
-  CHECK(pipe(up) == 0 && pipe(down) == 0);
-  pid_t pid = fork();
-  CHECK(pid >= 0);
-  if (pid == 0) {
-    close(up[0]), close(down[1]);
-    cddp_store_server_t *srv;
-    if (cddp_store_server_start(&srv, "127.0.0.1", 0, NULL) != CDDP_OK) _exit(1);
-    int port = cddp_store_server_port(srv);
-    if (write(up[1], &port, sizeof port) != (ssize_t)sizeof port) _exit(1);
-    char c;
-    while (read(down[0], &c, 1) > 0) { /* until the test closes its end */ }
-    cddp_store_server_stop(srv);
-    _exit(0);
-  }
-  close(up[1]), close(down[0]);
-  struct pollfd pf = {up[0], POLLIN, 0};
-  CHECK(poll(&pf, 1, 10000) == 1);
-  CHECK(read(up[0], &store_port, sizeof store_port) == (ssize_t)sizeof store_port);
+  cddp_test_store_child_t srv;
+  CHECK((store_port = cddp_test_store_child_start(&srv)) > 0);
   int failed = cddp_test_fork_ranks(4, killed_rank, NULL, 30);
-  close(down[1]), close(up[0]);
-  int status = 0;
-  CHECK(waitpid(pid, &status, 0) == pid);
+  CHECK(cddp_test_store_child_stop(&srv));
   CHECK_EQ(failed, 1); /* the victim itself */
-  CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
 }
 
 /* ---- a forming generation given up: rank 0 published its address and died before it
