@@ -167,9 +167,7 @@ static cddp_result_t setup(trainer_t *t) {
   }
   cddp__train_publish_worlds(t);
   /* a first start that formed late (cddp_world_replacement) still opens the job's log */
-  int first_start = !t->w.env.replacement;
-  if (replacement && !first_start) return cddp__train_join_as_replacement(t);
-  if (t->rank == 0)
+  if (t->rank == 0 && !t->w.env.replacement)
     fprintf(stderr,
             "cddp train: %s, %zu parameters; world %d (%s), global batch %d = micro %d x %d ranks x %d accumulation; "
             "lr %.4g (%s scaling from batch %d); %" PRId64 " steps (%" PRId64 "/epoch); %d BLAS thread(s)/rank; "
