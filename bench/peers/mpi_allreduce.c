@@ -4,15 +4,17 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 /* Usage: mpirun -np 2 mpi_allreduce [-b MIN] [-e MAX] [-f FACTOR | -i INCR] [-w WARMUP] [-n ITERS]
- *        [-c 0|1] [-d float|double] [-o sum|max|min]. Sizes take K, M, G suffixes (powers of 1024).
+ *        [-c 0|1] [-d float|double] [-o sum|max|min] [-t]. Sizes take K, M, G suffixes (powers of 1024).
+ * -t: the buffer on transparent huge pages (2 MiB-aligned, MADV_HUGEPAGE), like `cddp bench --thp`.
  * In place (MPI_IN_PLACE), like DDP's gradient allreduce and `cddp bench allreduce`. */
 
 static void usage(void) {
   fprintf(stderr, "usage: mpi_allreduce [-b MIN] [-e MAX] [-f FACTOR | -i INCR] [-w WARMUP] [-n ITERS] "
-                  "[-c 0|1] [-d float|double] [-o sum|max|min]\n");
+                  "[-c 0|1] [-d float|double] [-o sum|max|min] [-t]\n");
 }
 
 static int parse_size(const char *s, size_t *out) {
@@ -43,11 +45,11 @@ int main(int argc, char **argv) {
   MPI_Comm_size(MPI_COMM_WORLD, &world);
   size_t minb = 32u << 20, maxb = 32u << 20, incr = 1u << 20;
   long factor = 0, warmup = 1, iters = 20, check = 1;
-  int dbl = 0;
+  int dbl = 0, thp = 0;
   MPI_Op op = MPI_SUM;
   const char *opname = "sum";
   int c;
-  while ((c = getopt(argc, argv, "b:e:f:i:w:n:c:d:o:")) != -1) {
+  while ((c = getopt(argc, argv, "b:e:f:i:w:n:c:d:o:t")) != -1) {
     int bad = 0;
     switch (c) {
       case 'b': bad = parse_size(optarg, &minb); break;
@@ -57,6 +59,7 @@ int main(int argc, char **argv) {
       case 'w': warmup = atol(optarg); bad = warmup < 0; break;
       case 'n': iters = atol(optarg); bad = iters < 1; break;
       case 'c': check = atol(optarg); break;
+      case 't': thp = 1; break;
       case 'd': dbl = !strcmp(optarg, "double"); bad = !dbl && strcmp(optarg, "float"); break;
       case 'o':
         opname = optarg;
@@ -76,7 +79,14 @@ int main(int argc, char **argv) {
   if (minb > maxb) maxb = minb;
   size_t esz = dbl ? 8 : 4;
   MPI_Datatype dt = dbl ? MPI_DOUBLE : MPI_FLOAT;
-  char *buf = malloc(maxb + esz);
+  char *buf = NULL;
+  if (thp) {
+    size_t len = (maxb + esz + (2u << 20) - 1) & ~(size_t)((2u << 20) - 1);
+    if (posix_memalign((void **)&buf, 2u << 20, len) == 0 && madvise(buf, len, MADV_HUGEPAGE) != 0)
+      perror("mpi_allreduce: madvise(MADV_HUGEPAGE)");
+  } else {
+    buf = malloc(maxb + esz);
+  }
   if (!buf) {
     fprintf(stderr, "mpi_allreduce: cannot allocate %zu bytes\n", maxb);
     MPI_Abort(MPI_COMM_WORLD, 1);
@@ -87,7 +97,7 @@ int main(int argc, char **argv) {
     char ver[MPI_MAX_LIBRARY_VERSION_STRING];
     MPI_Get_library_version(ver, &len);
     ver[strcspn(ver, ",\n")] = 0;
-    printf("# mpi_allreduce: %s, world %d, in place\n", ver, world);
+    printf("# mpi_allreduce: %s, world %d, in place%s\n", ver, world, thp ? ", transparent huge pages" : "");
     printf("# minBytes %zu maxBytes %zu step: %zu(%s) warmup iters: %ld iters: %ld validation: %ld\n#\n",
            minb, maxb, factor ? (size_t)factor : incr, factor ? "factor" : "bytes", warmup, iters, check);
     printf("# %10s %12s %8s %6s %6s %10s %7s %7s %6s\n", "size", "count", "type", "redop", "root",

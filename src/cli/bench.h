@@ -24,6 +24,7 @@ typedef struct bench_opts {
   cddp_redop_t op;                      /* -o */
   int root;                             /* -r */
   int zero_copy;                        /* --zero-copy: buffers from cddp_comm_mem_alloc */
+  int thp;                              /* --thp: ordinary buffers on transparent huge pages */
   const char *transport;                /* --transport; NULL: CDDP_TRANSPORT */
   const char *backend;                  /* --backend; NULL: CDDP_BACKEND */
   int algo;                             /* --algo; -1: CDDP_ALGO */

@@ -32,6 +32,7 @@ static void usage(FILE *f) {
           "  -r, --root R           root rank of broadcast (default 0)\n"
           "  -z, --blocking 0|1     0: start all iterations, then wait for them (default 1)\n"
           "      --zero-copy        buffers from cddp_comm_mem_alloc (shared with the host's peers)\n"
+          "      --thp              ordinary buffers on transparent huge pages (2 MiB-aligned, MADV_HUGEPAGE)\n"
           "      --backend B        native or mpi (default: CDDP_BACKEND; mpi: under mpirun)\n"
           "      --transport T      auto, shm, tcp or hier (default: CDDP_TRANSPORT)\n"
           "      --algo A           auto, ring or direct (default: CDDP_ALGO)\n"
@@ -117,7 +118,7 @@ static int parse_coll(const char *s, bench_coll_t *c) {
   return -1;
 }
 
-enum { OPT_ZERO_COPY = 1000, OPT_TRANSPORT, OPT_ALGO, OPT_BACKEND, OPT_HELP };
+enum { OPT_ZERO_COPY = 1000, OPT_THP, OPT_TRANSPORT, OPT_ALGO, OPT_BACKEND, OPT_HELP };
 
 int cddp__bench_parse(int argc, char **argv, bench_opts_t *o) {
   static const struct option longs[] = {
@@ -129,7 +130,7 @@ int cddp__bench_parse(int argc, char **argv, bench_opts_t *o) {
       {"blocking", required_argument, 0, 'z'},     {"zero-copy", no_argument, 0, OPT_ZERO_COPY},
       {"zero_copy", no_argument, 0, OPT_ZERO_COPY}, {"transport", required_argument, 0, OPT_TRANSPORT},
       {"algo", required_argument, 0, OPT_ALGO},    {"help", no_argument, 0, OPT_HELP},
-      {"backend", required_argument, 0, OPT_BACKEND},
+      {"backend", required_argument, 0, OPT_BACKEND}, {"thp", no_argument, 0, OPT_THP},
       {0, 0, 0, 0},
   };
   *o = (bench_opts_t){.coll = BENCH_COLL_COUNT, .minbytes = 32u << 20, .maxbytes = 32u << 20,
@@ -186,6 +187,7 @@ int cddp__bench_parse(int argc, char **argv, bench_opts_t *o) {
         o->root = (int)v;
         break;
       case OPT_ZERO_COPY: o->zero_copy = 1; break;
+      case OPT_THP: o->thp = 1; break;
       case OPT_TRANSPORT:
         if (strcmp(optarg, "auto") && strcmp(optarg, "shm") && strcmp(optarg, "tcp") && strcmp(optarg, "hier"))
           return bad("bad transport '%s' for %s (auto, shm, tcp or hier)", optarg, flag);
@@ -218,6 +220,7 @@ int cddp__bench_parse(int argc, char **argv, bench_opts_t *o) {
   if (optind + 1 < argc) return bad("unexpected argument '%s'", argv[optind + 1]);
   if (!have_e && o->maxbytes < o->minbytes) o->maxbytes = o->minbytes;
   if (o->maxbytes < o->minbytes) return bad("-e %zu is below -b %zu", o->maxbytes, o->minbytes);
+  if (o->thp && o->zero_copy) return bad("--thp and --zero-copy exclude each other (one kind of buffer)");
   if (o->check && o->coll != BENCH_ALLREDUCE && o->coll != BENCH_REDUCE_SCATTER && o->op != CDDP_SUM)
     o->op = CDDP_SUM; /* no reduction: the op column says sum, like nccl-tests */
   return 0;

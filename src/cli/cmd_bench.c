@@ -2,7 +2,9 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <errno.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include "cddp/comm.h"
@@ -122,9 +124,33 @@ static double bus_factor(bench_coll_t c, int world) {
   return (double)(world - 1) / world;
 }
 
+/* --thp: the data starts on a 2 MiB boundary and is advised to huge pages before it is first
+ * touched (what PyTorch's THP_MEM_ALLOC_ENABLE does, and what every large malloc gets where
+ * THP is `always`). */
+enum { THP_ALIGN = 2u << 20 };
+static void *thp_alloc(size_t bytes) {
+  size_t len = (bytes + THP_ALIGN - 1) & ~(size_t)(THP_ALIGN - 1);
+  void *p = NULL;
+  if (posix_memalign(&p, THP_ALIGN, len) != 0) return NULL;
+  if (madvise(p, len, MADV_HUGEPAGE) != 0)
+    CDDP_WARN("--thp: madvise(MADV_HUGEPAGE) failed (%s): 4 KiB pages", strerror(errno));
+  return p;
+}
+
+/* Bytes of this process's anonymous memory on transparent huge pages (smaps_rollup), 0 if unknown. */
+static size_t anon_huge_bytes(void) {
+  FILE *f = fopen("/proc/self/smaps_rollup", "r");
+  char line[256];
+  size_t kb = 0;
+  while (f && fgets(line, sizeof line, f))
+    if (sscanf(line, "AnonHugePages: %zu kB", &kb) == 1) break;
+  if (f) fclose(f);
+  return kb << 10;
+}
+
 static cddp_result_t alloc(bench_t *B, size_t bytes, void **p) {
   if (B->o.zero_copy) return cddp_comm_mem_alloc(B->comm, bytes ? bytes : 1, p);
-  *p = malloc(bytes ? bytes : 1);
+  *p = B->o.thp ? thp_alloc(bytes ? bytes : 1) : malloc(bytes ? bytes : 1);
   return *p ? CDDP_OK : CDDP_SYSTEM;
 }
 static void release(bench_t *B, void *p) {
@@ -151,7 +177,7 @@ static void print_header(bench_t *B, const rank_id_t *ids) {
   printf("# cddp bench %s: %d ranks on %d host%s (%s), transport %s, algo %s, %s buffers, %s, %s\n",
          cddp__bench_coll_name(o->coll), B->world, nhosts, nhosts == 1 ? "" : "s", hosts,
          cddp_comm_transport(B->comm), o->algo >= 0 ? algo_name(o->algo) : cddp__knob_str(CDDP_KNOB_ALGO),
-         o->zero_copy ? "zero-copy (cddp_comm_mem_alloc)" : "ordinary", inplace ? "in place" : "out of place",
+         o->zero_copy ? "zero-copy (cddp_comm_mem_alloc)" : o->thp ? "ordinary (transparent huge pages)" : "ordinary", inplace ? "in place" : "out of place",
          o->blocking ? "blocking" : "non-blocking (start all, then wait)");
   if (o->factor)
     printf("# minBytes %zu maxBytes %zu step: %ld(factor) warmup iters: %ld iters: %ld validation: %d\n",
@@ -269,7 +295,7 @@ int cddp_cmd_bench(int argc, char **argv) {
   size_t abytes = o->coll == BENCH_ALLGATHER ? blk : maxb, bbytes = o->coll == BENCH_REDUCE_SCATTER ? blk : maxb;
   int need_b = o->coll == BENCH_ALLGATHER || o->coll == BENCH_REDUCE_SCATTER;
   if (alloc(&B, abytes, &B.a) != CDDP_OK || (need_b && alloc(&B, bbytes, &B.b) != CDDP_OK)) {
-    fail_line(&B, o->zero_copy ? "cddp_comm_mem_alloc" : "malloc", abytes + bbytes);
+    fail_line(&B, o->zero_copy ? "cddp_comm_mem_alloc" : o->thp ? "posix_memalign (--thp)" : "malloc", abytes + bbytes);
     goto out;
   }
   if (!o->blocking && !(B.reqs = calloc((size_t)CDDP_MAX(o->iters, o->warmup) + 1, sizeof *B.reqs))) {
@@ -278,6 +304,10 @@ int cddp_cmd_bench(int argc, char **argv) {
   }
   if (B.rank == 0) print_header(&B, ids);
   rc = run_rows(&B);
+  if (o->thp && B.rank == 0) { /* said, because the kernel may give 4 KiB pages all the same */
+    size_t mine = abytes + (need_b ? bbytes : 0), huge = CDDP_MIN(anon_huge_bytes(), mine);
+    printf("# --thp: %.1f of %.1f MiB of rank 0's buffers on huge pages\n", huge / 1048576.0, mine / 1048576.0);
+  }
   if (!B.broken && cddp_barrier(B.comm) != CDDP_OK) rc = fail_line(&B, "final barrier", 0);
 out:
   if (B.broken) cddp_comm_abort(B.comm);

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# test_bench.sh - `cddp bench` end to end under `cddp run`: exact results for every collective, TCP, zero-copy, 3 ranks; bad flags.
+# test_bench.sh - `cddp bench` end to end under `cddp run`: exact results for every collective, TCP, zero-copy,
+# huge-page buffers, 3 ranks; bad flags; bench/shm_ceiling (the bare mechanisms) gives exact results too.
 set -u
 cd "$(dirname "$0")/../.." || exit 1
 . tests/sh/lib.sh
@@ -31,6 +32,14 @@ bench reduce_scatter_2 2 reduce_scatter -b 1K -e 4M -f 16 -c 1
 bench broadcast_2 2 broadcast -b 1K -e 4M -f 16 -r 1 -c 1
 bench zero_copy 2 allreduce -b 1K -e 16M -f 16 -c 1 --zero-copy
 check zero_copy_header grep -q "zero-copy" "$tmp/zero_copy.out"
+bench thp 2 allreduce -b 1K -e 4M -f 16 -c 1 --thp
+check thp_header grep -q "ordinary (transparent huge pages) buffers" "$tmp/thp.out"
+# the bench says how much of its buffers the kernel really put on huge pages: some, unless THP is off
+huge=$(sed -nE 's/.*--thp: ([0-9.]+) of ([0-9.]+) MiB.*/\1 \2/p' "$tmp/thp.out")
+if grep -q '\[never\]' /sys/kernel/mm/transparent_hugepage/enabled 2>/dev/null; then
+  [ -n "$huge" ] && ok "thp_pages (THP off on this host: $huge MiB)" || fail thp_pages "no --thp line"
+elif [ -n "$huge" ] && awk -v h="${huge% *}" 'BEGIN { exit !(h > 0) }'; then ok "thp_pages (${huge% *} of ${huge#* } MiB)"
+else fail thp_pages "huge pages: '${huge:-no --thp line}'"; fi
 CDDP_TRANSPORT=tcp bench tcp_forced 2 allreduce -b 1K -e 4M -f 16 -c 1
 check tcp_header grep -q "transport tcp" "$tmp/tcp_forced.out"
 bench world_3 3 allreduce -b 1K -e 4M -f 16 -c 1
@@ -71,9 +80,29 @@ badflag bad_collective "unknown collective 'alltoall'" alltoall
 badflag no_collective "which collective?"
 badflag missing_value "option -n needs a value" allreduce -n
 badflag bad_transport "bad transport 'ib'" allreduce --transport ib
+badflag thp_and_zero_copy "--thp and --zero-copy exclude each other" allreduce --thp --zero-copy
 # a root outside the world: one line, exit 2, on every rank of the job
 out=$(timeout "$T" "$CDDP" run --standalone --nproc-per-node 2 "$CDDP" bench broadcast -r 5 -b 1K -e 1K 2>&1); rc=$?
 if [ $rc -ne 0 ] && echo "$out" | grep -q "root 5 is not a rank"; then ok bad_root; else fail bad_root "exit $rc: $out"; fi
+
+# bench/shm_ceiling, the bare mechanisms compare.sh prints beside ours: every row exact, bad flags named
+if make -C bench ceiling >"$tmp/ceiling-build.log" 2>&1; then
+  CEIL=build/bench/shm_ceiling
+  for thp in "" --thp; do
+    out=$(timeout 60 "$CEIL" -b 4K -e 256K -f 64 -n 20 -w 2 --chunk 4K $thp 2>&1); rc=$?
+    rows=$(echo "$out" | awk 'NF == 6 && $1 ~ /^[0-9]+$/ && $6 == 0' | wc -l)
+    if [ $rc -eq 0 ] && [ "$rows" = 6 ]; then ok "shm_ceiling${thp:+ $thp}: 3 mechanisms x 2 sizes exact"
+    else fail "shm_ceiling${thp:+ $thp}" "exit $rc, $rows exact rows: $out"; fi
+  done
+  out=$("$CEIL" -m rdma 2>&1); rc=$?
+  [ $rc -eq 2 ] && echo "$out" | grep -q "'rdma' is not zero-copy, cma, staged or all" && ok shm_ceiling_bad_mechanism ||
+    fail shm_ceiling_bad_mechanism "exit $rc: $out"
+  out=$("$CEIL" -b 1M -e 1M -m staged --chunk 384K 2>&1); rc=$?
+  [ $rc -eq 2 ] && echo "$out" | grep -q "staged needs a multiple of 393216" && ok shm_ceiling_bad_chunk ||
+    fail shm_ceiling_bad_chunk "exit $rc: $out"
+else
+  fail shm_ceiling_builds "$(tail -3 "$tmp/ceiling-build.log")"
+fi
 
 # a peer killed mid-run: the survivor exits 1 within 2 s with one line naming the dead rank
 port=$(free_port)
