@@ -93,9 +93,9 @@ static cddp_result_t restart_from_init(trainer_t *t) {
 }
 
 /* Every worker of the job died at once (each rank here is a replacement): the state comes back
- * from the newest checkpoint of the run exactly as --resume-from latest loads it, or, with no
- * checkpoint yet, from step 0 of the config's init (same seed, same sample order: the job
- * trains what a fresh start would). The sample logs and rank 0's metrics are cut back to that
+ * from the newest checkpoint of the run exactly as --resume-from latest loads it; with none yet,
+ * from the checkpoint an explicit --resume-from PATH started the run from, else from step 0 of
+ * the config's init (same seed, same sample order: the job trains what a fresh start would). The sample logs and rank 0's metrics are cut back to that
  * step, so every sample is still trained exactly once and no step is logged twice. */
 static cddp_result_t restore_whole_job(trainer_t *t) {
   CDDP_CHECK(cddp__train_check_configs(t));
@@ -103,9 +103,12 @@ static cddp_result_t restore_whole_job(trainer_t *t) {
   const cddp_train_opts_t *given = t->opts;
   o.resume = "latest";
   t->opts = &o;
+  if (given->resume && strcmp(given->resume, "latest") && strcmp(given->resume, "none"))
+    t->resume_origin = given->resume;
   int resumed = 0;
   cddp_result_t r = cddp__train_restore(t, &resumed);
   t->opts = given;
+  t->resume_origin = NULL;
   CDDP_CHECK(r);
   if (!resumed) CDDP_CHECK(restart_from_init(t));
   int64_t last = -1, bad = 0;

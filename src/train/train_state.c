@@ -229,7 +229,11 @@ cddp_result_t cddp__train_restore(trainer_t *t, int *resumed) {
       char root[600];
       snprintf(root, sizeof root, "%s/checkpoints", t->run_dir);
       r = cddp_ckpt_find_latest(root, dir, sizeof dir);
-      if (r == CDDP_NOT_FOUND) {
+      if (r == CDDP_NOT_FOUND && t->resume_origin) {
+        fprintf(stderr, "cddp train: no checkpoint in %s yet: back to the one the run started from\n", root);
+        snprintf(dir, sizeof dir, "%s", t->resume_origin);
+        r = CDDP_OK;
+      } else if (r == CDDP_NOT_FOUND) {
         CDDP_INFO(CDDP_SUB_TRAIN, "no checkpoint under %s: starting from scratch", root);
         fprintf(stderr, "cddp train: no checkpoint in %s yet: starting from step 0\n", root);
         r = CDDP_OK;

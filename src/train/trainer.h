@@ -50,6 +50,9 @@ typedef struct trainer {
   uint32_t *idx;
   int eval_batch;
   char last_ckpt[600];
+  /* --resume-from latest finding no checkpoint in the run yet loads this instead (the explicit
+   * --resume-from path the run started from), when set: see restore_whole_job */
+  const char *resume_origin;
   int same_error_everywhere; /* the failing check gives every rank the same verdict */
   int has_state;    /* 0 in a replacement until a survivor sent it the run's state */
   int recoveries;   /* in-place recoveries this process took part in */

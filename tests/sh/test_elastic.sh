@@ -181,6 +181,27 @@ if [ -n "$acc" ] && awk -v a="$acc" -v b="$ref" 'BEGIN { d = a - b; if (d < 0) d
   ok "w: test accuracy $acc vs $ref uninterrupted (within 0.5 points)"
 else fail "w: accuracy" "$acc vs $ref"; fi
 
+# (o) the whole job lost before it saved anything of its own, in a run started with an explicit
+# --resume-from PATH (another run's checkpoint): the replacements go back to PATH, not to the
+# config's init (which would silently drop the resumed training)
+origin=$(ls -d "$T"/w/checkpoints/step-* 2>/dev/null | sort | head -1)
+if [ -z "$origin" ]; then fail "o: no checkpoint of run w to start from"
+else
+  ostep=$((10#${origin##*step-}))
+  timeout 120 "$CDDP" run --standalone --nproc-per-node 2 --max-restarts 3 --restart-mode replace \
+    "$CDDP" train --config $CFG --work-dir "$T" --name o --resume-from "$origin" --set train.epochs=2 \
+    --set checkpoint.every_steps=0 --set ddp.threads=1 >"$T/o.out" 2>&1 &
+  p=$!; bg+=($p)
+  wait_step "$T/o/metrics.jsonl" $((ostep + 20)) || fail "o: no progress"
+  kill -KILL $(worker_pid o 0) $(worker_pid o 1)
+  wait $p; rc=$?
+  line=$(grep -m1 'cddp train: no survivor holds the state: restored step' "$T/o.out")
+  end=$(last_step "$T/o/metrics.jsonl")
+  if [ "$rc" = 0 ] && echo "$line" | grep -qF "restored step $ostep from checkpoint $origin" && [ "$end" = 468 ]; then
+    ok "o: started from $(basename "$origin"), both workers killed before a checkpoint of its own: back to it, the job completes: ${line#*cddp train: }"
+  else fail "o: resume origin" "rc=$rc end=$end line='$line' $(grep -v 'epoch [12]/2' "$T/o.out" | tail -3 | tr '\n' ' ')"; fi
+fi
+
 # (c) restarts used up: --max-restarts 0 in replace mode ends the job, one line names the rank
 timeout 60 "$CDDP" run --standalone --nproc-per-node 2 --max-restarts 0 --restart-mode replace \
   "$CDDP" train --config $CFG --work-dir "$T" --name c "${ONE[@]}" >"$T/c.out" 2>&1 &
