@@ -1,8 +1,8 @@
 /* cmd_bench.c - `cddp bench`: nccl-tests-style timing and exact checking of the collectives over a real communicator. */
+#include <errno.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <errno.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -125,8 +125,8 @@ static double bus_factor(bench_coll_t c, int world) {
 }
 
 /* --thp: the data starts on a 2 MiB boundary and is advised to huge pages before it is first
- * touched (what PyTorch's THP_MEM_ALLOC_ENABLE does, and what every large malloc gets where
- * THP is `always`). */
+ * touched (what PyTorch's THP_MEM_ALLOC_ENABLE does, and what a large malloc gets where THP
+ * is `always`). */
 enum { THP_ALIGN = 2u << 20 };
 static void *thp_alloc(size_t bytes) {
   size_t len = (bytes + THP_ALIGN - 1) & ~(size_t)(THP_ALIGN - 1);
@@ -177,7 +177,8 @@ static void print_header(bench_t *B, const rank_id_t *ids) {
   printf("# cddp bench %s: %d ranks on %d host%s (%s), transport %s, algo %s, %s buffers, %s, %s\n",
          cddp__bench_coll_name(o->coll), B->world, nhosts, nhosts == 1 ? "" : "s", hosts,
          cddp_comm_transport(B->comm), o->algo >= 0 ? algo_name(o->algo) : cddp__knob_str(CDDP_KNOB_ALGO),
-         o->zero_copy ? "zero-copy (cddp_comm_mem_alloc)" : o->thp ? "ordinary (transparent huge pages)" : "ordinary", inplace ? "in place" : "out of place",
+         o->zero_copy ? "zero-copy (cddp_comm_mem_alloc)" : o->thp ? "ordinary (transparent huge pages)" : "ordinary",
+         inplace ? "in place" : "out of place",
          o->blocking ? "blocking" : "non-blocking (start all, then wait)");
   if (o->factor)
     printf("# minBytes %zu maxBytes %zu step: %ld(factor) warmup iters: %ld iters: %ld validation: %d\n",

@@ -95,8 +95,9 @@ static cddp_result_t restart_from_init(trainer_t *t) {
 /* Every worker of the job died at once (each rank here is a replacement): the state comes back
  * from the newest checkpoint of the run exactly as --resume-from latest loads it; with none yet,
  * from the checkpoint an explicit --resume-from PATH started the run from, else from step 0 of
- * the config's init (same seed, same sample order: the job trains what a fresh start would). The sample logs and rank 0's metrics are cut back to that
- * step, so every sample is still trained exactly once and no step is logged twice. */
+ * the config's init (same seed, same sample order: the job trains what a fresh start would).
+ * The sample logs and rank 0's metrics are cut back to that step, so every sample is still
+ * trained exactly once and no step is logged twice. */
 static cddp_result_t restore_whole_job(trainer_t *t) {
   CDDP_CHECK(cddp__train_check_configs(t));
   cddp_train_opts_t o = *t->opts;
