@@ -108,7 +108,7 @@ static char *private_buffer(size_t bytes, int thp, int rank) {
   return p + 64 * (size_t)rank; /* the two ranks' buffers at different offsets mod 4 KiB */
 }
 
-/* One in-place allreduce (avg); `call` counts calls, every call ends with both ranks synced. */
+/* One in-place allreduce (avg); *step counts the sync steps, and every call ends with both ranks synced. */
 static int one_call(run_t *x, char *buf, char *peer, char *scratch, uint32_t *step) {
   int r = x->rank, o = 1 - r;
   size_t half = x->bytes / 2;

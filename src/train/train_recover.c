@@ -100,17 +100,10 @@ static cddp_result_t restart_from_init(trainer_t *t) {
  * trained exactly once and no step is logged twice. */
 static cddp_result_t restore_whole_job(trainer_t *t) {
   CDDP_CHECK(cddp__train_check_configs(t));
-  cddp_train_opts_t o = *t->opts;
-  const cddp_train_opts_t *given = t->opts;
-  o.resume = "latest";
-  t->opts = &o;
-  if (given->resume && strcmp(given->resume, "latest") && strcmp(given->resume, "none"))
-    t->resume_origin = given->resume;
+  const char *given = t->opts->resume;
+  int explicit_path = given && strcmp(given, "latest") && strcmp(given, "none");
   int resumed = 0;
-  cddp_result_t r = cddp__train_restore(t, &resumed);
-  t->opts = given;
-  t->resume_origin = NULL;
-  CDDP_CHECK(r);
+  CDDP_CHECK(cddp__train_restore(t, "latest", explicit_path ? given : NULL, &resumed));
   if (!resumed) CDDP_CHECK(restart_from_init(t));
   int64_t last = -1, bad = 0;
   char why[900] = "";

@@ -217,9 +217,8 @@ static void trim_sample_logs(const trainer_t *t, int64_t step) {
   }
 }
 
-cddp_result_t cddp__train_restore(trainer_t *t, int *resumed) {
+cddp_result_t cddp__train_restore(trainer_t *t, const char *want, const char *origin, int *resumed) {
   *resumed = 0;
-  const char *want = t->opts->resume;
   int64_t status = 0; /* rank 0 says: 0 fresh start, 1 restored, -1 failed */
   uint64_t hdr[5] = {0};
   cddp_result_t r = CDDP_OK;
@@ -229,9 +228,9 @@ cddp_result_t cddp__train_restore(trainer_t *t, int *resumed) {
       char root[600];
       snprintf(root, sizeof root, "%s/checkpoints", t->run_dir);
       r = cddp_ckpt_find_latest(root, dir, sizeof dir);
-      if (r == CDDP_NOT_FOUND && t->resume_origin) {
+      if (r == CDDP_NOT_FOUND && origin) {
         fprintf(stderr, "cddp train: no checkpoint in %s yet: back to the one the run started from\n", root);
-        snprintf(dir, sizeof dir, "%s", t->resume_origin);
+        snprintf(dir, sizeof dir, "%s", origin);
         r = CDDP_OK;
       } else if (r == CDDP_NOT_FOUND) {
         CDDP_INFO(CDDP_SUB_TRAIN, "no checkpoint under %s: starting from scratch", root);

@@ -154,7 +154,7 @@ static cddp_result_t setup(trainer_t *t) {
   if (!replacement && !lost) /* every rank starts from rank 0's parameters, as DDP does */
     CDDP_CHECK(tolerate_lost_peer(t, cddp_ddp_broadcast(t->ddp, t->params, 0), &lost));
   if (!replacement && !lost) {
-    CDDP_CHECK(cddp__train_restore(t, &resumed));
+    CDDP_CHECK(cddp__train_restore(t, t->opts->resume, NULL, &resumed));
     t->has_state = 1;
   }
   char path[700];

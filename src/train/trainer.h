@@ -50,9 +50,6 @@ typedef struct trainer {
   uint32_t *idx;
   int eval_batch;
   char last_ckpt[600];
-  /* --resume-from latest finding no checkpoint in the run yet loads this instead (the explicit
-   * --resume-from path the run started from), when set: see restore_whole_job */
-  const char *resume_origin;
   int same_error_everywhere; /* the failing check gives every rank the same verdict */
   int has_state;    /* 0 in a replacement until a survivor sent it the run's state */
   int recoveries;   /* in-place recoveries this process took part in */
@@ -82,9 +79,10 @@ cddp_result_t cddp__train_make_ddp(trainer_t *t);
 /* Collective when ddp.compress is sign and healthy (the residuals are gathered); rank 0
  * writes. healthy = 0 after a failed step: no collective, no residuals. */
 cddp_result_t cddp__train_save(trainer_t *t, int healthy);
-/* Restores per opts->resume (rank 0 reads, every rank receives). *resumed = 1 when state came
- * from a checkpoint. */
-cddp_result_t cddp__train_restore(trainer_t *t, int *resumed);
+/* Restores from `want` (a checkpoint path, "latest", "none" or NULL; rank 0 reads, every rank
+ * receives). "latest" with no checkpoint in the run yet loads `origin` when it is not NULL.
+ * *resumed = 1 when state came from a checkpoint. */
+cddp_result_t cddp__train_restore(trainer_t *t, const char *want, const char *origin, int *resumed);
 /* Keeps the lines of steps <= step in one sample log ("epoch step index" per line), so the
  * logs list the samples of committed steps exactly once. NOT_FOUND when there is no file. */
 cddp_result_t cddp__train_trim_sample_log(const char *path, int64_t step);
