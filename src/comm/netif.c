@@ -67,8 +67,9 @@ cddp_result_t cddp__netif_pick(const cddp__netif_t *list, int n, const char *spe
       off += (size_t)snprintf(present + off, sizeof present - off, "%s%s%s", off ? ", " : "",
                               list[j].name, list[j].up ? "" : " (down)");
     }
-    return cddp__fail(CDDP_INVALID_ARG, "CDDP_SOCKET_IFNAME=%s matches no interface that is up (present: %s)",
-                      spec, off ? present : "none");
+    const char *var = cddp__knob_source(CDDP_KNOB_SOCKET_IFNAME);
+    return cddp__fail(CDDP_INVALID_ARG, "%s=%s matches no interface that is up (present: %s)",
+                      var ? var : "CDDP_SOCKET_IFNAME", spec, off ? present : "none");
   }
   if (route_src)
     for (int i = 0; i < n; i++)
@@ -161,7 +162,7 @@ cddp_result_t cddp__netif_choose(cddp__netif_t *out) {
   struct sockaddr_storage src;
   const struct sockaddr *route = NULL;
   char host[256], ip[64];
-  const char *why = "CDDP_SOCKET_IFNAME";
+  const char *why = cddp__knob_source(CDDP_KNOB_SOCKET_IFNAME); /* CDDP_, else NCCL_ / GLOO_SOCKET_IFNAME */
   if (!*spec) {
     const char *master = cddp__netif_master_host(host, sizeof host);
     why = "first interface that is up";

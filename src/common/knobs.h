@@ -51,8 +51,13 @@ typedef enum cddp_knob {
   CDDP_KNOB_COUNT
 } cddp_knob_t;
 
-/* The variable's value, or its default when unset. Never NULL. */
+/* The variable's value, else its fallback's (NCCL's and Gloo's names for the same setting:
+ * CDDP_DEBUG <- NCCL_DEBUG, CDDP_DEBUG_SUBSYS <- NCCL_DEBUG_SUBSYS, CDDP_SOCKET_IFNAME <-
+ * NCCL_SOCKET_IFNAME, GLOO_SOCKET_IFNAME), else its default. Never NULL. */
 const char *cddp__knob_str(cddp_knob_t k);
+/* The variable that gave cddp__knob_str's value: the knob's own, a fallback's, or NULL
+ * when it is the default. */
+const char *cddp__knob_source(cddp_knob_t k);
 /* Integer value; a malformed value logs a WARN naming the variable and yields the default. */
 int64_t cddp__knob_int(cddp_knob_t k);
 const char *cddp__knob_var(cddp_knob_t k);

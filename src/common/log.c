@@ -33,16 +33,29 @@ static const char *subsys_name(unsigned sub) {
   return "ALL";
 }
 
+/* NCCL_DEBUG_SUBSYS names cddp has no subsystem of its own for: their nearest, or 0 (ignored:
+ * they mean something to NCCL only). */
+static unsigned nccl_subsys_bit(const char *name, size_t len) {
+  static const struct { const char *nccl; unsigned bits; } map[] = {
+      {"COLL", CDDP_SUB_COMM}, {"P2P", CDDP_SUB_COMM}, {"BOOTSTRAP", CDDP_SUB_STORE | CDDP_SUB_RDZV}};
+  for (size_t i = 0; i < sizeof map / sizeof map[0]; i++)
+    if (len == strlen(map[i].nccl) && strncasecmp(name, map[i].nccl, len) == 0) return map[i].bits;
+  return subsys_bit(name, len);
+}
+
 static void init_once(void) {
-  const char *lvl = cddp__knob_str(CDDP_KNOB_DEBUG);
+  const char *lvl = cddp__knob_str(CDDP_KNOB_DEBUG), *lvl_src = cddp__knob_source(CDDP_KNOB_DEBUG);
+  int nccl_level = lvl_src && strcmp(lvl_src, cddp__knob_var(CDDP_KNOB_DEBUG));
   int level = CDDP_LOG_WARN;
   if (strcasecmp(lvl, "INFO") == 0) level = CDDP_LOG_INFO;
   else if (strcasecmp(lvl, "TRACE") == 0) level = CDDP_LOG_TRACE;
   else if (strcasecmp(lvl, "NONE") == 0 || strcasecmp(lvl, "OFF") == 0) level = CDDP_LOG_NONE;
+  else if (nccl_level && strcasecmp(lvl, "VERSION") == 0) level = CDDP_LOG_WARN;
   else if (strcasecmp(lvl, "WARN") != 0 && lvl[0])
-    fprintf(stderr, "cddp: CDDP_DEBUG=%s is not one of WARN, INFO, TRACE, NONE; using WARN\n", lvl);
+    fprintf(stderr, "cddp: %s=%s is not one of WARN, INFO, TRACE, NONE; using WARN\n", lvl_src, lvl);
 
-  const char *subs = cddp__knob_str(CDDP_KNOB_DEBUG_SUBSYS);
+  const char *subs = cddp__knob_str(CDDP_KNOB_DEBUG_SUBSYS), *subs_src = cddp__knob_source(CDDP_KNOB_DEBUG_SUBSYS);
+  int nccl_subs = subs_src && strcmp(subs_src, cddp__knob_var(CDDP_KNOB_DEBUG_SUBSYS));
   unsigned mask = CDDP_SUB_ALL;
   if (subs[0]) {
     int exclude = subs[0] == '^';
@@ -50,8 +63,8 @@ static void init_once(void) {
     const char *p = subs + exclude;
     while (*p) {
       size_t len = strcspn(p, ",");
-      unsigned bit = subsys_bit(p, len);
-      if (!bit && len) fprintf(stderr, "cddp: CDDP_DEBUG_SUBSYS names unknown subsystem '%.*s'\n", (int)len, p);
+      unsigned bit = nccl_subs ? nccl_subsys_bit(p, len) : subsys_bit(p, len);
+      if (!bit && len && !nccl_subs) fprintf(stderr, "cddp: CDDP_DEBUG_SUBSYS names unknown subsystem '%.*s'\n", (int)len, p);
       mask = exclude ? (mask & ~bit) : (mask | bit);
       p += len + (p[len] == ',');
     }
@@ -62,6 +75,9 @@ static void init_once(void) {
   if (log_rank < 0 && rank && *rank) log_rank = atoi(rank);
   cddp__log_subsys = mask;
   __atomic_store_n(&cddp__log_level, level, __ATOMIC_RELEASE);
+  /* said where a user of NCCL looks: the settings they gave NCCL steer cddp's logs too */
+  if (nccl_level) CDDP_INFO(CDDP_SUB_ENV, "log level from %s=%s (CDDP_DEBUG is unset)", lvl_src, lvl);
+  if (nccl_subs) CDDP_INFO(CDDP_SUB_ENV, "subsystems from %s=%s (CDDP_DEBUG_SUBSYS is unset)", subs_src, subs);
 }
 
 void cddp__log_init(void) { pthread_once(&log_once, init_once); }
