@@ -8,7 +8,7 @@ pkgs=(build-essential libssl-dev libopenblas-dev libyaml-dev zlib1g-dev dataset-
 case "$what" in
   build) ;;
   test) pkgs+=(python3 clang libclang-rt-14-dev libopenmpi-dev openmpi-bin iproute2 nftables iptables
-               iputils-ping slurmctld slurmd slurm-client munge gnuplot-nox) ;;
+               iputils-ping slurmctld slurmd slurm-client munge gnuplot-nox python3-torch) ;;
   bench) pkgs+=(clang libclang-rt-14-dev libopenmpi-dev openmpi-bin iproute2 python3-torch hyperfine iperf3) ;;
   *) echo "install-deps.sh: unknown set '$what' (build, test or bench)" >&2; exit 2 ;;
 esac

@@ -1,4 +1,5 @@
 /* agent.c - `cddp run`: hosts or joins the store, runs rendezvous rounds, workers, restarts. */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -16,12 +17,14 @@
 #include "common/clock.h"
 #include "run/agent.h"
 #include "run/elastic.h"
+#include "run/errfile.h"
 #include "run/member.h"
 #include "common/knobs.h"
 #include "run/net.h"
 #include "run/options.h"
 #include "run/rdzv.h"
-#include "run/slurm_exec.h"
+#include "run/program.h"
+#include "run/task_exec.h"
 #include "run/workers.h"
 
 extern char **environ;
@@ -30,8 +33,13 @@ extern char **environ;
 static const char *contract_vars[] = {
     "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "GROUP_WORLD_SIZE", "ROLE_RANK",
     "ROLE_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "CDDP_RUN_ID", "CDDP_ROUND", "CDDP_RESTART_COUNT",
-    "CDDP_MAX_RESTARTS", "CDDP_STORE", "CDDP_TOKEN", "CDDP_RESTART_MODE", "CDDP_GEN", "CDDP_REPLACEMENT", "CDDP_AGENT_ID", "TORCHELASTIC_RUN_ID", "TORCHELASTIC_RESTART_COUNT",
-    "TORCHELASTIC_MAX_RESTARTS"};
+    "CDDP_MAX_RESTARTS", "CDDP_STORE", "CDDP_TOKEN", "CDDP_RESTART_MODE", "CDDP_GEN", "CDDP_REPLACEMENT", "CDDP_AGENT_ID",
+    "ROLE_NAME", "TORCHELASTIC_RUN_ID", "TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_MAX_RESTARTS",
+    "TORCHELASTIC_USE_AGENT_STORE", "TORCHELASTIC_ERROR_FILE"};
+
+/* Set for the workers only when the agent's environment lacks them (torchrun's defaults). */
+static const struct { const char *name, *value; } default_vars[] = {
+    {"NCCL_ASYNC_ERROR_HANDLING", "1"}, {"TORCH_NCCL_ASYNC_ERROR_HANDLING", "1"}, {"OMP_NUM_THREADS", "1"}};
 
 typedef struct agent {
   cddp_run_opts_t *o;
@@ -49,6 +57,8 @@ typedef struct agent {
   cddp__rdzv_t rz;
   int id;                 /* this agent's id in the job (elastic/agents) */
   int elastic;            /* replace mode: members, heartbeats, membership changes */
+  int omp_default;        /* OMP_NUM_THREADS=1 for the workers (unset here, several workers) */
+  char err_dir[256];      /* this agent's folder of the workers' torch error files */
   cddp__membership_t ms;  /* replace mode: the job's members as this agent knows them */
 } agent_t;
 
@@ -196,12 +206,17 @@ static int setup_store(agent_t *a) {
 /* ---- workers' environment ---- */
 
 /* gen / replacement: the job's generation and whether the worker replaces a dead one. */
+/* Where worker `rank` finds TORCHELASTIC_ERROR_FILE. */
+static void error_file(const agent_t *a, int rank, char *buf, size_t size) {
+  snprintf(buf, size, "%s/rank%d.json", a->err_dir, rank);
+}
+
 static char **worker_env(agent_t *a, int local_rank, int64_t gen, int replacement) {
   const cddp__rdzv_t *rz = &a->rz;
   const cddp_run_opts_t *o = a->o;
   size_t n = 0;
   while (environ[n]) n++;
-  char **env = calloc(n + CDDP_ARRAY_LEN(contract_vars) + 1, sizeof *env);
+  char **env = calloc(n + CDDP_ARRAY_LEN(contract_vars) + CDDP_ARRAY_LEN(default_vars) + 1, sizeof *env);
   if (!env) return NULL;
   size_t k = 0;
   for (size_t i = 0; i < n; i++) {
@@ -212,8 +227,10 @@ static char **worker_env(agent_t *a, int local_rank, int64_t gen, int replacemen
     }
     if (!ours) env[k++] = strdup(environ[i]);
   }
+  /* the workers' own rendezvous (rank 0's TCPStore under env://): a port that was free on node 0
+   * when this round formed, never the store's (static: the store is on --master-port) */
   const char *maddr = o->backend == CDDP_RDZV_STATIC ? o->master_addr : rz->nodes[0].addr;
-  int mport = o->backend == CDDP_RDZV_STATIC ? o->master_port : rz->nodes[0].master_port;
+  int mport = rz->nodes[0].master_port;
   int v6 = strchr(a->store_host, ':') != NULL;
   char store[300];
   snprintf(store, sizeof store, "%s%s%s:%d", v6 ? "[" : "", a->store_host, v6 ? "]" : "", a->store_port);
@@ -249,6 +266,17 @@ static char **worker_env(agent_t *a, int local_rank, int64_t gen, int replacemen
   PUT("TORCHELASTIC_RUN_ID", "%s", o->run_id);
   PUT("TORCHELASTIC_RESTART_COUNT", "%d", rz->restart_count);
   PUT("TORCHELASTIC_MAX_RESTARTS", "%d", o->max_restarts);
+  PUT("TORCHELASTIC_USE_AGENT_STORE", "False");
+  PUT("ROLE_NAME", "%s", o->role);
+  if (a->err_dir[0]) { /* a stale file from an earlier start would be taken for this one's */
+    char path[320];
+    error_file(a, rank_base + local_rank, path, sizeof path);
+    unlink(path);
+    PUT("TORCHELASTIC_ERROR_FILE", "%s", path);
+  }
+  for (size_t i = 0; i < CDDP_ARRAY_LEN(default_vars); i++)
+    if (!getenv(default_vars[i].name) && (strcmp(default_vars[i].name, "OMP_NUM_THREADS") || a->omp_default))
+      PUT("%s", "%s", default_vars[i].name, default_vars[i].value);
 #undef PUT
   env[k] = NULL;
   return env;
@@ -259,13 +287,26 @@ static void free_env(char **env) {
   free(env);
 }
 
+/* "exited with code 1: ValueError: boom": how worker `rank` ended, with the message of the
+ * exception it recorded in its torch error file when there is one. Returns the exit code the
+ * agent uses (code, or 128+signal). */
+static int describe_failure(const agent_t *a, int rank, int status, char *buf, size_t size) {
+  char path[320], cause[200] = "";
+  int code = cddp__describe_status(status, buf, size);
+  if (!a->err_dir[0]) return code;
+  error_file(a, rank, path, sizeof path);
+  if (cddp__errfile_read(path, cause, sizeof cause, NULL))
+    snprintf(buf + strlen(buf), size - strlen(buf), ": %s", cause);
+  return code;
+}
+
 /* ---- one round: spawn, watch; returns what happened ---- */
 
 /* --restart-mode replace: worker ws->fail_index died; start its replacement in the job's next
  * generation (the others keep running and re-form by themselves). -1: restarts used up. */
 static int replace_failed(agent_t *a, cddp__workers_t *ws) {
-  char desc[96], what[128];
-  cddp__describe_status(ws->fail_status, desc, sizeof desc);
+  char desc[320], what[128];
+  describe_failure(a, ws->fail_rank, ws->fail_status, desc, sizeof desc);
   snprintf(what, sizeof what, "rank %d pid %d", ws->fail_rank, (int)ws->fail_pid);
   if (a->elastic) { /* a worker of a dropped node or of a stopping job is not replaced */
     cddp__membership_refresh(&a->ms);
@@ -330,8 +371,7 @@ static int run_round(agent_t *a, cddp__workers_t *ws, int first) {
   int ok = envs != NULL;
   for (int i = 0; ok && i < n; i++) ok = (envs[i] = worker_env(a, i, gen, newcomer)) != NULL;
   memset(ws, 0, sizeof *ws);
-  ws->console_mask[0] = a->o->console_mask[0];
-  ws->console_mask[1] = a->o->console_mask[1];
+  ws->console = a->o->console;
   ws->grace_ms = a->o->grace_ms;
   ws->keep_going = a->o->replace;
   ws->cpu_bind = a->o->cpu_bind;
@@ -539,7 +579,6 @@ static int agent_main(agent_t *a) {
   if (o->local_addr[0]) snprintf(cfg.self.addr, sizeof cfg.self.addr, "%.63s", o->local_addr);
   else cddp__addr_toward(a->store_host, a->store_port, cfg.self.addr, sizeof cfg.self.addr);
   cfg.self.nproc = o->nproc_per_node;
-  cfg.self.master_port = cddp__free_port();
   cfg.self.id = -1;
   /* replace mode, c10d, room to grow: a node that comes after the round closed waits to be
    * taken into the running job instead of waiting for a round that never opens */
@@ -555,6 +594,8 @@ static int agent_main(agent_t *a) {
   int min_round = 0, first = 1;
   for (;;) {
     cddp__rdzv_release(&a->rz);
+    /* a fresh port each round: the last round's rank 0 may have left its port in TIME_WAIT */
+    cfg.self.master_port = cddp__free_port();
     if (cddp__rdzv_join(a->store, &cfg, min_round, &a->rz) != CDDP_OK) {
       fprintf(stderr, "cddp run: %s\n", cddp_last_error());
       return finish(a, 1);
@@ -587,11 +628,11 @@ static int agent_main(agent_t *a) {
       return finish(a, 1);
     }
     int code = 0, next;
-    char line[400], desc[96], msg[512], *now = NULL;
+    char line[480], desc[320], msg[512], *now = NULL;
     const char *value = NULL;
     switch (ws.outcome) {
     case CDDP__OUT_FAILED:
-      code = cddp__describe_status(ws.fail_status, desc, sizeof desc);
+      code = describe_failure(a, ws.fail_rank, ws.fail_status, desc, sizeof desc);
       snprintf(line, sizeof line, "cddp run: rank %d (host %s, pid %d) %s", ws.fail_rank, a->host, (int)ws.fail_pid,
                desc);
       if (o->replace) {
@@ -649,6 +690,27 @@ static int agent_main(agent_t *a) {
   }
 }
 
+/* A new private folder $TMPDIR/<prefix>XXXXXX. */
+static int tmp_dir(char *buf, size_t size, const char *prefix) {
+  const char *t = getenv("TMPDIR");
+  snprintf(buf, size, "%s/%sXXXXXX", t && *t ? t : "/tmp", prefix);
+  return mkdtemp(buf) ? 0 : -1;
+}
+
+/* Removes a folder of plain files (the error files), if there is one. */
+static void remove_dir(const char *dir) {
+  if (!dir[0]) return;
+  DIR *d = opendir(dir);
+  for (struct dirent *e; d && (e = readdir(d));) {
+    char path[512];
+    if (e->d_name[0] == '.') continue;
+    snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+    unlink(path);
+  }
+  if (d) closedir(d);
+  rmdir(dir);
+}
+
 int cddp__run_main(int argc, char **argv) {
   cddp_run_opts_t o;
   cddp_result_t r = cddp__run_parse(argc, argv, environ, &o);
@@ -672,13 +734,37 @@ int cddp__run_main(int argc, char **argv) {
     fprintf(stderr, "cddp run: %s\n", cddp_last_error());
     return 2;
   }
-  if (o.mode == CDDP_RUN_SLURM_RANK) return cddp__slurm_exec_rank(&o, argv + o.prog_index);
   if (o.mode == CDDP_RUN_SLURM_BATCH) return cddp__slurm_exec_srun(argc, argv);
+  cddp__program_t prog;
+  if (cddp__program_resolve(&o, argv + o.prog_index, &prog) != CDDP_OK) {
+    fprintf(stderr, "cddp run: %s\n", cddp_last_error());
+    return 2;
+  }
+  if (o.mode == CDDP_RUN_SLURM_RANK || o.mode == CDDP_RUN_MPI_RANK) return cddp__task_exec_rank(&o, prog.argv);
 
-  agent_t a = {.o = &o, .prog = argv + o.prog_index, .sig_fd = -1, .ev_pipe = {-1, -1}};
+  agent_t a = {.o = &o, .prog = prog.argv, .sig_fd = -1, .ev_pipe = {-1, -1}};
   if (cddp_token_from_env(a.token, sizeof a.token) != CDDP_OK) {
     fprintf(stderr, "cddp run: %s\n", cddp_last_error());
     return 2;
+  }
+  CDDP_INFO(CDDP_SUB_RUN, "%d workers on this node (%s); each runs %s%s%s", o.nproc_per_node, o.nproc_src, prog.argv[0],
+            prog.python ? " " : "", prog.python ? argv[o.prog_index] : "");
+  if (!getenv("OMP_NUM_THREADS") && o.nproc_per_node > 1) { /* torchrun's default, and its notice */
+    a.omp_default = 1;
+    /* said aloud where it matters (torch's CPU ops run on OpenMP), at INFO for other programs */
+    if (prog.python)
+      fprintf(stderr, "cddp run: setting OMP_NUM_THREADS=1 for each worker (%d workers on this node) so they do not "
+              "overload the CPUs; set it yourself to tune\n", o.nproc_per_node);
+    else
+      CDDP_INFO(CDDP_SUB_RUN, "OMP_NUM_THREADS=1 for each worker (%d workers on this node)", o.nproc_per_node);
+  }
+  if (tmp_dir(a.err_dir, sizeof a.err_dir, "cddp-run-") != 0) a.err_dir[0] = '\0'; /* no error files: no causes */
+  if (o.tmp_log_dir) {
+    if (tmp_dir(o.log_dir, sizeof o.log_dir, "cddp-logs-") != 0) {
+      fprintf(stderr, "cddp run: --redirects without --log-dir: cannot make a folder for the log files: %s\n", strerror(errno));
+      return 1;
+    }
+    fprintf(stderr, "cddp run: --redirects without --log-dir: worker output goes to %s/rank<N>.log\n", o.log_dir);
   }
   if (o.standalone && !a.token[0]) random_token(a.token, sizeof a.token);
   if (gethostname(a.host, sizeof a.host) != 0) snprintf(a.host, sizeof a.host, "?");
@@ -697,5 +783,8 @@ int cddp__run_main(int argc, char **argv) {
     fprintf(stderr, "cddp run: signalfd/pipe: %s\n", strerror(errno));
     return 1;
   }
-  return agent_main(&a);
+  int code = agent_main(&a);
+  remove_dir(a.err_dir);
+  cddp__program_free(&prog);
+  return code;
 }

@@ -9,23 +9,14 @@
 #include "common/check.h"
 #include "common/clock.h"
 #include "common/log.h"
+#include "run/mpi_step.h"
 #include "run/net.h"
+#include "run/options.h"
 #include "run/slurm_step.h"
 
 /* Integer variable: absent -> dflt; malformed or out of [lo, hi] -> INVALID_ARG naming it. */
 static cddp_result_t env_int(const char *name, int dflt, long lo, long hi, int *out) {
-  const char *v = getenv(name);
-  if (!v || !*v) {
-    *out = dflt;
-    return CDDP_OK;
-  }
-  char *end;
-  errno = 0;
-  long x = strtol(v, &end, 10);
-  if (*end || errno || x < lo || x > hi)
-    return cddp__fail(CDDP_INVALID_ARG, "%s=%s is not an integer in [%ld, %ld]", name, v, lo, hi);
-  *out = (int)x;
-  return CDDP_OK;
+  return cddp__envp_int(environ, name, dflt, lo, hi, out);
 }
 
 static void copy(char *dst, size_t size, const char *src) { snprintf(dst, size, "%s", src ? src : ""); }
@@ -105,32 +96,14 @@ static cddp_result_t read_slurm(cddp_env_t *e) {
 }
 
 static cddp_result_t read_mpi(cddp_env_t *e) {
-  int ompi = getenv("OMPI_COMM_WORLD_RANK") != NULL;
-  const char *rn = ompi ? "OMPI_COMM_WORLD_RANK" : "PMI_RANK", *wn = ompi ? "OMPI_COMM_WORLD_SIZE" : "PMI_SIZE";
-  const char *lrn = ompi ? "OMPI_COMM_WORLD_LOCAL_RANK" : "MPI_LOCALRANKID";
-  const char *lwn = ompi ? "OMPI_COMM_WORLD_LOCAL_SIZE" : "MPI_LOCALNRANKS";
-  CDDP_CHECK(env_int(wn, 1, 1, 1 << 24, &e->world_size));
-  CDDP_CHECK(env_int(rn, 0, 0, 1 << 24, &e->rank));
-  CDDP_CHECK(check_rank(rn, e->rank, wn, e->world_size));
-  CDDP_CHECK(env_int(lwn, 1, 1, 1 << 24, &e->local_world_size));
-  CDDP_CHECK(env_int(lrn, 0, 0, 1 << 24, &e->local_rank));
-  /* block mapping assumed: node = rank / ranks-per-node */
-  e->nnodes = (e->world_size + e->local_world_size - 1) / e->local_world_size;
-  e->node_rank = e->rank / e->local_world_size;
-  const char *job = getenv("OMPI_MCA_ess_base_jobid");
-  if (!job) job = getenv("PMIX_NAMESPACE");
-  if (!job) job = getenv("PMI_KVSNAME");
-  unsigned long h = 5381;
-  for (const char *c = job ? job : ""; *c; c++) h = h * 33u + (unsigned char)*c;
-  snprintf(e->run_id, sizeof e->run_id, "mpi-%lx", h & 0xffffffffu);
-  const char *a = getenv("MASTER_ADDR");
-  if (a && *a) copy(e->master_addr, sizeof e->master_addr, a);
-  else if (e->local_world_size < e->world_size)
-    return cddp__fail(CDDP_INVALID_ARG, "an MPI launch across hosts needs MASTER_ADDR (rank 0's host) in the environment");
-  int dflt = job ? 20000 + (int)(h % 12768u) : 0;
-  CDDP_CHECK(env_int("MASTER_PORT", dflt, 1, 65535, &e->master_port));
-  if (!e->master_port && e->world_size > 1)
-    return cddp__fail(CDDP_INVALID_ARG, "MPI launch without a job id: set MASTER_PORT for the store");
+  cddp__mpi_step_t st;
+  CDDP_CHECK(cddp__mpi_step_read(environ, &st));
+  e->rank = st.rank, e->world_size = st.world;
+  e->local_rank = st.local_rank, e->local_world_size = st.local_world;
+  e->node_rank = st.node_rank, e->nnodes = st.nnodes;
+  e->master_port = st.master_port;
+  copy(e->master_addr, sizeof e->master_addr, st.master_addr);
+  copy(e->run_id, sizeof e->run_id, st.run_id);
   return CDDP_OK;
 }
 
@@ -164,7 +137,7 @@ cddp_result_t cddp_env_read(cddp_env_t *env) {
   } else if (cddp__slurm_in_step(environ)) {
     e.source = CDDP_ENV_SLURM;
     CDDP_CHECK(read_slurm(&e));
-  } else if (getenv("OMPI_COMM_WORLD_RANK") || getenv("PMI_RANK")) {
+  } else if (cddp__mpi_in_step(environ)) {
     e.source = CDDP_ENV_MPI;
     CDDP_CHECK(read_mpi(&e));
   }

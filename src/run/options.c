@@ -10,12 +10,15 @@
 
 #include "common/check.h"
 #include "run/options.h"
+#include "run/gpus.h"
+#include "run/mpi_step.h"
 #include "run/slurm_step.h"
 
 enum {
   F_NNODES, F_NPROC, F_RDZV_ID, F_RDZV_BACKEND, F_RDZV_ENDPOINT, F_RDZV_TIMEOUT, F_RDZV_LAST_CALL,
   F_STANDALONE, F_NODE_RANK, F_MASTER_ADDR, F_MASTER_PORT, F_MAX_RESTARTS, F_RESTART_MODE, F_LOCAL_ADDR,
-  F_LOG_DIR, F_TEE, F_REDIRECTS, F_LAUNCHER, F_GRACE, F_CPU_BIND, F_MONITOR, F_NO_PYTHON, F_HELP, NFLAGS
+  F_LOG_DIR, F_TEE, F_REDIRECTS, F_RANKS_FILTER, F_LAUNCHER, F_GRACE, F_CPU_BIND, F_MONITOR, F_RDZV_CONF,
+  F_PYTHON, F_MODULE, F_NO_PYTHON, F_RUN_PATH, F_ROLE, F_START_METHOD, F_HELP, NFLAGS
 };
 
 static const struct flag {
@@ -25,27 +28,34 @@ static const struct flag {
   const char *metavar, *help;
 } flags[NFLAGS] = {
     [F_NNODES] = {"nnodes", 0, 1, 1, "N|MIN:MAX", "number of nodes, or an elastic range (default 1)"},
-    [F_NPROC] = {"nproc-per-node", 0, 1, 1, "N|auto", "workers on this node; auto = number of CPUs (default 1)"},
+    [F_NPROC] = {"nproc-per-node", 0, 1, 1, "N|gpu|cpu|auto", "workers on this node; gpu = visible GPUs, cpu = CPUs, auto = GPUs if any, else CPUs (default 1)"},
     [F_RDZV_ID] = {"rdzv-id", 0, 1, 1, "ID", "job id shared by every node's agent (default none)"},
     [F_RDZV_BACKEND] = {"rdzv-backend", 0, 1, 1, "c10d|static", "c10d: join order gives node ranks; static: --node-rank (default c10d)"},
-    [F_RDZV_ENDPOINT] = {"rdzv-endpoint", 0, 1, 1, "HOST[:PORT]", "store address; the agent on HOST serves it (default port 29400)"},
+    [F_RDZV_ENDPOINT] = {"rdzv-endpoint", 0, 1, 1, "HOST[:PORT]", "store address; the agent on HOST serves it (default port 29400; port 0 = a free one, one node only)"},
     [F_RDZV_TIMEOUT] = {"rdzv-timeout", 0, 1, 1, "SECONDS", "give up joining after this long (default 300)"},
     [F_RDZV_LAST_CALL] = {"rdzv-last-call", 0, 1, 1, "SECONDS", "with MIN:MAX, wait this long after MIN nodes joined (default 2)"},
     [F_STANDALONE] = {"standalone", 0, 0, 1, NULL, "one node: store on 127.0.0.1, free port, random run id"},
     [F_NODE_RANK] = {"node-rank", 0, 1, 1, "R", "this node's rank (static backend)"},
     [F_MASTER_ADDR] = {"master-addr", 0, 1, 1, "HOST", "static: node 0's address (default 127.0.0.1)"},
-    [F_MASTER_PORT] = {"master-port", 0, 1, 1, "PORT", "static: the store's port on node 0 (default 29500)"},
+    [F_MASTER_PORT] = {"master-port", 0, 1, 1, "PORT", "static: the store's port on node 0 (default 29500; workers get another, free one)"},
     [F_MAX_RESTARTS] = {"max-restarts", 0, 1, 1, "N", "restart workers up to N times after failures (default 0)"},
     [F_RESTART_MODE] = {"restart-mode", 0, 1, 1, "all|replace", "all: every node's workers restart; replace: only the failed one, in place (default all)"},
     [F_LOCAL_ADDR] = {"local-addr", 0, 1, 1, "ADDR", "address other nodes reach this one at (default: route to the store)"},
     [F_LOG_DIR] = {"log-dir", 0, 1, 1, "DIR", "write each rank's output to DIR/rank<N>.log"},
-    [F_TEE] = {"tee", 't', 1, 1, "0-3", "with --log-dir: streams also shown on the console (1 out, 2 err, 3 both; default 0)"},
-    [F_REDIRECTS] = {"redirects", 'r', 1, 1, "0-3", "with --log-dir: streams kept off the console (default 3)"},
-    [F_LAUNCHER] = {"launcher", 0, 1, 1, "slurm|local", "slurm: ranks from the srun step (detected inside a step)"},
+    [F_TEE] = {"tee", 't', 1, 1, "0-3|R:S,...", "streams written to the log files and also shown (1 out, 2 err, 3 both; per local rank R:S; default 0)"},
+    [F_REDIRECTS] = {"redirects", 'r', 1, 1, "0-3|R:S,...", "streams written to the log files instead of the console (default 3 with --log-dir, else 0)"},
+    [F_RANKS_FILTER] = {"local-ranks-filter", 0, 1, 1, "R,R,...", "only these local ranks' output on the console (log files get every rank)"},
+    [F_LAUNCHER] = {"launcher", 0, 1, 1, "slurm|mpi|local", "slurm: ranks from the srun step; mpi: from mpirun (both detected); local: neither"},
     [F_GRACE] = {"grace-period", 0, 1, 1, "SECONDS", "SIGTERM to SIGKILL delay when stopping workers (default 5)"},
     [F_CPU_BIND] = {"cpu-bind", 0, 1, 1, "auto|none", "auto: each worker on its own share of this node's CPUs, when there are enough (default auto)"},
-    [F_MONITOR] = {"monitor-interval", 0, 1, 0, "SECONDS", "accepted for torchrun compatibility; ignored"},
-    [F_NO_PYTHON] = {"no-python", 0, 0, 0, NULL, "accepted for torchrun compatibility (PROGRAM always runs directly)"},
+    [F_MONITOR] = {"monitor-interval", 0, 1, 1, "SECONDS", "accepted for torchrun; not needed: an exit is seen at once (SIGCHLD), not polled"},
+    [F_RDZV_CONF] = {"rdzv-conf", 0, 1, 1, "K=V,...", "join_timeout, last_call_timeout, close_timeout, read_timeout (seconds), is_host (bool)"},
+    [F_PYTHON] = {"python", 0, 1, 1, "PATH", "the interpreter of a PROGRAM ending in .py and of -m (default python3 on PATH)"},
+    [F_MODULE] = {"module", 'm', 0, 1, NULL, "PROGRAM is a Python module: each worker runs PYTHON -u -m PROGRAM"},
+    [F_NO_PYTHON] = {"no-python", 0, 0, 1, NULL, "run PROGRAM as it is, even when it ends in .py"},
+    [F_RUN_PATH] = {"run-path", 0, 0, 1, NULL, "run PROGRAM with Python whatever its name (torchrun's --run-path)"},
+    [F_ROLE] = {"role", 0, 1, 1, "NAME", "the workers' ROLE_NAME (default 'default')"},
+    [F_START_METHOD] = {"start-method", 0, 1, 1, "spawn|fork|forkserver", "accepted for torchrun; workers are always started by fork + exec"},
     [F_HELP] = {"help", 'h', 0, 0, NULL, "this text"},
 };
 
@@ -54,6 +64,21 @@ const char *cddp__envp_get(char **envp, const char *name) {
   for (char **e = envp; e && *e; e++)
     if (!strncmp(*e, name, n) && (*e)[n] == '=') return *e + n + 1;
   return NULL;
+}
+
+cddp_result_t cddp__envp_int(char **envp, const char *name, int dflt, long lo, long hi, int *out) {
+  const char *v = cddp__envp_get(envp, name);
+  if (!v || !*v) {
+    *out = dflt;
+    return CDDP_OK;
+  }
+  char *end;
+  errno = 0;
+  long x = strtol(v, &end, 10);
+  if (*end || errno || x < lo || x > hi)
+    return cddp__fail(CDDP_INVALID_ARG, "%s=%s is not an integer in [%ld, %ld]", name, v, lo, hi);
+  *out = (int)x;
+  return CDDP_OK;
 }
 
 static void mirror_name(char *buf, size_t size, const char *prefix, const char *flag) {
@@ -158,7 +183,7 @@ static cddp_result_t parse_endpoint(const raw_t *r, int f, char *host, size_t hs
   host[hlen] = '\0';
   if (colon) {
     long p;
-    if (!parse_long(colon + 1, 1, 65535, &p)) return bad_value(r, f, "must be HOST[:PORT] with a port 1-65535");
+    if (!parse_long(colon + 1, 0, 65535, &p)) return bad_value(r, f, "must be HOST[:PORT] with a port 0-65535");
     *port = (int)p;
   }
   return CDDP_OK;
@@ -253,17 +278,19 @@ static void fill_xtuner(raw_t *r, char **envp) {
     put(r, F_RDZV_BACKEND, "static", "NNODES/NODE_RANK/ADDR", 0);
 }
 
+static int mpi_forced(const raw_t *r) { return r->val[F_LAUNCHER] && !strcmp(r->val[F_LAUNCHER], "mpi"); }
+
 /* Slurm: decides the mode and fills what the step says. bufs hold derived strings. */
 static cddp_result_t fill_slurm(raw_t *r, char **envp, cddp_run_opts_t *o, char bufs[5][256]) {
   const char *launcher = r->val[F_LAUNCHER] ? r->val[F_LAUNCHER] : "";
-  if (*launcher && strcmp(launcher, "slurm") && strcmp(launcher, "local"))
-    return bad_value(r, F_LAUNCHER, "must be slurm or local");
+  if (*launcher && strcmp(launcher, "slurm") && strcmp(launcher, "local") && strcmp(launcher, "mpi"))
+    return bad_value(r, F_LAUNCHER, "must be slurm, mpi or local");
   const char *jobid = cddp__envp_get(envp, "SLURM_JOB_ID");
   if (!jobid) jobid = cddp__envp_get(envp, "SLURM_JOBID");
   int in_step = cddp__slurm_in_step(envp);
   int explicit_rdzv = r->val[F_STANDALONE] || r->val[F_RDZV_ENDPOINT] || r->val[F_MASTER_ADDR] ||
                       r->val[F_NODE_RANK] || r->val[F_RDZV_BACKEND];
-  int want = !strcmp(launcher, "slurm") || (!*launcher && in_step && !explicit_rdzv);
+  int want = !strcmp(launcher, "slurm") || (!*launcher && in_step && !explicit_rdzv && !mpi_forced(r));
   if (!want) return CDDP_OK;
   if (!in_step) {
     if (jobid) { /* batch step or salloc shell: one agent per node through srun */
@@ -301,13 +328,200 @@ static cddp_result_t fill_slurm(raw_t *r, char **envp, cddp_run_opts_t *o, char 
   return CDDP_OK;
 }
 
-static cddp_result_t parse_stream_mask(const raw_t *r, int f, int *mask) {
-  long v;
-  if (!r->val[f]) return CDDP_OK;
-  if (!parse_long(r->val[f], 0, 3, &v))
-    return bad_value(r, f, "must be 0-3 (1 stdout, 2 stderr, 3 both; per-rank maps are not supported)");
-  *mask = (int)v;
+/* mpirun started this process (--launcher mpi, or detected: OMPI_COMM_WORLD_RANK / PMI_RANK set
+ * and no rendezvous configured): PROGRAM is exec'd as MPI's rank, as for a Slurm task. */
+static cddp_result_t fill_mpi(raw_t *r, char **envp, cddp_run_opts_t *o, char bufs[5][256]) {
+  const char *launcher = r->val[F_LAUNCHER] ? r->val[F_LAUNCHER] : "";
+  int explicit_rdzv = r->val[F_STANDALONE] || r->val[F_RDZV_ENDPOINT] || r->val[F_MASTER_ADDR] ||
+                      r->val[F_NODE_RANK] || r->val[F_RDZV_BACKEND];
+  if (o->slurm || (strcmp(launcher, "mpi") && (*launcher || explicit_rdzv || !cddp__mpi_in_step(envp))))
+    return CDDP_OK;
+  if (!cddp__mpi_in_step(envp))
+    return cddp__fail(CDDP_INVALID_ARG, "%s mpi: not started by mpirun (OMPI_COMM_WORLD_RANK and PMI_RANK are unset)",
+                      r->src[F_LAUNCHER]);
+  cddp__mpi_step_t st;
+  CDDP_CHECK(cddp__mpi_step_read(envp, &st));
+  o->mode = CDDP_RUN_MPI_RANK;
+  o->rank = st.rank, o->world_size = st.world;
+  o->local_rank = st.local_rank, o->local_world_size = st.local_world;
+  o->node_rank = st.node_rank;
+  o->min_nodes = o->max_nodes = st.nnodes;
+  snprintf(bufs[0], 256, "%s", st.master_addr);
+  snprintf(bufs[1], 256, "%d", st.master_port);
+  snprintf(bufs[2], 256, "%s", st.run_id);
+  if (!r->val[F_MASTER_ADDR]) put(r, F_MASTER_ADDR, bufs[0], "MASTER_ADDR", 0);
+  if (!r->val[F_MASTER_PORT]) put(r, F_MASTER_PORT, bufs[1], "MASTER_PORT", 0);
+  if (!r->val[F_RDZV_ID]) put(r, F_RDZV_ID, bufs[2], "the MPI job id", 0);
   return CDDP_OK;
+}
+
+/* torchrun's --redirects / --tee: one value 0-3 for every local rank, or "R:S,R:S" per local
+ * rank (the ranks not named get 0). Fills std[0..nproc). */
+static cddp_result_t parse_stream_map(const raw_t *r, int f, int nproc, unsigned char *std) {
+  const char *s = r->val[f];
+  long v, rank;
+  if (!s) return CDDP_OK;
+  if (!strchr(s, ':')) {
+    if (!parse_long(s, 0, 3, &v)) return bad_value(r, f, "must be 0-3 (1 stdout, 2 stderr, 3 both) or a map R:S,R:S");
+    memset(std, (int)v, (size_t)nproc);
+    return CDDP_OK;
+  }
+  memset(std, 0, (size_t)nproc);
+  for (const char *p = s; *p;) {
+    char item[32];
+    size_t len = strcspn(p, ",");
+    const char *colon = memchr(p, ':', len);
+    if (!colon || len >= sizeof item) return bad_value(r, f, "must be a map of LOCAL_RANK:STREAMS (0:3,1:1)");
+    memcpy(item, p, (size_t)(colon - p));
+    item[colon - p] = '\0';
+    if (!parse_long(item, 0, CDDP_RUN_MAX_NPROC - 1, &rank)) return bad_value(r, f, "names a local rank that is not a number");
+    memcpy(item, colon + 1, len - (size_t)(colon - p) - 1);
+    item[len - (size_t)(colon - p) - 1] = '\0';
+    if (!parse_long(item, 0, 3, &v)) return bad_value(r, f, "maps a local rank to something other than 0-3");
+    if (rank >= nproc)
+      return cddp__fail(CDDP_INVALID_ARG, "%s %s names local rank %ld, but this node runs %d workers", r->src[f], s, rank, nproc);
+    std[rank] = (unsigned char)v;
+    p += len + (p[len] == ',');
+  }
+  return CDDP_OK;
+}
+
+/* --local-ranks-filter 0,2: only those local ranks reach the console. */
+static cddp_result_t parse_ranks_filter(const raw_t *r, int nproc, unsigned char *console) {
+  const char *s = r->val[F_RANKS_FILTER];
+  unsigned char keep[CDDP_RUN_MAX_NPROC] = {0};
+  long v;
+  if (!s) return CDDP_OK;
+  for (const char *p = s; *p;) {
+    char item[32];
+    size_t len = strcspn(p, ", ");
+    if (len == 0 || len >= sizeof item) return bad_value(r, F_RANKS_FILTER, "must be local ranks separated by commas (0,1)");
+    memcpy(item, p, len);
+    item[len] = '\0';
+    if (!parse_long(item, 0, CDDP_RUN_MAX_NPROC - 1, &v)) return bad_value(r, F_RANKS_FILTER, "must be local ranks separated by commas (0,1)");
+    if (v >= nproc)
+      return cddp__fail(CDDP_INVALID_ARG, "%s %s names local rank %ld, but this node runs %d workers", r->src[F_RANKS_FILTER],
+                        s, v, nproc);
+    keep[v] = 1;
+    p += len;
+    while (*p == ',' || *p == ' ') p++;
+  }
+  for (int i = 0; i < nproc; i++)
+    if (!keep[i]) console[i] = 0;
+  return CDDP_OK;
+}
+
+/* torchrun's --rdzv-conf join_timeout=900,last_call_timeout=5,is_host=true: each key fills what
+ * its own flag left unset. */
+static cddp_result_t parse_rdzv_conf(const raw_t *r, cddp_run_opts_t *o) {
+  const char *s = r->val[F_RDZV_CONF];
+  if (!s) return CDDP_OK;
+  for (const char *p = s; *p;) {
+    char key[64], val[64];
+    size_t len = strcspn(p, ","), klen = strcspn(p, "=");
+    if (klen >= len || klen == 0 || klen >= sizeof key || len - klen - 1 >= sizeof val)
+      return bad_value(r, F_RDZV_CONF, "must be KEY=VALUE pairs separated by commas");
+    memcpy(key, p, klen);
+    key[klen] = '\0';
+    memcpy(val, p + klen + 1, len - klen - 1);
+    val[len - klen - 1] = '\0';
+    int ms, b;
+    if (!strcmp(key, "is_host")) {
+      if (!parse_bool(val, &b))
+        return cddp__fail(CDDP_INVALID_ARG, "%s: is_host=%s must be true or false", r->src[F_RDZV_CONF], val);
+      o->is_host = b;
+    } else if (!strcmp(key, "join_timeout") || !strcmp(key, "timeout") || !strcmp(key, "last_call_timeout") ||
+               !strcmp(key, "close_timeout") || !strcmp(key, "read_timeout")) {
+      if (!parse_seconds_ms(val, &ms) || (ms <= 0 && strcmp(key, "last_call_timeout")))
+        return cddp__fail(CDDP_INVALID_ARG, "%s: %s=%s must be a number of seconds", r->src[F_RDZV_CONF], key, val);
+      if (!strcmp(key, "last_call_timeout")) {
+        if (!r->val[F_RDZV_LAST_CALL]) o->last_call_ms = ms;
+      } else if (!strcmp(key, "close_timeout")) {
+        o->close_ms = ms;
+      } else if (!strcmp(key, "read_timeout")) {
+        o->read_ms = ms;
+      } else if (!r->val[F_RDZV_TIMEOUT]) {
+        o->rdzv_timeout_ms = ms;
+      }
+    } else {
+      return cddp__fail(CDDP_INVALID_ARG, "%s: unknown key '%s' (known: join_timeout, last_call_timeout, close_timeout, "
+                        "read_timeout, is_host)", r->src[F_RDZV_CONF], key);
+    }
+    p += len + (p[len] == ',');
+  }
+  return CDDP_OK;
+}
+
+/* --nproc-per-node N | gpu | cpu | auto */
+static cddp_result_t parse_nproc(const raw_t *r, char **envp, cddp_run_opts_t *o) {
+  const char *s = r->val[F_NPROC];
+  long v, cpus = sysconf(_SC_NPROCESSORS_ONLN);
+  char how[128];
+  o->nproc_per_node = 1;
+  snprintf(o->nproc_src, sizeof o->nproc_src, "default 1");
+  if (!s) return CDDP_OK;
+  if (cpus < 1) cpus = 1;
+  if (!strcasecmp(s, "gpu") || !strcasecmp(s, "auto")) {
+    int gpus = cddp__gpus_visible(envp, how, sizeof how);
+    if (gpus > 0) {
+      o->nproc_per_node = CDDP_MIN(gpus, CDDP_RUN_MAX_NPROC);
+      snprintf(o->nproc_src, sizeof o->nproc_src, "%s %s: %d (%s)", r->src[F_NPROC], s, o->nproc_per_node, how);
+      return CDDP_OK;
+    }
+    if (!strcasecmp(s, "gpu"))
+      return cddp__fail(CDDP_INVALID_ARG, "%s gpu: no GPU is visible (%s); give a number of workers, or cpu",
+                        r->src[F_NPROC], how);
+    o->nproc_per_node = (int)CDDP_MIN(cpus, CDDP_RUN_MAX_NPROC);
+    snprintf(o->nproc_src, sizeof o->nproc_src, "%s auto: %d CPUs (no GPU: %s)", r->src[F_NPROC], o->nproc_per_node, how);
+    return CDDP_OK;
+  }
+  if (!strcasecmp(s, "cpu")) {
+    o->nproc_per_node = (int)CDDP_MIN(cpus, CDDP_RUN_MAX_NPROC);
+    snprintf(o->nproc_src, sizeof o->nproc_src, "%s cpu: %d CPUs", r->src[F_NPROC], o->nproc_per_node);
+    return CDDP_OK;
+  }
+  if (!parse_long(s, 1, CDDP_RUN_MAX_NPROC, &v))
+    return bad_value(r, F_NPROC, "must be a positive integer (at most 1024), gpu, cpu or auto");
+  o->nproc_per_node = (int)v;
+  quote(r, F_NPROC, o->nproc_src, sizeof o->nproc_src);
+  return CDDP_OK;
+}
+
+/* What each worker runs, and where its two streams go. */
+static cddp_result_t parse_program_and_streams(const raw_t *r, cddp_run_opts_t *o) {
+  if (r->val[F_PYTHON]) {
+    if (!*r->val[F_PYTHON] || strlen(r->val[F_PYTHON]) >= sizeof o->python)
+      return bad_value(r, F_PYTHON, "must be the path or name of a Python interpreter");
+    snprintf(o->python, sizeof o->python, "%s", r->val[F_PYTHON]);
+  }
+  if (r->val[F_MODULE] && !parse_bool(r->val[F_MODULE], &o->module)) return bad_value(r, F_MODULE, "must be 1 or 0");
+  if (r->val[F_NO_PYTHON] && !parse_bool(r->val[F_NO_PYTHON], &o->no_python))
+    return bad_value(r, F_NO_PYTHON, "must be 1 or 0");
+  if (r->val[F_RUN_PATH] && !parse_bool(r->val[F_RUN_PATH], &o->run_path)) return bad_value(r, F_RUN_PATH, "must be 1 or 0");
+  if (o->no_python && (o->module || o->run_path))
+    return cddp__fail(CDDP_INVALID_ARG, "%s and %s contradict each other: --no-python runs PROGRAM as it is",
+                      r->src[F_NO_PYTHON], o->module ? r->src[F_MODULE] : r->src[F_RUN_PATH]);
+  snprintf(o->role, sizeof o->role, "default");
+  if (r->val[F_ROLE]) {
+    if (!*r->val[F_ROLE] || strlen(r->val[F_ROLE]) >= sizeof o->role || strpbrk(r->val[F_ROLE], " \t\n="))
+      return bad_value(r, F_ROLE, "must be a name of 1-63 characters without spaces");
+    snprintf(o->role, sizeof o->role, "%s", r->val[F_ROLE]);
+  }
+  if (r->val[F_START_METHOD] && strcmp(r->val[F_START_METHOD], "spawn") && strcmp(r->val[F_START_METHOD], "fork") &&
+      strcmp(r->val[F_START_METHOD], "forkserver"))
+    return bad_value(r, F_START_METHOD, "must be spawn, fork or forkserver");
+  if (r->val[F_LOG_DIR]) snprintf(o->log_dir, sizeof o->log_dir, "%s", r->val[F_LOG_DIR]);
+  int n = o->nproc_per_node;
+  unsigned char redirects[CDDP_RUN_MAX_NPROC], tee[CDDP_RUN_MAX_NPROC];
+  memset(redirects, o->log_dir[0] ? 3 : 0, (size_t)n);
+  memset(tee, 0, (size_t)n);
+  CDDP_CHECK(parse_stream_map(r, F_REDIRECTS, n, redirects));
+  CDDP_CHECK(parse_stream_map(r, F_TEE, n, tee));
+  for (int i = 0; i < n; i++) {
+    o->console[i] = (unsigned char)((~redirects[i] | tee[i]) & 3);
+    if ((redirects[i] | tee[i]) && !o->log_dir[0]) o->tmp_log_dir = 1; /* torchrun's files go to a temporary folder */
+  }
+  return parse_ranks_filter(r, n, o->console);
 }
 
 cddp_result_t cddp__run_parse(int argc, char **argv, char **envp, cddp_run_opts_t *o) {
@@ -323,10 +537,12 @@ cddp_result_t cddp__run_parse(int argc, char **argv, char **envp, cddp_run_opts_
   fill_xtuner(&r, envp);
   CDDP_CHECK(fill_slurm(&r, envp, o, bufs));
   if (o->mode == CDDP_RUN_SLURM_BATCH) return CDDP_OK;
+  CDDP_CHECK(fill_mpi(&r, envp, o, bufs));
+  int task = o->mode == CDDP_RUN_SLURM_RANK || o->mode == CDDP_RUN_MPI_RANK; /* no agent: PROGRAM becomes the rank */
 
   /* --nnodes N | MIN:MAX (a Slurm rank task already has its node count) */
-  if (o->mode != CDDP_RUN_SLURM_RANK) o->min_nodes = o->max_nodes = 1;
-  if (r.val[F_NNODES] && o->mode != CDDP_RUN_SLURM_RANK) {
+  if (!task) o->min_nodes = o->max_nodes = 1;
+  if (r.val[F_NNODES] && !task) {
     const char *s = r.val[F_NNODES], *c = strchr(s, ':');
     char a[32];
     long lo, hi;
@@ -346,17 +562,7 @@ cddp_result_t cddp__run_parse(int argc, char **argv, char **envp, cddp_run_opts_
   if (r.val[F_NNODES]) quote(&r, F_NNODES, o->nnodes_src, sizeof o->nnodes_src);
   else snprintf(o->nnodes_src, sizeof o->nnodes_src, "--nnodes 1");
 
-  o->nproc_per_node = 1;
-  if (r.val[F_NPROC]) {
-    if (!strcasecmp(r.val[F_NPROC], "auto") || !strcasecmp(r.val[F_NPROC], "cpu")) {
-      long n = sysconf(_SC_NPROCESSORS_ONLN);
-      o->nproc_per_node = n > 0 ? (int)CDDP_MIN(n, CDDP_RUN_MAX_NPROC) : 1;
-    } else if (!parse_long(r.val[F_NPROC], 1, CDDP_RUN_MAX_NPROC, &v)) {
-      return bad_value(&r, F_NPROC, "must be a positive integer (at most 1024) or 'auto'");
-    } else {
-      o->nproc_per_node = (int)v;
-    }
-  }
+  CDDP_CHECK(parse_nproc(&r, envp, o));
 
   if (r.val[F_STANDALONE] && !parse_bool(r.val[F_STANDALONE], &o->standalone))
     return bad_value(&r, F_STANDALONE, "must be 1 or 0");
@@ -376,6 +582,9 @@ cddp_result_t cddp__run_parse(int argc, char **argv, char **envp, cddp_run_opts_
     return bad_value(&r, F_GRACE, "must be a number of seconds >= 0");
   if (r.val[F_MONITOR] && !parse_seconds_ms(r.val[F_MONITOR], &(int){0}))
     return bad_value(&r, F_MONITOR, "must be a number of seconds");
+  o->close_ms = o->grace_ms;
+  o->is_host = -1;
+  CDDP_CHECK(parse_rdzv_conf(&r, o));
   if (r.val[F_MAX_RESTARTS]) {
     if (!parse_long(r.val[F_MAX_RESTARTS], 0, 1000000, &v)) return bad_value(&r, F_MAX_RESTARTS, "must be an integer >= 0");
     o->max_restarts = (int)v;
@@ -421,17 +630,16 @@ cddp_result_t cddp__run_parse(int argc, char **argv, char **envp, cddp_run_opts_
       return bad_value(&r, F_LOCAL_ADDR, "must be an address or host name of at most 63 characters");
     snprintf(o->local_addr, sizeof o->local_addr, "%s", r.val[F_LOCAL_ADDR]);
   }
-  if (r.val[F_LOG_DIR]) snprintf(o->log_dir, sizeof o->log_dir, "%s", r.val[F_LOG_DIR]);
-  int tee = 0, redirects = o->log_dir[0] ? 3 : 0;
-  CDDP_CHECK(parse_stream_mask(&r, F_TEE, &tee));
-  CDDP_CHECK(parse_stream_mask(&r, F_REDIRECTS, &redirects));
-  for (int s = 0; s < 2; s++)
-    o->console_mask[s] = !o->log_dir[0] || !(redirects & (1 << s)) || (tee & (1 << s));
+  CDDP_CHECK(parse_program_and_streams(&r, o));
 
-  if (o->mode == CDDP_RUN_SLURM_RANK) return CDDP_OK;
+  if (task) return CDDP_OK;
 
-  /* the rendezvous shape */
-  if (o->standalone || (o->backend == CDDP_RDZV_C10D && !o->rdzv_host[0] && o->max_nodes == 1)) {
+  /* the rendezvous shape; torchrun's --standalone is --rdzv-endpoint localhost:0 (a free port) */
+  int free_port = r.val[F_RDZV_ENDPOINT] && o->rdzv_port == 0;
+  if (free_port && (o->max_nodes > 1 || o->backend != CDDP_RDZV_C10D) && !o->standalone)
+    return cddp__fail(CDDP_INVALID_ARG, "%s: port 0 (a free port) works only for one node; give the port every node uses",
+                      quote(&r, F_RDZV_ENDPOINT, (char[320]){0}, 320));
+  if (o->standalone || (o->backend == CDDP_RDZV_C10D && (!o->rdzv_host[0] || free_port) && o->max_nodes == 1)) {
     o->standalone = 1;
     o->backend = CDDP_RDZV_C10D;
     o->min_nodes = o->max_nodes = 1;

@@ -13,6 +13,7 @@
 typedef enum cddp_run_mode {
   CDDP_RUN_AGENT = 0,   /* this process is the node's agent: rendezvous, spawn, watch */
   CDDP_RUN_SLURM_RANK,  /* srun started one task per rank: exec PROGRAM as that rank */
+  CDDP_RUN_MPI_RANK,    /* mpirun started this task: exec PROGRAM as MPI's rank */
   CDDP_RUN_SLURM_BATCH, /* inside the batch step with --launcher slurm: re-run under srun */
   CDDP_RUN_HELP         /* --help */
 } cddp_run_mode_t;
@@ -39,8 +40,21 @@ typedef struct cddp_run_opts {
   int cpu_bind;              /* --cpu-bind auto (1): workers on disjoint shares of the CPUs; none (0) */
   char local_addr[256];      /* address published for this node ("" = route to the store) */
   char log_dir[4096];        /* "" = no log files */
-  int console_mask[2];       /* per stream (0 stdout, 1 stderr): 1 = to the console */
   int grace_ms;              /* SIGTERM -> SIGKILL */
+  int close_ms;              /* the store's host waits this long for the others at exit */
+  int read_ms;               /* 0, or the bound on one store call (--rdzv-conf read_timeout) */
+  int is_host;               /* c10d: -1 = host the store when the endpoint is ours; 0/1 forced */
+  /* what each worker runs (run/program.h): torchrun's rules */
+  char python[4096];         /* --python / CDDP_PYTHON: the interpreter of a .py or -m (default python3) */
+  int module;                /* -m: PROGRAM is a Python module */
+  int no_python;             /* --no-python: PROGRAM runs as it is, even a .py */
+  int run_path;              /* --run-path: PROGRAM runs with Python whatever its name */
+  char role[64];             /* --role: the workers' ROLE_NAME */
+  char nproc_src[400];       /* how --nproc-per-node was given, and what gpu/auto found */
+  /* console streams per local rank: bit 0 stdout, bit 1 stderr (--redirects, --tee,
+   * --local-ranks-filter); a log file gets every stream */
+  unsigned char console[CDDP_RUN_MAX_NPROC];
+  int tmp_log_dir;           /* log_dir was made because --redirects asked for files without --log-dir */
   int slurm;                 /* configured from Slurm variables */
   int prog_index;            /* argv index of PROGRAM */
   /* CDDP_RUN_SLURM_RANK: the rank this task runs as */
@@ -59,5 +73,8 @@ void cddp__run_usage(FILE *f);
 
 /* "K=V" lookup in envp; NULL when absent. */
 const char *cddp__envp_get(char **envp, const char *name);
+/* Integer variable of envp: absent or empty -> dflt; malformed or outside [lo, hi] ->
+ * INVALID_ARG naming it. */
+cddp_result_t cddp__envp_int(char **envp, const char *name, int dflt, long lo, long hi, int *out);
 
 #endif /* CDDP_RUN_OPTIONS_H */

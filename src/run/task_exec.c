@@ -1,14 +1,14 @@
-/* slurm_exec.c - `cddp run --launcher slurm` without an agent: a task of a step becomes its
- * rank (exec with the environment contract), a batch script re-runs itself under srun. */
+/* task_exec.c - `cddp run` without an agent: a task of an srun step or of mpirun becomes its
+ * rank (exec with the environment contract), a Slurm batch script re-runs itself under srun. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
-#include "run/slurm_exec.h"
+#include "run/task_exec.h"
 
-int cddp__slurm_exec_rank(cddp_run_opts_t *o, char **prog) {
+int cddp__task_exec_rank(cddp_run_opts_t *o, char **argv) {
   char v[64];
 #define SETI(name, x) (snprintf(v, sizeof v, "%d", (x)), setenv(name, v, 1))
   SETI("RANK", o->rank);
@@ -27,9 +27,11 @@ int cddp__slurm_exec_rank(cddp_run_opts_t *o, char **prog) {
   setenv("MASTER_ADDR", o->master_addr, 1);
   setenv("CDDP_RUN_ID", o->run_id, 1);
   setenv("TORCHELASTIC_RUN_ID", o->run_id, 1);
+  setenv("TORCHELASTIC_USE_AGENT_STORE", "False", 1); /* torch's rank 0 hosts its TCPStore */
+  setenv("ROLE_NAME", o->role, 1);
   unsetenv("CDDP_STORE"); /* no agent hosts a store: rank 0 does (cddp_env_connect) */
-  execvp(prog[0], prog);
-  fprintf(stderr, "cddp run: cannot run '%s': %s\n", prog[0], strerror(errno));
+  execvp(argv[0], argv);
+  fprintf(stderr, "cddp run: cannot run '%s': %s\n", argv[0], strerror(errno));
   return 127;
 }
 

@@ -36,7 +36,7 @@ static void write_all(int fd, const char *p, size_t n) {
  * in a single write, and to the log file. */
 static void emit(cddp__workers_t *ws, cddp__worker_t *w, int s, const char *line, size_t len) {
   static char out[LINE_MAX_BYTES + 64];
-  if (ws->console_mask[s]) {
+  if (ws->console[w - ws->w] & (1 << s)) {
     int p = snprintf(out, 64, "[rank %d] ", w->rank);
     memcpy(out + p, line, len);
     write_all(s ? STDERR_FILENO : STDOUT_FILENO, out, (size_t)p + len);

@@ -28,7 +28,7 @@ typedef enum cddp__outcome {
 typedef struct cddp__workers {
   int n;
   cddp__worker_t *w;
-  int console_mask[2];
+  const unsigned char *console; /* per slot (local rank): bit 0 stdout, bit 1 stderr reach the console */
   int grace_ms;
   int keep_going;   /* a failed worker does not stop the others: watch returns FAILED at once
                        (fail_index says which slot) and the rest keep running */

@@ -89,10 +89,11 @@ out=$(env SLURM_JOB_ID=77 SLURM_STEP_ID=0 SLURM_PROCID=3 SLURM_LOCALID=1 SLURM_N
   timeout 10 "$CDDP" run sh -c 'echo "$RANK $LOCAL_RANK $WORLD_SIZE $LOCAL_WORLD_SIZE $GROUP_RANK $MASTER_ADDR $CDDP_RUN_ID"' 2>&1)
 [ "$out" = "3 1 4 2 1 127.0.0.1 slurm-77.0" ] && ok "Slurm task per rank: exec as SLURM_PROCID" || fail "slurm rank" "$out"
 
-# 11. a missing program: exit 127 naming it
+# 11. a missing program: found before any worker starts; one line naming it, exit 2
 timeout 10 "$CDDP" run /nonexistent/prog >/dev/null 2>"$T/m.err"
 rc=$?
-[ $rc = 127 ] && grep -q "cannot run '/nonexistent/prog'" "$T/m.err" && ok "missing program -> 127" || fail "missing program" "rc=$rc"
+[ $rc = 2 ] && [ "$(wc -l <"$T/m.err")" = 1 ] && grep -q "PROGRAM '/nonexistent/prog' not found" "$T/m.err" &&
+  ok "missing program -> one line, exit 2" || fail "missing program" "rc=$rc $(cat "$T/m.err")"
 
 # 12. --cpu-bind: by default each worker gets its own share of the agent's CPUs (disjoint, covering
 # them all); none leaves every worker on all of them; too few CPUs for the workers binds nobody

@@ -1,5 +1,6 @@
 /* test_run_options.c - `cddp run` flag parsing: spellings, env mirrors, precedence, XTuner, Slurm. */
 #include <string.h>
+#include <unistd.h>
 
 #include "common/check.h"
 #include "run/options.h"
@@ -117,7 +118,7 @@ TEST(run_opts_static_and_node_rank) {
   expect_error(ARGV("--rdzv-backend", "static", "--nnodes", "1:2", "--node-rank", "0", "p"), ENVP(NULL), CDDP_INVALID_ARG, "range", NULL);
   expect_error(ARGV("--rdzv-backend", "etcd", "p"), ENVP(NULL), CDDP_INVALID_ARG, "--rdzv-backend", "'etcd'");
   expect_error(ARGV("--nnodes", "2", "p"), ENVP(NULL), CDDP_INVALID_ARG, "needs --rdzv-endpoint", NULL);
-  expect_error(ARGV("--nnodes", "2", "--rdzv-endpoint", "h:0", "p"), ENVP(NULL), CDDP_INVALID_ARG, "port 1-65535", NULL);
+  expect_error(ARGV("--nnodes", "2", "--rdzv-endpoint", "h:0", "p"), ENVP(NULL), CDDP_INVALID_ARG, "h:0", "only for one node");
 }
 
 TEST(run_opts_xtuner_variables) {
@@ -143,16 +144,138 @@ TEST(run_opts_xtuner_variables) {
 TEST(run_opts_log_dir_tee_redirects) {
   cddp_run_opts_t o;
   CHECK_OK(parse(ARGV("p"), ENVP(NULL), &o));
-  CHECK(o.console_mask[0] && o.console_mask[1]);
+  CHECK_EQ(o.console[0], 3);
+  CHECK_EQ(o.tmp_log_dir, 0);
   CHECK_OK(parse(ARGV("--log-dir", "/tmp/x", "p"), ENVP(NULL), &o));
-  CHECK(!o.console_mask[0] && !o.console_mask[1]);
+  CHECK_EQ(o.console[0], 0);
   CHECK_OK(parse(ARGV("--log-dir", "/tmp/x", "--tee", "1", "p"), ENVP(NULL), &o));
-  CHECK(o.console_mask[0] && !o.console_mask[1]);
+  CHECK_EQ(o.console[0], 1);
   CHECK_OK(parse(ARGV("--log-dir", "/tmp/x", "-r", "2", "p"), ENVP(NULL), &o));
-  CHECK(o.console_mask[0] && !o.console_mask[1]);
+  CHECK_EQ(o.console[0], 1);
   CHECK_OK(parse(ARGV("--log-dir", "/tmp/x", "-t3", "p"), ENVP(NULL), &o));
-  CHECK(o.console_mask[0] && o.console_mask[1]);
-  expect_error(ARGV("--tee", "0:3,1:1", "p"), ENVP(NULL), CDDP_INVALID_ARG, "--tee", "per-rank maps");
+  CHECK_EQ(o.console[0], 3);
+  /* torchrun's per-rank maps: local rank 0 keeps stdout, 1 keeps both (absent = 0), 2 none */
+  CHECK_OK(parse(ARGV("--nproc-per-node", "3", "--log-dir", "/tmp/x", "--tee", "0:1,1:3", "p"), ENVP(NULL), &o));
+  CHECK_EQ(o.console[0], 1);
+  CHECK_EQ(o.console[1], 3);
+  CHECK_EQ(o.console[2], 0);
+  /* --redirects without --log-dir: torchrun writes the files to a temporary folder */
+  CHECK_OK(parse(ARGV("--nproc-per-node", "2", "--redirects", "1:2", "p"), ENVP(NULL), &o));
+  CHECK_EQ(o.console[0], 3);
+  CHECK_EQ(o.console[1], 1);
+  CHECK_EQ(o.tmp_log_dir, 1);
+  /* --local-ranks-filter: only those local ranks reach the console */
+  CHECK_OK(parse(ARGV("--nproc-per-node", "3", "--local-ranks-filter", "0,2", "p"), ENVP(NULL), &o));
+  CHECK(o.console[0] == 3 && o.console[1] == 0 && o.console[2] == 3);
+  expect_error(ARGV("--nproc-per-node", "2", "--tee", "0:3,2:1", "p"), ENVP(NULL), CDDP_INVALID_ARG, "--tee 0:3,2:1",
+               "local rank 2");
+  expect_error(ARGV("--tee", "0:7", "p"), ENVP(NULL), CDDP_INVALID_ARG, "--tee", "0-3");
+  expect_error(ARGV("--redirects", "x", "p"), ENVP(NULL), CDDP_INVALID_ARG, "--redirects", "'x'");
+  expect_error(ARGV("--local-ranks-filter", "1", "p"), ENVP(NULL), CDDP_INVALID_ARG, "--local-ranks-filter 1",
+               "runs 1 workers");
+  expect_error(ARGV("--local-ranks-filter", "a", "p"), ENVP(NULL), CDDP_INVALID_ARG, "--local-ranks-filter", "'a'");
+}
+
+/* torchrun's program rules and the other flags it has */
+TEST(run_opts_torchrun_flags) {
+  cddp_run_opts_t o;
+  CHECK_OK(parse(ARGV("-m", "--python", "/usr/bin/python3", "--role", "trainer", "pkg.train", "--lr", "1"), ENVP(NULL), &o));
+  CHECK_EQ(o.module, 1);
+  CHECK(!strcmp(o.python, "/usr/bin/python3"));
+  CHECK(!strcmp(o.role, "trainer"));
+  CHECK_EQ(o.prog_index, 6);
+  CHECK_OK(parse(ARGV("p.py"), ENVP("CDDP_PYTHON=/opt/py/bin/python"), &o));
+  CHECK(!strcmp(o.python, "/opt/py/bin/python"));
+  CHECK(!strcmp(o.role, "default"));
+  CHECK_OK(parse(ARGV("--no-python", "--start-method", "spawn", "--monitor-interval", "0.1", "p.py"), ENVP(NULL), &o));
+  CHECK_EQ(o.no_python, 1);
+  expect_error(ARGV("--no-python", "-m", "p"), ENVP(NULL), CDDP_INVALID_ARG, "--no-python and -m", NULL);
+  expect_error(ARGV("--start-method", "thread", "p"), ENVP(NULL), CDDP_INVALID_ARG, "--start-method", "'thread'");
+  expect_error(ARGV("--role", "a b", "p"), ENVP(NULL), CDDP_INVALID_ARG, "--role", NULL);
+  expect_error(ARGV("--python", "", "p"), ENVP(NULL), CDDP_INVALID_ARG, "--python", NULL);
+}
+
+TEST(run_opts_rdzv_conf) {
+  cddp_run_opts_t o;
+  CHECK_OK(parse(ARGV("--nnodes", "1:2", "--rdzv-endpoint", "h:1", "--rdzv-conf",
+                      "join_timeout=12,last_call_timeout=0.5,close_timeout=3,read_timeout=7,is_host=false", "p"),
+                 ENVP(NULL), &o));
+  CHECK_EQ(o.rdzv_timeout_ms, 12000);
+  CHECK_EQ(o.last_call_ms, 500);
+  CHECK_EQ(o.close_ms, 3000);
+  CHECK_EQ(o.read_ms, 7000);
+  CHECK_EQ(o.is_host, 0);
+  /* an explicit flag wins over the conf key */
+  CHECK_OK(parse(ARGV("--nnodes", "2", "--rdzv-endpoint", "h", "--rdzv-timeout", "5", "--rdzv-conf", "join_timeout=12", "p"),
+                 ENVP(NULL), &o));
+  CHECK_EQ(o.rdzv_timeout_ms, 5000);
+  CHECK_EQ(o.is_host, -1);
+  CHECK_EQ(o.close_ms, o.grace_ms);
+  expect_error(ARGV("--rdzv-conf", "join_timeout=x", "p"), ENVP(NULL), CDDP_INVALID_ARG, "join_timeout=x", "seconds");
+  expect_error(ARGV("--rdzv-conf", "nodes=3", "p"), ENVP(NULL), CDDP_INVALID_ARG, "unknown key 'nodes'", "join_timeout");
+  expect_error(ARGV("--rdzv-conf", "is_host=maybe", "p"), ENVP(NULL), CDDP_INVALID_ARG, "is_host=maybe", NULL);
+  expect_error(ARGV("--rdzv-conf", "garbage", "p"), ENVP(NULL), CDDP_INVALID_ARG, "--rdzv-conf", "KEY=VALUE");
+}
+
+/* --nproc-per-node gpu counts CUDA_VISIBLE_DEVICES (or /dev/nvidia<N>); none is one clear line */
+TEST(run_opts_nproc_gpu_cpu_auto) {
+  cddp_run_opts_t o;
+  CHECK_OK(parse(ARGV("--nproc-per-node", "gpu", "p"), ENVP("CUDA_VISIBLE_DEVICES=0,3,5"), &o));
+  CHECK_EQ(o.nproc_per_node, 3);
+  CHECK(strstr(o.nproc_src, "CUDA_VISIBLE_DEVICES=0,3,5") != NULL);
+  CHECK_OK(parse(ARGV("--nproc-per-node", "auto", "p"), ENVP("CUDA_VISIBLE_DEVICES=GPU-1a2b"), &o));
+  CHECK_EQ(o.nproc_per_node, 1);
+  expect_error(ARGV("--nproc-per-node", "gpu", "p"), ENVP("CUDA_VISIBLE_DEVICES="), CDDP_INVALID_ARG,
+               "--nproc-per-node gpu: no GPU is visible", "give a number of workers, or cpu");
+  expect_error(ARGV("--nproc-per-node", "gpu", "p"), ENVP("CUDA_VISIBLE_DEVICES=-1"), CDDP_INVALID_ARG, "no GPU", NULL);
+  CHECK_OK(parse(ARGV("--nproc-per-node", "auto", "p"), ENVP("CUDA_VISIBLE_DEVICES="), &o));
+  CHECK_EQ(o.nproc_per_node, (int)sysconf(_SC_NPROCESSORS_ONLN));
+  CHECK(strstr(o.nproc_src, "no GPU") != NULL);
+  CHECK_OK(parse(ARGV("--nproc-per-node", "cpu", "p"), ENVP(NULL), &o));
+  CHECK_EQ(o.nproc_per_node, (int)sysconf(_SC_NPROCESSORS_ONLN));
+  expect_error(ARGV("--nproc-per-node", "tpu", "p"), ENVP(NULL), CDDP_INVALID_ARG, "--nproc-per-node", "gpu, cpu or auto");
+}
+
+/* torchrun --standalone is --rdzv-endpoint localhost:0; port 0 is refused for several nodes */
+TEST(run_opts_endpoint_port_zero) {
+  cddp_run_opts_t o;
+  CHECK_OK(parse(ARGV("--rdzv-endpoint", "localhost:0", "--rdzv-id", "j", "p"), ENVP(NULL), &o));
+  CHECK_EQ(o.standalone, 1);
+  CHECK_EQ(o.rdzv_port, 0);
+  CHECK(!strcmp(o.run_id, "j"));
+  CHECK_OK(parse(ARGV("--standalone", "--rdzv-endpoint", "localhost:0", "p"), ENVP(NULL), &o));
+  CHECK_EQ(o.standalone, 1);
+  expect_error(ARGV("--nnodes", "2", "--rdzv-endpoint", "h:0", "p"), ENVP(NULL), CDDP_INVALID_ARG, "--rdzv-endpoint h:0",
+               "only for one node");
+}
+
+/* mpirun -np 4 cddp run PROGRAM: each process becomes MPI's rank */
+TEST(run_opts_mpi_task) {
+  cddp_run_opts_t o;
+  CHECK_OK(parse(ARGV("p"), ENVP("OMPI_COMM_WORLD_RANK=3", "OMPI_COMM_WORLD_SIZE=4", "OMPI_COMM_WORLD_LOCAL_RANK=1",
+                                 "OMPI_COMM_WORLD_LOCAL_SIZE=2", "OMPI_MCA_ess_base_jobid=77", "MASTER_ADDR=n1"), &o));
+  CHECK_EQ(o.mode, CDDP_RUN_MPI_RANK);
+  CHECK_EQ(o.rank, 3);
+  CHECK_EQ(o.world_size, 4);
+  CHECK_EQ(o.local_rank, 1);
+  CHECK_EQ(o.local_world_size, 2);
+  CHECK_EQ(o.node_rank, 1);
+  CHECK(!strcmp(o.master_addr, "n1"));
+  CHECK(o.master_port >= 20000 && o.master_port < 32768);
+  CHECK(!strncmp(o.run_id, "mpi-", 4));
+  /* one host: the master is this host */
+  CHECK_OK(parse(ARGV("p"), ENVP("OMPI_COMM_WORLD_RANK=0", "OMPI_COMM_WORLD_SIZE=2", "OMPI_COMM_WORLD_LOCAL_RANK=0",
+                                 "OMPI_COMM_WORLD_LOCAL_SIZE=2", "MASTER_PORT=23456"), &o));
+  CHECK(!strcmp(o.master_addr, "127.0.0.1"));
+  CHECK_EQ(o.master_port, 23456);
+  /* an explicit rendezvous or --launcher local: the process is an agent as usual */
+  CHECK_OK(parse(ARGV("--standalone", "p"), ENVP("OMPI_COMM_WORLD_RANK=0", "OMPI_COMM_WORLD_SIZE=2"), &o));
+  CHECK_EQ(o.mode, CDDP_RUN_AGENT);
+  CHECK_OK(parse(ARGV("--launcher", "local", "p"), ENVP("OMPI_COMM_WORLD_RANK=0", "OMPI_COMM_WORLD_SIZE=2"), &o));
+  CHECK_EQ(o.mode, CDDP_RUN_AGENT);
+  expect_error(ARGV("--launcher", "mpi", "p"), ENVP(NULL), CDDP_INVALID_ARG, "--launcher mpi", "mpirun");
+  expect_error(ARGV("p"), ENVP("OMPI_COMM_WORLD_RANK=0", "OMPI_COMM_WORLD_SIZE=4", "OMPI_COMM_WORLD_LOCAL_SIZE=2"),
+               CDDP_INVALID_ARG, "MASTER_ADDR", NULL);
 }
 
 /* srun -N3 -n3: one task per node, the task is the node's agent */
