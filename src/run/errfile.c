@@ -49,7 +49,7 @@ static int decode_first_line(const char *p, const char *end, char *out, size_t s
     unsigned cp;
     if (*p != '\\') {
       if (*p == '\n') break;
-      if (o + 1 < size) out[o++] = *p;
+      if (o + 1 < size) out[o++] = (unsigned char)*p < 0x20 ? ' ' : *p; /* raw controls (and NUL) are not text */
       p++;
       continue;
     }
@@ -66,11 +66,10 @@ static int decode_first_line(const char *p, const char *end, char *out, size_t s
         unsigned lo;
         if (hexval(p + 2, end, &lo) && lo >= 0xDC00 && lo < 0xE000) cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00), p += 6;
       }
-      if (cp < 0x20) cp = ' ';
       break;
     default: cp = (unsigned char)e; /* \" \\ \/ */
     }
-    put_utf8(out, size, &o, cp);
+    put_utf8(out, size, &o, cp < 0x20 ? ' ' : cp); /* controls (and NUL) are not text */
   }
 done:
   while (o > 0 && out[o - 1] == ' ') o--;
@@ -78,12 +77,35 @@ done:
   return o > 0;
 }
 
+int cddp__errfile_parse(const char *buf, size_t len, char *out, size_t size) {
+  const char *end = buf + len, *p = skip_ws(buf, end);
+  int found = 0;
+  if (size) out[0] = '\0';
+  /* { "message" : { "message" : "..." ... } }: follow "message" keys inward */
+  while (!found && p < end && *p == '{') {
+    p = skip_ws(p + 1, end);
+    if (end - p < 9 || memcmp(p, "\"message\"", 9)) break;
+    p = skip_ws(p + 9, end);
+    if (p >= end || *p != ':') break;
+    p = skip_ws(p + 1, end);
+    if (p < end && *p == '"') found = decode_first_line(p + 1, end, out, size);
+    else if (p >= end || *p != '{') break;
+  }
+  if (!found && size) out[0] = '\0'; /* a malformed string may have left part of itself */
+  return found;
+}
+
 int cddp__errfile_read(const char *path, char *out, size_t size, uint64_t *mtime_ns) {
   if (size) out[0] = '\0';
   int fd = open(path, O_RDONLY | O_CLOEXEC);
   if (fd < 0) return 0;
   struct stat st;
-  if (fstat(fd, &st) != 0 || st.st_size <= 0) {
+  if (fstat(fd, &st) != 0) {
+    close(fd);
+    return 0;
+  }
+  if (mtime_ns) *mtime_ns = (uint64_t)st.st_mtim.tv_sec * 1000000000ull + (uint64_t)st.st_mtim.tv_nsec;
+  if (st.st_size <= 0) {
     close(fd);
     return 0;
   }
@@ -91,21 +113,7 @@ int cddp__errfile_read(const char *path, char *out, size_t size, uint64_t *mtime
   char *buf = malloc(len);
   ssize_t got = buf ? pread(fd, buf, len, 0) : -1;
   close(fd);
-  if (mtime_ns) *mtime_ns = (uint64_t)st.st_mtim.tv_sec * 1000000000ull + (uint64_t)st.st_mtim.tv_nsec;
-  int found = 0;
-  if (got > 0) {
-    const char *end = buf + got, *p = skip_ws(buf, end);
-    /* { "message" : { "message" : "..." ... } }: follow "message" keys inward */
-    while (!found && p < end && *p == '{') {
-      p = skip_ws(p + 1, end);
-      if (end - p < 9 || memcmp(p, "\"message\"", 9)) break;
-      p = skip_ws(p + 9, end);
-      if (p >= end || *p != ':') break;
-      p = skip_ws(p + 1, end);
-      if (p < end && *p == '"') found = decode_first_line(p + 1, end, out, size);
-      else if (p >= end || *p != '{') break;
-    }
-  }
+  int found = got > 0 && cddp__errfile_parse(buf, (size_t)got, out, size);
   free(buf);
   return found;
 }

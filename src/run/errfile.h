@@ -12,5 +12,7 @@
  * a message was found, 0 when the file is absent, empty or holds none. Never blocks on
  * anything but the local file. */
 int cddp__errfile_read(const char *path, char *out, size_t size, uint64_t *mtime_ns);
+/* The same over the file's bytes (buf need not be NUL-terminated); size >= 1. */
+int cddp__errfile_parse(const char *buf, size_t len, char *out, size_t size);
 
 #endif /* CDDP_RUN_ERRFILE_H */
