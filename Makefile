@@ -52,7 +52,7 @@ TEST_MAIN := $(BUILD)/obj/tests/test_main.o
 HELPER_BINS := $(HELPER_SRCS:tests/helpers/%.c=$(BUILD)/tests/helpers/%)
 EXAMPLE_BINS := $(EXAMPLE_SRCS:examples/%.c=$(BUILD)/examples/%)
 
-.PHONY: all lib cli tests examples report clean help asan tsan fuzz check-asan check-tsan
+.PHONY: all lib cli tests examples report clean help asan tsan fuzz check-asan check-tsan bench
 .SECONDARY:
 all: report lib cli tests examples
 
@@ -111,6 +111,10 @@ check-asan: asan
 check-tsan: tsan
 	@fail=0; for t in build-tsan/tests/test_store* build-tsan/tests/test_comm*; do TSAN_OPTIONS=halt_on_error=1 CDDP_TEST_TIMEOUT_SCALE=4 $$t || fail=1; done; exit $$fail
 
+# every bench program (bench/Makefile) into build/bench/; the MPI peer when mpicc is there
+bench: lib
+	@$(MAKE) --no-print-directory -C bench BUILD=$(abspath $(BUILD)) model gpt reduce ceiling store $(if $(filter 1,$(HAVE_MPI)),all)
+
 # libFuzzer targets (clang): build/fuzz/fuzz_*
 fuzz:
 	@mkdir -p $(BUILD)/fuzz
@@ -123,7 +127,7 @@ clean:
 	rm -rf build build-asan build-tsan
 
 help:
-	@echo "make [all|lib|cli|tests|asan|tsan|check-asan|check-tsan|fuzz|clean] [BUILD=dir] [WERROR=1] [SANITIZER=...] [V=1]"
+	@echo "make [all|lib|cli|tests|bench|asan|tsan|check-asan|check-tsan|fuzz|clean] [BUILD=dir] [WERROR=1] [SANITIZER=...] [V=1]"
 
 -include $(LIB_OBJS:.o=.d) $(CLI_OBJS:.o=.d) $(TEST_BINS:$(BUILD)/tests/%=$(BUILD)/obj/tests/unit/%.d) \
          $(EXAMPLE_BINS:$(BUILD)/examples/%=$(BUILD)/obj/examples/%.d) $(HELPER_BINS:$(BUILD)/tests/helpers/%=$(BUILD)/obj/tests/helpers/%.d)
