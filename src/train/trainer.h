@@ -45,6 +45,8 @@ typedef struct trainer {
   cddp_sched_spec_t sched;
   cddp_sampler_t sampler;
   int64_t step, total_steps;
+  int epochs;       /* epochs the run's steps reach into: the progress line's total */
+  uint64_t t_start; /* monotonic ns when this process began: the done line's wall time */
   cddp_metrics_t metrics;
   FILE *sample_log;
   uint32_t *idx;
