@@ -168,6 +168,8 @@ static cddp_result_t setup(trainer_t *t) {
     t->sample_log = fopen(path, resumed ? "a" : "w");
     if (!t->sample_log) return cddp__fail_errno(CDDP_SYSTEM, "cannot open sample log %s", path);
   }
+  /* only now: a start that failed (a bad --resume-from, no data) leaves the folder's config as it was */
+  if (t->rank == 0 && !replacement && !t->refused[0]) CDDP_CHECK(cddp__train_write_config(t));
   cddp__train_publish_worlds(t);
   /* a first start that formed late (cddp_world_replacement) still opens the job's log */
   if (t->rank == 0 && !t->w.env.replacement)

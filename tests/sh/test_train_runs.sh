@@ -1,13 +1,18 @@
 #!/usr/bin/env bash
-# test_train_runs.sh - a resume cuts metrics.jsonl back to its checkpoint; the `done:` line
-# counts this process's own steps and time; epochs are numbered from 1 alike on the console and
-# in metrics.jsonl.
+# test_train_runs.sh - a run folder holds one run: a fresh start into another run's folder is
+# refused (on every rank), `--name auto` gives a new folder that all ranks and a restarted job
+# share, config.yaml is written only once the start succeeded, a resume cuts metrics.jsonl back
+# to its checkpoint; the `done:` line counts this process's own steps and time; epochs are
+# numbered from 1 alike on the console and in metrics.jsonl.
 cd "$(dirname "$0")/../.." && source tests/sh/lib.sh
 T=$(mktemp -d /tmp/cddp-runs-test.XXXXXX)
-trap 'rm -rf "$T"' EXIT
+bg=()
+cleanup() { for p in "${bg[@]}"; do kill -KILL "$p" 2>/dev/null; done; wait 2>/dev/null; rm -rf "$T"; }
+trap cleanup EXIT
 CFG=configs/fmnist_mlp.yaml
 SMALL=(--set model.hidden=[32] --set ddp.threads=1)
 run1() { timeout 120 "$CDDP" train --config "$CFG" --work-dir "$T" "$@"; }
+run2() { timeout 120 "$CDDP" run --standalone --nproc-per-node 2 "$CDDP" train --config "$CFG" --work-dir "$T" "$@"; }
 # steps FILE: the step numbers of a metrics.jsonl's step lines, one per line
 steps() { grep -v '"eval"' "$1" | sed -n 's/.*"step":\([0-9]*\).*/\1/p'; }
 
@@ -53,4 +58,63 @@ if [ $rc = 0 ] && [ -z "$bad" ] && grep -q "epoch 2/2  step 240/240" "$T/e.out" 
 then ok "epochs from 1 alike on the console and in metrics.jsonl; max_steps 240: epoch 2/2; the last eval is 'after step 240 (in epoch 2)'"
 else fail "epoch labels" "rc=$rc $bad $(grep -m3 'epoch' "$T/e.out" | tr '\n' ' ')"; fi
 
+# 4. a fresh start into a folder that holds a run: refused, one line, nothing of the run touched
+cp "$T/a/metrics.jsonl" "$T/a.metrics" && cp "$T/a/config.yaml" "$T/a.config"
+out=$(run1 --name a "${SMALL[@]}" --set train.max_steps=50 2>&1); rc=$?
+want="cddp train: run folder $T/a already holds a run's checkpoints (newest step-000000030) and metrics.jsonl: --resume-from latest continues that run; --name auto (or another --name) starts a new one"
+if [ $rc = 2 ] && [ "$out" = "$want" ] && cmp -s "$T/a/metrics.jsonl" "$T/a.metrics" && cmp -s "$T/a/config.yaml" "$T/a.config" &&
+   [ "$(ls "$T/a/checkpoints")" = "$(printf 'step-000000010\nstep-000000020\nstep-000000030')" ]
+then ok "a fresh start into run a's folder: exit 2, one line naming the folder and what to do; its metrics, config and checkpoints untouched"
+else fail "reused folder refused" "rc=$rc: $out"; fi
+# the same with 2 ranks under cddp run: every rank stops, rank 0's line is said once
+out=$(run2 --name a "${SMALL[@]}" --set train.max_steps=50 2>&1); rc=$?
+if [ $rc != 0 ] && [ "$(grep -c "run folder $T/a already holds a run's checkpoints" <<<"$out")" = 1 ] &&
+   ! grep -q "differs\|could not load\|REMOTE\|closed" <<<"$out" && cmp -s "$T/a/metrics.jsonl" "$T/a.metrics"
+then ok "2 ranks: refused on every rank (exit $rc), the line once, no rank reports a lost peer"
+else fail "reused folder, 2 ranks" "rc=$rc: $(tr '\n' ' ' <<<"$out")"; fi
+
+# 5. config.yaml is written once the start succeeded: a bad --resume-from or a missing data
+# directory leaves the folder's config as it was
+out=$(run1 --name a "${SMALL[@]}" --set model.hidden=[64] --resume-from "$T/nope/step-000000001" 2>&1); rc1=$?
+out2=$(run1 --name a "${SMALL[@]}" --set data.dir="$T/nodata" --resume-from latest 2>&1); rc2=$?
+if [ $rc1 = 2 ] && [ $rc2 = 2 ] && cmp -s "$T/a/config.yaml" "$T/a.config"; then
+  ok "a start that fails (bad --resume-from, missing data dir) leaves config.yaml as it was"
+else fail "config.yaml after a failed start" "rc $rc1/$rc2: $(diff "$T/a.config" "$T/a/config.yaml" | head -3 | tr '\n' ' ')"; fi
+
+# 6. --name auto: a new folder <config>-<time>, one for every rank (each writes its sample log there)
+run2 --name auto "${SMALL[@]}" --set train.max_steps=10 --set debug.sample_log=true >"$T/auto1.out" 2>&1; rc1=$?
+run2 --name auto "${SMALL[@]}" --set train.max_steps=10 --set debug.sample_log=true >"$T/auto2.out" 2>&1; rc2=$?
+dirs=$(ls -d "$T"/fmnist_mlp-* 2>/dev/null)
+ok_dirs=1
+for d in $dirs; do [ -s "$d/samples/rank0.txt" ] && [ -s "$d/samples/rank1.txt" ] && [ -s "$d/config.yaml" ] || ok_dirs=0; done
+if [ $rc1 = 0 ] && [ $rc2 = 0 ] && [ "$(wc -w <<<"$dirs")" = 2 ] && [ $ok_dirs = 1 ] &&
+   basename "$(head -1 <<<"$dirs")" | grep -Eq '^fmnist_mlp-[0-9]{8}-[0-9]{6}(-[0-9]+)?$'
+then ok "--name auto twice: 2 new folders ($(for d in $dirs; do basename "$d"; done | tr '\n' ' ')), each with both ranks' sample logs"
+else fail "--name auto" "rc $rc1/$rc2, dirs: $dirs; $(tail -2 "$T/auto1.out" | tr '\n' ' ')"; fi
+
+# 7. a job restarted by its launcher (--max-restarts, restart-mode all) is the same run: its
+# restarted workers (CDDP_RESTART_COUNT 1) are not refused the folder they wrote, and --name auto
+# keeps them in it (the name is in the job's store). restarted NAME: rank 1 killed after step 20.
+restarted() {
+  local name=$1 p w q m at rc
+  timeout 120 "$CDDP" run --standalone --nproc-per-node 2 --max-restarts 1 "$CDDP" train --config "$CFG" --work-dir "$T/rs" \
+    --name "$name" --set ddp.threads=1 --set train.max_steps=120 --set checkpoint.every_steps=10 >"$T/rs-$name.out" 2>&1 &
+  p=$!; bg+=($p)
+  m=""; for _ in $(seq 600); do m=$(ls "$T"/rs/*/metrics.jsonl 2>/dev/null | head -1)
+    [ -n "$m" ] && [ "$(steps "$m" | tail -1)" -ge 20 ] 2>/dev/null && break; sleep 0.05; done
+  w=""; for q in $(pgrep -f -- "--work-dir $T/rs --name $name"); do
+    tr '\0' '\n' <"/proc/$q/environ" 2>/dev/null | grep -qx "RANK=1" && w=$q; done
+  at=$(steps "$m" | tail -1)
+  [ -n "$w" ] && kill -KILL "$w"
+  wait $p; rc=$?
+  if [ $rc = 0 ] && [ -n "$w" ] && grep -q "restarting the workers (restart 1 of 1)" "$T/rs-$name.out" &&
+     [ "$(ls "$T/rs" | wc -l)" = 1 ] && grep -q "cddp train: done: 120 steps" "$T/rs-$name.out" && ! grep -q "already holds" "$T/rs-$name.out" &&
+     [ "$at" -lt 120 ] && [ "$(steps "$m" | tr '\n' ' ')" = "$(seq -s ' ' 1 120) " ] &&
+     { [ "$name" != auto ] || ls "$T/rs" | grep -Eq '^fmnist_mlp-[0-9]{8}-[0-9]{6}$'; }
+  then ok "--name $name, rank 1 killed at step $at, the job restarted: not refused, one folder ($(ls "$T/rs")), its metrics steps 1..120 once"
+  else fail "--name $name: restart in the same folder" "rc=$rc pid=$w $(grep -v 'epoch [0-9]' "$T/rs-$name.out" | tail -4 | tr '\n' ' ')"; fi
+  rm -rf "$T/rs"
+}
+restarted rs
+restarted auto
 finish
