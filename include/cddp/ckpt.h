@@ -49,6 +49,9 @@ cddp_result_t cddp_ckpt_save(const char *root, int64_t step, const cddp_ckpt_pay
 /* The newest complete, verified checkpoint under root: a broken one (no DONE, bad size or
  * CRC, unparsable) is reported with CDDP_WARN naming it and skipped. NOT_FOUND when none. */
 cddp_result_t cddp_ckpt_find_latest(const char *root, char *out_dir, size_t out_cap);
+/* The newest step-* directory under root whatever its state (verify it to know), without a
+ * warning: what `cddp ckpt verify ROOT` checks. NOT_FOUND when there is none. */
+cddp_result_t cddp_ckpt_find_newest(const char *root, char *out_dir, size_t out_cap);
 /* Checks DONE, MANIFEST sizes and CRCs, and that both safetensors headers parse. The error
  * names the file and what is wrong. */
 cddp_result_t cddp_ckpt_verify(const char *dir);

@@ -1,5 +1,5 @@
 /* cmd_ckpt.c - `cddp ckpt info|verify PATH`: inspect and check a checkpoint, or the newest one
- * under a run's checkpoint root. */
+ * under a run's checkpoint root or run folder. */
 #include <errno.h>
 #include <limits.h>
 #include <stdio.h>
@@ -14,8 +14,10 @@ static void usage(FILE *f) {
   fprintf(f,
           "usage: cddp ckpt info PATH     files, tensors with shapes, metadata, verify status\n"
           "       cddp ckpt verify PATH   exit 0 and 'ok ...', or exit 1 and the problem\n"
-          "  PATH  a checkpoint directory (step-N), or a checkpoint root holding step-N\n"
-          "        directories: the newest complete one is used, broken newer ones reported\n");
+          "  PATH  a checkpoint directory (step-N), a checkpoint root holding step-N directories,\n"
+          "        or a run folder of cddp train (its checkpoints/). Given a root or run folder,\n"
+          "        verify checks the newest step-N (exit 1 when it is broken, as a resume would\n"
+          "        skip it); info shows the newest complete one and reports broken newer ones\n");
 }
 
 /* Is path a checkpoint directory itself (rather than a root of them)? */
@@ -58,10 +60,13 @@ int cddp_cmd_ckpt(int argc, char **argv) {
     fprintf(stderr, "cddp ckpt %s: %s is not a directory (a checkpoint is a step-N directory)\n", cmd, path);
     return 1;
   }
-  char dir[PATH_MAX];
+  char dir[PATH_MAX], root[PATH_MAX];
+  int verify = !strcmp(cmd, "verify");
+  snprintf(root, sizeof root, "%s/checkpoints", path); /* a run folder, as `cddp sample --ckpt` takes */
+  if (stat(root, &st) != 0 || !S_ISDIR(st.st_mode)) snprintf(root, sizeof root, "%s", path);
   if (is_checkpoint_dir(path)) {
     snprintf(dir, sizeof dir, "%s", path);
-  } else if (cddp_ckpt_find_latest(path, dir, sizeof dir) != CDDP_OK) {
+  } else if ((verify ? cddp_ckpt_find_newest : cddp_ckpt_find_latest)(root, dir, sizeof dir) != CDDP_OK) {
     fprintf(stderr, "cddp ckpt %s: %s\n", cmd, cddp_last_error());
     return 1;
   }
@@ -75,7 +80,9 @@ int cddp_cmd_ckpt(int argc, char **argv) {
   }
   cddp_ckpt_t *c;
   if (cddp_ckpt_load(dir, &c) != CDDP_OK) {
-    fprintf(stderr, "cddp ckpt verify: %s\n", cddp_last_error());
+    /* the newest of a root is what a resume wants: broken, it would silently take an older one */
+    fprintf(stderr, "cddp ckpt verify: %s%s\n", cddp_last_error(),
+            is_checkpoint_dir(path) ? "" : " (the newest under the root; --resume-from latest would fall back to an older one)");
     return 1;
   }
   const char *step = cddp_ckpt_meta(c, "cddp.step");

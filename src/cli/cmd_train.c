@@ -14,13 +14,15 @@
 
 static void usage(FILE *f) {
   fprintf(f,
-          "usage: cddp train --config PATH [--set key=value ...] [--work-dir DIR] [--name NAME]\n"
+          "usage: cddp train --config PATH [--set key=value ...] [--work-dir DIR] [--name NAME|auto]\n"
           "                  [--resume-from latest|PATH|none] [--launcher auto|slurm|mpi]\n"
           "                  [--backend native|mpi] [--transport auto|shm|tcp|hier]\n"
           "  --config PATH         YAML config (configs/*.yaml; keys in docs/config.md)\n"
           "  --set key=value       override one key after the file (repeatable): --set optim.lr=0.1\n"
           "  --work-dir DIR        where runs live (default runs); the run is DIR/NAME\n"
-          "  --name NAME           run name (default: the config file's base name)\n"
+          "  --name NAME|auto      run name (default: the config file's base name); auto: a new folder\n"
+          "                        CONFIG-YYYYmmdd-HHMMSS (local time). A folder that holds another\n"
+          "                        run's checkpoints or metrics is refused unless the run resumes\n"
           "  --resume-from R       latest: the newest complete checkpoint of the run (none yet: start);\n"
           "                        PATH: that checkpoint (an error if it is broken); none (default)\n"
           "  --launcher L          auto (default): cddp run, torchrun-style, Slurm or MPI variables;\n"

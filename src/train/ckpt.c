@@ -509,14 +509,20 @@ fail:
 
 /* ---- find, load, read */
 
-cddp_result_t cddp_ckpt_find_latest(const char *root, char *out_dir, size_t out_cap) {
+/* list_steps for the finders: an error names the root. */
+static cddp_result_t find_steps(const char *root, step_dir_t **v, int *n) {
+  *v = NULL;
   if (!root || !*root) return cddp__fail(CDDP_INVALID_ARG, "checkpoint find: empty root");
+  *v = list_steps(root, n);
+  if (*n >= 0) return CDDP_OK;
+  if (errno == ENOENT) return cddp__fail(CDDP_NOT_FOUND, "no checkpoint under %s (no such directory)", root);
+  return cddp__fail_errno(CDDP_SYSTEM, "opendir %s", root);
+}
+
+cddp_result_t cddp_ckpt_find_latest(const char *root, char *out_dir, size_t out_cap) {
   int n;
-  step_dir_t *v = list_steps(root, &n);
-  if (n < 0) {
-    if (errno == ENOENT) return cddp__fail(CDDP_NOT_FOUND, "no checkpoint under %s (no such directory)", root);
-    return cddp__fail_errno(CDDP_SYSTEM, "opendir %s", root);
-  }
+  step_dir_t *v;
+  CDDP_CHECK(find_steps(root, &v, &n));
   char (*whys)[512] = n ? calloc((size_t)n, sizeof *whys) : NULL;
   char path[PATH_MAX];
   cddp_result_t ret = CDDP_NOT_FOUND;
@@ -544,6 +550,16 @@ cddp_result_t cddp_ckpt_find_latest(const char *root, char *out_dir, size_t out_
                      root, n, v[0].step, whys[0]);
   }
   free(whys);
+  free(v);
+  return ret;
+}
+
+cddp_result_t cddp_ckpt_find_newest(const char *root, char *out_dir, size_t out_cap) {
+  int n;
+  step_dir_t *v;
+  CDDP_CHECK(find_steps(root, &v, &n));
+  cddp_result_t ret = n ? CDDP_OK : cddp__fail(CDDP_NOT_FOUND, "no checkpoint under %s", root);
+  if (n && out_dir && out_cap) snprintf(out_dir, out_cap, "%s/" STEP_FMT, root, v[0].step);
   free(v);
   return ret;
 }

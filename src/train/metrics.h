@@ -11,8 +11,9 @@
 typedef struct cddp_step_record {
   int64_t step;        /* optimizer steps done, 1-based */
   int64_t total;       /* steps of the whole run */
-  uint64_t epoch;      /* 0-based epoch the step's samples came from */
-  int epochs;
+  uint64_t epoch;      /* the sampler's epoch index (from 0) the step's samples came from; every
+                          label written from it counts from 1 (progress line, metrics.jsonl) */
+  int epochs;          /* epochs the run's steps reach into (train.max_steps may end one early) */
   double loss;         /* mean over the global batch */
   double lr;
   double grad_norm;
@@ -29,6 +30,7 @@ typedef struct cddp_metrics {
   int every;           /* plain progress line every N steps when not live */
   double started_s;    /* wall clock of the first step of this process */
   int64_t first_step;  /* step the process started at (after a resume) */
+  int64_t steps;       /* steps trained by this process (a redone step counts again) */
   int64_t samples;     /* samples trained by this process */
   double comm_s, step_s;
   int pending_newline;
@@ -36,8 +38,17 @@ typedef struct cddp_metrics {
 
 /* Rank 0 passes the jsonl path (appended to when resuming); others pass NULL. */
 cddp_result_t cddp_metrics_open(cddp_metrics_t *m, const char *jsonl_path, int append, int every);
+/* Appends to jsonl_path from now on (rank 0 after a change of rank, or after a trim renamed
+ * the file), keeping this process's counters and the progress line. */
+cddp_result_t cddp_metrics_reopen(cddp_metrics_t *m, const char *jsonl_path);
+/* Cuts the file at path back to its lines of steps <= step, step and eval lines alike, through
+ * a rename, so steps trained again after a resume or a restore are logged once. *last (may be
+ * NULL) gets the highest step it had logged, -1 when there is no file (not an error). */
+cddp_result_t cddp_metrics_trim(const char *path, int64_t step, int64_t *last);
 void cddp_metrics_step(cddp_metrics_t *m, const cddp_step_record_t *r);
-void cddp_metrics_eval(cddp_metrics_t *m, uint64_t epoch, int64_t step, double accuracy,
+/* epoch: the sampler's index (from 0); epoch_end: the evaluation closes that epoch (else it
+ * comes after the run's last step, inside it). */
+void cddp_metrics_eval(cddp_metrics_t *m, uint64_t epoch, int epoch_end, int64_t step, double accuracy,
                        double loss, int samples);
 /* Average samples/s of this process and the exposed-communication fraction of step time. */
 double cddp_metrics_rate(const cddp_metrics_t *m);

@@ -55,27 +55,14 @@ static cddp_result_t reopen_logs(trainer_t *t) {
 
 /* ---- the whole job lost: no rank holds the state, so it comes back from disk ---- */
 
-/* Rank 0: cuts metrics.jsonl back to the lines of steps <= step (through a rename; the file is
- * reopened), so the redone steps are not logged twice. *last gets the highest step it had
- * logged, -1 when there is no file. */
+/* Rank 0: cuts metrics.jsonl back to the lines of steps <= step and appends to it again, so
+ * the redone steps are not logged twice. *last gets the highest step it had logged, -1 when
+ * there is no file. */
 static cddp_result_t trim_metrics(trainer_t *t, int64_t step, int64_t *last) {
-  char path[700], tmp[720], line[1024];
+  char path[700];
   snprintf(path, sizeof path, "%s/metrics.jsonl", t->run_dir);
-  snprintf(tmp, sizeof tmp, "%s.tmp", path);
-  *last = -1;
-  FILE *in = fopen(path, "r");
-  if (!in) return errno == ENOENT ? CDDP_OK : cddp__fail_errno(CDDP_SYSTEM, "cannot read %s", path);
-  FILE *out = fopen(tmp, "w");
-  while (out && fgets(line, sizeof line, in)) {
-    const char *k = strstr(line, "\"step\":");
-    long long s = k ? strtoll(k + 7, NULL, 10) : -1;
-    if (k && !strstr(line, "\"eval\"") && s > *last) *last = s;
-    if (!k || s <= step) fputs(line, out);
-  }
-  fclose(in);
-  if (!out || fclose(out) != 0 || rename(tmp, path) != 0) return cddp__fail_errno(CDDP_SYSTEM, "cannot rewrite %s", path);
-  cddp_metrics_close(&t->metrics);
-  return cddp_metrics_open(&t->metrics, path, 1, t->cfg.log_every);
+  CDDP_CHECK(cddp_metrics_trim(path, step, last));
+  return cddp_metrics_reopen(&t->metrics, path);
 }
 
 /* Back to step 0 of the config's init: what a fresh start of the job trains first. */
@@ -247,8 +234,7 @@ static cddp_result_t adopt_world(trainer_t *t) {
   if (t->rank == 0 && old_rank != 0) { /* rank 0 writes the metrics from now on */
     char path[700];
     snprintf(path, sizeof path, "%s/metrics.jsonl", t->run_dir);
-    cddp_metrics_close(&t->metrics);
-    CDDP_CHECK(cddp_metrics_open(&t->metrics, path, 1, t->cfg.log_every));
+    CDDP_CHECK(cddp_metrics_reopen(&t->metrics, path));
   }
   return CDDP_OK;
 }

@@ -1,12 +1,14 @@
 /* train_setup.c - checks before training: configs agree across ranks, the batch splits over
- * this world, BLAS threads, the run folder. */
+ * this world, BLAS threads, the run folder (named, created, never mixed with another run's). */
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
+#include "cddp/ckpt.h"
 #include "common/check.h"
 #include "common/log.h"
 #include "train/ddp_compress.h"
@@ -100,24 +102,88 @@ static cddp_result_t mkdir_p(const char *path) {
   return CDDP_OK;
 }
 
+/* --name auto: "<config name>-<local time YYYYmmdd-HHMMSS>", with "-2", "-3"... when that folder
+ * exists; rank 0 creates the folder (mkdir, so no other run has it) and puts the name in the job's
+ * store, where the other ranks read it, and so do the workers started later in the same job (a
+ * replacement, a restart), which then go on in the same folder. An empty value: rank 0 failed. */
+static cddp_result_t auto_name(trainer_t *t, const char *work, const char *base, char *name, size_t cap) {
+  static const char key[] = "train/run_name";
+  void *v = NULL;
+  size_t len = 0;
+  cddp_result_t r = cddp_store_get(t->w.store, key, &v, &len, 0);
+  if (r != CDDP_OK && t->rank != 0) r = cddp_store_get(t->w.store, key, &v, &len, 60000);
+  if (r != CDDP_OK && t->rank != 0)
+    return cddp__fail(r, "--name auto: rank 0 did not name the run folder: %s", cddp_last_error());
+  if (r == CDDP_OK) {
+    if (len == 0 || len >= cap) {
+      free(v);
+      return cddp__fail(CDDP_INVALID_ARG, "--name auto: rank 0 could not make the run folder under %s", work);
+    }
+    snprintf(name, cap, "%s", (char *)v);
+    free(v);
+    return CDDP_OK;
+  }
+  char stamp[32], dir[600];
+  time_t now = time(NULL);
+  strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", localtime(&now));
+  r = mkdir_p(work);
+  for (int k = 1; r == CDDP_OK; k++) {
+    snprintf(name, cap, k == 1 ? "%s-%s" : "%s-%s-%d", base, stamp, k);
+    snprintf(dir, sizeof dir, "%s/%s", work, name);
+    if (mkdir(dir, 0755) == 0) break;
+    if (errno != EEXIST || k == 1000) r = cddp__fail_errno(CDDP_SYSTEM, "cannot create directory %s", dir);
+  }
+  char saved[512];
+  snprintf(saved, sizeof saved, "%s", r == CDDP_OK ? "" : cddp_last_error());
+  cddp_result_t s = cddp_store_set(t->w.store, key, name, r == CDDP_OK ? strlen(name) : 0);
+  if (r != CDDP_OK) return cddp__fail(r, "%s", saved);
+  return s;
+}
+
+/* Rank 0: a fresh first start (no --resume-from, not a restart, not a replacement) into a folder
+ * that holds another run's checkpoints or metrics would mix the two runs (its metrics.jsonl
+ * truncated, `--resume-from latest` later taking the other run's checkpoint): noted in
+ * t->refused for the restore to refuse on every rank. */
+static void check_reuse(trainer_t *t) {
+  const char *resume = t->opts->resume;
+  if ((resume && strcmp(resume, "none")) || cddp_world_replacement(&t->w) || t->w.env.restart_count > 0) return;
+  char path[700], newest[700], what[800] = "";
+  struct stat st;
+  snprintf(path, sizeof path, "%s/checkpoints", t->run_dir);
+  if (cddp_ckpt_find_newest(path, newest, sizeof newest) == CDDP_OK)
+    snprintf(what, sizeof what, "checkpoints (newest %s)", strrchr(newest, '/') + 1);
+  cddp__clear_error();
+  snprintf(path, sizeof path, "%s/metrics.jsonl", t->run_dir);
+  if (stat(path, &st) == 0 && st.st_size > 0)
+    snprintf(what + strlen(what), sizeof what - strlen(what), "%smetrics.jsonl", what[0] ? " and " : "");
+  if (what[0])
+    snprintf(t->refused, sizeof t->refused,
+             "run folder %s already holds a run's %s: --resume-from latest continues that run; "
+             "--name auto (or another --name) starts a new one",
+             t->run_dir, what);
+}
+
 cddp_result_t cddp__train_make_run_dir(trainer_t *t) {
   const cddp_train_opts_t *o = t->opts;
-  char name[128];
-  if (o->name) {
-    if (!*o->name || strchr(o->name, '/'))
-      return cddp__fail(CDDP_INVALID_ARG, "--name '%s': must be a non-empty name without '/'", o->name);
-    snprintf(name, sizeof name, "%s", o->name);
-  } else if (o->config_path) {
-    const char *base = strrchr(o->config_path, '/');
-    snprintf(name, sizeof name, "%s", base ? base + 1 : o->config_path);
-    char *dot = strrchr(name, '.');
-    if (dot && dot != name) *dot = 0;
+  const char *work = o->work_dir ? o->work_dir : "runs";
+  char name[128], base[128];
+  if (o->config_path) {
+    const char *b = strrchr(o->config_path, '/');
+    snprintf(base, sizeof base, "%s", b ? b + 1 : o->config_path);
+    char *dot = strrchr(base, '.');
+    if (dot && dot != base) *dot = 0;
   } else {
-    snprintf(name, sizeof name, "default");
+    snprintf(base, sizeof base, "default");
   }
-  int n = snprintf(t->run_dir, sizeof t->run_dir, "%s/%s", o->work_dir ? o->work_dir : "runs", name);
-  if (n < 0 || (size_t)n >= sizeof t->run_dir - 64) return cddp__fail(CDDP_INVALID_ARG, "--work-dir: path too long");
+  if (o->name && (!*o->name || strchr(o->name, '/')))
+    return cddp__fail(CDDP_INVALID_ARG, "--name '%s': must be a non-empty name without '/'", o->name);
+  int n = snprintf(t->run_dir, sizeof t->run_dir, "%s/", work);
+  if (n < 0 || (size_t)n >= sizeof t->run_dir - 200) return cddp__fail(CDDP_INVALID_ARG, "--work-dir: path too long");
+  if (o->name && !strcmp(o->name, "auto")) CDDP_CHECK(auto_name(t, work, base, name, sizeof name));
+  else snprintf(name, sizeof name, "%s", o->name ? o->name : base);
+  snprintf(t->run_dir, sizeof t->run_dir, "%s/%s", work, name);
   if (t->rank != 0) return CDDP_OK;
+  if (!o->name || strcmp(o->name, "auto")) check_reuse(t);
   CDDP_CHECK(mkdir_p(t->run_dir));
   char sub[600];
   snprintf(sub, sizeof sub, "%s/checkpoints", t->run_dir);
@@ -126,11 +192,16 @@ cddp_result_t cddp__train_make_run_dir(trainer_t *t) {
     snprintf(sub, sizeof sub, "%s/samples", t->run_dir);
     CDDP_CHECK(mkdir_p(sub));
   }
-  snprintf(sub, sizeof sub, "%s/config.yaml", t->run_dir);
-  FILE *f = fopen(sub, "w");
-  if (!f) return cddp__fail_errno(CDDP_SYSTEM, "cannot write %s", sub);
+  return CDDP_OK;
+}
+
+cddp_result_t cddp__train_write_config(const trainer_t *t) {
+  char path[600];
+  snprintf(path, sizeof path, "%s/config.yaml", t->run_dir);
+  FILE *f = fopen(path, "w");
+  if (!f) return cddp__fail_errno(CDDP_SYSTEM, "cannot write %s", path);
   cddp_result_t r = cddp_config_write(&t->cfg, f);
-  if (fclose(f) != 0 && r == CDDP_OK) r = cddp__fail_errno(CDDP_SYSTEM, "cannot write %s", sub);
+  if (fclose(f) != 0 && r == CDDP_OK) r = cddp__fail_errno(CDDP_SYSTEM, "cannot write %s", path);
   return r;
 }
 

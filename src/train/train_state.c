@@ -219,10 +219,12 @@ static void trim_sample_logs(const trainer_t *t, int64_t step) {
 
 cddp_result_t cddp__train_restore(trainer_t *t, const char *want, const char *origin, int *resumed) {
   *resumed = 0;
-  int64_t status = 0; /* rank 0 says: 0 fresh start, 1 restored, -1 failed */
+  int64_t status = 0; /* rank 0 says: 0 fresh start, 1 restored, -result failed */
   uint64_t hdr[5] = {0};
   cddp_result_t r = CDDP_OK;
-  if (t->rank == 0 && want && strcmp(want, "none")) {
+  if (t->rank == 0 && t->refused[0]) {
+    r = cddp__fail(CDDP_INVALID_ARG, "%s", t->refused);
+  } else if (t->rank == 0 && want && strcmp(want, "none")) {
     char dir[600];
     if (!strcmp(want, "latest")) {
       char root[600];
@@ -248,14 +250,16 @@ cddp_result_t cddp__train_restore(trainer_t *t, const char *want, const char *or
       fprintf(stderr, "cddp train: resuming from %s (step %" PRIu64 ", epoch %" PRIu64 ", %" PRIu64 " samples into it)\n",
               dir, hdr[0], hdr[1] + 1, hdr[2]);
     }
-    if (r != CDDP_OK) status = -1;
   }
-  char err[512];
-  snprintf(err, sizeof err, "%s", r != CDDP_OK ? cddp_last_error() : "");
+  if (r != CDDP_OK) status = -(int64_t)r;
+  int64_t err[96]; /* rank 0's line, sent to every rank with its verdict */
+  snprintf((char *)err, sizeof err, "%s", r != CDDP_OK ? cddp_last_error() : "");
   CDDP_CHECK(cddp_broadcast(t->w.comm, &status, 1, CDDP_I64, 0));
   if (status < 0) {
-    if (t->rank == 0) return cddp__fail(r, "%s", err);
-    return cddp__fail(CDDP_INVALID_ARG, "rank 0 could not load the checkpoint to resume from");
+    CDDP_CHECK(cddp_broadcast(t->w.comm, err, CDDP_ARRAY_LEN(err), CDDP_I64, 0));
+    ((char *)err)[sizeof err - 1] = '\0';
+    t->same_error_everywhere = 1;
+    return cddp__fail((cddp_result_t)-status, "%s", (char *)err);
   }
   if (status == 0) return CDDP_OK;
   CDDP_CHECK(cddp_broadcast(t->w.comm, hdr, 5, CDDP_I64, 0));

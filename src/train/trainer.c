@@ -31,14 +31,14 @@ static double secs(uint64_t ns) { return (double)ns * 1e-9; }
 /* One line on stderr naming the cause, prefixed like every cddp train message. */
 static void say(const char *what) { fprintf(stderr, "cddp train: %s\n", what); }
 
-static cddp_result_t evaluate(trainer_t *t, uint64_t epoch) {
+static cddp_result_t evaluate(trainer_t *t, uint64_t epoch, int epoch_end) {
   size_t n = t->task->n_eval, lo = n * (size_t)t->rank / (size_t)t->world,
          hi = n * (size_t)(t->rank + 1) / (size_t)t->world;
   double acc[2] = {0, 0}; /* correct, loss sum */
   t->task->ops->eval(t->task, lo, hi, acc);
   CDDP_CHECK(cddp_allreduce(t->w.comm, acc, acc, 2, CDDP_F64, CDDP_SUM));
   double units = (double)n * t->task->units;
-  cddp_metrics_eval(&t->metrics, epoch, t->step, t->task->has_accuracy ? acc[0] / units : -1, acc[1] / units, (int)n);
+  cddp_metrics_eval(&t->metrics, epoch, epoch_end, t->step, t->task->has_accuracy ? acc[0] / units : -1, acc[1] / units, (int)n);
   return CDDP_OK;
 }
 
@@ -97,7 +97,7 @@ static cddp_result_t train_step(trainer_t *t, cddp_step_record_t *rec, int *stop
   cddp_sampler_advance(&t->sampler);
   t->step++;
   uint64_t dt = cddp__now_ns() - t0;
-  rec->step = t->step, rec->total = t->total_steps, rec->epochs = t->cfg.epochs;
+  rec->step = t->step, rec->total = t->total_steps, rec->epochs = t->epochs;
   rec->loss = stats[0] / units, rec->lr = lr, rec->samples = batch, rec->units = t->task->units;
   rec->step_s = secs(dt), rec->comm_s = secs(comm_ns), rec->data_s = secs(data_ns);
   rec->compute_s = secs(dt - comm_ns - data_ns);
@@ -148,6 +148,7 @@ static cddp_result_t setup(trainer_t *t) {
   CDDP_CHECK(cddp_sampler_init(&t->sampler, c->seed, t->task->n_train, c->global_batch, c->drop_last));
   int64_t per_epoch = cddp_sampler_steps_per_epoch(&t->sampler);
   t->total_steps = c->max_steps > 0 ? c->max_steps : per_epoch * c->epochs;
+  t->epochs = (int)((t->total_steps + per_epoch - 1) / (per_epoch > 0 ? per_epoch : 1));
   t->sched = (cddp_sched_spec_t){c->sched, cddp__train_scaled_lr(c), c->min_lr, c->warmup_steps, t->total_steps};
   CDDP_CHECK(cddp_sched_check(&t->sched));
   int resumed = replacement; /* a replacement appends to the dead rank's files */
@@ -159,12 +160,16 @@ static cddp_result_t setup(trainer_t *t) {
   }
   char path[700];
   snprintf(path, sizeof path, "%s/metrics.jsonl", t->run_dir);
+  /* resumed from a checkpoint: the lines of later steps go, as they are trained again */
+  if (t->rank == 0 && resumed && !replacement) CDDP_CHECK(cddp_metrics_trim(path, t->step, NULL));
   CDDP_CHECK(cddp_metrics_open(&t->metrics, t->rank == 0 ? path : NULL, resumed, c->log_every));
   if (c->sample_log) {
     snprintf(path, sizeof path, "%s/samples/rank%d.txt", t->run_dir, t->rank);
     t->sample_log = fopen(path, resumed ? "a" : "w");
     if (!t->sample_log) return cddp__fail_errno(CDDP_SYSTEM, "cannot open sample log %s", path);
   }
+  /* only now: a start that failed (a bad --resume-from, no data) leaves the folder's config as it was */
+  if (t->rank == 0 && !replacement && !t->refused[0]) CDDP_CHECK(cddp__train_write_config(t));
   cddp__train_publish_worlds(t);
   /* a first start that formed late (cddp_world_replacement) still opens the job's log */
   if (t->rank == 0 && !t->w.env.replacement)
@@ -196,8 +201,26 @@ static void teardown(trainer_t *t, int clean) {
   cddp_world_leave(&t->w, clean);
 }
 
+/* rank 0's last line: this process's own steps (a resumed run's earlier ones are not), its
+ * wall time, and the rate over the training steps alone (no start-up, checkpoints, evaluation) */
+static void say_done(trainer_t *t) {
+  const cddp_metrics_t *m = &t->metrics;
+  int64_t from = m->first_step >= 0 ? m->first_step : t->step, redone = m->steps - (t->step - from);
+  char span[128] = "";
+  if (from > 0 && redone > 0)
+    snprintf(span, sizeof span, " (steps %" PRId64 "-%" PRId64 " of %" PRId64 ", %" PRId64 " redone)", from + 1, t->step,
+             t->total_steps, redone);
+  else if (from > 0)
+    snprintf(span, sizeof span, " (steps %" PRId64 "-%" PRId64 " of %" PRId64 ")", from + 1, t->step, t->total_steps);
+  else if (redone > 0)
+    snprintf(span, sizeof span, " (%" PRId64 " redone)", redone);
+  printf("cddp train: done: %" PRId64 " steps%s in %.1f s, %.2f s of it in training steps at %.0f %s/s; exposed "
+         "communication %.1f%% of step time; checkpoint %s\n",
+         m->steps, span, secs(cddp__now_ns() - t->t_start), m->step_s, cddp_metrics_rate(m) * t->task->units,
+         t->task->units > 1 ? "tokens" : "samples", 100 * cddp_metrics_comm_fraction(m), t->last_ckpt);
+}
+
 static int run_loop(trainer_t *t) {
-  uint64_t t_start = cddp__now_ns();
   int stop = 0, reform = 0;
   while (t->step < t->total_steps && !stop) {
     cddp_step_record_t rec = {0};
@@ -247,9 +270,10 @@ static int run_loop(trainer_t *t) {
       return 1;
     }
     int eval = (epoch_done && t->cfg.eval_every_epoch) || t->step == t->total_steps;
-    cddp_result_t er = eval && !stop ? evaluate(t, epoch_before) : CDDP_OK;
+    int epoch_end = t->sampler.epoch != epoch_before;
+    cddp_result_t er = eval && !stop ? evaluate(t, epoch_before, epoch_end) : CDDP_OK;
     while (er != CDDP_OK && cddp__train_recoverable(t, er) && (er = cddp__train_recover(t, cddp__now_ns())) == CDDP_OK)
-      er = evaluate(t, epoch_before); /* every survivor failed in it: all redo it */
+      er = evaluate(t, epoch_before, epoch_end); /* every survivor failed in it: all redo it */
     if (er != CDDP_OK) {
       if (t->w.gone) fprintf(stderr, "cddp train: %s\n", cddp_last_error());
       else fprintf(stderr, "cddp train: rank %d: evaluation: %s\n", t->rank, cddp_last_error());
@@ -261,7 +285,6 @@ static int run_loop(trainer_t *t) {
     fprintf(stderr, "cddp train: rank %d: re-forming after the last step: %s\n", t->rank, cddp_last_error());
     return 1;
   }
-  double wall = secs(cddp__now_ns() - t_start);
   cddp_metrics_break_line(&t->metrics);
   if (stop) {
     if (t->rank == 0)
@@ -269,11 +292,7 @@ static int run_loop(trainer_t *t) {
               t->step, t->last_ckpt);
     return 128 + (cddp__train_stop ? (int)cddp__train_stop : SIGTERM);
   }
-  if (t->rank == 0)
-    printf("cddp train: done: %" PRId64 " steps in %.1f s, %.0f %s/s, exposed communication %.1f%% of step time; "
-           "checkpoint %s\n",
-           t->step, wall, cddp_metrics_rate(&t->metrics) * t->task->units, t->task->units > 1 ? "tokens" : "samples",
-           100 * cddp_metrics_comm_fraction(&t->metrics), t->last_ckpt);
+  if (t->rank == 0) say_done(t);
   return 0;
 }
 
@@ -281,6 +300,7 @@ int cddp__train_main(const cddp_train_opts_t *o) {
   trainer_t *t = calloc(1, sizeof *t);
   if (!t) return 1;
   t->opts = o;
+  t->t_start = cddp__now_ns();
   if (cddp_config_load(&t->cfg, o->config_path, o->sets, o->n_sets) != CDDP_OK) {
     say(cddp_last_error());
     free(t);

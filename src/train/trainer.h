@@ -20,7 +20,8 @@ typedef struct cddp_train_opts {
   const char *const *sets; /* --set key=value, in order */
   int n_sets;
   const char *work_dir;    /* default "runs" */
-  const char *name;        /* default: the config file's base name */
+  const char *name;        /* default: the config file's base name; "auto": a new folder
+                              <config name>-<local time>, one name for the whole job */
   const char *resume;      /* "latest", "none" or a checkpoint path; NULL = none */
   const char *backend;     /* comm backend (native) */
   const char *transport;   /* comm transport (auto, shm, tcp) */
@@ -45,6 +46,8 @@ typedef struct trainer {
   cddp_sched_spec_t sched;
   cddp_sampler_t sampler;
   int64_t step, total_steps;
+  int epochs;       /* epochs the run's steps reach into: the progress line's total */
+  uint64_t t_start; /* monotonic ns when this process began: the done line's wall time */
   cddp_metrics_t metrics;
   FILE *sample_log;
   uint32_t *idx;
@@ -53,6 +56,8 @@ typedef struct trainer {
   int same_error_everywhere; /* the failing check gives every rank the same verdict */
   int has_state;    /* 0 in a replacement until a survivor sent it the run's state */
   int recoveries;   /* in-place recoveries this process took part in */
+  char refused[720]; /* rank 0: why this fresh start may not use the run folder (it holds another
+                        run), said by the restore to every rank; "" = it may */
 } trainer_t;
 
 /* Set by SIGTERM/SIGINT; the ranks agree on it at each step's end. */
@@ -69,7 +74,12 @@ cddp_result_t cddp__train_batch_split(trainer_t *t);     /* accumulation steps f
 int cddp__train_blas_threads(const trainer_t *t);
 /* ddp.overlap resolved: auto overlaps unless the all-reduce would only steal a busy core. */
 int cddp__train_overlap(const trainer_t *t, int threads);
+/* Names the run folder (--name, "auto", the config's name) and creates it on rank 0; a fresh
+ * first start into a folder that holds another run's checkpoints or metrics is noted in
+ * t->refused (the restore refuses it on every rank). */
 cddp_result_t cddp__train_make_run_dir(trainer_t *t);
+/* Rank 0, once the start succeeded: the resolved config as RUN_DIR/config.yaml. */
+cddp_result_t cddp__train_write_config(const trainer_t *t);
 float cddp__train_scaled_lr(const cddp_train_config_t *c);
 /* The DDP object on the current communicator (its gradient buffer is comm memory), with
  * ddp.overlap and ddp.compress applied. */
@@ -81,7 +91,8 @@ cddp_result_t cddp__train_make_ddp(trainer_t *t);
 cddp_result_t cddp__train_save(trainer_t *t, int healthy);
 /* Restores from `want` (a checkpoint path, "latest", "none" or NULL; rank 0 reads, every rank
  * receives). "latest" with no checkpoint in the run yet loads `origin` when it is not NULL.
- * *resumed = 1 when state came from a checkpoint. */
+ * *resumed = 1 when state came from a checkpoint. Rank 0's failure (or t->refused) is every
+ * rank's: each returns its error text and sets t->same_error_everywhere. */
 cddp_result_t cddp__train_restore(trainer_t *t, const char *want, const char *origin, int *resumed);
 /* Keeps the lines of steps <= step in one sample log ("epoch step index" per line), so the
  * logs list the samples of committed steps exactly once. NOT_FOUND when there is no file. */
