@@ -335,6 +335,7 @@ static int run_round(agent_t *a, cddp__workers_t *ws, int first) {
   ws->grace_ms = a->o->grace_ms;
   ws->keep_going = a->o->replace;
   ws->cpu_bind = a->o->cpu_bind;
+  ws->host = a->host;
   ws->wake_fd = a->elastic ? a->ms.pipe[0] : -1;
   if (ok && cddp__workers_start(ws, n, rank_base, a->prog, (char **const *)envs, a->o->log_dir, first) != CDDP_OK) {
     fprintf(stderr, "cddp run: %s\n", cddp_last_error());
