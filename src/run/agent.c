@@ -50,6 +50,8 @@ typedef struct agent {
   int id;                 /* this agent's id in the job (elastic/agents) */
   int elastic;            /* replace mode: members, heartbeats, membership changes */
   cddp__membership_t ms;  /* replace mode: the job's members as this agent knows them */
+  const char *not_retried; /* why the last failure is not retried (run/blame.h), or NULL */
+  cddp__failure_t last;   /* restart-all: the failure that ended the previous round (rank -1: none) */
 } agent_t;
 
 /* ---- the watcher: one thread per round waits for rdzv/R/event, reports on a pipe ---- */
@@ -280,6 +282,9 @@ static int replace_failed(agent_t *a, cddp__workers_t *ws) {
     }
     if (a->ms.ending) return 1;
   }
+  const cddp__worker_t *w = &ws->w[ws->fail_index];
+  if ((a->not_retried = cddp__failure_deterministic(w->replaced ? &w->prev : NULL, &ws->failure, w->start_ns)))
+    return -1; /* it would fail the same way again: the budget stays for failures a restart cures */
   int64_t restarts = 0, gen = 0; /* membership changes are free; failures count */
   if (cddp_store_add(a->store, "elastic/restarts", 1, &restarts) != CDDP_OK || restarts > a->o->max_restarts) return -1;
   if (cddp__gen_change(a->store, what, a->id, NULL, NULL, &gen) != CDDP_OK) {
@@ -595,7 +600,19 @@ static int agent_main(agent_t *a) {
       code = cddp__describe_status(ws.fail_status, desc, sizeof desc);
       snprintf(line, sizeof line, "cddp run: rank %d (host %s, pid %d) %s", ws.fail_rank, a->host, (int)ws.fail_pid,
                desc);
-      if (o->replace) {
+      if (!o->replace) /* replace mode judged it in replace_failed */
+        a->not_retried = a->rz.restart_count >= o->max_restarts ? NULL
+                         : cddp__failure_deterministic(a->last.rank >= 0 ? &a->last : NULL, &ws.failure,
+                                                       ws.w[ws.fail_index].start_ns);
+      a->last = ws.failure;
+      if (a->not_retried) {
+        int64_t used = a->rz.restart_count;
+        if (o->replace) cddp_store_add(a->store, "elastic/restarts", 0, &used);
+        snprintf(line + strlen(line), sizeof line - strlen(line), " (%s: not retried; restarts used %lld of %d)%s%.200s",
+                 a->not_retried, (long long)used, o->max_restarts, ws.failure.error[0] ? ": " : "", ws.failure.error);
+        snprintf(msg, sizeof msg, "fail %d %s", code, line);
+        cddp__rdzv_post(a->store, a->rz.round, msg, &now);
+      } else if (o->replace) {
         snprintf(line + strlen(line), sizeof line - strlen(line), "; no restarts left (--max-restarts %d, "
                  "--restart-mode replace)", o->max_restarts);
         snprintf(msg, sizeof msg, "fail %d %s", code, line);
@@ -676,7 +693,7 @@ int cddp__run_main(int argc, char **argv) {
   if (o.mode == CDDP_RUN_SLURM_RANK) return cddp__slurm_exec_rank(&o, argv + o.prog_index);
   if (o.mode == CDDP_RUN_SLURM_BATCH) return cddp__slurm_exec_srun(argc, argv);
 
-  agent_t a = {.o = &o, .prog = argv + o.prog_index, .sig_fd = -1, .ev_pipe = {-1, -1}};
+  agent_t a = {.o = &o, .prog = argv + o.prog_index, .sig_fd = -1, .ev_pipe = {-1, -1}, .last = {.rank = -1}};
   if (cddp_token_from_env(a.token, sizeof a.token) != CDDP_OK) {
     fprintf(stderr, "cddp run: %s\n", cddp_last_error());
     return 2;

@@ -1,5 +1,6 @@
-/* blame.c - which of a round's failed workers failed first. */
+/* blame.c - which of a round's failed workers failed first, and whether a failure would repeat. */
 #include <signal.h>
+#include <string.h>
 #include <sys/wait.h>
 
 #include "run/blame.h"
@@ -35,4 +36,12 @@ int cddp__blame_first(const cddp__failure_t *f, int n) {
     if (t < tb || (t == tb && f[i].rank < f[best].rank)) best = i;
   }
   return best;
+}
+
+const char *cddp__failure_deterministic(const cddp__failure_t *prev, const cddp__failure_t *cur, uint64_t start_ns) {
+  if (WIFEXITED(cur->status) && WEXITSTATUS(cur->status) == 2) return "a usage error";
+  if (prev && prev->status == cur->status && !outside_signal(cur->status) && !strcmp(prev->error, cur->error) &&
+      cur->exit_ns >= start_ns && cur->exit_ns - start_ns <= CDDP__BLAME_REPEAT_WINDOW_MS * MS)
+    return "the same failure again, at once";
+  return NULL;
 }

@@ -227,6 +227,8 @@ cddp_result_t cddp__workers_respawn(cddp__workers_t *ws, int i, char *const *arg
       w->fd[s] = -1;
     }
   if (w->pid > 0) kill(-w->pid, SIGKILL); /* what the dead one left in its process group */
+  cddp__workers_failure(ws, i, &w->prev);
+  w->replaced = 1;
   ws->outcome = CDDP__OUT_SUCCESS;
   return spawn(ws, w, argv, env, getpid());
 }

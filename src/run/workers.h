@@ -19,6 +19,8 @@ typedef struct cddp__worker {
   uint64_t start_ns, exit_ns; /* monotonic: spawned, reaped */
   uint64_t report_ns;         /* when its last stderr line came (0: none yet) */
   char report[256];           /* that line, its own error report as far as the agent knows */
+  int replaced;               /* 1: this process replaced one that failed, prev says how */
+  cddp__failure_t prev;
 } cddp__worker_t;
 
 typedef enum cddp__outcome {
@@ -72,7 +74,7 @@ void cddp__workers_watch(cddp__workers_t *ws, int sig_fd, int event_fd, int (*ac
                          void *ctx);
 
 /* Starts a new process in slot i (a worker that exited) with the same rank, log file and
- * prefix; call watch again afterwards. */
+ * prefix; its prev is the dead one's failure record. Call watch again afterwards. */
 cddp_result_t cddp__workers_respawn(cddp__workers_t *ws, int i, char *const *argv, char **env);
 
 /* The failure record of worker i (it exited non-zero). */

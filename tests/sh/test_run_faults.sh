@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # test_run_faults.sh - how `cddp run` answers faults (issue 16): the blame line names the rank whose
-# failure came first, not the first one reaped. Every command is bounded by timeout.
+# failure came first, not the first one reaped; a failure that would repeat (a usage error, exit 2,
+# or the same failure again at once) is not retried and leaves the restart budget alone. Every
+# command is bounded by timeout.
 cd "$(dirname "$0")/../.." && source tests/sh/lib.sh
 T=$(mktemp -d /tmp/cddp-faults-test.XXXXXX)
 bg=()
@@ -35,4 +37,37 @@ if [ -f "$ck/model.safetensors" ]; then
     ok "blame: a corrupt --resume-from PATH: rank 0 named, exit 2"
   else fail "blame: corrupt --resume-from" "rc=$rc $(tail -3 "$T/bad.out" | tr '\n' ' ')"; fi
 else fail "blame: no checkpoint to corrupt" "$(tail -3 "$T/src.out" | tr '\n' ' ')"; fi
+
+# (usage) a worker exits 2 (a usage error): not retried (no AGAIN line), exit 2, the last line names
+# it, says so and ends with the worker's own line (TAIL, a pattern); no restart spent.
+# usage_case TAG NAME AGAIN MAX TAIL ARGS...
+W=$PWD/build/tests/helpers/run_worker
+usage_case() {
+  local tag=$1 name=$2 again=$3 max=$4 tail=$5; shift 5
+  timeout 60 "$CDDP" run --max-restarts "$max" "$@" >"$T/$tag.out" 2>&1
+  local rc=$? last; last=$(tail -1 "$T/$tag.out")
+  if [ $rc = 2 ] && ! grep -q "$again" "$T/$tag.out" &&
+     echo "$last" | grep -q "^cddp run: rank [0-9] (host $HOST, pid [0-9]*) exited with code 2 (a usage error: not retried; restarts used 0 of $max): $tail"; then
+    ok "$name: not retried, exit 2, the worker's own line, 0 of $max restarts used"
+  else fail "$name" "rc=$rc $(grep -c "$again" "$T/$tag.out") retries; last='$last'"; fi
+}
+# every worker of a batch that cannot split over 4 ranks exits 2
+usage_case u "usage (replace): batch.micro=128 on 4 ranks" "replaced in place" 5 "cddp train: batch.global=256 cannot be split" \
+  --standalone --nproc-per-node 4 --restart-mode replace "$CDDP" train --config $CFG --work-dir "$T" --name u --set batch.micro=128
+usage_case ua "usage (all): rank 1 exits 2" "restarting the workers" 3 "rank 1 exiting with 2$" --nproc-per-node 2 "$W" exit=2@1 sleep=10
+
+# (repeat) rank 1 fails at once the same way every time (same code, same error line): restarted
+# once, then the job stops naming it; the rest of the budget stays. MODE: replace or all
+repeat_case() {
+  local mode=$1 again=$2
+  timeout 30 "$CDDP" run --nproc-per-node 2 --max-restarts 5 --restart-mode "$mode" sh -c \
+    'if [ $RANK = 1 ]; then echo "cannot open /nonexistent/data" >&2; exit 1; fi; exec sleep 30' >/dev/null 2>"$T/r$mode.err"
+  local rc=$? last; last=$(tail -1 "$T/r$mode.err")
+  if [ $rc = 1 ] && [ "$(grep -c "$again" "$T/r$mode.err")" = 1 ] &&
+     echo "$last" | grep -q "^cddp run: rank 1 (host $HOST, pid [0-9]*) exited with code 1 (the same failure again, at once: not retried; restarts used 1 of 5): cannot open /nonexistent/data$"; then
+    ok "repeat ($mode): the same failure at once: retried once ('$again'), then stopped, 1 of 5 restarts used"
+  else fail "repeat ($mode)" "rc=$rc $(tr '\n' ' ' <"$T/r$mode.err")"; fi
+}
+repeat_case replace "replaced in place"
+repeat_case all "restarting the workers"
 finish

@@ -1,6 +1,7 @@
 /* test_run_blame.c - which failed worker the agent names (the first to fail, not the first
- * reaped). */
+ * reaped) and which failures it does not retry (usage errors, a failure repeating at once). */
 #include <signal.h>
+#include <string.h>
 
 #include "run/blame.h"
 #include "test.h"
@@ -59,4 +60,23 @@ TEST(stopped_workers_are_not_blamed) {
   CHECK(cddp__failure_own(&before, stop));
   CHECK(!cddp__failure_own(&late, stop));
   CHECK(cddp__failure_own(&late, 0));
+}
+
+TEST(deterministic_failures_are_not_retried) {
+  uint64_t start = S(50);
+  cddp__failure_t usage = failure(1, EXITED(2), S(50) + MS(20), S(50) + MS(10), "cddp train: batch does not split");
+  CHECK(cddp__failure_deterministic(NULL, &usage, start) != NULL);
+  CHECK(strstr(cddp__failure_deterministic(NULL, &usage, start), "usage") != NULL);
+  cddp__failure_t prev = failure(1, EXITED(1), S(40), S(40), "out of memory");
+  cddp__failure_t again = failure(1, EXITED(1), S(51), S(51), "out of memory");
+  CHECK(cddp__failure_deterministic(&prev, &again, start) != NULL);
+  CHECK(cddp__failure_deterministic(NULL, &again, start) == NULL);        /* not a replacement */
+  cddp__failure_t later = failure(1, EXITED(1), S(90), S(90), "out of memory");
+  CHECK(cddp__failure_deterministic(&prev, &later, start) == NULL);       /* it ran a while */
+  cddp__failure_t other = failure(1, EXITED(1), S(51), S(51), "disk full");
+  CHECK(cddp__failure_deterministic(&prev, &other, start) == NULL);       /* another cause */
+  cddp__failure_t k1 = failure(1, KILLED(SIGKILL), S(40), 0, ""), k2 = failure(1, KILLED(SIGKILL), S(50) + MS(5), 0, "");
+  CHECK(cddp__failure_deterministic(&k1, &k2, start) == NULL);            /* killed from outside */
+  cddp__failure_t s1 = failure(1, KILLED(SIGSEGV), S(40), 0, ""), s2 = failure(1, KILLED(SIGSEGV), S(50) + MS(5), 0, "");
+  CHECK(cddp__failure_deterministic(&s1, &s2, start) != NULL);
 }
