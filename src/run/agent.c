@@ -8,7 +8,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
-#include <sys/signalfd.h>
 #include <unistd.h>
 
 #include "cddp/store.h"
@@ -21,6 +20,7 @@
 #include "run/net.h"
 #include "run/options.h"
 #include "run/rdzv.h"
+#include "run/sigguard.h"
 #include "run/slurm_exec.h"
 #include "run/workers.h"
 
@@ -95,7 +95,7 @@ static const char *event_value(const char *msg) {
 }
 
 /* Blocks until the watcher reports this round's event or a signal arrives. */
-static int wait_event(agent_t *a, char *msg, size_t size) {
+static int wait_event_loop(agent_t *a, char *msg, size_t size) {
   for (;;) {
     struct pollfd p[3] = {{.fd = a->ev_pipe[0], .events = POLLIN}, {.fd = a->sig_fd, .events = POLLIN},
                           {.fd = a->elastic ? a->ms.pipe[0] : -1, .events = POLLIN}};
@@ -105,11 +105,8 @@ static int wait_event(agent_t *a, char *msg, size_t size) {
       if (a->ms.ending) return -2;
       if (a->ms.joined) return -3;
     }
-    if (p[1].revents & POLLIN) {
-      struct signalfd_siginfo si;
-      while (read(a->sig_fd, &si, sizeof si) == (ssize_t)sizeof si)
-        if (si.ssi_signo != SIGCHLD) return (int)si.ssi_signo;
-    }
+    int sig = p[1].revents & POLLIN ? cddp__sigguard_read(a->sig_fd) : 0;
+    if (sig) return sig;
     if (p[0].revents & POLLIN) {
       ssize_t n = read(a->ev_pipe[0], msg, size - 1);
       if (n <= 0) return -1;
@@ -117,6 +114,26 @@ static int wait_event(agent_t *a, char *msg, size_t size) {
       if (event_accept(msg, a)) return 0;
     }
   }
+}
+
+/* The agent's own poll loops take its signals; everywhere else the guard does (run/sigguard.h). */
+static int wait_event(agent_t *a, char *msg, size_t size) {
+  cddp__sigguard_hold();
+  int r = wait_event_loop(a, msg, size);
+  cddp__sigguard_release();
+  return r;
+}
+
+static void watch(agent_t *a, cddp__workers_t *ws) {
+  cddp__sigguard_hold();
+  cddp__workers_watch(ws, a->sig_fd, a->ev_pipe[0], event_accept, a);
+  cddp__sigguard_release();
+}
+
+/* The round's workers are done with: the guard forgets them before they are freed. */
+static void workers_done(cddp__workers_t *ws) {
+  cddp__sigguard_workers(NULL);
+  cddp__workers_release(ws);
 }
 
 /* ---- the store ---- */
@@ -349,9 +366,10 @@ static int run_round(agent_t *a, cddp__workers_t *ws, int first) {
   for (int i = 0; envs && i < n; i++) free_env(envs[i]);
   free(envs);
   if (!ok) return -1;
+  cddp__sigguard_workers(ws);
   CDDP_INFO(CDDP_SUB_RUN, "round %d: started ranks %d-%d of %d (restart %d)", a->rz.round, a->rz.rank_base,
             a->rz.rank_base + n - 1, a->rz.world_size, a->rz.restart_count);
-  cddp__workers_watch(ws, a->sig_fd, a->ev_pipe[0], event_accept, a);
+  watch(a, ws);
   for (;;) {
     if (ws->outcome == CDDP__OUT_WAKE) {
       cddp__membership_events(&a->ms);
@@ -370,7 +388,7 @@ static int run_round(agent_t *a, cddp__workers_t *ws, int first) {
       begin_ending(a, ws);
       if (all_exited(ws)) break;
     }
-    cddp__workers_watch(ws, a->sig_fd, a->ev_pipe[0], event_accept, a);
+    watch(a, ws);
   }
   return 0;
 }
@@ -580,7 +598,7 @@ static int agent_main(agent_t *a) {
     }
     first = 0;
     while (a->elastic && a->ms.ending == 1) { /* dropped: come back as a pending node */
-      cddp__workers_release(&ws);
+      workers_done(&ws);
       fprintf(stderr, "cddp run: %s\n", a->ms.line);
       if (come_back(a) != 0) return finish(a, 1);
       int code = wait_taken_in(a);
@@ -588,7 +606,7 @@ static int agent_main(agent_t *a) {
       if (run_round(a, &ws, 0) != 0) return finish(a, 1);
     }
     if (a->elastic && a->ms.ending) {
-      cddp__workers_release(&ws);
+      workers_done(&ws);
       fprintf(stderr, "cddp run: %s\n", a->ms.line);
       return finish(a, 1);
     }
@@ -634,7 +652,7 @@ static int agent_main(agent_t *a) {
                a->host, ab ? ab : "?");
       cddp__rdzv_post(a->store, a->rz.round, msg, NULL);
       fprintf(stderr, "%s\n", msg + 5 + strcspn(msg + 5, " ") + 1);
-      cddp__workers_release(&ws);
+      workers_done(&ws);
       return finish(a, 128 + ws.signo);
     }
     case CDDP__OUT_WAKE: /* handled in run_round; not an outcome */
@@ -648,18 +666,18 @@ static int agent_main(agent_t *a) {
       else cddp__rdzv_node_done(a->store, &a->rz);
       int sig = wait_event(a, msg, sizeof msg);
       if (sig > 0) {
-        cddp__workers_release(&ws);
+        workers_done(&ws);
         return finish(a, 128 + sig);
       }
       if (sig == -2) {
-        cddp__workers_release(&ws);
+        workers_done(&ws);
         fprintf(stderr, "cddp run: %s\n", a->ms.line);
         return finish(a, 1);
       }
       value = sig == 0 ? event_value(msg) : "lost the watcher";
       break;
     }
-    cddp__workers_release(&ws);
+    workers_done(&ws);
     next = follow_event(a, value, &code);
     free(now);
     if (next > 0) return finish(a, code);
@@ -701,19 +719,15 @@ int cddp__run_main(int argc, char **argv) {
   if (o.standalone && !a.token[0]) random_token(a.token, sizeof a.token);
   if (gethostname(a.host, sizeof a.host) != 0) snprintf(a.host, sizeof a.host, "?");
   a.host[sizeof a.host - 1] = '\0';
-  /* signals arrive on a signalfd; blocked before any thread starts so all inherit it */
-  sigset_t set;
-  sigemptyset(&set);
-  sigaddset(&set, SIGCHLD);
-  sigaddset(&set, SIGINT);
-  sigaddset(&set, SIGTERM);
-  sigaddset(&set, SIGHUP);
-  pthread_sigmask(SIG_BLOCK, &set, NULL);
+  /* signals arrive on a pipe; set up before any thread of ours starts, so all keep them blocked */
   signal(SIGPIPE, SIG_IGN);
-  a.sig_fd = signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK);
-  if (a.sig_fd < 0 || pipe2(a.ev_pipe, O_CLOEXEC) != 0) {
-    fprintf(stderr, "cddp run: signalfd/pipe: %s\n", strerror(errno));
+  if (cddp__sigguard_start(o.grace_ms, a.host, &a.sig_fd) != CDDP_OK) {
+    fprintf(stderr, "cddp run: %s\n", cddp_last_error());
     return 1;
   }
-  return agent_main(&a);
+  if (pipe2(a.ev_pipe, O_CLOEXEC) != 0) {
+    fprintf(stderr, "cddp run: pipe: %s\n", strerror(errno));
+    return 1;
+  }
+  return cddp__sigguard_end(agent_main(&a));
 }

@@ -8,7 +8,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
-#include <sys/signalfd.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -17,6 +16,7 @@
 #include "common/clock.h"
 #include "common/log.h"
 #include "run/cpubind.h"
+#include "run/sigguard.h"
 #include "run/workers.h"
 
 #define LINE_MAX_BYTES 65536
@@ -101,6 +101,8 @@ int cddp__describe_status(int status, char *buf, size_t size) {
 static void child(cddp__worker_t *w, int out[2], int err[2], char *const *argv, char **env, pid_t parent) {
   sigset_t none;
   sigemptyset(&none);
+  int agents[] = {SIGCHLD, SIGINT, SIGTERM, SIGHUP}; /* the agent's handlers (run/sigguard.h) are not ours */
+  for (size_t i = 0; i < CDDP_ARRAY_LEN(agents); i++) signal(agents[i], SIG_DFL);
   sigprocmask(SIG_SETMASK, &none, NULL);
   signal(SIGPIPE, SIG_DFL);
   setpgid(0, 0);
@@ -319,19 +321,12 @@ void cddp__workers_watch(cddp__workers_t *ws, int sig_fd, int event_fd, int (*ac
     for (int i = 0; i < ws->n; i++)
       for (int s = 0; s < 2; s++)
         if (ws->w[i].fd[s] >= 0 && (pfd[2 + 2 * i + s].revents & (POLLIN | POLLHUP | POLLERR))) pump(ws, &ws->w[i], s);
-    if (pfd[0].revents & POLLIN) {
-      struct signalfd_siginfo si;
-      while (read(sig_fd, &si, sizeof si) == (ssize_t)sizeof si) {
-        if (si.ssi_signo == SIGCHLD) continue; /* reaped below */
-        if (!stopping) {
-          if (ws->outcome == CDDP__OUT_SUCCESS) {
-            ws->outcome = CDDP__OUT_SIGNAL;
-            ws->signo = (int)si.ssi_signo;
-          }
-          stop_all(ws, (int)si.ssi_signo, &stopping, &kill_at);
-        } /* a repeat (timeout(1) sends its signal twice) keeps the grace period */
-      }
-    }
+    int sig = pfd[0].revents & POLLIN ? cddp__sigguard_read(sig_fd) : 0; /* SIGCHLD: reaped below */
+    if (sig && ws->outcome != CDDP__OUT_SIGNAL) { /* a stop for another reason ends on the signal too */
+      ws->outcome = CDDP__OUT_SIGNAL;
+      ws->signo = sig;
+      if (!stopping) stop_all(ws, sig, &stopping, &kill_at);
+    } /* a repeat (timeout(1) sends its signal twice) keeps the grace period */
     if (event_fd >= 0 && (pfd[1].revents & (POLLIN | POLLHUP))) {
       char msg[512];
       ssize_t n = read(event_fd, msg, sizeof msg - 1);

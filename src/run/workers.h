@@ -26,7 +26,8 @@ typedef struct cddp__worker {
 typedef enum cddp__outcome {
   CDDP__OUT_SUCCESS = 0, /* every worker exited 0 */
   CDDP__OUT_FAILED,      /* a worker failed: fail_* say which; the others were stopped */
-  CDDP__OUT_SIGNAL,      /* the agent got SIGINT/SIGTERM/SIGHUP: forwarded, workers stopped */
+  CDDP__OUT_SIGNAL,      /* the agent got SIGINT/SIGTERM/SIGHUP: forwarded, workers stopped (also
+                            when it came while they were being stopped for another reason) */
   CDDP__OUT_EVENT,       /* the event fd said something (another node): workers stopped */
   CDDP__OUT_WAKE         /* wake_fd is readable: returned at once, the workers keep running */
 } cddp__outcome_t;
@@ -64,9 +65,9 @@ cddp_result_t cddp__workers_start(cddp__workers_t *ws, int n, int rank_base, cha
                                   const char *log_dir, int truncate_logs);
 
 /* Forwards output line by line ("[rank N] " prefix, one write per line) until every
- * worker exited and its pipes closed. sig_fd: a signalfd for SIGCHLD/SIGINT/SIGTERM/
- * SIGHUP. event_fd (-1 = none): readable means "stop, something happened elsewhere";
- * accept(msg) decides whether a message read from it counts (stale ones are dropped).
+ * worker exited and its pipes closed. sig_fd: the agent's signal pipe (run/sigguard.h:
+ * SIGCHLD/SIGINT/SIGTERM/SIGHUP, one byte each). event_fd (-1 = none): readable means "stop,
+ * something happened elsewhere"; accept(msg) decides whether a message read from it counts (stale ones are dropped).
  * Stopping = SIGTERM to each process group, SIGKILL after grace_ms. Each worker's last
  * stderr line and its arrival time are kept: when several failed, fail_* name the one whose
  * failure came first (cddp__blame_first over those that failed by themselves). */
