@@ -9,7 +9,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
-#include <sys/signalfd.h>
 #include <unistd.h>
 
 #include "cddp/store.h"
@@ -24,6 +23,7 @@
 #include "run/options.h"
 #include "run/rdzv.h"
 #include "run/program.h"
+#include "run/sigguard.h"
 #include "run/task_exec.h"
 #include "run/workers.h"
 
@@ -60,6 +60,8 @@ typedef struct agent {
   int omp_default;        /* OMP_NUM_THREADS=1 for the workers (unset here, several workers) */
   char err_dir[256];      /* this agent's folder of the workers' torch error files */
   cddp__membership_t ms;  /* replace mode: the job's members as this agent knows them */
+  const char *not_retried; /* why the last failure is not retried (run/blame.h), or NULL */
+  cddp__failure_t last;   /* restart-all: the failure that ended the previous round (rank -1: none) */
 } agent_t;
 
 /* ---- the watcher: one thread per round waits for rdzv/R/event, reports on a pipe ---- */
@@ -103,7 +105,7 @@ static const char *event_value(const char *msg) {
 }
 
 /* Blocks until the watcher reports this round's event or a signal arrives. */
-static int wait_event(agent_t *a, char *msg, size_t size) {
+static int wait_event_loop(agent_t *a, char *msg, size_t size) {
   for (;;) {
     struct pollfd p[3] = {{.fd = a->ev_pipe[0], .events = POLLIN}, {.fd = a->sig_fd, .events = POLLIN},
                           {.fd = a->elastic ? a->ms.pipe[0] : -1, .events = POLLIN}};
@@ -113,11 +115,8 @@ static int wait_event(agent_t *a, char *msg, size_t size) {
       if (a->ms.ending) return -2;
       if (a->ms.joined) return -3;
     }
-    if (p[1].revents & POLLIN) {
-      struct signalfd_siginfo si;
-      while (read(a->sig_fd, &si, sizeof si) == (ssize_t)sizeof si)
-        if (si.ssi_signo != SIGCHLD) return (int)si.ssi_signo;
-    }
+    int sig = p[1].revents & POLLIN ? cddp__sigguard_read(a->sig_fd) : 0;
+    if (sig) return sig;
     if (p[0].revents & POLLIN) {
       ssize_t n = read(a->ev_pipe[0], msg, size - 1);
       if (n <= 0) return -1;
@@ -125,6 +124,26 @@ static int wait_event(agent_t *a, char *msg, size_t size) {
       if (event_accept(msg, a)) return 0;
     }
   }
+}
+
+/* The agent's own poll loops take its signals; everywhere else the guard does (run/sigguard.h). */
+static int wait_event(agent_t *a, char *msg, size_t size) {
+  cddp__sigguard_hold();
+  int r = wait_event_loop(a, msg, size);
+  cddp__sigguard_release();
+  return r;
+}
+
+static void watch(agent_t *a, cddp__workers_t *ws) {
+  cddp__sigguard_hold();
+  cddp__workers_watch(ws, a->sig_fd, a->ev_pipe[0], event_accept, a);
+  cddp__sigguard_release();
+}
+
+/* The round's workers are done with: the guard forgets them before they are freed. */
+static void workers_done(cddp__workers_t *ws) {
+  cddp__sigguard_workers(NULL);
+  cddp__workers_release(ws);
 }
 
 /* ---- the store ---- */
@@ -208,7 +227,7 @@ static int setup_store(agent_t *a) {
 /* gen / replacement: the job's generation and whether the worker replaces a dead one. */
 /* Where worker `rank` finds TORCHELASTIC_ERROR_FILE. */
 static void error_file(const agent_t *a, int rank, char *buf, size_t size) {
-  snprintf(buf, size, "%s/rank%d.json", a->err_dir, rank);
+  cddp__errfile_path(a->err_dir, rank, buf, size);
 }
 
 static char **worker_env(agent_t *a, int local_rank, int64_t gen, int replacement) {
@@ -268,10 +287,9 @@ static char **worker_env(agent_t *a, int local_rank, int64_t gen, int replacemen
   PUT("TORCHELASTIC_MAX_RESTARTS", "%d", o->max_restarts);
   PUT("TORCHELASTIC_USE_AGENT_STORE", "False");
   PUT("ROLE_NAME", "%s", o->role);
-  if (a->err_dir[0]) { /* a stale file from an earlier start would be taken for this one's */
+  if (a->err_dir[0]) { /* emptied by each start (workers.c), so an old file is never taken for new */
     char path[320];
     error_file(a, rank_base + local_rank, path, sizeof path);
-    unlink(path);
     PUT("TORCHELASTIC_ERROR_FILE", "%s", path);
   }
   for (size_t i = 0; i < CDDP_ARRAY_LEN(default_vars); i++)
@@ -321,6 +339,9 @@ static int replace_failed(agent_t *a, cddp__workers_t *ws) {
     }
     if (a->ms.ending) return 1;
   }
+  const cddp__worker_t *w = &ws->w[ws->fail_index];
+  if ((a->not_retried = cddp__failure_deterministic(w->replaced ? &w->prev : NULL, &ws->failure, w->start_ns)))
+    return -1; /* it would fail the same way again: the budget stays for failures a restart cures */
   int64_t restarts = 0, gen = 0; /* membership changes are free; failures count */
   if (cddp_store_add(a->store, "elastic/restarts", 1, &restarts) != CDDP_OK || restarts > a->o->max_restarts) return -1;
   if (cddp__gen_change(a->store, what, a->id, NULL, NULL, &gen) != CDDP_OK) {
@@ -375,6 +396,8 @@ static int run_round(agent_t *a, cddp__workers_t *ws, int first) {
   ws->grace_ms = a->o->grace_ms;
   ws->keep_going = a->o->replace;
   ws->cpu_bind = a->o->cpu_bind;
+  ws->host = a->host;
+  ws->err_dir = a->err_dir[0] ? a->err_dir : NULL;
   ws->wake_fd = a->elastic ? a->ms.pipe[0] : -1;
   if (ok && cddp__workers_start(ws, n, rank_base, a->prog, (char **const *)envs, a->o->log_dir, first) != CDDP_OK) {
     fprintf(stderr, "cddp run: %s\n", cddp_last_error());
@@ -383,9 +406,10 @@ static int run_round(agent_t *a, cddp__workers_t *ws, int first) {
   for (int i = 0; envs && i < n; i++) free_env(envs[i]);
   free(envs);
   if (!ok) return -1;
+  cddp__sigguard_workers(ws);
   CDDP_INFO(CDDP_SUB_RUN, "round %d: started ranks %d-%d of %d (restart %d)", a->rz.round, a->rz.rank_base,
             a->rz.rank_base + n - 1, a->rz.world_size, a->rz.restart_count);
-  cddp__workers_watch(ws, a->sig_fd, a->ev_pipe[0], event_accept, a);
+  watch(a, ws);
   for (;;) {
     if (ws->outcome == CDDP__OUT_WAKE) {
       cddp__membership_events(&a->ms);
@@ -404,7 +428,7 @@ static int run_round(agent_t *a, cddp__workers_t *ws, int first) {
       begin_ending(a, ws);
       if (all_exited(ws)) break;
     }
-    cddp__workers_watch(ws, a->sig_fd, a->ev_pipe[0], event_accept, a);
+    watch(a, ws);
   }
   return 0;
 }
@@ -615,7 +639,7 @@ static int agent_main(agent_t *a) {
     }
     first = 0;
     while (a->elastic && a->ms.ending == 1) { /* dropped: come back as a pending node */
-      cddp__workers_release(&ws);
+      workers_done(&ws);
       fprintf(stderr, "cddp run: %s\n", a->ms.line);
       if (come_back(a) != 0) return finish(a, 1);
       int code = wait_taken_in(a);
@@ -623,7 +647,7 @@ static int agent_main(agent_t *a) {
       if (run_round(a, &ws, 0) != 0) return finish(a, 1);
     }
     if (a->elastic && a->ms.ending) {
-      cddp__workers_release(&ws);
+      workers_done(&ws);
       fprintf(stderr, "cddp run: %s\n", a->ms.line);
       return finish(a, 1);
     }
@@ -635,7 +659,19 @@ static int agent_main(agent_t *a) {
       code = describe_failure(a, ws.fail_rank, ws.fail_status, desc, sizeof desc);
       snprintf(line, sizeof line, "cddp run: rank %d (host %s, pid %d) %s", ws.fail_rank, a->host, (int)ws.fail_pid,
                desc);
-      if (o->replace) {
+      if (!o->replace) /* replace mode judged it in replace_failed */
+        a->not_retried = a->rz.restart_count >= o->max_restarts ? NULL
+                         : cddp__failure_deterministic(a->last.rank >= 0 ? &a->last : NULL, &ws.failure,
+                                                       ws.w[ws.fail_index].start_ns);
+      a->last = ws.failure;
+      if (a->not_retried) {
+        int64_t used = a->rz.restart_count;
+        if (o->replace) cddp_store_add(a->store, "elastic/restarts", 0, &used);
+        snprintf(line + strlen(line), sizeof line - strlen(line), " (%s: not retried; restarts used %lld of %d)%s%.200s",
+                 a->not_retried, (long long)used, o->max_restarts, ws.failure.error[0] ? ": " : "", ws.failure.error);
+        snprintf(msg, sizeof msg, "fail %d %s", code, line);
+        cddp__rdzv_post(a->store, a->rz.round, msg, &now);
+      } else if (o->replace) {
         snprintf(line + strlen(line), sizeof line - strlen(line), "; no restarts left (--max-restarts %d, "
                  "--restart-mode replace)", o->max_restarts);
         snprintf(msg, sizeof msg, "fail %d %s", code, line);
@@ -657,7 +693,7 @@ static int agent_main(agent_t *a) {
                a->host, ab ? ab : "?");
       cddp__rdzv_post(a->store, a->rz.round, msg, NULL);
       fprintf(stderr, "%s\n", msg + 5 + strcspn(msg + 5, " ") + 1);
-      cddp__workers_release(&ws);
+      workers_done(&ws);
       return finish(a, 128 + ws.signo);
     }
     case CDDP__OUT_WAKE: /* handled in run_round; not an outcome */
@@ -671,18 +707,18 @@ static int agent_main(agent_t *a) {
       else cddp__rdzv_node_done(a->store, &a->rz);
       int sig = wait_event(a, msg, sizeof msg);
       if (sig > 0) {
-        cddp__workers_release(&ws);
+        workers_done(&ws);
         return finish(a, 128 + sig);
       }
       if (sig == -2) {
-        cddp__workers_release(&ws);
+        workers_done(&ws);
         fprintf(stderr, "cddp run: %s\n", a->ms.line);
         return finish(a, 1);
       }
       value = sig == 0 ? event_value(msg) : "lost the watcher";
       break;
     }
-    cddp__workers_release(&ws);
+    workers_done(&ws);
     next = follow_event(a, value, &code);
     free(now);
     if (next > 0) return finish(a, code);
@@ -742,7 +778,7 @@ int cddp__run_main(int argc, char **argv) {
   }
   if (o.mode == CDDP_RUN_SLURM_RANK || o.mode == CDDP_RUN_MPI_RANK) return cddp__task_exec_rank(&o, prog.argv);
 
-  agent_t a = {.o = &o, .prog = prog.argv, .sig_fd = -1, .ev_pipe = {-1, -1}};
+  agent_t a = {.o = &o, .prog = prog.argv, .sig_fd = -1, .ev_pipe = {-1, -1}, .last = {.rank = -1}};
   if (cddp_token_from_env(a.token, sizeof a.token) != CDDP_OK) {
     fprintf(stderr, "cddp run: %s\n", cddp_last_error());
     return 2;
@@ -769,22 +805,18 @@ int cddp__run_main(int argc, char **argv) {
   if (o.standalone && !a.token[0]) random_token(a.token, sizeof a.token);
   if (gethostname(a.host, sizeof a.host) != 0) snprintf(a.host, sizeof a.host, "?");
   a.host[sizeof a.host - 1] = '\0';
-  /* signals arrive on a signalfd; blocked before any thread starts so all inherit it */
-  sigset_t set;
-  sigemptyset(&set);
-  sigaddset(&set, SIGCHLD);
-  sigaddset(&set, SIGINT);
-  sigaddset(&set, SIGTERM);
-  sigaddset(&set, SIGHUP);
-  pthread_sigmask(SIG_BLOCK, &set, NULL);
+  /* signals arrive on a pipe; set up before any thread of ours starts, so all keep them blocked */
   signal(SIGPIPE, SIG_IGN);
-  a.sig_fd = signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK);
-  if (a.sig_fd < 0 || pipe2(a.ev_pipe, O_CLOEXEC) != 0) {
-    fprintf(stderr, "cddp run: signalfd/pipe: %s\n", strerror(errno));
+  if (cddp__sigguard_start(o.grace_ms, a.host, &a.sig_fd) != CDDP_OK) {
+    fprintf(stderr, "cddp run: %s\n", cddp_last_error());
+    return 1;
+  }
+  if (pipe2(a.ev_pipe, O_CLOEXEC) != 0) {
+    fprintf(stderr, "cddp run: pipe: %s\n", strerror(errno));
     return 1;
   }
   int code = agent_main(&a);
   remove_dir(a.err_dir);
   cddp__program_free(&prog);
-  return code;
+  return cddp__sigguard_end(code);
 }

@@ -95,6 +95,10 @@ int cddp__errfile_parse(const char *buf, size_t len, char *out, size_t size) {
   return found;
 }
 
+void cddp__errfile_path(const char *dir, int rank, char *buf, size_t size) {
+  snprintf(buf, size, "%s/rank%d.json", dir, rank);
+}
+
 int cddp__errfile_read(const char *path, char *out, size_t size, uint64_t *mtime_ns) {
   if (size) out[0] = '\0';
   int fd = open(path, O_RDONLY | O_CLOEXEC);

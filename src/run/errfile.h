@@ -5,6 +5,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* Where worker `rank` of an agent whose error-file folder is dir writes its error file. */
+void cddp__errfile_path(const char *dir, int rank, char *buf, size_t size);
+
 /* Reads the error file that torch.distributed.elastic's @record (or any program) wrote at
  * path: {"message": {"message": "ValueError: boom", "extraInfo": {...}}} or {"message":
  * "..."}. out gets the message's first line (JSON escapes decoded, at most size - 1 bytes);

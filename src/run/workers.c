@@ -8,15 +8,17 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
-#include <sys/signalfd.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "common/check.h"
 #include "common/clock.h"
 #include "common/log.h"
 #include "run/cpubind.h"
+#include "run/errfile.h"
+#include "run/sigguard.h"
 #include "run/workers.h"
 
 #define LINE_MAX_BYTES 65536
@@ -42,6 +44,12 @@ static void emit(cddp__workers_t *ws, cddp__worker_t *w, int s, const char *line
     write_all(s ? STDERR_FILENO : STDOUT_FILENO, out, (size_t)p + len);
   }
   if (w->log_fd >= 0) write_all(w->log_fd, line, len);
+  size_t n = len;
+  while (n && (line[n - 1] == '\n' || line[n - 1] == '\r' || line[n - 1] == ' ')) n--;
+  if (s == 1 && n) { /* its own word on why it fails, if it fails */
+    snprintf(w->report, sizeof w->report, "%.*s", (int)CDDP_MIN(n, sizeof w->report - 1), line);
+    w->report_ns = cddp__now_ns();
+  }
 }
 
 /* Emits complete lines of the buffer; at_eof flushes a partial last line with a newline. */
@@ -95,6 +103,8 @@ int cddp__describe_status(int status, char *buf, size_t size) {
 static void child(cddp__worker_t *w, int out[2], int err[2], char *const *argv, char **env, pid_t parent) {
   sigset_t none;
   sigemptyset(&none);
+  int agents[] = {SIGCHLD, SIGINT, SIGTERM, SIGHUP}; /* the agent's handlers (run/sigguard.h) are not ours */
+  for (size_t i = 0; i < CDDP_ARRAY_LEN(agents); i++) signal(agents[i], SIG_DFL);
   sigprocmask(SIG_SETMASK, &none, NULL);
   signal(SIGPIPE, SIG_DFL);
   setpgid(0, 0);
@@ -137,11 +147,17 @@ static cddp_result_t spawn(cddp__workers_t *ws, cddp__worker_t *w, char *const *
   int out[2] = {-1, -1}, err[2] = {-1, -1};
   cddp_result_t ret = CDDP_OK;
   w->exited = 0, w->status = 0;
+  w->start_ns = cddp__now_ns(), w->exit_ns = 0, w->report_ns = 0, w->report[0] = '\0';
   /* worker i of the round on the i-th share of the agent's CPUs, set in the child before exec
    * (cpubind.c says why) */
   cpu_set_t allowed, share;
   int bound = ws->cpu_bind && sched_getaffinity(0, sizeof allowed, &allowed) == 0 &&
               cddp__cpu_share(&allowed, ws->n_bind, (int)(w - ws->w), &share);
+  if (ws->err_dir) { /* the last start's error file (its failure record is taken) is not this one's */
+    char path[4200];
+    cddp__errfile_path(ws->err_dir, w->rank, path, sizeof path);
+    unlink(path);
+  }
   if (pipe2(out, O_CLOEXEC) != 0 || pipe2(err, O_CLOEXEC) != 0) {
     ret = cddp__fail_errno(CDDP_SYSTEM, "pipe for rank %d", w->rank);
     goto fail;
@@ -220,8 +236,63 @@ cddp_result_t cddp__workers_respawn(cddp__workers_t *ws, int i, char *const *arg
       w->fd[s] = -1;
     }
   if (w->pid > 0) kill(-w->pid, SIGKILL); /* what the dead one left in its process group */
+  cddp__workers_failure(ws, i, &w->prev);
+  w->replaced = 1;
   ws->outcome = CDDP__OUT_SUCCESS;
   return spawn(ws, w, argv, env, getpid());
+}
+
+void cddp__workers_failure(const cddp__workers_t *ws, int i, cddp__failure_t *f) {
+  const cddp__worker_t *w = &ws->w[i];
+  *f = (cddp__failure_t){.rank = w->rank, .pid = w->pid, .status = w->status, .exit_ns = w->exit_ns,
+                         .report_ns = w->report_ns};
+  snprintf(f->host, sizeof f->host, "%s", ws->host ? ws->host : "?");
+  snprintf(f->error, sizeof f->error, "%s", w->report);
+  if (!ws->err_dir) return;
+  /* the exception it recorded (torch's @record) says why, better than its last stderr line,
+   * and the file's time says when: wall clock, moved onto the monotonic one */
+  char path[4200];
+  uint64_t mtime = 0;
+  cddp__errfile_path(ws->err_dir, w->rank, path, sizeof path);
+  if (!cddp__errfile_read(path, f->error, sizeof f->error, &mtime)) {
+    snprintf(f->error, sizeof f->error, "%s", w->report);
+    return;
+  }
+  struct timespec real;
+  clock_gettime(CLOCK_REALTIME, &real);
+  uint64_t now_real = (uint64_t)real.tv_sec * 1000000000ull + (uint64_t)real.tv_nsec, now = cddp__now_ns();
+  uint64_t age = now_real > mtime ? now_real - mtime : 0;
+  f->report_ns = age < now ? now - age : 1;
+}
+
+/* Sends sig to every worker's group: the workers are being stopped, KILL follows after grace. */
+static void stop_all(cddp__workers_t *ws, int sig, int *stopping, uint64_t *kill_at) {
+  kill_groups(ws, sig);
+  if (!ws->stop_ns) ws->stop_ns = cddp__now_ns();
+  *stopping = 1;
+  *kill_at = cddp__deadline_ms(ws->grace_ms);
+}
+
+/* fail_* and failure: of the worker whose failure came first, among those that failed by themselves. */
+static void blame(cddp__workers_t *ws) {
+  cddp__failure_t *f = calloc((size_t)ws->n, sizeof *f);
+  int *slot = calloc((size_t)ws->n, sizeof *slot), n = 0;
+  if (!f || !slot) goto exit; /* keep the first one reaped */
+  for (int i = 0; i < ws->n; i++) {
+    const cddp__worker_t *w = &ws->w[i];
+    if (!w->exited || (WIFEXITED(w->status) && WEXITSTATUS(w->status) == 0)) continue;
+    cddp__workers_failure(ws, i, &f[n]);
+    if (cddp__failure_own(&f[n], ws->stop_ns)) slot[n++] = i;
+  }
+  int b = cddp__blame_first(f, n);
+  if (b >= 0) {
+    ws->failure = f[b];
+    ws->fail_index = slot[b];
+    ws->fail_rank = f[b].rank, ws->fail_pid = f[b].pid, ws->fail_status = f[b].status;
+  }
+exit:
+  free(f);
+  free(slot);
 }
 
 static cddp__worker_t *by_pid(cddp__workers_t *ws, pid_t pid) {
@@ -240,9 +311,7 @@ void cddp__workers_watch(cddp__workers_t *ws, int sig_fd, int event_fd, int (*ac
   if (nexited == ws->n) drain_until = cddp__deadline_ms(DRAIN_MS);
   if (ws->stop_now) { /* the agent gave up after a keep-going failure: stop the rest */
     ws->stop_now = 0;
-    kill_groups(ws, SIGTERM);
-    stopping = 1;
-    kill_at = cddp__deadline_ms(ws->grace_ms);
+    stop_all(ws, SIGTERM, &stopping, &kill_at);
   }
   if (ws->stop_at && ws->termed) { /* a second watch after stop_at: keep its KILL deadline */
     stopping = 1;
@@ -258,11 +327,7 @@ void cddp__workers_watch(cddp__workers_t *ws, int sig_fd, int event_fd, int (*ac
     }
     if (ws->stop_at && !ws->termed && cddp__now_ns() >= ws->stop_at) {
       ws->termed = 1;
-      if (!stopping) {
-        kill_groups(ws, SIGTERM);
-        stopping = 1;
-        kill_at = cddp__deadline_ms(ws->grace_ms);
-      }
+      if (!stopping) stop_all(ws, SIGTERM, &stopping, &kill_at);
     }
     uint64_t next = CDDP_MIN(kill_at, drain_until);
     if (ws->stop_at && !ws->termed) next = CDDP_MIN(next, ws->stop_at);
@@ -278,21 +343,12 @@ void cddp__workers_watch(cddp__workers_t *ws, int sig_fd, int event_fd, int (*ac
     for (int i = 0; i < ws->n; i++)
       for (int s = 0; s < 2; s++)
         if (ws->w[i].fd[s] >= 0 && (pfd[2 + 2 * i + s].revents & (POLLIN | POLLHUP | POLLERR))) pump(ws, &ws->w[i], s);
-    if (pfd[0].revents & POLLIN) {
-      struct signalfd_siginfo si;
-      while (read(sig_fd, &si, sizeof si) == (ssize_t)sizeof si) {
-        if (si.ssi_signo == SIGCHLD) continue; /* reaped below */
-        if (!stopping) {
-          if (ws->outcome == CDDP__OUT_SUCCESS) {
-            ws->outcome = CDDP__OUT_SIGNAL;
-            ws->signo = (int)si.ssi_signo;
-          }
-          kill_groups(ws, (int)si.ssi_signo);
-          stopping = 1;
-          kill_at = cddp__deadline_ms(ws->grace_ms);
-        } /* a repeat (timeout(1) sends its signal twice) keeps the grace period */
-      }
-    }
+    int sig = pfd[0].revents & POLLIN ? cddp__sigguard_read(sig_fd) : 0; /* SIGCHLD: reaped below */
+    if (sig && ws->outcome != CDDP__OUT_SIGNAL) { /* a stop for another reason ends on the signal too */
+      ws->outcome = CDDP__OUT_SIGNAL;
+      ws->signo = sig;
+      if (!stopping) stop_all(ws, sig, &stopping, &kill_at);
+    } /* a repeat (timeout(1) sends its signal twice) keeps the grace period */
     if (event_fd >= 0 && (pfd[1].revents & (POLLIN | POLLHUP))) {
       char msg[512];
       ssize_t n = read(event_fd, msg, sizeof msg - 1);
@@ -301,9 +357,7 @@ void cddp__workers_watch(cddp__workers_t *ws, int sig_fd, int event_fd, int (*ac
         if (!stopping && (!accept || accept(msg, ctx))) {
           ws->outcome = CDDP__OUT_EVENT;
           snprintf(ws->event, sizeof ws->event, "%s", msg);
-          kill_groups(ws, SIGTERM);
-          stopping = 1;
-          kill_at = cddp__deadline_ms(ws->grace_ms);
+          stop_all(ws, SIGTERM, &stopping, &kill_at);
         }
       }
     }
@@ -318,6 +372,7 @@ void cddp__workers_watch(cddp__workers_t *ws, int sig_fd, int event_fd, int (*ac
       if (!w || w->exited) continue;
       w->exited = 1;
       w->status = st;
+      w->exit_ns = cddp__now_ns();
       if (++nexited == ws->n) drain_until = cddp__deadline_ms(DRAIN_MS);
       int ok = WIFEXITED(st) && WEXITSTATUS(st) == 0;
       if (!ok && !stopping) {
@@ -325,14 +380,12 @@ void cddp__workers_watch(cddp__workers_t *ws, int sig_fd, int event_fd, int (*ac
         ws->fail_rank = w->rank;
         ws->fail_pid = w->pid;
         ws->fail_status = st;
+        ws->fail_index = (int)(w - ws->w);
         if (ws->keep_going) { /* the others go on; the agent decides about this one */
-          ws->fail_index = (int)(w - ws->w);
           replace_now = 1, wake_now = 0;
           break;
         }
-        kill_groups(ws, SIGTERM);
-        stopping = 1;
-        kill_at = cddp__deadline_ms(ws->grace_ms);
+        stop_all(ws, SIGTERM, &stopping, &kill_at);
       }
     }
   }
@@ -346,6 +399,8 @@ void cddp__workers_watch(cddp__workers_t *ws, int sig_fd, int event_fd, int (*ac
         ws->w[i].fd[s] = -1;
       }
   if (stopping) kill_groups(ws, SIGKILL); /* leftovers of the workers' process groups */
+  if (ws->outcome == CDDP__OUT_FAILED && replace_now) cddp__workers_failure(ws, ws->fail_index, &ws->failure);
+  else if (ws->outcome == CDDP__OUT_FAILED) blame(ws); /* the first reaped is not always the first failed */
   free(pfd);
 }
 

@@ -6,6 +6,7 @@
 #include <sys/types.h>
 
 #include "cddp/cddp.h"
+#include "run/blame.h"
 
 typedef struct cddp__worker {
   pid_t pid;
@@ -15,12 +16,18 @@ typedef struct cddp__worker {
   size_t len[2];
   int log_fd;       /* DIR/rank<N>.log or -1 */
   int exited, status;
+  uint64_t start_ns, exit_ns; /* monotonic: spawned, reaped */
+  uint64_t report_ns;         /* when its last stderr line came (0: none yet) */
+  char report[256];           /* that line, its own error report as far as the agent knows */
+  int replaced;               /* 1: this process replaced one that failed, prev says how */
+  cddp__failure_t prev;
 } cddp__worker_t;
 
 typedef enum cddp__outcome {
   CDDP__OUT_SUCCESS = 0, /* every worker exited 0 */
   CDDP__OUT_FAILED,      /* a worker failed: fail_* say which; the others were stopped */
-  CDDP__OUT_SIGNAL,      /* the agent got SIGINT/SIGTERM/SIGHUP: forwarded, workers stopped */
+  CDDP__OUT_SIGNAL,      /* the agent got SIGINT/SIGTERM/SIGHUP: forwarded, workers stopped (also
+                            when it came while they were being stopped for another reason) */
   CDDP__OUT_EVENT,       /* the event fd said something (another node): workers stopped */
   CDDP__OUT_WAKE         /* wake_fd is readable: returned at once, the workers keep running */
 } cddp__outcome_t;
@@ -39,10 +46,15 @@ typedef struct cddp__workers {
   int termed;       /* stop_at's TERM was sent */
   int cpu_bind;     /* worker i runs on the i-th of n_bind shares of the agent's CPUs (run/cpubind.h) */
   int n_bind;       /* set by cddp__workers_start: the round's worker count */
+  const char *host; /* this node's name, for the failure records */
+  const char *err_dir; /* NULL, or the folder of the workers' torch error files (run/errfile.h):
+                          a worker's own report of why it failed, and when */
+  uint64_t stop_ns; /* when the workers were first told to stop (0: not yet) */
   /* results of cddp__workers_watch */
   cddp__outcome_t outcome;
-  int fail_rank, fail_status, fail_index;
-  pid_t fail_pid;
+  int fail_rank, fail_status, fail_index; /* FAILED: the failure that came first (run/blame.h), */
+  pid_t fail_pid;                         /* not the first one reaped */
+  cddp__failure_t failure;                /* ... and its whole record */
   int signo;
   char event[512];
 } cddp__workers_t;
@@ -55,16 +67,21 @@ cddp_result_t cddp__workers_start(cddp__workers_t *ws, int n, int rank_base, cha
                                   const char *log_dir, int truncate_logs);
 
 /* Forwards output line by line ("[rank N] " prefix, one write per line) until every
- * worker exited and its pipes closed. sig_fd: a signalfd for SIGCHLD/SIGINT/SIGTERM/
- * SIGHUP. event_fd (-1 = none): readable means "stop, something happened elsewhere";
- * accept(msg) decides whether a message read from it counts (stale ones are dropped).
- * Stopping = SIGTERM to each process group, SIGKILL after grace_ms. */
+ * worker exited and its pipes closed. sig_fd: the agent's signal pipe (run/sigguard.h:
+ * SIGCHLD/SIGINT/SIGTERM/SIGHUP, one byte each). event_fd (-1 = none): readable means "stop,
+ * something happened elsewhere"; accept(msg) decides whether a message read from it counts (stale ones are dropped).
+ * Stopping = SIGTERM to each process group, SIGKILL after grace_ms. Each worker's last
+ * stderr line and its arrival time are kept: when several failed, fail_* name the one whose
+ * failure came first (cddp__blame_first over those that failed by themselves). */
 void cddp__workers_watch(cddp__workers_t *ws, int sig_fd, int event_fd, int (*accept)(const char *msg, void *ctx),
                          void *ctx);
 
 /* Starts a new process in slot i (a worker that exited) with the same rank, log file and
- * prefix; call watch again afterwards. */
+ * prefix; its prev is the dead one's failure record. Call watch again afterwards. */
 cddp_result_t cddp__workers_respawn(cddp__workers_t *ws, int i, char *const *argv, char **env);
+
+/* The failure record of worker i (it exited non-zero). */
+void cddp__workers_failure(const cddp__workers_t *ws, int i, cddp__failure_t *f);
 
 /* Frees buffers, closes fds and log files. */
 void cddp__workers_release(cddp__workers_t *ws);
