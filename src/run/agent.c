@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "cddp/store.h"
@@ -28,6 +29,10 @@
 #include "run/workers.h"
 
 extern char **environ;
+
+/* Beyond the grace period, how long a node that learns of a failure waits for every node's record
+ * (its first failure, or none): a node posts once its workers are gone, so within the grace. */
+#define FAILURE_WAIT_EXTRA_MS 2000
 
 /* Variables the agent sets for its workers (any inherited value is replaced). */
 static const char *contract_vars[] = {
@@ -59,6 +64,7 @@ typedef struct agent {
   int elastic;            /* replace mode: members, heartbeats, membership changes */
   int omp_default;        /* OMP_NUM_THREADS=1 for the workers (unset here, several workers) */
   char err_dir[256];      /* this agent's folder of the workers' torch error files */
+  int failure_posted;     /* round + 1 when this node posted its first failure of that round */
   cddp__membership_t ms;  /* replace mode: the job's members as this agent knows them */
   const char *not_retried; /* why the last failure is not retried (run/blame.h), or NULL */
   cddp__failure_t last;   /* restart-all: the failure that ended the previous round (rank -1: none) */
@@ -453,6 +459,27 @@ static int finish(agent_t *a, int code) {
   return code;
 }
 
+/* This node's first failure, for the job's line: when it happened, on the wall clock (the nodes'
+ * clocks are compared; the monotonic ones are not comparable across hosts). */
+static void post_failure(agent_t *a, const cddp__failure_t *f, int code, const char *line) {
+  struct timespec real;
+  clock_gettime(CLOCK_REALTIME, &real);
+  uint64_t now = cddp__now_ns(), t = cddp__failure_time(f), age = now > t ? now - t : 0;
+  uint64_t wall = (uint64_t)real.tv_sec * 1000000000ull + (uint64_t)real.tv_nsec - age;
+  (void)cddp__rdzv_failure_post(a->store, a->rz.round, a->rz.node_rank, wall, code, line);
+  a->failure_posted = a->rz.round + 1;
+}
+
+/* A failure of this node's own that is not a worker's (a signal to the agent, workers that did
+ * not start): it happened now. */
+static void post_now(agent_t *a, int code, const char *line) {
+  struct timespec real;
+  clock_gettime(CLOCK_REALTIME, &real);
+  (void)cddp__rdzv_failure_post(a->store, a->rz.round, a->rz.node_rank,
+                                (uint64_t)real.tv_sec * 1000000000ull + (uint64_t)real.tv_nsec, code, line);
+  a->failure_posted = a->rz.round + 1;
+}
+
 /* A value of the round's event decides the agent's next step: -1 = go to the next round. */
 static int follow_event(agent_t *a, const char *value, int *exit_code) {
   if (!strcmp(value, "done")) {
@@ -464,9 +491,20 @@ static int follow_event(agent_t *a, const char *value, int *exit_code) {
     return -1;
   }
   if (!strncmp(value, "fail ", 5)) {
-    char *end;
+    char *end, first[640];
     long code = strtol(value + 5, &end, 10);
-    fprintf(stderr, "%s\n", *end == ' ' ? end + 1 : value);
+    int c;
+    /* every node prints the failure that came first anywhere, which need not be the one posted;
+     * a node with no failure of its own says so, so that nobody waits for it */
+    if (a->failure_posted != a->rz.round + 1)
+      (void)cddp__rdzv_failure_post(a->store, a->rz.round, a->rz.node_rank, 0, 0, "");
+    if (cddp__rdzv_failure_first(a->store, a->rz.round, a->rz.nnodes, a->o->grace_ms + FAILURE_WAIT_EXTRA_MS, &c,
+                                 first, sizeof first)) {
+      fprintf(stderr, "%s\n", first);
+      code = c;
+    } else {
+      fprintf(stderr, "%s\n", *end == ' ' ? end + 1 : value);
+    }
     *exit_code = code > 0 && code < 256 ? (int)code : 1;
     return 1;
   }
@@ -634,6 +672,7 @@ static int agent_main(agent_t *a) {
     }
     cddp__workers_t ws;
     if (run_round(a, &ws, first) != 0) {
+      post_now(a, 1, "cddp run: could not start the workers");
       cddp__rdzv_post(a->store, a->rz.round, "fail 1 cddp run: could not start the workers", NULL);
       return finish(a, 1);
     }
@@ -670,11 +709,13 @@ static int agent_main(agent_t *a) {
         snprintf(line + strlen(line), sizeof line - strlen(line), " (%s: not retried; restarts used %lld of %d)%s%.200s",
                  a->not_retried, (long long)used, o->max_restarts, ws.failure.error[0] ? ": " : "", ws.failure.error);
         snprintf(msg, sizeof msg, "fail %d %s", code, line);
+        post_failure(a, &ws.failure, code, line);
         cddp__rdzv_post(a->store, a->rz.round, msg, &now);
       } else if (o->replace) {
         snprintf(line + strlen(line), sizeof line - strlen(line), "; no restarts left (--max-restarts %d, "
                  "--restart-mode replace)", o->max_restarts);
         snprintf(msg, sizeof msg, "fail %d %s", code, line);
+        post_failure(a, &ws.failure, code, line);
         cddp__rdzv_post(a->store, a->rz.round, msg, &now);
       } else if (a->rz.restart_count < o->max_restarts) {
         cddp__rdzv_post(a->store, a->rz.round, "restart", &now);
@@ -683,6 +724,7 @@ static int agent_main(agent_t *a) {
                   o->max_restarts);
       } else {
         snprintf(msg, sizeof msg, "fail %d %s", code, line);
+        post_failure(a, &ws.failure, code, line);
         cddp__rdzv_post(a->store, a->rz.round, msg, &now);
       }
       value = now ? now : msg;
@@ -691,6 +733,7 @@ static int agent_main(agent_t *a) {
       const char *ab = sigabbrev_np(ws.signo);
       snprintf(msg, sizeof msg, "fail %d cddp run: the agent on %s received SIG%s; workers stopped", 128 + ws.signo,
                a->host, ab ? ab : "?");
+      post_now(a, 128 + ws.signo, msg + 5 + strcspn(msg + 5, " ") + 1);
       cddp__rdzv_post(a->store, a->rz.round, msg, NULL);
       fprintf(stderr, "%s\n", msg + 5 + strcspn(msg + 5, " ") + 1);
       workers_done(&ws);
@@ -700,6 +743,11 @@ static int agent_main(agent_t *a) {
     case CDDP__OUT_EVENT:
       snprintf(msg, sizeof msg, "%s", ws.event);
       value = event_value(msg);
+      if (ws.fail_rank >= 0 && !strncmp(value, "fail ", 5)) { /* ours failed too: maybe first */
+        code = describe_failure(a, ws.fail_rank, ws.fail_status, desc, sizeof desc);
+        snprintf(line, sizeof line, "cddp run: rank %d (host %s, pid %d) %s", ws.fail_rank, a->host, (int)ws.fail_pid, desc);
+        post_failure(a, &ws.failure, code, line);
+      }
       break;
     case CDDP__OUT_SUCCESS:
       if (a->elastic) (void)cddp_store_set(a->store, "elastic/complete", "1", 1); /* nobody is taken in now */

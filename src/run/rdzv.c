@@ -222,6 +222,47 @@ cddp_result_t cddp__rdzv_post(cddp_store_t *s, int round, const char *value, cha
   return CDDP_OK;
 }
 
+static void failure_key(int round, int node, char *buf, size_t size) {
+  snprintf(buf, size, "rdzv/%d/failure/%d", round, node);
+}
+
+cddp_result_t cddp__rdzv_failure_post(cddp_store_t *s, int round, int node_rank, uint64_t wall_ns, int code,
+                                      const char *line) {
+  char key[64], val[640];
+  failure_key(round, node_rank, key, sizeof key);
+  int len = K(val, "%llu %d %.600s", (unsigned long long)wall_ns, code, line);
+  return cddp_store_set(s, key, val, (size_t)CDDP_MIN(len, (int)sizeof val - 1));
+}
+
+int cddp__rdzv_failure_first(cddp_store_t *s, int round, int nnodes, int wait_ms, int *code, char *line, size_t size) {
+  char (*keys)[64] = calloc((size_t)nnodes, sizeof *keys);
+  const char **kp = calloc((size_t)nnodes, sizeof *kp);
+  unsigned long long best = ~0ull;
+  int found = 0;
+  if (!keys || !kp) goto exit;
+  for (int i = 0; i < nnodes; i++) failure_key(round, i, keys[i], sizeof keys[i]), kp[i] = keys[i];
+  (void)cddp_store_wait(s, kp, nnodes, wait_ms); /* early when every node posted; a timeout is expected */
+  for (int i = 0; i < nnodes; i++) {
+    void *v = NULL;
+    size_t len = 0;
+    unsigned long long t;
+    int c, off = 0;
+    if (cddp_store_get(s, keys[i], &v, &len, 0) != CDDP_OK) continue;
+    char *text = realloc(v, len + 1);
+    if (!text) { free(v); continue; }
+    text[len] = '\0';
+    if (sscanf(text, "%llu %d %n", &t, &c, &off) == 2 && off > 0 && t > 0 && t < best) { /* 0: none */
+      best = t, found = 1, *code = c;
+      snprintf(line, size, "%s", text + off);
+    }
+    free(text);
+  }
+exit:
+  free(keys);
+  free(kp);
+  return found;
+}
+
 cddp_result_t cddp__rdzv_open_next(cddp_store_t *s, int round, int restart_count) {
   char key[64], val[32], want[32];
   K(key, "rdzv/%d/open", round + 1);

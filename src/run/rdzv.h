@@ -49,6 +49,16 @@ void cddp__rdzv_release(cddp__rdzv_t *r);
 void cddp__rdzv_event_key(int round, char *buf, size_t size);
 /* compare_set(event, absent, value); *now (malloc'd) gets the value that won. */
 cddp_result_t cddp__rdzv_post(cddp_store_t *s, int round, const char *value, char **now);
+/* The job's failure line comes from the failure that happened first on any node, not from the
+ * node that posted "fail" first (a rank that lost its peer often fails, and posts, before the
+ * peer's own node does). Each node that saw a worker fail by itself posts its first failure:
+ * when it happened (wall clock, ns), the exit code, its line; key rdzv/R/failure/<node_rank>.
+ * A node without a failure of its own posts wall_ns 0 ("none") once its workers are gone. */
+cddp_result_t cddp__rdzv_failure_post(cddp_store_t *s, int round, int node_rank, uint64_t wall_ns, int code,
+                                      const char *line);
+/* The earliest failure posted in the round, waiting at most wait_ms for every node's record
+ * (a node that is gone never posts). 1 with *code and line set, 0 when none was posted. */
+int cddp__rdzv_failure_first(cddp_store_t *s, int round, int nnodes, int wait_ms, int *code, char *line, size_t size);
 /* Opens round+1 with the given restart count (idempotent; every agent may call it). */
 cddp_result_t cddp__rdzv_open_next(cddp_store_t *s, int round, int restart_count);
 /* This node's workers all succeeded; the last node to say so posts "done". */

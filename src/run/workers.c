@@ -400,7 +400,9 @@ void cddp__workers_watch(cddp__workers_t *ws, int sig_fd, int event_fd, int (*ac
       }
   if (stopping) kill_groups(ws, SIGKILL); /* leftovers of the workers' process groups */
   if (ws->outcome == CDDP__OUT_FAILED && replace_now) cddp__workers_failure(ws, ws->fail_index, &ws->failure);
-  else if (ws->outcome == CDDP__OUT_FAILED) blame(ws); /* the first reaped is not always the first failed */
+  /* the first reaped is not always the first failed; and a worker may have failed by itself
+   * just before another node's event stopped the rest (fail_rank says so, the outcome stays) */
+  else if (ws->outcome == CDDP__OUT_FAILED || ws->outcome == CDDP__OUT_EVENT) blame(ws);
   free(pfd);
 }
 

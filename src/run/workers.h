@@ -28,7 +28,8 @@ typedef enum cddp__outcome {
   CDDP__OUT_FAILED,      /* a worker failed: fail_* say which; the others were stopped */
   CDDP__OUT_SIGNAL,      /* the agent got SIGINT/SIGTERM/SIGHUP: forwarded, workers stopped (also
                             when it came while they were being stopped for another reason) */
-  CDDP__OUT_EVENT,       /* the event fd said something (another node): workers stopped */
+  CDDP__OUT_EVENT,       /* the event fd said something (another node): workers stopped; fail_*
+                            name a worker that had failed by itself before that (else -1) */
   CDDP__OUT_WAKE         /* wake_fd is readable: returned at once, the workers keep running */
 } cddp__outcome_t;
 

@@ -82,6 +82,23 @@ if [ $rc = 2 ] && echo "$last" | grep -q "^cddp run: rank 0 (host $HOST, pid [0-
   ok "blame: rank 0 failed first (reaped last): named, exit 2"
 else fail "blame: rank 0 failed first" "rc=$rc last='$last'"; fi
 
+# (blame, two nodes) the same across launchers: node 0's rank 0 reports its error and takes 0.6 s
+# to exit; node 1's rank 1 fails 0.1 s after the report, exits at once, and its agent posts the
+# job's failure first. Both launchers must name rank 0 (the failure records in the store, by time)
+P=$(free_port)
+blame2() {
+  timeout 30 "$CDDP" run --nnodes 2 --nproc-per-node 1 --rdzv-backend static --master-addr 127.0.0.1 --master-port "$P" \
+    --node-rank "$1" sh -c 'if [ $RANK = 0 ]; then echo "checkpoint /x is corrupt" >&2; touch "$0/said"; trap "" TERM
+      sleep 0.6; exit 2; else while [ ! -e "$0/said" ]; do sleep 0.02; done; sleep 0.1
+      echo "rank 0 could not load the checkpoint" >&2; exit 3; fi' "$T" >/dev/null 2>"$T/b2-$1.err"
+}
+rm -f "$T/said"; blame2 0 & p0=$!; blame2 1 & p1=$!; wait $p0; rc0=$?; wait $p1; rc1=$?
+l0=$(tail -1 "$T/b2-0.err"); l1=$(tail -1 "$T/b2-1.err")
+want="^cddp run: rank 0 (host $HOST, pid [0-9]*) exited with code 2$"
+if [ $rc0 = 2 ] && [ $rc1 = 2 ] && echo "$l0" | grep -q "$want" && echo "$l1" | grep -q "$want"; then
+  ok "blame across nodes: rank 0 failed first, node 1 posted first: both name rank 0, exit 2"
+else fail "blame across nodes" "exits $rc0/$rc1: '$l0' / '$l1'"; fi
+
 # (blame, real) rank 0 finds an explicit --resume-from PATH corrupt and exits 2; rank 1 learns it
 # from rank 0 and exits 2 too
 timeout 60 "$CDDP" run --standalone --nproc-per-node 2 "$CDDP" train --config $CFG --work-dir "$T" --name src \
