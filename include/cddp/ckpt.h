@@ -17,6 +17,8 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
+/* what this header declares is libcddp's API: exported from libcddp.so, which hides the rest */
+#pragma GCC visibility push(default)
 
 typedef struct cddp_tensor_view {
   const char *name;
@@ -69,6 +71,7 @@ const char *cddp_ckpt_meta(const cddp_ckpt_t *c, const char *key);
 /* Prints a human summary (files, tensors with shapes, metadata) to f, for `cddp ckpt info`. */
 cddp_result_t cddp_ckpt_print_info(const char *dir, FILE *f);
 
+#pragma GCC visibility pop
 #ifdef __cplusplus
 }
 #endif

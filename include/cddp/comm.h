@@ -11,6 +11,8 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
+/* what this header declares is libcddp's API: exported from libcddp.so, which hides the rest */
+#pragma GCC visibility push(default)
 
 typedef enum cddp_dtype {
   CDDP_F32 = 0,
@@ -122,6 +124,7 @@ cddp_result_t cddp_test(cddp_request_t *req, int *done);
  * its result. */
 cddp_result_t cddp_wait(cddp_request_t *req);
 
+#pragma GCC visibility pop
 #ifdef __cplusplus
 }
 #endif

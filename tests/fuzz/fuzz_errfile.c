@@ -3,7 +3,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "run/errfile.h"
+#include "launcher/errfile.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   char out[64];

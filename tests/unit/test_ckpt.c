@@ -14,7 +14,7 @@
 
 #include "test.h"
 #include "cddp/ckpt.h"
-#include "train/safetensors.h"
+#include "ddp/safetensors.h"
 
 #define CHECK_HAS(s, sub)                                                          \
   do {                                                                             \

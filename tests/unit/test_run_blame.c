@@ -3,7 +3,7 @@
 #include <signal.h>
 #include <string.h>
 
-#include "run/blame.h"
+#include "launcher/blame.h"
 #include "test.h"
 
 #define S(x) ((uint64_t)(x) * 1000000000ull) /* seconds -> ns */

@@ -4,7 +4,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "run/errfile.h"
+#include "launcher/errfile.h"
 #include "test.h"
 
 static char path[64];
