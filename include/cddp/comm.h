@@ -48,7 +48,7 @@ typedef struct cddp_comm cddp_comm_t;
 typedef struct cddp_request cddp_request_t;
 
 typedef struct cddp_comm_config {
-  const char *backend;   /* "native" (default); "mpi", "nccl" when built */
+  const char *backend;   /* "native" (default), or "mpi" when built with MPI (docs/mpi.md) */
   const char *transport; /* "auto" (shm on one host, hier or tcp across), "shm", "tcp", "hier" */
   int nstreams;          /* TCP connections per peer (CDDP_NSTREAMS) */
   int timeout_ms;        /* bound on every wait inside a collective (CDDP_TIMEOUT_MS) */
