@@ -158,7 +158,7 @@ static void check_reuse(trainer_t *t) {
     snprintf(what + strlen(what), sizeof what - strlen(what), "%smetrics.jsonl", what[0] ? " and " : "");
   if (what[0])
     snprintf(t->refused, sizeof t->refused,
-             "run folder %s already holds a run's %s: --resume-from latest continues that run; "
+             "run folder %.300s already holds a run's %.200s: --resume-from latest continues that run; "
              "--name auto (or another --name) starts a new one",
              t->run_dir, what);
 }
