@@ -11,6 +11,7 @@
 #include "cddp/comm.h"
 #include "comm/hier.h"
 #include "comm/reduce.h"
+#include "comm/flight.h"
 #include "comm/transport.h"
 #include "common/check.h"
 #include "common/clock.h"
@@ -325,7 +326,10 @@ static cddp_result_t execute(cddp_comm_t *c, cddp__coll_t *co, char *err, size_t
   } else {
     /* the coarse clock keeps the latency path cheap; it only ever makes the bound shorter */
     co->deadline = cddp__now_coarse_ns() + (uint64_t)c->cfg.timeout_ms * 1000000ull;
+    uint64_t seq = cddp__flight_start((int)co->kind, (int)co->dt, (int)co->op, co->root, co->count, c->rank, c->world,
+                                      c->round);
     r = c->tp->run(c->tp_state, co);
+    cddp__flight_end(seq, r == CDDP_OK);
   }
   if (r != CDDP_OK) snprintf(err, errsize, "%s", cddp_last_error());
   return r;

@@ -40,7 +40,7 @@ static const char *contract_vars[] = {
     "ROLE_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "CDDP_RUN_ID", "CDDP_ROUND", "CDDP_RESTART_COUNT",
     "CDDP_MAX_RESTARTS", "CDDP_STORE", "CDDP_TOKEN", "CDDP_RESTART_MODE", "CDDP_GEN", "CDDP_REPLACEMENT", "CDDP_AGENT_ID",
     "ROLE_NAME", "TORCHELASTIC_RUN_ID", "TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_MAX_RESTARTS",
-    "TORCHELASTIC_USE_AGENT_STORE", "TORCHELASTIC_ERROR_FILE"};
+    "TORCHELASTIC_USE_AGENT_STORE", "TORCHELASTIC_ERROR_FILE", "CDDP_FLIGHT_FILE"};
 
 /* Set for the workers only when the agent's environment lacks them (torchrun's defaults). */
 static const struct { const char *name, *value; } default_vars[] = {
@@ -65,6 +65,7 @@ typedef struct agent {
   int omp_default;        /* OMP_NUM_THREADS=1 for the workers (unset here, several workers) */
   char err_dir[256];      /* this agent's folder of the workers' torch error files */
   int failure_posted;     /* round + 1 when this node posted its first failure of that round */
+  char flight_dir[4200];  /* where a hang's flight records and stack go (--log-dir/flight, else $TMPDIR) */
   cddp__membership_t ms;  /* replace mode: the job's members as this agent knows them */
   const char *not_retried; /* why the last failure is not retried (run/blame.h), or NULL */
   cddp__failure_t last;   /* restart-all: the failure that ended the previous round (rank -1: none) */
@@ -297,6 +298,10 @@ static char **worker_env(agent_t *a, int local_rank, int64_t gen, int replacemen
     char path[320];
     error_file(a, rank_base + local_rank, path, sizeof path);
     PUT("TORCHELASTIC_ERROR_FILE", "%s", path);
+    if (o->hang_ms > 0) { /* the page the worker's collectives are recorded in, for the watchdog */
+      cddp__flight_file_path(a->err_dir, rank_base + local_rank, path, sizeof path);
+      PUT("CDDP_FLIGHT_FILE", "%s", path);
+    }
   }
   for (size_t i = 0; i < CDDP_ARRAY_LEN(default_vars); i++)
     if (!getenv(default_vars[i].name) && (strcmp(default_vars[i].name, "OMP_NUM_THREADS") || a->omp_default))
@@ -314,9 +319,13 @@ static void free_env(char **env) {
 /* "exited with code 1: ValueError: boom": how worker `rank` ended, with the message of the
  * exception it recorded in its torch error file when there is one. Returns the exit code the
  * agent uses (code, or 128+signal). */
-static int describe_failure(const agent_t *a, int rank, int status, char *buf, size_t size) {
+static int describe_failure(const agent_t *a, int rank, int status, const char *hang, char *buf, size_t size) {
   char path[320], cause[200] = "";
   int code = cddp__describe_status(status, buf, size);
+  if (hang && hang[0]) { /* the watchdog killed it: say why */
+    snprintf(buf + strlen(buf), size - strlen(buf), " by the watchdog: %s", hang);
+    return code;
+  }
   if (!a->err_dir[0]) return code;
   error_file(a, rank, path, sizeof path);
   if (cddp__errfile_read(path, cause, sizeof cause, NULL))
@@ -330,7 +339,7 @@ static int describe_failure(const agent_t *a, int rank, int status, char *buf, s
  * generation (the others keep running and re-form by themselves). -1: restarts used up. */
 static int replace_failed(agent_t *a, cddp__workers_t *ws) {
   char desc[320], what[128];
-  describe_failure(a, ws->fail_rank, ws->fail_status, desc, sizeof desc);
+  describe_failure(a, ws->fail_rank, ws->fail_status, ws->w[ws->fail_index].hang, desc, sizeof desc);
   snprintf(what, sizeof what, "rank %d pid %d", ws->fail_rank, (int)ws->fail_pid);
   if (a->elastic) { /* a worker of a dropped node or of a stopping job is not replaced */
     cddp__membership_refresh(&a->ms);
@@ -404,6 +413,8 @@ static int run_round(agent_t *a, cddp__workers_t *ws, int first) {
   ws->cpu_bind = a->o->cpu_bind;
   ws->host = a->host;
   ws->err_dir = a->err_dir[0] ? a->err_dir : NULL;
+  ws->hang_ms = a->o->hang_ms;
+  ws->flight_dir = a->flight_dir;
   ws->wake_fd = a->elastic ? a->ms.pipe[0] : -1;
   if (ok && cddp__workers_start(ws, n, rank_base, a->prog, (char **const *)envs, a->o->log_dir, first) != CDDP_OK) {
     fprintf(stderr, "cddp run: %s\n", cddp_last_error());
@@ -695,7 +706,7 @@ static int agent_main(agent_t *a) {
     const char *value = NULL;
     switch (ws.outcome) {
     case CDDP__OUT_FAILED:
-      code = describe_failure(a, ws.fail_rank, ws.fail_status, desc, sizeof desc);
+      code = describe_failure(a, ws.fail_rank, ws.fail_status, ws.w[ws.fail_index].hang, desc, sizeof desc);
       snprintf(line, sizeof line, "cddp run: rank %d (host %s, pid %d) %s", ws.fail_rank, a->host, (int)ws.fail_pid,
                desc);
       if (!o->replace) /* replace mode judged it in replace_failed */
@@ -744,7 +755,7 @@ static int agent_main(agent_t *a) {
       snprintf(msg, sizeof msg, "%s", ws.event);
       value = event_value(msg);
       if (ws.fail_rank >= 0 && !strncmp(value, "fail ", 5)) { /* ours failed too: maybe first */
-        code = describe_failure(a, ws.fail_rank, ws.fail_status, desc, sizeof desc);
+        code = describe_failure(a, ws.fail_rank, ws.fail_status, ws.w[ws.fail_index].hang, desc, sizeof desc);
         snprintf(line, sizeof line, "cddp run: rank %d (host %s, pid %d) %s", ws.fail_rank, a->host, (int)ws.fail_pid, desc);
         post_failure(a, &ws.failure, code, line);
       }
@@ -843,6 +854,8 @@ int cddp__run_main(int argc, char **argv) {
       CDDP_INFO(CDDP_SUB_RUN, "OMP_NUM_THREADS=1 for each worker (%d workers on this node)", o.nproc_per_node);
   }
   if (tmp_dir(a.err_dir, sizeof a.err_dir, "cddp-run-") != 0) a.err_dir[0] = '\0'; /* no error files: no causes */
+  if (o.log_dir[0]) snprintf(a.flight_dir, sizeof a.flight_dir, "%s/flight", o.log_dir);
+  else snprintf(a.flight_dir, sizeof a.flight_dir, "%s/cddp-flight-%s", getenv("TMPDIR") && *getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp", o.run_id);
   if (o.tmp_log_dir) {
     if (tmp_dir(o.log_dir, sizeof o.log_dir, "cddp-logs-") != 0) {
       fprintf(stderr, "cddp run: --redirects without --log-dir: cannot make a folder for the log files: %s\n", strerror(errno));

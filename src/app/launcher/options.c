@@ -19,7 +19,7 @@ enum {
   F_NNODES, F_NPROC, F_RDZV_ID, F_RDZV_BACKEND, F_RDZV_ENDPOINT, F_RDZV_TIMEOUT, F_RDZV_LAST_CALL,
   F_STANDALONE, F_NODE_RANK, F_MASTER_ADDR, F_MASTER_PORT, F_MAX_RESTARTS, F_RESTART_MODE, F_LOCAL_ADDR,
   F_LOG_DIR, F_TEE, F_REDIRECTS, F_RANKS_FILTER, F_LAUNCHER, F_GRACE, F_CPU_BIND, F_MONITOR, F_RDZV_CONF,
-  F_PYTHON, F_MODULE, F_NO_PYTHON, F_RUN_PATH, F_ROLE, F_START_METHOD, F_HELP, NFLAGS
+  F_PYTHON, F_MODULE, F_NO_PYTHON, F_RUN_PATH, F_ROLE, F_START_METHOD, F_HANG_TIMEOUT, F_HELP, NFLAGS
 };
 
 static const struct flag {
@@ -48,6 +48,7 @@ static const struct flag {
     [F_RANKS_FILTER] = {"local-ranks-filter", 0, 1, 1, "R,R,...", "only these local ranks' output on the console (log files get every rank)"},
     [F_LAUNCHER] = {"launcher", 0, 1, 1, "slurm|mpi|local", "slurm: ranks from the srun step; mpi: from mpirun (both detected); local: neither"},
     [F_GRACE] = {"grace-period", 0, 1, 1, "SECONDS", "SIGTERM to SIGKILL delay when stopping workers (default 5)"},
+    [F_HANG_TIMEOUT] = {"hang-timeout", 0, 1, 1, "SECONDS", "a worker whose collectives stand still this long while its peers wait is hung: dumped, killed, handled as a failure (default 60, 0 = off)"},
     [F_CPU_BIND] = {"cpu-bind", 0, 1, 1, "auto|none", "auto: each worker on its own share of this node's CPUs, when there are enough (default auto)"},
     [F_MONITOR] = {"monitor-interval", 0, 1, 1, "SECONDS", "accepted for torchrun; not needed: an exit is seen at once (SIGCHLD), not polled"},
     [F_RDZV_CONF] = {"rdzv-conf", 0, 1, 1, "K=V,...", "join_timeout, last_call_timeout, close_timeout, read_timeout (seconds), is_host (bool)"},
@@ -561,6 +562,9 @@ cddp_result_t cddp__run_parse(int argc, char **argv, char **envp, cddp_run_opts_
     return bad_value(&r, F_GRACE, "must be a number of seconds >= 0");
   if (r.val[F_MONITOR] && !parse_seconds_ms(r.val[F_MONITOR], &(int){0}))
     return bad_value(&r, F_MONITOR, "must be a number of seconds");
+  o->hang_ms = 60000;
+  if (r.val[F_HANG_TIMEOUT] && !parse_seconds_ms(r.val[F_HANG_TIMEOUT], &o->hang_ms))
+    return bad_value(&r, F_HANG_TIMEOUT, "must be a number of seconds (0 = off)");
   o->close_ms = o->grace_ms;
   o->is_host = -1;
   CDDP_CHECK(parse_rdzv_conf(&r, o));

@@ -41,6 +41,7 @@ typedef struct cddp_run_opts {
   char local_addr[256];      /* address published for this node ("" = route to the store) */
   char log_dir[4096];        /* "" = no log files */
   int grace_ms;              /* SIGTERM -> SIGKILL */
+  int hang_ms;               /* --hang-timeout: the watchdog's bound (0 = off) */
   int close_ms;              /* the store's host waits this long for the others at exit */
   int read_ms;               /* 0, or the bound on one store call (--rdzv-conf read_timeout) */
   int is_host;               /* c10d: -1 = host the store when the endpoint is ours; 0/1 forced */

@@ -1,4 +1,5 @@
 /* workers.c - spawns a round's workers, forwards their output by line, stops them TERM->KILL. */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -22,7 +23,8 @@
 #include "launcher/workers.h"
 
 #define LINE_MAX_BYTES 65536
-#define DRAIN_MS 500 /* after the last exit, wait this long for pipes held by grandchildren */
+#define DRAIN_MS 500
+#define HANG_CHECK_MS 500 /* how often the watchdog reads the flight pages */ /* after the last exit, wait this long for pipes held by grandchildren */
 
 static void write_all(int fd, const char *p, size_t n) {
   while (n) {
@@ -157,6 +159,11 @@ static cddp_result_t spawn(cddp__workers_t *ws, cddp__worker_t *w, char *const *
     char path[4200];
     cddp__errfile_path(ws->err_dir, w->rank, path, sizeof path);
     unlink(path);
+    w->hang[0] = '\0';
+    cddp__progress_close(&w->progress);
+    cddp__flight_file_path(ws->err_dir, w->rank, path, sizeof path);
+    if (ws->hang_ms > 0 && cddp__progress_open(&w->progress, path, w->start_ns) != CDDP_OK)
+      CDDP_WARN("no hang detection for rank %d: %s", w->rank, cddp_last_error());
   }
   if (pipe2(out, O_CLOEXEC) != 0 || pipe2(err, O_CLOEXEC) != 0) {
     ret = cddp__fail_errno(CDDP_SYSTEM, "pipe for rank %d", w->rank);
@@ -248,6 +255,11 @@ void cddp__workers_failure(const cddp__workers_t *ws, int i, cddp__failure_t *f)
                          .report_ns = w->report_ns};
   snprintf(f->host, sizeof f->host, "%s", ws->host ? ws->host : "?");
   snprintf(f->error, sizeof f->error, "%s", w->report);
+  if (w->hang[0]) { /* killed by the watchdog: its hang is the cause, and it began before the kill */
+    snprintf(f->error, sizeof f->error, "%.255s", w->hang);
+    f->report_ns = w->progress.since_ns ? w->progress.since_ns : w->exit_ns;
+    return;
+  }
   if (!ws->err_dir) return;
   /* the exception it recorded (torch's @record) says why, better than its last stderr line,
    * and the file's time says when: wall clock, moved onto the monotonic one */
@@ -295,6 +307,80 @@ exit:
   free(slot);
 }
 
+/* Runs `gdb -batch` on pid (every thread's stack) into path, bounded; nothing when gdb is absent. */
+static void take_stack(pid_t pid, const char *path) {
+  pid_t g = fork();
+  if (g == 0) {
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) _exit(127);
+    dup2(fd, STDOUT_FILENO), dup2(fd, STDERR_FILENO);
+    char p[32];
+    snprintf(p, sizeof p, "%d", (int)pid);
+    execlp("timeout", "timeout", "15", "gdb", "-batch", "-nx", "-p", p, "-ex", "thread apply all bt", (char *)NULL);
+    _exit(127);
+  }
+  if (g > 0) waitpid(g, NULL, 0);
+  /* what the kernel says of each thread, which needs no ptrace (often refused in containers) */
+  FILE *f = fopen(path, "a");
+  char dir[64], p2[400], line[512];
+  snprintf(dir, sizeof dir, "/proc/%d/task", (int)pid);
+  DIR *d = f ? opendir(dir) : NULL;
+  if (f) fprintf(f, "\n# threads of pid %d: tid, state, wchan, syscall\n", (int)pid);
+  for (struct dirent *e; d && (e = readdir(d));) {
+    if (e->d_name[0] == '.') continue;
+    const char *what[] = {"stat", "wchan", "syscall"};
+    fprintf(f, "%s", e->d_name);
+    for (int k = 0; k < 3; k++) {
+      snprintf(p2, sizeof p2, "%s/%s/%s", dir, e->d_name, what[k]);
+      FILE *q = fopen(p2, "r");
+      size_t n = q ? fread(line, 1, sizeof line - 1, q) : 0;
+      if (q) fclose(q);
+      line[n] = '\0';
+      line[strcspn(line, "\n")] = '\0';
+      if (k == 0) { /* stat: "tid (comm) S ...": keep comm and state */
+        char *close = strrchr(line, ')');
+        if (close && close[1]) close[3] = '\0';
+      }
+      fprintf(f, "  %s", line);
+    }
+    fprintf(f, "\n");
+  }
+  if (d) closedir(d);
+  if (f) fclose(f);
+}
+
+/* Every HANG_CHECK_MS: a hung worker gets its flight records (and its peers') dumped, its stack
+ * taken, and SIGKILL; the failure it becomes carries why (w->hang). */
+static void watchdog(cddp__workers_t *ws) {
+  cddp__progress_t *pr = calloc((size_t)ws->n, sizeof *pr);
+  pid_t *pid = calloc((size_t)ws->n, sizeof *pid);
+  if (!pr || !pid) goto exit;
+  for (int i = 0; i < ws->n; i++) pr[i] = ws->w[i].progress, pid[i] = ws->w[i].exited ? 0 : ws->w[i].pid;
+  char why[320];
+  uint64_t now = cddp__now_ns();
+  int h = cddp__hang_find(pr, pid, ws->n, now, ws->hang_ms, why, sizeof why);
+  for (int i = 0; i < ws->n; i++) ws->w[i].progress = pr[i];
+  if (h < 0) goto exit;
+  cddp__worker_t *w = &ws->w[h];
+  char path[4300], where[4200] = "";
+  if (ws->flight_dir && mkdir_p(ws->flight_dir) == 0) {
+    for (int i = 0; i < ws->n; i++) {
+      if (!ws->w[i].progress.page) continue;
+      snprintf(path, sizeof path, "%s/rank%d.json", ws->flight_dir, ws->w[i].rank);
+      cddp__flight_dump(ws->w[i].progress.page, ws->w[i].rank, path, now);
+    }
+    snprintf(path, sizeof path, "%s/rank%d.stack.txt", ws->flight_dir, w->rank);
+    take_stack(w->pid, path);
+    snprintf(where, sizeof where, "; flight records and stack in %s", ws->flight_dir);
+  }
+  snprintf(w->hang, sizeof w->hang, "%s%s", why, where);
+  kill(-w->pid, SIGKILL);
+  kill(w->pid, SIGKILL);
+exit:
+  free(pr);
+  free(pid);
+}
+
 static cddp__worker_t *by_pid(cddp__workers_t *ws, pid_t pid) {
   for (int i = 0; i < ws->n; i++)
     if (ws->w[i].pid == pid) return &ws->w[i];
@@ -304,7 +390,7 @@ static cddp__worker_t *by_pid(cddp__workers_t *ws, pid_t pid) {
 void cddp__workers_watch(cddp__workers_t *ws, int sig_fd, int event_fd, int (*accept)(const char *, void *),
                          void *ctx) {
   int nfds = 3 + 2 * ws->n, stopping = 0, nexited = 0, replace_now = 0, wake_now = 0, first = 1;
-  uint64_t kill_at = UINT64_MAX, drain_until = UINT64_MAX;
+  uint64_t kill_at = UINT64_MAX, drain_until = UINT64_MAX, hang_check_at = cddp__deadline_ms(HANG_CHECK_MS);
   struct pollfd *pfd = calloc((size_t)nfds, sizeof *pfd);
   if (!pfd) abort();
   for (int i = 0; i < ws->n; i++) nexited += ws->w[i].exited;
@@ -331,6 +417,7 @@ void cddp__workers_watch(cddp__workers_t *ws, int sig_fd, int event_fd, int (*ac
     }
     uint64_t next = CDDP_MIN(kill_at, drain_until);
     if (ws->stop_at && !ws->termed) next = CDDP_MIN(next, ws->stop_at);
+    if (ws->hang_ms > 0 && !stopping) next = CDDP_MIN(next, hang_check_at);
     int timeout = next == UINT64_MAX ? -1 : cddp__ms_left(next);
     if (first) timeout = 0, first = 0; /* children that died while nobody watched: reap them now */
     pfd[0] = (struct pollfd){.fd = sig_fd, .events = POLLIN};
@@ -339,6 +426,10 @@ void cddp__workers_watch(cddp__workers_t *ws, int sig_fd, int event_fd, int (*ac
       for (int s = 0; s < 2; s++) pfd[2 + 2 * i + s] = (struct pollfd){.fd = ws->w[i].fd[s], .events = POLLIN};
     pfd[nfds - 1] = (struct pollfd){.fd = stopping ? -1 : ws->wake_fd, .events = POLLIN};
     int r = poll(pfd, (nfds_t)nfds, timeout);
+    if (ws->hang_ms > 0 && !stopping && cddp__now_ns() >= hang_check_at) {
+      hang_check_at = cddp__deadline_ms(HANG_CHECK_MS);
+      watchdog(ws);
+    }
     if (r < 0 && errno != EINTR) break;
     for (int i = 0; i < ws->n; i++)
       for (int s = 0; s < 2; s++)
@@ -414,6 +505,7 @@ void cddp__workers_release(cddp__workers_t *ws) {
       free(w->buf[s]);
     }
     if (w->log_fd >= 0) close(w->log_fd);
+    cddp__progress_close(&w->progress);
   }
   free(ws->w);
   ws->w = NULL;

@@ -7,6 +7,7 @@
 
 #include "cddp/cddp.h"
 #include "launcher/blame.h"
+#include "launcher/hang.h"
 
 typedef struct cddp__worker {
   pid_t pid;
@@ -21,6 +22,8 @@ typedef struct cddp__worker {
   char report[256];           /* that line, its own error report as far as the agent knows */
   int replaced;               /* 1: this process replaced one that failed, prev says how */
   cddp__failure_t prev;
+  cddp__progress_t progress;  /* its flight page, when hang_ms is set */
+  char hang[320];             /* "hung: ...": the watchdog killed it, and why ("" otherwise) */
 } cddp__worker_t;
 
 typedef enum cddp__outcome {
@@ -51,6 +54,10 @@ typedef struct cddp__workers {
   const char *err_dir; /* NULL, or the folder of the workers' torch error files (run/errfile.h):
                           a worker's own report of why it failed, and when */
   uint64_t stop_ns; /* when the workers were first told to stop (0: not yet) */
+  int hang_ms;      /* > 0 (with err_dir): a worker whose flight page stands still this long while
+                       its peers wait is hung (launcher/hang.h): its pages are dumped to
+                       flight_dir, its stack taken, and it is killed (a failure, its line why) */
+  const char *flight_dir;
   /* results of cddp__workers_watch */
   cddp__outcome_t outcome;
   int fail_rank, fail_status, fail_index; /* FAILED: the failure that came first (run/blame.h), */

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "comm/flight.h"
 #include "common/check.h"
 #include "common/clock.h"
 #include "common/log.h"
@@ -70,6 +71,7 @@ static cddp_result_t train_step(trainer_t *t, cddp_step_record_t *rec, int *stop
   double stats[3] = {0, cddp__train_stop ? 1 : 0, cddp_world_should_reform(&t->w) ? 1 : 0};
   rec->epoch = t->sampler.epoch;
   for (int j = 0; j < t->accum; j++) {
+    cddp__flight_beat(); /* alive between collectives: a long accumulation is not a hang */
     uint64_t td = cddp__now_ns();
     int n = cddp__sampler_micro(&t->sampler, t->rank, t->world, j, micro, t->idx);
     t->task->ops->gather(t->task, t->idx, n);

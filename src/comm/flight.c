@@ -1,0 +1,110 @@
+/* flight.c - records every collective's start and end in a page its agent can read, so that a
+ * hang is found and explained from outside the process (docs/launcher.md, "Hangs"). */
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "cddp/comm.h"
+#include "common/clock.h"
+#include "common/knobs.h"
+#include "comm/flight.h"
+
+static cddp__flight_page_t private_page, *page;
+static pthread_once_t once = PTHREAD_ONCE_INIT;
+
+/* The agent's file when there is one (it reads it), else memory of our own (a dump still works). */
+static void init_once(void) {
+  if (cddp__knob_int(CDDP_KNOB_FLIGHT) == 0) return;
+  const char *path = getenv("CDDP_FLIGHT_FILE");
+  cddp__flight_page_t *p = &private_page;
+  if (path && *path) {
+    int fd = open(path, O_RDWR | O_CLOEXEC);
+    if (fd >= 0) {
+      if (ftruncate(fd, sizeof *p) == 0) {
+        void *m = mmap(NULL, sizeof *p, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+        if (m != MAP_FAILED) p = m;
+      }
+      close(fd);
+    }
+  }
+  memset(p, 0, sizeof *p);
+  p->version = CDDP__FLIGHT_VERSION;
+  p->pid = (uint32_t)getpid();
+  __atomic_store_n(&p->magic, CDDP__FLIGHT_MAGIC, __ATOMIC_RELEASE);
+  page = p;
+}
+
+static cddp__flight_page_t *get(void) {
+  pthread_once(&once, init_once);
+  return page;
+}
+
+uint64_t cddp__flight_start(int kind, int dt, int op, int root, uint64_t count, int rank, int world, int round) {
+  cddp__flight_page_t *p = get();
+  if (!p) return 0;
+  uint64_t seq = p->seq + 1; /* one writer: collectives run one at a time */
+  cddp__flight_rec_t *r = &p->ring[(seq - 1) % CDDP__FLIGHT_RING];
+  *r = (cddp__flight_rec_t){.seq = seq, .count = count, .t_start = cddp__now_coarse_ns(), .kind = kind, .dt = dt,
+                            .op = op, .root = root, .rank = rank, .world = world, .round = round,
+                            .state = CDDP__FLIGHT_STARTED};
+  __atomic_store_n(&p->seq, seq, __ATOMIC_RELEASE);
+  return seq;
+}
+
+void cddp__flight_end(uint64_t seq, int ok) {
+  cddp__flight_page_t *p = page;
+  if (!p || !seq) return;
+  cddp__flight_rec_t *r = &p->ring[(seq - 1) % CDDP__FLIGHT_RING];
+  r->t_end = cddp__now_coarse_ns();
+  r->state = ok ? CDDP__FLIGHT_DONE : CDDP__FLIGHT_FAILED;
+  __atomic_store_n(&p->done, seq, __ATOMIC_RELEASE);
+}
+
+void cddp__flight_beat(void) {
+  cddp__flight_page_t *p = get();
+  if (p) __atomic_add_fetch(&p->beat, 1, __ATOMIC_RELEASE);
+}
+
+const cddp__flight_page_t *cddp__flight_page(void) { return get(); }
+
+const char *cddp__flight_kind_name(int kind) {
+  static const char *names[] = {"allreduce", "reduce_scatter", "allgather", "broadcast", "barrier"};
+  return kind >= 0 && kind < (int)(sizeof names / sizeof names[0]) ? names[kind] : "?";
+}
+
+void cddp__flight_describe(const cddp__flight_rec_t *r, char *buf, size_t size) {
+  if (r->kind == 4) /* barrier: no data */
+    snprintf(buf, size, "barrier #%llu", (unsigned long long)r->seq);
+  else if (r->kind == 3)
+    snprintf(buf, size, "broadcast #%llu (%llu %s from rank %d)", (unsigned long long)r->seq,
+             (unsigned long long)r->count, cddp_dtype_name((cddp_dtype_t)r->dt), r->root);
+  else
+    snprintf(buf, size, "%s #%llu (%llu %s, %s)", cddp__flight_kind_name(r->kind), (unsigned long long)r->seq,
+             (unsigned long long)r->count, cddp_dtype_name((cddp_dtype_t)r->dt), cddp_redop_name((cddp_redop_t)r->op));
+}
+
+int cddp__flight_dump(const cddp__flight_page_t *p, int rank, const char *path, uint64_t now_ns) {
+  FILE *f = fopen(path, "w");
+  if (!f) return -1;
+  uint64_t seq = __atomic_load_n(&p->seq, __ATOMIC_ACQUIRE), done = __atomic_load_n(&p->done, __ATOMIC_ACQUIRE);
+  fprintf(f, "{\"rank\": %d, \"pid\": %u, \"seq\": %llu, \"done\": %llu, \"collectives\": [", rank, p->pid,
+          (unsigned long long)seq, (unsigned long long)done);
+  uint64_t first = seq > CDDP__FLIGHT_RING ? seq - CDDP__FLIGHT_RING + 1 : 1;
+  for (uint64_t s = first; s <= seq && seq; s++) {
+    const cddp__flight_rec_t *r = &p->ring[(s - 1) % CDDP__FLIGHT_RING];
+    static const char *states[] = {"?", "started", "done", "failed"};
+    uint64_t end = r->t_end ? r->t_end : now_ns;
+    fprintf(f, "%s\n  {\"seq\": %llu, \"op\": \"%s\", \"dtype\": \"%s\", \"redop\": \"%s\", \"count\": %llu, "
+            "\"root\": %d, \"world\": %d, \"round\": %d, \"state\": \"%s\", \"started_s_ago\": %.6f, \"ms\": %.3f}",
+            s == first ? "" : ",", (unsigned long long)r->seq, cddp__flight_kind_name(r->kind),
+            cddp_dtype_name((cddp_dtype_t)r->dt), cddp_redop_name((cddp_redop_t)r->op), (unsigned long long)r->count,
+            r->root, r->world, r->round, states[r->state >= 0 && r->state <= 3 ? r->state : 0],
+            (double)(now_ns - r->t_start) / 1e9, (double)(end - r->t_start) / 1e6);
+  }
+  fprintf(f, "\n]}\n");
+  return fclose(f) == 0 ? 0 : -1;
+}

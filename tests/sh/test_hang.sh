@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# test_hang.sh - the agent's watchdog (--hang-timeout): a SIGSTOPped worker of a 2x2 job is named,
+# with the collective it was in, within the timeout + 3 s; its flight records (and its stack, or
+# what the kernel says of its threads) are written; in replace mode it is replaced and training
+# completes; in restart-all mode without restarts the job ends with one line naming it.
+cd "$(dirname "$0")/../.." && source tests/sh/lib.sh
+T=$(mktemp -d /tmp/cddp-hang.XXXXXX)
+trap 'kill -KILL $(jobs -p) 2>/dev/null; rm -rf "$T"' EXIT
+TR=(--config configs/fmnist_mlp.yaml --work-dir "$T" --set batch.micro=64 --set eval.every_epoch=false
+    --set ddp.threads=1)
+# job NAME MODE-ARGS...: two launchers (c10d, 2 workers each) in the background, logs in $T/NAME.n*.out
+job() {
+  local name=$1; shift
+  P=$(free_port)
+  for n in 0 1; do
+    TMPDIR=$T timeout 150 "$CDDP" run --nnodes 2 --nproc-per-node 2 --rdzv-backend c10d --rdzv-endpoint 127.0.0.1:$P \
+      --rdzv-id "$name$P" --hang-timeout 5 --grace-period 1 "$@" "$CDDP" train --name "$name" "${TR[@]}" \
+      --set train.max_steps=700 >"$T/$name.n$n.out" 2>&1 &
+    eval "pid_$n=\$!"
+  done
+}
+# stop_one NAME: SIGSTOP one worker once training runs (after step 20); prints the stop time
+stop_one() {
+  local v=""
+  for _ in $(seq 300); do
+    if [ "$(sed -n 's/.*"step":\([0-9]*\).*/\1/p' "$T/$1/metrics.jsonl" 2>/dev/null | tail -1)" -ge 20 ] 2>/dev/null; then
+      v=$(pgrep -f "^$CDDP train --name $1 " | sed -n 2p); break; fi
+    sleep 0.05
+  done
+  [ -n "$v" ] && kill -STOP "$v" && date +%s.%N && echo "$v" >"$T/$1.victim"
+}
+
+# 1. replace mode: named within 5 + 3 s, replaced, the job completes
+job rep --restart-mode replace --max-restarts 3
+t0=$(stop_one rep)
+for _ in $(seq 200); do grep -qh "by the watchdog: hung" "$T"/rep.n*.out && break; sleep 0.05; done
+t1=$(date +%s.%N)
+wait $pid_0; rc0=$?; wait $pid_1; rc1=$?
+line=$(grep -h "by the watchdog: hung" "$T"/rep.n*.out | head -1)
+dt=$(echo "$t1 - ${t0:-$t1}" | bc)
+if [ -n "$t0" ] && [ -n "$line" ] && [ "$(echo "$dt < 8" | bc)" = 1 ] &&
+   [[ "$line" == *"pid $(cat "$T/rep.victim"))"*"no progress for "*" s, inside "*"#"*"stopped (SIGSTOP or a debugger)"* ]]; then
+  ok "SIGSTOPped worker named in ${dt}s (timeout 5 s), with its collective"
+else fail "hung worker named" "after ${dt}s: '$line'"; fi
+dir=$(sed -n 's/.*flight records and stack in \([^;]*\);.*/\1/p' <<<"$line")
+if [ -n "$dir" ] && [ -s "$dir/rank0.json" ] && ls "$dir"/rank*.stack.txt >/dev/null 2>&1 &&
+   grep -q '"op": "allreduce"' "$dir"/rank*.json && grep -q "threads of pid" "$dir"/rank*.stack.txt; then
+  ok "flight records of every local rank and the hung one's stack in $(basename "$dir")"
+else fail "flight records" "dir '$dir': $(ls "$dir" 2>&1 | tr '\n' ' ')"; fi
+if [ $rc0 = 0 ] && [ $rc1 = 0 ] && grep -q "done: .*steps" "$T"/rep.n*.out && grep -q "replaced in place" <<<"$line"; then
+  ok "replace mode: the hung worker replaced, training completes"
+else fail "replace mode completes" "exits $rc0/$rc1: $(grep -h 'done:\|recovered\|cddp run' "$T"/rep.n*.out | head -3 | tr '\n' ' ')"; fi
+
+# 2. restart-all without restarts left: the job ends with one line naming the rank, host, collective
+job all
+t0=$(stop_one all)
+wait $pid_0; rc0=$?; wait $pid_1; rc1=$?
+l0=$(grep '^cddp run:' "$T/all.n0.out" | tail -1); l1=$(grep '^cddp run:' "$T/all.n1.out" | tail -1)
+if [ -n "$t0" ] && [ $rc0 = 137 ] && [ $rc1 = 137 ] && [ "$l0" = "$l1" ] &&
+   [[ "$l0" == *"pid $(cat "$T/all.victim"))"*"by the watchdog: hung: no progress for"*"#"*"stopped"* ]]; then
+  ok "restart-all, no restarts: both nodes end with the same line naming the hung rank (exit 137)"
+else fail "restart-all hang" "exits $rc0/$rc1: '$l0' / '$l1'"; fi
+
+# 3. bad input, and off
+out=$(timeout 10 "$CDDP" run --hang-timeout x true 2>&1); rc=$?
+[ $rc = 2 ] && grep -q "^cddp run: --hang-timeout must be a number of seconds (0 = off), got 'x'$" <<<"$out" &&
+  ok "--hang-timeout x: one line, exit 2" || fail "bad --hang-timeout" "rc=$rc: $out"
+out=$(CDDP_HANG_TIMEOUT=0 timeout 20 "$CDDP" run --standalone --nproc-per-node 2 sh -c 'echo "F=${CDDP_FLIGHT_FILE:-none}"' 2>&1)
+[ "$(grep -c 'F=none' <<<"$out")" = 2 ] && ok "CDDP_HANG_TIMEOUT=0: no flight page, no watchdog" || fail "hang off" "$out"
+finish
