@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # test_elastic_bench.sh - bench/elastic_bench.sh's arithmetic on made-up step logs (recovery,
-# steps redone, caught up, for a torchrun-like restart and cddp-like in-place recoveries) and
-# its bad-input lines; needs neither torch nor a run.
+# steps redone, caught up, for a torchrun-like restart and cddp-like in-place recoveries), its
+# table cells and its bad-input lines; needs neither torch nor a run.
 cd "$(dirname "$0")/../.." && source tests/sh/lib.sh
 T=$(mktemp -d /tmp/cddp-elastic-bench-test.XXXXXX)
 trap 'rm -rf "$T"' EXIT
@@ -32,8 +32,15 @@ got=$($B --measure "$T/cddp2.jsonl" "$T/kill" 56)
 got=$($B --measure "$T/cddp.jsonl" "$T/kill" 99)
 [ "$got" = "- - -" ] && ok "no recovered step: '- - -'" || fail "no recovered step" "got '$got'"
 
+# the table's cells (median [min-max] over N runs; bench/torchrun_bench.sh's launch table too)
+printf '3.5 x\n1.25 y\n2 z\n- w\n' >"$T/cells"
+printf -- '- x\n- y\n' >"$T/none"
+got="$($B --cell "$T/cells" 1 4) / $($B --cell "$T/cells" 1 1) / $($B --cell "$T/none" 1 2)"
+[ "$got" = "2 [1.25-3.5] (3/4) / 2 / -" ] && ok "cells: median [min-max] (runs with a figure/runs), '-' without figures" ||
+  fail "cells" "got '$got'"
+
 # bad input: one line, exit 2
-for args in "--kill-at x" "--kill-at 240" "--repeat 0" "--monitor-interval 0" "--agents 3" "--bogus"; do
+for args in "--kill-at x" "--kill-at 240" "--repeat 0" "--monitor-interval 0" "--agents 3" "--rows cddp,mpirun" "--bogus"; do
   # shellcheck disable=SC2086
   $B $args >/dev/null 2>"$T/err"; rc=$?
   [ $rc = 2 ] && [ "$(wc -l <"$T/err")" = 1 ] && grep -q '^elastic_bench.sh: ' "$T/err" && ok "$args: exit 2, $(cat "$T/err")" ||
