@@ -25,18 +25,20 @@
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 ROOT=$PWD
-# measure STEPLOG KILLFILE R: "recovery redone caught-up" from a step log, given R, the first
-# step the recovered job completed: recovery = the time of the first line of step R after the
-# kill, minus the kill time; redone = M - R + 2, M the highest step logged before that line
-# (the steps completed twice, plus the one in flight at the kill); caught-up = kill -> step
-# M + 1 completed (the job is past where it was: restart and redone steps together)
+# measure STEPLOG KILLFILE R [AFTER]: "recovery redone caught-up" from a step log, given R, the
+# first step the recovered job completed: recovery = the time of the first line of step R after
+# the kill (and after the time AFTER: a restarted job's resume line, since the old group may
+# still log step R just after the kill), minus the kill time; redone = M - R + 2, M the highest
+# step logged before that line (the steps completed twice, plus the one in flight at the kill);
+# caught-up = kill -> step M + 1 completed (the job is past where it was: restart and redone
+# steps together)
 measure() {
   local kt; read -r kt _ _ <"$2"
   [ "$kt" = 0 ] && { echo "- - -"; return; }
   sed -n 's/.*"step": *\([0-9]*\).*"time": *\([0-9.]*\).*/\1 \2/p' "$1" |
-    awk -v k="$kt" -v r="$3" '
+    awk -v k="$kt" -v r="$3" -v a="${4:-0}" '
       done && $1 == m + 1 { c = $2 - k; exit }
-      !done && $1 == r && $2 > k { rec = $2 - k; done = 1; if ($1 == m + 1) { c = rec; exit } }
+      !done && $1 == r && $2 > k && $2 > a { rec = $2 - k; done = 1; if ($1 == m + 1) { c = rec; exit } }
       !done && $1 > m { m = $1 }
       END { if (done) printf "%.2f %d %s\n", rec, m - r + 2, c ? sprintf("%.2f", c) : "-"; else print "- - -" }'
 }
@@ -56,9 +58,9 @@ cell() {
   elif [ "$3" = 1 ]; then echo "$m"
   else echo "$m [$lo-$hi]$([ "$k" -lt "$3" ] && echo " ($k/$3)")"; fi
 }
-# (--measure STEPLOG KILLFILE R: just that, for tests/sh/test_elastic_bench.sh; --cell FILE
+# (--measure STEPLOG KILLFILE R [AFTER]: just that, for tests/sh/test_elastic_bench.sh; --cell FILE
 # COLUMN N: just that, for bench/torchrun_bench.sh)
-[ "${1:-}" = --measure ] && { [ $# = 4 ] || exit 2; measure "$2" "$3" "$4"; exit; }
+[ "${1:-}" = --measure ] && { [ $# = 4 ] || [ $# = 5 ] || exit 2; measure "$2" "$3" "$4" "${5:-}"; exit; }
 [ "${1:-}" = --cell ] && { [ $# = 4 ] || exit 2; cell "$2" "$3" "$4"; exit; }
 KILL_AT=75
 CKPT=50
@@ -180,7 +182,7 @@ one_cddp() {
 }
 # one_peer torchrun|cddp-run I: one killed run of the torch script under that launcher
 one_peer() {
-  local w=$OUT/$1$2 r rec red cau blamed kt l pre=() cmd
+  local w=$OUT/$1$2 r rt rec red cau blamed kt l pre=() cmd
   l=$(launch "$1"); [ "$AGENTS" = 2 ] && pre=("${TWICE[@]}")
   # shellcheck disable=SC2206
   case $1 in
@@ -193,10 +195,11 @@ one_peer() {
     env OPENBLAS_CORETYPE="${OPENBLAS_CORETYPE:-SkylakeX}" timeout 600 "${pre[@]}" "${cmd[@]}" \
     "$PEER" --run-dir "$w/run" --epochs 1 --ckpt-every "$CKPT"
   read -r kt _ _ <"$OUT/$1$2.kill"
-  # the restarted group's resume line (the step of the checkpoint it loaded) after the kill
-  r=$(sed -n 's/.*"resume": *\([0-9]*\).*"time": *\([0-9.]*\).*/\1 \2/p' "$w/run/steps.jsonl" |
-    awk -v k="$kt" '$2 > k { print $1 + 1; exit }')
-  read -r rec red cau <<<"$(measure "$w/run/steps.jsonl" "$OUT/$1$2.kill" "${r:-0}")"
+  # the restarted group's resume line after the kill: the step of the checkpoint it loaded + 1,
+  # and its time
+  read -r r rt <<<"$(sed -n 's/.*"resume": *\([0-9]*\).*"time": *\([0-9.]*\).*/\1 \2/p' "$w/run/steps.jsonl" |
+    awk -v k="$kt" '$2 > k { print $1 + 1, $2; exit }')"
+  read -r rec red cau <<<"$(measure "$w/run/steps.jsonl" "$OUT/$1$2.kill" "${r:-0}" "${rt:-0}")"
   blamed=$(sed -n -e 's/.*failed (exitcode: .*) local_rank: \([0-9]*\) .*/\1/p' \
     -e 's/^cddp run: rank \([0-9]*\) .*killed by signal.*/\1/p' "$OUT/$1$2.out" | head -1)
   echo "$rec $red $(cat "$OUT/$1$2.wall") $(acc_of "$w/run/steps.jsonl") ${blamed:--} $(cat "$OUT/$1$2.rc") $cau"

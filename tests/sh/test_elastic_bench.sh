@@ -17,6 +17,17 @@ got=$($B --measure "$T/torch.jsonl" "$T/kill" 51)
 [ "$got" = "4.10 28 6.80" ] && ok "torchrun-like: recovery 4.10 s, 28 steps redone (51-77 and the one in flight), caught up at 6.80 s" ||
   fail "torchrun-like" "got '$got'"
 
+# torchrun-like, the old group logging step 101 just after the kill (rank 1 had sent its share
+# of the step's all-reduce), restarted from the checkpoint at 100: recovery is the restarted
+# group's step 101, after its resume line, and 2 steps are redone (101 twice, 102 in flight)
+{ for i in $(seq 1 100); do steps "$i $(echo "90 + $i / 10" | bc -l)"; done; steps "101 100.01"
+  echo '{"resume": 100, "time": 102.9}'; for i in $(seq 101 110); do steps "$i $(echo "103 + ($i - 100) / 10" | bc -l)"; done
+} >"$T/torch2.jsonl"
+echo "100.0 100 123" >"$T/kill2"
+got=$($B --measure "$T/torch2.jsonl" "$T/kill2" 101 102.9)
+[ "$got" = "3.10 2 3.20" ] && ok "torchrun-like, old group's step logged after the kill: recovery 3.10 s (after the resume line), 2 redone" ||
+  fail "torchrun-like, old group's step after the kill" "got '$got'"
+
 # cddp: step 54 logged before the kill at 100.0, step 55 redone 0.5 s later
 steps "53 99.8" "54 99.9" "55 100.5" "56 100.6" >"$T/cddp.jsonl"
 got=$($B --measure "$T/cddp.jsonl" "$T/kill" 55)
