@@ -25,18 +25,20 @@ while [ $# -gt 0 ]; do
         { echo "torchrun_bench.sh: --launches needs a positive number, got '${2:-}'" >&2; exit 2; }
       LAUNCHES=$2; shift 2 ;;
     --out) OUT=${2:?--out needs a directory}; shift 2 ;;
-    --monitor-interval) MONITOR=${2:-}; pass+=("$1" "${2:-}"); shift 2 ;;
     --no-reference|--cddp-only) pass+=("$1"); shift ;;
     -h|--help) sed -n '2,15s/^# \{0,1\}//p' "$0"; exit 0 ;;
-    -*) pass+=("$1" "${2:-}"); shift 2 ;;
+    # elastic_bench.sh's flags with a value; it checks them
+    -*) [ "$1" = --monitor-interval ] && MONITOR=${2:-}
+      pass+=("$1" "${2:-}"); shift; [ $# = 0 ] || shift ;;
     *) echo "torchrun_bench.sh: unknown argument '$1' (--launches N, --out DIR, or elastic_bench.sh's flags)" >&2; exit 2 ;;
   esac
 done
-OUT=${OUT:-$(mktemp -d /tmp/cddp-torchrun-bench.XXXXXX)}
+made=""; [ -n "$OUT" ] || { OUT=$(mktemp -d /tmp/cddp-torchrun-bench.XXXXXX) && made=$OUT; }
 mkdir -p "$OUT/launch" && OUT=$(cd "$OUT" && pwd)
 
 # part 1 first: it checks every flag (and builds cddp, and checks torch) before anything runs
-bench/elastic_bench.sh --rows torchrun,cddp-run "${pass[@]}" --out "$OUT/elastic" || exit
+bench/elastic_bench.sh --rows torchrun,cddp-run "${pass[@]}" --out "$OUT/elastic" ||
+  { rc=$?; [ "$rc" = 2 ] && [ -n "$made" ] && rm -rf "$made"; exit "$rc"; }
 
 export OMP_NUM_THREADS=1 OMP_WAIT_POLICY=PASSIVE OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-SkylakeX}
 STAMP=bench/peers/init_stamp.py

@@ -3,14 +3,24 @@
 # and one launch of each launcher; rank 1 killed at step 40, a checkpoint every 20 steps, no
 # uninterrupted runs, torchrun polling every second): both launchers' figures are printed, and
 # under `cddp run` the killed job was restarted (restart-all), resumed from its checkpoint and
-# finished. Skips when /usr/bin/python3 has no torch (Debian's python3-torch).
+# finished; and its bad-input lines. The run skips when /usr/bin/python3 has no torch (Debian's
+# python3-torch).
 cd "$(dirname "$0")/../.." && source tests/sh/lib.sh
-if ! /usr/bin/python3 -c 'import torch' 2>/dev/null; then
-  echo "ok 1 - $t_name # SKIP /usr/bin/python3 has no torch (scripts/install-deps.sh bench installs python3-torch)"
-  exit 0
-fi
 T=$(mktemp -d /tmp/cddp-torchrun-bench-test.XXXXXX)
 trap 'rm -rf "$T"' EXIT
+
+# bad input (its own flags and elastic_bench.sh's): one line, exit 2, before anything runs
+for args in "--launches 0" "--kill-at 0" "--monitor-interval" "--bogus 1" "extra"; do
+  # shellcheck disable=SC2086
+  bench/torchrun_bench.sh --out "$T/bad" $args >/dev/null 2>"$T/err"; rc=$?
+  [ $rc = 2 ] && [ "$(wc -l <"$T/err")" = 1 ] && ok "$args: exit 2, $(cat "$T/err")" ||
+    fail "$args" "rc=$rc $(head -2 "$T/err" | tr '\n' ' ')"
+done
+
+if ! /usr/bin/python3 -c 'import torch' 2>/dev/null; then
+  echo "ok $((t_n + 1)) - $t_name # SKIP /usr/bin/python3 has no torch (scripts/install-deps.sh bench installs python3-torch)"
+  exit 0
+fi
 E=$T/b/elastic
 timeout 120 bench/torchrun_bench.sh --launches 1 --no-reference --kill-at 40 --ckpt-every 20 \
   --monitor-interval 1 --out "$T/b" >"$T/out" 2>"$T/err"
