@@ -126,20 +126,25 @@ worker_pid() {
 # last step logged, pid), NAME.wall (seconds, launch -> exit) and NAME.rc
 run_job() {
   local name=$1 log=$2 pat=$3; shift 3
-  local t0 t1 pid p="" i
+  local t0 t1 pid p="" i ls kt
   t0=$(date +%s.%N)
   setsid "$@" >"$OUT/$name.out" 2>&1 &
   pid=$!; bg+=("$pid")
   [ "${NOKILL:-0}" = 1 ] && { echo "0 0 0" >"$OUT/$name.kill"; wait "$pid"; echo $? >"$OUT/$name.rc"; t1=$(date +%s.%N)
     awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.1f\n", b - a }' >"$OUT/$name.wall"; return; }
+  # rank 1's worker is looked up as soon as it runs, so that the kill follows the step log
+  # within one poll (looking it up after the step took 5-15 steps more)
   for i in $(seq 6000); do # 300 s at most
-    [ "$(last_step "$log")" -ge "$KILL_AT" ] 2>/dev/null && { p=$(worker_pid "$pat"); break; }
-    kill -0 "$pid" 2>/dev/null || break
+    [ -n "$p" ] || p=$(worker_pid "$pat")
+    [ -n "$p" ] && [ "$(last_step "$log")" -ge "$KILL_AT" ] 2>/dev/null && break
+    kill -0 "$pid" 2>/dev/null || { p=""; break; }
     sleep 0.05
   done
   if [ -n "$p" ]; then
-    echo "$(date +%s.%N) $(last_step "$log") $p" >"$OUT/$name.kill"
-    kill -KILL "$p"
+    # the step first, then the clock (no fork: $EPOCHREALTIME) right before the kill
+    ls=$(last_step "$log")
+    kt=${EPOCHREALTIME/,/.}; kill -KILL "$p"
+    echo "$kt $ls $p" >"$OUT/$name.kill"
   else
     say "$name: no rank-1 worker to kill at step $KILL_AT"; echo "0 0 0" >"$OUT/$name.kill"
   fi
