@@ -14,6 +14,7 @@
 #include "comm/tcp.h"
 #include "common/check.h"
 #include "common/clock.h"
+#include "common/sock.h"
 #include "store/store_internal.h"
 
 #define FENCE_EVERY_NS 200000000ull /* how often the accept loop asks the store if its generation stands */

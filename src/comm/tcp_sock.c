@@ -14,6 +14,7 @@
 #include "comm/tcp.h"
 #include "common/check.h"
 #include "common/log.h"
+#include "common/sock.h"
 
 static void put32(unsigned char *p, uint32_t v) {
   p[0] = (unsigned char)(v >> 24), p[1] = (unsigned char)(v >> 16);
