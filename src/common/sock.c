@@ -246,24 +246,26 @@ cddp_result_t cddp__sock_route_src(const char *host, int port, struct sockaddr_s
 /* ---- I/O ---- */
 
 /* EAGAIN from a send or recv: a non-blocking fd waits for readiness until deadline (1 when
- * ready); a blocking one met its SO_SNDTIMEO / SO_RCVTIMEO (0: timed out). */
+ * ready; 0 at the deadline, errno ETIMEDOUT); a blocking one met its SO_SNDTIMEO /
+ * SO_RCVTIMEO (0, errno left EAGAIN). */
 static int again(int fd, short events, uint64_t deadline) {
   int fl = fcntl(fd, F_GETFL);
-  if (fl < 0 || !(fl & O_NONBLOCK)) return 0;
+  if (fl < 0 || !(fl & O_NONBLOCK)) return errno = EAGAIN, 0;
   if (wait_fd(fd, events, deadline)) return 1;
   errno = ETIMEDOUT;
   return 0;
 }
 
-static cddp_result_t io_fail(int fd, int reading) {
+/* Records why a send or recv stopped: timed_out (our wait ended), errno 0 (end of stream), or
+ * the system's error. errno is kept. */
+static cddp_result_t io_fail(int fd, int reading, int timed_out) {
   char at[INET6_ADDRSTRLEN + 16];
   int e = errno;
   peer_text(fd, at, sizeof at);
   errno = e;
   const char *what = reading ? "recv from" : "send to";
+  if (timed_out) return cddp__fail(CDDP_TIMEOUT, "%s %s: timed out", what, at);
   if (e == 0) return cddp__fail(CDDP_REMOTE, "%s %s: closed by the peer", what, at);
-  if (e == ETIMEDOUT || e == EAGAIN || e == EWOULDBLOCK)
-    return cddp__fail(CDDP_TIMEOUT, "%s %s: timed out", what, at);
   return cddp__fail_errno(CDDP_REMOTE, "%s %s", what, at);
 }
 
@@ -276,8 +278,8 @@ cddp_result_t cddp__sock_write_all(int fd, const void *buf, size_t n, uint64_t d
       continue;
     }
     if (errno == EINTR) continue;
-    if ((errno == EAGAIN || errno == EWOULDBLOCK) && again(fd, POLLOUT, deadline)) continue;
-    return io_fail(fd, 0);
+    if (errno != EAGAIN && errno != EWOULDBLOCK) return io_fail(fd, 0, 0);
+    if (!again(fd, POLLOUT, deadline)) return io_fail(fd, 0, 1);
   }
   return CDDP_OK;
 }
@@ -290,13 +292,10 @@ cddp_result_t cddp__sock_read_all(int fd, void *buf, size_t n, uint64_t deadline
       p += k, n -= (size_t)k;
       continue;
     }
-    if (k == 0) {
-      errno = 0;
-      return io_fail(fd, 1);
-    }
-    if (errno == EINTR) continue;
-    if ((errno == EAGAIN || errno == EWOULDBLOCK) && again(fd, POLLIN, deadline)) continue;
-    return io_fail(fd, 1);
+    if (k == 0) errno = 0;
+    else if (errno == EINTR) continue;
+    if (k == 0 || (errno != EAGAIN && errno != EWOULDBLOCK)) return io_fail(fd, 1, 0);
+    if (!again(fd, POLLIN, deadline)) return io_fail(fd, 1, 1);
   }
   return CDDP_OK;
 }

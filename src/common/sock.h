@@ -99,7 +99,8 @@ cddp_result_t cddp__sock_route_src(const char *host, int port, struct sockaddr_s
 /* Sends all n bytes (MSG_NOSIGNAL: a closed peer is EPIPE, not a signal), retrying EINTR. On a
  * non-blocking fd it waits in poll until deadline; a blocking fd blocks (its SO_SNDTIMEO ends
  * the wait). OK; TIMEOUT "send to ip:port: timed out" (errno ETIMEDOUT, or EAGAIN from
- * SO_SNDTIMEO); REMOTE "send to ip:port: why". */
+ * SO_SNDTIMEO); REMOTE "send to ip:port: why" (a kernel's ETIMEDOUT, keepalive or user timeout,
+ * is REMOTE: the peer is gone). */
 cddp_result_t cddp__sock_write_all(int fd, const void *buf, size_t n, uint64_t deadline);
 /* Receives exactly n bytes, the same way. REMOTE "recv from ip:port: closed by the peer" with
  * errno 0 at end of stream; REMOTE with errno on an error; TIMEOUT as above. */
