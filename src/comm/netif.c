@@ -1,16 +1,14 @@
 /* netif.c - interface selection for TCP: CDDP_SOCKET_IFNAME, route to the master, fallbacks. */
-#include <arpa/inet.h>
 #include <ifaddrs.h>
-#include <netdb.h>
 #include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "comm/netif.h"
 #include "common/check.h"
 #include "common/knobs.h"
+#include "common/sock.h"
 
 int cddp__netif_match(const char *spec, const char *name) {
   if (!spec || !*spec) return 1;
@@ -106,25 +104,10 @@ cddp_result_t cddp__netif_list(cddp__netif_t *list, int max, int *n) {
 }
 
 cddp_result_t cddp__netif_route_src(const char *host, struct sockaddr_storage *src) {
-  struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_DGRAM}, *res = NULL;
-  if (getaddrinfo(host, "9", &hints, &res) != 0 || !res)
-    return cddp__fail(CDDP_NOT_FOUND, "master host %s does not resolve", host);
-  cddp_result_t ret = cddp__fail(CDDP_NOT_FOUND, "no route to master host %s", host);
-  for (struct addrinfo *a = res; a; a = a->ai_next) {
-    int fd = socket(a->ai_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-    if (fd < 0) continue;
-    socklen_t len = sizeof *src;
-    /* connect() on UDP only picks the route and source address: nothing is sent */
-    if (connect(fd, a->ai_addr, a->ai_addrlen) == 0 &&
-        getsockname(fd, (struct sockaddr *)src, &len) == 0) {
-      close(fd);
-      ret = CDDP_OK;
-      break;
-    }
-    close(fd);
-  }
-  freeaddrinfo(res);
-  return ret;
+  cddp_result_t r = cddp__sock_route_src(host, 9, src);
+  if (r == CDDP_OK) return r;
+  return cddp__fail(CDDP_NOT_FOUND, r == CDDP_REMOTE ? "no route to master host %s" : "master host %s does not resolve",
+                    host);
 }
 
 const char *cddp__netif_master_host(char *buf, size_t size) {
@@ -144,13 +127,6 @@ const char *cddp__netif_master_host(char *buf, size_t size) {
   size_t len = colon ? (size_t)(colon - s) : strlen(s);
   if (len == 0) return NULL;
   snprintf(buf, size, "%.*s", (int)len, s);
-  return buf;
-}
-
-const char *cddp__sockaddr_ip(const struct sockaddr *sa, char *buf, size_t size) {
-  const void *a = sa->sa_family == AF_INET6 ? (const void *)&((const struct sockaddr_in6 *)sa)->sin6_addr
-                                            : (const void *)&((const struct sockaddr_in *)sa)->sin_addr;
-  if (!inet_ntop(sa->sa_family, a, buf, (socklen_t)size)) snprintf(buf, size, "?");
   return buf;
 }
 

@@ -33,8 +33,8 @@ cddp_result_t cddp__netif_pick(const cddp__netif_t *list, int n, const char *spe
 /* The system's interfaces with an IPv4 or global/ULA IPv6 address (getifaddrs). */
 cddp_result_t cddp__netif_list(cddp__netif_t *list, int max, int *n);
 
-/* The local address the kernel would use to reach host (UDP connect + getsockname; no
- * packet is sent). NOT_FOUND when host does not resolve or has no route. */
+/* The local address the kernel would use to reach host (cddp__sock_route_src; no packet is
+ * sent). NOT_FOUND when host does not resolve or has no route. */
 cddp_result_t cddp__netif_route_src(const char *host, struct sockaddr_storage *src);
 
 /* The master's host: MASTER_ADDR, else the host part of CDDP_STORE ("[tcp://]host:port");
@@ -44,8 +44,5 @@ const char *cddp__netif_master_host(char *buf, size_t size);
 /* Everything above applied to this process's environment: CDDP_SOCKET_IFNAME, else the
  * route to the master, else the first up non-loopback interface, else loopback. */
 cddp_result_t cddp__netif_choose(cddp__netif_t *out);
-
-/* "192.0.2.2" or "fd00::2" (no port). */
-const char *cddp__sockaddr_ip(const struct sockaddr *sa, char *buf, size_t size);
 
 #endif /* CDDP_COMM_NETIF_H */

@@ -1,7 +1,6 @@
 /* tcp_boot.c - TCP bootstrap: listen, publish "tcp/addr/<rank>", connect lower->higher, handshake. */
 #include <errno.h>
 #include <inttypes.h>
-#include <netinet/in.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,6 +13,7 @@
 #include "comm/tcp.h"
 #include "common/check.h"
 #include "common/clock.h"
+#include "common/sock.h"
 #include "store/store_internal.h"
 
 #define FENCE_EVERY_NS 200000000ull /* how often the accept loop asks the store if its generation stands */
@@ -116,9 +116,7 @@ static int step(boot_t *b, int i, short revents) {
   conn_t *c = &b->c[i];
   char pn[128];
   if (c->state == CONNECTING) {
-    int err = 0;
-    socklen_t el = sizeof err;
-    getsockopt(c->fd, SOL_SOCKET, SO_ERROR, &err, &el);
+    int err = cddp__sock_connect_error(c->fd);
     if (err) {
       errno = err;
       return -(int)cddp__fail_errno(CDDP_REMOTE, "connect to %s (stream %d)",
@@ -179,8 +177,7 @@ static int step(boot_t *b, int i, short revents) {
 static void accept_all(boot_t *b, int lfd) {
   for (;;) {
     struct sockaddr_storage sa;
-    socklen_t len = sizeof sa;
-    int fd = accept4(lfd, (struct sockaddr *)&sa, &len, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    int fd = cddp__sock_accept(lfd, CDDP__SOCK_NONBLOCK, &sa);
     if (fd < 0) return; /* EAGAIN, or a transient error: poll again */
     int strangers = 0;
     for (int i = 0; i < b->nc; i++) strangers += b->c[i].state == READ_HELLO;
@@ -190,11 +187,7 @@ static void accept_all(boot_t *b, int lfd) {
       continue;
     }
     c->fd = fd, c->state = READ_HELLO, c->peer = -1;
-    char ip[64];
-    cddp__sockaddr_ip((struct sockaddr *)&sa, ip, sizeof ip);
-    snprintf(c->from, sizeof c->from, "%s:%d", ip,
-             ntohs(sa.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&sa)->sin6_port
-                                            : ((struct sockaddr_in *)&sa)->sin_port));
+    cddp__sockaddr_text((struct sockaddr *)&sa, c->from, sizeof c->from);
   }
 }
 
@@ -212,8 +205,7 @@ cddp_result_t cddp__tcp_bootstrap(cddp__tcp_t *t) {
   CDDP_CHECK_GOTO(cddp__tcp_listen((struct sockaddr *)&nif.addr, nif.addrlen, SOCK_BUF_BYTES, t->cc, &lfd, &port),
                   ret, fail);
   if (getrandom(&b.nonce, sizeof b.nonce, 0) != sizeof b.nonce) b.nonce = cddp__now_ns() ^ (uint64_t)getpid() << 32;
-  if (nif.addr.ss_family == AF_INET6) ((struct sockaddr_in6 *)&nif.addr)->sin6_port = htons((uint16_t)port);
-  else ((struct sockaddr_in *)&nif.addr)->sin_port = htons((uint16_t)port);
+  cddp__sockaddr_set_port(&nif.addr, port);
   cddp__tcp_addr_format((struct sockaddr *)&nif.addr, b.nonce, addr, sizeof addr);
   snprintf(key, sizeof key, "tcp/addr/%d", t->rank);
   CDDP_CHECK_GOTO(cddp_store_set(ctx->store, key, addr, strlen(addr) + 1), ret, fail);
@@ -231,10 +223,9 @@ cddp_result_t cddp__tcp_bootstrap(cddp__tcp_t *t) {
       conn_t *c = add(&b);
       if (!c) { ret = cddp__fail(CDDP_SYSTEM, "out of memory"); goto fail; }
       c->state = CONNECTING, c->peer = p, c->stream = s;
-      c->fd = socket(sa.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-      if (c->fd < 0) { ret = cddp__fail_errno(CDDP_SYSTEM, "socket"); goto fail; }
+      CDDP_CHECK_GOTO(cddp__sock_socket(sa.ss_family, CDDP__SOCK_NONBLOCK, &c->fd), ret, fail);
       cddp__tcp_preconnect(c->fd, SOCK_BUF_BYTES, t->cc);
-      if (connect(c->fd, (struct sockaddr *)&sa, salen) != 0 && errno != EINPROGRESS) {
+      if (cddp__sock_connect_start(c->fd, (struct sockaddr *)&sa, salen) != CDDP_OK) {
         ret = cddp__fail_errno(CDDP_REMOTE, "connect to %s at %s",
                                cddp__peer_name(ctx, p, pn, sizeof pn), cddp__sockaddr_ip((struct sockaddr *)&sa, ip, sizeof ip));
         goto fail;

@@ -1,19 +1,16 @@
 /* tcp_sock.c - socket helpers for the TCP transport: handshake frames, addresses, options. */
 #include <arpa/inet.h>
 #include <errno.h>
-#include <fcntl.h>
 #include <inttypes.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
-#include "comm/netif.h"
 #include "comm/tcp.h"
 #include "common/check.h"
 #include "common/log.h"
+#include "common/sock.h"
 
 static void put32(unsigned char *p, uint32_t v) {
   p[0] = (unsigned char)(v >> 24), p[1] = (unsigned char)(v >> 16);
@@ -54,12 +51,8 @@ int cddp__tcp_hello_decode(const unsigned char in[CDDP__TCP_HELLO_BYTES], cddp__
 }
 
 void cddp__tcp_addr_format(const struct sockaddr *sa, uint64_t nonce, char *buf, size_t size) {
-  char ip[64];
-  cddp__sockaddr_ip(sa, ip, sizeof ip);
-  int port = ntohs(sa->sa_family == AF_INET6 ? ((const struct sockaddr_in6 *)sa)->sin6_port
-                                             : ((const struct sockaddr_in *)sa)->sin_port);
-  if (sa->sa_family == AF_INET6) snprintf(buf, size, "[%s]:%d %016" PRIx64, ip, port, nonce);
-  else snprintf(buf, size, "%s:%d %016" PRIx64, ip, port, nonce);
+  char at[80];
+  snprintf(buf, size, "%s %016" PRIx64, cddp__sockaddr_text(sa, at, sizeof at), nonce);
 }
 
 cddp_result_t cddp__tcp_addr_parse(const char *text, struct sockaddr_storage *sa, socklen_t *len,
@@ -103,53 +96,39 @@ bad:
 
 int cddp__tcp_preconnect(int fd, int buf_bytes, const char *cc) {
   /* Failures here only cost speed, never correctness: ignore them. */
-  if (buf_bytes > 0) {
-    (void)setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &buf_bytes, sizeof buf_bytes);
-    (void)setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &buf_bytes, sizeof buf_bytes);
-  }
+  cddp__sock_buffers(fd, buf_bytes);
   /* Before connect: BBR (a common system default) turns on the socket's pacing when it
    * initialises, and switching later leaves the pacing on. */
-  if (cc && *cc && setsockopt(fd, IPPROTO_TCP, TCP_CONGESTION, cc, (socklen_t)strlen(cc)) != 0) return -1;
-  return 0;
+  return cc && *cc ? cddp__sock_congestion(fd, cc) : 0;
 }
 
 void cddp__tcp_tune(int fd) {
-  int one = 1;
-  /* Failures here only cost speed or detection time, never correctness: ignore them. */
-  (void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-  /* A silent peer (host gone, cable pulled) is found by keepalive probes and by the
-   * bound on unacknowledged data; a dead process is found at once by its RST/FIN. */
-  int idle = 10, intvl = 2, cnt = 3, user_timeout_ms = 20000;
-  (void)setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof one);
-  (void)setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof idle);
-  (void)setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &intvl, sizeof intvl);
-  (void)setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof cnt);
-  (void)setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &user_timeout_ms, sizeof user_timeout_ms);
+  /* Failures here only cost speed or detection time, never correctness: ignored. */
+  cddp__sock_nodelay(fd);
+  /* A silent peer (host gone, cable pulled) is found by keepalive probes (after 10 s idle,
+   * every 2 s, 3 of them) and by the bound on unacknowledged data (20 s); a dead process is
+   * found at once by its RST/FIN. */
+  cddp__sock_keepalive(fd, 10, 2, 3, 20000);
 }
 
 cddp_result_t cddp__tcp_listen(const struct sockaddr *addr, socklen_t len, int buf_bytes, const char *cc,
                                int *out, int *port) {
   char ip[64];
-  int fd = socket(addr->sa_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-  if (fd < 0) return cddp__fail_errno(CDDP_SYSTEM, "socket for TCP listener");
+  int fd;
+  if (cddp__sock_socket(addr->sa_family, CDDP__SOCK_NONBLOCK, &fd) != CDDP_OK)
+    return cddp__fail_errno(CDDP_SYSTEM, "socket for TCP listener");
   struct sockaddr_storage a;
   memcpy(&a, addr, len);
-  if (a.ss_family == AF_INET6) ((struct sockaddr_in6 *)&a)->sin6_port = 0;
-  else ((struct sockaddr_in *)&a)->sin_port = 0;
+  cddp__sockaddr_set_port(&a, 0);
   /* accepted sockets inherit the listener's buffer sizes and congestion control */
   if (cddp__tcp_preconnect(fd, buf_bytes, cc) != 0)
     CDDP_WARN("CDDP_TCP_CONGESTION: cannot use congestion control '%s' (%s); keeping the system's", cc,
               strerror(errno));
-  socklen_t alen = len;
-  if (bind(fd, (struct sockaddr *)&a, len) != 0 || listen(fd, SOMAXCONN) != 0 ||
-      getsockname(fd, (struct sockaddr *)&a, &alen) != 0) {
-    cddp_result_t r = cddp__fail_errno(CDDP_SYSTEM, "listen on %s",
-                                       cddp__sockaddr_ip(addr, ip, sizeof ip));
+  if (cddp__sock_listen(fd, (struct sockaddr *)&a, len, 0, SOMAXCONN, port) != CDDP_OK) {
+    cddp_result_t r = cddp__fail_errno(CDDP_SYSTEM, "listen on %s", cddp__sockaddr_ip(addr, ip, sizeof ip));
     close(fd);
     return r;
   }
-  *port = ntohs(a.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&a)->sin6_port
-                                        : ((struct sockaddr_in *)&a)->sin_port);
   *out = fd;
   return CDDP_OK;
 }

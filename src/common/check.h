@@ -16,6 +16,10 @@ cddp_result_t cddp__fail(cddp_result_t code, const char *fmt, ...)
 /* Same, appending ": strerror(errno)". */
 cddp_result_t cddp__fail_errno(cddp_result_t code, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
+/* Puts context in front of the detail a callee recorded: "<fmt>: <last error>", e.g.
+ * cddp__fail_ctx(CDDP_SYSTEM, "store server") over "bind 0.0.0.0:80: Permission denied". */
+cddp_result_t cddp__fail_ctx(cddp_result_t code, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
 /* Clears this thread's last error. */
 void cddp__clear_error(void);
 /* Copies msg as this thread's last error (used to carry a peer thread's error). */

@@ -62,3 +62,19 @@ cddp_result_t cddp__fail_errno(cddp_result_t code, const char *fmt, ...) {
   va_end(ap);
   return code;
 }
+
+cddp_result_t cddp__fail_ctx(cddp_result_t code, const char *fmt, ...) {
+  char detail[sizeof last_error];
+  snprintf(detail, sizeof detail, "%s", last_error);
+  va_list ap;
+  va_start(ap, fmt);
+  int saved = errno;
+  int n = vsnprintf(last_error, sizeof last_error, fmt, ap);
+  va_end(ap);
+  if (n >= 0 && (size_t)n < sizeof last_error &&
+      snprintf(last_error + n, sizeof last_error - (size_t)n, ": %s", detail) < 0)
+    last_error[n] = '\0';
+  CDDP_TRACE(CDDP_SUB_ERR, "%s: %s", cddp_result_name(code), last_error);
+  errno = saved;
+  return code;
+}

@@ -67,10 +67,6 @@ cddp_result_t cddp__store_tcp_will(cddp_store_t *s, const char *key, const void 
 /* Test hook: frees the client without a goodbye, as a crash would (the will fires). */
 void cddp__store_tcp_abandon(cddp_store_t *s);
 
-/* Whether the connected socket s is connected to itself (a TCP simultaneous open that a
- * connect to a not-yet-listening port of the ephemeral range can produce). */
-int cddp__store_self_connected(int s);
-
 /* Test hook: how long a server lets a client take to authenticate (default 10 s). */
 void cddp__store_server_set_handshake_ms(cddp_store_server_t *srv, int ms);
 

@@ -1,11 +1,8 @@
 /* store_server.c - the TCP store server: one epoll loop on a background thread, non-blocking
  * sockets, per-connection buffers, server-side timers for parked waits. */
-#include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <netdb.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,6 +15,7 @@
 
 #include "common/check.h"
 #include "common/clock.h"
+#include "common/sock.h"
 #include "store/server_core.h"
 
 typedef struct sconn {
@@ -43,21 +41,6 @@ struct cddp_store_server {
 };
 
 #define HANDSHAKE_MS 10000
-
-static void addr_text(const struct sockaddr_storage *ss, char *out, size_t size) {
-  char host[INET6_ADDRSTRLEN] = "?";
-  int port = 0;
-  if (ss->ss_family == AF_INET) {
-    const struct sockaddr_in *a = (const struct sockaddr_in *)ss;
-    inet_ntop(AF_INET, &a->sin_addr, host, sizeof host);
-    port = ntohs(a->sin_port);
-  } else if (ss->ss_family == AF_INET6) {
-    const struct sockaddr_in6 *a = (const struct sockaddr_in6 *)ss;
-    inet_ntop(AF_INET6, &a->sin6_addr, host, sizeof host);
-    port = ntohs(a->sin6_port);
-  }
-  snprintf(out, size, "%s:%d", host, port);
-}
 
 static void conn_close(cddp_store_server_t *srv, sconn_t *sc, const char *why) {
   if (sc->dead) return;
@@ -155,8 +138,7 @@ static int read_in(sconn_t *sc) {
 static void on_accept(cddp_store_server_t *srv) {
   for (;;) {
     struct sockaddr_storage ss;
-    socklen_t sl = sizeof ss;
-    int fd = accept4(srv->lfd, (struct sockaddr *)&ss, &sl, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    int fd = cddp__sock_accept(srv->lfd, CDDP__SOCK_NONBLOCK, &ss);
     if (fd < 0) {
       if (errno == EINTR || errno == ECONNABORTED) continue;
       if (errno == EMFILE || errno == ENFILE) { /* shed one client rather than spin */
@@ -164,7 +146,7 @@ static void on_accept(cddp_store_server_t *srv) {
                   srv->nconns);
         if (srv->spare_fd >= 0) {
           close(srv->spare_fd);
-          int x = accept(srv->lfd, NULL, NULL);
+          int x = cddp__sock_accept(srv->lfd, 0, NULL);
           if (x >= 0) close(x);
           srv->spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
           continue;
@@ -172,8 +154,7 @@ static void on_accept(cddp_store_server_t *srv) {
       }
       return; /* EAGAIN, or nothing better to do */
     }
-    int one = 1;
-    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    cddp__sock_nodelay(fd);
     sconn_t *sc = calloc(1, sizeof *sc);
     if (!sc) {
       close(fd);
@@ -181,7 +162,7 @@ static void on_accept(cddp_store_server_t *srv) {
       continue;
     }
     char addr[80];
-    addr_text(&ss, addr, sizeof addr);
+    cddp__sockaddr_text((struct sockaddr *)&ss, addr, sizeof addr);
     cddp__conn_init(&sc->c, addr);
     sc->fd = fd;
     sc->accepted_ns = cddp__now_ns();
@@ -258,41 +239,22 @@ static void raise_fd_limit(void) {
 }
 
 static cddp_result_t bind_listener(cddp_store_server_t *srv, const char *host, int port) {
-  struct addrinfo hints = {.ai_family = host ? AF_UNSPEC : AF_INET,
-                           .ai_socktype = SOCK_STREAM,
-                           .ai_flags = AI_PASSIVE | AI_NUMERICSERV};
   struct addrinfo *res = NULL;
-  char ps[16];
-  snprintf(ps, sizeof ps, "%d", port);
-  int gai = getaddrinfo(host, ps, &hints, &res);
-  if (gai != 0)
-    return cddp__fail(CDDP_INVALID_ARG, "store server: cannot resolve %s: %s", host,
-                      gai_strerror(gai));
-  cddp_result_t r = CDDP_OK;
-  int fd = socket(res->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-  int one = 1;
-  if (fd < 0) {
-    r = cddp__fail_errno(CDDP_SYSTEM, "store server: socket");
-  } else if (setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) != 0 ||
-             bind(fd, res->ai_addr, res->ai_addrlen) != 0) {
-    if (errno == EADDRINUSE)
-      r = cddp__fail(CDDP_SYSTEM, "port %d is in use (another store or program listens on %s:%d)",
-                     port, host ? host : "0.0.0.0", port);
-    else
-      r = cddp__fail_errno(CDDP_SYSTEM, "store server: bind %s:%d", host ? host : "0.0.0.0", port);
-  } else if (listen(fd, 4096) != 0) {
-    r = cddp__fail_errno(CDDP_SYSTEM, "store server: listen on port %d", port);
-  }
+  if (cddp__sock_resolve(host, port, CDDP__SOCK_PASSIVE, &res) != CDDP_OK)
+    return cddp__fail_ctx(CDDP_INVALID_ARG, "store server");
+  int fd = -1;
+  cddp_result_t r = cddp__sock_socket(res->ai_family, CDDP__SOCK_NONBLOCK, &fd);
+  if (r == CDDP_OK) r = cddp__sock_listen(fd, res->ai_addr, res->ai_addrlen, CDDP__SOCK_REUSEADDR, 4096, &srv->port);
+  if (r != CDDP_OK && errno == EADDRINUSE)
+    r = cddp__fail(CDDP_SYSTEM, "port %d is in use (another store or program listens on %s:%d)", port,
+                   host ? host : "0.0.0.0", port);
+  else if (r != CDDP_OK)
+    r = cddp__fail_ctx(CDDP_SYSTEM, "store server");
   freeaddrinfo(res);
   if (r != CDDP_OK) {
     if (fd >= 0) close(fd);
     return r;
   }
-  struct sockaddr_storage ss;
-  socklen_t sl = sizeof ss;
-  getsockname(fd, (struct sockaddr *)&ss, &sl);
-  srv->port = ss.ss_family == AF_INET6 ? ntohs(((struct sockaddr_in6 *)&ss)->sin6_port)
-                                       : ntohs(((struct sockaddr_in *)&ss)->sin_port);
   srv->lfd = fd;
   return CDDP_OK;
 }

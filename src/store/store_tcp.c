@@ -1,19 +1,15 @@
 /* store_tcp.c - the TCP store client: blocking calls under a mutex, each bounded by a deadline. */
 #include <errno.h>
-#include <netdb.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
 #include <openssl/crypto.h>
-#include <poll.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include "common/check.h"
 #include "common/clock.h"
+#include "common/sock.h"
 #include "store/wire.h"
 
 typedef struct tcp_store {
@@ -29,17 +25,6 @@ typedef struct tcp_store {
 #define T(s) ((tcp_store_t *)(s))
 #define SLACK_MS 1000 /* a parked GET/WAIT is answered by the server at its timeout; allow this */
 
-/* Waits for events on fd until deadline. 1 ready, 0 timed out. */
-static int io_wait(int fd, short events, uint64_t deadline) {
-  for (;;) {
-    struct pollfd p = {.fd = fd, .events = events};
-    int r = poll(&p, 1, cddp__ms_left(deadline));
-    if (r > 0) return 1;
-    if (r == 0) return 0;
-    if (errno != EINTR) return 1; /* let the next call report the error */
-  }
-}
-
 static cddp_result_t lost(tcp_store_t *t, const char *what, const char *why) {
   t->broken = 1;
   return cddp__fail(CDDP_REMOTE, "store %s: %s: %s", t->ep, what, why);
@@ -47,43 +32,28 @@ static cddp_result_t lost(tcp_store_t *t, const char *what, const char *why) {
 
 static cddp_result_t send_out(tcp_store_t *t, uint64_t deadline, const char *what) {
   if (t->out.oom) return cddp__fail(CDDP_SYSTEM, "store %s: %s: out of memory", t->ep, what);
-  size_t off = 0;
-  while (off < t->out.len) {
-    ssize_t n = send(t->fd, t->out.p + off, t->out.len - off, MSG_NOSIGNAL);
-    if (n >= 0) {
-      off += (size_t)n;
-      continue;
-    }
-    if (errno == EINTR) continue;
-    if (errno != EAGAIN && errno != EWOULDBLOCK) return lost(t, what, strerror(errno));
-    if (!io_wait(t->fd, POLLOUT, deadline)) {
-      t->broken = 1;
-      return cddp__fail(CDDP_TIMEOUT, "store %s: %s: send timed out", t->ep, what);
-    }
+  cddp_result_t r = cddp__sock_write_all(t->fd, t->out.p, t->out.len, deadline);
+  if (r == CDDP_TIMEOUT) {
+    t->broken = 1;
+    return cddp__fail(CDDP_TIMEOUT, "store %s: %s: send timed out", t->ep, what);
   }
-  return CDDP_OK;
+  return r == CDDP_OK ? CDDP_OK : lost(t, what, strerror(errno));
 }
 
 /* Reads exactly n more bytes into t->in. */
 static cddp_result_t recv_n(tcp_store_t *t, size_t n, uint64_t deadline, const char *what) {
   if (cddp__wire_reserve(&t->in, n) != 0)
     return cddp__fail(CDDP_SYSTEM, "store %s: %s: out of memory", t->ep, what);
-  size_t end = t->in.len + n;
-  while (t->in.len < end) {
-    ssize_t r = recv(t->fd, t->in.p + t->in.len, end - t->in.len, 0);
-    if (r > 0) {
-      t->in.len += (size_t)r;
-      continue;
-    }
-    if (r == 0) return lost(t, what, "the server closed the connection");
-    if (errno == EINTR) continue;
-    if (errno != EAGAIN && errno != EWOULDBLOCK) return lost(t, what, strerror(errno));
-    if (!io_wait(t->fd, POLLIN, deadline)) {
-      t->broken = 1;
-      return cddp__fail(CDDP_TIMEOUT, "store %s: %s: no answer in time", t->ep, what);
-    }
+  cddp_result_t r = cddp__sock_read_all(t->fd, t->in.p + t->in.len, n, deadline);
+  if (r == CDDP_OK) {
+    t->in.len += n;
+    return CDDP_OK;
   }
-  return CDDP_OK;
+  if (r == CDDP_TIMEOUT) {
+    t->broken = 1;
+    return cddp__fail(CDDP_TIMEOUT, "store %s: %s: no answer in time", t->ep, what);
+  }
+  return lost(t, what, errno ? strerror(errno) : "the server closed the connection");
 }
 
 /* Receives one response frame and decodes it into *m (pointing into t->in). */
@@ -337,65 +307,19 @@ cddp_result_t cddp__store_tcp_wait_end(cddp_store_t *s, const char *const *keys,
 
 /* ---- connecting ---- */
 
-/* While nobody listens on a port of the ephemeral range, a retried connect to it can get that
- * very port as its source and complete a TCP simultaneous open with itself; it would then hold
- * the port the store's server is about to bind. Such a socket counts as refused. */
-int cddp__store_self_connected(int s) {
-  struct sockaddr_storage me, peer;
-  socklen_t ml = sizeof me, pl = sizeof peer;
-  if (getsockname(s, (struct sockaddr *)&me, &ml) != 0 || getpeername(s, (struct sockaddr *)&peer, &pl) != 0)
-    return 0;
-  return ml == pl && memcmp(&me, &peer, ml) == 0;
-}
-
-/* One attempt over every address of host. 0 with *fd connected, or -1 with why. */
+/* One attempt over every address of host. 0 with *fd connected, or -1 with why (-2: host is a
+ * name the resolver says does not exist, which retrying will not change). */
 static int try_connect(const char *host, int port, uint64_t deadline, int *fd, char *why,
                        size_t whysize) {
-  struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
-                           .ai_flags = AI_NUMERICSERV};
-  struct addrinfo *res = NULL;
-  char ps[16];
-  snprintf(ps, sizeof ps, "%d", port);
-  int gai = getaddrinfo(host, ps, &hints, &res);
-  if (gai != 0) {
-    snprintf(why, whysize, "cannot resolve host '%s': %s", host, gai_strerror(gai));
-    /* a name the resolver says does not exist will not appear by retrying: stop (-2) */
-    return gai == EAI_NONAME || gai == EAI_FAIL
-#ifdef EAI_NODATA
-                   || gai == EAI_NODATA
-#endif
-               ? -2
-               : -1;
+  cddp_result_t r = cddp__sock_connect(host, port, CDDP__SOCK_NONBLOCK, deadline, fd);
+  if (r == CDDP_OK) {
+    cddp__sock_nodelay(*fd);
+    return 0;
   }
-  int ok = -1;
-  for (struct addrinfo *a = res; a && ok != 0; a = a->ai_next) {
-    int s = socket(a->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    if (s < 0) {
-      snprintf(why, whysize, "socket: %s", strerror(errno));
-      continue;
-    }
-    int err = 0;
-    if (connect(s, a->ai_addr, a->ai_addrlen) != 0) {
-      err = errno;
-      if (err == EINPROGRESS) {
-        socklen_t el = sizeof err;
-        err = io_wait(s, POLLOUT, deadline) ? 0 : ETIMEDOUT;
-        if (!err && getsockopt(s, SOL_SOCKET, SO_ERROR, &err, &el) != 0) err = errno;
-      }
-    }
-    if (!err && cddp__store_self_connected(s)) err = ECONNREFUSED;
-    if (err) {
-      snprintf(why, whysize, "%s", strerror(err));
-      close(s);
-      continue;
-    }
-    int one = 1;
-    setsockopt(s, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-    *fd = s;
-    ok = 0;
-  }
-  freeaddrinfo(res);
-  return ok;
+  /* a refused or timed-out connect says why in errno; a lookup or socket() in its line */
+  if (r == CDDP_TIMEOUT || r == CDDP_REMOTE) snprintf(why, whysize, "%s", strerror(errno));
+  else snprintf(why, whysize, "%s", cddp_last_error());
+  return r == CDDP_NOT_FOUND ? -2 : -1;
 }
 
 static cddp_result_t handshake(tcp_store_t *t, const char *token, uint64_t deadline) {

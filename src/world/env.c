@@ -9,8 +9,8 @@
 #include "common/check.h"
 #include "common/clock.h"
 #include "common/log.h"
+#include "common/sock.h"
 #include "world/mpi_step.h"
-#include "world/net.h"
 #include "world/envp.h"
 #include "world/slurm_step.h"
 
@@ -165,7 +165,7 @@ cddp_result_t cddp_env_connect(const cddp_env_t *env, int timeout_ms, cddp_store
   }
   /* every rank, rank 0 too (it reaches its own store on 127.0.0.1): a master name that does
    * not exist fails everywhere at once instead of leaving rank 0 waiting for the others */
-  CDDP_CHECK(cddp__host_resolves(env->master_addr, master_from));
+  CDDP_CHECK(cddp__sock_host_resolves(env->master_addr, master_from));
   if (env->source != CDDP_ENV_AGENT && env->rank == 0) {
     if (!hosted)
       return cddp__fail(CDDP_INVALID_ARG, "rank 0 hosts the store here (no cddp run agent): pass a hosted pointer");

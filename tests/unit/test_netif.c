@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "comm/netif.h"
+#include "common/sock.h"
 #include "test.h"
 
 static cddp__netif_t mk(const char *name, const char *ip, int up, int loopback) {

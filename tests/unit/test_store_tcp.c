@@ -465,31 +465,6 @@ TEST(idle_unauthenticated_client_is_dropped) {
   cddp_store_server_stop(srv);
 }
 
-/* A socket bound to port P that connects to 127.0.0.1:P opens with itself: the client must
- * recognise it (it would otherwise hold the port the store is about to listen on). */
-TEST(self_connected_socket_is_recognised) {
-  int port = cddp_test_free_port();
-  int s = socket(AF_INET, SOCK_STREAM, 0);
-  int one = 1;
-  setsockopt(s, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-  struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
-                          .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-  CHECK(bind(s, (struct sockaddr *)&a, sizeof a) == 0);
-  CHECK(connect(s, (struct sockaddr *)&a, sizeof a) == 0);
-  CHECK_EQ(cddp__store_self_connected(s), 1);
-  close(s);
-
-  /* an ordinary connection is not */
-  cddp_store_server_t *srv = NULL;
-  CHECK_OK(cddp_store_server_start(&srv, "127.0.0.1", 0, NULL));
-  int c = socket(AF_INET, SOCK_STREAM, 0);
-  a.sin_port = htons((uint16_t)cddp_store_server_port(srv));
-  CHECK(connect(c, (struct sockaddr *)&a, sizeof a) == 0);
-  CHECK_EQ(cddp__store_self_connected(c), 0);
-  close(c);
-  cddp_store_server_stop(srv);
-}
-
 /* The will: a connection that ends without a goodbye (a crash) sets its key at once and wakes
  * the waiters; a proper close drops it; a later will replaces the earlier one. */
 TEST(will_fires_on_abrupt_close_only) {

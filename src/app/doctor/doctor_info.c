@@ -9,6 +9,7 @@
 #include "comm/netif.h"
 #include "common/check.h"
 #include "common/knobs.h"
+#include "common/sock.h"
 #include "doctor/doctor.h"
 
 static void copy(char *dst, size_t size, const char *src) { /* truncating strcpy */

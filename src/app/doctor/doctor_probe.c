@@ -3,21 +3,18 @@
 #include <arpa/inet.h>
 #include <endian.h>
 #include <errno.h>
-#include <fcntl.h>
 #include <netdb.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
 #include <poll.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "common/check.h"
 #include "common/clock.h"
+#include "common/sock.h"
 #include "doctor/doctor.h"
 
 #define MAGIC "CDDPDOC1"
@@ -34,33 +31,16 @@ static uint64_t real_ns(void) {
 }
 
 static void set_timeouts(int fd, int ms) {
-  struct timeval tv = {.tv_sec = ms / 1000, .tv_usec = (ms % 1000) * 1000};
-  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-  setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
-  int one = 1;
-  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  cddp__sock_timeouts(fd, ms);
+  cddp__sock_nodelay(fd);
 }
 
-/* 0 on success, -1 on error or EOF (errno says which; 0 for EOF). */
+/* 0 on success, -1 on error or EOF (errno says which; 0 for EOF). The sockets are blocking:
+ * their SO_RCVTIMEO / SO_SNDTIMEO bound each wait (errno EAGAIN). */
 static int full(int fd, void *buf, size_t len, int writing) {
-  char *p = buf;
-  while (len > 0) {
-    ssize_t k = writing ? send(fd, p, len, MSG_NOSIGNAL) : recv(fd, p, len, 0);
-    if (k < 0 && errno == EINTR) continue;
-    if (k <= 0) {
-      if (k == 0) errno = 0;
-      return -1;
-    }
-    p += k, len -= (size_t)k;
-  }
-  return 0;
-}
-
-static struct addrinfo *resolve(const char *addr, int port) {
-  struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_NUMERICHOST}, *res = NULL;
-  char ps[16];
-  snprintf(ps, sizeof ps, "%d", port);
-  return getaddrinfo(addr, ps, &hints, &res) == 0 ? res : NULL;
+  cddp_result_t r = writing ? cddp__sock_write_all(fd, buf, len, CDDP__SOCK_FOREVER)
+                            : cddp__sock_read_all(fd, buf, len, CDDP__SOCK_FOREVER);
+  return r == CDDP_OK ? 0 : -1;
 }
 
 /* ---- server ---- */
@@ -111,7 +91,7 @@ static void *serve(void *arg) {
   while (!__atomic_load_n(&s->stop, __ATOMIC_ACQUIRE)) {
     struct pollfd p = {.fd = s->fd, .events = POLLIN};
     if (poll(&p, 1, 100) <= 0) continue;
-    int c = accept4(s->fd, NULL, NULL, SOCK_CLOEXEC);
+    int c = cddp__sock_accept(s->fd, 0, NULL);
     if (c < 0) continue;
     serve_conn(s, c); /* one at a time: the schedule never sends two measuring clients */
     close(c);
@@ -120,24 +100,21 @@ static void *serve(void *arg) {
 }
 
 cddp_result_t cddp__doc_server_start(cddp__doc_server_t **out, const char *addr, int rank, int io_timeout_ms) {
-  struct addrinfo *res = resolve(addr, 0);
-  if (!res) return cddp__fail(CDDP_INVALID_ARG, "doctor: cannot listen on '%s': not a numeric address", addr);
+  struct addrinfo *res = NULL;
+  if (cddp__sock_resolve(addr, 0, CDDP__SOCK_NUMERIC, &res) != CDDP_OK)
+    return cddp__fail(CDDP_INVALID_ARG, "doctor: cannot listen on '%s': not a numeric address", addr);
   cddp__doc_server_t *s = calloc(1, sizeof *s);
   char *buf = malloc(CHUNK);
-  int fd = socket(res->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  int fd = -1;
   cddp_result_t ret = CDDP_OK;
-  if (!s || !buf || fd < 0) {
+  if (!s || !buf || cddp__sock_socket(res->ai_family, 0, &fd) != CDDP_OK) {
     ret = cddp__fail_errno(CDDP_SYSTEM, "doctor: listener on %s", addr);
     goto fail;
   }
-  if (bind(fd, res->ai_addr, res->ai_addrlen) != 0 || listen(fd, 256) != 0) {
+  if (cddp__sock_listen(fd, res->ai_addr, res->ai_addrlen, 0, 256, &s->port) != CDDP_OK) {
     ret = cddp__fail_errno(CDDP_SYSTEM, "doctor: cannot listen on %s", addr);
     goto fail;
   }
-  struct sockaddr_storage sa;
-  socklen_t len = sizeof sa;
-  getsockname(fd, (struct sockaddr *)&sa, &len);
-  s->port = ntohs(sa.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&sa)->sin6_port : ((struct sockaddr_in *)&sa)->sin_port);
   s->fd = fd, s->rank = rank, s->io_ms = io_timeout_ms, s->buf = buf;
   memset(buf, 0x5a, CHUNK);
   if (pthread_create(&s->thread, NULL, serve, s) != 0) {
@@ -181,10 +158,11 @@ static cddp__doc_reach_t classify(int err) {
 
 /* Non-blocking connect started; -1 with *r set when it failed at once. */
 static int start_connect(const char *addr, int port, cddp__doc_reach_t *r) {
-  struct addrinfo *res = resolve(addr, port);
-  if (!res) return *r = CDDP__REACH_OTHER, -1;
-  int fd = socket(res->ai_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-  if (fd >= 0 && connect(fd, res->ai_addr, res->ai_addrlen) != 0 && errno != EINPROGRESS) {
+  struct addrinfo *res = NULL;
+  if (cddp__sock_resolve(addr, port, CDDP__SOCK_NUMERIC, &res) != CDDP_OK) return *r = CDDP__REACH_OTHER, -1;
+  int fd = -1;
+  if (cddp__sock_socket(res->ai_family, CDDP__SOCK_NONBLOCK, &fd) == CDDP_OK &&
+      cddp__sock_connect_start(fd, res->ai_addr, res->ai_addrlen) != CDDP_OK) {
     *r = classify(errno);
     close(fd);
     fd = -1;
@@ -225,19 +203,14 @@ void cddp__doc_probe_all(int n, const char *const *addr, const int *port, const 
       if (!p[j].revents) continue;
       int i = 0;
       while (fd[i] != p[j].fd) i++;
-      int err = 0;
-      socklen_t len = sizeof err;
-      getsockopt(fd[i], SOL_SOCKET, SO_ERROR, &err, &len);
-      result[i] = classify(err);
-      if (err == 0) result[i] = CDDP__REACH_OK;
+      result[i] = classify(cddp__sock_connect_error(fd[i]));
     }
   }
   for (int i = 0; i < n; i++) {
     if (fd[i] < 0) continue;
     if (result[i] == CDDP__REACH_UNTRIED) result[i] = CDDP__REACH_TIMEOUT;
     if (result[i] == CDDP__REACH_OK) {
-      int fl = fcntl(fd[i], F_GETFL);
-      fcntl(fd[i], F_SETFL, fl & ~O_NONBLOCK);
+      cddp__sock_nonblock(fd[i], 0);
       set_timeouts(fd[i], timeout_ms);
       int h = hello_exchange(fd[i], my_rank, rank[i]);
       if (h == -2 || (h == -1 && errno == 0)) result[i] = CDDP__REACH_WRONG_PEER;
@@ -262,19 +235,17 @@ void cddp__doc_measure(const char *addr, int port, int peer_rank, int my_rank, i
                        int timeout_ms, cddp__doc_meas_t *m) {
   memset(m, 0, sizeof *m);
   cddp__doc_reach_t r = CDDP__REACH_UNTRIED;
-  int fd = start_connect(addr, port, &r);
+  int fd = -1;
   uint64_t *rtt = calloc((size_t)(iters > 0 ? iters : 1), sizeof *rtt);
   char *buf = malloc(CHUNK);
   const char *what = "connect";
-  if (fd < 0 || !rtt || !buf) goto fail;
-  struct pollfd p = {.fd = fd, .events = POLLOUT};
-  int err = 0;
-  socklen_t len = sizeof err;
-  if (poll(&p, 1, timeout_ms) != 1 || getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) || err) {
-    r = err ? classify(err) : CDDP__REACH_TIMEOUT;
+  if (!rtt || !buf) goto fail;
+  cddp_result_t c = cddp__sock_connect(addr, port, CDDP__SOCK_NUMERIC, cddp__deadline_ms(timeout_ms), &fd);
+  if (c != CDDP_OK) { /* left UNTRIED when socket() failed: errno says why */
+    r = c == CDDP_NOT_FOUND ? CDDP__REACH_OTHER : c == CDDP_TIMEOUT ? CDDP__REACH_TIMEOUT
+        : c == CDDP_REMOTE ? classify(errno) : r;
     goto fail;
   }
-  fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
   set_timeouts(fd, timeout_ms);
   what = "handshake";
   if (hello_exchange(fd, my_rank, peer_rank)) goto fail;

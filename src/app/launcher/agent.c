@@ -20,7 +20,7 @@
 #include "launcher/errfile.h"
 #include "launcher/member.h"
 #include "common/knobs.h"
-#include "world/net.h"
+#include "common/sock.h"
 #include "launcher/options.h"
 #include "launcher/rdzv.h"
 #include "launcher/program.h"
@@ -200,7 +200,7 @@ static int setup_store(agent_t *a) {
   } else {
     snprintf(a->store_host, sizeof a->store_host, "%s", o->rdzv_host);
     a->store_port = o->rdzv_port;
-    host_it = cddp__host_is_local(o->rdzv_host);
+    host_it = cddp__sock_host_is_local(o->rdzv_host);
   }
   if (host_it) {
     /* c10d: another agent of this host may serve it already; then we are its client. Two
@@ -208,7 +208,7 @@ static int setup_store(agent_t *a) {
      * between the other's bind and listen): a failure is tried again for a short while. */
     int shared = o->backend == CDDP_RDZV_C10D && !o->standalone;
     for (int tries = 0;; tries++) {
-      if (shared && cddp__port_in_use(a->store_port)) {
+      if (shared && cddp__sock_port_in_use(a->store_port)) {
         CDDP_INFO(CDDP_SUB_RUN, "port %d is in use: joining the store there as a client", a->store_port);
         a->server = NULL;
         break;
@@ -650,7 +650,7 @@ static int agent_main(agent_t *a) {
                           .last_call_ms = o->last_call_ms, .timeout_ms = o->rdzv_timeout_ms};
   snprintf(cfg.self.host, sizeof cfg.self.host, "%s", a->host);
   if (o->local_addr[0]) snprintf(cfg.self.addr, sizeof cfg.self.addr, "%.63s", o->local_addr);
-  else cddp__addr_toward(a->store_host, a->store_port, cfg.self.addr, sizeof cfg.self.addr);
+  else cddp__sock_addr_toward(a->store_host, a->store_port, cfg.self.addr, sizeof cfg.self.addr);
   cfg.self.nproc = o->nproc_per_node;
   cfg.self.id = -1;
   /* replace mode, c10d, room to grow: a node that comes after the round closed waits to be
@@ -668,7 +668,7 @@ static int agent_main(agent_t *a) {
   for (;;) {
     cddp__rdzv_release(&a->rz);
     /* a fresh port each round: the last round's rank 0 may have left its port in TIME_WAIT */
-    cfg.self.master_port = cddp__free_port();
+    cfg.self.master_port = cddp__sock_free_port();
     if (cddp__rdzv_join(a->store, &cfg, min_round, &a->rz) != CDDP_OK) {
       fprintf(stderr, "cddp run: %s\n", cddp_last_error());
       return finish(a, 1);
@@ -825,7 +825,7 @@ int cddp__run_main(int argc, char **argv) {
   /* a Slurm step's master comes from its node list: a name nobody knows fails here, at once,
    * not after every task retried the store for --rdzv-timeout */
   if (o.slurm && (o.mode == CDDP_RUN_SLURM_RANK ? o.world_size : o.max_nodes) > 1 &&
-      cddp__host_resolves(o.master_addr, o.master_src) != CDDP_OK) {
+      cddp__sock_host_resolves(o.master_addr, o.master_src) != CDDP_OK) {
     fprintf(stderr, "cddp run: %s\n", cddp_last_error());
     return 2;
   }
