@@ -125,4 +125,26 @@ CDDP_CPU_BIND=cores timeout 10 "$CDDP" run --nproc-per-node 2 true >/dev/null 2>
 rc=$?
 [ $rc = 2 ] && [ "$(wc -l <"$T/cb.err")" = 1 ] && grep -q "CDDP_CPU_BIND must be auto or none, got 'cores'" "$T/cb.err" &&
   ok "bad CDDP_CPU_BIND: one line, exit 2" || fail "bad --cpu-bind" "rc=$rc $(cat "$T/cb.err")"
+# 13. a live progress line: on a terminal (script(1) gives one) the trainer's progress line
+# passes through the agent rewritten in place ("\r[rank 0] epoch ..."), and a line from another
+# rank clears it first; not on a terminal, it stays line by line
+if command -v script >/dev/null; then
+  script -qec "$CDDP run --standalone --nproc-per-node 2 $CDDP train --config configs/fmnist_mlp.yaml --work-dir $T \
+    --name live --set train.max_steps=30 --set eval.every_epoch=false" /dev/null >"$T/live.tty" 2>&1
+  n=$(grep -a -o $'\r\\[rank 0\\] epoch 1/1  step [0-9]*/30' "$T/live.tty" | wc -l)
+  nl=$(grep -a -c $'^\\[rank 0\\] epoch 1/1  step' "$T/live.tty")
+  [ "$n" -ge 25 ] && [ "$nl" = 0 ] && ok "terminal: the progress line rewritten in place through the agent ($n updates)" ||
+    fail "live progress line" "$n in-place updates, $nl separate lines"
+  script -qec "$CDDP run --standalone --nproc-per-node 2 sh -c 'if [ \$RANK = 0 ]; then printf \"\\rA\\033[K\" >&2; \
+    sleep 0.3; printf \"\\rB\\033[K\\n\" >&2; else sleep 0.15; echo other >&2; fi'" /dev/null >"$T/clear.tty" 2>&1
+  v=$(cat -v "$T/clear.tty" | tr -d '\n')
+  [[ "$v" == *'^M[rank 0] A^[[K^M^[[K[rank 1] other'*'[rank 0] B^[[K'* ]] && ok "terminal: another rank's line clears the progress line first" ||
+    fail "live line cleared" "$(od -c "$T/clear.tty" | head -4 | tr '\n' ' ')"
+else
+  echo "ok $((t_n += 1)) - test_run:live progress line # SKIP script(1) is not installed"
+fi
+timeout 60 "$CDDP" run --standalone --nproc-per-node 2 "$CDDP" train --config configs/fmnist_mlp.yaml --work-dir "$T" \
+  --name nolive --set train.max_steps=30 --set eval.every_epoch=false >"$T/nolive.out" 2>&1
+grep -q "^\[rank 0\] epoch 1/1  step 30/30 " "$T/nolive.out" && ! grep -q $'\r' "$T/nolive.out" &&
+  ok "not a terminal: the progress line stays line by line, no \\r" || fail "not a terminal" "$(head -3 "$T/nolive.out")"
 finish

@@ -40,7 +40,7 @@ static const char *contract_vars[] = {
     "ROLE_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "CDDP_RUN_ID", "CDDP_ROUND", "CDDP_RESTART_COUNT",
     "CDDP_MAX_RESTARTS", "CDDP_STORE", "CDDP_TOKEN", "CDDP_RESTART_MODE", "CDDP_GEN", "CDDP_REPLACEMENT", "CDDP_AGENT_ID",
     "ROLE_NAME", "TORCHELASTIC_RUN_ID", "TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_MAX_RESTARTS",
-    "TORCHELASTIC_USE_AGENT_STORE", "TORCHELASTIC_ERROR_FILE", "CDDP_FLIGHT_FILE"};
+    "TORCHELASTIC_USE_AGENT_STORE", "TORCHELASTIC_ERROR_FILE", "CDDP_FLIGHT_FILE", "CDDP_CONSOLE_LIVE"};
 
 /* Set for the workers only when the agent's environment lacks them (torchrun's defaults). */
 static const struct { const char *name, *value; } default_vars[] = {
@@ -65,6 +65,7 @@ typedef struct agent {
   int omp_default;        /* OMP_NUM_THREADS=1 for the workers (unset here, several workers) */
   char err_dir[256];      /* this agent's folder of the workers' torch error files */
   int failure_posted;     /* round + 1 when this node posted its first failure of that round */
+  int live_console;       /* our stderr is a terminal and no --log-dir: workers' progress lines live */
   char flight_dir[4200];  /* where a hang's flight records and stack go (--log-dir/flight, else $TMPDIR) */
   cddp__membership_t ms;  /* replace mode: the job's members as this agent knows them */
   const char *not_retried; /* why the last failure is not retried (run/blame.h), or NULL */
@@ -293,6 +294,8 @@ static char **worker_env(agent_t *a, int local_rank, int64_t gen, int replacemen
   PUT("TORCHELASTIC_RESTART_COUNT", "%d", rz->restart_count);
   PUT("TORCHELASTIC_MAX_RESTARTS", "%d", o->max_restarts);
   PUT("TORCHELASTIC_USE_AGENT_STORE", "False");
+  /* the console is a terminal, through us: a progress line may be rewritten in place */
+  if (a->live_console && (o->console[local_rank] & 2)) PUT("CDDP_CONSOLE_LIVE", "1");
   PUT("ROLE_NAME", "%s", o->role);
   if (a->err_dir[0]) { /* emptied by each start (workers.c), so an old file is never taken for new */
     char path[320];
@@ -408,6 +411,7 @@ static int run_round(agent_t *a, cddp__workers_t *ws, int first) {
   for (int i = 0; ok && i < n; i++) ok = (envs[i] = worker_env(a, i, gen, newcomer)) != NULL;
   memset(ws, 0, sizeof *ws);
   ws->console = a->o->console;
+  ws->live = a->live_console;
   ws->grace_ms = a->o->grace_ms;
   ws->keep_going = a->o->replace;
   ws->cpu_bind = a->o->cpu_bind;
@@ -854,6 +858,7 @@ int cddp__run_main(int argc, char **argv) {
       CDDP_INFO(CDDP_SUB_RUN, "OMP_NUM_THREADS=1 for each worker (%d workers on this node)", o.nproc_per_node);
   }
   if (tmp_dir(a.err_dir, sizeof a.err_dir, "cddp-run-") != 0) a.err_dir[0] = '\0'; /* no error files: no causes */
+  a.live_console = isatty(STDERR_FILENO) && !o.log_dir[0] && !o.tmp_log_dir;
   if (o.log_dir[0]) snprintf(a.flight_dir, sizeof a.flight_dir, "%s/flight", o.log_dir);
   else snprintf(a.flight_dir, sizeof a.flight_dir, "%s/cddp-flight-%s", getenv("TMPDIR") && *getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp", o.run_id);
   if (o.tmp_log_dir) {

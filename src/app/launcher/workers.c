@@ -41,6 +41,12 @@ static void write_all(int fd, const char *p, size_t n) {
 static void emit(cddp__workers_t *ws, cddp__worker_t *w, int s, const char *line, size_t len) {
   static char out[LINE_MAX_BYTES + 64];
   if (ws->console[w - ws->w] & (1 << s)) {
+    for (int k = 0; k < 2; k++) /* a line below a progress line (either stream, one terminal): clear
+                                   the progress line; its next update redraws it */
+      if (ws->live_on[k]) {
+        write_all(k ? STDERR_FILENO : STDOUT_FILENO, "\r\033[K", 4);
+        ws->live_on[k]->live_open[k] = 0, ws->live_on[k] = NULL;
+      }
     int p = snprintf(out, 64, "[rank %d] ", w->rank);
     memcpy(out + p, line, len);
     write_all(s ? STDERR_FILENO : STDOUT_FILENO, out, (size_t)p + len);
@@ -55,21 +61,57 @@ static void emit(cddp__workers_t *ws, cddp__worker_t *w, int s, const char *line
 }
 
 /* Emits complete lines of the buffer; at_eof flushes a partial last line with a newline. */
+/* A live segment (what followed a '\r': a progress line) to the console, rewritten in place:
+ * "\r[rank N] text". Log files get only whole lines. */
+static void emit_live(cddp__workers_t *ws, cddp__worker_t *w, int s, const char *text, size_t len) {
+  static char out[LINE_MAX_BYTES + 64];
+  if (!(ws->console[w - ws->w] & (1 << s)) || !len) return;
+  int p = snprintf(out, 64, "\r[rank %d] ", w->rank);
+  memcpy(out + p, text, len);
+  write_all(s ? STDERR_FILENO : STDOUT_FILENO, out, (size_t)p + len);
+  w->live_open[s] = 1, ws->live_on[s] = w;
+}
+
+/* Emits complete lines of the buffer; at_eof flushes a partial last line with a newline. With a
+ * live console, '\r' ends a segment too, and the text after the last one is shown at once. */
 static void flush_lines(cddp__workers_t *ws, cddp__worker_t *w, int s, int at_eof) {
   char *b = w->buf[s];
   size_t start = 0;
+  int after_cr = 0;
   for (size_t i = 0; i < w->len[s]; i++) {
+    if (ws->live && b[i] == '\r' && !(i + 1 < w->len[s] && b[i + 1] == '\n')) {
+      if (after_cr) emit_live(ws, w, s, b + start, i - start);
+      else if (i > start) emit(ws, w, s, b + start, i - start); /* text before it, as it was */
+      start = i + 1, after_cr = 1;
+      continue;
+    }
     if (b[i] != '\n') continue;
+    if (w->live_open[s]) { /* the live line ends here: its text stays, the next line starts below */
+      if (after_cr && i > start) emit_live(ws, w, s, b + start, i - start);
+      write_all(s ? STDERR_FILENO : STDOUT_FILENO, "\n", 1);
+      w->live_open[s] = 0, ws->live_on[s] = NULL;
+      if (after_cr || i == start) {
+        start = i + 1, after_cr = 0;
+        continue;
+      }
+    }
     emit(ws, w, s, b + start, i + 1 - start);
-    start = i + 1;
+    start = i + 1, after_cr = 0;
   }
   size_t rest = w->len[s] - start;
+  if (rest && after_cr && !at_eof) { /* a progress update: show it now, not at the next one */
+    emit_live(ws, w, s, b + start, rest);
+    rest = 0;
+    start = w->len[s];
+  }
   if (rest && (at_eof || (start == 0 && rest == LINE_MAX_BYTES))) { /* partial: flush as a line */
     b[w->len[s]] = '\n';
     emit(ws, w, s, b + start, rest + 1);
     rest = 0;
     start = w->len[s];
   }
+  if (at_eof && w->live_open[s])
+    write_all(s ? STDERR_FILENO : STDOUT_FILENO, "\n", 1), w->live_open[s] = 0, ws->live_on[s] = NULL;
   memmove(b, b + start, rest);
   w->len[s] = rest;
 }

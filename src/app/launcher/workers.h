@@ -15,6 +15,7 @@ typedef struct cddp__worker {
   int fd[2];        /* read ends of the worker's stdout / stderr; -1 once closed */
   char *buf[2];     /* partial line per stream */
   size_t len[2];
+  int live_open[2]; /* its live line ("\r..." progress, rewritten in place) is on the console */
   int log_fd;       /* DIR/rank<N>.log or -1 */
   int exited, status;
   uint64_t start_ns, exit_ns; /* monotonic: spawned, reaped */
@@ -40,6 +41,9 @@ typedef struct cddp__workers {
   int n;
   cddp__worker_t *w;
   const unsigned char *console; /* per slot (local rank): bit 0 stdout, bit 1 stderr reach the console */
+  int live;         /* the console is a terminal: a worker's "\r"-led segments (its progress line,
+                       CDDP_CONSOLE_LIVE) are shown at once and rewritten in place, with the prefix */
+  cddp__worker_t *live_on[2]; /* whose live line is on the console now, per stream (NULL: none) */
   int grace_ms;
   int keep_going;   /* a failed worker does not stop the others: watch returns FAILED at once
                        (fail_index says which slot) and the rest keep running */

@@ -21,7 +21,9 @@ static double wall_s(void) {
 cddp_result_t cddp__metrics_open(cddp_metrics_t *m, const char *jsonl_path, int append, int every) {
   memset(m, 0, sizeof *m);
   m->every = every > 0 ? every : 50;
-  m->live = isatty(STDERR_FILENO);
+  /* a terminal, ours or (CDDP_CONSOLE_LIVE) the one cddp run forwards our stderr to */
+  const char *live = getenv("CDDP_CONSOLE_LIVE");
+  m->live = isatty(STDERR_FILENO) || (live && !strcmp(live, "1"));
   m->first_step = -1;
   if (!jsonl_path) return CDDP_OK;
   m->jsonl = fopen(jsonl_path, append ? "a" : "w");
