@@ -48,7 +48,12 @@ typedef struct cddp_train_config {
   int ckpt_keep;             /* checkpoint.keep */
   int eval_every_epoch;      /* eval.every_epoch */
   int log_every;             /* log.every_steps (progress line refresh) */
+  int rank_every;            /* log.rank_every: gather every rank's timings every N steps */
+  int straggler_pct;         /* log.straggler_pct: a rank this much busier than the others' median ... */
+  int straggler_windows;     /* log.straggler_windows: ... for this many gathers in a row is named */
   int sample_log;            /* debug.sample_log: write the indices each rank consumed */
+  int slow_rank;             /* debug.slow_rank: this rank sleeps debug.slow_ms a step (-1: none) */
+  int slow_ms;
 } cddp_train_config_t;
 
 /* Defaults for every key. */

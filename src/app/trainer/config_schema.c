@@ -100,8 +100,17 @@ const cddp__cfg_key_t cddp__cfg_keys[] = {
      "evaluate on the test set after each epoch (else only at the end)"},
     {"log.every_steps", CDDP__CFG_INT, F(log_every), 0, "10", 1, 1000000, 0, NULL,
      "refresh the progress line every N steps"},
+    {"log.rank_every", CDDP__CFG_INT, F(rank_every), 0, "10", 1, 1000000, 0, NULL,
+     "gather every rank's compute, data, optimizer and exposed-comm time every N steps (metrics.jsonl: slowest rank, spread, each rank)"},
+    {"log.straggler_pct", CDDP__CFG_INT, F(straggler_pct), 0, "20", 1, 100000, 0, NULL,
+     "a rank whose own work per step is this many percent above the other ranks' median ..."},
+    {"log.straggler_windows", CDDP__CFG_INT, F(straggler_windows), 0, "3", 1, 100000, 0, NULL,
+     "... for this many gathers in a row is named a straggler (progress line, metrics.jsonl)"},
     {"debug.sample_log", CDDP__CFG_BOOL, F(sample_log), 0, "false", NONE, 0, NULL,
      "write the sample indices each rank consumed (to prove exactly-once)"},
+    {"debug.slow_rank", CDDP__CFG_INT, F(slow_rank), 0, "-1", -1, 1000000, 0, NULL,
+     "this rank sleeps debug.slow_ms every step (a straggler on purpose, for tests); -1 = none"},
+    {"debug.slow_ms", CDDP__CFG_INT, F(slow_ms), 0, "0", 0, 60000, 0, NULL, "see debug.slow_rank"},
 };
 const int cddp__cfg_n_keys = (int)(sizeof cddp__cfg_keys / sizeof cddp__cfg_keys[0]);
 

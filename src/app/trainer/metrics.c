@@ -8,6 +8,7 @@
 #include "common/check.h"
 #include "common/clock.h"
 #include "trainer/metrics.h"
+#include "trainer/ranks.h"
 
 static double now_s(void) { return (double)cddp__now_ns() * 1e-9; }
 
@@ -64,6 +65,16 @@ static void fmt_eta(double s, char *buf, size_t cap) {
   else snprintf(buf, cap, "%ld:%02ld", t / 60, t % 60);
 }
 
+/* Every rank's timings at a gather step: the slowest, the spread, each rank, the straggler. */
+static void write_ranks(FILE *f, const cddp__ranks_t *rk) {
+  fprintf(f, ",\"slowest_rank\":%d,\"rank_spread\":%.3f,\"straggler\":%d,\"ranks\":[", rk->slowest, rk->spread,
+          rk->straggler);
+  for (int i = 0; i < rk->world; i++)
+    fprintf(f, "%s{\"rank\":%d,\"compute_ms\":%.3f,\"data_ms\":%.3f,\"optim_ms\":%.3f,\"comm_ms\":%.3f}", i ? "," : "",
+            i, rk->all[i].compute_ms, rk->all[i].data_ms, rk->all[i].optim_ms, rk->all[i].comm_ms);
+  fputc(']', f);
+}
+
 void cddp__metrics_step(cddp_metrics_t *m, const cddp_step_record_t *r) {
   double t = now_s();
   if (m->first_step < 0) m->first_step = r->step - 1, m->started_s = t - r->step_s;
@@ -76,10 +87,12 @@ void cddp__metrics_step(cddp_metrics_t *m, const cddp_step_record_t *r) {
     fprintf(m->jsonl,
             "{\"step\":%lld,\"epoch\":%llu,\"loss\":%.7g,\"lr\":%.7g,\"grad_norm\":%.7g,"
             "\"samples\":%d,\"samples_per_s\":%.1f,\"tokens_per_s\":%.1f,\"step_ms\":%.3f,\"compute_ms\":%.3f,"
-            "\"comm_ms\":%.3f,\"data_ms\":%.3f,\"bytes_sent\":%llu,\"compression\":%.2f,\"time\":%.3f}\n",
+            "\"comm_ms\":%.3f,\"data_ms\":%.3f,\"bytes_sent\":%llu,\"compression\":%.2f,\"time\":%.3f",
             (long long)r->step, (unsigned long long)r->epoch + 1, r->loss, r->lr, r->grad_norm,
             r->samples, rate, rate * (r->units > 0 ? r->units : 1), r->step_s * 1e3, r->compute_s * 1e3, r->comm_s * 1e3,
             r->data_s * 1e3, (unsigned long long)r->bytes_sent, r->compression, wall_s());
+    if (r->ranks) write_ranks(m->jsonl, r->ranks);
+    fputs("}\n", m->jsonl);
     /* fflush, not fsync: a crash may lose the last lines, never the checkpoints */
     fflush(m->jsonl);
     double avg = cddp__metrics_rate(m);
@@ -94,6 +107,16 @@ void cddp__metrics_step(cddp_metrics_t *m, const cddp_step_record_t *r) {
               (long long)r->total, r->loss, r->lr, tokens ? avg * r->units : avg, tokens ? "tokens" : "samples",
               eta, m->live ? "\033[K" : "\n");
       m->pending_newline = m->live;
+    }
+    const cddp__ranks_t *rk = r->ranks;
+    if (rk && rk->fresh && rk->straggler >= 0) { /* named once, when it becomes one */
+      const cddp__rank_times_t *s = &rk->all[rk->straggler];
+      cddp__metrics_break_line(m);
+      double wait = 0; /* what the others lose to it: their exposed communication, on average */
+      for (int i = 0; i < rk->world; i++) wait += i == rk->straggler ? 0 : rk->all[i].comm_ms / (rk->world - 1);
+      fprintf(stderr, "straggler: rank %d's own work is %.0f%% above the other ranks' median for %d windows of %d steps "
+              "(compute %.2f + data %.2f + optimizer %.2f ms a step); the others wait %.2f ms a step for it\n",
+              rk->straggler, rk->straggler_pct, rk->windows, rk->every, s->compute_ms, s->data_ms, s->optim_ms, wait);
     }
   }
 }

@@ -22,6 +22,7 @@ typedef struct cddp_step_record {
   double step_s, compute_s, comm_s, data_s; /* comm = exposed (not hidden by backward) */
   uint64_t bytes_sent; /* this rank, this step */
   double compression;  /* float32 gradient bytes / bytes this rank contributed (1: none) */
+  const struct cddp__ranks *ranks; /* every rank's timings, when gathered at this step (else NULL) */
 } cddp_step_record_t;
 
 typedef struct cddp_metrics {

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "comm/flight.h"
 #include "common/check.h"
@@ -90,12 +91,15 @@ static cddp_result_t train_step(trainer_t *t, cddp_step_record_t *rec, int *stop
       t->task->ops->backward(t->task, scale, 0, add_ready, t);
     }
   }
+  if (t->cfg.slow_rank == t->rank && t->cfg.slow_ms > 0) usleep((useconds_t)t->cfg.slow_ms * 1000u); /* a test's straggler */
   uint64_t tc = cddp__now_ns();
   CDDP_CHECK(cddp_ddp_finish(t->ddp));
   CDDP_CHECK(cddp_allreduce(t->w.comm, stats, stats, 3, CDDP_F64, CDDP_SUM));
   comm_ns = cddp__now_ns() - tc;
   float lr = cddp__sched_lr(&t->sched, t->step);
+  uint64_t to = cddp__now_ns();
   rec->grad_norm = cddp__optim_step(&t->opt, t->params, t->grads, lr);
+  uint64_t optim_ns = cddp__now_ns() - to;
   cddp__sampler_advance(&t->sampler);
   t->step++;
   uint64_t dt = cddp__now_ns() - t0;
@@ -103,6 +107,12 @@ static cddp_result_t train_step(trainer_t *t, cddp_step_record_t *rec, int *stop
   rec->loss = stats[0] / units, rec->lr = lr, rec->samples = batch, rec->units = t->task->units;
   rec->step_s = secs(dt), rec->comm_s = secs(comm_ns), rec->data_s = secs(data_ns);
   rec->compute_s = secs(dt - comm_ns - data_ns);
+  cddp__ranks_add(&t->ranks, secs(dt - comm_ns - data_ns - optim_ns), secs(data_ns), secs(optim_ns), secs(comm_ns));
+  rec->ranks = NULL;
+  if (t->step % t->ranks.every == 0) { /* every rank at the same steps: one small all-gather */
+    CDDP_CHECK(cddp__ranks_gather(&t->ranks, t->w.comm));
+    rec->ranks = &t->ranks;
+  }
   cddp_ddp_stats_t st;
   cddp_ddp_stats(t->ddp, &st, 1);
   rec->bytes_sent = st.wire_bytes;
@@ -165,6 +175,7 @@ static cddp_result_t setup(trainer_t *t) {
   /* resumed from a checkpoint: the lines of later steps go, as they are trained again */
   if (t->rank == 0 && resumed && !replacement) CDDP_CHECK(cddp__metrics_trim(path, t->step, NULL));
   CDDP_CHECK(cddp__metrics_open(&t->metrics, t->rank == 0 ? path : NULL, resumed, c->log_every));
+  cddp__ranks_init(&t->ranks, c->rank_every, c->straggler_pct, c->straggler_windows);
   if (c->sample_log) {
     snprintf(path, sizeof path, "%s/samples/rank%d.txt", t->run_dir, t->rank);
     t->sample_log = fopen(path, resumed ? "a" : "w");
@@ -195,6 +206,7 @@ static cddp_result_t setup(trainer_t *t) {
 static void teardown(trainer_t *t, int clean) {
   if (t->sample_log) fclose(t->sample_log);
   cddp__metrics_close(&t->metrics);
+  cddp__ranks_free(&t->ranks);
   cddp_ddp_destroy(t->ddp);
   cddp__optim_free(&t->opt);
   cddp__sampler_free(&t->sampler);

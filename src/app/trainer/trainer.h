@@ -10,6 +10,7 @@
 #include "trainer/config.h"
 #include "trainer/data.h"
 #include "trainer/metrics.h"
+#include "trainer/ranks.h"
 #include "trainer/model.h"
 #include "trainer/optim.h"
 #include "trainer/sampler.h"
@@ -49,6 +50,7 @@ typedef struct trainer {
   int epochs;       /* epochs the run's steps reach into: the progress line's total */
   uint64_t t_start; /* monotonic ns when this process began: the done line's wall time */
   cddp_metrics_t metrics;
+  cddp__ranks_t ranks;       /* every rank's timings, gathered every log.rank_every steps */
   FILE *sample_log;
   uint32_t *idx;
   int eval_batch;
