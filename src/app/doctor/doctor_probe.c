@@ -18,6 +18,7 @@
 
 #include "common/check.h"
 #include "common/clock.h"
+#include "common/io.h"
 #include "doctor/doctor.h"
 
 #define MAGIC "CDDPDOC1"
@@ -43,17 +44,10 @@ static void set_timeouts(int fd, int ms) {
 
 /* 0 on success, -1 on error or EOF (errno says which; 0 for EOF). */
 static int full(int fd, void *buf, size_t len, int writing) {
-  char *p = buf;
-  while (len > 0) {
-    ssize_t k = writing ? send(fd, p, len, MSG_NOSIGNAL) : recv(fd, p, len, 0);
-    if (k < 0 && errno == EINTR) continue;
-    if (k <= 0) {
-      if (k == 0) errno = 0;
-      return -1;
-    }
-    p += k, len -= (size_t)k;
-  }
-  return 0;
+  if (writing) return cddp__send_all(fd, buf, len);
+  ssize_t k = cddp__recv_all(fd, buf, len);
+  if (k >= 0 && (size_t)k < len) errno = 0;
+  return k == (ssize_t)len ? 0 : -1;
 }
 
 static struct addrinfo *resolve(const char *addr, int port) {

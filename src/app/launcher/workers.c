@@ -15,6 +15,7 @@
 
 #include "common/check.h"
 #include "common/clock.h"
+#include "common/io.h"
 #include "common/log.h"
 #include "launcher/cpubind.h"
 #include "launcher/errfile.h"
@@ -24,16 +25,6 @@
 #define LINE_MAX_BYTES 65536
 #define DRAIN_MS 500 /* after the last exit, wait this long for pipes held by grandchildren */
 
-static void write_all(int fd, const char *p, size_t n) {
-  while (n) {
-    ssize_t w = write(fd, p, n);
-    if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) return; /* console gone (EPIPE): drop */
-    p += w;
-    n -= (size_t)w;
-  }
-}
-
 /* One line (with its newline) of stream s of worker w: to the console with the prefix,
  * in a single write, and to the log file. */
 static void emit(cddp__workers_t *ws, cddp__worker_t *w, int s, const char *line, size_t len) {
@@ -41,9 +32,9 @@ static void emit(cddp__workers_t *ws, cddp__worker_t *w, int s, const char *line
   if (ws->console[w - ws->w] & (1 << s)) {
     int p = snprintf(out, 64, "[rank %d] ", w->rank);
     memcpy(out + p, line, len);
-    write_all(s ? STDERR_FILENO : STDOUT_FILENO, out, (size_t)p + len);
+    (void)cddp__write_all(s ? STDERR_FILENO : STDOUT_FILENO, out, (size_t)p + len); /* console gone: dropped */
   }
-  if (w->log_fd >= 0) write_all(w->log_fd, line, len);
+  if (w->log_fd >= 0) (void)cddp__write_all(w->log_fd, line, len);
   size_t n = len;
   while (n && (line[n - 1] == '\n' || line[n - 1] == '\r' || line[n - 1] == ' ')) n--;
   if (s == 1 && n) { /* its own word on why it fails, if it fails */
@@ -116,7 +107,7 @@ static void child(cddp__worker_t *w, int out[2], int err[2], char *const *argv, 
   execvpe(argv[0], argv, env);
   char msg[512];
   int n = snprintf(msg, sizeof msg, "cddp run: cannot run '%s': %s\n", argv[0], strerror(errno));
-  write_all(STDERR_FILENO, msg, (size_t)n);
+  (void)cddp__write_all(STDERR_FILENO, msg, (size_t)n);
   (void)w;
   _exit(127);
 }
