@@ -9,6 +9,7 @@
 #include "cli/commands.h"
 #include "cli/flags.h"
 #include "trainer/trainer.h"
+#include "world/launcher.h"
 
 #define MAX_SETS 256
 
@@ -35,10 +36,9 @@ static void usage(FILE *f) {
           "no RANK, it starts its own launcher (cddp run) first.\n");
 }
 
-/* XTuner's style: the launcher variables are set but no worker's RANK is. */
+/* XTuner's style: the node's launcher variables are set, but no launcher started this worker. */
 static int wants_own_launcher(void) {
-  return getenv("NPROC_PER_NODE") && !getenv("RANK") && !getenv("CDDP_STORE") &&
-         !getenv("SLURM_PROCID") && !getenv("OMPI_COMM_WORLD_RANK") && !getenv("PMI_RANK");
+  return getenv("NPROC_PER_NODE") && cddp__launcher_detect(environ) == CDDP_ENV_NONE;
 }
 
 static int exec_own_launcher(int argc, char **argv) {
@@ -68,12 +68,13 @@ static int exec_own_launcher(int argc, char **argv) {
 static int check_launcher(const char *l) {
   if (!strcmp(l, "auto")) return 0;
   if (!strcmp(l, "slurm")) {
-    if (getenv("SLURM_PROCID")) return 0;
-    fprintf(stderr, "cddp train: --launcher slurm: SLURM_PROCID is not set (run it under srun)\n");
+    if (cddp__launcher_present(environ, CDDP_ENV_SLURM)) return 0;
+    fprintf(stderr, "cddp train: --launcher slurm: not a task of an srun step (SLURM_PROCID and SLURM_STEP_ID "
+            "must be set): run it under srun\n");
     return 2;
   }
   if (!strcmp(l, "mpi")) {
-    if (getenv("OMPI_COMM_WORLD_RANK") || getenv("PMI_RANK")) return 0;
+    if (cddp__launcher_present(environ, CDDP_ENV_MPI)) return 0;
     fprintf(stderr, "cddp train: --launcher mpi: no MPI rank variable (OMPI_COMM_WORLD_RANK, PMI_RANK): run it under mpirun\n");
     return 2;
   }
