@@ -93,7 +93,8 @@ cddp_result_t cddp__durable_write(cddp__durable_t *d, const void *p, size_t n) {
     d->used = n;
     return CDDP_OK;
   }
-  if (cddp__write_all(d->fd, p, n) != 0) return cddp__fail_errno(CDDP_SYSTEM, "cannot write %s: write %s", d->path, d->tmp);
+  if (cddp__write_all(d->fd, p, n) != 0)
+    return cddp__fail_errno(CDDP_SYSTEM, "cannot write %s: write %s", d->path, d->tmp);
   return CDDP_OK;
 }
 
@@ -133,8 +134,14 @@ cddp_result_t cddp__durable_commit(cddp__durable_t *d) {
   if (rc != 0) { r = cddp__fail_errno(CDDP_SYSTEM, "cannot write %s: fsync %s", d->path, d->tmp); goto fail; }
   rc = close(d->fd);
   d->fd = -1;
-  if (rc != 0 && errno != EINTR) { r = cddp__fail_errno(CDDP_SYSTEM, "cannot write %s: close %s", d->path, d->tmp); goto fail; }
-  if (rename(d->tmp, d->path) != 0) { r = cddp__fail_errno(CDDP_SYSTEM, "cannot write %s: rename %s over it", d->path, d->tmp); goto fail; }
+  if (rc != 0 && errno != EINTR) {
+    r = cddp__fail_errno(CDDP_SYSTEM, "cannot write %s: close %s", d->path, d->tmp);
+    goto fail;
+  }
+  if (rename(d->tmp, d->path) != 0) {
+    r = cddp__fail_errno(CDDP_SYSTEM, "cannot write %s: rename %s over it", d->path, d->tmp);
+    goto fail;
+  }
   char dir[PATH_MAX];
   dir_of(d->path, dir, sizeof dir);
   r = cddp__fsync_dir(dir);
