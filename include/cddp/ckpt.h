@@ -38,7 +38,8 @@ typedef struct cddp_ckpt_payload {
   const cddp_meta_kv_t *meta; int n_meta;           /* -> state.safetensors __metadata__ */
 } cddp_ckpt_payload_t;
 
-/* Writes one safetensors file (not atomic by itself; fsyncs it). */
+/* Writes one safetensors file durably: a temporary beside path, fsynced, renamed over it, the
+ * folder fsynced; a crash leaves the old file or the new one, whole. */
 cddp_result_t cddp_safetensors_write(const char *path, const cddp_tensor_view_t *t, int n,
                                      const cddp_meta_kv_t *meta, int n_meta);
 

@@ -9,6 +9,9 @@
 #include "common/check.h"
 #include "common/knobs.h"
 #include "common/sock.h"
+#include "world/launcher.h"
+
+extern char **environ;
 
 int cddp__netif_match(const char *spec, const char *name) {
   if (!spec || !*spec) return 1;
@@ -113,8 +116,8 @@ cddp_result_t cddp__netif_route_src(const char *host, struct sockaddr_storage *s
 const char *cddp__netif_master_host(char *buf, size_t size) {
   const char *m = getenv("MASTER_ADDR");
   if (m && *m) return snprintf(buf, size, "%s", m), buf;
+  if (cddp__launcher_detect(environ) != CDDP_ENV_AGENT) return NULL;
   const char *s = getenv("CDDP_STORE");
-  if (!s || !*s) return NULL;
   if (strncmp(s, "tcp://", 6) == 0) s += 6;
   if (*s == '/' || strncmp(s, "file:", 5) == 0 || strncmp(s, "mem:", 4) == 0) return NULL;
   if (*s == '[') { /* [v6]:port */

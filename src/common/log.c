@@ -9,6 +9,7 @@
 
 #include "common/knobs.h"
 #include "common/log.h"
+#include "world/launcher.h" /* the rank a launcher gave: one decision, in world/ */
 
 int cddp__log_level = -1;
 unsigned cddp__log_subsys = CDDP_SUB_ALL;
@@ -71,8 +72,7 @@ static void init_once(void) {
   }
   if (gethostname(log_host, sizeof log_host) != 0) strcpy(log_host, "?");
   log_host[sizeof log_host - 1] = '\0';
-  const char *rank = getenv("RANK");
-  if (log_rank < 0 && rank && *rank) log_rank = atoi(rank);
+  if (log_rank < 0) log_rank = cddp__launcher_rank(environ); /* until cddp_env_read says */
   cddp__log_subsys = mask;
   __atomic_store_n(&cddp__log_level, level, __ATOMIC_RELEASE);
   /* said where a user of NCCL looks: the settings they gave NCCL steer cddp's logs too */

@@ -1,5 +1,5 @@
 /* ckpt.c - checkpoints that survive a crash at any instant: built in a hidden temporary
- * directory, every file and the directory fsynced, renamed into place, the root fsynced;
+ * directory, every file written durably (common/durable.c), renamed into place, the root fsynced;
  * read back only after DONE, the MANIFEST's sizes and CRC-32s and both headers check out. */
 #include "cddp/ckpt.h"
 
@@ -18,6 +18,8 @@
 
 #include "comm/flight.h"
 #include "common/check.h"
+#include "common/durable.h"
+#include "common/io.h"
 #include "ddp/safetensors.h"
 
 #define MANIFEST_MAGIC "cddp-checkpoint"
@@ -43,42 +45,6 @@ static cddp_result_t join(char *out, size_t cap, const char *a, const char *b) {
   return CDDP_OK;
 }
 
-static cddp_result_t fsync_dir(const char *path) {
-  int fd;
-  do fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  while (fd < 0 && errno == EINTR);
-  if (fd < 0) return cddp__fail_errno(CDDP_SYSTEM, "open %s (to fsync the directory)", path);
-  int rc;
-  do rc = fsync(fd);
-  while (rc != 0 && errno == EINTR);
-  cddp_result_t ret = rc == 0 ? CDDP_OK : cddp__fail_errno(CDDP_SYSTEM, "fsync %s", path);
-  close(fd);
-  return ret;
-}
-
-/* Writes a small file and fsyncs it. */
-static cddp_result_t write_small(const char *path, const char *text, size_t len) {
-  int fd;
-  do fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  while (fd < 0 && errno == EINTR);
-  if (fd < 0) return cddp__fail_errno(CDDP_SYSTEM, "open %s", path);
-  cddp_result_t ret = CDDP_OK;
-  while (len > 0) {
-    ssize_t w = write(fd, text, len);
-    if (w < 0 && errno == EINTR) continue;
-    if (w < 0) { ret = cddp__fail_errno(CDDP_SYSTEM, "write %s", path); break; }
-    text += w, len -= (size_t)w;
-  }
-  int rc = 0;
-  if (ret == CDDP_OK) {
-    do rc = fsync(fd);
-    while (rc != 0 && errno == EINTR);
-    if (rc != 0) ret = cddp__fail_errno(CDDP_SYSTEM, "fsync %s", path);
-  }
-  if (close(fd) != 0 && errno != EINTR && ret == CDDP_OK) ret = cddp__fail_errno(CDDP_SYSTEM, "close %s", path);
-  return ret;
-}
-
 /* mkdir -p; a directory it creates is made durable by fsyncing its parent. */
 static cddp_result_t mkdir_p(const char *path) {
   char buf[PATH_MAX];
@@ -95,7 +61,7 @@ static cddp_result_t mkdir_p(const char *path) {
       if (slash == parent) parent[1] = '\0';
       else if (slash) *slash = '\0';
       else snprintf(parent, sizeof parent, ".");
-      CDDP_CHECK(fsync_dir(parent));
+      CDDP_CHECK(cddp__fsync_dir(parent));
     } else if (errno != EEXIST) {
       return cddp__fail_errno(CDDP_SYSTEM, "mkdir %s", buf);
     }
@@ -271,14 +237,9 @@ static cddp_result_t check_dir(const char *dir, char *why, size_t cap, struct cd
       goto out;
     }
     buf[k] = malloc(m.size[k] ? m.size[k] : 1);
-    size_t got = 0;
-    while (buf[k] && got < m.size[k]) {
-      ssize_t r = read(fd, buf[k] + got, CDDP_MIN(m.size[k] - got, (size_t)1 << 30));
-      if (r < 0 && errno == EINTR) continue;
-      if (r <= 0) break;
-      got += (size_t)r;
-    }
-    int rerr = errno;
+    ssize_t r = buf[k] ? cddp__read_all(fd, buf[k], m.size[k]) : -1;
+    size_t got = r > 0 ? (size_t)r : 0;
+    int rerr = r < 0 ? errno : 0;
     close(fd);
     if (!buf[k] || got != m.size[k]) {
       snprintf(why, cap, "unreadable (read %s: %s)", fname, buf[k] ? strerror(rerr) : "out of memory");
@@ -424,7 +385,7 @@ static void prune(const char *root, int64_t saved, int keep) {
     removed++;
   }
   free(v);
-  if (removed) fsync_dir(root); /* best effort: a lost removal only costs disk space */
+  if (removed) cddp__fsync_dir(root); /* best effort: a lost removal only costs disk space */
 }
 
 /* Moves the finished tmp directory to final. A checkpoint already there (the same step saved
@@ -434,7 +395,7 @@ static cddp_result_t publish(const char *root, const char *tmp, const char *fina
   if (rename(tmp, final) == 0) return CDDP_OK;
   if (errno != EEXIST && errno != ENOTEMPTY) return cddp__fail_errno(CDDP_SYSTEM, "rename %s -> %s", tmp, final);
   if (renameat2(AT_FDCWD, tmp, AT_FDCWD, final, RENAME_EXCHANGE) == 0) {
-    CDDP_CHECK(fsync_dir(root));
+    CDDP_CHECK(cddp__fsync_dir(root));
     rm_tree(tmp, 2); /* now the old checkpoint */
     return CDDP_OK;
   }
@@ -444,7 +405,7 @@ static cddp_result_t publish(const char *root, const char *tmp, const char *fina
   if (snprintf(old, sizeof old, "%s.old", tmp) >= (int)sizeof old) return cddp__fail(CDDP_INVALID_ARG, "path %s.old is too long", tmp);
   if (rename(final, old) != 0) return cddp__fail_errno(CDDP_SYSTEM, "rename %s -> %s", final, old);
   if (rename(tmp, final) != 0) return cddp__fail_errno(CDDP_SYSTEM, "rename %s -> %s", tmp, final);
-  CDDP_CHECK(fsync_dir(root));
+  CDDP_CHECK(cddp__fsync_dir(root));
   rm_tree(old, 2);
   return CDDP_OK;
 }
@@ -484,14 +445,13 @@ cddp_result_t cddp_ckpt_save(const char *root, int64_t step, const cddp_ckpt_pay
 
   size_t len = manifest_format(text, sizeof text, &m);
   CDDP_CHECK_GOTO(join(path, sizeof path, tmp, "MANIFEST"), ret, fail);
-  CDDP_CHECK_GOTO(write_small(path, text, len), ret, fail);
+  CDDP_CHECK_GOTO(cddp__durable_save(path, 0644, text, len), ret, fail);
   len = (size_t)snprintf(text, sizeof text, "step %" PRId64 "\n", step);
   CDDP_CHECK_GOTO(join(path, sizeof path, tmp, "DONE"), ret, fail);
-  CDDP_CHECK_GOTO(write_small(path, text, len), ret, fail);
-  CDDP_CHECK_GOTO(fsync_dir(tmp), ret, fail);
+  CDDP_CHECK_GOTO(cddp__durable_save(path, 0644, text, len), ret, fail);
   CDDP_CHECK_GOTO(publish(root, tmp, final), ret, fail);
   made_tmp = 0;
-  CDDP_CHECK_GOTO(fsync_dir(root), ret, fail);
+  CDDP_CHECK_GOTO(cddp__fsync_dir(root), ret, fail);
   free(meta);
   meta = NULL;
   CDDP_INFO(CDDP_SUB_TRAIN, "checkpoint: saved %s (%" PRIu64 " + %" PRIu64 " bytes)", final, m.size[0], m.size[1]);

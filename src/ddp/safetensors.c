@@ -1,5 +1,5 @@
 /* safetensors.c - safetensors files: the writer (escaped JSON header padded to 8 bytes, packed
- * F32 data, fsync) and a strict, bounded reader of the header shape the spec allows. */
+ * F32 data, written durably) and a strict, bounded reader of the header shape the spec allows. */
 #include "ddp/safetensors.h"
 
 #include <errno.h>
@@ -13,6 +13,7 @@
 #include <zlib.h>
 
 #include "common/check.h"
+#include "common/durable.h"
 
 #if __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "safetensors.c writes host floats as little-endian data: add byte swapping for this host"
@@ -183,17 +184,11 @@ out:
   return ret;
 }
 
-static cddp_result_t write_all(int fd, const char *path, const void *p, size_t n, uint32_t *crc) {
-  const uint8_t *c = p;
-  while (n > 0) {
-    size_t chunk = CDDP_MIN(n, (size_t)1 << 30);
-    ssize_t w = write(fd, c, chunk);
-    if (w < 0 && errno == EINTR) continue;
-    if (w < 0) return cddp__fail_errno(CDDP_SYSTEM, "write %s", path);
-    *crc = (uint32_t)crc32(*crc, c, (uInt)w);
-    c += w, n -= (size_t)w;
-  }
-  return CDDP_OK;
+/* Appends to the file and folds the bytes into its CRC-32. */
+static cddp_result_t put(cddp__durable_t *d, const void *p, size_t n, uint32_t *crc) {
+  for (size_t at = 0; at < n; at += (size_t)1 << 30)
+    *crc = (uint32_t)crc32(*crc, (const Bytef *)p + at, (uInt)CDDP_MIN(n - at, (size_t)1 << 30));
+  return cddp__durable_write(d, p, n);
 }
 
 cddp_result_t cddp__st_write(const char *path, const cddp_tensor_view_t *t, int n,
@@ -201,45 +196,34 @@ cddp_result_t cddp__st_write(const char *path, const cddp_tensor_view_t *t, int 
                              uint32_t *crc_out) {
   cddp_result_t ret = CDDP_OK;
   sb_t b = {0};
-  int fd = -1;
+  cddp__durable_t d = {.fd = -1};
   uint32_t crc = (uint32_t)crc32(0L, Z_NULL, 0);
   if (!path || n < 0 || n_meta < 0 || (n > 0 && !t) || (n_meta > 0 && !meta))
     return cddp__fail(CDDP_INVALID_ARG, "safetensors write %s: bad arguments", path ? path : "(null)");
   CDDP_CHECK_GOTO(build_header(path, t, n, meta, n_meta, &b), ret, fail);
-  do fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  while (fd < 0 && errno == EINTR);
-  if (fd < 0) { ret = cddp__fail_errno(CDDP_SYSTEM, "open %s", path); goto fail; }
+  CDDP_CHECK_GOTO(cddp__durable_open(&d, path, 0644), ret, fail);
   uint8_t le[8];
   uint64_t hn = b.len, total = 8 + hn;
   for (int i = 0; i < 8; i++) le[i] = (uint8_t)(hn >> (8 * i));
-  CDDP_CHECK_GOTO(write_all(fd, path, le, 8, &crc), ret, fail);
-  CDDP_CHECK_GOTO(write_all(fd, path, b.p, b.len, &crc), ret, fail);
+  CDDP_CHECK_GOTO(put(&d, le, 8, &crc), ret, fail);
+  CDDP_CHECK_GOTO(put(&d, b.p, b.len, &crc), ret, fail);
   for (int i = 0; i < n; i++) {
     uint64_t count = 1;
-    for (int d = 0; d < t[i].ndim; d++) count *= (uint64_t)t[i].shape[d];
+    for (int dim = 0; dim < t[i].ndim; dim++) count *= (uint64_t)t[i].shape[dim];
     if (count && !t[i].data) {
       ret = cddp__fail(CDDP_INVALID_ARG, "%s: tensor '%s' has no data", path, t[i].name);
       goto fail;
     }
-    if (count) CDDP_CHECK_GOTO(write_all(fd, path, t[i].data, count * 4, &crc), ret, fail);
+    if (count) CDDP_CHECK_GOTO(put(&d, t[i].data, count * 4, &crc), ret, fail);
     total += count * 4;
   }
-  int rc;
-  do rc = fsync(fd);
-  while (rc != 0 && errno == EINTR);
-  if (rc != 0) { ret = cddp__fail_errno(CDDP_SYSTEM, "fsync %s", path); goto fail; }
-  if (close(fd) != 0 && errno != EINTR) {
-    fd = -1;
-    ret = cddp__fail_errno(CDDP_SYSTEM, "close %s", path);
-    goto fail;
-  }
-  fd = -1;
+  CDDP_CHECK_GOTO(cddp__durable_commit(&d), ret, fail);
   free(b.p);
   if (size) *size = total;
   if (crc_out) *crc_out = crc;
   return CDDP_OK;
 fail:
-  if (fd >= 0) close(fd), unlink(path);
+  cddp__durable_abort(&d);
   free(b.p);
   return ret;
 }

@@ -1,5 +1,6 @@
 /* store_file.c - a store in one file shared by processes on a host: flock on PATH.lock, the
- * whole table rewritten through a tmp file + rename; get/wait poll with short sleeps. */
+ * whole table rewritten durably (tmp file, fsync, rename, fsync the folder); get/wait poll
+ * with short sleeps. */
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -12,6 +13,7 @@
 
 #include "common/check.h"
 #include "common/clock.h"
+#include "common/durable.h"
 #include "store/store_internal.h"
 #include "store/wire.h"
 
@@ -104,7 +106,7 @@ static int put_entry(const cddp__kv_entry_t *e, void *arg) {
   return 0;
 }
 
-/* Writes kv to PATH.tmp.PID and renames it over PATH. Call locked (exclusive). */
+/* Replaces PATH with kv, durably (common/durable.c). Call locked (exclusive). */
 static cddp_result_t save(file_store_t *f, const cddp__kv_t *kv) {
   cddp__wire_buf_t b = {0};
   cddp__wire_raw(&b, file_magic, sizeof file_magic - 1);
@@ -114,23 +116,8 @@ static cddp_result_t save(file_store_t *f, const cddp__kv_t *kv) {
     cddp__wire_buf_free(&b);
     return cddp__fail(CDDP_SYSTEM, "store file %s: out of memory", f->path);
   }
-  size_t pl = strlen(f->path) + 32;
-  char *tmp = malloc(pl);
-  cddp_result_t r = CDDP_OK;
-  if (!tmp) return cddp__fail(CDDP_SYSTEM, "store file %s: out of memory", f->path);
-  snprintf(tmp, pl, "%s.tmp.%d", f->path, (int)getpid());
-  FILE *fp = fopen(tmp, "wb");
-  if (!fp) {
-    r = cddp__fail_errno(CDDP_SYSTEM, "store file: create %s", tmp);
-  } else {
-    int bad = fwrite(b.p, 1, b.len, fp) != b.len;
-    bad |= fclose(fp) != 0;
-    if (bad || rename(tmp, f->path) != 0) {
-      r = cddp__fail_errno(CDDP_SYSTEM, "store file: write %s", f->path);
-      unlink(tmp);
-    }
-  }
-  free(tmp);
+  cddp_result_t r = cddp__durable_save(f->path, 0666, b.p, b.len);
+  if (r != CDDP_OK) r = cddp__fail(r, "store file: %s", cddp_last_error());
   cddp__wire_buf_free(&b);
   return r;
 }

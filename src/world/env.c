@@ -12,6 +12,7 @@
 #include "common/sock.h"
 #include "world/mpi_step.h"
 #include "world/envp.h"
+#include "world/launcher.h"
 #include "world/slurm_step.h"
 
 /* Integer variable: absent -> dflt; malformed or out of [lo, hi] -> INVALID_ARG naming it. */
@@ -115,9 +116,9 @@ cddp_result_t cddp_env_read(cddp_env_t *env) {
   copy(e.run_id, sizeof e.run_id, "local");
   copy(master_from, sizeof master_from, "MASTER_ADDR");
   CDDP_CHECK(cddp_token_from_env(e.token, sizeof e.token));
-  const char *store = getenv("CDDP_STORE");
-  if (store && *store) {
-    e.source = CDDP_ENV_AGENT;
+  e.source = cddp__launcher_detect(environ);
+  if (e.source == CDDP_ENV_AGENT) {
+    const char *store = getenv("CDDP_STORE");
     CDDP_CHECK(read_ranks(&e));
     CDDP_CHECK(env_int("CDDP_ROUND", 0, 0, 1 << 30, &e.round));
     CDDP_CHECK(env_int("CDDP_RESTART_COUNT", 0, 0, 1 << 30, &e.restart_count));
@@ -131,21 +132,18 @@ cddp_result_t cddp_env_read(cddp_env_t *env) {
     copy(e.run_id, sizeof e.run_id, getenv("CDDP_RUN_ID") ? getenv("CDDP_RUN_ID") : "cddp");
     copy(master_from, sizeof master_from, "CDDP_STORE");
     CDDP_CHECK(parse_hostport("CDDP_STORE", store, e.master_addr, sizeof e.master_addr, &e.master_port));
-  } else if (getenv("RANK") && getenv("WORLD_SIZE")) {
-    e.source = CDDP_ENV_TORCHRUN;
+  } else if (e.source == CDDP_ENV_TORCHRUN) {
     CDDP_CHECK(read_torchrun(&e));
-  } else if (cddp__slurm_in_step(environ)) {
-    e.source = CDDP_ENV_SLURM;
+  } else if (e.source == CDDP_ENV_SLURM) {
     CDDP_CHECK(read_slurm(&e));
-  } else if (cddp__mpi_in_step(environ)) {
-    e.source = CDDP_ENV_MPI;
+  } else if (e.source == CDDP_ENV_MPI) {
     CDDP_CHECK(read_mpi(&e));
   }
   *env = e;
   cddp__log_set_rank(e.world_size > 1 || e.source != CDDP_ENV_NONE ? e.rank : -1);
-  CDDP_INFO(CDDP_SUB_ENV, "rank %d of %d (local %d of %d, node %d of %d), run %s, store %s:%d, source %d", e.rank,
+  CDDP_INFO(CDDP_SUB_ENV, "rank %d of %d (local %d of %d, node %d of %d), run %s, store %s:%d, launcher %s", e.rank,
             e.world_size, e.local_rank, e.local_world_size, e.node_rank, e.nnodes, e.run_id, e.master_addr,
-            e.master_port, (int)e.source);
+            e.master_port, cddp__launcher_name(e.source));
   return CDDP_OK;
 }
 

@@ -7,10 +7,6 @@
 #include "world/mpi_step.h"
 #include "world/envp.h"
 
-int cddp__mpi_in_step(char **envp) {
-  return cddp__envp_get(envp, "OMPI_COMM_WORLD_RANK") != NULL || cddp__envp_get(envp, "PMI_RANK") != NULL;
-}
-
 cddp_result_t cddp__mpi_step_read(char **envp, cddp__mpi_step_t *s) {
   memset(s, 0, sizeof *s);
   int ompi = cddp__envp_get(envp, "OMPI_COMM_WORLD_RANK") != NULL;

@@ -11,10 +11,6 @@ typedef struct cddp__mpi_step {
   char run_id[64];       /* "mpi-<hash of the job id>" */
 } cddp__mpi_step_t;
 
-/* Whether envp belongs to a process started by mpirun / mpiexec (Open MPI's
- * OMPI_COMM_WORLD_RANK, or PMI_RANK of MPICH and Intel MPI). */
-int cddp__mpi_in_step(char **envp);
-
 /* Reads the rank variables; nodes assume block mapping (node = rank / local size). An MPI
  * launch across hosts needs MASTER_ADDR (rank 0's host): MPI does not say where rank 0 is.
  * INVALID_ARG naming the missing or malformed variable. Never blocks. */

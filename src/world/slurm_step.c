@@ -9,10 +9,6 @@
 #include "world/envp.h"
 #include "world/slurm_step.h"
 
-int cddp__slurm_in_step(char **envp) {
-  return cddp__envp_get(envp, "SLURM_PROCID") && cddp__envp_get(envp, "SLURM_STEP_ID");
-}
-
 /* The step-wide variable when set, else the job-wide ones in order (job2 may be NULL); *name
  * says which was used. A step may run on fewer nodes than its job: the step's list wins. */
 static const char *step_var3(char **envp, const char *step, const char *job, const char *job2, const char **name) {

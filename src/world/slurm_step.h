@@ -14,10 +14,6 @@ typedef struct cddp__slurm_step {
   const char *nnodes_var, *master_var, *port_var; /* the variables that gave them, for messages */
 } cddp__slurm_step_t;
 
-/* Whether envp belongs to a task of a step: SLURM_PROCID and SLURM_STEP_ID both set (the
- * batch script's own step has SLURM_PROCID but no SLURM_STEP_ID). */
-int cddp__slurm_in_step(char **envp);
-
 /* Reads the step's variables (SLURM_STEP_* first, the job-wide ones as fallback, since a
  * step may run on a subset of the job's nodes). INVALID_ARG naming the missing or malformed
  * variable. Never blocks. */

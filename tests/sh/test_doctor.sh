@@ -16,9 +16,9 @@ trap cleanup EXIT
 
 # ---- bad usage: one line, exit 2
 "$CDDP" doctor --frobnicate >/dev/null 2>"$T/err"; rc=$?
-[ $rc = 2 ] && head -1 "$T/err" | grep -q "^cddp doctor: unknown argument '--frobnicate'$" && ok "unknown flag: exit 2, one line" || fail "unknown flag" "rc=$rc $(head -1 "$T/err")"
+[ $rc = 2 ] && head -1 "$T/err" | grep -q "^cddp doctor: unknown option '--frobnicate' (cddp doctor --help lists them)$" && ok "unknown flag: exit 2, one line" || fail "unknown flag" "rc=$rc $(head -1 "$T/err")"
 "$CDDP" doctor --bytes lots >/dev/null 2>"$T/err"; rc=$?
-[ $rc = 2 ] && grep -q "^cddp doctor: --bytes expects a size" "$T/err" && ok "bad --bytes: exit 2" || fail "bad --bytes" "rc=$rc $(cat "$T/err")"
+[ $rc = 2 ] && grep -q "^cddp doctor: --bytes lots: expected a size" "$T/err" && ok "bad --bytes: exit 2" || fail "bad --bytes" "rc=$rc $(cat "$T/err")"
 "$CDDP" doctor --set a=b >/dev/null 2>"$T/err"; rc=$?
 [ $rc = 2 ] && grep -q "^cddp doctor: --set needs --config$" "$T/err" && ok "--set without --config: exit 2" || fail "--set without --config" "rc=$rc"
 

@@ -61,6 +61,7 @@ bad "no run dir" "RUN_DIR is required" 2
 bad "missing run" "cannot read $T/nope/metrics.jsonl" 1 "$T/nope"
 mkdir -p "$T/empty" && : >"$T/empty/metrics.jsonl"
 bad "no steps" "has no step lines" 1 "$T/empty"
-bad "unknown flag" "unexpected argument '--bogus'" 2 "$R" --bogus
+bad "unknown flag" "unknown option '--bogus'" 2 "$R" --bogus
+bad "second run dir" "unexpected argument 'extra'" 2 "$R" extra
 bad "--out of another kind" "--out $T/x.jpg: the name must end in .png, .svg or .pdf" 2 "$R" --out "$T/x.jpg"
 finish

@@ -21,7 +21,7 @@ typedef struct opts {
   const char *sets[MAX_SETS];
   int nsets;
   double timeout_s, connect_s, max_offset_ms;
-  int iters;
+  long iters;
   uint64_t bytes;
 } opts_t;
 
@@ -56,19 +56,8 @@ static void usage(FILE *f) {
           "  --max-offset-ms MS     clock offset vs rank 0 reported as a problem above this (default 500)\n");
 }
 
-static int parse_num(const char *flag, const char *v, double lo, double hi, double *out) {
-  char *end;
-  errno = 0;
-  double x = strtod(v, &end);
-  if (errno || end == v || *end || !(x >= lo && x <= hi)) {
-    fprintf(stderr, "cddp doctor: %s expects a number in [%g, %g], got '%s'\n", flag, lo, hi, v);
-    return -1;
-  }
-  *out = x;
-  return 0;
-}
-
-static int parse_size(const char *v, uint64_t *out) {
+/* "8M": a byte count up to 4G, with K/M/G suffixes. */
+static int parse_size(const char *v, void *dst) {
   char *end;
   errno = 0;
   double x = strtod(v, &end);
@@ -76,49 +65,25 @@ static int parse_size(const char *v, uint64_t *out) {
   if (*end == 'K' || *end == 'k') mul = 1 << 10, end++;
   else if (*end == 'M' || *end == 'm') mul = 1 << 20, end++;
   else if (*end == 'G' || *end == 'g') mul = 1 << 30, end++;
-  if (errno || end == v || *end || !(x >= 0) || x * mul > (double)(4ull << 30)) {
-    fprintf(stderr, "cddp doctor: --bytes expects a size up to 4G (e.g. 8M), got '%s'\n", v);
-    return -1;
-  }
-  *out = (uint64_t)(x * mul);
+  if (errno || end == v || *end || !(x >= 0) || x * mul > (double)(4ull << 30)) return -1;
+  *(uint64_t *)dst = (uint64_t)(x * mul);
   return 0;
 }
 
 static int parse(int argc, char **argv, opts_t *o) {
   *o = (opts_t){.timeout_s = 30, .connect_s = 2, .max_offset_ms = 500, .iters = 50, .bytes = 8u << 20};
-  for (int i = 1; i < argc; i++) {
-    int missing = 0;
-    const char *v;
-    double x;
-    if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-      usage(stdout);
-      return 0;
-    } else if ((v = cddp__flag_value(argc, argv, &i, "--config", &missing))) {
-      o->cfg = v;
-    } else if ((v = cddp__flag_value(argc, argv, &i, "--set", &missing))) {
-      if (o->nsets == MAX_SETS) return fprintf(stderr, "cddp doctor: more than %d --set\n", MAX_SETS), 2;
-      o->sets[o->nsets++] = v;
-    } else if ((v = cddp__flag_value(argc, argv, &i, "--timeout", &missing))) {
-      if (parse_num("--timeout", v, 0.1, 86400, &o->timeout_s)) return 2;
-    } else if ((v = cddp__flag_value(argc, argv, &i, "--connect-timeout", &missing))) {
-      if (parse_num("--connect-timeout", v, 0.05, 600, &o->connect_s)) return 2;
-    } else if ((v = cddp__flag_value(argc, argv, &i, "--iters", &missing))) {
-      if (parse_num("--iters", v, 1, 100000, &x)) return 2;
-      if (x != (int)x) return fprintf(stderr, "cddp doctor: --iters expects an integer, got '%s'\n", v), 2;
-      o->iters = (int)x;
-    } else if ((v = cddp__flag_value(argc, argv, &i, "--bytes", &missing))) {
-      if (parse_size(v, &o->bytes)) return 2;
-    } else if ((v = cddp__flag_value(argc, argv, &i, "--max-offset-ms", &missing))) {
-      if (parse_num("--max-offset-ms", v, 0, 1e9, &o->max_offset_ms)) return 2;
-    } else if (missing) {
-      fprintf(stderr, "cddp doctor: %s needs a value\n", argv[i]);
-      return 2;
-    } else {
-      fprintf(stderr, "cddp doctor: unknown argument '%s'\n", argv[i]);
-      usage(stderr);
-      return 2;
-    }
-  }
+  const cddp__flag_t flags[] = {
+      CDDP__FLAG_STR_ROW("--config", NULL, &o->cfg),
+      CDDP__FLAG_LIST_ROW("--set", o->sets, &o->nsets, MAX_SETS, NULL, NULL),
+      CDDP__FLAG_DOUBLE_ROW("--timeout", &o->timeout_s, 0.1, 86400, "a number in [0.1, 86400]"),
+      CDDP__FLAG_DOUBLE_ROW("--connect-timeout", &o->connect_s, 0.05, 600, "a number in [0.05, 600]"),
+      CDDP__FLAG_LONG_ROW("--iters", &o->iters, 1, 100000, "an integer in [1, 100000]"),
+      CDDP__FLAG_FN_ROW("--bytes", &o->bytes, parse_size, "a size up to 4G (e.g. 8M)"),
+      CDDP__FLAG_DOUBLE_ROW("--max-offset-ms", &o->max_offset_ms, 0, 1e9, "a number in [0, 1e+09]"),
+  };
+  const cddp__cli_t cli = {.cmd = "doctor", .flags = flags, .n_flags = (int)CDDP_ARRAY_LEN(flags), .usage = usage};
+  int rc = cddp__flags_parse(&cli, argc, argv);
+  if (rc >= 0) return rc;
   if (o->nsets && !o->cfg) return fprintf(stderr, "cddp doctor: --set needs --config\n"), 2;
   return -1;
 }
@@ -273,7 +238,7 @@ static void measure(ctx_t *c) {
       if (c->reach[lo * n + hi] == CDDP__REACH_OK) client = lo;
       else if (c->reach[hi * n + lo] == CDDP__REACH_OK) client = hi;
       if (client == c->me)
-        cddp__doc_measure(c->info[p].chosen_addr, c->info[p].port, c->ranks[p], c->env.rank, c->o.iters, c->o.bytes,
+        cddp__doc_measure(c->info[p].chosen_addr, c->info[p].port, c->ranks[p], c->env.rank, (int)c->o.iters, c->o.bytes,
                           io_ms, &c->meas[c->me * n + p]);
     }
     char name[32];
@@ -379,7 +344,7 @@ static int run(ctx_t *c) {
     else snprintf(store, sizeof store, "%s:%d", c->env.master_addr, c->env.master_port);
     cddp__doc_job_t job = {.world = c->env.world_size, .n = c->n, .info = c->info, .reach = c->reach, .meas = c->meas,
                            .missing = missing, .nmissing = nmissing, .wait_s = nmissing ? c->o.timeout_s : waited,
-                           .store = store, .cfg_path = c->o.cfg, .cfg_keys = keys, .iters = c->o.iters,
+                           .store = store, .cfg_path = c->o.cfg, .cfg_keys = keys, .iters = (int)c->o.iters,
                            .bytes = c->o.bytes, .max_offset_ms = c->o.max_offset_ms};
     verdict = cddp__doc_report(&job, stdout) ? 1 : 0;
     fflush(stdout);

@@ -133,26 +133,15 @@ static int run_gnuplot(const char *script) {
 
 int cddp__cmd_plot(int argc, char **argv) {
   const char *dir = NULL, *out = NULL, *title = NULL;
-  for (int i = 1; i < argc; i++) {
-    int missing = 0;
-    const char *v;
-    if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-      usage(stdout);
-      return 0;
-    } else if ((v = cddp__flag_value(argc, argv, &i, "--out", &missing))) {
-      out = v;
-    } else if ((v = cddp__flag_value(argc, argv, &i, "--title", &missing))) {
-      title = v;
-    } else if (missing) {
-      fprintf(stderr, "cddp plot: %s needs a value\n", argv[i]);
-      return 2;
-    } else if (argv[i][0] == '-' || dir) {
-      fprintf(stderr, "cddp plot: unexpected argument '%s' (cddp plot --help)\n", argv[i]);
-      return 2;
-    } else {
-      dir = argv[i];
-    }
-  }
+  int n_dir = 0;
+  const cddp__flag_t flags[] = {
+      CDDP__FLAG_STR_ROW("--out", NULL, &out),
+      CDDP__FLAG_STR_ROW("--title", NULL, &title),
+  };
+  const cddp__cli_t cli = {.cmd = "plot", .flags = flags, .n_flags = 2, .usage = usage, .positional = &dir,
+                           .max_positional = 1, .n_positional = &n_dir};
+  int parsed = cddp__flags_parse(&cli, argc, argv);
+  if (parsed >= 0) return parsed;
   if (!dir) {
     fprintf(stderr, "cddp plot: RUN_DIR is required (a run folder of cddp train, e.g. runs/fmnist_mlp)\n");
     return 2;

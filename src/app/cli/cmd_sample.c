@@ -11,6 +11,7 @@
 #include "cddp/ckpt.h"
 #include "cli/commands.h"
 #include "cli/flags.h"
+#include "common/check.h"
 #include "trainer/config.h"
 #include "trainer/gpt.h"
 
@@ -89,43 +90,35 @@ static int pick(const float *logits, int vocab, float temp, int top_k, uint64_t 
   return (int)mx; /* not reached: rounding left u > 0; take the likeliest */
 }
 
+/* (0, 100] */
+static int parse_temperature(const char *v, void *dst) {
+  char *end;
+  double t = strtod(v, &end);
+  if (end == v || *end || !(t > 0) || t > 100) return -1;
+  *(double *)dst = t;
+  return 0;
+}
+
 int cddp__cmd_sample(int argc, char **argv) {
   const char *path = NULL, *prompt = "\n";
   char config[4096] = "";
   long n = 200, top_k = 40;
   double temp = 0.8;
   uint64_t seed = 1;
-  for (int i = 1; i < argc; i++) {
-    int missing = 0;
-    const char *v;
-    char *end = NULL;
-    if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-      usage(stdout);
-      return 0;
-    } else if ((v = cddp__flag_value(argc, argv, &i, "--ckpt", &missing))) {
-      path = v;
-    } else if ((v = cddp__flag_value(argc, argv, &i, "--prompt", &missing))) {
-      prompt = v;
-    } else if ((v = cddp__flag_value(argc, argv, &i, "--config", &missing))) {
-      snprintf(config, sizeof config, "%s", v);
-    } else if ((v = cddp__flag_value(argc, argv, &i, "-n", &missing))) {
-      n = strtol(v, &end, 10);
-      if (*end || n < 0 || n > 1000000) return fprintf(stderr, "cddp sample: -n %s: expected 0..1000000\n", v), 2;
-    } else if ((v = cddp__flag_value(argc, argv, &i, "--temperature", &missing))) {
-      temp = strtod(v, &end);
-      if (*end || !(temp > 0) || temp > 100) return fprintf(stderr, "cddp sample: --temperature %s: expected a number > 0\n", v), 2;
-    } else if ((v = cddp__flag_value(argc, argv, &i, "--top-k", &missing))) {
-      top_k = strtol(v, &end, 10);
-      if (*end || top_k < 0 || top_k > 256) return fprintf(stderr, "cddp sample: --top-k %s: expected 0..256\n", v), 2;
-    } else if ((v = cddp__flag_value(argc, argv, &i, "--seed", &missing))) {
-      seed = strtoull(v, &end, 10);
-      if (*end) return fprintf(stderr, "cddp sample: --seed %s: expected a number\n", v), 2;
-    } else if (missing) {
-      return fprintf(stderr, "cddp sample: %s needs a value\n", argv[i]), 2;
-    } else {
-      return fprintf(stderr, "cddp sample: unknown option '%s' (cddp sample --help)\n", argv[i]), 2;
-    }
-  }
+  const char *config_flag = NULL;
+  const cddp__flag_t flags[] = {
+      CDDP__FLAG_STR_ROW("--ckpt", NULL, &path),
+      CDDP__FLAG_STR_ROW("--prompt", NULL, &prompt),
+      CDDP__FLAG_STR_ROW("--config", NULL, &config_flag),
+      CDDP__FLAG_LONG_ROW("-n", &n, 0, 1000000, "0..1000000"),
+      CDDP__FLAG_FN_ROW("--temperature", &temp, parse_temperature, "a number > 0"),
+      CDDP__FLAG_LONG_ROW("--top-k", &top_k, 0, 256, "0..256"),
+      CDDP__FLAG_U64_ROW("--seed", &seed, "a number"),
+  };
+  const cddp__cli_t cli = {.cmd = "sample", .flags = flags, .n_flags = (int)CDDP_ARRAY_LEN(flags), .usage = usage};
+  int parsed = cddp__flags_parse(&cli, argc, argv);
+  if (parsed >= 0) return parsed;
+  if (config_flag) snprintf(config, sizeof config, "%s", config_flag);
   if (!path) return fprintf(stderr, "cddp sample: --ckpt PATH is required (a checkpoint or run dir)\n"), 2;
   char dir[4020];
   if (resolve(path, dir, sizeof dir, config, sizeof config) != 0) return 1;

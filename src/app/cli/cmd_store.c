@@ -22,39 +22,19 @@ static void usage(FILE *f) {
 }
 
 int cddp__cmd_store(int argc, char **argv) {
-  const char *host = NULL, *port_s = NULL, *token_file = NULL;
-  for (int i = 1; i < argc; i++) {
-    int missing = 0;
-    const char *v;
-    if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-      usage(stdout);
-      return 0;
-    } else if ((v = cddp__flag_value(argc, argv, &i, "--port", &missing))) {
-      port_s = v;
-    } else if ((v = cddp__flag_value(argc, argv, &i, "--host", &missing))) {
-      host = v;
-    } else if ((v = cddp__flag_value(argc, argv, &i, "--token-file", &missing))) {
-      token_file = v;
-    } else if (missing) {
-      fprintf(stderr, "cddp store: %s needs a value\n", argv[i]);
-      usage(stderr);
-      return 2;
-    } else {
-      fprintf(stderr, "cddp store: unknown flag '%s'\n", argv[i]);
-      usage(stderr);
-      return 2;
-    }
-  }
-  if (!port_s) {
+  const char *host = NULL, *token_file = NULL;
+  long port = -1;
+  const cddp__flag_t flags[] = {
+      CDDP__FLAG_LONG_ROW("--port", &port, 0, 65535, "a port number (0-65535)"),
+      CDDP__FLAG_STR_ROW("--host", NULL, &host),
+      CDDP__FLAG_STR_ROW("--token-file", NULL, &token_file),
+  };
+  const cddp__cli_t cli = {.cmd = "store", .flags = flags, .n_flags = 3, .usage = usage};
+  int rc = cddp__flags_parse(&cli, argc, argv);
+  if (rc >= 0) return rc;
+  if (port < 0) {
     fprintf(stderr, "cddp store: --port is required\n");
     usage(stderr);
-    return 2;
-  }
-  char *end;
-  errno = 0;
-  long port = strtol(port_s, &end, 10);
-  if (errno || *end || end == port_s || port < 0 || port > 65535) {
-    fprintf(stderr, "cddp store: --port %s is not a port number (0-65535)\n", port_s);
     return 2;
   }
   static char token[4096];

@@ -8,7 +8,9 @@
 
 #include "cli/commands.h"
 #include "cli/flags.h"
+#include "common/check.h"
 #include "trainer/trainer.h"
+#include "world/launcher.h"
 
 #define MAX_SETS 256
 
@@ -35,10 +37,9 @@ static void usage(FILE *f) {
           "no RANK, it starts its own launcher (cddp run) first.\n");
 }
 
-/* XTuner's style: the launcher variables are set but no worker's RANK is. */
+/* XTuner's style: the node's launcher variables are set, but no launcher started this worker. */
 static int wants_own_launcher(void) {
-  return getenv("NPROC_PER_NODE") && !getenv("RANK") && !getenv("CDDP_STORE") &&
-         !getenv("SLURM_PROCID") && !getenv("OMPI_COMM_WORLD_RANK") && !getenv("PMI_RANK");
+  return getenv("NPROC_PER_NODE") && cddp__launcher_detect(environ) == CDDP_ENV_NONE;
 }
 
 static int exec_own_launcher(int argc, char **argv) {
@@ -68,12 +69,13 @@ static int exec_own_launcher(int argc, char **argv) {
 static int check_launcher(const char *l) {
   if (!strcmp(l, "auto")) return 0;
   if (!strcmp(l, "slurm")) {
-    if (getenv("SLURM_PROCID")) return 0;
-    fprintf(stderr, "cddp train: --launcher slurm: SLURM_PROCID is not set (run it under srun)\n");
+    if (cddp__launcher_present(environ, CDDP_ENV_SLURM)) return 0;
+    fprintf(stderr, "cddp train: --launcher slurm: not a task of an srun step (SLURM_PROCID and SLURM_STEP_ID "
+            "must be set): run it under srun\n");
     return 2;
   }
   if (!strcmp(l, "mpi")) {
-    if (getenv("OMPI_COMM_WORLD_RANK") || getenv("PMI_RANK")) return 0;
+    if (cddp__launcher_present(environ, CDDP_ENV_MPI)) return 0;
     fprintf(stderr, "cddp train: --launcher mpi: no MPI rank variable (OMPI_COMM_WORLD_RANK, PMI_RANK): run it under mpirun\n");
     return 2;
   }
@@ -81,51 +83,25 @@ static int check_launcher(const char *l) {
   return 2;
 }
 
+static int is_key_value(const char *v, void *dst) { return strchr(v, '=') ? 0 : -1; }
+
 int cddp__cmd_train(int argc, char **argv) {
   static const char *sets[MAX_SETS];
   cddp_train_opts_t o = {.sets = sets};
   const char *launcher = "auto";
-  for (int i = 1; i < argc; i++) {
-    int missing = 0;
-    const char *v;
-    if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-      usage(stdout);
-      return 0;
-    } else if ((v = cddp__flag_value(argc, argv, &i, "--config", &missing)) ||
-               (v = cddp__flag_value(argc, argv, &i, "--config_path", &missing))) {
-      o.config_path = v;
-    } else if ((v = cddp__flag_value(argc, argv, &i, "--set", &missing))) {
-      if (!strchr(v, '=')) {
-        fprintf(stderr, "cddp train: --set %s: expected key=value\n", v);
-        return 2;
-      }
-      if (o.n_sets == MAX_SETS) {
-        fprintf(stderr, "cddp train: more than %d --set overrides\n", MAX_SETS);
-        return 2;
-      }
-      sets[o.n_sets++] = v;
-    } else if ((v = cddp__flag_value(argc, argv, &i, "--work-dir", &missing)) ||
-               (v = cddp__flag_value(argc, argv, &i, "--work_dir", &missing))) {
-      o.work_dir = v;
-    } else if ((v = cddp__flag_value(argc, argv, &i, "--name", &missing))) {
-      o.name = v;
-    } else if ((v = cddp__flag_value(argc, argv, &i, "--resume-from", &missing)) ||
-               (v = cddp__flag_value(argc, argv, &i, "--resume_from", &missing))) {
-      o.resume = v;
-    } else if ((v = cddp__flag_value(argc, argv, &i, "--launcher", &missing))) {
-      launcher = v;
-    } else if ((v = cddp__flag_value(argc, argv, &i, "--backend", &missing))) {
-      o.backend = v;
-    } else if ((v = cddp__flag_value(argc, argv, &i, "--transport", &missing))) {
-      o.transport = v;
-    } else if (missing) {
-      fprintf(stderr, "cddp train: %s needs a value\n", argv[i]);
-      return 2;
-    } else {
-      fprintf(stderr, "cddp train: unknown option '%s' (cddp train --help lists them)\n", argv[i]);
-      return 2;
-    }
-  }
+  const cddp__flag_t flags[] = {
+      CDDP__FLAG_STR_ROW("--config", "--config_path", &o.config_path),
+      CDDP__FLAG_LIST_ROW("--set", sets, &o.n_sets, MAX_SETS, is_key_value, "key=value"),
+      CDDP__FLAG_STR_ROW("--work-dir", "--work_dir", &o.work_dir),
+      CDDP__FLAG_STR_ROW("--name", NULL, &o.name),
+      CDDP__FLAG_STR_ROW("--resume-from", "--resume_from", &o.resume),
+      CDDP__FLAG_STR_ROW("--launcher", NULL, &launcher),
+      CDDP__FLAG_STR_ROW("--backend", NULL, &o.backend),
+      CDDP__FLAG_STR_ROW("--transport", NULL, &o.transport),
+  };
+  const cddp__cli_t cli = {.cmd = "train", .flags = flags, .n_flags = (int)CDDP_ARRAY_LEN(flags), .usage = usage};
+  int rc = cddp__flags_parse(&cli, argc, argv);
+  if (rc >= 0) return rc;
   if (!o.config_path) {
     fprintf(stderr, "cddp train: --config PATH is required (e.g. --config configs/fmnist_mlp.yaml)\n");
     return 2;
@@ -134,7 +110,7 @@ int cddp__cmd_train(int argc, char **argv) {
     fprintf(stderr, "cddp train: --resume-from: expected latest, none or a checkpoint path\n");
     return 2;
   }
-  int rc = check_launcher(launcher);
+  rc = check_launcher(launcher);
   if (rc) return rc;
   if (!strcmp(launcher, "auto") && wants_own_launcher()) return exec_own_launcher(argc, argv);
   return cddp__train_main(&o);

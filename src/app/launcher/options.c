@@ -11,6 +11,7 @@
 #include "common/check.h"
 #include "launcher/options.h"
 #include "world/envp.h"
+#include "world/launcher.h"
 #include "launcher/gpus.h"
 #include "world/mpi_step.h"
 #include "world/slurm_step.h"
@@ -267,7 +268,7 @@ static cddp_result_t fill_slurm(raw_t *r, char **envp, cddp_run_opts_t *o, char 
     return bad_value(r, F_LAUNCHER, "must be slurm, mpi or local");
   const char *jobid = cddp__envp_get(envp, "SLURM_JOB_ID");
   if (!jobid) jobid = cddp__envp_get(envp, "SLURM_JOBID");
-  int in_step = cddp__slurm_in_step(envp);
+  int in_step = cddp__launcher_present(envp, CDDP_ENV_SLURM);
   int explicit_rdzv = r->val[F_STANDALONE] || r->val[F_RDZV_ENDPOINT] || r->val[F_MASTER_ADDR] ||
                       r->val[F_NODE_RANK] || r->val[F_RDZV_BACKEND];
   int want = !strcmp(launcher, "slurm") || (!*launcher && in_step && !explicit_rdzv && !mpi_forced(r));
@@ -314,9 +315,10 @@ static cddp_result_t fill_mpi(raw_t *r, char **envp, cddp_run_opts_t *o, char bu
   const char *launcher = r->val[F_LAUNCHER] ? r->val[F_LAUNCHER] : "";
   int explicit_rdzv = r->val[F_STANDALONE] || r->val[F_RDZV_ENDPOINT] || r->val[F_MASTER_ADDR] ||
                       r->val[F_NODE_RANK] || r->val[F_RDZV_BACKEND];
-  if (o->slurm || (strcmp(launcher, "mpi") && (*launcher || explicit_rdzv || !cddp__mpi_in_step(envp))))
+  int by_mpirun = cddp__launcher_present(envp, CDDP_ENV_MPI);
+  if (o->slurm || (strcmp(launcher, "mpi") && (*launcher || explicit_rdzv || !by_mpirun)))
     return CDDP_OK;
-  if (!cddp__mpi_in_step(envp))
+  if (!by_mpirun)
     return cddp__fail(CDDP_INVALID_ARG, "%s mpi: not started by mpirun (OMPI_COMM_WORLD_RANK and PMI_RANK are unset)",
                       r->src[F_LAUNCHER]);
   cddp__mpi_step_t st;

@@ -16,6 +16,7 @@
 
 #include "common/check.h"
 #include "common/clock.h"
+#include "common/io.h"
 #include "common/log.h"
 #include "launcher/cpubind.h"
 #include "launcher/errfile.h"
@@ -26,16 +27,6 @@
 #define DRAIN_MS 500
 #define HANG_CHECK_MS 500 /* how often the watchdog reads the flight pages */ /* after the last exit, wait this long for pipes held by grandchildren */
 
-static void write_all(int fd, const char *p, size_t n) {
-  while (n) {
-    ssize_t w = write(fd, p, n);
-    if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) return; /* console gone (EPIPE): drop */
-    p += w;
-    n -= (size_t)w;
-  }
-}
-
 /* One line (with its newline) of stream s of worker w: to the console with the prefix,
  * in a single write, and to the log file. */
 static void emit(cddp__workers_t *ws, cddp__worker_t *w, int s, const char *line, size_t len) {
@@ -44,14 +35,14 @@ static void emit(cddp__workers_t *ws, cddp__worker_t *w, int s, const char *line
     for (int k = 0; k < 2; k++) /* a line below a progress line (either stream, one terminal): clear
                                    the progress line; its next update redraws it */
       if (ws->live_on[k]) {
-        write_all(k ? STDERR_FILENO : STDOUT_FILENO, "\r\033[K", 4);
+        (void)cddp__write_all(k ? STDERR_FILENO : STDOUT_FILENO, "\r\033[K", 4);
         ws->live_on[k]->live_open[k] = 0, ws->live_on[k] = NULL;
       }
     int p = snprintf(out, 64, "[rank %d] ", w->rank);
     memcpy(out + p, line, len);
-    write_all(s ? STDERR_FILENO : STDOUT_FILENO, out, (size_t)p + len);
+    (void)cddp__write_all(s ? STDERR_FILENO : STDOUT_FILENO, out, (size_t)p + len); /* console gone: dropped */
   }
-  if (w->log_fd >= 0) write_all(w->log_fd, line, len);
+  if (w->log_fd >= 0) (void)cddp__write_all(w->log_fd, line, len);
   size_t n = len;
   while (n && (line[n - 1] == '\n' || line[n - 1] == '\r' || line[n - 1] == ' ')) n--;
   if (s == 1 && n) { /* its own word on why it fails, if it fails */
@@ -68,7 +59,7 @@ static void emit_live(cddp__workers_t *ws, cddp__worker_t *w, int s, const char 
   if (!(ws->console[w - ws->w] & (1 << s)) || !len) return;
   int p = snprintf(out, 64, "\r[rank %d] ", w->rank);
   memcpy(out + p, text, len);
-  write_all(s ? STDERR_FILENO : STDOUT_FILENO, out, (size_t)p + len);
+  (void)cddp__write_all(s ? STDERR_FILENO : STDOUT_FILENO, out, (size_t)p + len);
   w->live_open[s] = 1, ws->live_on[s] = w;
 }
 
@@ -88,7 +79,7 @@ static void flush_lines(cddp__workers_t *ws, cddp__worker_t *w, int s, int at_eo
     if (b[i] != '\n') continue;
     if (w->live_open[s]) { /* the live line ends here: its text stays, the next line starts below */
       if (after_cr && i > start) emit_live(ws, w, s, b + start, i - start);
-      write_all(s ? STDERR_FILENO : STDOUT_FILENO, "\n", 1);
+      (void)cddp__write_all(s ? STDERR_FILENO : STDOUT_FILENO, "\n", 1);
       w->live_open[s] = 0, ws->live_on[s] = NULL;
       if (after_cr || i == start) {
         start = i + 1, after_cr = 0;
@@ -111,7 +102,7 @@ static void flush_lines(cddp__workers_t *ws, cddp__worker_t *w, int s, int at_eo
     start = w->len[s];
   }
   if (at_eof && w->live_open[s])
-    write_all(s ? STDERR_FILENO : STDOUT_FILENO, "\n", 1), w->live_open[s] = 0, ws->live_on[s] = NULL;
+    (void)cddp__write_all(s ? STDERR_FILENO : STDOUT_FILENO, "\n", 1), w->live_open[s] = 0, ws->live_on[s] = NULL;
   memmove(b, b + start, rest);
   w->len[s] = rest;
 }
@@ -160,7 +151,7 @@ static void child(cddp__worker_t *w, int out[2], int err[2], char *const *argv, 
   execvpe(argv[0], argv, env);
   char msg[512];
   int n = snprintf(msg, sizeof msg, "cddp run: cannot run '%s': %s\n", argv[0], strerror(errno));
-  write_all(STDERR_FILENO, msg, (size_t)n);
+  (void)cddp__write_all(STDERR_FILENO, msg, (size_t)n);
   (void)w;
   _exit(127);
 }

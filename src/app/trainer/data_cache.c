@@ -1,7 +1,7 @@
 /* data_cache.c - a decompressed data set kept on disk (CDDP_DATA_CACHE) and mapped read-only by
  * later loads: a replacement worker starts without unzipping, and the ranks of a host share the
  * pages. Keyed by the source files' paths, devices, inodes, sizes and mtimes; written to a
- * temporary file and renamed, so a reader sees a whole file or none. */
+ * temporary file, fsynced and renamed (common/durable.c), so a reader sees a whole file or none. */
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "common/check.h"
+#include "common/durable.h"
 #include "common/knobs.h"
 #include "common/log.h"
 #include "trainer/data.h"
@@ -108,23 +109,12 @@ int cddp__data_cache_load(cddp_dataset_t *d, const char *split, const char *imag
   return 1;
 }
 
-static int write_all(int fd, const void *buf, size_t len) {
-  const char *p = buf;
-  while (len > 0) {
-    ssize_t w = write(fd, p, CDDP_MIN(len, (size_t)1 << 30));
-    if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) return -1;
-    p += w, len -= (size_t)w;
-  }
-  return 0;
-}
-
 void cddp__data_cache_save(const cddp_dataset_t *d, const char *split, const char *images, const struct stat *si,
                            const char *labels, const struct stat *sl) {
   size_t floats = d->n * (size_t)(d->c * d->h * d->w) * sizeof(float);
   if (floats < MIN_BYTES) return;
   cache_hdr_t *h = calloc(1, sizeof *h);
-  char path[PATH_MAX], tmp[PATH_MAX + 8];
+  char path[PATH_MAX];
   if (!h || !entry(split, images, si, labels, sl, h->key, sizeof h->key, path, sizeof path)) {
     free(h);
     return;
@@ -132,23 +122,18 @@ void cddp__data_cache_save(const cddp_dataset_t *d, const char *split, const cha
   memcpy(h->magic, CACHE_MAGIC, 8);
   h->n = d->n, h->c = (uint32_t)d->c, h->h = (uint32_t)d->h, h->w = (uint32_t)d->w;
   h->n_classes = (uint32_t)d->n_classes, h->key_len = (uint32_t)strlen(h->key);
-  snprintf(tmp, sizeof tmp, "%s.tmp", path);
-  /* the .tmp is also the lock: one writer at a time; a dead writer's is taken over */
-  int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
-  struct stat st;
-  if (fd < 0 && errno == EEXIST && lstat(tmp, &st) == 0 && time(NULL) - st.st_mtime > STALE_S && unlink(tmp) == 0)
-    fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
-  if (fd < 0) { /* another rank is writing it, or the directory is read-only */
+  /* PATH.tmp is also the lock: one writer at a time; a dead writer's is taken over */
+  cddp__durable_t f;
+  if (cddp__durable_open_locked(&f, path, 0600, STALE_S) != CDDP_OK) { /* another rank is writing it, or read-only */
     free(h);
     return;
   }
-  int bad = write_all(fd, h, sizeof *h) || write_all(fd, d->x, floats) || write_all(fd, d->y, d->n);
-  bad = close(fd) != 0 || bad;
-  if (bad || rename(tmp, path) != 0) {
-    CDDP_INFO(CDDP_SUB_TRAIN, "data cache %s: cannot write it (%s): not cached", path, strerror(errno));
-    unlink(tmp);
-  } else {
-    CDDP_INFO(CDDP_SUB_TRAIN, "data: %s split cached in %s", split, path);
-  }
+  cddp_result_t r = cddp__durable_write(&f, h, sizeof *h);
+  if (r == CDDP_OK) r = cddp__durable_write(&f, d->x, floats);
+  if (r == CDDP_OK) r = cddp__durable_write(&f, d->y, d->n);
+  if (r == CDDP_OK) r = cddp__durable_commit(&f);
+  else cddp__durable_abort(&f);
+  if (r != CDDP_OK) CDDP_INFO(CDDP_SUB_TRAIN, "data cache: %s: not cached", cddp_last_error());
+  else CDDP_INFO(CDDP_SUB_TRAIN, "data: %s split cached in %s", split, path);
   free(h);
 }

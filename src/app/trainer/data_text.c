@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "common/check.h"
+#include "common/io.h"
 
 extern char **environ;
 
@@ -49,11 +50,11 @@ cddp_result_t cddp__text_read_kjv(uint8_t **text, size_t *n) {
       }
       buf = nb, cap *= 2;
     }
-    ssize_t r = read(fd[0], buf + len, cap - len);
-    if (r < 0 && errno == EINTR) continue;
+    ssize_t r = cddp__read_all(fd[0], buf + len, cap - len);
     if (r < 0) res = cddp__fail_errno(CDDP_SYSTEM, "kjv: read from '%s'", CDDP_KJV_PROGRAM);
     if (r <= 0) break;
     len += (size_t)r;
+    if (len < cap) break; /* end of file */
   }
   close(fd[0]);
   int status = 0;

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include "common/check.h"
+#include "common/durable.h"
 #include "common/clock.h"
 #include "trainer/metrics.h"
 #include "trainer/ranks.h"
@@ -40,21 +41,23 @@ cddp_result_t cddp__metrics_reopen(cddp_metrics_t *m, const char *jsonl_path) {
 }
 
 cddp_result_t cddp__metrics_trim(const char *path, int64_t step, int64_t *last) {
-  char tmp[4200], line[1024];
+  char line[1024];
   int64_t high = -1;
   if (last) *last = -1;
   FILE *in = fopen(path, "r");
   if (!in) return errno == ENOENT ? CDDP_OK : cddp__fail_errno(CDDP_SYSTEM, "cannot read %s", path);
-  snprintf(tmp, sizeof tmp, "%s.tmp", path);
-  FILE *out = fopen(tmp, "w");
-  while (out && fgets(line, sizeof line, in)) {
+  cddp__durable_t out;
+  cddp_result_t r = cddp__durable_open(&out, path, 0666);
+  while (r == CDDP_OK && fgets(line, sizeof line, in)) {
     const char *k = strstr(line, "\"step\":");
     long long s = k ? strtoll(k + 7, NULL, 10) : -1;
     if (k && !strstr(line, "\"eval\"") && s > high) high = s;
-    if (!k || s <= step) fputs(line, out);
+    if (!k || s <= step) r = cddp__durable_write(&out, line, strlen(line));
   }
   fclose(in);
-  if (!out || fclose(out) != 0 || rename(tmp, path) != 0) return cddp__fail_errno(CDDP_SYSTEM, "cannot rewrite %s", path);
+  if (r == CDDP_OK) r = cddp__durable_commit(&out);
+  else cddp__durable_abort(&out);
+  if (r != CDDP_OK) return cddp__fail(r, "cannot rewrite metrics: %s", cddp_last_error());
   if (last) *last = high;
   return CDDP_OK;
 }

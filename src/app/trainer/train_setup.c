@@ -10,6 +10,7 @@
 
 #include "cddp/ckpt.h"
 #include "common/check.h"
+#include "common/durable.h"
 #include "common/log.h"
 #include "ddp/ddp_compress.h"
 #include "trainer/trainer.h"
@@ -198,10 +199,14 @@ cddp_result_t cddp__train_make_run_dir(trainer_t *t) {
 cddp_result_t cddp__train_write_config(const trainer_t *t) {
   char path[600];
   snprintf(path, sizeof path, "%s/config.yaml", t->run_dir);
-  FILE *f = fopen(path, "w");
+  char *text = NULL;
+  size_t len = 0;
+  FILE *f = open_memstream(&text, &len);
   if (!f) return cddp__fail_errno(CDDP_SYSTEM, "cannot write %s", path);
   cddp_result_t r = cddp__config_write(&t->cfg, f);
   if (fclose(f) != 0 && r == CDDP_OK) r = cddp__fail_errno(CDDP_SYSTEM, "cannot write %s", path);
+  if (r == CDDP_OK) r = cddp__durable_save(path, 0666, text, len); /* a crash leaves the old one or this */
+  free(text);
   return r;
 }
 

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "common/check.h"
+#include "common/durable.h"
 #include "common/log.h"
 #include "cddp/ckpt.h"
 #include "ddp/ddp_compress.h"
@@ -194,17 +195,17 @@ out:
 /* Keeps only the sample-log lines of steps the checkpoint includes, so the log lists the
  * samples of committed steps exactly once however many times the run was resumed. */
 cddp_result_t cddp__train_trim_sample_log(const char *path, int64_t step) {
-  char tmp[760];
-  snprintf(tmp, sizeof tmp, "%s.tmp", path);
   FILE *in = fopen(path, "r");
   if (!in) return errno == ENOENT ? CDDP_NOT_FOUND : cddp__fail_errno(CDDP_SYSTEM, "cannot read sample log %s", path);
-  FILE *out = fopen(tmp, "w");
+  cddp__durable_t out;
+  cddp_result_t r = cddp__durable_open(&out, path, 0666);
   unsigned long long e, s, i;
-  while (out && fscanf(in, "%llu %llu %llu", &e, &s, &i) == 3)
-    if ((int64_t)s <= step) fprintf(out, "%llu %llu %llu\n", e, s, i);
+  while (r == CDDP_OK && fscanf(in, "%llu %llu %llu", &e, &s, &i) == 3)
+    if ((int64_t)s <= step) r = cddp__durable_printf(&out, "%llu %llu %llu\n", e, s, i);
   fclose(in);
-  if (!out || fclose(out) != 0 || rename(tmp, path) != 0)
-    return cddp__fail_errno(CDDP_SYSTEM, "cannot rewrite sample log %s", path);
+  if (r == CDDP_OK) r = cddp__durable_commit(&out);
+  else cddp__durable_abort(&out);
+  if (r != CDDP_OK) return cddp__fail(r, "cannot rewrite sample log: %s", cddp_last_error());
   return CDDP_OK;
 }
 

@@ -1,0 +1,37 @@
+/* io.c - write_all / read_all on files and pipes over one loop that retries EINTR (sockets,
+ * with their deadlines, are common/sock.c's). */
+#include "common/io.h"
+
+#include <errno.h>
+#include <unistd.h>
+
+#define PIECE ((size_t)1 << 30) /* one call moves at most this much (Linux caps a write near 2 GiB) */
+
+enum { OP_WRITE, OP_READ };
+
+/* Moves up to len bytes; stops early only at end of file (reads) and on errors. */
+static ssize_t xfer(int fd, void *buf, size_t len, int op) {
+  char *p = buf;
+  size_t done = 0;
+  while (done < len) {
+    size_t n = len - done < PIECE ? len - done : PIECE;
+    ssize_t k;
+    k = op == OP_WRITE ? write(fd, p + done, n) : read(fd, p + done, n);
+    if (k < 0 && errno == EINTR) continue;
+    if (k < 0) return -1;
+    if (k == 0) {
+      if (op == OP_READ) break; /* end of file */
+      errno = EIO;
+      return -1;
+    }
+    done += (size_t)k;
+  }
+  return (ssize_t)done;
+}
+
+int cddp__write_all(int fd, const void *buf, size_t len) {
+  return xfer(fd, (void *)buf, len, OP_WRITE) < 0 ? -1 : 0;
+}
+
+ssize_t cddp__read_all(int fd, void *buf, size_t len) { return xfer(fd, buf, len, OP_READ); }
+

@@ -1,0 +1,16 @@
+/* io.h - whole-buffer reads and writes on a blocking file or pipe: EINTR is retried here, once.
+ * Sockets have theirs, with deadlines, in common/sock.h. */
+#ifndef CDDP_COMMON_IO_H
+#define CDDP_COMMON_IO_H
+
+#include <stddef.h>
+#include <sys/types.h>
+
+/* Writes all len bytes (write(2), in pieces of at most 1 GiB). 0, or -1 with errno set; a
+ * descriptor that accepts nothing (write returns 0) fails with EIO. Blocks. */
+int cddp__write_all(int fd, const void *buf, size_t len);
+/* Reads until len bytes or end of file (read(2)). The bytes read (< len only at end of file),
+ * or -1 with errno set. Blocks. */
+ssize_t cddp__read_all(int fd, void *buf, size_t len);
+
+#endif /* CDDP_COMMON_IO_H */

@@ -1,0 +1,52 @@
+/* test_io.c - write_all / read_all and their socket forms: whole buffers, end of file, EINTR
+ * retried, errors reported. */
+#include <errno.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "common/io.h"
+#include "test.h"
+
+static void on_alarm(int sig) { (void)sig; }
+
+/* read_all waits through a signal (EINTR) and stops at end of file with what it got. */
+TEST(read_all_retries_eintr_and_stops_at_end_of_file) {
+  int p[2];
+  CHECK(pipe(p) == 0);
+  struct sigaction sa = {.sa_handler = on_alarm}; /* no SA_RESTART: read returns EINTR */
+  sigaction(SIGALRM, &sa, NULL);
+  pid_t pid = fork();
+  if (pid == 0) {
+    close(p[0]);
+    usleep(200000);
+    if (cddp__write_all(p[1], "hello", 5) != 0) _exit(1);
+    _exit(0);
+  }
+  close(p[1]);
+  struct itimerval it = {.it_value = {.tv_usec = 50000}};
+  setitimer(ITIMER_REAL, &it, NULL);
+  char buf[16];
+  ssize_t n = cddp__read_all(p[0], buf, sizeof buf);
+  CHECK_EQ(n, 5);
+  CHECK(memcmp(buf, "hello", 5) == 0);
+  CHECK_EQ(cddp__read_all(p[0], buf, sizeof buf), 0);
+  close(p[0]);
+  int st;
+  waitpid(pid, &st, 0);
+  CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+}
+
+TEST(write_all_reports_a_closed_pipe) {
+  int p[2];
+  CHECK(pipe(p) == 0);
+  signal(SIGPIPE, SIG_IGN);
+  close(p[0]);
+  CHECK_EQ(cddp__write_all(p[1], "x", 1), -1);
+  CHECK_EQ(errno, EPIPE);
+  close(p[1]);
+}
