@@ -86,6 +86,7 @@ typedef struct {
   int force;               /* calibration in progress: 1 + the mechanism to use, else 0 */
   double took_ms;          /* agreed: how long the calibration took (max over ranks) */
   float *buf;              /* calibration: this rank's buffer (private, like a malloc'd one) */
+  size_t buf_bytes;
   shm_tune_row_t row[SHM_TUNE_ROWS];
 } shm_tune_t;
 

@@ -193,27 +193,34 @@ static cddp_result_t measure(shm_t *s, int i, unsigned cand, double t0_ms, uint6
   return CDDP_OK;
 }
 
+/* Maps this rank's calibration buffer for bytes (private anonymous memory, what malloc gives
+ * for a large buffer; zeros, so sums stay zero), then agrees whether every rank could and
+ * the time. 0 on success everywhere. */
+static cddp_result_t map_buf(shm_t *s, size_t bytes, double t0_ms, uint64_t deadline,
+                             double *elapsed_ms, int *failed) {
+  shm_tune_t *t = &s->tune;
+  if (t->buf) munmap(t->buf, t->buf_bytes);
+  void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
+  t->buf = p == MAP_FAILED ? NULL : p;
+  t->buf_bytes = t->buf ? bytes : 0;
+  double v[2] = {t->buf ? 0 : 1, (double)cddp__now_ns() / 1e6 - t0_ms};
+  CDDP_CHECK(agree_max(s, v, 2, deadline));
+  *failed = v[0] != 0;
+  *elapsed_ms = v[1];
+  if (*failed) CDDP_WARN("shm tune: a rank could not map %zu bytes to calibrate; stopped there", bytes);
+  return CDDP_OK;
+}
+
 cddp_result_t cddp__shm_tune_run(shm_t *s, uint64_t deadline) {
   shm_tune_t *t = &s->tune;
   cddp_result_t ret = CDDP_OK;
   const char *what = s->what;
   double t0_ms = (double)cddp__now_ns() / 1e6;
   t->state = SHM_TUNE_RUNNING;
-  size_t most = 0;
-  for (int i = 0; i < SHM_TUNE_ROWS; i++)
-    if (ncand(candidates(s, i)) > 1) most = CDDP_MAX(most, (size_t)classes[i].probe);
-  /* private anonymous memory, as malloc gives for a large buffer; zeros: sums stay zero */
-  void *p = mmap(NULL, most, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
-  t->buf = p == MAP_FAILED ? NULL : p;
-  double v[2] = {t->buf ? 0 : 1, (double)cddp__now_ns() / 1e6 - t0_ms}; /* failed anywhere, time */
-  CDDP_CHECK_GOTO(agree_max(s, v, 2, deadline), ret, exit);
-  if (v[0] != 0) {
-    CDDP_WARN("shm tune: a rank could not map %zu bytes to calibrate; fixed defaults", most);
-    t->state = SHM_TUNE_OFF;
-    goto exit;
-  }
-  double elapsed = v[1], trial_ms = 0; /* agreed: time so far, one trial of the last class */
-  int last = -1;
+  /* agreed figures only: time so far, one trial of the last class measured, mapping cost per
+   * byte; so every rank measures the same classes and the same trials */
+  double elapsed = 0, trial_ms = 0, map_ms_per_byte = 0;
+  int last = -1, stop = 0;
   for (int i = 0; i < SHM_TUNE_ROWS; i++) {
     unsigned cand = candidates(s, i);
     shm_tune_row_t *r = &t->row[i];
@@ -221,15 +228,21 @@ cddp_result_t cddp__shm_tune_run(shm_t *s, uint64_t deadline) {
       r->mech = __builtin_ctz(cand);
       continue;
     }
-    if (last >= 0) { /* only agreed figures decide: every rank measures the same classes */
+    if (last >= 0 && !stop) { /* would its first trial (and warm-up, and buffer) overrun? */
       double scale = (double)(classes[i].probe * (uint64_t)classes[i].iters) /
                      (double)(classes[last].probe * (uint64_t)classes[last].iters);
-      double first = trial_ms * scale * (1.0 + 1.0 / classes[i].iters) * TUNE_SAFETY; /* + warm-up */
-      if (elapsed + first > (double)t->budget_ms) { /* as the class below, where it may */
-        int below = t->row[i - 1].mech;
-        if (cand & (1u << below)) r->mech = below;
-        continue;
-      }
+      double first = trial_ms * scale * (1.0 + 1.0 / classes[i].iters) * TUNE_SAFETY +
+                     map_ms_per_byte * (double)classes[i].probe;
+      stop = elapsed + first > (double)t->budget_ms;
+    }
+    if (!stop && classes[i].probe > t->buf_bytes) {
+      double before = elapsed;
+      CDDP_CHECK_GOTO(map_buf(s, classes[i].probe, t0_ms, deadline, &elapsed, &stop), ret, exit);
+      map_ms_per_byte = (elapsed - before) / (double)classes[i].probe;
+    }
+    if (stop) { /* budget spent (or no memory): as the class below, where it may */
+      if (i > 0 && (cand & (1u << t->row[i - 1].mech))) r->mech = t->row[i - 1].mech;
+      continue;
     }
     CDDP_CHECK_GOTO(measure(s, i, cand, t0_ms, deadline, &elapsed), ret, exit);
     trial_ms = r->ms / (r->trials + 1.0 / classes[i].iters); /* its warm-up: 1 call, not iters */
@@ -239,8 +252,9 @@ cddp_result_t cddp__shm_tune_run(shm_t *s, uint64_t deadline) {
   t->state = SHM_TUNE_DONE;
   log_table(s);
 exit:
-  if (t->buf) munmap(t->buf, most);
+  if (t->buf) munmap(t->buf, t->buf_bytes);
   t->buf = NULL;
+  t->buf_bytes = 0;
   t->force = 0;
   s->what = what;
   return ret;
