@@ -298,6 +298,11 @@ cddp_result_t cddp_comm_last_error(const cddp_comm_t *c, const char **msg) {
   return c ? c->error : CDDP_INVALID_ARG;
 }
 
+void *cddp__comm_transport_state(cddp_comm_t *c, const char **name) {
+  if (name) *name = c->transport_name;
+  return c->tp_state;
+}
+
 int cddp_comm_rank(const cddp_comm_t *c) { return c->rank; }
 int cddp_comm_world(const cddp_comm_t *c) { return c->world; }
 const char *cddp_comm_transport(const cddp_comm_t *c) { return c->transport_name; }
