@@ -141,12 +141,12 @@ static void log_table(const shm_t *s) {
       if (r->us[m] > 0)
         p += snprintf(p, (size_t)(fig + sizeof fig - p), "%s%s %.1f us %.2f GB/s", p == fig ? "" : ", ",
                       mech_names[m], r->us[m], busf * (double)r->probe_bytes / (r->us[m] * 1e3));
-    CDDP_INFO(CDDP_SUB_SHM, "shm tune:   %-13s -> %-6s (%s%s%s)", cls, mech_names[r->mech],
+    CDDP_INFO(CDDP_SUB_SHM, "shm tune:   %-15s -> %-6s (%s%s%s)", cls, mech_names[r->mech],
               r->trials ? "at " : "", r->trials ? size_str(r->probe_bytes, lo, sizeof lo) : "",
               r->trials ? "" : (ncand(candidates(s, i)) > 1 ? "not measured: budget spent, as the class below"
                                                             : "the only choice left by the knobs"));
     if (r->trials)
-      CDDP_INFO(CDDP_SUB_SHM, "shm tune:                    %s; %d trial%s, %.1f ms", fig, r->trials,
+      CDDP_INFO(CDDP_SUB_SHM, "shm tune:                      %s; %d trial%s, %.1f ms", fig, r->trials,
                 r->trials > 1 ? "s" : "", r->ms);
   }
 }
