@@ -143,7 +143,7 @@ static void log_table(const shm_t *s) {
                       mech_names[m], r->us[m], busf * (double)r->probe_bytes / (r->us[m] * 1e3));
     CDDP_INFO(CDDP_SUB_SHM, "shm tune:   %-15s -> %-6s (%s%s%s)", cls, mech_names[r->mech],
               r->trials ? "at " : "", r->trials ? size_str(r->probe_bytes, lo, sizeof lo) : "",
-              r->trials ? "" : (ncand(candidates(s, i)) > 1 ? "not measured: budget spent, as the class below"
+              r->trials ? "" : (ncand(candidates(s, i)) > 1 ? "not measured: budget spent"
                                                             : "the only choice left by the knobs"));
     if (r->trials)
       CDDP_INFO(CDDP_SUB_SHM, "shm tune:                      %s; %d trial%s, %.1f ms", fig, r->trials,
@@ -211,42 +211,71 @@ static cddp_result_t map_buf(shm_t *s, size_t bytes, double t0_ms, uint64_t dead
   return CDDP_OK;
 }
 
+/* The measured class whose probe size is nearest to class i's (in ratio), or -1. */
+static int nearest(const shm_tune_t *t, int i) {
+  int best = -1;
+  double bd = 0;
+  for (int j = 0; j < SHM_TUNE_ROWS; j++) {
+    if (!t->row[j].trials) continue;
+    double d = (double)classes[i].probe / (double)classes[j].probe;
+    if (d < 1) d = 1 / d;
+    if (best < 0 || d < bd) best = j, bd = d;
+  }
+  return best;
+}
+
+/* Predicted ms of class i's first trial (its warm-up included), from the agreed best times of
+ * the nearest measured class scaled by bytes; plus mapping its buffer if it must grow. */
+static double predict_ms(const shm_tune_t *t, int i, unsigned cand, double map_ms_per_byte) {
+  int j = nearest(t, i);
+  if (j < 0) return 0;
+  double slowest = 0, sum = 0;
+  for (int m = 0; m < SHM_NMECH; m++) slowest = CDDP_MAX(slowest, t->row[j].us[m]);
+  for (int m = 0; m < SHM_NMECH; m++) /* a candidate not measured there: its slowest one */
+    if (cand & (1u << m)) sum += t->row[j].us[m] > 0 ? t->row[j].us[m] : slowest;
+  double scale = (double)classes[i].probe / (double)classes[j].probe;
+  double grow = classes[i].probe > t->buf_bytes ? (double)classes[i].probe * map_ms_per_byte : 0;
+  return sum * scale * (classes[i].iters + 1) / 1e3 * TUNE_SAFETY + grow;
+}
+
+/* Measured first where bandwidth matters and the cost is known best: 1 MiB, then up, then down
+ * (the latency classes keep direct, a fine default, when the budget runs out there). */
+static const int order[SHM_TUNE_ROWS] = {3, 4, 5, 2, 1, 0};
+
 cddp_result_t cddp__shm_tune_run(shm_t *s, uint64_t deadline) {
   shm_tune_t *t = &s->tune;
   cddp_result_t ret = CDDP_OK;
   const char *what = s->what;
-  double t0_ms = (double)cddp__now_ns() / 1e6;
   t->state = SHM_TUNE_RUNNING;
-  /* agreed figures only: time so far, one trial of the last class measured, mapping cost per
-   * byte; so every rank measures the same classes and the same trials */
-  double elapsed = 0, trial_ms = 0, map_ms_per_byte = 0;
-  int last = -1, stop = 0;
-  for (int i = 0; i < SHM_TUNE_ROWS; i++) {
+  /* ranks reach this call at different times: the clock starts once all are here, so a late
+   * rank's delay is not charged to the budget */
+  double sync = 0;
+  CDDP_CHECK_GOTO(agree_max(s, &sync, 1, deadline), ret, exit);
+  double t0_ms = (double)cddp__now_ns() / 1e6;
+  /* agreed figures only (elapsed time, mapping cost, best times), so every rank measures the
+   * same classes and the same trials */
+  double elapsed = 0, map_ms_per_byte = 0;
+  int stop = 0;
+  for (int k = 0; k < SHM_TUNE_ROWS; k++) {
+    int i = order[k];
     unsigned cand = candidates(s, i);
-    shm_tune_row_t *r = &t->row[i];
-    if (ncand(cand) < 2) {
-      r->mech = __builtin_ctz(cand);
-      continue;
-    }
-    if (last >= 0 && !stop) { /* would its first trial (and warm-up, and buffer) overrun? */
-      double scale = (double)(classes[i].probe * (uint64_t)classes[i].iters) /
-                     (double)(classes[last].probe * (uint64_t)classes[last].iters);
-      double first = trial_ms * scale * (1.0 + 1.0 / classes[i].iters) * TUNE_SAFETY +
-                     map_ms_per_byte * (double)classes[i].probe;
-      stop = elapsed + first > (double)t->budget_ms;
-    }
-    if (!stop && classes[i].probe > t->buf_bytes) {
+    if (ncand(cand) < 2 || stop) continue;
+    if (elapsed + predict_ms(t, i, cand, map_ms_per_byte) > (double)t->budget_ms) continue;
+    if (classes[i].probe > t->buf_bytes) {
       double before = elapsed;
       CDDP_CHECK_GOTO(map_buf(s, classes[i].probe, t0_ms, deadline, &elapsed, &stop), ret, exit);
       map_ms_per_byte = (elapsed - before) / (double)classes[i].probe;
-    }
-    if (stop) { /* budget spent (or no memory): as the class below, where it may */
-      if (i > 0 && (cand & (1u << t->row[i - 1].mech))) r->mech = t->row[i - 1].mech;
-      continue;
+      if (stop) continue;
     }
     CDDP_CHECK_GOTO(measure(s, i, cand, t0_ms, deadline, &elapsed), ret, exit);
-    trial_ms = r->ms / (r->trials + 1.0 / classes[i].iters); /* its warm-up: 1 call, not iters */
-    last = i;
+  }
+  for (int i = 0; i < SHM_TUNE_ROWS; i++) { /* the rest: only one choice, or not measured */
+    shm_tune_row_t *r = &t->row[i];
+    unsigned cand = candidates(s, i);
+    int j = nearest(t, i);
+    if (ncand(cand) < 2) r->mech = __builtin_ctz(cand);
+    else if (!r->trials && j >= 0 && r->mech != SHM_MECH_DIRECT && (cand & (1u << t->row[j].mech)))
+      r->mech = t->row[j].mech; /* a bandwidth class follows its measured neighbour */
   }
   t->took_ms = elapsed;
   t->state = SHM_TUNE_DONE;
