@@ -51,18 +51,29 @@ row() { sed -E 's/^\[[^]]*\]:? ?//' "$1" | awk -v s="$2" '$1 == s && NF >= 9 { p
 # median, min and max of the numbers on stdin
 stats() { sort -g | awk '{ v[NR] = $1 } END { if (!NR) { print "- - -"; exit } m = NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2; printf "%.2f %.2f %.2f\n", m, v[1], v[NR] }'; }
 
+# the mechanism the tuner's table (rank 0's INFO lines in LOG) gives an allreduce of BYTES
+chosen() { grep '^\[rank 0\].*shm tune:.*->' "$1" | sed -E 's/.*shm tune: +//' | awk -v s="$2" '
+  function b(n, u) { return n * (u == "MiB" ? 1048576 : 1024) }
+  { hi = ($1 == ">") ? -1 : ($1 == "<=" ? b($2, $3) : b($3, $4))   # "<= 16 KiB", "16 KiB-64 KiB", "> 4 MiB"
+    if ($1 != "<=" && $1 != ">") { split($0, p, "-"); split(p[2], q, " "); hi = b(q[1], q[2]) }
+    m = $0; sub(/.*-> */, "", m); sub(/ .*/, "", m)
+    if (!done && (hi < 0 || s <= hi)) { print m; done = 1 } }
+  END { if (!done) print "?" }'; }
+
 bad=0
 printf '# 2 ranks, ordinary buffers, in place, f32 sum, %d interleaved rounds; load %s -> %s\n' "$ROUNDS" "$LOAD0" "$LOAD1"
-printf '# busbw GB/s: median (min-max)\n'
-printf '%-8s  %-20s  %-20s  %-20s  %-7s  %s\n' size auto cma staged best auto/best
+printf '# busbw GB/s: median (min-max); auto/best = median auto over the better forced median;\n'
+printf '# paired = median over rounds of auto / the better forced figure of the same round\n'
+printf '%-6s  %-20s  %-20s  %-20s  %-6s  %-9s  %-6s  %s\n' size auto cma staged best auto/best paired "tuner chose"
 for sz in $SIZES; do
   b=$(bytes "$sz")
-  declare -A med=()
-  line=$(printf '%-8s' "$sz")
+  declare -A med=() fig=()
+  line=$(printf '%-6s' "$sz")
   for i in 0 1 2; do
     vals=""
     for r in $(seq "$ROUNDS"); do
       read -r bw wrong < <(row "$OUT/${NAMES[$i]}.$sz.$r.txt" "$b")
+      fig[$i.$r]=$bw
       if [ "$bw" = "-" ] || [ "$wrong" != "0" ]; then bad=1; echo "tuner_bench.sh: ${NAMES[$i]} $sz round $r: busbw $bw, wrong $wrong" >&2; continue; fi
       vals+="$bw"$'\n'
     done
@@ -73,7 +84,13 @@ for sz in $SIZES; do
   best=$(awk -v a="${med[1]}" -v b="${med[2]}" 'BEGIN { print (b > a ? "staged" : "cma") }')
   bv=$(awk -v a="${med[1]}" -v b="${med[2]}" 'BEGIN { print (b > a ? b : a) }')
   ratio=$(awk -v a="${med[0]}" -v b="$bv" 'BEGIN { if (b > 0 && a != "-") printf "%.2f", a / b; else print "-" }')
-  printf '%s  %-7s  %s\n' "$line" "$best" "$ratio"
+  paired=$(for r in $(seq "$ROUNDS"); do
+             awk -v a="${fig[0.$r]}" -v c="${fig[1.$r]}" -v s="${fig[2.$r]}" \
+               'BEGIN { m = (c > s ? c : s); if (a != "-" && m > 0) print a / m }'
+           done | stats | awk '{ printf "%.2f", $1 }')
+  picks=$(for r in $(seq "$ROUNDS"); do chosen "$OUT/auto.$sz.$r.txt" "$b"; done | sort | uniq -c |
+          awk '{ printf "%s%s x%d", (NR > 1 ? ", " : ""), $2, $1 }')
+  printf '%s  %-6s  %-9s  %-6s  %s\n' "$line" "$best" "$ratio" "$paired" "$picks"
 done
 first=$(ls "$OUT"/auto.*.1.txt 2>/dev/null | head -1)
 if [ -n "$first" ]; then

@@ -64,6 +64,6 @@ check off_said grep -q "shm tune: off (CDDP_TUNE=0)" "$tmp/off.out"
 # the bench itself: one round, every run exact, one row per size with auto/best
 bench/tuner_bench.sh --rounds 1 --sizes "1M" --out "$tmp/tb" >"$tmp/tb.out" 2>&1
 rc=$?
-if [ $rc -eq 0 ] && grep -qE '^1M .* (cma|staged) +[0-9.]+$' "$tmp/tb.out"; then ok tuner_bench; else fail tuner_bench "exit $rc"; sed 's/^/# /' "$tmp/tb.out" | tail -10; fi
+if [ $rc -eq 0 ] && grep -qE '^1M .* (cma|staged) +[0-9.]+ +[0-9.]+ +(direct|cma|staged) x1$' "$tmp/tb.out"; then ok tuner_bench; else fail tuner_bench "exit $rc"; sed 's/^/# /' "$tmp/tb.out" | tail -10; fi
 grep -E '^(size|1M)' "$tmp/tb.out" | sed 's/^/# /'
 finish
