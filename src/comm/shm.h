@@ -76,7 +76,8 @@ typedef struct {
   int mech;                /* SHM_MECH_* chosen */
   double us[SHM_NMECH];    /* best time of one call, max over ranks; 0 = not measured */
   int trials;              /* interleaved trials of each candidate (0: not measured) */
-  double ms;               /* agreed: how long measuring it took */
+  double start_ms, ms;     /* agreed: when its measurement started (since the calibration
+                              began) and how long it took */
 } shm_tune_row_t;
 
 typedef struct {

@@ -16,13 +16,14 @@
 #define TUNE_MARGIN 0.05  /* the default is left only for a candidate this much faster */
 #define TUNE_SAFETY 2.0   /* a class's predicted first trial is scaled up by this (caches end) */
 
-/* The size classes, the size each is measured at, and calls per timed trial (each trial a
- * few tens of microseconds at least, so the clock's cost and one late wake-up are small). */
+/* The size classes, the size each is measured at, and calls per timed trial (each at least
+ * ~8 us, so the clock's cost is small; few calls, as each is a sync point where a loaded host
+ * can preempt a rank). */
 static const struct {
   uint64_t max, probe;
   int iters;
 } classes[SHM_TUNE_ROWS] = {
-    {16 << 10, 16 << 10, 32}, {64 << 10, 64 << 10, 16}, {256 << 10, 256 << 10, 8},
+    {16 << 10, 16 << 10, 16}, {64 << 10, 64 << 10, 8}, {256 << 10, 256 << 10, 8},
     {1 << 20, 1 << 20, 4},    {4 << 20, 4 << 20, 2},    {UINT64_MAX, 16 << 20, 1},
 };
 
@@ -182,6 +183,7 @@ static cddp_result_t measure(shm_t *s, int i, unsigned cand, double t0_ms, uint6
   CDDP_CHECK(agree_max(s, best, SHM_NMECH, deadline));
   memcpy(r->us, best, sizeof r->us);
   r->trials = tr;
+  r->start_ms = start;
   r->ms = now - start;
   *elapsed_ms = now;
   /* the default stays unless another candidate is clearly faster (noise must not flip it) */
@@ -238,9 +240,10 @@ static double predict_ms(const shm_tune_t *t, int i, unsigned cand, double map_m
   return sum * scale * (classes[i].iters + 1) / 1e3 * TUNE_SAFETY + grow;
 }
 
-/* Measured first where bandwidth matters and the cost is known best: 1 MiB, then up, then down
- * (the latency classes keep direct, a fine default, when the budget runs out there). */
-static const int order[SHM_TUNE_ROWS] = {3, 4, 5, 2, 1, 0};
+/* 16 KiB first: a cheap pilot (one trial of it is always run) that prices the others; then where
+ * bandwidth matters, 1 MiB and up, then down (the latency classes keep direct, a fine default,
+ * when the budget runs out there). */
+static const int order[SHM_TUNE_ROWS] = {0, 3, 4, 5, 2, 1};
 
 cddp_result_t cddp__shm_tune_run(shm_t *s, uint64_t deadline) {
   shm_tune_t *t = &s->tune;

@@ -156,7 +156,7 @@ static void check_table_sane(void) {
     if (r->trials) CHECK(r->us[r->mech] > 0); /* the choice was measured */
     if (r->probe_bytes > 65536) CHECK(r->mech != SHM_MECH_DIRECT); /* never above the switch */
   }
-  CHECK_EQ(seen[0].pick_4k, SHM_MECH_DIRECT); /* below the tuner's trigger: the default */
+  CHECK_EQ(seen[0].pick_4k, seen[0].row[0].mech); /* the table covers what is below its trigger */
 }
 
 TEST(tune_agreed_w2) {
@@ -173,24 +173,34 @@ TEST(tune_agreed_w3) {
   check_table_sane();
 }
 
-/* The calibration is bounded: by its own agreed clock and by the caller's wall time. */
+/* The calibration is bounded: a class starts only while the agreed clock says its first trial
+ * fits the budget (the 16 KiB pilot excepted), so it ends within the budget plus one trial; the
+ * wall time is checked loosely (a loaded host preempts ranks inside a trial). */
+static void check_bounded(unsigned budget_ms) {
+  int skipped = 0;
+  for (int i = 0; i < SHM_TUNE_ROWS; i++) {
+    const shm_tune_row_t *r = &seen[0].row[i];
+    skipped += r->trials == 0;
+    if (r->trials && i != 0 && r->start_ms > budget_ms)
+      TEST_FAIL("class %d started at %.1f ms, past the budget of %u ms", i, r->start_ms, budget_ms);
+  }
+  printf("# budget %u ms: took %.1f ms, first allreduce %.1f ms, %d classes not measured\n", budget_ms,
+         seen[0].took_ms, seen[0].first_ms, skipped);
+  const char *sc = getenv("CDDP_TEST_TIMEOUT_SCALE"); /* 4 under the sanitizers (tests/run.sh) */
+  double scale = sc && atof(sc) >= 1 ? atof(sc) : 1;
+  CHECK(seen[0].first_ms < 1000 * scale);
+  CHECK_EQ(seen[0].budget_ms, budget_ms);
+}
+
 TEST(tune_bounded) {
   setenv("CDDP_TUNE_MS", "4", 1);
   run_threads(2);
   check_agreed(2);
-  CHECK_EQ(seen[0].budget_ms, 4);
-  int skipped = 0;
-  for (int i = 0; i < SHM_TUNE_ROWS; i++) skipped += seen[0].row[i].trials == 0;
-  printf("# budget 4 ms: took %.1f ms, first allreduce %.1f ms, %d classes not measured\n",
-         seen[0].took_ms, seen[0].first_ms, skipped);
-  CHECK(skipped >= 1); /* 16 MiB alone takes longer than 4 ms here */
-  CHECK(seen[0].took_ms < 4 + 30);
-  CHECK(seen[0].first_ms < 200);
+  check_bounded(4);
+  CHECK(seen[0].row[SHM_TUNE_ROWS - 1].trials == 0); /* 16 MiB alone takes longer than 4 ms here */
   setenv("CDDP_TUNE_MS", "40", 1);
   run_threads(2);
-  printf("# budget 40 ms: took %.1f ms, first allreduce %.1f ms\n", seen[0].took_ms, seen[0].first_ms);
-  CHECK(seen[0].took_ms < 40 * 2);
-  CHECK(seen[0].first_ms < 400);
+  check_bounded(40);
 }
 
 /* Forced knobs win over the tuner: with CDDP_SHM_CMA=value every large class takes mech, and
