@@ -238,7 +238,7 @@ cddp_result_t cddp_comm_init(cddp_comm_t **out, cddp_store_t *store, int rank, i
   static const char *algo_names[CDDP_ALGO_COUNT] = {"auto", "ring", "direct"};
   CDDP_INFO(CDDP_SUB_COMM,
             "comm ready: rank %d of %d, round %d, transport %s, %s host%s, algorithm %s (auto: direct "
-            "up to %lld B, ring above), timeout %d ms",
+            "up to %lld B, ring above; shm allreduce: the tuner's table), timeout %d ms",
             rank, world, round, c->transport_name, all_local ? "one" : "several", all_local ? "" : "s",
             algo_names[c->cfg.algo], (long long)cddp__knob_int(CDDP_KNOB_DIRECT_MAX_BYTES), c->cfg.timeout_ms);
   *out = c;
