@@ -7,6 +7,7 @@
 #include <stdint.h>
 
 #include "comm/transport.h"
+#include "comm/tune.h"
 
 #define SHM_LINE 128        /* every flag sits alone on its own 128-byte line */
 #define SHM_MAGIC 0x6364647073686d31ull /* "cddpshm1" */
@@ -63,33 +64,15 @@ typedef struct {
   char *base[64];          /* every rank's buffer, as mapped here (world <= 64) */
 } shm_alloc_t;
 
-/* ---- the tuner (shm_tune.c): which mechanism an allreduce of ordinary buffers uses per
- * size class, chosen by a short calibration agreed across ranks (docs/tuner.md). ---- */
-enum { SHM_MECH_DIRECT, SHM_MECH_CMA, SHM_MECH_RING, SHM_NMECH };
+/* ---- the tuner (shm_tune.c over tune.c): which mechanism an allreduce of ordinary buffers
+ * uses per size class, chosen by a short calibration agreed across ranks (docs/tuner.md). ---- */
+enum { SHM_MECH_DIRECT, SHM_MECH_CMA, SHM_MECH_RING, SHM_NMECH = CDDP_TUNE_NMECH };
 enum { SHM_SET_CMA = 1, SHM_SET_DIRECT = 2, SHM_SET_NOTUNE = 4 }; /* knobs forced by some rank */
-enum { SHM_TUNE_OFF, SHM_TUNE_PENDING, SHM_TUNE_RUNNING, SHM_TUNE_DONE };
-#define SHM_TUNE_ROWS 6
-
-typedef struct {
-  uint64_t max_bytes;      /* the class: sizes up to this (the last row: everything above) */
-  uint64_t probe_bytes;    /* the size it was measured at */
-  int mech;                /* SHM_MECH_* chosen */
-  double us[SHM_NMECH];    /* best time of one call, max over ranks; 0 = not measured */
-  int trials;              /* interleaved trials of each candidate (0: not measured) */
-  double start_ms, ms;     /* agreed: when its measurement started (since the calibration
-                              began) and how long it took */
-} shm_tune_row_t;
-
-typedef struct {
-  int state;               /* SHM_TUNE_*: PENDING until the first allreduce above 4 KiB */
-  uint32_t set;            /* SHM_SET_* over every rank (agreed at init) */
-  uint32_t budget_ms;      /* rank 0's CDDP_TUNE_MS */
-  int force;               /* calibration in progress: 1 + the mechanism to use, else 0 */
-  double took_ms;          /* agreed: how long the calibration took (max over ranks) */
-  float *buf;              /* calibration: this rank's buffer (private, like a malloc'd one) */
-  size_t buf_bytes;
-  shm_tune_row_t row[SHM_TUNE_ROWS];
-} shm_tune_t;
+enum { SHM_TUNE_OFF = CDDP_TUNE_OFF, SHM_TUNE_PENDING = CDDP_TUNE_PENDING,
+       SHM_TUNE_RUNNING = CDDP_TUNE_RUNNING, SHM_TUNE_DONE = CDDP_TUNE_DONE };
+#define SHM_TUNE_ROWS CDDP_TUNE_ROWS
+typedef cddp__tune_row_t shm_tune_row_t;
+typedef cddp__tune_t shm_tune_t;
 
 typedef struct shm {
   const cddp__comm_ctx_t *ctx;
