@@ -121,16 +121,17 @@ static cddp_result_t agreed_elapsed(const cddp__tune_ops_t *ops, void *ctx, doub
   return agree_max(ops, ctx, ms, 1, deadline);
 }
 
-/* Measures class i: interleaved trials of every candidate, as many as the budget allows (at
- * least one), each trial's end agreed so every rank stops after the same one. Fills its row
- * from the agreed figures; *elapsed_ms is the agreed time at the end. */
+/* Measures class i: interleaved trials of every candidate, as many as the budget allows. The
+ * agreed clock is read after every candidate, so every rank stops at the same one: once past
+ * the budget nothing more starts, and a first trial left incomplete leaves the class unmeasured
+ * (trials 0). Fills its row from the agreed figures; *elapsed_ms is the agreed time at the end. */
 static cddp_result_t measure(cddp__tune_t *t, const cddp__tune_ops_t *ops, void *ctx, int i,
                              unsigned cand, double t0_ms, uint64_t deadline, double *elapsed_ms) {
   cddp__tune_row_t *r = &t->row[i];
   double best[CDDP_TUNE_NMECH] = {0}, start = *elapsed_ms, before = start, now = start;
-  int tr = 0;
-  while (tr < TUNE_TRIALS) {
-    for (int j = 0; j < CDDP_TUNE_NMECH; j++) {
+  int tr = 0, over = 0;
+  while (tr < TUNE_TRIALS && !over) {
+    for (int j = 0; j < CDDP_TUNE_NMECH && !over; j++) {
       int m = (tr + j) % CDDP_TUNE_NMECH; /* rotate the order: no candidate always goes first */
       if (!(cand & (1u << m))) continue;
       double us;
@@ -140,18 +141,21 @@ static cddp_result_t measure(cddp__tune_t *t, const cddp__tune_ops_t *ops, void 
       t->force = 0;
       CDDP_CHECK(ret);
       if (best[m] == 0 || us < best[m]) best[m] = us;
+      CDDP_CHECK(agreed_elapsed(ops, ctx, t0_ms, deadline, &now));
+      over = now > (double)t->budget_ms;
     }
+    if (over) break;
     tr++;
-    CDDP_CHECK(agreed_elapsed(ops, ctx, t0_ms, deadline, &now));
-    if (now + (now - before) > (double)t->budget_ms) break; /* one more would overrun */
+    if (now + (now - before) > (double)t->budget_ms) break; /* one more trial would overrun */
     before = now;
   }
+  *elapsed_ms = now;
+  r->start_ms = start;
+  r->ms = now - start;
+  if (tr == 0) return CDDP_OK; /* not every candidate ran once: not measured */
   CDDP_CHECK(agree_max(ops, ctx, best, CDDP_TUNE_NMECH, deadline));
   memcpy(r->us, best, sizeof r->us);
   r->trials = tr;
-  r->start_ms = start;
-  r->ms = now - start;
-  *elapsed_ms = now;
   /* the default stays unless another candidate is clearly faster (noise must not flip it) */
   int inc = ops->default_mech(ctx, r->probe_bytes), win = inc;
   if (!(cand & (1u << inc))) win = inc = __builtin_ctz(cand);

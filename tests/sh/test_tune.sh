@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# test_tune.sh - the shm tuner end to end under `cddp run`: every rank prints the same table at
-# INFO, results stay exact with the tuned table, forced knobs show in it and win, the calibration
-# stays within its bound, and bench/tuner_bench.sh runs.
+# test_tune.sh - the tuner end to end under `cddp run`: every rank prints the same table at INFO
+# (shm, and tcp forced), results stay exact with the tuned table, forced knobs show in it and win,
+# the calibration stays within its bound, and bench/tuner_bench.sh runs.
 set -u
 cd "$(dirname "$0")/../.." || exit 1
 . tests/sh/lib.sh
@@ -17,7 +17,7 @@ tuned() {
   local envs=()
   while [ "$1" != -- ]; do envs+=("$1"); shift; done
   shift
-  env "${envs[@]}" CDDP_DEBUG=INFO CDDP_DEBUG_SUBSYS=SHM timeout "$T" "$CDDP" run --standalone \
+  env "${envs[@]}" CDDP_DEBUG=INFO CDDP_DEBUG_SUBSYS=SHM,NET timeout "$T" "$CDDP" run --standalone \
     --nproc-per-node "$np" "$CDDP" bench allreduce "$@" >"$tmp/$name.out" 2>&1
   local rc=$? verdict
   verdict=$(bench_verdict "$np" "$tmp/$name.out")
@@ -38,7 +38,9 @@ tuned exact_2 2 -- -b 4K -e 64M -f 4 -c 1
 check agreed_2 same_tables "$tmp/exact_2.out" 2
 check six_classes test "$(table "$tmp/exact_2.out" 0 | grep -c -- '->')" = 6
 took=$(table "$tmp/exact_2.out" 0 | sed -nE 's/.*calibrated in ([0-9.]+) ms.*/\1/p')
-check bounded awk -v t="${took:-999}" 'BEGIN { exit !(t < 80) }'
+# the budget (40 ms) plus at most one candidate's calls past it (test_comm_tune checks the rule
+# itself); loose, since a loaded host stretches those calls (a 16 MiB cma call: 1.7-9 ms)
+check bounded awk -v t="${took:-999}" 'BEGIN { exit !(t < 120) }'
 echo "# calibrated in ${took:-?} ms"
 table "$tmp/exact_2.out" 0 | sed 's/^/#   /'
 
@@ -57,6 +59,11 @@ if grep -q "process_vm_readv/writev" "$tmp/forced_cma.out"; then
 else # the kernel refuses process_vm_readv between the ranks (ptrace scope): staged it is
   ok "forced_cma_table # SKIP cross-memory attach not permitted on this host"
 fi
+
+# TCP: its own table (recursive doubling / ring / ring with a quarter chunk), the same on every rank
+tuned tcp_exact_2 2 CDDP_TRANSPORT=tcp -- -b 4K -e 16M -f 4 -c 1
+check tcp_agreed_2 bash -c "diff <(grep '^\[rank 0\].*tcp tune:' '$tmp/tcp_exact_2.out' | sed -E 's/.*tcp tune: ?//') \
+  <(grep '^\[rank 1\].*tcp tune:' '$tmp/tcp_exact_2.out' | sed -E 's/.*tcp tune: ?//') >/dev/null && grep -q 'tcp tune:.*->' '$tmp/tcp_exact_2.out'"
 
 tuned off 2 CDDP_TUNE=0 -- -b 1M -e 1M -c 1
 check off_said grep -q "shm tune: off (CDDP_TUNE=0)" "$tmp/off.out"

@@ -8,12 +8,13 @@
 #include "cddp/comm.h"
 #include "cddp/store.h"
 #include "comm/shm.h"
+#include "comm/tcp.h"
 #include "comm/transport.h"
 #include "common/clock.h"
 #include "test.h"
 
 /* comm.c refers to the transports weakly; a strong reference pulls shm.o from libcddp.a. */
-const cddp__transport_t *const tune_test_force_link = &cddp__transport_shm;
+const cddp__transport_t *const tune_test_force_link[] = {&cddp__transport_shm, &cddp__transport_tcp};
 
 #define MAXW 4
 
@@ -29,25 +30,26 @@ typedef struct {
 
 static seen_t seen[MAXW];
 
-static shm_t *shm_of(cddp_comm_t *c) {
-  const char *name;
-  shm_t *s = cddp__comm_transport_state(c, &name);
-  CHECK(!strcmp(name, "shm") && s != NULL);
-  return s;
-}
+static const char *transport = "shm"; /* of the communicators the next run forms */
 
+/* The tuner's table of c's transport (shm or tcp) and its picks at a few sizes. */
 static void record(cddp_comm_t *c, seen_t *out) {
-  shm_t *s = shm_of(c);
+  const char *name;
+  void *st = cddp__comm_transport_state(c, &name);
+  CHECK(!strcmp(name, transport) && st != NULL);
+  const cddp__tune_t *t = !strcmp(name, "shm") ? &((shm_t *)st)->tune : &((cddp__tcp_t *)st)->tune;
+  int (*pick)(const void *, size_t) = !strcmp(name, "shm") ? (int (*)(const void *, size_t))cddp__shm_tune_pick
+                                                           : (int (*)(const void *, size_t))cddp__tcp_tune_pick;
   memset(out, 0, sizeof *out);
-  out->state = s->tune.state;
-  out->set = s->tune.set;
-  out->budget_ms = s->tune.budget_ms;
-  out->took_ms = s->tune.took_ms;
-  memcpy(out->row, s->tune.row, sizeof out->row);
-  out->pick_1m = cddp__shm_tune_pick(s, 1u << 20);
-  out->pick_64m = cddp__shm_tune_pick(s, 64u << 20);
-  out->pick_100k = cddp__shm_tune_pick(s, 100u << 10);
-  out->pick_4k = cddp__shm_tune_pick(s, 4096);
+  out->state = t->state;
+  out->set = t->set;
+  out->budget_ms = t->budget_ms;
+  out->took_ms = t->took_ms;
+  memcpy(out->row, t->row, sizeof out->row);
+  out->pick_1m = pick(st, 1u << 20);
+  out->pick_64m = pick(st, 64u << 20);
+  out->pick_100k = pick(st, 100u << 10);
+  out->pick_4k = pick(st, 4096);
 }
 
 /* Allreduces of ordinary buffers around every class edge (odd counts included), f32 sum and
@@ -92,10 +94,10 @@ typedef struct {
   int rank, world;
 } targ_t;
 
-static cddp_comm_t *init_shm(cddp_store_t *st, int rank, int world) {
+static cddp_comm_t *init_comm(cddp_store_t *st, int rank, int world) {
   cddp_comm_config_t cfg;
   cddp_comm_config_default(&cfg);
-  cfg.transport = "shm";
+  cfg.transport = transport;
   cfg.timeout_ms = 20000;
   cddp_comm_t *c;
   CHECK_OK(cddp_comm_init(&c, st, rank, world, 0, &cfg));
@@ -104,7 +106,7 @@ static cddp_comm_t *init_shm(cddp_store_t *st, int rank, int world) {
 
 static void *thread_rank(void *p) {
   targ_t *a = p;
-  cddp_comm_t *c = init_shm(a->store, a->rank, a->world);
+  cddp_comm_t *c = init_comm(a->store, a->rank, a->world);
   exact_sweep(c, a->rank, a->world, &seen[a->rank]);
   seen_t first = seen[a->rank];
   record(c, &seen[a->rank]);
@@ -248,7 +250,7 @@ static void fork_rank(int rank, int world, void *arg) {
   if (rank == 1 && env[0]) putenv((char *)env);
   cddp_store_t *st;
   CHECK_OK(cddp_store_tcp_connect(&st, "127.0.0.1", fork_port, "", 5000));
-  cddp_comm_t *c = init_shm(st, rank, world);
+  cddp_comm_t *c = init_comm(st, rank, world);
   seen_t me;
   exact_sweep(c, rank, world, &me);
   double first = me.first_ms;
@@ -296,3 +298,44 @@ TEST(tune_agreed_processes_w2) { run_forked(2, ""); }
 TEST(tune_agreed_processes_w3) { run_forked(3, ""); }
 TEST(tune_forced_on_one_rank_cma) { run_forked(2, "CDDP_SHM_CMA=1"); }
 TEST(tune_off_on_one_rank) { run_forked(2, "CDDP_TUNE=0"); }
+
+/* ---- the TCP side: the same agreement, its own knobs ---- */
+
+TEST(tune_tcp_agreed_w2) {
+  transport = "tcp";
+  run_threads(2);
+  check_agreed(2);
+  CHECK_EQ(seen[0].state, CDDP_TUNE_DONE);
+  printf("# tcp: took %.1f ms, 100 KiB -> %d, 1 MiB -> %d\n", seen[0].took_ms, seen[0].pick_100k, seen[0].pick_1m);
+}
+
+TEST(tune_tcp_agreed_w3) {
+  transport = "tcp";
+  run_threads(3);
+  check_agreed(3);
+}
+
+TEST(tune_tcp_forced_chunk) { /* the quarter chunk is never measured, never picked */
+  transport = "tcp";
+  setenv("CDDP_TCP_CHUNK_BYTES", "1048576", 1);
+  run_threads(2);
+  check_agreed(2);
+  CHECK(seen[0].set & TCP_SET_CHUNK);
+  for (int i = 0; i < SHM_TUNE_ROWS; i++) CHECK(seen[0].row[i].us[TCP_MECH_RING4] == 0);
+  CHECK(seen[0].pick_1m != TCP_MECH_RING4 && seen[0].pick_64m != TCP_MECH_RING4);
+}
+
+TEST(tune_tcp_forced_direct_max) {
+  transport = "tcp";
+  setenv("CDDP_DIRECT_MAX_BYTES", "32768", 1);
+  run_threads(2);
+  check_agreed(2);
+  CHECK_EQ(seen[0].pick_4k, TCP_MECH_RD);
+  CHECK(seen[0].pick_100k != TCP_MECH_RD);
+  for (int i = 0; i < SHM_TUNE_ROWS; i++) CHECK(seen[0].row[i].us[TCP_MECH_RD] == 0);
+}
+
+TEST(tune_tcp_off_on_one_rank) {
+  transport = "tcp";
+  run_forked(2, "CDDP_TUNE=0");
+}
