@@ -28,8 +28,8 @@
   X(SHM_CMA, "CDDP_SHM_CMA", "1",                                                              \
     "shm: 1 = read/write peers' ordinary buffers with process_vm_readv/writev when allowed, 0 = staged; set, it overrides the tuner") \
   X(TUNE, "CDDP_TUNE", "1",                                                                   \
-    "shm: 1 = the first allreduce above 4 KiB calibrates which mechanism (direct, cma, staged) each size class uses; 0 = fixed defaults") \
-  X(TUNE_MS, "CDDP_TUNE_MS", "40", "shm: bound on that calibration, ms (rank 0's value)")      \
+    "shm, tcp: 1 = the first allreduce above 4 KiB calibrates which mechanism each size class uses; 0 = fixed defaults") \
+  X(TUNE_MS, "CDDP_TUNE_MS", "40", "bound on that calibration, ms")                           \
   X(TCP_CHUNK_BYTES, "CDDP_TCP_CHUNK_BYTES", "1048576",                                          \
     "TCP pipeline chunk: the unit striped over streams and the staging slot per stream")     \
   X(TCP_CONGESTION, "CDDP_TCP_CONGESTION", "auto",                                              \
