@@ -1,12 +1,14 @@
-# cddp build: libcddp (static + shared), the `cddp` binary, tests. `make help` lists targets.
-# Knobs: BUILD=dir  WERROR=1  SANITIZER=address,undefined|thread  NO_MPI=1  NO_CUDA=1  OPT=-O2
+# cddp build: libcddp (static + shared: store, comm, world, ddp), the applications (src/app:
+# launcher, trainer, doctor, bench, cli) linked into the `cddp` binary, tests. `make help` lists
+# targets. Knobs: BUILD=dir  WERROR=1  SANITIZER=address,undefined|thread  NO_MPI=1  NO_CUDA=1
+# OPT=-O2  PREFIX=/usr/local  DESTDIR=
 CC       ?= gcc
 BUILD    ?= build
 OPT      ?= -O2
 WERROR   ?= 0
 CFLAGS_BASE := -std=gnu11 -g $(OPT) -pthread -fPIC -Wall -Wextra -Wno-unused-parameter \
                -Wshadow -Wstrict-prototypes -Wformat=2 -fno-strict-aliasing \
-               -Iinclude -Isrc -Itests -D_GNU_SOURCE
+               -Iinclude -Isrc -Isrc/app -Itests -D_GNU_SOURCE
 ifeq ($(WERROR),1)
 CFLAGS_BASE += -Werror
 endif
@@ -14,7 +16,11 @@ ifneq ($(SANITIZER),)
 CFLAGS_BASE += -fsanitize=$(SANITIZER) -fno-omit-frame-pointer
 LDFLAGS     += -fsanitize=$(SANITIZER)
 endif
-LDLIBS   := -lopenblas -lyaml -lz -pthread -lcrypto -lm -lrt
+VERSION  := 0.2.0
+SOMAJOR  := 0
+PREFIX   ?= /usr/local
+# what the library needs, and what the applications add (BLAS for the models, YAML for configs)
+LIB_LDLIBS := -lz -pthread -lcrypto -lm -lrt
 
 # ---- optional dependencies: detected and reported, never required
 HAVE_MPI := 0
@@ -34,25 +40,28 @@ endif
 endif
 CFLAGS_BASE += -DCDDP_HAVE_MPI=$(HAVE_MPI) -DCDDP_HAVE_NCCL=$(HAVE_NCCL)
 ifeq ($(HAVE_MPI),1)
-LDLIBS += $(MPI_LIBS)
+LIB_LDLIBS += $(MPI_LIBS)
 endif
+LDLIBS := -lopenblas -lyaml $(LIB_LDLIBS)
 CFLAGS ?=
 ALL_CFLAGS := $(CFLAGS_BASE) $(CFLAGS)
 
-LIB_SRCS  := $(sort $(wildcard src/common/*.c src/store/*.c src/run/*.c src/comm/*.c src/train/*.c))
-CLI_SRCS  := $(sort $(wildcard src/cli/*.c))
+LIB_SRCS  := $(sort $(wildcard src/common/*.c src/store/*.c src/comm/*.c src/world/*.c src/ddp/*.c))
+APP_MAIN  := src/app/cli/main.c
+APP_SRCS  := $(filter-out $(APP_MAIN),$(sort $(wildcard src/app/*/*.c)))
 TEST_SRCS := $(sort $(wildcard tests/unit/test_*.c))
 FUZZ_SRCS := $(sort $(wildcard tests/fuzz/fuzz_*.c))
 HELPER_SRCS := $(sort $(wildcard tests/helpers/*.c))
 EXAMPLE_SRCS := $(sort $(wildcard examples/*.c))
 LIB_OBJS  := $(LIB_SRCS:%.c=$(BUILD)/obj/%.o)
-CLI_OBJS  := $(CLI_SRCS:%.c=$(BUILD)/obj/%.o)
+APP_OBJS  := $(APP_SRCS:%.c=$(BUILD)/obj/%.o)
+SO        := $(BUILD)/libcddp.so.$(VERSION)
 TEST_BINS := $(TEST_SRCS:tests/unit/%.c=$(BUILD)/tests/%)
 TEST_MAIN := $(BUILD)/obj/tests/test_main.o
 HELPER_BINS := $(HELPER_SRCS:tests/helpers/%.c=$(BUILD)/tests/helpers/%)
 EXAMPLE_BINS := $(EXAMPLE_SRCS:examples/%.c=$(BUILD)/examples/%)
 
-.PHONY: all lib cli tests examples report clean help asan tsan fuzz check-asan check-tsan
+.PHONY: all lib cli tests examples report clean help asan tsan fuzz check-asan check-tsan bench install uninstall
 .SECONDARY:
 all: report lib cli tests examples
 
@@ -74,30 +83,62 @@ $(BUILD)/obj/%.o: %.c
 
 # Only the mpi backend sees MPI's headers; every binary links MPI_LIBS when it is built.
 $(BUILD)/obj/src/comm/mpi.o: ALL_CFLAGS += $(MPI_CFLAGS)
+# The library exports what include/cddp/*.h declares (those headers push default visibility)
+# and hides everything else, cddp__ internals included.
+$(LIB_OBJS): ALL_CFLAGS += -fvisibility=hidden
 
 $(BUILD)/libcddp.a: $(LIB_OBJS)
 	@mkdir -p $(dir $@)
 	rm -f $@ && ar rcs $@ $^
 
-$(BUILD)/libcddp.so: $(LIB_OBJS)
-	$(CC) -shared $(LDFLAGS) -o $@ $^ $(LDLIBS)
+# libcddp.so.VERSION with soname libcddp.so.SOMAJOR; every symbol it needs is resolved
+# (--no-undefined) by what LIB_LDLIBS names: no BLAS, no YAML.
+$(SO): $(LIB_OBJS) src/libcddp.map
+	$(CC) -shared $(LDFLAGS) -Wl,-soname,libcddp.so.$(SOMAJOR) -Wl,--version-script=src/libcddp.map \
+	  -Wl,--no-undefined -o $@ $(LIB_OBJS) $(LIB_LDLIBS)
+$(BUILD)/libcddp.so: $(SO)
+	ln -sf libcddp.so.$(VERSION) $(BUILD)/libcddp.so.$(SOMAJOR) && ln -sf libcddp.so.$(SOMAJOR) $@
 
-$(BUILD)/cddp: $(CLI_OBJS) $(BUILD)/libcddp.a
-	$(CC) $(LDFLAGS) -o $@ $(CLI_OBJS) $(BUILD)/libcddp.a $(LDLIBS)
-
-$(BUILD)/tests/%: $(BUILD)/obj/tests/unit/%.o $(TEST_MAIN) $(BUILD)/libcddp.a
+# The applications' objects (everything under src/app but main), for the binary and the tests.
+$(BUILD)/libcddp-app.a: $(APP_OBJS)
 	@mkdir -p $(dir $@)
-	$(CC) $(LDFLAGS) -o $@ $< $(TEST_MAIN) $(BUILD)/libcddp.a $(LDLIBS)
+	rm -f $@ && ar rcs $@ $^
+
+$(BUILD)/cddp: $(BUILD)/obj/$(APP_MAIN:.c=.o) $(BUILD)/libcddp-app.a $(BUILD)/libcddp.a
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+$(BUILD)/tests/%: $(BUILD)/obj/tests/unit/%.o $(TEST_MAIN) $(BUILD)/libcddp-app.a $(BUILD)/libcddp.a
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
 # Programs the shell tests start as workers (tests/helpers/*.c, each with its own main).
-$(BUILD)/tests/helpers/%: $(BUILD)/obj/tests/helpers/%.o $(BUILD)/libcddp.a
+$(BUILD)/tests/helpers/%: $(BUILD)/obj/tests/helpers/%.o $(BUILD)/libcddp-app.a $(BUILD)/libcddp.a
 	@mkdir -p $(dir $@)
-	$(CC) $(LDFLAGS) -o $@ $< $(BUILD)/libcddp.a $(LDLIBS)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
-# Example programs that use libcddp as a user would: public headers only.
+# Example programs that use libcddp as a user would: public headers and the library alone.
 $(BUILD)/examples/%: $(BUILD)/obj/examples/%.o $(BUILD)/libcddp.a
 	@mkdir -p $(dir $@)
-	$(CC) $(LDFLAGS) -o $@ $< $(BUILD)/libcddp.a $(LDLIBS)
+	$(CC) $(LDFLAGS) -o $@ $< $(BUILD)/libcddp.a $(LIB_LDLIBS)
+
+# make install [PREFIX=/usr/local] [DESTDIR=]: the binary, the library (static, and shared with
+# its soname), the public headers, cddp.pc for pkg-config; make uninstall removes them.
+install: lib cli
+	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)$(PREFIX)/include/cddp
+	install -m 755 $(BUILD)/cddp $(DESTDIR)$(PREFIX)/bin/cddp
+	install -m 644 $(BUILD)/libcddp.a $(DESTDIR)$(PREFIX)/lib/libcddp.a
+	install -m 755 $(SO) $(DESTDIR)$(PREFIX)/lib/libcddp.so.$(VERSION)
+	ln -sf libcddp.so.$(VERSION) $(DESTDIR)$(PREFIX)/lib/libcddp.so.$(SOMAJOR)
+	ln -sf libcddp.so.$(SOMAJOR) $(DESTDIR)$(PREFIX)/lib/libcddp.so
+	install -m 644 include/cddp/*.h $(DESTDIR)$(PREFIX)/include/cddp/
+	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|$(VERSION)|' -e 's|@LIBS_PRIVATE@|$(LIB_LDLIBS)|' \
+	  src/cddp.pc.in >$(DESTDIR)$(PREFIX)/lib/pkgconfig/cddp.pc
+	@if [ -z "$(DESTDIR)" ] && [ "$$(id -u)" = 0 ] && command -v ldconfig >/dev/null; then ldconfig; fi
+uninstall:
+	rm -f $(DESTDIR)$(PREFIX)/bin/cddp $(DESTDIR)$(PREFIX)/lib/libcddp.a $(DESTDIR)$(PREFIX)/lib/libcddp.so \
+	  $(DESTDIR)$(PREFIX)/lib/libcddp.so.$(SOMAJOR) $(DESTDIR)$(PREFIX)/lib/libcddp.so.$(VERSION) \
+	  $(DESTDIR)$(PREFIX)/lib/pkgconfig/cddp.pc
+	rm -rf $(DESTDIR)$(PREFIX)/include/cddp
 
 # Sanitizer builds of the library and every unit test (store and comm among them).
 asan:
@@ -111,19 +152,24 @@ check-asan: asan
 check-tsan: tsan
 	@fail=0; for t in build-tsan/tests/test_store* build-tsan/tests/test_comm*; do TSAN_OPTIONS=halt_on_error=1 CDDP_TEST_TIMEOUT_SCALE=4 $$t || fail=1; done; exit $$fail
 
+# every bench program (bench/Makefile) into build/bench/; the MPI peer when mpicc is there
+bench: lib $(BUILD)/libcddp-app.a
+	@$(MAKE) --no-print-directory -C bench BUILD=$(abspath $(BUILD)) model gpt reduce ceiling store $(if $(filter 1,$(HAVE_MPI)),all)
+
 # libFuzzer targets (clang): build/fuzz/fuzz_*
 fuzz:
 	@mkdir -p $(BUILD)/fuzz
 	for f in $(FUZZ_SRCS); do \
 	  clang -std=gnu11 -g -O1 -fsanitize=fuzzer,address,undefined -Iinclude -Isrc -D_GNU_SOURCE \
-	    -DCDDP_HAVE_MPI=0 -DCDDP_HAVE_NCCL=0 $$f $(LIB_SRCS) -o $(BUILD)/fuzz/$$(basename $$f .c) $(LDLIBS) || exit 1; \
+	    -Isrc/app -DCDDP_HAVE_MPI=0 -DCDDP_HAVE_NCCL=0 $$f $(LIB_SRCS) $(APP_SRCS) -o $(BUILD)/fuzz/$$(basename $$f .c) \
+	    $(filter-out $(MPI_LIBS),$(LDLIBS)) || exit 1; \
 	done
 
 clean:
 	rm -rf build build-asan build-tsan
 
 help:
-	@echo "make [all|lib|cli|tests|asan|tsan|check-asan|check-tsan|fuzz|clean] [BUILD=dir] [WERROR=1] [SANITIZER=...] [V=1]"
+	@echo "make [all|lib|cli|tests|bench|install|uninstall|asan|tsan|check-asan|check-tsan|fuzz|clean] [BUILD=dir] [WERROR=1] [SANITIZER=...] [PREFIX=...] [V=1]"
 
--include $(LIB_OBJS:.o=.d) $(CLI_OBJS:.o=.d) $(TEST_BINS:$(BUILD)/tests/%=$(BUILD)/obj/tests/unit/%.d) \
+-include $(LIB_OBJS:.o=.d) $(APP_OBJS:.o=.d) $(BUILD)/obj/$(APP_MAIN:.c=.d) $(TEST_BINS:$(BUILD)/tests/%=$(BUILD)/obj/tests/unit/%.d) \
          $(EXAMPLE_BINS:$(BUILD)/examples/%=$(BUILD)/obj/examples/%.d) $(HELPER_BINS:$(BUILD)/tests/helpers/%=$(BUILD)/obj/tests/helpers/%.d)

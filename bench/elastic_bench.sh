@@ -134,6 +134,7 @@ TWICE=(bash -c '"$@" & a=$!; "$@" & b=$!; wait $a; r=$?; wait $b; exit $((r | $?
 # one_cddp I / one_torch I: one killed run; prints "recovery redone wall accuracy blamed rc caught-up"
 one_cddp() {
   local w=$OUT/cddp$1 r rec red cau blamed l pre=()
+  rm -rf "$w" # a reused --out: a fresh run, not one refused for the last one's folder
   l=$(launch cddp); [ "$l" = cddp ] && l="--standalone --nproc-per-node 2"
   [ "$AGENTS" = 2 ] && pre=("${TWICE[@]}")
   # shellcheck disable=SC2086

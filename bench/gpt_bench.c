@@ -13,7 +13,7 @@
 #include <unistd.h>
 
 #include "cddp/cddp.h"
-#include "train/gpt.h"
+#include "trainer/gpt.h"
 
 static double clock_of(clockid_t id) {
   struct timespec t;
@@ -55,7 +55,7 @@ int main(int argc, char **argv) {
     }
   }
   cddp_gpt_t *m;
-  if (cddp_gpt_create(&spec, B, &m) != CDDP_OK) {
+  if (cddp__gpt_create(&spec, B, &m) != CDDP_OK) {
     fprintf(stderr, "gpt_bench: %s\n", cddp_last_error());
     return 1;
   }
@@ -80,25 +80,25 @@ int main(int argc, char **argv) {
   double peak = (double)s / 1000.0;
   printf("# sgemm peak %d^3: %.1f GFLOP/s%s\n", peak_n, peak, threads == 1 ? " (thread CPU time)" : "");
 
-  size_t np = cddp_gpt_param_count(m), ntok = (size_t)B * spec.context;
+  size_t np = cddp__gpt_param_count(m), ntok = (size_t)B * spec.context;
   float *params = aligned_alloc(64, np * sizeof(float)), *grads = aligned_alloc(64, np * sizeof(float));
   uint8_t *tok = malloc(ntok + 1);
   for (size_t i = 0; i <= ntok; i++) tok[i] = (uint8_t)("In the beginning God created "[i % 29]);
-  cddp_gpt_bind(m, params, grads);
-  cddp_gpt_init_params(m, 42);
+  cddp__gpt_bind(m, params, grads);
+  cddp__gpt_init_params(m, 42);
   const float lr = 1e-4f;
   double loss = 0, best = 1e30, cpu_best = 1e30, sum = 0, tf = 0, tb = 0;
   for (int w = 0; w < 2; w++) { /* warm-up */
-    cddp_gpt_forward(m, tok, tok + 1, B, spec.context);
-    cddp_gpt_backward(m, 1.0f / ntok, 0, NULL, NULL);
+    cddp__gpt_forward(m, tok, tok + 1, B, spec.context);
+    cddp__gpt_backward(m, 1.0f / ntok, 0, NULL, NULL);
   }
   for (int r = 0; r < reps; r++) {
     double t0 = now(), c0 = cpu_now(), f = 0, b = 0;
     for (int i = 0; i < iters; i++) {
       double a = now();
-      loss = cddp_gpt_forward(m, tok, tok + 1, B, spec.context);
+      loss = cddp__gpt_forward(m, tok, tok + 1, B, spec.context);
       double c = now();
-      cddp_gpt_backward(m, 1.0f / ntok, 0, NULL, NULL);
+      cddp__gpt_backward(m, 1.0f / ntok, 0, NULL, NULL);
       f += c - a, b += now() - c;
       for (size_t j = 0; j < np; j++) params[j] -= lr * grads[j];
     }
@@ -107,18 +107,18 @@ int main(int argc, char **argv) {
     if (ct < cpu_best) cpu_best = ct;
     if (t < best) best = t, tf = f / iters, tb = b / iters;
   }
-  double flops = cddp_gpt_flops_per_token(m) * ntok;
+  double flops = cddp__gpt_flops_per_token(m) * ntok;
   double gf = flops / (threads == 1 ? cpu_best : best) * 1e-9;
   printf("# gpt %d layers, %d heads, d_model %d, context %d: %zu params, %.2f MFLOP/token "
          "(fwd+bwd GEMMs), batch %d x %d = %zu tokens, loss %.4f\n",
          spec.n_layer, spec.n_head, spec.d_model, spec.context, np,
-         cddp_gpt_flops_per_token(m) * 1e-6, B, spec.context, ntok, loss / ntok);
+         cddp__gpt_flops_per_token(m) * 1e-6, B, spec.context, ntok, loss / ntok);
   printf("step  best %7.1f ms (fwd %.1f  bwd %.1f)  mean %7.1f ms\n", best * 1e3, tf * 1e3,
          tb * 1e3, sum / reps * 1e3);
   printf("tokens/s %.0f (best)  %.0f (mean)", ntok / best, ntok / (sum / reps));
   if (threads == 1) printf("  %.0f (CPU time, best)", ntok / cpu_best);
   printf("   %.1f GFLOP/s = %.0f%% of sgemm peak\n", gf, 100.0 * gf / peak);
   free(params), free(grads), free(tok);
-  cddp_gpt_destroy(m);
+  cddp__gpt_destroy(m);
   return 0;
 }

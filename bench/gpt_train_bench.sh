@@ -30,6 +30,7 @@ PEER=$ROOT/bench/peers/gpt_kjv.py
 step() { echo "gpt_train_bench.sh: $*" >&2; }
 
 step "cddp train: 2 ranks x 1 thread, $STEPS steps"
+rm -rf "${OUT:?}/runs/gpt" # a reused --out: a fresh run, not one refused for the last one's folder
 timeout 1800 "$CDDP" run --standalone --nproc-per-node 2 "$CDDP" train --config configs/gpt_kjv.yaml \
   --work-dir "$OUT/runs" --name gpt --set train.max_steps="$STEPS" --set ddp.threads=1 \
   --set checkpoint.every_steps=0 >"$OUT/cddp.txt" 2>&1 || { tail -5 "$OUT/cddp.txt"; exit 1; }

@@ -15,8 +15,8 @@
 #include <unistd.h>
 
 #include "cddp/cddp.h"
-#include "train/layers.h"
-#include "train/model.h"
+#include "trainer/layers.h"
+#include "trainer/model.h"
 
 static double now(void) {
   struct timespec t;
@@ -120,7 +120,7 @@ int main(int argc, char **argv) {
   memcpy(spec.hidden, widths, sizeof widths);
   memcpy(spec.conv_channels, convs, sizeof convs);
   cddp_model_t *m;
-  if (cddp_model_create(&spec, batch, &m) != CDDP_OK) {
+  if (cddp__model_create(&spec, batch, &m) != CDDP_OK) {
     fprintf(stderr, "model_bench: %s\n", cddp_last_error());
     return 1;
   }
@@ -142,31 +142,31 @@ int main(int argc, char **argv) {
     }
   }
 
-  size_t np = cddp_model_param_count(m), in_floats = (size_t)spec.in_c * spec.in_h * spec.in_w;
+  size_t np = cddp__model_param_count(m), in_floats = (size_t)spec.in_c * spec.in_h * spec.in_w;
   uint64_t s = 1;
   float *params = aligned_alloc(64, np * sizeof(float)), *grads = aligned_alloc(64, np * sizeof(float));
   float *x = rnd((size_t)batch * in_floats, &s);
   uint8_t *y = malloc((size_t)batch);
   for (int i = 0; i < batch; i++) y[i] = (uint8_t)(i % 10);
-  cddp_model_bind(m, params, grads);
-  cddp_model_init_params(m, 42);
-  double flops = cddp_model_flops_per_sample(m);
+  cddp__model_bind(m, params, grads);
+  cddp__model_init_params(m, 42);
+  double flops = cddp__model_flops_per_sample(m);
   const float lr = 1e-3f;
 
   double best = 1e30, sum = 0, tf = 0, tb = 0, ts = 0, loss = 0, cpu_best = 1e30;
   memset(grads, 0, np * sizeof(float));
   for (int w = 0; w < 3; w++) { /* warm-up */
-    cddp_model_forward(m, x, y, batch, NULL);
-    cddp_model_backward(m, 1.0f / batch, 0, NULL, NULL);
+    cddp__model_forward(m, x, y, batch, NULL);
+    cddp__model_backward(m, 1.0f / batch, 0, NULL, NULL);
   }
   memset(grads, 0, np * sizeof(float));
   for (int r = 0; r < reps; r++) {
     double t0 = now(), c0 = cpu_now(), f = 0, b = 0, g = 0;
     for (int i = 0; i < iters; i++) {
       double a = now();
-      loss = cddp_model_forward(m, x, y, batch, NULL);
+      loss = cddp__model_forward(m, x, y, batch, NULL);
       double c = now();
-      cddp_model_backward(m, 1.0f / batch, zero_in_sgd, NULL, NULL);
+      cddp__model_backward(m, 1.0f / batch, zero_in_sgd, NULL, NULL);
       double d = now();
       if (zero_in_sgd) {
         for (size_t j = 0; j < np; j++) params[j] -= lr * grads[j], grads[j] = 0.0f;
@@ -193,6 +193,6 @@ int main(int argc, char **argv) {
   if (threads == 1) printf("  %.0f (CPU time, best)", batch / cpu_best);
   printf("   %.1f GFLOP/s = %.0f%% of sgemm peak\n", gf, 100.0 * gf / peak);
   free(params), free(grads), free(x), free(y);
-  cddp_model_destroy(m);
+  cddp__model_destroy(m);
   return 0;
 }

@@ -37,6 +37,7 @@ step() { echo "train_bench.sh: $*" >&2; }
 cddp_row() {
   local name=$1; shift
   step "cddp train ($name): 2 ranks x 1 thread, $STEPS steps"
+  rm -rf "${OUT:?}/runs/$name" # a reused --out: a fresh run, not one refused for the last one's folder
   timeout 600 "$CDDP" run --standalone --nproc-per-node 2 "$CDDP" train --config "$CONFIG" \
     --work-dir "$OUT/runs" --name "$name" --set train.max_steps="$STEPS" --set ddp.threads=1 \
     --set eval.every_epoch=false --set checkpoint.every_steps=0 "$@" >"$OUT/cddp-$name.txt" 2>&1 \
@@ -47,7 +48,7 @@ cddp_row() {
     s > 5 { N += n; T += t; C += c }
     END { if (T > 0) printf "%.0f %.1f\n", N / T * 1000, 100 * C / T; else print "- -" }' "$OUT/runs/$name/metrics.jsonl"
 }
-read -r ours comm <<<"$(cddp_row auto)"
+read -r ours comm <<<"$(cddp_row overlap-auto)" # not --name auto: that makes a new timestamped folder
 read -r ours_ov comm_ov <<<"$(cddp_row overlap --set ddp.overlap=true)"
 
 export OMP_WAIT_POLICY=PASSIVE OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-SkylakeX}

@@ -8,6 +8,8 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
+/* what this header declares is libcddp's API: exported from libcddp.so, which hides the rest */
+#pragma GCC visibility push(default)
 
 #define CDDP_VERSION_MAJOR 0
 #define CDDP_VERSION_MINOR 1
@@ -47,6 +49,7 @@ const char *cddp_last_error(void);
 
 const char *cddp_version(void);
 
+#pragma GCC visibility pop
 #ifdef __cplusplus
 }
 #endif

@@ -17,6 +17,8 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
+/* what this header declares is libcddp's API: exported from libcddp.so, which hides the rest */
+#pragma GCC visibility push(default)
 
 typedef struct cddp_tensor_view {
   const char *name;
@@ -49,6 +51,9 @@ cddp_result_t cddp_ckpt_save(const char *root, int64_t step, const cddp_ckpt_pay
 /* The newest complete, verified checkpoint under root: a broken one (no DONE, bad size or
  * CRC, unparsable) is reported with CDDP_WARN naming it and skipped. NOT_FOUND when none. */
 cddp_result_t cddp_ckpt_find_latest(const char *root, char *out_dir, size_t out_cap);
+/* The newest step-* directory under root whatever its state (verify it to know), without a
+ * warning: what `cddp ckpt verify ROOT` checks. NOT_FOUND when there is none. */
+cddp_result_t cddp_ckpt_find_newest(const char *root, char *out_dir, size_t out_cap);
 /* Checks DONE, MANIFEST sizes and CRCs, and that both safetensors headers parse. The error
  * names the file and what is wrong. */
 cddp_result_t cddp_ckpt_verify(const char *dir);
@@ -66,6 +71,7 @@ const char *cddp_ckpt_meta(const cddp_ckpt_t *c, const char *key);
 /* Prints a human summary (files, tensors with shapes, metadata) to f, for `cddp ckpt info`. */
 cddp_result_t cddp_ckpt_print_info(const char *dir, FILE *f);
 
+#pragma GCC visibility pop
 #ifdef __cplusplus
 }
 #endif

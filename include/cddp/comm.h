@@ -11,6 +11,8 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
+/* what this header declares is libcddp's API: exported from libcddp.so, which hides the rest */
+#pragma GCC visibility push(default)
 
 typedef enum cddp_dtype {
   CDDP_F32 = 0,
@@ -46,7 +48,7 @@ typedef struct cddp_comm cddp_comm_t;
 typedef struct cddp_request cddp_request_t;
 
 typedef struct cddp_comm_config {
-  const char *backend;   /* "native" (default); "mpi", "nccl" when built */
+  const char *backend;   /* "native" (default), or "mpi" when built with MPI (docs/mpi.md) */
   const char *transport; /* "auto" (shm on one host, hier or tcp across), "shm", "tcp", "hier" */
   int nstreams;          /* TCP connections per peer (CDDP_NSTREAMS) */
   int timeout_ms;        /* bound on every wait inside a collective (CDDP_TIMEOUT_MS) */
@@ -122,6 +124,7 @@ cddp_result_t cddp_test(cddp_request_t *req, int *done);
  * its result. */
 cddp_result_t cddp_wait(cddp_request_t *req);
 
+#pragma GCC visibility pop
 #ifdef __cplusplus
 }
 #endif

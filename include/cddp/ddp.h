@@ -34,6 +34,8 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
+/* what this header declares is libcddp's API: exported from libcddp.so, which hides the rest */
+#pragma GCC visibility push(default)
 
 /* A worker's place in the job: its environment, the job's store, its communicator. */
 typedef struct cddp_world {
@@ -174,6 +176,7 @@ cddp_result_t cddp_ddp_finish(cddp_ddp_t *d);
 /* Counters since create (or the last reset). */
 void cddp_ddp_stats(cddp_ddp_t *d, cddp_ddp_stats_t *s, int reset);
 
+#pragma GCC visibility pop
 #ifdef __cplusplus
 }
 #endif

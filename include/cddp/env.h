@@ -8,6 +8,8 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
+/* what this header declares is libcddp's API: exported from libcddp.so, which hides the rest */
+#pragma GCC visibility push(default)
 
 typedef enum cddp_env_source {
   CDDP_ENV_NONE = 0, /* nothing set: a world of one */
@@ -47,6 +49,7 @@ cddp_result_t cddp_env_connect(const cddp_env_t *env, int timeout_ms, cddp_store
 /* Releases what cddp_env_connect returned (either may be NULL). */
 void cddp_env_disconnect(cddp_store_t *store, cddp_store_server_t *hosted);
 
+#pragma GCC visibility pop
 #ifdef __cplusplus
 }
 #endif

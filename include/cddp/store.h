@@ -10,6 +10,8 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
+/* what this header declares is libcddp's API: exported from libcddp.so, which hides the rest */
+#pragma GCC visibility push(default)
 
 /* Keys are NUL-terminated strings of at most CDDP_STORE_MAX_KEY bytes; values are
  * byte strings of at most CDDP_STORE_MAX_VALUE bytes. */
@@ -94,6 +96,7 @@ void cddp_store_server_stop(cddp_store_server_t *srv);
  * INVALID_ARG when the token file cannot be read (names the file). */
 cddp_result_t cddp_token_from_env(char *buf, size_t size);
 
+#pragma GCC visibility pop
 #ifdef __cplusplus
 }
 #endif

@@ -7,7 +7,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "train/config.h"
+#include "trainer/config.h"
 
 static int fd = -1;
 
@@ -16,7 +16,7 @@ static int load_text(const char *text, size_t n, const char *const *ovr, int n_o
   char path[64];
   if (ftruncate(fd, 0) != 0 || pwrite(fd, text, n, 0) != (ssize_t)n) __builtin_trap();
   snprintf(path, sizeof path, "/proc/self/fd/%d", fd);
-  return cddp_config_load(c, path, ovr, n_ovr) == CDDP_OK;
+  return cddp__config_load(c, path, ovr, n_ovr) == CDDP_OK;
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
@@ -44,10 +44,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   }
   static char text[1 << 15];
   FILE *f = fmemopen(text, sizeof text, "w");
-  if (!f || cddp_config_write(&a, f) != CDDP_OK) __builtin_trap();
+  if (!f || cddp__config_write(&a, f) != CDDP_OK) __builtin_trap();
   long len = ftell(f);
   fclose(f);
   if (!load_text(text, (size_t)len, NULL, 0, &b)) __builtin_trap();
-  if (cddp_config_hash(&a) != cddp_config_hash(&b)) __builtin_trap();
+  if (cddp__config_hash(&a) != cddp__config_hash(&b)) __builtin_trap();
   return 0;
 }

@@ -3,7 +3,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "train/safetensors.h"
+#include "ddp/safetensors.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   cddp__st_file_t f;

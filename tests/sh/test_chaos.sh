@@ -282,7 +282,7 @@ for i in $(seq "$RUNS"); do
   # the newest checkpoint resumes: 2 more steps on 1 rank
   timeout 60 "$CDDP" train "${JOB[@]}" --work-dir "$T" --name "$name" --set train.max_steps=$((STEPS + 2)) \
     --resume-from latest >"$T/$name.resume" 2>&1; r=$?
-  { [ $r = 0 ] && grep -q "resuming from .*step-0*$STEPS (step $STEPS," "$T/$name.resume" && grep -q "done: $((STEPS + 2)) steps" "$T/$name.resume"; } ||
+  { [ $r = 0 ] && grep -q "resuming from .*step-0*$STEPS (step $STEPS," "$T/$name.resume" && grep -q "done: 2 steps (steps $((STEPS + 1))-$((STEPS + 2)) of $((STEPS + 2)))" "$T/$name.resume"; } ||
     why+=("resume from latest: exit $r: $(grep -v 'epoch' "$T/$name.resume" | tail -1)")
   desc="$([ "$nodes" = 1 ] && echo "1x2" || echo "2x2"), kills$(for x in "${kl[@]}"; do IFS=: read -r kd rk st dl <<<"$x"; case $kd in both) printf ' r%s+r%s@%s+%sms+%sms' "$rk" "$((1 - rk))" "$st" "$dl" "$((dl % 21))" ;; burst) printf ' r%s+%sms' "$rk" "$dl" ;; ckpt) printf ' r0@%s-in-ckpt' "$st" ;; agent) printf ' agent%s@%s+%sms' "$rk" "$st" "$dl" ;; *) printf ' r%s@%s+%sms' "$rk" "$st" "$dl" ;; esac; done)"
   times=$(awk '{ printf("%s%d", (NR > 1 ? "," : ""), $1) } END { if (!NR) printf "-" }' "$T/$name.times")

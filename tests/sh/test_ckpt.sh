@@ -45,10 +45,18 @@ err=$("$CDDP" ckpt verify "$root/step-000000004" 2>&1); rc=$?
 if [ $rc -eq 1 ] && [ "$(echo "$err" | wc -l)" -eq 1 ] && echo "$err" | grep -q "step-000000004 is corrupt: state.safetensors: CRC-32"; then
   ok "corrupt dir: exit 1, one line: $err"
 else fail "corrupt dir" "rc=$rc $err"; fi
-out=$("$CDDP" ckpt verify "$root" 2>"$tmp/err"); rc=$?
-if [ $rc -eq 0 ] && [ "$out" = "ok $root/step-000000003 (step 3)" ] && grep -q "step-000000004 is corrupt: state.safetensors: CRC-32 .*, using step-000000003" "$tmp/err"; then
-  ok "verify ROOT skips the corrupt newest one and says so"
-else fail "verify ROOT skips corrupt" "rc=$rc $out $(cat "$tmp/err")"; fi
+# verify ROOT (or the run folder) checks the newest: corrupt, it is an error, not a silent fallback
+for p in "$root" "$tmp/run"; do
+  out=$("$CDDP" ckpt verify "$p" 2>"$tmp/err"); rc=$?
+  if [ $rc -eq 1 ] && [ -z "$out" ] && [ "$(wc -l <"$tmp/err")" -eq 1 ] &&
+     grep -q "step-000000004 is corrupt: state.safetensors: CRC-32 .*(the newest under the root; --resume-from latest would fall back" "$tmp/err"; then
+    ok "verify $([ "$p" = "$root" ] && echo ROOT || echo RUN_DIR) with a corrupt newest checkpoint: exit 1, one line naming it"
+  else fail "verify $p with a corrupt newest" "rc=$rc $out $(cat "$tmp/err")"; fi
+done
+out=$("$CDDP" ckpt info "$tmp/run" 2>"$tmp/err"); rc=$?
+if [ $rc -eq 0 ] && grep -q '^step: 3$' <<<"$out" && grep -q "step-000000004 is corrupt: state.safetensors: CRC-32 .*, using step-000000003" "$tmp/err"; then
+  ok "info RUN_DIR: the newest complete checkpoint (step 3), the corrupt newer one reported"
+else fail "info RUN_DIR" "rc=$rc $out $(cat "$tmp/err")"; fi
 "$CDDP" ckpt info "$root/step-000000004" >"$tmp/info" 2>"$tmp/err"; rc=$?
 if [ $rc -eq 1 ] && grep -q "^verify: FAILED: .*CRC-32" "$tmp/info"; then ok "info on a corrupt dir: exit 1, verify FAILED line"
 else fail "info on a corrupt dir" "rc=$rc $(cat "$tmp/info" "$tmp/err")"; fi

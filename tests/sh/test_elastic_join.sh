@@ -185,21 +185,22 @@ case_d() {
 
 case_f() {
   # (f) SIGTERM to the survivor while it waits below MIN (--rdzv-timeout 60): everything ends
-  # within a second, nothing left behind, exit 128+15
+  # within a second, nothing left behind, exit 128+15. Its run folder is t: case c's f holds a
+  # run, and a fresh start into it is refused
   P=$(free_port); A=(); local RUNX=(--rdzv-timeout 60)
-  agent f 1 2:2; sleep 0.3; agent f 2 2:2
-  wait_step "$T/f/metrics.jsonl" 40 || fail "f: no progress" "$(tail -3 "$T/f1.out")"
+  agent t 1 2:2; sleep 0.3; agent t 2 2:2
+  wait_step "$T/t/metrics.jsonl" 40 || fail "f: no progress" "$(tail -3 "$T/t1.out")"
   local w; w=$(worker_of "${A[1]}")
   kill -KILL "${A[2]}"; wait "${A[2]}" 2>/dev/null
-  wait_line 20 '^cddp run: job below MIN' "$T/f1.out" || fail "f: no wait line" "$(tail -3 "$T/f1.out")"
+  wait_line 20 '^cddp run: job below MIN' "$T/t1.out" || fail "f: no wait line" "$(tail -3 "$T/t1.out")"
   local t0 el; t0=$(date +%s.%N)
   kill -TERM "${A[1]}"
   wait_all 30 "${A[1]}"
   el=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.2f", b - a }')
   if [ "${RC[0]}" = 143 ] && awk -v e="$el" 'BEGIN { exit !(e < 2) }' && ! kill -0 "$w" 2>/dev/null &&
-     [ "$(grep -c '^cddp run: the agent on .* received SIGTERM' "$T/f1.out")" = 1 ]; then
+     [ "$(grep -c '^cddp run: the agent on .* received SIGTERM' "$T/t1.out")" = 1 ]; then
     ok "f: SIGTERM while waiting below MIN: agent and worker gone in ${el} s (exit ${RC[0]})"
-  else fail "f: SIGTERM while waiting" "rc=${RC[*]} el=$el worker $w $(kill -0 "$w" 2>/dev/null && echo alive) $(grep -h 'cddp run' "$T/f1.out" | tr '\n' ' ')"; fi
+  else fail "f: SIGTERM while waiting" "rc=${RC[*]} el=$el worker $w $(kill -0 "$w" 2>/dev/null && echo alive) $(grep -h 'cddp run' "$T/t1.out" | tr '\n' ' ')"; fi
 }
 
 case_e() {

@@ -1,20 +1,53 @@
 #!/usr/bin/env bash
-# test_plot.sh - `cddp plot RUN_DIR` draws a run's metrics with gnuplot (PNG and SVG), and
-# bad input gets one line.
+# test_plot.sh - `cddp plot RUN_DIR` draws a run's metrics with gnuplot (PNG, SVG and PDF): the
+# run name as written, aligned x-axes, an accuracy panel after an evaluation, tokens/s for a text
+# model; bad input gets one line.
 cd "$(dirname "$0")/../.." && source tests/sh/lib.sh
 T=$(mktemp -d /tmp/cddp-plot.XXXXXX)
 trap 'rm -rf "$T"' EXIT
 if ! command -v gnuplot >/dev/null; then echo "ok 1 - test_plot:plot # SKIP gnuplot is not installed"; exit 0; fi
 timeout 120 "$CDDP" run --standalone --nproc-per-node 2 "$CDDP" train --config configs/fmnist_mlp.yaml \
-  --work-dir "$T" --name r --set model.hidden=[32] --set train.max_steps=30 >/dev/null 2>&1
+  --work-dir "$T" --name my_run_1 --set model.hidden=[32] --set train.max_steps=30 >/dev/null 2>&1
 
-out=$("$CDDP" plot "$T/r" 2>&1); rc=$?
-magic=$(head -c 8 "$T/r/metrics.png" 2>/dev/null | od -An -tx1 | tr -d ' \n')
-if [ $rc = 0 ] && [ "$magic" = 89504e470d0a1a0a ] && [ "$(stat -c %s "$T/r/metrics.png")" -gt 20000 ] &&
-   grep -q "30 steps, 1 evaluations -> $T/r/metrics.png" <<<"$out"; then ok "PNG of 30 steps and the final eval"
+R=$T/my_run_1
+out=$("$CDDP" plot "$R" 2>&1); rc=$?
+magic=$(head -c 8 "$R/metrics.png" 2>/dev/null | od -An -tx1 | tr -d ' \n')
+if [ $rc = 0 ] && [ "$magic" = 89504e470d0a1a0a ] && [ "$(stat -c %s "$R/metrics.png")" -gt 20000 ] &&
+   [ "$out" = "cddp plot: 30 steps, 1 evaluations -> $R/metrics.png" ]; then ok "PNG of 30 steps and the final eval, nothing on stderr"
 else fail "png" "rc=$rc magic=$magic $out"; fi
 
-"$CDDP" plot "$T/r" --out "$T/m.svg" --title "it's mine" >/dev/null 2>&1; rc=$?
+# SVG: the run's name as written (gnuplot's enhanced text made '_1' a subscript), 4 panels (loss,
+# eval accuracy, samples/s, comm) whose x-axes line up: each panel's 'step' label and its tick
+# '10' sit at the same x (the left margin used to follow each panel's y tick labels)
+"$CDDP" plot "$R" --out "$T/n.svg" >/dev/null 2>&1; rc=$?
+# xs TEXT FILE: the x of every centred label TEXT in an SVG of gnuplot, one per line (the label
+# plain, or in one tspan as gnuplot's enhanced text writes it)
+xs() { grep -B1 -E "<text>(<tspan[^>]*>)?$1(</tspan>)?</text>" "$2" | grep 'text-anchor="middle"' | sed -n 's/.*translate(\([0-9.]*\),.*/\1/p'; }
+[ $rc = 0 ] && grep -q "<text>my_run_1</text>" "$T/n.svg" && ok "SVG: the title 'my_run_1' as written" ||
+  fail "svg: title" "rc=$rc: $(grep -m1 -A1 'font-size="12.00"  text-anchor="middle"' "$T/n.svg" | tail -1)"
+[ "$(xs step "$T/n.svg" | wc -l)" = 4 ] && grep -q "<text>eval accuracy</text>" "$T/n.svg" &&
+  ok "SVG: 4 panels, one of them the eval accuracy" || fail "svg: accuracy panel" "$(xs step "$T/n.svg" | wc -l) panels"
+if [ "$(xs step "$T/n.svg" | sort -u | wc -l)" = 1 ] && [ "$(xs ' 10' "$T/n.svg" | wc -l)" -ge 3 ] &&
+   [ "$(xs ' 10' "$T/n.svg" | sort -u | wc -l)" = 1 ]
+then ok "SVG: the panels' x-axes line up ('step' and tick 10 at x = $(xs step "$T/n.svg" | head -1), $(xs ' 10' "$T/n.svg" | head -1))"
+else fail "svg: x-axes" "step x: $(xs step "$T/n.svg" | tr '\n' ' ') tick 10 x: $(xs ' 10' "$T/n.svg" | tr '\n' ' ')"; fi
+
+"$CDDP" plot "$R" --out "$T/m.pdf" >/dev/null 2>&1; rc=$?
+[ $rc = 0 ] && [ "$(head -c 5 "$T/m.pdf")" = "%PDF-" ] && ok "--out .pdf writes a PDF" ||
+  fail "pdf" "rc=$rc: $(head -c 8 "$T/m.pdf" | od -An -c)"
+
+# a text model's metrics (tokens_per_s = 128 x samples_per_s), no evaluation: tokens/s, 3 panels
+mkdir -p "$T/gpt"
+for i in $(seq 20); do
+  echo "{\"step\":$i,\"epoch\":1,\"loss\":$((40 - i)).5,\"samples\":32,\"samples_per_s\":$((i + 70)).0,\"tokens_per_s\":$((128 * (i + 70))).0,\"step_ms\":400,\"comm_ms\":$i}"
+done >"$T/gpt/metrics.jsonl"
+"$CDDP" plot "$T/gpt" --out "$T/gpt.svg" >/dev/null 2>&1; rc=$?
+if [ $rc = 0 ] && grep -q "<text>tokens/s</text>" "$T/gpt.svg" && ! grep -q "samples/s" "$T/gpt.svg" &&
+   grep -q "<text> 10000</text>" "$T/gpt.svg" && ! grep -q "<text> 80</text>" "$T/gpt.svg" && [ "$(xs step "$T/gpt.svg" | wc -l)" = 3 ] && ! grep -q accuracy "$T/gpt.svg"
+then ok "text model: the throughput panel is tokens/s (9088-11520), no accuracy panel without an evaluation"
+else fail "tokens/s" "rc=$rc $(grep -o '<text>[a-z/]*/s</text>' "$T/gpt.svg")"; fi
+
+"$CDDP" plot "$R" --out "$T/m.svg" --title "it's mine" >/dev/null 2>&1; rc=$?
 if [ $rc = 0 ] && grep -q "<svg" "$T/m.svg" && grep -q "samples/s" "$T/m.svg" && grep -q "it&#39;s mine\|it's mine" "$T/m.svg"
 then ok "SVG with a title holding a quote"; else fail "svg" "rc=$rc"; fi
 
@@ -28,5 +61,6 @@ bad "no run dir" "RUN_DIR is required" 2
 bad "missing run" "cannot read $T/nope/metrics.jsonl" 1 "$T/nope"
 mkdir -p "$T/empty" && : >"$T/empty/metrics.jsonl"
 bad "no steps" "has no step lines" 1 "$T/empty"
-bad "unknown flag" "unexpected argument '--bogus'" 2 "$T/r" --bogus
+bad "unknown flag" "unexpected argument '--bogus'" 2 "$R" --bogus
+bad "--out of another kind" "--out $T/x.jpg: the name must end in .png, .svg or .pdf" 2 "$R" --out "$T/x.jpg"
 finish

@@ -14,7 +14,7 @@
 
 #include "test.h"
 #include "cddp/ckpt.h"
-#include "train/safetensors.h"
+#include "ddp/safetensors.h"
 
 #define CHECK_HAS(s, sub)                                                          \
   do {                                                                             \
@@ -424,6 +424,7 @@ TEST(ckpt_find_latest_skips_broken) {
   find_latest_capture(root, out, sizeof out, &r);
   CHECK_EQ(r, CDDP_NOT_FOUND);
   CHECK_HAS(cddp_last_error(), "no checkpoint under");
+  CHECK_EQ(cddp_ckpt_find_newest(root, out, sizeof out), CDDP_NOT_FOUND);
   for (int s = 100; s <= 300; s += 100) save_step(root, s, 0);
   CHECK_OK(cddp_ckpt_find_latest(root, out, sizeof out));
   snprintf(want, sizeof want, "%s/step-000000300", root);
@@ -445,6 +446,9 @@ TEST(ckpt_find_latest_skips_broken) {
   CHECK(!strcmp(out, want));
   CHECK_HAS(err, "step-000000200 is corrupt: state.safetensors: CRC-32");
   CHECK_HAS(err, "using step-000000100");
+  CHECK_OK(cddp_ckpt_find_newest(root, out, sizeof out)); /* broken or not: what verify ROOT checks */
+  snprintf(want, sizeof want, "%s/step-000000300", root);
+  CHECK(!strcmp(out, want));
   snprintf(p, sizeof p, "%s/step-000000100", root);
   truncate_model(p);
   err = find_latest_capture(root, out, sizeof out, &r);

@@ -12,8 +12,8 @@
 #include "cddp/store.h"
 #include "comm/reduce.h"
 #include "comm/transport.h"
-#include "run/elastic.h"
-#include "train/ddp_compress.h"
+#include "world/elastic.h"
+#include "ddp/ddp_compress.h"
 #include "test.h"
 
 const cddp__transport_t *const ddp_force_link = &cddp__transport_shm;

@@ -8,8 +8,8 @@
 #include "cddp/ddp.h"
 #include "common/check.h"
 #include "test.h"
-#include "train/config.h"
-#include "train/config_schema.h"
+#include "trainer/config.h"
+#include "trainer/config_schema.h"
 
 /* Writes text to a fresh temp file; returns its path (static buffer). */
 static const char *temp_yaml(const char *text) {
@@ -29,7 +29,7 @@ static void expect_fail_ovr(const char *text, const char *const *ovr, int n_ovr,
   const char *path = text ? temp_yaml(text) : NULL;
   cddp_train_config_t c;
   cddp__clear_error();
-  cddp_result_t r = cddp_config_load(&c, path, ovr, n_ovr);
+  cddp_result_t r = cddp__config_load(&c, path, ovr, n_ovr);
   if (path) unlink(path);
   if (r != CDDP_INVALID_ARG)
     TEST_FAIL("load of <<%s>> returned %s, expected INVALID_ARG", text ? text : "", cddp_result_name(r));
@@ -47,7 +47,7 @@ static void expect_fail(const char *text, const char *n1, const char *n2, const 
 static cddp_train_config_t load_ok(const char *text, const char *const *ovr, int n_ovr) {
   const char *path = text ? temp_yaml(text) : NULL;
   cddp_train_config_t c;
-  cddp_result_t r = cddp_config_load(&c, path, ovr, n_ovr);
+  cddp_result_t r = cddp__config_load(&c, path, ovr, n_ovr);
   if (path) unlink(path);
   if (r != CDDP_OK) TEST_FAIL("load failed: %s (config <<%s>>)", cddp_last_error(), text ? text : "");
   return c;
@@ -84,9 +84,9 @@ TEST(every_default_parses_and_contract_keys_exist) {
       "checkpoint.keep", "eval.every_epoch", "log.every_steps", "debug.sample_log"};
   for (size_t i = 0; i < CDDP_ARRAY_LEN(contract); i++)
     if (cddp__cfg_find(contract[i]) < 0) TEST_FAIL("config.h names %s; the schema lacks it", contract[i]);
-  CHECK(cddp_config_key_name(0) != NULL);
-  CHECK(cddp_config_key_name(-1) == NULL);
-  CHECK(cddp_config_key_name(cddp__cfg_n_keys) == NULL);
+  CHECK(cddp__config_key_name(0) != NULL);
+  CHECK(cddp__config_key_name(-1) == NULL);
+  CHECK(cddp__config_key_name(cddp__cfg_n_keys) == NULL);
 }
 
 TEST(defaults_and_enum_values_match_the_c_enums) {
@@ -226,9 +226,9 @@ TEST(structure_errors_duplicates_syntax_and_files) {
   expect_fail("a: 1\n---\nb: 2\n", "unknown key 'a'", NULL, NULL);
   expect_fail("---\n{}\n---\n{}\n", ":3:", "one YAML document", NULL);
   cddp_train_config_t c;
-  CHECK_RESULT(cddp_config_load(&c, "/nonexistent/cfg.yaml", NULL, 0), CDDP_INVALID_ARG);
+  CHECK_RESULT(cddp__config_load(&c, "/nonexistent/cfg.yaml", NULL, 0), CDDP_INVALID_ARG);
   CHECK(strstr(cddp_last_error(), "/nonexistent/cfg.yaml: No such file or directory") != NULL);
-  CHECK_RESULT(cddp_config_load(&c, "/tmp", NULL, 0), CDDP_INVALID_ARG);
+  CHECK_RESULT(cddp__config_load(&c, "/tmp", NULL, 0), CDDP_INVALID_ARG);
   CHECK(strstr(cddp_last_error(), "/tmp: Is a directory") != NULL);
 }
 
@@ -292,7 +292,7 @@ static char *config_text(const cddp_train_config_t *c) {
   static char buf[1 << 14];
   FILE *f = fmemopen(buf, sizeof buf, "w");
   CHECK(f != NULL);
-  CHECK_OK(cddp_config_write(c, f));
+  CHECK_OK(cddp__config_write(c, f));
   fclose(f);
   return buf;
 }
@@ -317,7 +317,7 @@ TEST(write_then_load_round_trips_every_key) {
   CHECK(strstr(text, "  eps: 3.1415926e-05\n") != NULL);
   cddp_train_config_t b = load_ok(text, NULL, 0);
   CHECK(strcmp(config_text(&b), text) == 0);
-  CHECK(cddp_config_hash(&a) == cddp_config_hash(&b));
+  CHECK(cddp__config_hash(&a) == cddp__config_hash(&b));
   CHECK(strcmp(b.data_dir, ODD_DIR) == 0);
   CHECK(b.lr == a.lr);
   CHECK(b.optim.eps == a.optim.eps);
@@ -338,33 +338,33 @@ TEST(write_then_load_round_trips_every_key) {
 TEST(hash_changes_with_one_key_and_key_hashes_name_it) {
   cddp_train_config_t base = load_ok(NULL, NULL, 0);
   uint64_t hb[64], hx[64];
-  int n = cddp_config_key_hashes(&base, hb, 64);
+  int n = cddp__config_key_hashes(&base, hb, 64);
   CHECK_EQ(n, cddp__cfg_n_keys);
   CHECK(n <= 64);
-  CHECK_EQ(cddp_config_key_hashes(&base, hx, 3), n); /* fills at most cap */
+  CHECK_EQ(cddp__config_key_hashes(&base, hx, 3), n); /* fills at most cap */
   static const char *one[] = {"optim.momentum=0.8", "model.hidden=[1024,512]", "data.dir=/tmp/x",
                               "train.seed=43", "debug.sample_log=true", "ddp.bucket_mb=4.0000001",
                               "checkpoint.keep=4", "schedule.type=constant"};
   for (size_t t = 0; t < CDDP_ARRAY_LEN(one); t++) {
     cddp_train_config_t x = load_ok(NULL, &one[t], 1);
-    CHECK(cddp_config_hash(&x) != cddp_config_hash(&base));
-    CHECK_EQ(cddp_config_key_hashes(&x, hx, 64), n);
+    CHECK(cddp__config_hash(&x) != cddp__config_hash(&base));
+    CHECK_EQ(cddp__config_key_hashes(&x, hx, 64), n);
     int first = -1, count = 0;
     for (int i = 0; i < n; i++)
       if (hx[i] != hb[i]) count++, first = first < 0 ? i : first;
     CHECK_EQ(count, 1);
     char key[64];
     snprintf(key, sizeof key, "%.*s", (int)(strchr(one[t], '=') - one[t]), one[t]);
-    if (strcmp(cddp_config_key_name(first), key) != 0)
-      TEST_FAIL("--set %s: first differing key is %s", one[t], cddp_config_key_name(first));
+    if (strcmp(cddp__config_key_name(first), key) != 0)
+      TEST_FAIL("--set %s: first differing key is %s", one[t], cddp__config_key_name(first));
   }
   /* the same config gives the same hash; hash = FNV-1a 64 of the written text */
   cddp_train_config_t again = load_ok(NULL, NULL, 0);
-  CHECK(cddp_config_hash(&again) == cddp_config_hash(&base));
+  CHECK(cddp__config_hash(&again) == cddp__config_hash(&base));
   const char *text = config_text(&base);
   uint64_t h = 0xcbf29ce484222325ULL;
   for (const char *p = text; *p; p++) h = (h ^ (unsigned char)*p) * 0x100000001b3ULL;
-  CHECK(h == cddp_config_hash(&base));
+  CHECK(h == cddp__config_hash(&base));
 }
 
 TEST(every_shipped_config_loads) {
@@ -378,13 +378,13 @@ TEST(every_shipped_config_loads) {
     char path[300];
     snprintf(path, sizeof path, "configs/%s", e->d_name);
     cddp_train_config_t c;
-    if (cddp_config_load(&c, path, NULL, 0) != CDDP_OK) TEST_FAIL("%s", cddp_last_error());
+    if (cddp__config_load(&c, path, NULL, 0) != CDDP_OK) TEST_FAIL("%s", cddp_last_error());
     n++;
   }
   closedir(d);
   CHECK(n >= 3);
   cddp_train_config_t c;
-  CHECK_OK(cddp_config_load(&c, "configs/fmnist_mlp.yaml", NULL, 0));
+  CHECK_OK(cddp__config_load(&c, "configs/fmnist_mlp.yaml", NULL, 0));
   CHECK_EQ(c.model.kind, CDDP_MODEL_MLP);
   CHECK_EQ(c.model.n_hidden, 2);
   CHECK_EQ(c.model.hidden[0], 1024);
@@ -397,14 +397,14 @@ TEST(every_shipped_config_loads) {
   CHECK_EQ(c.epochs, 3);
   CHECK_EQ(c.ckpt_every, 200);
   CHECK_EQ(c.ckpt_keep, 3);
-  CHECK_OK(cddp_config_load(&c, "configs/fmnist_cnn.yaml", NULL, 0));
+  CHECK_OK(cddp__config_load(&c, "configs/fmnist_cnn.yaml", NULL, 0));
   CHECK_EQ(c.model.kind, CDDP_MODEL_CNN);
   CHECK_EQ(c.model.n_conv, 2);
   CHECK_EQ(c.model.conv_channels[1], 32);
   CHECK_EQ(c.model.kernel, 3);
   CHECK_EQ(c.model.n_hidden, 1);
   CHECK_EQ(c.model.hidden[0], 128);
-  CHECK_OK(cddp_config_load(&c, "configs/fmnist_mlp_adamw.yaml", NULL, 0));
+  CHECK_OK(cddp__config_load(&c, "configs/fmnist_mlp_adamw.yaml", NULL, 0));
   CHECK_EQ(c.optim.kind, CDDP_OPTIM_ADAMW);
 }
 

@@ -1,7 +1,7 @@
 /* test_cpubind.c - how cddp run splits the allowed CPUs between its local workers. */
 #include <string.h>
 
-#include "run/cpubind.h"
+#include "launcher/cpubind.h"
 #include "test.h"
 
 static cpu_set_t cpus(const int *list, int n) {

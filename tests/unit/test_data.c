@@ -9,7 +9,7 @@
 #include <zlib.h>
 
 #include "test.h"
-#include "train/data.h"
+#include "trainer/data.h"
 
 static double now_s(void) {
   struct timespec ts;
@@ -24,7 +24,7 @@ static int have_fmnist(void) {
 static void check_split(const char *split, size_t n_expect, int per_class) {
   cddp_dataset_t d;
   double t0 = now_s();
-  CHECK_OK(cddp_dataset_load_fmnist(&d, CDDP_FMNIST_DIR, split));
+  CHECK_OK(cddp__dataset_load_fmnist(&d, CDDP_FMNIST_DIR, split));
   double dt = now_s() - t0;
   fprintf(stderr, "# load fmnist %s: %zu images in %.3f s\n", split, d.n, dt);
   CHECK_EQ(d.n, n_expect);
@@ -58,13 +58,13 @@ static void check_split(const char *split, size_t n_expect, int per_class) {
   uint32_t idx[3] = {5, 0, (uint32_t)d.n - 1};
   float *x = malloc(3 * 784 * sizeof(float));
   uint8_t y[3];
-  cddp_dataset_gather(&d, idx, 3, x, y);
+  cddp__dataset_gather(&d, idx, 3, x, y);
   for (int i = 0; i < 3; i++) {
     CHECK_EQ(y[i], d.y[idx[i]]);
     CHECK(memcmp(x + i * 784, d.x + (size_t)idx[i] * 784, 784 * sizeof(float)) == 0);
   }
   free(x);
-  cddp_dataset_free(&d);
+  cddp__dataset_free(&d);
   CHECK(d.x == NULL && d.y == NULL && d.n == 0);
 }
 
@@ -136,7 +136,7 @@ static void write_good(int gz) {
 /* Loads "train" from tmpdir expecting failure whose message contains all of want[]. */
 static void expect_fail(const char *want1, const char *want2) {
   cddp_dataset_t d;
-  cddp_result_t r = cddp_dataset_load_fmnist(&d, tmpdir, "train");
+  cddp_result_t r = cddp__dataset_load_fmnist(&d, tmpdir, "train");
   const char *msg = cddp_last_error();
   fprintf(stderr, "# error: %s\n", msg);
   if (r == CDDP_OK) TEST_FAIL("load succeeded, expected an error with '%s'", want1);
@@ -151,21 +151,21 @@ TEST(synthetic_gz_and_plain_load_exact_values) {
     make_tmpdir();
     write_good(gz);
     cddp_dataset_t d;
-    CHECK_OK(cddp_dataset_load_fmnist(&d, tmpdir, "train"));
+    CHECK_OK(cddp__dataset_load_fmnist(&d, tmpdir, "train"));
     CHECK_EQ(d.n, NSYN);
     for (int i = 0; i < NSYN * 784; i++) {
       float want = ((float)pixels[i] / 255.0f - 0.2860f) / 0.3530f;
       if (d.x[i] != want) TEST_FAIL("pixel %d: %.9g != %.9g", i, d.x[i], want);
     }
     for (int i = 0; i < NSYN; i++) CHECK_EQ(d.y[i], i % 10);
-    cddp_dataset_free(&d);
+    cddp__dataset_free(&d);
     rm_tmpdir();
   }
 }
 
 TEST(missing_directory_and_files_say_install) {
   cddp_dataset_t d;
-  CHECK(cddp_dataset_load_fmnist(&d, "/nonexistent/fmnist", "train") != CDDP_OK);
+  CHECK(cddp__dataset_load_fmnist(&d, "/nonexistent/fmnist", "train") != CDDP_OK);
   CHECK(strstr(cddp_last_error(), "/nonexistent/fmnist") != NULL);
   CHECK(strstr(cddp_last_error(), "install dataset-fashion-mnist") != NULL);
   make_tmpdir();
@@ -175,7 +175,7 @@ TEST(missing_directory_and_files_say_install) {
   snprintf(path, sizeof path, "%s/train-images-idx3-ubyte.gz", tmpdir);
   CHECK(unlink(path) == 0);
   expect_fail("train-images-idx3-ubyte.gz not found", "install dataset-fashion-mnist");
-  CHECK(cddp_dataset_load_fmnist(&d, tmpdir, "validation") == CDDP_INVALID_ARG);
+  CHECK(cddp__dataset_load_fmnist(&d, tmpdir, "validation") == CDDP_INVALID_ARG);
   CHECK(strstr(cddp_last_error(), "validation") != NULL);
   rm_tmpdir();
 }
@@ -255,19 +255,19 @@ TEST(cache_maps_the_same_bytes_and_ignores_a_bad_entry) {
   make_tmpdir();
   cddp_dataset_t ref, d;
   setenv("CDDP_DATA_CACHE", "off", 1);
-  CHECK_OK(cddp_dataset_load_fmnist(&ref, CDDP_FMNIST_DIR, "test"));
+  CHECK_OK(cddp__dataset_load_fmnist(&ref, CDDP_FMNIST_DIR, "test"));
   CHECK(ref.map == NULL);
   setenv("CDDP_DATA_CACHE", tmpdir, 1);
   CHECK(chmod(tmpdir, 0700) == 0);
   for (int round = 0; round < 4; round++) {
     /* 0: writes the entry; 1: maps it; 2: entry truncated -> loaded, rewritten; 3: maps again */
-    CHECK_OK(cddp_dataset_load_fmnist(&d, CDDP_FMNIST_DIR, "test"));
+    CHECK_OK(cddp__dataset_load_fmnist(&d, CDDP_FMNIST_DIR, "test"));
     CHECK((d.map != NULL) == (round == 1 || round == 3));
     CHECK_EQ(d.n, ref.n);
     CHECK_EQ(d.n_classes, 10);
     CHECK(memcmp(d.x, ref.x, ref.n * 784 * sizeof(float)) == 0);
     CHECK(memcmp(d.y, ref.y, ref.n) == 0);
-    cddp_dataset_free(&d);
+    cddp__dataset_free(&d);
     CHECK(d.x == NULL && d.map == NULL);
     if (round == 1) {
       char cmd[256];
@@ -276,10 +276,10 @@ TEST(cache_maps_the_same_bytes_and_ignores_a_bad_entry) {
     }
   }
   CHECK(chmod(tmpdir, 0777) == 0); /* others could plant an entry: not used */
-  CHECK_OK(cddp_dataset_load_fmnist(&d, CDDP_FMNIST_DIR, "test"));
+  CHECK_OK(cddp__dataset_load_fmnist(&d, CDDP_FMNIST_DIR, "test"));
   CHECK(d.map == NULL);
-  cddp_dataset_free(&d);
-  cddp_dataset_free(&ref);
+  cddp__dataset_free(&d);
+  cddp__dataset_free(&ref);
   unsetenv("CDDP_DATA_CACHE");
   rm_tmpdir();
 }

@@ -1,6 +1,7 @@
 /* test_ddp_powersgd.c - PowerSGD in DDP: Gram-Schmidt gives orthonormal columns, rank-1 gradients
  * and raw tensors come out as the exact mean, error feedback conserves the world's gradient,
  * every rank gets the same bits, buckets hold whole tensors, bytes match the formula. */
+#include <cblas.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -10,8 +11,8 @@
 #include "cddp/ddp.h"
 #include "cddp/store.h"
 #include "comm/transport.h"
-#include "train/ddp_compress.h"
-#include "train/ddp_powersgd.h"
+#include "ddp/ddp_compress.h"
+#include "ddp/ddp_powersgd.h"
 #include "test.h"
 
 const cddp__transport_t *const psgd_force_link = &cddp__transport_shm;
@@ -281,4 +282,28 @@ TEST(psgd_rejects_bad_arguments) {
   cddp_ddp_destroy(d);
   cddp_comm_destroy(comm);
   cddp_store_close(st);
+}
+
+/* libcddp needs no BLAS: without one PowerSGD's GEMMs are portable loops. Those give the
+ * program's BLAS result within float rounding, every step, on every rank. */
+TEST(psgd_portable_gemm_matches_blas) {
+  static psgd_case_t blas, loops;
+  /* a strong reference: this program links the BLAS (the library's own reference is weak) */
+  void (*volatile strong)(void) = (void (*)(void))cblas_sgemm;
+  CHECK(strong != NULL);
+  blas.world = loops.world = 2;
+  blas.prank = loops.prank = 4;
+  blas.op = loops.op = CDDP_AVG;
+  run_psgd(&blas);
+  cddp__psgd_portable_gemm = 1;
+  run_psgd(&loops);
+  cddp__psgd_portable_gemm = 0;
+  double worst = 0;
+  for (int s = 0; s < STEPS; s++)
+    for (size_t k = 0; k < N_FLOATS; k++) {
+      double d = fabs((double)blas.out[0][s][k] - (double)loops.out[0][s][k]) / (1e-3 + fabs((double)blas.out[0][s][k]));
+      if (d > worst) worst = d;
+    }
+  if (!(worst < 1e-2)) TEST_FAIL("portable GEMM differs from BLAS by %.3g (relative)", worst);
+  printf("# largest relative difference, portable loops vs BLAS, 6 steps: %.3g\n", worst);
 }

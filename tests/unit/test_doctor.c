@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "run/doctor.h"
+#include "doctor/doctor.h"
 #include "test.h"
 
 TEST(doctor_schedule_meets_every_pair_once) {

@@ -8,9 +8,9 @@
 #include <string.h>
 
 #include "test.h"
-#include "train/gpt.h"
-#include "train/layers.h"
-#include "train/layers_gpt.h"
+#include "trainer/gpt.h"
+#include "trainer/layers.h"
+#include "trainer/layers_gpt.h"
 #include "unit/test_model_grad.h"
 
 /* ---- layers: each loss is dot(output, r) for a fixed random r, so d loss/d output = r */
@@ -256,23 +256,23 @@ typedef struct {
 
 static gnet_t gnet_make(cddp_gpt_spec_t s, int B, int T, uint64_t seed) {
   gnet_t t = {.B = B, .T = T};
-  CHECK_OK(cddp_gpt_create(&s, B, &t.m));
-  t.np = cddp_gpt_param_count(t.m);
+  CHECK_OK(cddp__gpt_create(&s, B, &t.m));
+  t.np = cddp__gpt_param_count(t.m);
   t.params = vec(t.np, 0), t.grads = vec(t.np, 0);
   t.tok = malloc((size_t)B * T), t.tgt = malloc((size_t)B * T);
   for (int i = 0; i < B * T; i++)
     t.tok[i] = (uint8_t)((i * 7 + seed) % s.vocab), t.tgt[i] = (uint8_t)((i * 5 + 3) % s.vocab);
-  cddp_gpt_bind(t.m, t.params, t.grads);
-  cddp_gpt_init_params(t.m, seed);
+  cddp__gpt_bind(t.m, t.params, t.grads);
+  cddp__gpt_init_params(t.m, seed);
   return t;
 }
 static void gnet_free(gnet_t *t) {
-  cddp_gpt_destroy(t->m);
+  cddp__gpt_destroy(t->m);
   free(t->params), free(t->grads), free(t->tok), free(t->tgt);
 }
 static double gnet_loss(void *c) {
   gnet_t *t = c;
-  return cddp_gpt_forward(t->m, t->tok, t->tgt, t->B, t->T);
+  return cddp__gpt_forward(t->m, t->tok, t->tgt, t->B, t->T);
 }
 static cddp_gpt_spec_t tiny(void) {
   cddp_gpt_spec_t s = {.n_layer = 2, .n_head = 2, .d_model = 8, .context = 5, .vocab = 11};
@@ -283,16 +283,16 @@ static void gpt_fd_check(cddp_gpt_spec_t s, int B, int T) {
   gnet_t t = gnet_make(s, B, T, 5);
   /* weights far larger than GPT-2's init so that every part matters in the loss */
   for (size_t i = 0; i < t.np; i++) t.params[i] = 0.4f * frand();
-  for (int i = 0; i < cddp_gpt_n_params(t.m); i++) {
-    const cddp_param_info_t *p = cddp_gpt_param(t.m, i);
+  for (int i = 0; i < cddp__gpt_n_params(t.m); i++) {
+    const cddp_param_info_t *p = cddp__gpt_param(t.m, i);
     if (strstr(p->name, "ln_") && strstr(p->name, ".weight"))
       for (size_t j = 0; j < p->count; j++) t.params[p->offset + j] += 1.0f;
   }
   gnet_loss(&t);
-  cddp_gpt_backward(t.m, 1.0f, 0, NULL, NULL);
+  cddp__gpt_backward(t.m, 1.0f, 0, NULL, NULL);
   double *g = numeric_grad(t.params, t.np, 1e-2f, gnet_loss, &t);
-  for (int i = 0; i < cddp_gpt_n_params(t.m); i++) {
-    const cddp_param_info_t *p = cddp_gpt_param(t.m, i);
+  for (int i = 0; i < cddp__gpt_n_params(t.m); i++) {
+    const cddp_param_info_t *p = cddp__gpt_param(t.m, i);
     char name[96];
     snprintf(name, sizeof name, "gpt T=%d %s", T, p->name);
     CHECK_REL(name, t.grads + p->offset, g + p->offset, p->count, 1e-2);
@@ -348,12 +348,12 @@ static int ref_case(FILE *f) {
   CHECK(fscanf(f, " batch %d %d scale %f", &B, &T, &scale) == 3);
   uint8_t *tok = read_bytes(f, "tokens", (size_t)B * T), *tgt = read_bytes(f, "targets", (size_t)B * T);
   cddp_gpt_t *m;
-  CHECK_OK(cddp_gpt_create(&s, B, &m));
-  size_t np = cddp_gpt_param_count(m);
+  CHECK_OK(cddp__gpt_create(&s, B, &m));
+  size_t np = cddp__gpt_param_count(m);
   float *params = vec(np, 0), *grads = vec(np, 0);
-  cddp_gpt_bind(m, params, grads);
-  for (int i = 0; i < cddp_gpt_n_params(m); i++) { /* torch's state_dict: our names and order */
-    const cddp_param_info_t *p = cddp_gpt_param(m, i);
+  cddp__gpt_bind(m, params, grads);
+  for (int i = 0; i < cddp__gpt_n_params(m); i++) { /* torch's state_dict: our names and order */
+    const cddp_param_info_t *p = cddp__gpt_param(m, i);
     char name[64];
     int ndim;
     CHECK(fscanf(f, " param %63s %d", name, &ndim) == 2);
@@ -372,13 +372,13 @@ static int ref_case(FILE *f) {
   }
   double want;
   CHECK(fscanf(f, " loss %lf", &want) == 1);
-  double loss = cddp_gpt_forward(m, tok, tgt, B, T);
+  double loss = cddp__gpt_forward(m, tok, tgt, B, T);
   CHECK_NEAR(loss, want, 1e-5 * fabs(want));
   for (size_t i = 0; i < np; i++) grads[i] = NAN; /* accumulate=0 must overwrite everything */
-  cddp_gpt_backward(m, scale, 0, NULL, NULL);
+  cddp__gpt_backward(m, scale, 0, NULL, NULL);
   double worst = 0;
-  for (int i = 0; i < cddp_gpt_n_params(m); i++) {
-    const cddp_param_info_t *p = cddp_gpt_param(m, i);
+  for (int i = 0; i < cddp__gpt_n_params(m); i++) {
+    const cddp_param_info_t *p = cddp__gpt_param(m, i);
     char name[64];
     CHECK(fscanf(f, " grad %63s", name) == 1);
     CHECK(strcmp(name, p->name) == 0);
@@ -401,7 +401,7 @@ static int ref_case(FILE *f) {
   fprintf(stderr, "# gpt %d layers d %d vocab %d vs torch: loss %.9g (torch %.9g), largest grad "
                   "difference %.3g of its tensor's largest\n",
           s.n_layer, s.d_model, s.vocab, loss, want, worst);
-  cddp_gpt_destroy(m);
+  cddp__gpt_destroy(m);
   free(tok), free(tgt), free(params), free(grads);
   return 1;
 }
@@ -424,16 +424,16 @@ TEST(gpt_accumulate_adds_to_separate_backwards) {
   uint8_t tok2[15], tgt2[15];
   for (int i = 0; i < 15; i++) tok2[i] = (uint8_t)(i * 3 % 11), tgt2[i] = (uint8_t)(i % 11);
   float *g1 = vec(np, 0), *g2 = vec(np, 0);
-  cddp_gpt_forward(a.m, a.tok, a.tgt, 3, 5);
-  cddp_gpt_backward(a.m, 0.5f, 0, NULL, NULL);
+  cddp__gpt_forward(a.m, a.tok, a.tgt, 3, 5);
+  cddp__gpt_backward(a.m, 0.5f, 0, NULL, NULL);
   memcpy(g1, a.grads, np * sizeof(float));
-  cddp_gpt_forward(a.m, tok2, tgt2, 2, 4); /* a smaller second micro-batch */
-  cddp_gpt_backward(a.m, 0.5f, 0, NULL, NULL);
+  cddp__gpt_forward(a.m, tok2, tgt2, 2, 4); /* a smaller second micro-batch */
+  cddp__gpt_backward(a.m, 0.5f, 0, NULL, NULL);
   memcpy(g2, a.grads, np * sizeof(float));
-  cddp_gpt_forward(b.m, a.tok, a.tgt, 3, 5);
-  cddp_gpt_backward(b.m, 0.5f, 0, NULL, NULL);
-  cddp_gpt_forward(b.m, tok2, tgt2, 2, 4);
-  cddp_gpt_backward(b.m, 0.5f, 1, NULL, NULL);
+  cddp__gpt_forward(b.m, a.tok, a.tgt, 3, 5);
+  cddp__gpt_backward(b.m, 0.5f, 0, NULL, NULL);
+  cddp__gpt_forward(b.m, tok2, tgt2, 2, 4);
+  cddp__gpt_backward(b.m, 0.5f, 1, NULL, NULL);
   size_t nonzero = 0;
   for (size_t i = 0; i < np; i++) {
     if (!(fabs(b.grads[i] - g1[i] - g2[i]) <= 1e-7 + 1e-5 * fabs(g1[i] + g2[i])))
@@ -441,7 +441,7 @@ TEST(gpt_accumulate_adds_to_separate_backwards) {
     nonzero += g2[i] != 0;
   }
   CHECK(nonzero > np / 2);
-  cddp_gpt_backward(b.m, 2.0f, 0, NULL, NULL); /* again after one forward; scale is linear */
+  cddp__gpt_backward(b.m, 2.0f, 0, NULL, NULL); /* again after one forward; scale is linear */
   for (size_t i = 0; i < np; i++) CHECK_NEAR(b.grads[i], 4.0f * g2[i], 1e-7 + 1e-5 * fabs(g2[i]));
   free(g1), free(g2);
   gnet_free(&a), gnet_free(&b);
@@ -468,15 +468,15 @@ TEST(gpt_ready_hook_offsets_decrease_to_zero_and_are_final) {
     gnet_t t = gnet_make(tiny(), 2, 5, 3);
     for (size_t i = 0; i < t.np; i++) t.grads[i] = accumulate ? 0.25f : NAN;
     hook_t h = {.grads = t.grads, .np = t.np};
-    cddp_gpt_forward(t.m, t.tok, t.tgt, 2, 5);
-    cddp_gpt_backward(t.m, 1.0f, accumulate, on_ready, &h);
+    cddp__gpt_forward(t.m, t.tok, t.tgt, 2, 5);
+    cddp__gpt_backward(t.m, 1.0f, accumulate, on_ready, &h);
     CHECK_EQ(h.calls, 6 * 2 + 3); /* ln_f; per block 6; wpe; wte */
     CHECK_EQ(h.offsets[h.calls - 1], 0);
     for (int c = 0; c < h.calls; c++) {
       if (c > 0) CHECK(h.offsets[c] < h.offsets[c - 1]);
       int starts_tensor = 0; /* each offset is some tensor's first element */
-      for (int i = 0; i < cddp_gpt_n_params(t.m); i++)
-        starts_tensor |= cddp_gpt_param(t.m, i)->offset == h.offsets[c];
+      for (int i = 0; i < cddp__gpt_n_params(t.m); i++)
+        starts_tensor |= cddp__gpt_param(t.m, i)->offset == h.offsets[c];
       CHECK(starts_tensor);
       CHECK(memcmp(h.snap[c], t.grads + h.offsets[c], (t.np - h.offsets[c]) * sizeof(float)) == 0);
       free(h.snap[c]);
@@ -490,7 +490,7 @@ TEST(gpt_ready_hook_offsets_decrease_to_zero_and_are_final) {
 
 static void expect_bad(cddp_gpt_spec_t s, int max_batch, const char *field) {
   cddp_gpt_t *m = (cddp_gpt_t *)&s; /* must be reset to NULL */
-  CHECK_RESULT(cddp_gpt_create(&s, max_batch, &m), CDDP_INVALID_ARG);
+  CHECK_RESULT(cddp__gpt_create(&s, max_batch, &m), CDDP_INVALID_ARG);
   CHECK(m == NULL);
   if (!strstr(cddp_last_error(), field))
     TEST_FAIL("error '%s' does not name '%s'", cddp_last_error(), field);
@@ -518,31 +518,31 @@ TEST(gpt_bad_spec_fields_are_named) {
   expect_bad(s, 4, "parameters");
   s = tiny(), s.context = 65536, s.n_head = 8;
   expect_bad(s, 64, "activations");
-  CHECK_RESULT(cddp_gpt_create(NULL, 4, &(cddp_gpt_t *){NULL}), CDDP_INVALID_ARG);
+  CHECK_RESULT(cddp__gpt_create(NULL, 4, &(cddp_gpt_t *){NULL}), CDDP_INVALID_ARG);
 }
 
 TEST(gpt_bad_forward_input_gives_nan_and_zero_rows_work) {
   gnet_t t = gnet_make(tiny(), 2, 5, 1);
-  CHECK(isnan(cddp_gpt_forward(t.m, t.tok, t.tgt, 2, 6)));  /* T > context */
-  CHECK(isnan(cddp_gpt_forward(t.m, t.tok, t.tgt, 3, 5)));  /* B > max_batch */
-  CHECK(isnan(cddp_gpt_forward(t.m, t.tok, t.tgt, 2, 0)));
+  CHECK(isnan(cddp__gpt_forward(t.m, t.tok, t.tgt, 2, 6)));  /* T > context */
+  CHECK(isnan(cddp__gpt_forward(t.m, t.tok, t.tgt, 3, 5)));  /* B > max_batch */
+  CHECK(isnan(cddp__gpt_forward(t.m, t.tok, t.tgt, 2, 0)));
   t.tok[3] = 11; /* >= vocab */
-  CHECK(isnan(cddp_gpt_forward(t.m, t.tok, t.tgt, 2, 5)));
+  CHECK(isnan(cddp__gpt_forward(t.m, t.tok, t.tgt, 2, 5)));
   t.tok[3] = 0, t.tgt[4] = 200;
-  CHECK(isnan(cddp_gpt_forward(t.m, t.tok, t.tgt, 2, 5)));
+  CHECK(isnan(cddp__gpt_forward(t.m, t.tok, t.tgt, 2, 5)));
   t.tgt[4] = 1;
-  CHECK(isfinite(cddp_gpt_forward(t.m, t.tok, t.tgt, 2, 5)));
+  CHECK(isfinite(cddp__gpt_forward(t.m, t.tok, t.tgt, 2, 5)));
   /* no targets: logits only; they match the logits of a forward with targets */
   float *lg = malloc(10 * 11 * sizeof(float));
-  memcpy(lg, cddp_gpt_logits(t.m), 10 * 11 * sizeof(float));
-  CHECK(cddp_gpt_forward(t.m, t.tok, NULL, 2, 5) == 0.0);
-  CHECK(memcmp(lg, cddp_gpt_logits(t.m), 10 * 11 * sizeof(float)) == 0);
+  memcpy(lg, cddp__gpt_logits(t.m), 10 * 11 * sizeof(float));
+  CHECK(cddp__gpt_forward(t.m, t.tok, NULL, 2, 5) == 0.0);
+  CHECK(memcmp(lg, cddp__gpt_logits(t.m), 10 * 11 * sizeof(float)) == 0);
   /* B = 0 */
-  CHECK(cddp_gpt_forward(t.m, t.tok, t.tgt, 0, 5) == 0.0);
+  CHECK(cddp__gpt_forward(t.m, t.tok, t.tgt, 0, 5) == 0.0);
   for (size_t i = 0; i < t.np; i++) t.grads[i] = 1.0f;
-  cddp_gpt_backward(t.m, 1.0f, 1, NULL, NULL);
+  cddp__gpt_backward(t.m, 1.0f, 1, NULL, NULL);
   for (size_t i = 0; i < t.np; i++) CHECK(t.grads[i] == 1.0f);
-  cddp_gpt_backward(t.m, 1.0f, 0, NULL, NULL);
+  cddp__gpt_backward(t.m, 1.0f, 0, NULL, NULL);
   for (size_t i = 0; i < t.np; i++) CHECK(t.grads[i] == 0.0f);
   free(lg);
   gnet_free(&t);
@@ -553,15 +553,15 @@ TEST(gpt_names_shapes_init_and_flops) {
   gnet_t t = gnet_make(s, 2, 128, 42);
   size_t C = 256;
   CHECK_EQ(t.np, 256 * C + 128 * C + 4 * (12 * C * C + 13 * C) + 2 * C);
-  CHECK_EQ(cddp_gpt_n_params(t.m), 2 + 12 * 4 + 2);
+  CHECK_EQ(cddp__gpt_n_params(t.m), 2 + 12 * 4 + 2);
   const char *want[] = {"wte.weight", "wpe.weight", "h.0.ln_1.weight", "h.0.ln_1.bias",
                         "h.0.attn.c_attn.weight", "h.0.attn.c_attn.bias",
                         "h.0.attn.c_proj.weight", "h.0.attn.c_proj.bias", "h.0.ln_2.weight",
                         "h.0.ln_2.bias", "h.0.mlp.c_fc.weight", "h.0.mlp.c_fc.bias",
                         "h.0.mlp.c_proj.weight", "h.0.mlp.c_proj.bias", "h.1.ln_1.weight"};
   size_t off = 0;
-  for (int i = 0; i < cddp_gpt_n_params(t.m); i++) {
-    const cddp_param_info_t *p = cddp_gpt_param(t.m, i);
+  for (int i = 0; i < cddp__gpt_n_params(t.m); i++) {
+    const cddp_param_info_t *p = cddp__gpt_param(t.m, i);
     if (i < 15) CHECK(strcmp(p->name, want[i]) == 0);
     CHECK_EQ(p->offset, off);
     off += p->count;
@@ -574,22 +574,22 @@ TEST(gpt_names_shapes_init_and_flops) {
     else CHECK_NEAR(sd, 0.02, 0.001);
     if (!strstr(p->name, "ln_") && !strstr(p->name, "bias")) CHECK(fabs(mean) < 0.002);
   }
-  CHECK(strcmp(cddp_gpt_param(t.m, cddp_gpt_n_params(t.m) - 1)->name, "ln_f.bias") == 0);
-  CHECK(cddp_gpt_param(t.m, cddp_gpt_n_params(t.m)) == NULL);
+  CHECK(strcmp(cddp__gpt_param(t.m, cddp__gpt_n_params(t.m) - 1)->name, "ln_f.bias") == 0);
+  CHECK(cddp__gpt_param(t.m, cddp__gpt_n_params(t.m)) == NULL);
   CHECK_EQ(off, t.np);
   /* deterministic in the seed */
   float *p2 = vec(t.np, 0);
-  cddp_gpt_bind(t.m, p2, t.grads);
-  cddp_gpt_init_params(t.m, 42);
+  cddp__gpt_bind(t.m, p2, t.grads);
+  cddp__gpt_init_params(t.m, 42);
   CHECK(memcmp(p2, t.params, t.np * sizeof(float)) == 0);
-  cddp_gpt_init_params(t.m, 43);
+  cddp__gpt_init_params(t.m, 43);
   CHECK(memcmp(p2, t.params, t.np * sizeof(float)) != 0);
-  cddp_gpt_bind(t.m, t.params, t.grads);
+  cddp__gpt_bind(t.m, t.params, t.grads);
   /* at init the prediction is near uniform: loss per token near log 256 */
   double loss = gnet_loss(&t) / (2 * 128);
   CHECK_NEAR(loss, log(256.0), 0.1);
   double fwd = 4 * (24.0 * C * C + 4.0 * 128 * C) + 2.0 * C * 256;
-  CHECK_NEAR(cddp_gpt_flops_per_token(t.m), 3 * fwd, 1);
+  CHECK_NEAR(cddp__gpt_flops_per_token(t.m), 3 * fwd, 1);
   free(p2);
   gnet_free(&t);
 }

@@ -9,8 +9,8 @@
 #include <strings.h>
 
 #include "test.h"
-#include "train/layers.h"
-#include "train/model.h"
+#include "trainer/layers.h"
+#include "trainer/model.h"
 #include "unit/test_model_grad.h"
 
 /* ---- whole models */
@@ -37,24 +37,24 @@ typedef struct {
 
 static net_t net_make(cddp_model_spec_t spec, int n, uint64_t seed) {
   net_t t = {.n = n};
-  CHECK_OK(cddp_model_create(&spec, n, &t.m));
-  t.np = cddp_model_param_count(t.m);
+  CHECK_OK(cddp__model_create(&spec, n, &t.m));
+  t.np = cddp__model_param_count(t.m);
   t.params = vec(t.np, 0), t.grads = vec(t.np, 0);
   size_t in = (size_t)spec.in_c * spec.in_h * spec.in_w;
   t.x = vec((size_t)n * in, 1);
   t.y = malloc((size_t)n);
   for (int i = 0; i < n; i++) t.y[i] = (uint8_t)(i * 7 % spec.n_classes);
-  cddp_model_bind(t.m, t.params, t.grads);
-  cddp_model_init_params(t.m, seed);
+  cddp__model_bind(t.m, t.params, t.grads);
+  cddp__model_init_params(t.m, seed);
   return t;
 }
 static void net_free(net_t *t) {
-  cddp_model_destroy(t->m);
+  cddp__model_destroy(t->m);
   free(t->params), free(t->grads), free(t->x), free(t->y);
 }
 static double net_loss(void *c) {
   net_t *t = c;
-  return cddp_model_forward(t->m, t->x, t->y, t->n, NULL);
+  return cddp__model_forward(t->m, t->x, t->y, t->n, NULL);
 }
 
 static void model_fd_check(cddp_model_spec_t spec, const char *what) {
@@ -62,10 +62,10 @@ static void model_fd_check(cddp_model_spec_t spec, const char *what) {
   /* larger weights than the default init so that every layer matters in the loss */
   for (size_t i = 0; i < t.np; i++) t.params[i] *= 3.0f;
   net_loss(&t);
-  cddp_model_backward(t.m, 1.0f, 0, NULL, NULL);
+  cddp__model_backward(t.m, 1.0f, 0, NULL, NULL);
   double *g = numeric_grad(t.params, t.np, 2e-3f, net_loss, &t);
-  for (int i = 0; i < cddp_model_n_params(t.m); i++) {
-    const cddp_param_info_t *p = cddp_model_param(t.m, i);
+  for (int i = 0; i < cddp__model_n_params(t.m); i++) {
+    const cddp_param_info_t *p = cddp__model_param(t.m, i);
     char name[96];
     snprintf(name, sizeof name, "%s %s", what, p->name);
     CHECK_REL(name, t.grads + p->offset, g + p->offset, p->count, 1e-2);
@@ -130,14 +130,14 @@ static int ref_case(FILE *f) {
     y[i] = (uint8_t)v;
   }
   cddp_model_t *m;
-  CHECK_OK(cddp_model_create(&s, n, &m));
-  size_t np = cddp_model_param_count(m);
+  CHECK_OK(cddp__model_create(&s, n, &m));
+  size_t np = cddp__model_param_count(m);
   CHECK_EQ(nx, (size_t)n * s.in_c * s.in_h * s.in_w);
   float *params = vec(np, 0), *grads = vec(np, 0);
-  cddp_model_bind(m, params, grads);
+  cddp__model_bind(m, params, grads);
   /* torch's state_dict order, names and shapes are ours */
-  for (int i = 0; i < cddp_model_n_params(m); i++) {
-    const cddp_param_info_t *p = cddp_model_param(m, i);
+  for (int i = 0; i < cddp__model_n_params(m); i++) {
+    const cddp_param_info_t *p = cddp__model_param(m, i);
     char name[64];
     int ndim;
     CHECK(fscanf(f, " param %63s %d", name, &ndim) == 2);
@@ -157,14 +157,14 @@ static int ref_case(FILE *f) {
   double want_loss;
   int want_correct, correct = -1;
   CHECK(fscanf(f, " loss %lf correct %d", &want_loss, &want_correct) == 2);
-  double loss = cddp_model_forward(m, x, y, n, &correct);
+  double loss = cddp__model_forward(m, x, y, n, &correct);
   CHECK_NEAR(loss, want_loss, 1e-5 * fabs(want_loss) + 1e-6);
   CHECK_EQ(correct, want_correct);
   for (size_t i = 0; i < np; i++) grads[i] = NAN; /* accumulate=0 must overwrite everything */
-  cddp_model_backward(m, scale, 0, NULL, NULL);
+  cddp__model_backward(m, scale, 0, NULL, NULL);
   double worst = 0;
-  for (int i = 0; i < cddp_model_n_params(m); i++) {
-    const cddp_param_info_t *p = cddp_model_param(m, i);
+  for (int i = 0; i < cddp__model_n_params(m); i++) {
+    const cddp_param_info_t *p = cddp__model_param(m, i);
     char name[64];
     CHECK(fscanf(f, " grad %63s", name) == 1);
     CHECK(strcmp(name, p->name) == 0);
@@ -182,7 +182,7 @@ static int ref_case(FILE *f) {
   expect_word(f, "end");
   fprintf(stderr, "# %s vs torch: loss %.9g (torch %.9g), largest grad difference %.3g\n", kind,
           loss, want_loss, worst);
-  cddp_model_destroy(m);
+  cddp__model_destroy(m);
   free(x), free(y), free(params), free(grads);
   return 1;
 }
@@ -201,17 +201,17 @@ static void accumulate_check(cddp_model_spec_t spec) {
   net_t a = net_make(spec, 5, 7), b = net_make(spec, 5, 7);
   size_t np = a.np, in = (size_t)spec.in_c * spec.in_h * spec.in_w;
   float *x2 = vec(5 * in, 1), *g1 = vec(np, 0), *g2 = vec(np, 0);
-  cddp_model_forward(a.m, a.x, a.y, 5, NULL);
-  cddp_model_backward(a.m, 0.5f, 0, NULL, NULL);
+  cddp__model_forward(a.m, a.x, a.y, 5, NULL);
+  cddp__model_backward(a.m, 0.5f, 0, NULL, NULL);
   memcpy(g1, a.grads, np * sizeof(float));
-  cddp_model_forward(a.m, x2, a.y, 3, NULL); /* a shorter second micro-batch */
-  cddp_model_backward(a.m, 0.5f, 0, NULL, NULL);
+  cddp__model_forward(a.m, x2, a.y, 3, NULL); /* a shorter second micro-batch */
+  cddp__model_backward(a.m, 0.5f, 0, NULL, NULL);
   memcpy(g2, a.grads, np * sizeof(float));
   /* b: the same two micro-batches, the second accumulated */
-  cddp_model_forward(b.m, a.x, b.y, 5, NULL); /* b.x is other random data */
-  cddp_model_backward(b.m, 0.5f, 0, NULL, NULL);
-  cddp_model_forward(b.m, x2, b.y, 3, NULL);
-  cddp_model_backward(b.m, 0.5f, 1, NULL, NULL);
+  cddp__model_forward(b.m, a.x, b.y, 5, NULL); /* b.x is other random data */
+  cddp__model_backward(b.m, 0.5f, 0, NULL, NULL);
+  cddp__model_forward(b.m, x2, b.y, 3, NULL);
+  cddp__model_backward(b.m, 0.5f, 1, NULL, NULL);
   size_t nonzero = 0;
   for (size_t i = 0; i < np; i++) {
     CHECK_NEAR(b.grads[i], g1[i] + g2[i], 1e-6 + 1e-5 * fabs(g1[i] + g2[i]));
@@ -219,7 +219,7 @@ static void accumulate_check(cddp_model_spec_t spec) {
   }
   CHECK(nonzero > np / 4);
   /* grad_scale is linear: scale 2 = 4 x scale 0.5 */
-  cddp_model_backward(b.m, 2.0f, 0, NULL, NULL);
+  cddp__model_backward(b.m, 2.0f, 0, NULL, NULL);
   for (size_t i = 0; i < np; i++) CHECK_NEAR(b.grads[i], 4.0f * g2[i], 1e-6 + 1e-5 * fabs(g2[i]));
   free(x2), free(g1), free(g2);
   net_free(&a), net_free(&b);
@@ -251,16 +251,16 @@ static void hook_check(cddp_model_spec_t spec, int n_calls, int accumulate) {
   net_t t = net_make(spec, 4, 3);
   for (size_t i = 0; i < t.np; i++) t.grads[i] = accumulate ? 0.25f : NAN;
   hook_t h = {.grads = t.grads, .np = t.np};
-  cddp_model_forward(t.m, t.x, t.y, 4, NULL);
-  cddp_model_backward(t.m, 1.0f, accumulate, on_ready, &h);
+  cddp__model_forward(t.m, t.x, t.y, 4, NULL);
+  cddp__model_backward(t.m, 1.0f, accumulate, on_ready, &h);
   if (n_calls >= 0) CHECK_EQ(h.calls, n_calls);
   CHECK_EQ(h.offsets[h.calls - 1], 0);
   for (int c = 0; c < h.calls; c++) {
     if (c > 0) CHECK(h.offsets[c] < h.offsets[c - 1]);
     /* each call's offset lies in a weight tensor (a layer's bias is done before its weight) */
     int in_weight = 0;
-    for (int i = 0; i < cddp_model_n_params(t.m); i++) {
-      const cddp_param_info_t *p = cddp_model_param(t.m, i);
+    for (int i = 0; i < cddp__model_n_params(t.m); i++) {
+      const cddp_param_info_t *p = cddp__model_param(t.m, i);
       if (strstr(p->name, ".weight") && h.offsets[c] >= p->offset &&
           h.offsets[c] < p->offset + p->count)
         in_weight = 1;
@@ -271,8 +271,8 @@ static void hook_check(cddp_model_spec_t spec, int n_calls, int accumulate) {
     free(h.snap[c]);
   }
   /* every layer is reported once it is done: each weight's first element is some offset */
-  for (int i = 0; i < cddp_model_n_params(t.m); i++) {
-    const cddp_param_info_t *p = cddp_model_param(t.m, i);
+  for (int i = 0; i < cddp__model_n_params(t.m); i++) {
+    const cddp_param_info_t *p = cddp__model_param(t.m, i);
     int seen = 0;
     for (int c = 0; c < h.calls; c++) seen |= h.offsets[c] == p->offset;
     CHECK(seen || !strstr(p->name, ".weight"));
@@ -297,7 +297,7 @@ TEST(ready_hook_offsets_decrease_to_zero_and_are_final) {
 
 static void expect_bad(cddp_model_spec_t s, int max_batch, const char *field) {
   cddp_model_t *m = (cddp_model_t *)&s; /* must be reset to NULL */
-  CHECK_RESULT(cddp_model_create(&s, max_batch, &m), CDDP_INVALID_ARG);
+  CHECK_RESULT(cddp__model_create(&s, max_batch, &m), CDDP_INVALID_ARG);
   CHECK(m == NULL);
   if (!strstr(cddp_last_error(), field))
     TEST_FAIL("error '%s' does not name '%s'", cddp_last_error(), field);
@@ -333,7 +333,7 @@ TEST(bad_spec_fields_are_named) {
   expect_bad(s, 4, "in_h x in_w");
   s = mlp_spec(), s.hidden[0] = 1 << 20, s.hidden[1] = 1 << 20; /* 2^40 parameters */
   expect_bad(s, 4, "parameters");
-  CHECK_RESULT(cddp_model_create(NULL, 4, &(cddp_model_t *){NULL}), CDDP_INVALID_ARG);
+  CHECK_RESULT(cddp__model_create(NULL, 4, &(cddp_model_t *){NULL}), CDDP_INVALID_ARG);
 }
 
 TEST(zero_rows_forward_and_backward) {
@@ -341,18 +341,18 @@ TEST(zero_rows_forward_and_backward) {
   for (int k = 0; k < 2; k++) {
     net_t t = net_make(specs[k], 2, 5);
     int correct = -1;
-    CHECK_EQ(cddp_model_forward(t.m, t.x, t.y, 0, &correct), 0);
+    CHECK_EQ(cddp__model_forward(t.m, t.x, t.y, 0, &correct), 0);
     CHECK_EQ(correct, 0);
     for (size_t i = 0; i < t.np; i++) t.grads[i] = 1.0f;
-    cddp_model_backward(t.m, 1.0f, 1, NULL, NULL); /* adds nothing */
+    cddp__model_backward(t.m, 1.0f, 1, NULL, NULL); /* adds nothing */
     for (size_t i = 0; i < t.np; i++) CHECK_EQ(t.grads[i], 1.0f);
     hook_t h = {.grads = t.grads, .np = t.np};
-    cddp_model_backward(t.m, 1.0f, 0, on_ready, &h); /* zeroes */
+    cddp__model_backward(t.m, 1.0f, 0, on_ready, &h); /* zeroes */
     for (size_t i = 0; i < t.np; i++) CHECK_EQ(t.grads[i], 0.0f);
     CHECK(h.calls > 0 && h.offsets[h.calls - 1] == 0);
     for (int c = 0; c < h.calls; c++) free(h.snap[c]);
     /* more rows than max_batch: NAN, not a write past the activations */
-    CHECK(isnan(cddp_model_forward(t.m, t.x, t.y, 3, &correct)));
+    CHECK(isnan(cddp__model_forward(t.m, t.x, t.y, 3, &correct)));
     net_free(&t);
   }
 }
@@ -360,13 +360,13 @@ TEST(zero_rows_forward_and_backward) {
 TEST(param_names_shapes_and_layout) {
   cddp_model_spec_t s = cnn_spec();
   cddp_model_t *m;
-  CHECK_OK(cddp_model_create(&s, 2, &m));
+  CHECK_OK(cddp__model_create(&s, 2, &m));
   const char *names[] = {"conv0.weight", "conv0.bias", "conv1.weight", "conv1.bias",
                          "fc0.weight",   "fc0.bias",   "fc1.weight",   "fc1.bias"};
-  CHECK_EQ(cddp_model_n_params(m), 8);
+  CHECK_EQ(cddp__model_n_params(m), 8);
   size_t off = 0;
   for (int i = 0; i < 8; i++) {
-    const cddp_param_info_t *p = cddp_model_param(m, i);
+    const cddp_param_info_t *p = cddp__model_param(m, i);
     CHECK(strcmp(p->name, names[i]) == 0);
     CHECK_EQ(p->offset, off);
     size_t c = 1;
@@ -374,13 +374,13 @@ TEST(param_names_shapes_and_layout) {
     CHECK_EQ(c, p->count);
     off += p->count;
   }
-  CHECK_EQ(off, cddp_model_param_count(m));
-  const cddp_param_info_t *c1 = cddp_model_param(m, 2), *f0 = cddp_model_param(m, 4);
+  CHECK_EQ(off, cddp__model_param_count(m));
+  const cddp_param_info_t *c1 = cddp__model_param(m, 2), *f0 = cddp__model_param(m, 4);
   CHECK_EQ(c1->ndim, 4);
   CHECK(c1->shape[0] == 4 && c1->shape[1] == 3 && c1->shape[2] == 3 && c1->shape[3] == 3);
   CHECK(f0->ndim == 2 && f0->shape[0] == 6 && f0->shape[1] == 4 * 2 * 2);
-  CHECK(cddp_model_param(m, 8) == NULL && cddp_model_param(m, -1) == NULL);
-  cddp_model_destroy(m);
+  CHECK(cddp__model_param(m, 8) == NULL && cddp__model_param(m, -1) == NULL);
+  cddp__model_destroy(m);
 }
 
 TEST(init_is_deterministic_and_pytorch_bounded) {
@@ -389,8 +389,8 @@ TEST(init_is_deterministic_and_pytorch_bounded) {
   net_t a = net_make(s, 1, 42), b = net_make(s, 1, 42), c = net_make(s, 1, 43);
   CHECK(memcmp(a.params, b.params, a.np * sizeof(float)) == 0);
   CHECK(memcmp(a.params, c.params, a.np * sizeof(float)) != 0);
-  for (int i = 0; i < cddp_model_n_params(a.m); i++) {
-    const cddp_param_info_t *p = cddp_model_param(a.m, i);
+  for (int i = 0; i < cddp__model_n_params(a.m); i++) {
+    const cddp_param_info_t *p = cddp__model_param(a.m, i);
     double bound = 1.0 / sqrt(i < 2 ? 784.0 : 64.0), lo = 0, hi = 0, sum = 0;
     for (size_t j = 0; j < p->count; j++) {
       float v = a.params[p->offset + j];
@@ -407,12 +407,12 @@ TEST(flops_per_sample) {
   cddp_model_spec_t s = {.kind = CDDP_MODEL_MLP, .in_c = 1, .in_h = 28, .in_w = 28,
                          .n_classes = 10, .n_hidden = 2, .hidden = {1024, 1024}};
   cddp_model_t *m;
-  CHECK_OK(cddp_model_create(&s, 128, &m));
-  CHECK_EQ(cddp_model_param_count(m), 784 * 1024 + 1024 + 1024 * 1024 + 1024 + 1024 * 10 + 10);
+  CHECK_OK(cddp__model_create(&s, 128, &m));
+  CHECK_EQ(cddp__model_param_count(m), 784 * 1024 + 1024 + 1024 * 1024 + 1024 + 1024 * 10 + 10);
   /* forward 2*in*out per layer; backward dW 2*in*out and dX 2*in*out but for the first */
   double want = 2.0 * (784 * 1024) * 2 + 2.0 * (1024 * 1024) * 3 + 2.0 * (1024 * 10) * 3;
-  CHECK_NEAR(cddp_model_flops_per_sample(m), want, 1);
-  cddp_model_destroy(m);
+  CHECK_NEAR(cddp__model_flops_per_sample(m), want, 1);
+  cddp__model_destroy(m);
 }
 
 /* OpenBLAS 0.3.21 takes this CPU for a Prescott (SSE3, 4-5x slower sgemm); layer_blas.c moves

@@ -6,8 +6,8 @@
 #include <string.h>
 
 #include "test.h"
-#include "train/layers.h"
-#include "train/model.h"
+#include "trainer/layers.h"
+#include "trainer/model.h"
 #include "unit/test_model_grad.h"
 
 /* ---- linear */

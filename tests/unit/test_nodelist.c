@@ -2,7 +2,7 @@
 #include <string.h>
 
 #include "common/check.h"
-#include "run/nodelist.h"
+#include "world/nodelist.h"
 #include "test.h"
 
 static void expect(const char *list, const char *joined) {

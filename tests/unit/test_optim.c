@@ -6,7 +6,7 @@
 #include <time.h>
 
 #include "test.h"
-#include "train/optim.h"
+#include "trainer/optim.h"
 
 #define REF_PATH "tests/ref/optim.txt"
 enum { MAXN = 256 };
@@ -68,7 +68,7 @@ TEST(optimizers_match_pytorch) {
       CHECK(starts(line, "init"));
       n = parse_floats(line, p, MAXN);
       CHECK(n > 8);
-      CHECK_OK(cddp_optim_init(&o, &s, (size_t)n));
+      CHECK_OK(cddp__optim_init(&o, &s, (size_t)n));
     } else if (active && starts(line, "lr")) {
       lr = strtof(line + 3, NULL);
     } else if (active && starts(line, "grad")) {
@@ -76,7 +76,7 @@ TEST(optimizers_match_pytorch) {
     } else if (active && starts(line, "norm")) {
       double want_norm = strtod(line + 5, NULL);
       float g_before = g[0];
-      double got = cddp_optim_step(&o, p, g, lr);
+      double got = cddp__optim_step(&o, p, g, lr);
       double d = rel(got, want_norm);
       if (d > worst_norm) worst_norm = d;
       if (d > 1e-6) TEST_FAIL("%s step %lld: norm %.9g vs torch %.9g", name, (long long)o.t, got, want_norm);
@@ -95,7 +95,7 @@ TEST(optimizers_match_pytorch) {
                     (long long)o.t, i, p[i], want[i], d);
       }
     } else if (active && starts(line, "end")) {
-      cddp_optim_free(&o);
+      cddp__optim_free(&o);
       active = 0;
     }
   }
@@ -125,12 +125,12 @@ TEST(schedules_match_lambdalr) {
                                              : CDDP_SCHED_CONSTANT;
       s.warmup = w;
       s.total = t;
-      CHECK_OK(cddp_sched_check(&s));
+      CHECK_OK(cddp__sched_check(&s));
     } else if (starts(line, "at")) {
       long long step;
       double want;
       if (sscanf(line, "at %lld %lf", &step, &want) != 2) TEST_FAIL("bad line: %s", line);
-      double got = cddp_sched_lr(&s, step), d = fabs(got - want) / (s.lr > 0 ? s.lr : 1);
+      double got = cddp__sched_lr(&s, step), d = fabs(got - want) / (s.lr > 0 ? s.lr : 1);
       if (d > worst) worst = d;
       if (d > 1e-6) TEST_FAIL("schedule kind %d step %lld: %.9g vs LambdaLR %.9g", (int)s.kind,
                               step, got, want);
@@ -146,24 +146,24 @@ TEST(schedules_match_lambdalr) {
 /* Hand-checked points of the documented formulas. */
 TEST(schedule_formulas_by_hand) {
   cddp_sched_spec_t s = {CDDP_SCHED_COSINE, 1.0f, 0.0f, 4, 104};
-  CHECK_NEAR(cddp_sched_lr(&s, 0), 0.25, 1e-7);
-  CHECK_NEAR(cddp_sched_lr(&s, 3), 1.0, 1e-7);
-  CHECK_NEAR(cddp_sched_lr(&s, 4), 1.0, 1e-7);
-  CHECK_NEAR(cddp_sched_lr(&s, 54), 0.5, 1e-7);
-  CHECK_NEAR(cddp_sched_lr(&s, 104), 0.0, 1e-7);
-  CHECK_NEAR(cddp_sched_lr(&s, 1000), 0.0, 1e-7);
+  CHECK_NEAR(cddp__sched_lr(&s, 0), 0.25, 1e-7);
+  CHECK_NEAR(cddp__sched_lr(&s, 3), 1.0, 1e-7);
+  CHECK_NEAR(cddp__sched_lr(&s, 4), 1.0, 1e-7);
+  CHECK_NEAR(cddp__sched_lr(&s, 54), 0.5, 1e-7);
+  CHECK_NEAR(cddp__sched_lr(&s, 104), 0.0, 1e-7);
+  CHECK_NEAR(cddp__sched_lr(&s, 1000), 0.0, 1e-7);
   s.kind = CDDP_SCHED_LINEAR;
   s.min_lr = 0.1f;
-  CHECK_NEAR(cddp_sched_lr(&s, 29), 0.1 + 0.9 * 0.75, 1e-7);
+  CHECK_NEAR(cddp__sched_lr(&s, 29), 0.1 + 0.9 * 0.75, 1e-7);
   s.kind = CDDP_SCHED_CONSTANT;
   s.warmup = 0;
-  CHECK_NEAR(cddp_sched_lr(&s, 0), 1.0, 0);
-  CHECK_NEAR(cddp_sched_lr(&s, 1 << 30), 1.0, 0);
+  CHECK_NEAR(cddp__sched_lr(&s, 0), 1.0, 0);
+  CHECK_NEAR(cddp__sched_lr(&s, 1 << 30), 1.0, 0);
 }
 
 static void expect_bad(const cddp_optim_spec_t *s, const char *want) {
   cddp_optim_t o;
-  CHECK_RESULT(cddp_optim_init(&o, s, 10), CDDP_INVALID_ARG);
+  CHECK_RESULT(cddp__optim_init(&o, s, 10), CDDP_INVALID_ARG);
   if (!strstr(cddp_last_error(), want))
     TEST_FAIL("error '%s' lacks '%s'", cddp_last_error(), want);
   CHECK(o.m == NULL && o.v == NULL);
@@ -183,27 +183,27 @@ TEST(bad_specs_fail_init) {
   s = adam, s.eps = -1e-8f, expect_bad(&s, "eps");
   s = adam, s.kind = (cddp_optim_kind_t)7, expect_bad(&s, "unknown kind 7");
   cddp_optim_t o;
-  CHECK_RESULT(cddp_optim_init(&o, &sgd, 0), CDDP_INVALID_ARG);
-  CHECK_OK(cddp_optim_init(&o, &adam, 10));
+  CHECK_RESULT(cddp__optim_init(&o, &sgd, 0), CDDP_INVALID_ARG);
+  CHECK_OK(cddp__optim_init(&o, &adam, 10));
   CHECK(o.m && o.v);
-  cddp_optim_free(&o);
+  cddp__optim_free(&o);
   sgd.momentum = 0;
-  CHECK_OK(cddp_optim_init(&o, &sgd, 10));
+  CHECK_OK(cddp__optim_init(&o, &sgd, 10));
   CHECK(o.m == NULL && o.v == NULL); /* plain SGD keeps no state */
-  cddp_optim_free(&o);
+  cddp__optim_free(&o);
 
   cddp_sched_spec_t ok = {CDDP_SCHED_COSINE, 0.1f, 0.0f, 10, 100}, b;
-  CHECK_OK(cddp_sched_check(&ok));
+  CHECK_OK(cddp__sched_check(&ok));
   b = ok, b.lr = -0.1f;
-  CHECK_RESULT(cddp_sched_check(&b), CDDP_INVALID_ARG);
+  CHECK_RESULT(cddp__sched_check(&b), CDDP_INVALID_ARG);
   CHECK(strstr(cddp_last_error(), "lr -0.1") != NULL);
   b = ok, b.min_lr = 0.2f;
-  CHECK_RESULT(cddp_sched_check(&b), CDDP_INVALID_ARG);
+  CHECK_RESULT(cddp__sched_check(&b), CDDP_INVALID_ARG);
   CHECK(strstr(cddp_last_error(), "min_lr") != NULL);
   b = ok, b.warmup = -1;
-  CHECK_RESULT(cddp_sched_check(&b), CDDP_INVALID_ARG);
+  CHECK_RESULT(cddp__sched_check(&b), CDDP_INVALID_ARG);
   b = ok, b.kind = (cddp_sched_kind_t)9;
-  CHECK_RESULT(cddp_sched_check(&b), CDDP_INVALID_ARG);
+  CHECK_RESULT(cddp__sched_check(&b), CDDP_INVALID_ARG);
 }
 
 /* Clipping semantics at the edges: below the limit the grads are untouched bit for bit. */
@@ -212,17 +212,17 @@ TEST(clip_leaves_small_grads_alone) {
   cddp_optim_t o;
   float p[5] = {0}, g[5] = {1, 2, 3, 4, 5}, g0[5];
   memcpy(g0, g, sizeof g);
-  CHECK_OK(cddp_optim_init(&o, &s, 5));
-  double norm = cddp_optim_step(&o, p, g, 1.0f);
+  CHECK_OK(cddp__optim_init(&o, &s, 5));
+  double norm = cddp__optim_step(&o, p, g, 1.0f);
   CHECK_NEAR(norm, sqrt(55.0), 1e-12);
   CHECK(memcmp(g, g0, sizeof g) == 0);
   CHECK_NEAR(p[4], -5.0, 0);
   o.spec.grad_clip = 1.0f;
-  norm = cddp_optim_step(&o, p, g, 1.0f);
+  norm = cddp__optim_step(&o, p, g, 1.0f);
   double after = 0;
   for (int i = 0; i < 5; i++) after += (double)g[i] * g[i];
   CHECK_NEAR(sqrt(after), 1.0, 1e-6);
-  cddp_optim_free(&o);
+  cddp__optim_free(&o);
 }
 
 static double now_s(void) {
@@ -249,19 +249,19 @@ TEST(update_speed_is_printed) {
   };
   for (size_t c = 0; c < sizeof cfg / sizeof cfg[0]; c++) {
     cddp_optim_t o;
-    CHECK_OK(cddp_optim_init(&o, &cfg[c].s, n));
-    cddp_optim_step(&o, p, g, 1e-6f); /* warm the pages */
+    CHECK_OK(cddp__optim_init(&o, &cfg[c].s, n));
+    cddp__optim_step(&o, p, g, 1e-6f); /* warm the pages */
     const int reps = 20;
     double best = 1e9;
     for (int r = 0; r < reps; r++) {
       double t0 = now_s();
-      cddp_optim_step(&o, p, g, 1e-6f);
+      cddp__optim_step(&o, p, g, 1e-6f);
       double dt = now_s() - t0;
       best = dt < best ? dt : best;
     }
     fprintf(stderr, "# optim %-17s %zu params: best of %d %.3f ms = %.3f ns/param\n",
             cfg[c].name, n, reps, best * 1e3, best * 1e9 / (double)n);
-    cddp_optim_free(&o);
+    cddp__optim_free(&o);
   }
   free(p);
   free(g);

@@ -8,7 +8,7 @@
 #include "cddp/comm.h"
 #include "common/clock.h"
 #include "comm/transport.h"
-#include "run/elastic.h"
+#include "world/elastic.h"
 #include "test.h"
 
 /* comm.c refers to the transports weakly; a strong reference pulls shm.o from libcddp.a. */

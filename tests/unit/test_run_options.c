@@ -3,7 +3,7 @@
 #include <unistd.h>
 
 #include "common/check.h"
-#include "run/options.h"
+#include "launcher/options.h"
 #include "test.h"
 
 #define ARGV(...) ((char *[]){"run", __VA_ARGS__, NULL})

@@ -6,7 +6,7 @@
 
 #include "common/check.h"
 #include "common/clock.h"
-#include "run/rdzv.h"
+#include "launcher/rdzv.h"
 #include "test.h"
 
 typedef struct agent {

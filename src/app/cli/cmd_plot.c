@@ -1,0 +1,217 @@
+/* cmd_plot.c - `cddp plot RUN_DIR`: loss (train and eval), eval accuracy, throughput and
+ * exposed communication per step, drawn by gnuplot from the run's metrics.jsonl into a PNG,
+ * SVG or PDF. */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "cli/commands.h"
+#include "cli/flags.h"
+
+static void usage(FILE *f) {
+  fprintf(f,
+          "usage: cddp plot RUN_DIR [--out FILE] [--title TEXT]\n"
+          "  RUN_DIR        a run folder of cddp train (holds metrics.jsonl)\n"
+          "  --out FILE     where to draw (default RUN_DIR/metrics.png): FILE.png, FILE.svg or FILE.pdf\n"
+          "  --title TEXT   the title, drawn as written (default: the run's name)\n"
+          "Draws panels against the step, their x-axes aligned: train and eval loss, eval accuracy\n"
+          "(when an evaluation measured it), samples/s (tokens/s for text models), and the exposed\n"
+          "communication (ms, and %% of step time). Needs gnuplot (apt-get install gnuplot-nox).\n");
+}
+
+/* The number after "key": in a JSON line of metrics.jsonl (our own flat format). */
+static int json_num(const char *line, const char *key, double *out) {
+  char pat[64];
+  snprintf(pat, sizeof pat, "\"%s\":", key);
+  const char *p = strstr(line, pat);
+  if (!p) return 0;
+  char *end;
+  *out = strtod(p + strlen(pat), &end);
+  return end != p + strlen(pat);
+}
+
+/* What split_metrics found: the counts, and what the panels need to know. */
+typedef struct plot_data {
+  long steps, evals;
+  int tokens;        /* tokens_per_s differs from samples_per_s: a text model, counted in tokens */
+  int accuracy;      /* an evaluation measured accuracy (-1 means the task has none) */
+  double acc_lo, acc_hi;
+  double first, last; /* the steps' range: every panel's x-axis */
+} plot_data_t;
+
+/* Splits metrics.jsonl into two whitespace tables for gnuplot: steps (step loss samples/s
+ * tokens/s comm-ms comm-%) and evals (step loss accuracy). */
+static void split_metrics(FILE *in, FILE *steps, FILE *evals, plot_data_t *d) {
+  char line[4096];
+  *d = (plot_data_t){0};
+  while (fgets(line, sizeof line, in)) {
+    double step, loss, acc;
+    if (!json_num(line, "step", &step) || !json_num(line, "loss", &loss)) continue;
+    if (strstr(line, "\"eval\":true")) {
+      if (!json_num(line, "accuracy", &acc)) acc = -1;
+      if (acc >= 0 && (!d->accuracy || acc < d->acc_lo)) d->acc_lo = acc;
+      if (acc >= 0 && (!d->accuracy || acc > d->acc_hi)) d->acc_hi = acc;
+      if (acc >= 0) d->accuracy = 1;
+      fprintf(evals, "%.0f %.9g %.9g\n", step, loss, acc);
+      d->evals++;
+      continue;
+    }
+    double rate = 0, tokens = 0, comm = 0, total = 0;
+    json_num(line, "samples_per_s", &rate);
+    if (!json_num(line, "tokens_per_s", &tokens)) tokens = rate;
+    if (tokens > rate * 1.001) d->tokens = 1;
+    json_num(line, "comm_ms", &comm);
+    json_num(line, "step_ms", &total);
+    fprintf(steps, "%.0f %.9g %.9g %.9g %.9g %.9g\n", step, loss, rate, tokens, comm, total > 0 ? 100.0 * comm / total : 0);
+    if (!d->steps || step < d->first) d->first = step;
+    if (!d->steps || step > d->last) d->last = step;
+    d->steps++;
+  }
+}
+
+/* A gnuplot single-quoted string: a quote is doubled. */
+static void put_quoted(FILE *gp, const char *s) {
+  fputc('\'', gp);
+  for (const char *c = s; *c; c++) fprintf(gp, *c == '\'' ? "''" : "%c", *c);
+  fputc('\'', gp);
+}
+
+/* The terminal for out's extension: pngcairo, svg or pdfcairo; NULL for anything else. */
+static const char *terminal_for(const char *out, int panels, char *buf, size_t cap) {
+  const char *dot = strrchr(out, '.');
+  if (!dot || strchr(dot, '/')) return NULL;
+  if (!strcmp(dot, ".png")) snprintf(buf, cap, "pngcairo noenhanced size 900,%d", 100 + 270 * panels);
+  else if (!strcmp(dot, ".svg")) snprintf(buf, cap, "svg noenhanced size 900,%d", 100 + 270 * panels);
+  else if (!strcmp(dot, ".pdf")) snprintf(buf, cap, "pdfcairo noenhanced size 8in,%.1fin", 0.8 + 2.4 * panels);
+  else return NULL;
+  return buf;
+}
+
+/* The gnuplot script. Text is drawn as written (noenhanced: '_' in a run name is no
+ * subscript); fixed margins and one x range make the panels' x-axes line up. */
+static void write_script(FILE *gp, const char *term, const char *out, const char *title, const char *steps_p,
+                         const char *evals_p, const plot_data_t *d) {
+  double lo = d->first, hi = d->last > d->first ? d->last : d->first + 1;
+  fprintf(gp, "set terminal %s\nset output ", term);
+  put_quoted(gp, out);
+  fprintf(gp, "\nset multiplot layout %d,1 title ", 3 + d->accuracy);
+  put_quoted(gp, title);
+  fprintf(gp, "\nset grid\nset lmargin 12\nset rmargin 12\nset xrange [%.17g:%.17g]\nset xlabel 'step'\n", lo, hi);
+  fprintf(gp, "set key top right\nset ylabel 'loss'\nplot '%s' using 1:2 with lines lw 1 title 'train loss'", steps_p);
+  if (d->evals) fprintf(gp, ", '%s' using 1:2 with linespoints pt 7 lw 2 title 'eval loss'", evals_p);
+  if (d->accuracy) { /* one evaluation: a range around it, not gnuplot's warning of an empty one */
+    fprintf(gp, "\nunset key\nset ylabel 'eval accuracy'\nset yrange [%.6f:%.6f]\n", d->acc_lo - 0.01, d->acc_hi + 0.01);
+    fprintf(gp, "plot '%s' using 1:($3 >= 0 ? $3 : NaN) with linespoints pt 7 lw 2\nset autoscale y", evals_p);
+  }
+  fprintf(gp,
+          "\nunset key\nset ylabel '%s'\nplot '%s' using 1:%d with lines lw 1\n"
+          "set ylabel 'exposed comm (ms)'\nset y2label '%% of step'\nset y2tics\nset key top right\n"
+          "plot '%s' using 1:5 with lines lw 1 title 'ms', '' using 1:6 axes x1y2 with lines lw 1 title '%% of step'\n"
+          "unset multiplot\n",
+          d->tokens ? "tokens/s" : "samples/s", steps_p, d->tokens ? 4 : 3, steps_p);
+}
+
+static int run_gnuplot(const char *script) {
+  pid_t pid = fork();
+  if (pid < 0) return -1;
+  if (pid == 0) {
+    int devnull = open("/dev/null", 0);
+    if (devnull >= 0) dup2(devnull, STDIN_FILENO);
+    execlp("gnuplot", "gnuplot", script, (char *)NULL);
+    _exit(127);
+  }
+  int st;
+  while (waitpid(pid, &st, 0) < 0)
+    if (errno != EINTR) return -1;
+  return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
+}
+
+int cddp__cmd_plot(int argc, char **argv) {
+  const char *dir = NULL, *out = NULL, *title = NULL;
+  for (int i = 1; i < argc; i++) {
+    int missing = 0;
+    const char *v;
+    if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+      usage(stdout);
+      return 0;
+    } else if ((v = cddp__flag_value(argc, argv, &i, "--out", &missing))) {
+      out = v;
+    } else if ((v = cddp__flag_value(argc, argv, &i, "--title", &missing))) {
+      title = v;
+    } else if (missing) {
+      fprintf(stderr, "cddp plot: %s needs a value\n", argv[i]);
+      return 2;
+    } else if (argv[i][0] == '-' || dir) {
+      fprintf(stderr, "cddp plot: unexpected argument '%s' (cddp plot --help)\n", argv[i]);
+      return 2;
+    } else {
+      dir = argv[i];
+    }
+  }
+  if (!dir) {
+    fprintf(stderr, "cddp plot: RUN_DIR is required (a run folder of cddp train, e.g. runs/fmnist_mlp)\n");
+    return 2;
+  }
+  char path[4096], outbuf[4096], term[128];
+  if (!out) snprintf(outbuf, sizeof outbuf, "%s/metrics.png", dir), out = outbuf;
+  if (!terminal_for(out, 3, term, sizeof term)) {
+    fprintf(stderr, "cddp plot: --out %s: the name must end in .png, .svg or .pdf (what to draw)\n", out);
+    return 2;
+  }
+  snprintf(path, sizeof path, "%s/metrics.jsonl", dir);
+  FILE *in = fopen(path, "r");
+  if (!in) {
+    fprintf(stderr, "cddp plot: cannot read %s: %s\n", path, strerror(errno));
+    return 1;
+  }
+  if (!title) {
+    const char *base = strrchr(dir, '/');
+    title = base && base[1] ? base + 1 : dir;
+  }
+  char tmp[] = "/tmp/cddp-plot.XXXXXX";
+  if (!mkdtemp(tmp)) {
+    fprintf(stderr, "cddp plot: cannot make a temporary directory: %s\n", strerror(errno));
+    fclose(in);
+    return 1;
+  }
+  char steps_p[64], evals_p[64], script_p[64];
+  snprintf(steps_p, sizeof steps_p, "%s/steps.dat", tmp);
+  snprintf(evals_p, sizeof evals_p, "%s/evals.dat", tmp);
+  snprintf(script_p, sizeof script_p, "%s/plot.gp", tmp);
+  FILE *steps = fopen(steps_p, "w"), *evals = fopen(evals_p, "w");
+  plot_data_t d = {.steps = -1};
+  if (steps && evals) split_metrics(in, steps, evals, &d);
+  fclose(in);
+  if (steps) fclose(steps);
+  if (evals) fclose(evals);
+  int rc = 1;
+  if (d.steps <= 0) {
+    fprintf(stderr, "cddp plot: %s has no step lines to plot\n", path);
+    goto out;
+  }
+  terminal_for(out, 3 + d.accuracy, term, sizeof term); /* sized for the panels */
+  FILE *gp = fopen(script_p, "w");
+  if (!gp) {
+    fprintf(stderr, "cddp plot: cannot write %s: %s\n", script_p, strerror(errno));
+    goto out;
+  }
+  write_script(gp, term, out, title, steps_p, evals_p, &d);
+  fclose(gp);
+  int g = run_gnuplot(script_p);
+  if (g == 127) {
+    fprintf(stderr, "cddp plot: gnuplot is not installed (apt-get install gnuplot-nox)\n");
+  } else if (g != 0) {
+    fprintf(stderr, "cddp plot: gnuplot failed (exit %d) drawing %s\n", g, out);
+  } else {
+    printf("cddp plot: %ld steps, %ld evaluations -> %s\n", d.steps, d.evals, out);
+    rc = 0;
+  }
+out:
+  unlink(steps_p), unlink(evals_p), unlink(script_p), rmdir(tmp);
+  return rc;
+}

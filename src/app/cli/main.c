@@ -1,0 +1,48 @@
+/* main.c - the cddp binary: dispatches to a subcommand. */
+#include <stdio.h>
+#include <string.h>
+
+#include "cddp/cddp.h"
+#include "cli/commands.h"
+
+static const struct {
+  const char *name;
+  int (*fn)(int, char **);
+  const char *help;
+} commands[] = {
+    {"train", cddp__cmd_train, "data-parallel training from a YAML config (run it under `cddp run`)"},
+    {"run", cddp__cmd_run, "start workers on this node (torchrun-style launcher)"},
+    {"store", cddp__cmd_store, "serve a rendezvous store on a TCP port"},
+    {"bench", cddp__cmd_bench, "benchmark collectives (nccl-tests dialect)"},
+    {"sample", cddp__cmd_sample, "print text from a trained GPT checkpoint (temperature, top-k)"},
+    {"plot", cddp__cmd_plot, "draw a run's loss, throughput and communication (gnuplot)"},
+    {"doctor", cddp__cmd_doctor, "check hosts, interfaces, links, clocks and configs of a job (run it like the job)"},
+    {"ckpt", cddp__cmd_ckpt, "inspect or verify a checkpoint (info|verify PATH)"},
+};
+
+static void usage(FILE *f) {
+  fprintf(f, "usage: cddp <command> [options]\n\ncommands:\n");
+  for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+    fprintf(f, "  %-8s %s\n", commands[i].name, commands[i].help);
+  fprintf(f, "\n`cddp <command> --help` for a command's options; `cddp --version`.\n");
+}
+
+int main(int argc, char **argv) {
+  if (argc < 2) {
+    usage(stderr);
+    return 2;
+  }
+  if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
+    usage(stdout);
+    return 0;
+  }
+  if (!strcmp(argv[1], "--version")) {
+    printf("cddp %s\n", cddp_version());
+    return 0;
+  }
+  for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+    if (!strcmp(argv[1], commands[i].name)) return commands[i].fn(argc - 1, argv + 1);
+  fprintf(stderr, "cddp: unknown command '%s'\n", argv[1]);
+  usage(stderr);
+  return 2;
+}

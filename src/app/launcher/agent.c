@@ -1,0 +1,870 @@
+/* agent.c - `cddp run`: hosts or joins the store, runs rendezvous rounds, workers, restarts. */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cddp/store.h"
+#include "common/check.h"
+#include "common/clock.h"
+#include "launcher/agent.h"
+#include "world/elastic.h"
+#include "launcher/errfile.h"
+#include "launcher/member.h"
+#include "common/knobs.h"
+#include "world/net.h"
+#include "launcher/options.h"
+#include "launcher/rdzv.h"
+#include "launcher/program.h"
+#include "launcher/sigguard.h"
+#include "launcher/task_exec.h"
+#include "launcher/workers.h"
+
+extern char **environ;
+
+/* Beyond the grace period, how long a node that learns of a failure waits for every node's record
+ * (its first failure, or none): a node posts once its workers are gone, so within the grace. */
+#define FAILURE_WAIT_EXTRA_MS 2000
+
+/* Variables the agent sets for its workers (any inherited value is replaced). */
+static const char *contract_vars[] = {
+    "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "GROUP_WORLD_SIZE", "ROLE_RANK",
+    "ROLE_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "CDDP_RUN_ID", "CDDP_ROUND", "CDDP_RESTART_COUNT",
+    "CDDP_MAX_RESTARTS", "CDDP_STORE", "CDDP_TOKEN", "CDDP_RESTART_MODE", "CDDP_GEN", "CDDP_REPLACEMENT", "CDDP_AGENT_ID",
+    "ROLE_NAME", "TORCHELASTIC_RUN_ID", "TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_MAX_RESTARTS",
+    "TORCHELASTIC_USE_AGENT_STORE", "TORCHELASTIC_ERROR_FILE"};
+
+/* Set for the workers only when the agent's environment lacks them (torchrun's defaults). */
+static const struct { const char *name, *value; } default_vars[] = {
+    {"NCCL_ASYNC_ERROR_HANDLING", "1"}, {"TORCH_NCCL_ASYNC_ERROR_HANDLING", "1"}, {"OMP_NUM_THREADS", "1"}};
+
+typedef struct agent {
+  cddp_run_opts_t *o;
+  char **prog;
+  char token[256];
+  char host[64];
+  char store_host[256];
+  int store_port;
+  cddp_store_server_t *server;
+  cddp_store_t *store, *watch_store; /* "<run_id>/" views; the watcher has its own connection */
+  int sig_fd;
+  int ev_pipe[2];
+  pthread_t watcher;
+  int watcher_running, watch_round;
+  cddp__rdzv_t rz;
+  int id;                 /* this agent's id in the job (elastic/agents) */
+  int elastic;            /* replace mode: members, heartbeats, membership changes */
+  int omp_default;        /* OMP_NUM_THREADS=1 for the workers (unset here, several workers) */
+  char err_dir[256];      /* this agent's folder of the workers' torch error files */
+  int failure_posted;     /* round + 1 when this node posted its first failure of that round */
+  cddp__membership_t ms;  /* replace mode: the job's members as this agent knows them */
+  const char *not_retried; /* why the last failure is not retried (run/blame.h), or NULL */
+  cddp__failure_t last;   /* restart-all: the failure that ended the previous round (rank -1: none) */
+} agent_t;
+
+/* ---- the watcher: one thread per round waits for rdzv/R/event, reports on a pipe ---- */
+
+static void *watch_main(void *arg) {
+  agent_t *a = arg;
+  int round = a->watch_round;
+  char key[64], msg[512];
+  cddp__rdzv_event_key(round, key, sizeof key);
+  const char *k = key;
+  for (;;) {
+    cddp_result_t r = cddp_store_wait(a->watch_store, &k, 1, 60000);
+    if (r == CDDP_TIMEOUT) continue;
+    void *v = NULL;
+    size_t len = 0;
+    if (r == CDDP_OK) r = cddp_store_get(a->watch_store, key, &v, &len, 0);
+    int n = r == CDDP_OK ? snprintf(msg, sizeof msg, "%d %.*s", round, (int)CDDP_MIN(len, 480), (char *)v)
+                         : snprintf(msg, sizeof msg, "%d lost %s", round, cddp_last_error());
+    free(v);
+    ssize_t w = write(a->ev_pipe[1], msg, (size_t)CDDP_MIN(n, (int)sizeof msg - 1));
+    (void)w;
+    return NULL;
+  }
+}
+
+static void watch_start(agent_t *a, int round) {
+  if (a->watcher_running) pthread_join(a->watcher, NULL); /* its round's event is set: it returned */
+  a->watch_round = round;
+  a->watcher_running = pthread_create(&a->watcher, NULL, watch_main, a) == 0;
+}
+
+/* Event messages are "<round> <value>"; drop those of older rounds. */
+static int event_accept(const char *msg, void *ctx) {
+  agent_t *a = ctx;
+  return atoi(msg) == a->rz.round;
+}
+
+static const char *event_value(const char *msg) {
+  const char *sp = strchr(msg, ' ');
+  return sp ? sp + 1 : "";
+}
+
+/* Blocks until the watcher reports this round's event or a signal arrives. */
+static int wait_event_loop(agent_t *a, char *msg, size_t size) {
+  for (;;) {
+    struct pollfd p[3] = {{.fd = a->ev_pipe[0], .events = POLLIN}, {.fd = a->sig_fd, .events = POLLIN},
+                          {.fd = a->elastic ? a->ms.pipe[0] : -1, .events = POLLIN}};
+    if (poll(p, 3, -1) < 0 && errno != EINTR) return -1;
+    if (p[2].revents & POLLIN) {
+      cddp__membership_events(&a->ms);
+      if (a->ms.ending) return -2;
+      if (a->ms.joined) return -3;
+    }
+    int sig = p[1].revents & POLLIN ? cddp__sigguard_read(a->sig_fd) : 0;
+    if (sig) return sig;
+    if (p[0].revents & POLLIN) {
+      ssize_t n = read(a->ev_pipe[0], msg, size - 1);
+      if (n <= 0) return -1;
+      msg[n] = '\0';
+      if (event_accept(msg, a)) return 0;
+    }
+  }
+}
+
+/* The agent's own poll loops take its signals; everywhere else the guard does (run/sigguard.h). */
+static int wait_event(agent_t *a, char *msg, size_t size) {
+  cddp__sigguard_hold();
+  int r = wait_event_loop(a, msg, size);
+  cddp__sigguard_release();
+  return r;
+}
+
+static void watch(agent_t *a, cddp__workers_t *ws) {
+  cddp__sigguard_hold();
+  cddp__workers_watch(ws, a->sig_fd, a->ev_pipe[0], event_accept, a);
+  cddp__sigguard_release();
+}
+
+/* The round's workers are done with: the guard forgets them before they are freed. */
+static void workers_done(cddp__workers_t *ws) {
+  cddp__sigguard_workers(NULL);
+  cddp__workers_release(ws);
+}
+
+/* ---- the store ---- */
+
+static void random_token(char *buf, size_t size) {
+  unsigned char b[16];
+  if (getrandom(b, sizeof b, 0) != (ssize_t)sizeof b) return;
+  for (size_t i = 0; i < sizeof b && 2 * i + 2 < size; i++) snprintf(buf + 2 * i, 3, "%02x", b[i]);
+}
+
+static int connect_store(agent_t *a, cddp_store_t **out) {
+  cddp_store_t *base;
+  const char *h = a->store_host;
+  cddp_result_t r = cddp_store_tcp_connect(&base, h, a->store_port, a->token, a->o->rdzv_timeout_ms);
+  if (r == CDDP_AUTH) {
+    fprintf(stderr, "cddp run: the store at %s:%d refused our token (check CDDP_TOKEN / CDDP_TOKEN_FILE): %s\n", h,
+            a->store_port, cddp_last_error());
+    return -1;
+  }
+  if (r != CDDP_OK) {
+    fprintf(stderr, "cddp run: cannot reach the rendezvous store at %s:%d (within --rdzv-timeout %.1f s): %s\n", h,
+            a->store_port, a->o->rdzv_timeout_ms / 1e3, cddp_last_error());
+    return -1;
+  }
+  char prefix[160];
+  snprintf(prefix, sizeof prefix, "%s/", a->o->run_id);
+  if (cddp_store_prefix_create(out, base, prefix, 1) != CDDP_OK) {
+    cddp_store_close(base);
+    fprintf(stderr, "cddp run: %s\n", cddp_last_error());
+    return -1;
+  }
+  return 0;
+}
+
+/* Hosts the store when this node should, then connects (twice: agent + watcher). */
+static int setup_store(agent_t *a) {
+  cddp_run_opts_t *o = a->o;
+  int host_it;
+  if (o->standalone) {
+    snprintf(a->store_host, sizeof a->store_host, "127.0.0.1");
+    a->store_port = 0;
+    host_it = 1;
+  } else if (o->backend == CDDP_RDZV_STATIC) {
+    snprintf(a->store_host, sizeof a->store_host, "%s", o->master_addr);
+    a->store_port = o->master_port;
+    host_it = o->node_rank == 0;
+  } else {
+    snprintf(a->store_host, sizeof a->store_host, "%s", o->rdzv_host);
+    a->store_port = o->rdzv_port;
+    host_it = cddp__host_is_local(o->rdzv_host);
+  }
+  if (host_it) {
+    /* c10d: another agent of this host may serve it already; then we are its client. Two
+     * agents starting together can each make the other's listen fail (a probe bind lands
+     * between the other's bind and listen): a failure is tried again for a short while. */
+    int shared = o->backend == CDDP_RDZV_C10D && !o->standalone;
+    for (int tries = 0;; tries++) {
+      if (shared && cddp__port_in_use(a->store_port)) {
+        CDDP_INFO(CDDP_SUB_RUN, "port %d is in use: joining the store there as a client", a->store_port);
+        a->server = NULL;
+        break;
+      }
+      if (cddp_store_server_start(&a->server, o->standalone ? "127.0.0.1" : NULL, a->store_port, a->token) == CDDP_OK) {
+        a->store_port = cddp_store_server_port(a->server);
+        break;
+      }
+      a->server = NULL;
+      if (!shared || tries >= 20) {
+        fprintf(stderr, "cddp run: cannot host the store on port %d: %s\n", a->store_port, cddp_last_error());
+        return -1;
+      }
+      usleep(20000 + 10000 * (getpid() % 5)); /* apart, so the next tries do not meet again */
+    }
+  }
+  if (connect_store(a, &a->store) != 0 || connect_store(a, &a->watch_store) != 0) return -1;
+  return 0;
+}
+
+/* ---- workers' environment ---- */
+
+/* gen / replacement: the job's generation and whether the worker replaces a dead one. */
+/* Where worker `rank` finds TORCHELASTIC_ERROR_FILE. */
+static void error_file(const agent_t *a, int rank, char *buf, size_t size) {
+  cddp__errfile_path(a->err_dir, rank, buf, size);
+}
+
+static char **worker_env(agent_t *a, int local_rank, int64_t gen, int replacement) {
+  const cddp__rdzv_t *rz = &a->rz;
+  const cddp_run_opts_t *o = a->o;
+  size_t n = 0;
+  while (environ[n]) n++;
+  char **env = calloc(n + CDDP_ARRAY_LEN(contract_vars) + CDDP_ARRAY_LEN(default_vars) + 1, sizeof *env);
+  if (!env) return NULL;
+  size_t k = 0;
+  for (size_t i = 0; i < n; i++) {
+    int ours = 0;
+    for (size_t c = 0; c < CDDP_ARRAY_LEN(contract_vars) && !ours; c++) {
+      size_t l = strlen(contract_vars[c]);
+      ours = !strncmp(environ[i], contract_vars[c], l) && environ[i][l] == '=';
+    }
+    if (!ours) env[k++] = strdup(environ[i]);
+  }
+  /* the workers' own rendezvous (rank 0's TCPStore under env://): a port that was free on node 0
+   * when this round formed, never the store's (static: the store is on --master-port) */
+  const char *maddr = o->backend == CDDP_RDZV_STATIC ? o->master_addr : rz->nodes[0].addr;
+  int mport = rz->nodes[0].master_port;
+  int v6 = strchr(a->store_host, ':') != NULL;
+  char store[300];
+  snprintf(store, sizeof store, "%s%s%s:%d", v6 ? "[" : "", a->store_host, v6 ? "]" : "", a->store_port);
+  int nproc = rz->nodes[rz->node_rank].nproc, rank_base = rz->rank_base, world = rz->world_size;
+  if (a->elastic && cddp__members_find(&a->ms.cur, a->id, &rank_base, &world) < 0)
+    rank_base = rz->rank_base, world = rz->world_size;
+  int64_t restarts = 0;
+  if (o->replace) cddp_store_add(a->store, "elastic/restarts", 0, &restarts);
+#define PUT(name, ...)                                         \
+  do {                                                         \
+    if (asprintf(&env[k], name "=" __VA_ARGS__) >= 0) k++;     \
+  } while (0)
+  PUT("RANK", "%d", rank_base + local_rank);
+  PUT("LOCAL_RANK", "%d", local_rank);
+  PUT("WORLD_SIZE", "%d", world);
+  PUT("LOCAL_WORLD_SIZE", "%d", nproc);
+  PUT("GROUP_RANK", "%d", rz->node_rank);
+  PUT("GROUP_WORLD_SIZE", "%d", rz->nnodes);
+  PUT("ROLE_RANK", "%d", rank_base + local_rank);
+  PUT("ROLE_WORLD_SIZE", "%d", world);
+  PUT("MASTER_ADDR", "%s", maddr);
+  PUT("MASTER_PORT", "%d", mport);
+  PUT("CDDP_RUN_ID", "%s", o->run_id);
+  PUT("CDDP_ROUND", "%d", rz->round);
+  PUT("CDDP_RESTART_COUNT", "%lld", (long long)(o->replace ? restarts : rz->restart_count));
+  PUT("CDDP_MAX_RESTARTS", "%d", o->max_restarts);
+  PUT("CDDP_STORE", "%s", store);
+  if (a->token[0]) PUT("CDDP_TOKEN", "%s", a->token);
+  PUT("CDDP_RESTART_MODE", "%s", o->replace ? "replace" : "all");
+  PUT("CDDP_GEN", "%lld", (long long)gen);
+  PUT("CDDP_REPLACEMENT", "%d", replacement);
+  if (a->elastic) PUT("CDDP_AGENT_ID", "%d", a->id);
+  PUT("TORCHELASTIC_RUN_ID", "%s", o->run_id);
+  PUT("TORCHELASTIC_RESTART_COUNT", "%d", rz->restart_count);
+  PUT("TORCHELASTIC_MAX_RESTARTS", "%d", o->max_restarts);
+  PUT("TORCHELASTIC_USE_AGENT_STORE", "False");
+  PUT("ROLE_NAME", "%s", o->role);
+  if (a->err_dir[0]) { /* emptied by each start (workers.c), so an old file is never taken for new */
+    char path[320];
+    error_file(a, rank_base + local_rank, path, sizeof path);
+    PUT("TORCHELASTIC_ERROR_FILE", "%s", path);
+  }
+  for (size_t i = 0; i < CDDP_ARRAY_LEN(default_vars); i++)
+    if (!getenv(default_vars[i].name) && (strcmp(default_vars[i].name, "OMP_NUM_THREADS") || a->omp_default))
+      PUT("%s", "%s", default_vars[i].name, default_vars[i].value);
+#undef PUT
+  env[k] = NULL;
+  return env;
+}
+
+static void free_env(char **env) {
+  for (char **e = env; e && *e; e++) free(*e);
+  free(env);
+}
+
+/* "exited with code 1: ValueError: boom": how worker `rank` ended, with the message of the
+ * exception it recorded in its torch error file when there is one. Returns the exit code the
+ * agent uses (code, or 128+signal). */
+static int describe_failure(const agent_t *a, int rank, int status, char *buf, size_t size) {
+  char path[320], cause[200] = "";
+  int code = cddp__describe_status(status, buf, size);
+  if (!a->err_dir[0]) return code;
+  error_file(a, rank, path, sizeof path);
+  if (cddp__errfile_read(path, cause, sizeof cause, NULL))
+    snprintf(buf + strlen(buf), size - strlen(buf), ": %s", cause);
+  return code;
+}
+
+/* ---- one round: spawn, watch; returns what happened ---- */
+
+/* --restart-mode replace: worker ws->fail_index died; start its replacement in the job's next
+ * generation (the others keep running and re-form by themselves). -1: restarts used up. */
+static int replace_failed(agent_t *a, cddp__workers_t *ws) {
+  char desc[320], what[128];
+  describe_failure(a, ws->fail_rank, ws->fail_status, desc, sizeof desc);
+  snprintf(what, sizeof what, "rank %d pid %d", ws->fail_rank, (int)ws->fail_pid);
+  if (a->elastic) { /* a worker of a dropped node or of a stopping job is not replaced */
+    cddp__membership_refresh(&a->ms);
+    if (!a->ms.ending) {
+      void *v = NULL;
+      size_t len = 0;
+      if (cddp_store_get(a->store, "elastic/stop", &v, &len, 0) == CDDP_OK) {
+        a->ms.ending = 2;
+        snprintf(a->ms.line, sizeof a->ms.line, "%.*s", (int)len, (char *)v);
+      }
+      free(v);
+    }
+    if (a->ms.ending) return 1;
+  }
+  const cddp__worker_t *w = &ws->w[ws->fail_index];
+  if ((a->not_retried = cddp__failure_deterministic(w->replaced ? &w->prev : NULL, &ws->failure, w->start_ns)))
+    return -1; /* it would fail the same way again: the budget stays for failures a restart cures */
+  int64_t restarts = 0, gen = 0; /* membership changes are free; failures count */
+  if (cddp_store_add(a->store, "elastic/restarts", 1, &restarts) != CDDP_OK || restarts > a->o->max_restarts) return -1;
+  if (cddp__gen_change(a->store, what, a->id, NULL, NULL, &gen) != CDDP_OK) {
+    fprintf(stderr, "cddp run: cannot announce a new generation in the store: %s\n", cddp_last_error());
+    return -1;
+  }
+  if (a->elastic) cddp__membership_refresh(&a->ms);
+  char **env = worker_env(a, ws->fail_index, gen, 1);
+  cddp_result_t r = env ? cddp__workers_respawn(ws, ws->fail_index, a->prog, env)
+                        : cddp__fail(CDDP_SYSTEM, "out of memory");
+  free_env(env);
+  if (r != CDDP_OK) {
+    fprintf(stderr, "cddp run: cannot start the replacement of rank %d: %s\n", ws->fail_rank, cddp_last_error());
+    return -1;
+  }
+  fprintf(stderr, "cddp run: rank %d (host %s, pid %d) %s; replaced in place by pid %d, generation %lld (restart %lld of "
+          "%d); the other workers stay\n", ws->fail_rank, a->host, (int)ws->fail_pid, desc,
+          (int)ws->w[ws->fail_index].pid, (long long)gen, (long long)restarts, a->o->max_restarts);
+  return 0;
+}
+
+static int all_exited(const cddp__workers_t *ws) {
+  for (int i = 0; i < ws->n; i++)
+    if (!ws->w[i].exited) return 0;
+  return 1;
+}
+
+/* The job goes on without this node, or stops: no replacements; the workers get grace_ms to
+ * exit by themselves (they learn it from the generation record), then TERM, then KILL. */
+static void begin_ending(agent_t *a, cddp__workers_t *ws) {
+  if (!ws->stop_at) ws->stop_at = cddp__deadline_ms(a->o->grace_ms);
+}
+
+static int run_round(agent_t *a, cddp__workers_t *ws, int first) {
+  int n = a->rz.nodes[a->rz.node_rank].nproc;
+  int64_t gen = 0;
+  if (a->o->replace && cddp__gen_latest(a->store, &gen) != CDDP_OK) {
+    fprintf(stderr, "cddp run: %s\n", cddp_last_error());
+    return -1;
+  }
+  /* a node taken into a running job: its workers are newcomers of the generation that took it
+   * in; they get the state from the others over the network */
+  int newcomer = a->elastic && a->ms.joined, rank_base = a->rz.rank_base;
+  if (newcomer) gen = a->ms.gen, a->ms.joined = 0;
+  if (a->elastic) cddp__members_find(&a->ms.cur, a->id, &rank_base, NULL);
+  if (rank_base < 0) rank_base = a->rz.rank_base;
+  char ***envs = calloc((size_t)n, sizeof *envs);
+  int ok = envs != NULL;
+  for (int i = 0; ok && i < n; i++) ok = (envs[i] = worker_env(a, i, gen, newcomer)) != NULL;
+  memset(ws, 0, sizeof *ws);
+  ws->console = a->o->console;
+  ws->grace_ms = a->o->grace_ms;
+  ws->keep_going = a->o->replace;
+  ws->cpu_bind = a->o->cpu_bind;
+  ws->host = a->host;
+  ws->err_dir = a->err_dir[0] ? a->err_dir : NULL;
+  ws->wake_fd = a->elastic ? a->ms.pipe[0] : -1;
+  if (ok && cddp__workers_start(ws, n, rank_base, a->prog, (char **const *)envs, a->o->log_dir, first) != CDDP_OK) {
+    fprintf(stderr, "cddp run: %s\n", cddp_last_error());
+    ok = 0;
+  }
+  for (int i = 0; envs && i < n; i++) free_env(envs[i]);
+  free(envs);
+  if (!ok) return -1;
+  cddp__sigguard_workers(ws);
+  CDDP_INFO(CDDP_SUB_RUN, "round %d: started ranks %d-%d of %d (restart %d)", a->rz.round, a->rz.rank_base,
+            a->rz.rank_base + n - 1, a->rz.world_size, a->rz.restart_count);
+  watch(a, ws);
+  for (;;) {
+    if (ws->outcome == CDDP__OUT_WAKE) {
+      cddp__membership_events(&a->ms);
+      ws->outcome = CDDP__OUT_SUCCESS;
+    } else if (ws->outcome == CDDP__OUT_FAILED && ws->keep_going) {
+      int rf = a->elastic && a->ms.ending ? 1 : replace_failed(a, ws);
+      if (rf < 0) { /* restarts used up: stop the others, then fail */
+        ws->keep_going = 0;
+        ws->stop_now = 1;
+      }
+      if (rf > 0) ws->outcome = CDDP__OUT_SUCCESS;
+    } else {
+      break;
+    }
+    if (a->elastic && a->ms.ending) {
+      begin_ending(a, ws);
+      if (all_exited(ws)) break;
+    }
+    watch(a, ws);
+  }
+  return 0;
+}
+
+/* Leaves: counts this agent out of the round (the store's host waits for everyone). */
+static int finish(agent_t *a, int code) {
+  if (a->elastic) {
+    cddp__monitor_stop(a->ms.mon, 1);
+    a->ms.mon = NULL;
+  }
+  if (a->rz.nodes && a->elastic && (a->ms.ending == 1 || a->ms.pending)) { /* dropped / never taken in */
+    cddp__rdzv_release(&a->rz);
+  } else if (a->rz.nodes) {
+    if (a->elastic) a->rz.nnodes = a->ms.cur.n; /* count out the nodes still in the job */
+    cddp__rdzv_exit(a->store, &a->rz, a->server != NULL && !(a->elastic && a->ms.ending), a->o->grace_ms);
+    cddp__rdzv_release(&a->rz);
+  }
+  /* the watcher may still be blocked on the connection: leave it to process exit */
+  if (!a->watcher_running) cddp_store_close(a->watch_store);
+  cddp_store_close(a->store);
+  cddp_store_server_stop(a->server);
+  return code;
+}
+
+/* This node's first failure, for the job's line: when it happened, on the wall clock (the nodes'
+ * clocks are compared; the monotonic ones are not comparable across hosts). */
+static void post_failure(agent_t *a, const cddp__failure_t *f, int code, const char *line) {
+  struct timespec real;
+  clock_gettime(CLOCK_REALTIME, &real);
+  uint64_t now = cddp__now_ns(), t = cddp__failure_time(f), age = now > t ? now - t : 0;
+  uint64_t wall = (uint64_t)real.tv_sec * 1000000000ull + (uint64_t)real.tv_nsec - age;
+  (void)cddp__rdzv_failure_post(a->store, a->rz.round, a->rz.node_rank, wall, code, line);
+  a->failure_posted = a->rz.round + 1;
+}
+
+/* A failure of this node's own that is not a worker's (a signal to the agent, workers that did
+ * not start): it happened now. */
+static void post_now(agent_t *a, int code, const char *line) {
+  struct timespec real;
+  clock_gettime(CLOCK_REALTIME, &real);
+  (void)cddp__rdzv_failure_post(a->store, a->rz.round, a->rz.node_rank,
+                                (uint64_t)real.tv_sec * 1000000000ull + (uint64_t)real.tv_nsec, code, line);
+  a->failure_posted = a->rz.round + 1;
+}
+
+/* A value of the round's event decides the agent's next step: -1 = go to the next round. */
+static int follow_event(agent_t *a, const char *value, int *exit_code) {
+  if (!strcmp(value, "done")) {
+    *exit_code = 0;
+    return 1;
+  }
+  if (!strncmp(value, "restart", 7)) {
+    cddp__rdzv_open_next(a->store, a->rz.round, a->rz.restart_count + 1);
+    return -1;
+  }
+  if (!strncmp(value, "fail ", 5)) {
+    char *end, first[640];
+    long code = strtol(value + 5, &end, 10);
+    int c;
+    /* every node prints the failure that came first anywhere, which need not be the one posted;
+     * a node with no failure of its own says so, so that nobody waits for it */
+    if (a->failure_posted != a->rz.round + 1)
+      (void)cddp__rdzv_failure_post(a->store, a->rz.round, a->rz.node_rank, 0, 0, "");
+    if (cddp__rdzv_failure_first(a->store, a->rz.round, a->rz.nnodes, a->o->grace_ms + FAILURE_WAIT_EXTRA_MS, &c,
+                                 first, sizeof first)) {
+      fprintf(stderr, "%s\n", first);
+      code = c;
+    } else {
+      fprintf(stderr, "%s\n", *end == ' ' ? end + 1 : value);
+    }
+    *exit_code = code > 0 && code < 256 ? (int)code : 1;
+    return 1;
+  }
+  fprintf(stderr, "cddp run: lost the store at %s:%d: %s\n", a->store_host, a->store_port,
+          !strncmp(value, "lost ", 5) ? value + 5 : value);
+  *exit_code = 1;
+  return 1;
+}
+
+/* Replace mode: generation 0's members, and the monitor (heartbeat, will, peers' health). */
+static int start_membership(agent_t *a) {
+  cddp__membership_t *ms = &a->ms;
+  ms->store = a->store, ms->self = a->id, ms->min_nodes = a->o->min_nodes, ms->max_nodes = a->o->max_nodes;
+  ms->round = a->rz.round;
+  ms->wait_ms = a->o->rdzv_timeout_ms, ms->wait_gen = -1; /* below MIN: wait for a node as long as a join may take */
+  snprintf(ms->host, sizeof ms->host, "%s", a->host);
+  if (pipe2(ms->pipe, O_CLOEXEC | O_NONBLOCK) != 0) {
+    fprintf(stderr, "cddp run: pipe: %s\n", strerror(errno));
+    return -1;
+  }
+  a->elastic = 1;
+  if (a->o->max_nodes > 1 &&
+      cddp__monitor_start(&ms->mon, a->store_host, a->store_port, a->token, a->o->run_id, a->id,
+                          (int)cddp__knob_int(CDDP_KNOB_HEARTBEAT_MS), (int)cddp__knob_int(CDDP_KNOB_HEARTBEAT_TIMEOUT_MS),
+                          ms->pipe[1]) != CDDP_OK) {
+    fprintf(stderr, "cddp run: cannot start the heartbeat: %s\n", cddp_last_error());
+    return -1;
+  }
+  cddp_result_t r = a->rz.late ? cddp__membership_pend(ms, a->o->nproc_per_node)
+                                : cddp__membership_begin(ms, a->rz.nodes, a->rz.nnodes);
+  if (r != CDDP_OK) {
+    fprintf(stderr, "cddp run: %s\n", cddp_last_error());
+    return -1;
+  }
+  return 0;
+}
+
+/* A pending node (a late joiner, a spare, one that came back) waits until a member takes it
+ * in: -1 (then start the workers as newcomers), or the exit code (the job finished or
+ * stopped, a signal, the store lost). */
+static int wait_taken_in(agent_t *a) {
+  cddp__membership_t *ms = &a->ms;
+  if (ms->joined) return -1;
+  if (!ms->ending)
+    fprintf(stderr, "cddp run: node %s (agent %d) waits to be taken into the running job (generation %lld)\n", a->host,
+            a->id, (long long)ms->gen);
+  char msg[512];
+  for (;;) {
+    int sig = ms->ending ? -2 : wait_event(a, msg, sizeof msg);
+    if (sig > 0) return 128 + sig;
+    if (sig == -2) {
+      fprintf(stderr, "cddp run: %s\n", ms->line);
+      return 1;
+    }
+    if (sig == -3) {
+      fprintf(stderr, "cddp run: node %s (agent %d) taken into the job in generation %lld (world %d)\n", a->host, a->id,
+              (long long)ms->gen, cddp__members_world(&ms->cur));
+      return -1;
+    }
+    const char *value = sig == 0 ? event_value(msg) : "lost the watcher";
+    if (!strcmp(value, "done")) {
+      fprintf(stderr, "cddp run: the job finished while node %s (agent %d) waited to be taken in\n", a->host, a->id);
+      return 0;
+    }
+    int code = 1;
+    follow_event(a, value, &code);
+    return code;
+  }
+}
+
+/* Reconnects a store view whose connection broke (a partition), bounded by --rdzv-timeout:
+ * 0 it works, 1 reconnected, -1 not reachable. The old view is left as it is (a thread may
+ * still block on it; the process ends soon enough). */
+static int reconnect(agent_t *a, cddp_store_t **s) {
+  int64_t v;
+  /* a probe of a cut connection would wait the whole store timeout: a heartbeat timeout is
+   * enough to tell, and the fresh connection gets --rdzv-timeout */
+  cddp_store_set_timeout(*s, (int)cddp__knob_int(CDDP_KNOB_HEARTBEAT_TIMEOUT_MS));
+  if (cddp_store_add(*s, "elastic/agents", 0, &v) == CDDP_OK) {
+    cddp_store_set_timeout(*s, a->o->rdzv_timeout_ms);
+    return 0;
+  }
+  cddp_store_t *fresh;
+  if (connect_store(a, &fresh) != 0) return -1;
+  *s = fresh;
+  return 1;
+}
+
+/* This node was dropped (a partition, a freeze): its workers are gone; it registers again as a
+ * pending node under a new agent id, with a new heartbeat and will. */
+static int come_back(agent_t *a) {
+  cddp__membership_t *ms = &a->ms;
+  cddp__monitor_stop(ms->mon, 1);
+  ms->mon = NULL;
+  int re = reconnect(a, &a->store);
+  if (re < 0) return -1;
+  ms->store = a->store;
+  int64_t n;
+  if (cddp_store_add(a->store, "elastic/agents", 1, &n) != CDDP_OK) {
+    fprintf(stderr, "cddp run: %s\n", cddp_last_error());
+    return -1;
+  }
+  int old = a->id;
+  a->id = ms->self = (int)n - 1;
+  /* the watcher's connection broke with the agent's: a fresh one (the old one is busy in its
+   * thread's wait, so it cannot be probed) */
+  if (re > 0) {
+    if (connect_store(a, &a->watch_store) != 0) return -1;
+    if (a->watcher_running) pthread_detach(a->watcher);
+    a->watcher_running = 0;
+    watch_start(a, a->rz.round);
+  }
+  char drain[4096];
+  while (read(ms->pipe[0], drain, sizeof drain) > 0) {
+  }
+  if (cddp__monitor_start(&ms->mon, a->store_host, a->store_port, a->token, a->o->run_id, a->id,
+                          (int)cddp__knob_int(CDDP_KNOB_HEARTBEAT_MS), (int)cddp__knob_int(CDDP_KNOB_HEARTBEAT_TIMEOUT_MS),
+                          ms->pipe[1]) != CDDP_OK ||
+      cddp__membership_pend(ms, a->o->nproc_per_node) != CDDP_OK) {
+    fprintf(stderr, "cddp run: node %s cannot come back into the job: %s\n", a->host, cddp_last_error());
+    return -1;
+  }
+  fprintf(stderr, "cddp run: node %s (agent %d) comes back as agent %d\n", a->host, old, a->id);
+  return 0;
+}
+
+static int agent_main(agent_t *a) {
+  cddp_run_opts_t *o = a->o;
+  if (setup_store(a) != 0) return finish(a, 1);
+  cddp__rdzv_cfg_t cfg = {.min_nodes = o->min_nodes, .max_nodes = o->max_nodes,
+                          .node_rank = o->backend == CDDP_RDZV_STATIC ? o->node_rank : -1,
+                          .last_call_ms = o->last_call_ms, .timeout_ms = o->rdzv_timeout_ms};
+  snprintf(cfg.self.host, sizeof cfg.self.host, "%s", a->host);
+  if (o->local_addr[0]) snprintf(cfg.self.addr, sizeof cfg.self.addr, "%.63s", o->local_addr);
+  else cddp__addr_toward(a->store_host, a->store_port, cfg.self.addr, sizeof cfg.self.addr);
+  cfg.self.nproc = o->nproc_per_node;
+  cfg.self.id = -1;
+  /* replace mode, c10d, room to grow: a node that comes after the round closed waits to be
+   * taken into the running job instead of waiting for a round that never opens */
+  cfg.late_ok = o->replace && o->backend == CDDP_RDZV_C10D && !o->standalone && o->max_nodes > 1;
+  if (o->replace) { /* a stable id for this agent's life: its heartbeat, its will, its workers' place */
+    int64_t n;
+    if (cddp_store_add(a->store, "elastic/agents", 1, &n) != CDDP_OK) {
+      fprintf(stderr, "cddp run: %s\n", cddp_last_error());
+      return finish(a, 1);
+    }
+    a->id = cfg.self.id = (int)n - 1;
+  }
+  int min_round = 0, first = 1;
+  for (;;) {
+    cddp__rdzv_release(&a->rz);
+    /* a fresh port each round: the last round's rank 0 may have left its port in TIME_WAIT */
+    cfg.self.master_port = cddp__free_port();
+    if (cddp__rdzv_join(a->store, &cfg, min_round, &a->rz) != CDDP_OK) {
+      fprintf(stderr, "cddp run: %s\n", cddp_last_error());
+      return finish(a, 1);
+    }
+    CDDP_INFO(CDDP_SUB_RDZV, "round %d closed: node %d of %d, world %d", a->rz.round, a->rz.node_rank, a->rz.nnodes,
+              a->rz.world_size);
+    watch_start(a, a->rz.round);
+    if (o->replace && !a->elastic && start_membership(a) != 0) return finish(a, 1);
+    if (a->elastic && a->ms.pending) {
+      int code = wait_taken_in(a);
+      if (code >= 0) return finish(a, code);
+    }
+    cddp__workers_t ws;
+    if (run_round(a, &ws, first) != 0) {
+      post_now(a, 1, "cddp run: could not start the workers");
+      cddp__rdzv_post(a->store, a->rz.round, "fail 1 cddp run: could not start the workers", NULL);
+      return finish(a, 1);
+    }
+    first = 0;
+    while (a->elastic && a->ms.ending == 1) { /* dropped: come back as a pending node */
+      workers_done(&ws);
+      fprintf(stderr, "cddp run: %s\n", a->ms.line);
+      if (come_back(a) != 0) return finish(a, 1);
+      int code = wait_taken_in(a);
+      if (code >= 0) return finish(a, code);
+      if (run_round(a, &ws, 0) != 0) return finish(a, 1);
+    }
+    if (a->elastic && a->ms.ending) {
+      workers_done(&ws);
+      fprintf(stderr, "cddp run: %s\n", a->ms.line);
+      return finish(a, 1);
+    }
+    int code = 0, next;
+    char line[480], desc[320], msg[512], *now = NULL;
+    const char *value = NULL;
+    switch (ws.outcome) {
+    case CDDP__OUT_FAILED:
+      code = describe_failure(a, ws.fail_rank, ws.fail_status, desc, sizeof desc);
+      snprintf(line, sizeof line, "cddp run: rank %d (host %s, pid %d) %s", ws.fail_rank, a->host, (int)ws.fail_pid,
+               desc);
+      if (!o->replace) /* replace mode judged it in replace_failed */
+        a->not_retried = a->rz.restart_count >= o->max_restarts ? NULL
+                         : cddp__failure_deterministic(a->last.rank >= 0 ? &a->last : NULL, &ws.failure,
+                                                       ws.w[ws.fail_index].start_ns);
+      a->last = ws.failure;
+      if (a->not_retried) {
+        int64_t used = a->rz.restart_count;
+        if (o->replace) cddp_store_add(a->store, "elastic/restarts", 0, &used);
+        snprintf(line + strlen(line), sizeof line - strlen(line), " (%s: not retried; restarts used %lld of %d)%s%.200s",
+                 a->not_retried, (long long)used, o->max_restarts, ws.failure.error[0] ? ": " : "", ws.failure.error);
+        snprintf(msg, sizeof msg, "fail %d %s", code, line);
+        post_failure(a, &ws.failure, code, line);
+        cddp__rdzv_post(a->store, a->rz.round, msg, &now);
+      } else if (o->replace) {
+        snprintf(line + strlen(line), sizeof line - strlen(line), "; no restarts left (--max-restarts %d, "
+                 "--restart-mode replace)", o->max_restarts);
+        snprintf(msg, sizeof msg, "fail %d %s", code, line);
+        post_failure(a, &ws.failure, code, line);
+        cddp__rdzv_post(a->store, a->rz.round, msg, &now);
+      } else if (a->rz.restart_count < o->max_restarts) {
+        cddp__rdzv_post(a->store, a->rz.round, "restart", &now);
+        if (now && !strcmp(now, "restart"))
+          fprintf(stderr, "%s; restarting the workers (restart %d of %d)\n", line, a->rz.restart_count + 1,
+                  o->max_restarts);
+      } else {
+        snprintf(msg, sizeof msg, "fail %d %s", code, line);
+        post_failure(a, &ws.failure, code, line);
+        cddp__rdzv_post(a->store, a->rz.round, msg, &now);
+      }
+      value = now ? now : msg;
+      break;
+    case CDDP__OUT_SIGNAL: {
+      const char *ab = sigabbrev_np(ws.signo);
+      snprintf(msg, sizeof msg, "fail %d cddp run: the agent on %s received SIG%s; workers stopped", 128 + ws.signo,
+               a->host, ab ? ab : "?");
+      post_now(a, 128 + ws.signo, msg + 5 + strcspn(msg + 5, " ") + 1);
+      cddp__rdzv_post(a->store, a->rz.round, msg, NULL);
+      fprintf(stderr, "%s\n", msg + 5 + strcspn(msg + 5, " ") + 1);
+      workers_done(&ws);
+      return finish(a, 128 + ws.signo);
+    }
+    case CDDP__OUT_WAKE: /* handled in run_round; not an outcome */
+    case CDDP__OUT_EVENT:
+      snprintf(msg, sizeof msg, "%s", ws.event);
+      value = event_value(msg);
+      if (ws.fail_rank >= 0 && !strncmp(value, "fail ", 5)) { /* ours failed too: maybe first */
+        code = describe_failure(a, ws.fail_rank, ws.fail_status, desc, sizeof desc);
+        snprintf(line, sizeof line, "cddp run: rank %d (host %s, pid %d) %s", ws.fail_rank, a->host, (int)ws.fail_pid, desc);
+        post_failure(a, &ws.failure, code, line);
+      }
+      break;
+    case CDDP__OUT_SUCCESS:
+      if (a->elastic) (void)cddp_store_set(a->store, "elastic/complete", "1", 1); /* nobody is taken in now */
+      if (a->elastic) cddp__membership_done(&a->ms, 1);
+      else cddp__rdzv_node_done(a->store, &a->rz);
+      int sig = wait_event(a, msg, sizeof msg);
+      if (sig > 0) {
+        workers_done(&ws);
+        return finish(a, 128 + sig);
+      }
+      if (sig == -2) {
+        workers_done(&ws);
+        fprintf(stderr, "cddp run: %s\n", a->ms.line);
+        return finish(a, 1);
+      }
+      value = sig == 0 ? event_value(msg) : "lost the watcher";
+      break;
+    }
+    workers_done(&ws);
+    next = follow_event(a, value, &code);
+    free(now);
+    if (next > 0) return finish(a, code);
+    min_round = a->rz.round + 1;
+  }
+}
+
+/* A new private folder $TMPDIR/<prefix>XXXXXX. */
+static int tmp_dir(char *buf, size_t size, const char *prefix) {
+  const char *t = getenv("TMPDIR");
+  snprintf(buf, size, "%s/%sXXXXXX", t && *t ? t : "/tmp", prefix);
+  return mkdtemp(buf) ? 0 : -1;
+}
+
+/* Removes a folder of plain files (the error files), if there is one. */
+static void remove_dir(const char *dir) {
+  if (!dir[0]) return;
+  DIR *d = opendir(dir);
+  for (struct dirent *e; d && (e = readdir(d));) {
+    char path[512];
+    if (e->d_name[0] == '.') continue;
+    snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+    unlink(path);
+  }
+  if (d) closedir(d);
+  rmdir(dir);
+}
+
+int cddp__run_main(int argc, char **argv) {
+  cddp_run_opts_t o;
+  cddp_result_t r = cddp__run_parse(argc, argv, environ, &o);
+  if (r == CDDP_INVALID_USAGE) {
+    fprintf(stderr, "cddp run: %s\n", cddp_last_error());
+    cddp__run_usage(stderr);
+    return 2;
+  }
+  if (r != CDDP_OK) {
+    fprintf(stderr, "cddp run: %s\n", cddp_last_error());
+    return 2;
+  }
+  if (o.mode == CDDP_RUN_HELP) {
+    cddp__run_usage(stdout);
+    return 0;
+  }
+  /* a Slurm step's master comes from its node list: a name nobody knows fails here, at once,
+   * not after every task retried the store for --rdzv-timeout */
+  if (o.slurm && (o.mode == CDDP_RUN_SLURM_RANK ? o.world_size : o.max_nodes) > 1 &&
+      cddp__host_resolves(o.master_addr, o.master_src) != CDDP_OK) {
+    fprintf(stderr, "cddp run: %s\n", cddp_last_error());
+    return 2;
+  }
+  if (o.mode == CDDP_RUN_SLURM_BATCH) return cddp__slurm_exec_srun(argc, argv);
+  cddp__program_t prog;
+  if (cddp__program_resolve(&o, argv + o.prog_index, &prog) != CDDP_OK) {
+    fprintf(stderr, "cddp run: %s\n", cddp_last_error());
+    return 2;
+  }
+  if (o.mode == CDDP_RUN_SLURM_RANK || o.mode == CDDP_RUN_MPI_RANK) return cddp__task_exec_rank(&o, prog.argv);
+
+  agent_t a = {.o = &o, .prog = prog.argv, .sig_fd = -1, .ev_pipe = {-1, -1}, .last = {.rank = -1}};
+  if (cddp_token_from_env(a.token, sizeof a.token) != CDDP_OK) {
+    fprintf(stderr, "cddp run: %s\n", cddp_last_error());
+    return 2;
+  }
+  CDDP_INFO(CDDP_SUB_RUN, "%d workers on this node (%s); each runs %s%s%s", o.nproc_per_node, o.nproc_src, prog.argv[0],
+            prog.python ? " " : "", prog.python ? argv[o.prog_index] : "");
+  if (!getenv("OMP_NUM_THREADS") && o.nproc_per_node > 1) { /* torchrun's default, and its notice */
+    a.omp_default = 1;
+    /* said aloud where it matters (torch's CPU ops run on OpenMP), at INFO for other programs */
+    if (prog.python)
+      fprintf(stderr, "cddp run: setting OMP_NUM_THREADS=1 for each worker (%d workers on this node) so they do not "
+              "overload the CPUs; set it yourself to tune\n", o.nproc_per_node);
+    else
+      CDDP_INFO(CDDP_SUB_RUN, "OMP_NUM_THREADS=1 for each worker (%d workers on this node)", o.nproc_per_node);
+  }
+  if (tmp_dir(a.err_dir, sizeof a.err_dir, "cddp-run-") != 0) a.err_dir[0] = '\0'; /* no error files: no causes */
+  if (o.tmp_log_dir) {
+    if (tmp_dir(o.log_dir, sizeof o.log_dir, "cddp-logs-") != 0) {
+      fprintf(stderr, "cddp run: --redirects without --log-dir: cannot make a folder for the log files: %s\n", strerror(errno));
+      return 1;
+    }
+    fprintf(stderr, "cddp run: --redirects without --log-dir: worker output goes to %s/rank<N>.log\n", o.log_dir);
+  }
+  if (o.standalone && !a.token[0]) random_token(a.token, sizeof a.token);
+  if (gethostname(a.host, sizeof a.host) != 0) snprintf(a.host, sizeof a.host, "?");
+  a.host[sizeof a.host - 1] = '\0';
+  /* signals arrive on a pipe; set up before any thread of ours starts, so all keep them blocked */
+  signal(SIGPIPE, SIG_IGN);
+  if (cddp__sigguard_start(o.grace_ms, a.host, &a.sig_fd) != CDDP_OK) {
+    fprintf(stderr, "cddp run: %s\n", cddp_last_error());
+    return 1;
+  }
+  if (pipe2(a.ev_pipe, O_CLOEXEC) != 0) {
+    fprintf(stderr, "cddp run: pipe: %s\n", strerror(errno));
+    return 1;
+  }
+  int code = agent_main(&a);
+  remove_dir(a.err_dir);
+  cddp__program_free(&prog);
+  return cddp__sigguard_end(code);
+}

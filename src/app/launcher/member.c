@@ -1,0 +1,490 @@
+/* member.c - the agent's membership monitor: heartbeat, will, and the detection of crashed or
+ * silent member agents (cddp run --restart-mode replace). */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common/check.h"
+#include "common/clock.h"
+#include "common/log.h"
+#include "launcher/member.h"
+#include "store/store_internal.h"
+
+#define TICK_MS 50 /* how often wills and announcements are looked at */
+#define MAX_AGENT_IDS 4096 /* pending agents are looked for among ids below this */
+
+typedef struct watched {
+  int id, reported;
+  int64_t last;        /* heartbeat counter last read (-1: never) */
+  uint64_t changed_at; /* when it was last seen moving */
+} watched_t;
+
+struct cddp__monitor {
+  pthread_t th;
+  pthread_mutex_t mu; /* guards the watch list and gen */
+  cddp_store_t *raw, *s; /* raw: the connection with the will; s: "<run_id>/" over it */
+  int self, hb_ms, timeout_ms, fd, stop;
+  int64_t gen, gen_seen;
+  uint64_t deadline; /* "waited" after this (0: none) */
+  int n;
+  watched_t w[CDDP__MAX_MEMBERS];
+  unsigned char said[MAX_AGENT_IDS]; /* a pending agent reported since the last watch */
+};
+
+static void say(cddp__monitor_t *m, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void say(cddp__monitor_t *m, const char *fmt, ...) {
+  char buf[256];
+  va_list ap;
+  va_start(ap, fmt);
+  int n = vsnprintf(buf, sizeof buf - 1, fmt, ap);
+  va_end(ap);
+  if (n < 0) return;
+  if (n > (int)sizeof buf - 2) n = (int)sizeof buf - 2;
+  buf[n++] = '\n';
+  ssize_t w = write(m->fd, buf, (size_t)n);
+  (void)w;
+}
+
+static int exists(cddp_store_t *s, const char *key) {
+  const char *k = key;
+  int r = cddp_store_wait(s, &k, 1, 0) == CDDP_OK;
+  cddp__clear_error();
+  return r;
+}
+
+/* Agents that wait to be taken in: registered in elastic/pending/<id>, not dead, not gone. */
+static cddp_result_t scan_pending(cddp__monitor_t *m) {
+  int64_t n;
+  char key[64];
+  CDDP_CHECK(cddp_store_add(m->s, "elastic/agents", 0, &n));
+  if (exists(m->s, "elastic/complete")) return CDDP_OK;
+  for (int id = 0; id < n && id < MAX_AGENT_IDS; id++) {
+    pthread_mutex_lock(&m->mu);
+    int skip = id == m->self || m->said[id];
+    for (int i = 0; i < m->n && !skip; i++) skip = m->w[i].id == id;
+    pthread_mutex_unlock(&m->mu);
+    if (skip) continue;
+    snprintf(key, sizeof key, "elastic/pending/%d", id);
+    if (!exists(m->s, key)) continue;
+    snprintf(key, sizeof key, "elastic/dead/%d", id);
+    if (exists(m->s, key)) continue;
+    snprintf(key, sizeof key, "elastic/left/%d", id);
+    if (exists(m->s, key)) continue;
+    pthread_mutex_lock(&m->mu);
+    m->said[id] = 1;
+    pthread_mutex_unlock(&m->mu);
+    say(m, "pending %d", id);
+  }
+  return CDDP_OK;
+}
+
+/* One heartbeat period: beat, then read every watched counter. */
+static cddp_result_t beat(cddp__monitor_t *m, uint64_t now) {
+  char key[64];
+  int64_t v;
+  snprintf(key, sizeof key, "elastic/hb/%d", m->self);
+  CDDP_CHECK(cddp_store_add(m->s, key, 1, &v));
+  pthread_mutex_lock(&m->mu);
+  for (int i = 0; i < m->n; i++) {
+    watched_t *w = &m->w[i];
+    if (w->reported) continue;
+    snprintf(key, sizeof key, "elastic/hb/%d", w->id);
+    if (cddp_store_add(m->s, key, 0, &v) != CDDP_OK) break;
+    if (v != w->last) {
+      w->last = v, w->changed_at = now;
+      continue;
+    }
+    uint64_t still = (now - w->changed_at) / 1000000ull;
+    if (still < (uint64_t)m->timeout_ms) continue;
+    snprintf(key, sizeof key, "elastic/left/%d", w->id);
+    if (exists(m->s, key)) continue; /* it left properly */
+    w->reported = 1;
+    say(m, "lost %d no heartbeat for %llu ms", w->id, (unsigned long long)still);
+  }
+  pthread_mutex_unlock(&m->mu);
+  if (exists(m->s, "elastic/stop")) say(m, "stop");
+  return scan_pending(m);
+}
+
+/* The store stopped answering: says "cut <why>" (the failure that broke the connection, not
+ * the later "unusable" of the call that found it broken). */
+static void say_cut(cddp__monitor_t *m, const char *first) {
+  const char *e = cddp_last_error();
+  say(m, "cut %s", strstr(e, "unusable") && first[0] ? first : e);
+}
+
+static void *monitor_main(void *arg) {
+  cddp__monitor_t *m = arg;
+  uint64_t next_beat = 0;
+  char first[200] = "";
+  while (!__atomic_load_n(&m->stop, __ATOMIC_ACQUIRE)) {
+    uint64_t now = cddp__now_ns();
+    if (now >= next_beat) {
+      if (beat(m, now) != CDDP_OK) { /* no answer within timeout_ms: the others drop this node */
+        say_cut(m, first);
+        break;
+      }
+      next_beat = now + (uint64_t)m->hb_ms * 1000000ull;
+    }
+    char key[64];
+    pthread_mutex_lock(&m->mu);
+    for (int i = 0; i < m->n; i++) {
+      watched_t *w = &m->w[i];
+      snprintf(key, sizeof key, "elastic/dead/%d", w->id);
+      if (!w->reported && exists(m->s, key)) {
+        w->reported = 1;
+        say(m, "lost %d its connection closed", w->id);
+      }
+    }
+    int64_t g = CDDP_MAX(m->gen, m->gen_seen);
+    int waited = m->deadline && cddp__now_ns() >= m->deadline;
+    if (waited) m->deadline = 0;
+    pthread_mutex_unlock(&m->mu);
+    if (waited) say(m, "waited");
+    snprintf(key, sizeof key, "elastic/gen/%lld", (long long)g + 1);
+    const char *k = key;
+    cddp_result_t r = cddp_store_wait(m->s, &k, 1, TICK_MS);
+    if (r == CDDP_OK) {
+      pthread_mutex_lock(&m->mu);
+      m->gen_seen = g + 1;
+      pthread_mutex_unlock(&m->mu);
+      say(m, "gen %lld", (long long)g + 1);
+    } else if (r != CDDP_TIMEOUT) {
+      say_cut(m, first);
+      break;
+    } else {
+      snprintf(first, sizeof first, "%s", cddp_last_error()); /* "no answer in time" breaks it */
+    }
+  }
+  return NULL;
+}
+
+cddp_result_t cddp__monitor_start(cddp__monitor_t **out, const char *host, int port, const char *token,
+                                  const char *run_id, int self_id, int hb_ms, int timeout_ms, int notify_fd) {
+  *out = NULL;
+  cddp__monitor_t *m = calloc(1, sizeof *m);
+  if (!m) return cddp__fail(CDDP_SYSTEM, "out of memory");
+  m->self = self_id, m->hb_ms = hb_ms > 0 ? hb_ms : 500, m->timeout_ms = timeout_ms > 0 ? timeout_ms : 3000;
+  m->fd = notify_fd;
+  pthread_mutex_init(&m->mu, NULL);
+  char key[256], prefix[160];
+  snprintf(prefix, sizeof prefix, "%s/", run_id);
+  snprintf(key, sizeof key, "%selastic/dead/%d", prefix, self_id);
+  cddp_result_t r = cddp_store_tcp_connect(&m->raw, host, port, token, 10000);
+  /* a call unanswered for the heartbeat timeout means this node is cut off (its link, a
+   * partition): the others drop it after the same time, so it stops instead of hanging */
+  if (r == CDDP_OK) cddp_store_set_timeout(m->raw, m->timeout_ms);
+  if (r == CDDP_OK) r = cddp__store_tcp_will(m->raw, key, "connection closed", 17);
+  if (r == CDDP_OK) r = cddp_store_prefix_create(&m->s, m->raw, prefix, 1);
+  if (r == CDDP_OK && pthread_create(&m->th, NULL, monitor_main, m) != 0)
+    r = cddp__fail(CDDP_SYSTEM, "cannot start the membership monitor thread");
+  if (r != CDDP_OK) {
+    if (m->s) cddp_store_close(m->s);
+    else cddp_store_close(m->raw);
+    pthread_mutex_destroy(&m->mu);
+    free(m);
+    return r;
+  }
+  *out = m;
+  return CDDP_OK;
+}
+
+void cddp__monitor_watch(cddp__monitor_t *m, const cddp__members_t *members, int64_t gen) {
+  if (!m) return;
+  uint64_t now = cddp__now_ns();
+  pthread_mutex_lock(&m->mu);
+  watched_t old[CDDP__MAX_MEMBERS];
+  int nold = m->n;
+  memcpy(old, m->w, sizeof(watched_t) * (size_t)nold);
+  m->n = 0;
+  for (int i = 0; i < members->n; i++) {
+    if (members->m[i].id == m->self) continue;
+    watched_t w = {.id = members->m[i].id, .last = -1, .changed_at = now};
+    for (int j = 0; j < nold; j++) /* keep what is known of a member still watched */
+      if (old[j].id == w.id) w.last = old[j].last, w.changed_at = old[j].changed_at;
+    m->w[m->n++] = w;
+  }
+  m->gen = gen;
+  memset(m->said, 0, sizeof m->said); /* a new generation: pending agents are looked at again */
+  pthread_mutex_unlock(&m->mu);
+}
+
+void cddp__monitor_deadline(cddp__monitor_t *m, uint64_t deadline_ns) {
+  if (!m) return;
+  pthread_mutex_lock(&m->mu);
+  m->deadline = deadline_ns;
+  pthread_mutex_unlock(&m->mu);
+}
+
+void cddp__monitor_stop(cddp__monitor_t *m, int goodbye) {
+  if (!m) return;
+  __atomic_store_n(&m->stop, 1, __ATOMIC_RELEASE);
+  pthread_join(m->th, NULL);
+  if (goodbye) {
+    char key[64];
+    snprintf(key, sizeof key, "elastic/left/%d", m->self);
+    (void)cddp_store_set(m->s, key, "1", 1);
+    cddp_store_close(m->s);
+  } else {
+    cddp__store_tcp_abandon(m->raw); /* prefix view leaks with the process; the will stays */
+  }
+  pthread_mutex_destroy(&m->mu);
+  free(m);
+}
+
+/* ---- the agent's side ---- */
+
+#define LINE_OF(...) snprintf(ms->line, sizeof ms->line, __VA_ARGS__)
+
+cddp_result_t cddp__membership_begin(cddp__membership_t *ms, const cddp__rdzv_node_t *nodes, int n) {
+  cddp__members_t *m = calloc(1, sizeof *m);
+  if (!m) return cddp__fail(CDDP_SYSTEM, "out of memory");
+  for (int i = 0; i < n && i < CDDP__MAX_MEMBERS; i++) {
+    m->m[i].id = nodes[i].id, m->m[i].nproc = nodes[i].nproc;
+    snprintf(m->m[i].host, sizeof m->m[i].host, "%s", nodes[i].host);
+  }
+  m->n = CDDP_MIN(n, CDDP__MAX_MEMBERS);
+  cddp_result_t r = n > CDDP__MAX_MEMBERS
+                        ? cddp__fail(CDDP_INVALID_ARG, "--restart-mode replace handles at most %d nodes", CDDP__MAX_MEMBERS)
+                        : cddp__members_write(ms->store, 0, m);
+  free(m);
+  if (r == CDDP_OK) cddp__membership_refresh(ms);
+  return r;
+}
+
+cddp_result_t cddp__membership_pend(cddp__membership_t *ms, int nproc) {
+  char key[64], val[96];
+  snprintf(key, sizeof key, "elastic/pending/%d", ms->self);
+  int len = snprintf(val, sizeof val, "%d %s", nproc, ms->host);
+  ms->pending = 1, ms->joined = 0, ms->ending = 0;
+  memset(&ms->cur, 0, sizeof ms->cur);
+  CDDP_CHECK(cddp_store_set(ms->store, key, val, (size_t)len));
+  cddp__membership_refresh(ms);
+  return CDDP_OK;
+}
+
+void cddp__membership_refresh(cddp__membership_t *ms) {
+  int64_t g;
+  cddp__members_t *m = malloc(sizeof *m);
+  if (!m || cddp__gen_latest(ms->store, &g) != CDDP_OK || g < ms->gen) {
+    free(m);
+    return;
+  }
+  cddp_result_t r = cddp__members_read(ms->store, g, m);
+  if (r == CDDP_NOT_FOUND && g > 0) { /* a replacement made without a record: same members */
+    ms->gen = g;
+    cddp__monitor_watch(ms->mon, &ms->cur, g);
+  } else if (r == CDDP_OK && m->stop) {
+    ms->ending = 2;
+    LINE_OF("%s", m->line);
+  } else if (r == CDDP_OK && cddp__members_find(m, ms->self, NULL, NULL) < 0 && ms->pending) {
+    ms->gen = g; /* still waiting to be taken in */
+  } else if (r == CDDP_OK && cddp__members_find(m, ms->self, NULL, NULL) < 0) {
+    ms->ending = 1;
+    LINE_OF("node %s (agent %d) was dropped from the job: generation %lld goes on without it (it was declared lost); "
+            "its workers stop", ms->host, ms->self, (long long)g);
+  } else if (r == CDDP_OK) {
+    if (ms->pending) { /* taken in */
+      char key[64];
+      snprintf(key, sizeof key, "elastic/pending/%d", ms->self);
+      (void)cddp_store_delete(ms->store, key, NULL);
+      ms->pending = 0, ms->joined = 1;
+    }
+    ms->cur = *m, ms->gen = g;
+    cddp__monitor_watch(ms->mon, &ms->cur, g);
+    if (m->wait_ms > 0 && ms->wait_gen != g) /* below MIN: the wait starts when this agent sees it */
+      cddp__monitor_deadline(ms->mon, cddp__now_ns() + (uint64_t)m->wait_ms * 1000000ull);
+    else if (m->wait_ms <= 0 && ms->wait_gen >= 0)
+      cddp__monitor_deadline(ms->mon, 0);
+    if (m->wait_ms > 0 && ms->wait_gen != g) ms->wait_gen = g;
+    else if (m->wait_ms <= 0) ms->wait_gen = -1;
+  }
+  free(m);
+  cddp__clear_error();
+}
+
+/* The pending agents (elastic/pending/<id>, alive) in the order they registered; *worlds gets
+ * elastic/worlds (malloc'd, or NULL). */
+static int read_pending(cddp__membership_t *ms, cddp__member_t *cand, int max, char **worlds) {
+  int64_t n = 0;
+  int k = 0;
+  char key[64];
+  *worlds = NULL;
+  if (cddp_store_add(ms->store, "elastic/agents", 0, &n) != CDDP_OK) n = 0;
+  for (int id = 0; id < n && id < MAX_AGENT_IDS && k < max; id++) {
+    snprintf(key, sizeof key, "elastic/pending/%d", id);
+    void *v = NULL;
+    size_t len = 0;
+    if (cddp_store_get(ms->store, key, &v, &len, 0) != CDDP_OK) continue;
+    char text[128];
+    snprintf(text, sizeof text, "%.*s", (int)CDDP_MIN(len, sizeof text - 1), (char *)v);
+    free(v);
+    cddp__member_t *c = &cand[k];
+    c->id = id;
+    if (sscanf(text, "%d %63s", &c->nproc, c->host) != 2 || c->nproc < 1) continue;
+    snprintf(key, sizeof key, "elastic/dead/%d", id);
+    if (exists(ms->store, key)) continue;
+    snprintf(key, sizeof key, "elastic/left/%d", id);
+    if (exists(ms->store, key)) continue;
+    k++;
+  }
+  void *v = NULL;
+  size_t len = 0;
+  if (cddp_store_get(ms->store, "elastic/worlds", &v, &len, 0) == CDDP_OK && (*worlds = malloc(len + 1))) {
+    memcpy(*worlds, v, len);
+    (*worlds)[len] = '\0';
+  }
+  free(v);
+  cddp__clear_error();
+  return k;
+}
+
+/* "0 -> 0, 2 -> 1" style rank map of the members kept (ranges for nproc > 1); a newcomer: "new 2". */
+static void rank_map(const cddp__members_t *a, const cddp__members_t *b, char *buf, size_t size) {
+  size_t o = 0;
+  buf[0] = '\0';
+  for (int i = 0; i < b->n && o + 40 < size; i++) {
+    int ob, nb;
+    int was = cddp__members_find(a, b->m[i].id, &ob, NULL);
+    cddp__members_find(b, b->m[i].id, &nb, NULL);
+    int k = b->m[i].nproc - 1;
+    const char *sep = o ? ", " : "";
+    if (was < 0 && k) o += (size_t)snprintf(buf + o, size - o, "%snew %d-%d", sep, nb, nb + k);
+    else if (was < 0) o += (size_t)snprintf(buf + o, size - o, "%snew %d", sep, nb);
+    else if (k) o += (size_t)snprintf(buf + o, size - o, "%s%d-%d -> %d-%d", sep, ob, ob + k, nb, nb + k);
+    else o += (size_t)snprintf(buf + o, size - o, "%s%d -> %d", sep, ob, nb);
+  }
+}
+
+/* A pending agent not taken in: one line, once in the job (elastic/spare/<id> decides who says it). */
+static void say_refused(cddp__membership_t *ms, const cddp__change_t *c) {
+  if (c->refused_id < 0) return;
+  char key[64], host[64] = "?";
+  snprintf(key, sizeof key, "elastic/spare/%d", c->refused_id);
+  void *cur = NULL;
+  size_t len = 0;
+  char me[16];
+  int ml = snprintf(me, sizeof me, "%d", ms->self);
+  if (cddp_store_compare_set(ms->store, key, NULL, 0, me, (size_t)ml, &cur, &len) == CDDP_OK && len == (size_t)ml &&
+      !memcmp(cur, me, len)) {
+    for (int k = 0; k < c->ncand; k++)
+      if (c->cand[k].id == c->refused_id) snprintf(host, sizeof host, "%s", c->cand[k].host);
+    fprintf(stderr, "cddp run: node %s (agent %d) waits as a spare: %s\n", host, c->refused_id, c->refused);
+  }
+  free(cur);
+  cddp__clear_error();
+}
+
+/* Proposes the next generation: without the lost agent (lost >= 0) and with the pending
+ * agents that fit. Exactly one agent makes it; that one logs the line. */
+static void propose(cddp__membership_t *ms, int lost, const char *why, int expired) {
+  if (ms->ending || ms->pending) return;
+  cddp__member_t *cand = malloc(sizeof *cand * CDDP__MAX_MEMBERS);
+  char *worlds = NULL;
+  if (!cand) return;
+  cddp__change_t c = {.self = ms->self, .lost = lost, .why = why, .min_nodes = ms->min_nodes,
+                      .max_nodes = ms->max_nodes, .cand = cand, .refused_id = -1,
+                      .wait_ms = ms->wait_ms, .expired = expired};
+  c.ncand = read_pending(ms, cand, CDDP__MAX_MEMBERS, &worlds);
+  c.worlds = worlds;
+  char host[64] = "?";
+  int at = lost >= 0 ? cddp__members_find(&ms->cur, lost, NULL, NULL) : -1;
+  if (at >= 0) snprintf(host, sizeof host, "%s", ms->cur.m[at].host);
+  snprintf(c.what, sizeof c.what, "node %s (agent %d, %s)", host, lost, why ? why : "");
+  int64_t g = 0;
+  cddp__members_t before = ms->cur;
+  cddp_result_t r = cddp__gen_change(ms->store, c.what, ms->self, cddp__members_next, &c, &g);
+  if (r != CDDP_OK && r != CDDP_ABORTED) {
+    if (lost >= 0)
+      fprintf(stderr, "cddp run: node %s (agent %d) lost (%s) but no new generation could be made: %s\n", host, lost,
+              why, cddp_last_error());
+    else
+      fprintf(stderr, "cddp run: a node waits to join but no new generation could be made: %s\n", cddp_last_error());
+  }
+  if (g == 0) say_refused(ms, &c);
+  cddp__membership_refresh(ms);
+  if (g > 0 && c.proposed_wait) {
+    fprintf(stderr, "cddp run: job below MIN: %d of at least %d nodes after losing %s (agent %d, %s); waiting up to "
+            "%.1f s for a node to join (--rdzv-timeout)\n", ms->cur.n, ms->min_nodes, host, lost, why, ms->wait_ms / 1e3);
+  } else if (g > 0 && c.ended_wait) {
+    char map[300];
+    rank_map(&before, &ms->cur, map, sizeof map);
+    fprintf(stderr, "cddp run: %s: generation %lld: world %d -> %d, ranks %s (the job goes on)\n", c.what, (long long)g,
+            cddp__members_world(&before), cddp__members_world(&ms->cur), map);
+  } else if (g > 0 && !c.proposed_stop) {
+    char map[300];
+    rank_map(&before, &ms->cur, map, sizeof map);
+    char *spare = strstr(c.what, "; spare ");
+    if (spare) *spare = '\0';
+    if (lost >= 0)
+      fprintf(stderr, "cddp run: node %s (agent %d) lost: %s%s%s; generation %lld: world %d -> %d, ranks %s\n", host, lost,
+              why, spare ? "; " : "", spare ? spare + 2 : "", (long long)g, cddp__members_world(&before),
+              cddp__members_world(&ms->cur), map);
+    else
+      fprintf(stderr, "cddp run: %s: generation %lld: world %d -> %d, ranks %s (taken in at the workers' next step "
+              "boundary)\n", c.what, (long long)g, cddp__members_world(&before), cddp__members_world(&ms->cur), map);
+  }
+  free(cand), free(worlds);
+  if (!ms->ending) cddp__membership_done(ms, 0);
+}
+
+static void on_lost(cddp__membership_t *ms, int id, const char *why) {
+  if (cddp__members_find(&ms->cur, id, NULL, NULL) < 0) return;
+  propose(ms, id, why, 0);
+}
+
+void cddp__membership_events(cddp__membership_t *ms) {
+  char buf[4096];
+  ssize_t n = read(ms->pipe[0], buf, sizeof buf - 1);
+  if (n <= 0) return;
+  buf[n] = '\0';
+  for (char *line = buf, *nl; *line; line = nl + 1) {
+    if (!(nl = strchr(line, '\n'))) break;
+    *nl = '\0';
+    int id, used = 0;
+    if (sscanf(line, "lost %d %n", &id, &used) == 1 && used) {
+      on_lost(ms, id, line + used);
+    } else if (sscanf(line, "pending %d", &id) == 1) {
+      propose(ms, -1, NULL, 0);
+    } else if (!strcmp(line, "waited")) {
+      propose(ms, -1, NULL, 1);
+    } else if (!strncmp(line, "gen ", 4)) {
+      cddp__membership_refresh(ms);
+      if (!ms->ending) cddp__membership_done(ms, 0);
+    } else if (!strncmp(line, "cut ", 4) && !ms->ending) {
+      ms->ending = 1;
+      LINE_OF("node %s (agent %d) is cut off from the job (%s): the others go on without it after "
+              "CDDP_HEARTBEAT_TIMEOUT_MS; its workers stop", ms->host, ms->self, line + 4);
+    } else if (!strcmp(line, "stop") && !ms->ending) {
+      void *v = NULL;
+      size_t len = 0;
+      if (cddp_store_get(ms->store, "elastic/stop", &v, &len, 0) == CDDP_OK) {
+        ms->ending = 2;
+        LINE_OF("%.*s", (int)len, (char *)v);
+      }
+      free(v);
+    }
+  }
+}
+
+void cddp__membership_done(cddp__membership_t *ms, int mark) {
+  char key[64];
+  if (ms->pending || ms->cur.n == 0) return; /* not a member: not ours to say */
+  if (mark) {
+    snprintf(key, sizeof key, "rdzv/%d/done/%d", ms->round, ms->self);
+    if (cddp_store_set(ms->store, key, "1", 1) != CDDP_OK) return;
+  }
+  for (int i = 0; i < ms->cur.n; i++) {
+    snprintf(key, sizeof key, "rdzv/%d/done/%d", ms->round, ms->cur.m[i].id);
+    if (!exists(ms->store, key)) return;
+  }
+  void *now = NULL;
+  size_t len;
+  snprintf(key, sizeof key, "rdzv/%d/event", ms->round);
+  (void)cddp_store_compare_set(ms->store, key, NULL, 0, "done", 4, &now, &len);
+  free(now);
+}

@@ -1,0 +1,179 @@
+/* program.c - resolves PROGRAM by torchrun's rules and names what stops it from running. */
+#include <ctype.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "common/check.h"
+#include "common/clock.h"
+#include "launcher/program.h"
+
+#define PROBE_TIMEOUT_MS 30000
+
+/* 1: an executable file; 0: nothing there; -1: a file that is not executable; -2: a directory. */
+static int executable(const char *path) {
+  struct stat st;
+  if (stat(path, &st) != 0) return 0;
+  if (S_ISDIR(st.st_mode)) return -2;
+  return access(path, X_OK) == 0 ? 1 : -1;
+}
+
+/* name (no '/') on PATH: out = the first executable match. Returns as executable(). */
+static int search_path(const char *name, char *out, size_t size) {
+  const char *path = getenv("PATH");
+  int seen = 0;
+  if (!path) path = "/usr/local/bin:/usr/bin:/bin";
+  for (const char *p = path;; p += strcspn(p, ":") + 1) {
+    size_t len = strcspn(p, ":");
+    snprintf(out, size, "%.*s%s%s", (int)len, len ? p : ".", "/", name);
+    int e = executable(out);
+    if (e == 1) return 1;
+    if (e == -1 && !seen) seen = -1;
+    if (!p[len]) break;
+  }
+  return seen;
+}
+
+static int ends_with(const char *s, const char *suffix) {
+  size_t n = strlen(s), m = strlen(suffix);
+  return n >= m && !strcmp(s + n - m, suffix);
+}
+
+/* Whether name (up to a separator) is torch or a torch submodule. */
+static int names_torch(const char *name) {
+  while (*name == ' ' || *name == '\t') name++;
+  return !strncmp(name, "torch", 5) && !isalnum((unsigned char)name[5]) && name[5] != '_';
+}
+
+/* Whether the script has a line "import torch...", "import os, torch" or "from torch...". */
+static int imports_torch(const char *script) {
+  FILE *f = fopen(script, "r");
+  char line[4096];
+  int found = 0;
+  for (int n = 0; f && !found && n < 20000 && fgets(line, sizeof line, f); n++) {
+    const char *s = line;
+    while (*s == ' ' || *s == '\t') s++;
+    if (!strncmp(s, "from ", 5)) found = names_torch(s + 5);
+    else if (!strncmp(s, "import ", 7))
+      for (const char *item = s + 6; item && !found; item = strchr(item + 1, ',')) found = names_torch(item + 1);
+  }
+  if (f) fclose(f);
+  return found;
+}
+
+/* Runs the interpreter once: exit 3 = no torch (when need_torch), 4 = no module (when module
+ * is not ""), 0 = fine; -1 = it did not run or answer in time. */
+static int probe(const char *interp, const char *module, int need_torch) {
+  static const char code[] =
+      "import importlib.util as u, sys\n"
+      "m, t = sys.argv[1], sys.argv[2] == '1'\n"
+      "if t and u.find_spec('torch') is None: sys.exit(3)\n"
+      "try: ok = not m or u.find_spec(m) is not None\n"
+      "except Exception: ok = False\n"
+      "sys.exit(0 if ok else 4)\n";
+  pid_t pid = fork();
+  if (pid < 0) return -1;
+  if (pid == 0) {
+    int null = open("/dev/null", O_RDWR);
+    if (null >= 0) dup2(null, 0), dup2(null, 1), dup2(null, 2);
+    execl(interp, interp, "-c", code, module, need_torch ? "1" : "0", (char *)NULL);
+    _exit(127);
+  }
+  uint64_t deadline = cddp__deadline_ms(PROBE_TIMEOUT_MS);
+  int st;
+  for (;;) {
+    pid_t w = waitpid(pid, &st, WNOHANG);
+    if (w == pid) break;
+    if (w < 0 && errno != EINTR) return -1;
+    if (cddp__now_ns() >= deadline) {
+      kill(pid, SIGKILL);
+      waitpid(pid, &st, 0);
+      return -1;
+    }
+    usleep(2000);
+  }
+  return WIFEXITED(st) ? (WEXITSTATUS(st) == 3 || WEXITSTATUS(st) == 4 || WEXITSTATUS(st) == 0 ? WEXITSTATUS(st) : -1) : -1;
+}
+
+/* The interpreter: --python / CDDP_PYTHON, else python3; a name is looked up on PATH. */
+static cddp_result_t find_interp(const cddp_run_opts_t *o, const char *what, char *out, size_t size) {
+  const char *py = o->python[0] ? o->python : "python3";
+  const char *given = o->python[0] ? "--python (or CDDP_PYTHON)" : "the default";
+  int e = strchr(py, '/') ? (snprintf(out, size, "%s", py), executable(py)) : search_path(py, out, size);
+  if (e == 1) return CDDP_OK;
+  if (e == 0 && !strchr(py, '/'))
+    return cddp__fail(CDDP_INVALID_ARG, "%s runs with Python, but '%s' (%s) is not on PATH; pass --python PATH or set "
+                      "CDDP_PYTHON", what, py, given);
+  return cddp__fail(CDDP_INVALID_ARG, "%s runs with Python, but the interpreter '%s' (%s) %s; pass --python PATH or set "
+                    "CDDP_PYTHON", what, py, given, e == 0 ? "does not exist" : e == -2 ? "is a directory" : "is not executable");
+}
+
+cddp_result_t cddp__program_resolve(const cddp_run_opts_t *o, char **prog, cddp__program_t *p) {
+  char found[4096], what[4200];
+  size_t n = 0;
+  memset(p, 0, sizeof *p);
+  while (prog[n]) n++;
+  if (n == 0) return cddp__fail(CDDP_INVALID_ARG, "missing PROGRAM (what each worker runs)");
+  p->python = !o->no_python && (o->module || o->run_path || ends_with(prog[0], ".py"));
+  if (!p->python) {
+    int e = strchr(prog[0], '/') ? executable(prog[0]) : search_path(prog[0], found, sizeof found);
+    if (e == 0 && !strchr(prog[0], '/') && executable(prog[0]) != 0)
+      return cddp__fail(CDDP_INVALID_ARG, "PROGRAM '%s' is not on PATH, but there is a file of that name here: "
+                        "run ./%s", prog[0], prog[0]);
+    if (e == 0)
+      return cddp__fail(CDDP_INVALID_ARG, "PROGRAM '%s' not found (%s); give its path, or install it", prog[0],
+                        strchr(prog[0], '/') ? "no such file" : "not a command on PATH");
+    if (e == -2) return cddp__fail(CDDP_INVALID_ARG, "PROGRAM '%s' is a directory, not a program", prog[0]);
+    if (e == -1)
+      return cddp__fail(CDDP_INVALID_ARG, "PROGRAM '%s' is not executable: chmod +x it, or run it with its interpreter "
+                        "(a Python script: name it .py, or pass --run-path)", prog[0]);
+    p->argv = calloc(n + 1, sizeof *p->argv);
+    if (!p->argv) return cddp__fail(CDDP_SYSTEM, "out of memory");
+    memcpy(p->argv, prog, n * sizeof *prog);
+    return CDDP_OK;
+  }
+  int need_torch = 0;
+  if (o->module) {
+    snprintf(what, sizeof what, "-m %s", prog[0]);
+  } else {
+    snprintf(what, sizeof what, "PROGRAM '%s'", prog[0]);
+    struct stat st;
+    char cwd[4096];
+    if (stat(prog[0], &st) != 0)
+      return cddp__fail(CDDP_INVALID_ARG, "PROGRAM '%s' %s (in %s)", prog[0], errno == ENOENT ? "not found" : strerror(errno),
+                        getcwd(cwd, sizeof cwd) ? cwd : "?");
+    if (!S_ISREG(st.st_mode)) return cddp__fail(CDDP_INVALID_ARG, "PROGRAM '%s' is not a file", prog[0]);
+    if (access(prog[0], R_OK) != 0) return cddp__fail(CDDP_INVALID_ARG, "PROGRAM '%s' is not readable", prog[0]);
+    need_torch = imports_torch(prog[0]);
+  }
+  CDDP_CHECK(find_interp(o, what, p->interp, sizeof p->interp));
+  if (need_torch || o->module) {
+    int r = probe(p->interp, o->module ? prog[0] : "", need_torch);
+    if (r == 3)
+      return cddp__fail(CDDP_INVALID_ARG, "%s imports torch, but %s has no torch module; pass --python (or set "
+                        "CDDP_PYTHON to) an interpreter that has it", what, p->interp);
+    if (r == 4)
+      return cddp__fail(CDDP_INVALID_ARG, "%s: %s finds no module '%s'; check the name and PYTHONPATH, or pass --python",
+                        what, p->interp, prog[0]);
+    if (r < 0) return cddp__fail(CDDP_INVALID_ARG, "%s: the interpreter %s does not run", what, p->interp);
+  }
+  p->argv = calloc(n + 4, sizeof *p->argv);
+  if (!p->argv) return cddp__fail(CDDP_SYSTEM, "out of memory");
+  size_t k = 0;
+  p->argv[k++] = p->interp;
+  p->argv[k++] = "-u"; /* unbuffered, as torchrun: lines reach the console as they are written */
+  if (o->module) p->argv[k++] = "-m";
+  memcpy(p->argv + k, prog, n * sizeof *prog);
+  return CDDP_OK;
+}
+
+void cddp__program_free(cddp__program_t *p) {
+  free(p->argv);
+  p->argv = NULL;
+}

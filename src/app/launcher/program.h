@@ -1,0 +1,23 @@
+/* program.h - what each worker runs: torchrun's rules for PROGRAM, checked before any start. */
+#ifndef CDDP_RUN_PROGRAM_H
+#define CDDP_RUN_PROGRAM_H
+
+#include "cddp/cddp.h"
+#include "launcher/options.h"
+
+typedef struct cddp__program {
+  char **argv;        /* NULL-terminated; what each worker execs (argv[0] a path, or a name on PATH) */
+  int python;         /* 1: argv = INTERPRETER -u [-m] PROGRAM ARGS */
+  char interp[4096];  /* the interpreter's path when python */
+} cddp__program_t;
+
+/* torchrun's rules: with --no-python PROGRAM runs as it is; with -m it is a module run by
+ * Python; a PROGRAM ending in .py (or any, with --run-path) runs with Python (--python,
+ * CDDP_PYTHON, else python3 on PATH); anything else runs as it is. Checks that it can run:
+ * INVALID_ARG with one line naming PROGRAM and what to do (not found, not executable, no
+ * interpreter, the interpreter lacks torch that the script imports, or lacks the -m module).
+ * Those last two spawn the interpreter once and block at most 30 s. prog: NULL-terminated. */
+cddp_result_t cddp__program_resolve(const cddp_run_opts_t *o, char **prog, cddp__program_t *p);
+void cddp__program_free(cddp__program_t *p);
+
+#endif /* CDDP_RUN_PROGRAM_H */

@@ -1,0 +1,70 @@
+/* rdzv.h - the round-based rendezvous of node agents, in the store under "rdzv/". */
+#ifndef CDDP_RUN_RDZV_H
+#define CDDP_RUN_RDZV_H
+
+#include "cddp/store.h"
+
+/* What each node publishes when it joins a round. */
+typedef struct cddp__rdzv_node {
+  char host[64];    /* gethostname() */
+  char addr[64];    /* address the other nodes reach it at */
+  int nproc;        /* workers it starts */
+  int master_port;  /* a free port on it (workers' MASTER_PORT when it is node 0) */
+  int id;           /* its agent id (elastic/agents), -1 when it has none */
+} cddp__rdzv_node_t;
+
+typedef struct cddp__rdzv_cfg {
+  int min_nodes, max_nodes;
+  int node_rank;    /* static backend: this node's rank; -1: c10d (rank = join order) */
+  int last_call_ms; /* after min_nodes joined, wait this long for more (c10d) */
+  int timeout_ms;   /* bound on the whole join */
+  int late_ok;      /* c10d: a node that comes after the round closed (or beyond max_nodes)
+                       returns with late = 1 instead of waiting for the next round */
+  cddp__rdzv_node_t self;
+} cddp__rdzv_cfg_t;
+
+typedef struct cddp__rdzv {
+  int round, restart_count;
+  int node_rank, nnodes;
+  int rank_base, world_size;   /* global rank of this node's local rank 0; sum of nproc */
+  int closed_here;             /* 1 when this agent closed the round (exactly one does) */
+  int late;                    /* late_ok: the round closed without this node; nodes[] holds the
+                                  round's nodes and then this one (node_rank = the last) */
+  cddp__rdzv_node_t *nodes;    /* nnodes entries in node-rank order (malloc'd) */
+} cddp__rdzv_t;
+
+/* Joins the first open round >= min_round and returns when it closed with this node in
+ * it. Keys (relative to s): rdzv/round (latest opened round), rdzv/R/open (value =
+ * restart count; round 0 is open from the start), rdzv/R/joined (add(): slot = join
+ * order), rdzv/R/node/<slot>, rdzv/R/closed (compare_set from absent to the node count:
+ * exactly one agent decides). The round closes at max_nodes, or last_call_ms after a
+ * node saw at least min_nodes joined. A node whose slot is past the close waits for the
+ * next round. The static backend publishes rdzv/R/node/<node_rank> and waits for all.
+ * Blocks at most cfg->timeout_ms; TIMEOUT names the round and how many nodes joined. */
+cddp_result_t cddp__rdzv_join(cddp_store_t *s, const cddp__rdzv_cfg_t *cfg, int min_round, cddp__rdzv_t *out);
+void cddp__rdzv_release(cddp__rdzv_t *r);
+
+/* The round's event key "rdzv/R/event": its first value wins ("done", "restart",
+ * "fail <code> <message>"). Agents watch it to learn about the other nodes. */
+void cddp__rdzv_event_key(int round, char *buf, size_t size);
+/* compare_set(event, absent, value); *now (malloc'd) gets the value that won. */
+cddp_result_t cddp__rdzv_post(cddp_store_t *s, int round, const char *value, char **now);
+/* The job's failure line comes from the failure that happened first on any node, not from the
+ * node that posted "fail" first (a rank that lost its peer often fails, and posts, before the
+ * peer's own node does). Each node that saw a worker fail by itself posts its first failure:
+ * when it happened (wall clock, ns), the exit code, its line; key rdzv/R/failure/<node_rank>.
+ * A node without a failure of its own posts wall_ns 0 ("none") once its workers are gone. */
+cddp_result_t cddp__rdzv_failure_post(cddp_store_t *s, int round, int node_rank, uint64_t wall_ns, int code,
+                                      const char *line);
+/* The earliest failure posted in the round, waiting at most wait_ms for every node's record
+ * (a node that is gone never posts). 1 with *code and line set, 0 when none was posted. */
+int cddp__rdzv_failure_first(cddp_store_t *s, int round, int nnodes, int wait_ms, int *code, char *line, size_t size);
+/* Opens round+1 with the given restart count (idempotent; every agent may call it). */
+cddp_result_t cddp__rdzv_open_next(cddp_store_t *s, int round, int restart_count);
+/* This node's workers all succeeded; the last node to say so posts "done". */
+cddp_result_t cddp__rdzv_node_done(cddp_store_t *s, const cddp__rdzv_t *r);
+/* Exit barrier: counts this agent out; with wait = 1 (the agent hosting the store)
+ * waits up to timeout_ms for every node to be out, so nobody loses the store early. */
+cddp_result_t cddp__rdzv_exit(cddp_store_t *s, const cddp__rdzv_t *r, int wait, int timeout_ms);
+
+#endif /* CDDP_RUN_RDZV_H */

@@ -1,0 +1,421 @@
+/* workers.c - spawns a round's workers, forwards their output by line, stops them TERM->KILL. */
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common/check.h"
+#include "common/clock.h"
+#include "common/log.h"
+#include "launcher/cpubind.h"
+#include "launcher/errfile.h"
+#include "launcher/sigguard.h"
+#include "launcher/workers.h"
+
+#define LINE_MAX_BYTES 65536
+#define DRAIN_MS 500 /* after the last exit, wait this long for pipes held by grandchildren */
+
+static void write_all(int fd, const char *p, size_t n) {
+  while (n) {
+    ssize_t w = write(fd, p, n);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) return; /* console gone (EPIPE): drop */
+    p += w;
+    n -= (size_t)w;
+  }
+}
+
+/* One line (with its newline) of stream s of worker w: to the console with the prefix,
+ * in a single write, and to the log file. */
+static void emit(cddp__workers_t *ws, cddp__worker_t *w, int s, const char *line, size_t len) {
+  static char out[LINE_MAX_BYTES + 64];
+  if (ws->console[w - ws->w] & (1 << s)) {
+    int p = snprintf(out, 64, "[rank %d] ", w->rank);
+    memcpy(out + p, line, len);
+    write_all(s ? STDERR_FILENO : STDOUT_FILENO, out, (size_t)p + len);
+  }
+  if (w->log_fd >= 0) write_all(w->log_fd, line, len);
+  size_t n = len;
+  while (n && (line[n - 1] == '\n' || line[n - 1] == '\r' || line[n - 1] == ' ')) n--;
+  if (s == 1 && n) { /* its own word on why it fails, if it fails */
+    snprintf(w->report, sizeof w->report, "%.*s", (int)CDDP_MIN(n, sizeof w->report - 1), line);
+    w->report_ns = cddp__now_ns();
+  }
+}
+
+/* Emits complete lines of the buffer; at_eof flushes a partial last line with a newline. */
+static void flush_lines(cddp__workers_t *ws, cddp__worker_t *w, int s, int at_eof) {
+  char *b = w->buf[s];
+  size_t start = 0;
+  for (size_t i = 0; i < w->len[s]; i++) {
+    if (b[i] != '\n') continue;
+    emit(ws, w, s, b + start, i + 1 - start);
+    start = i + 1;
+  }
+  size_t rest = w->len[s] - start;
+  if (rest && (at_eof || (start == 0 && rest == LINE_MAX_BYTES))) { /* partial: flush as a line */
+    b[w->len[s]] = '\n';
+    emit(ws, w, s, b + start, rest + 1);
+    rest = 0;
+    start = w->len[s];
+  }
+  memmove(b, b + start, rest);
+  w->len[s] = rest;
+}
+
+static void pump(cddp__workers_t *ws, cddp__worker_t *w, int s) {
+  for (;;) {
+    ssize_t r = read(w->fd[s], w->buf[s] + w->len[s], LINE_MAX_BYTES - w->len[s]);
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0 && errno == EAGAIN) return;
+    if (r <= 0) { /* EOF or error */
+      flush_lines(ws, w, s, 1);
+      close(w->fd[s]);
+      w->fd[s] = -1;
+      return;
+    }
+    w->len[s] += (size_t)r;
+    flush_lines(ws, w, s, 0);
+  }
+}
+
+int cddp__describe_status(int status, char *buf, size_t size) {
+  if (WIFSIGNALED(status)) {
+    int sig = WTERMSIG(status);
+    const char *abbrev = sigabbrev_np(sig);
+    snprintf(buf, size, "was killed by signal %d (SIG%s)", sig, abbrev ? abbrev : "?");
+    return 128 + sig;
+  }
+  int code = WIFEXITED(status) ? WEXITSTATUS(status) : 1;
+  snprintf(buf, size, "exited with code %d", code);
+  return code;
+}
+
+static void child(cddp__worker_t *w, int out[2], int err[2], char *const *argv, char **env, pid_t parent) {
+  sigset_t none;
+  sigemptyset(&none);
+  int agents[] = {SIGCHLD, SIGINT, SIGTERM, SIGHUP}; /* the agent's handlers (run/sigguard.h) are not ours */
+  for (size_t i = 0; i < CDDP_ARRAY_LEN(agents); i++) signal(agents[i], SIG_DFL);
+  sigprocmask(SIG_SETMASK, &none, NULL);
+  signal(SIGPIPE, SIG_DFL);
+  setpgid(0, 0);
+  prctl(PR_SET_PDEATHSIG, SIGKILL);
+  if (getppid() != parent) _exit(137); /* the agent died before prctl */
+  dup2(out[1], STDOUT_FILENO);
+  dup2(err[1], STDERR_FILENO);
+  close_range(3, ~0u, 0); /* store sockets, listening ports, other workers' pipes */
+  execvpe(argv[0], argv, env);
+  char msg[512];
+  int n = snprintf(msg, sizeof msg, "cddp run: cannot run '%s': %s\n", argv[0], strerror(errno));
+  write_all(STDERR_FILENO, msg, (size_t)n);
+  (void)w;
+  _exit(127);
+}
+
+static void kill_groups(cddp__workers_t *ws, int sig) {
+  for (int i = 0; i < ws->n; i++) {
+    cddp__worker_t *w = &ws->w[i];
+    if (w->pid <= 0) continue;
+    /* the group outlives its leader while grandchildren remain */
+    if (kill(-w->pid, sig) != 0 && !w->exited) kill(w->pid, sig);
+  }
+}
+
+static int mkdir_p(const char *dir) {
+  char p[4096];
+  snprintf(p, sizeof p, "%s", dir);
+  for (char *c = p + 1; *c; c++) {
+    if (*c != '/') continue;
+    *c = '\0';
+    if (mkdir(p, 0755) != 0 && errno != EEXIST) return -1;
+    *c = '/';
+  }
+  return mkdir(p, 0755) != 0 && errno != EEXIST ? -1 : 0;
+}
+
+/* Forks worker w (its buffers and log file are ready) running argv with env. */
+static cddp_result_t spawn(cddp__workers_t *ws, cddp__worker_t *w, char *const *argv, char **env, pid_t self) {
+  int out[2] = {-1, -1}, err[2] = {-1, -1};
+  cddp_result_t ret = CDDP_OK;
+  w->exited = 0, w->status = 0;
+  w->start_ns = cddp__now_ns(), w->exit_ns = 0, w->report_ns = 0, w->report[0] = '\0';
+  /* worker i of the round on the i-th share of the agent's CPUs, set in the child before exec
+   * (cpubind.c says why) */
+  cpu_set_t allowed, share;
+  int bound = ws->cpu_bind && sched_getaffinity(0, sizeof allowed, &allowed) == 0 &&
+              cddp__cpu_share(&allowed, ws->n_bind, (int)(w - ws->w), &share);
+  if (ws->err_dir) { /* the last start's error file (its failure record is taken) is not this one's */
+    char path[4200];
+    cddp__errfile_path(ws->err_dir, w->rank, path, sizeof path);
+    unlink(path);
+  }
+  if (pipe2(out, O_CLOEXEC) != 0 || pipe2(err, O_CLOEXEC) != 0) {
+    ret = cddp__fail_errno(CDDP_SYSTEM, "pipe for rank %d", w->rank);
+    goto fail;
+  }
+  w->pid = fork();
+  if (w->pid == 0) {
+    if (bound) sched_setaffinity(0, sizeof share, &share);
+    child(w, out, err, argv, env, self);
+  }
+  if (w->pid < 0) {
+    ret = cddp__fail_errno(CDDP_SYSTEM, "fork for rank %d", w->rank);
+    goto fail;
+  }
+  setpgid(w->pid, w->pid); /* also here, so kill(-pid) works at once */
+  if (bound) {
+    char cpus[256];
+    CDDP_INFO(CDDP_SUB_RUN, "rank %d runs on CPUs %s", w->rank, cddp__cpu_list(&share, cpus, sizeof cpus));
+  }
+  close(out[1]);
+  close(err[1]);
+  w->fd[0] = out[0];
+  w->fd[1] = err[0];
+  fcntl(w->fd[0], F_SETFL, O_NONBLOCK);
+  fcntl(w->fd[1], F_SETFL, O_NONBLOCK);
+  return CDDP_OK;
+fail:
+  for (int k = 0; k < 2; k++) {
+    if (out[k] >= 0) close(out[k]);
+    if (err[k] >= 0) close(err[k]);
+  }
+  return ret;
+}
+
+cddp_result_t cddp__workers_start(cddp__workers_t *ws, int n, int rank_base, char *const *argv, char **const *env,
+                                  const char *log_dir, int truncate_logs) {
+  cddp_result_t ret = CDDP_OK;
+  ws->n = 0;
+  ws->n_bind = n;
+  ws->w = calloc((size_t)n, sizeof *ws->w);
+  ws->outcome = CDDP__OUT_SUCCESS;
+  ws->fail_rank = -1;
+  if (!ws->w) return cddp__fail(CDDP_SYSTEM, "out of memory starting %d workers", n);
+  pid_t self = getpid();
+  if (log_dir && *log_dir && mkdir_p(log_dir) != 0) return cddp__fail_errno(CDDP_SYSTEM, "cannot create --log-dir %s", log_dir);
+  for (int i = 0; i < n; i++) {
+    cddp__worker_t *w = &ws->w[i];
+    w->rank = rank_base + i;
+    w->fd[0] = w->fd[1] = w->log_fd = -1;
+    ws->n = i + 1;
+    w->buf[0] = malloc(LINE_MAX_BYTES + 1);
+    w->buf[1] = malloc(LINE_MAX_BYTES + 1);
+    if (!w->buf[0] || !w->buf[1]) { ret = cddp__fail(CDDP_SYSTEM, "out of memory"); goto fail; }
+    if (log_dir && *log_dir) {
+      char path[4200];
+      snprintf(path, sizeof path, "%s/rank%d.log", log_dir, w->rank);
+      w->log_fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | (truncate_logs ? O_TRUNC : 0), 0644);
+      if (w->log_fd < 0) { ret = cddp__fail_errno(CDDP_SYSTEM, "cannot open log file %s", path); goto fail; }
+    }
+    if ((ret = spawn(ws, w, argv, env[i], self)) != CDDP_OK) goto fail;
+  }
+  return CDDP_OK;
+fail:
+  kill_groups(ws, SIGKILL);
+  for (int i = 0; i < ws->n; i++)
+    if (ws->w[i].pid > 0) waitpid(ws->w[i].pid, NULL, 0);
+  cddp__workers_release(ws);
+  return ret;
+}
+
+cddp_result_t cddp__workers_respawn(cddp__workers_t *ws, int i, char *const *argv, char **env) {
+  cddp__worker_t *w = &ws->w[i];
+  for (int s = 0; s < 2; s++)
+    if (w->fd[s] >= 0) {
+      flush_lines(ws, w, s, 1);
+      close(w->fd[s]);
+      w->fd[s] = -1;
+    }
+  if (w->pid > 0) kill(-w->pid, SIGKILL); /* what the dead one left in its process group */
+  cddp__workers_failure(ws, i, &w->prev);
+  w->replaced = 1;
+  ws->outcome = CDDP__OUT_SUCCESS;
+  return spawn(ws, w, argv, env, getpid());
+}
+
+void cddp__workers_failure(const cddp__workers_t *ws, int i, cddp__failure_t *f) {
+  const cddp__worker_t *w = &ws->w[i];
+  *f = (cddp__failure_t){.rank = w->rank, .pid = w->pid, .status = w->status, .exit_ns = w->exit_ns,
+                         .report_ns = w->report_ns};
+  snprintf(f->host, sizeof f->host, "%s", ws->host ? ws->host : "?");
+  snprintf(f->error, sizeof f->error, "%s", w->report);
+  if (!ws->err_dir) return;
+  /* the exception it recorded (torch's @record) says why, better than its last stderr line,
+   * and the file's time says when: wall clock, moved onto the monotonic one */
+  char path[4200];
+  uint64_t mtime = 0;
+  cddp__errfile_path(ws->err_dir, w->rank, path, sizeof path);
+  if (!cddp__errfile_read(path, f->error, sizeof f->error, &mtime)) {
+    snprintf(f->error, sizeof f->error, "%s", w->report);
+    return;
+  }
+  struct timespec real;
+  clock_gettime(CLOCK_REALTIME, &real);
+  uint64_t now_real = (uint64_t)real.tv_sec * 1000000000ull + (uint64_t)real.tv_nsec, now = cddp__now_ns();
+  uint64_t age = now_real > mtime ? now_real - mtime : 0;
+  f->report_ns = age < now ? now - age : 1;
+}
+
+/* Sends sig to every worker's group: the workers are being stopped, KILL follows after grace. */
+static void stop_all(cddp__workers_t *ws, int sig, int *stopping, uint64_t *kill_at) {
+  kill_groups(ws, sig);
+  if (!ws->stop_ns) ws->stop_ns = cddp__now_ns();
+  *stopping = 1;
+  *kill_at = cddp__deadline_ms(ws->grace_ms);
+}
+
+/* fail_* and failure: of the worker whose failure came first, among those that failed by themselves. */
+static void blame(cddp__workers_t *ws) {
+  cddp__failure_t *f = calloc((size_t)ws->n, sizeof *f);
+  int *slot = calloc((size_t)ws->n, sizeof *slot), n = 0;
+  if (!f || !slot) goto exit; /* keep the first one reaped */
+  for (int i = 0; i < ws->n; i++) {
+    const cddp__worker_t *w = &ws->w[i];
+    if (!w->exited || (WIFEXITED(w->status) && WEXITSTATUS(w->status) == 0)) continue;
+    cddp__workers_failure(ws, i, &f[n]);
+    if (cddp__failure_own(&f[n], ws->stop_ns)) slot[n++] = i;
+  }
+  int b = cddp__blame_first(f, n);
+  if (b >= 0) {
+    ws->failure = f[b];
+    ws->fail_index = slot[b];
+    ws->fail_rank = f[b].rank, ws->fail_pid = f[b].pid, ws->fail_status = f[b].status;
+  }
+exit:
+  free(f);
+  free(slot);
+}
+
+static cddp__worker_t *by_pid(cddp__workers_t *ws, pid_t pid) {
+  for (int i = 0; i < ws->n; i++)
+    if (ws->w[i].pid == pid) return &ws->w[i];
+  return NULL;
+}
+
+void cddp__workers_watch(cddp__workers_t *ws, int sig_fd, int event_fd, int (*accept)(const char *, void *),
+                         void *ctx) {
+  int nfds = 3 + 2 * ws->n, stopping = 0, nexited = 0, replace_now = 0, wake_now = 0, first = 1;
+  uint64_t kill_at = UINT64_MAX, drain_until = UINT64_MAX;
+  struct pollfd *pfd = calloc((size_t)nfds, sizeof *pfd);
+  if (!pfd) abort();
+  for (int i = 0; i < ws->n; i++) nexited += ws->w[i].exited;
+  if (nexited == ws->n) drain_until = cddp__deadline_ms(DRAIN_MS);
+  if (ws->stop_now) { /* the agent gave up after a keep-going failure: stop the rest */
+    ws->stop_now = 0;
+    stop_all(ws, SIGTERM, &stopping, &kill_at);
+  }
+  if (ws->stop_at && ws->termed) { /* a second watch after stop_at: keep its KILL deadline */
+    stopping = 1;
+    kill_at = ws->stop_at + (uint64_t)ws->grace_ms * 1000000ull;
+  }
+  while (!replace_now && !wake_now) {
+    int open_fds = 0;
+    for (int i = 0; i < ws->n; i++) open_fds += (ws->w[i].fd[0] >= 0) + (ws->w[i].fd[1] >= 0);
+    if (nexited == ws->n && (open_fds == 0 || cddp__now_ns() >= drain_until)) break;
+    if (cddp__now_ns() >= kill_at) {
+      kill_groups(ws, SIGKILL);
+      kill_at = UINT64_MAX;
+    }
+    if (ws->stop_at && !ws->termed && cddp__now_ns() >= ws->stop_at) {
+      ws->termed = 1;
+      if (!stopping) stop_all(ws, SIGTERM, &stopping, &kill_at);
+    }
+    uint64_t next = CDDP_MIN(kill_at, drain_until);
+    if (ws->stop_at && !ws->termed) next = CDDP_MIN(next, ws->stop_at);
+    int timeout = next == UINT64_MAX ? -1 : cddp__ms_left(next);
+    if (first) timeout = 0, first = 0; /* children that died while nobody watched: reap them now */
+    pfd[0] = (struct pollfd){.fd = sig_fd, .events = POLLIN};
+    pfd[1] = (struct pollfd){.fd = event_fd, .events = POLLIN};
+    for (int i = 0; i < ws->n; i++)
+      for (int s = 0; s < 2; s++) pfd[2 + 2 * i + s] = (struct pollfd){.fd = ws->w[i].fd[s], .events = POLLIN};
+    pfd[nfds - 1] = (struct pollfd){.fd = stopping ? -1 : ws->wake_fd, .events = POLLIN};
+    int r = poll(pfd, (nfds_t)nfds, timeout);
+    if (r < 0 && errno != EINTR) break;
+    for (int i = 0; i < ws->n; i++)
+      for (int s = 0; s < 2; s++)
+        if (ws->w[i].fd[s] >= 0 && (pfd[2 + 2 * i + s].revents & (POLLIN | POLLHUP | POLLERR))) pump(ws, &ws->w[i], s);
+    int sig = pfd[0].revents & POLLIN ? cddp__sigguard_read(sig_fd) : 0; /* SIGCHLD: reaped below */
+    if (sig && ws->outcome != CDDP__OUT_SIGNAL) { /* a stop for another reason ends on the signal too */
+      ws->outcome = CDDP__OUT_SIGNAL;
+      ws->signo = sig;
+      if (!stopping) stop_all(ws, sig, &stopping, &kill_at);
+    } /* a repeat (timeout(1) sends its signal twice) keeps the grace period */
+    if (event_fd >= 0 && (pfd[1].revents & (POLLIN | POLLHUP))) {
+      char msg[512];
+      ssize_t n = read(event_fd, msg, sizeof msg - 1);
+      if (n > 0) {
+        msg[n] = '\0';
+        if (!stopping && (!accept || accept(msg, ctx))) {
+          ws->outcome = CDDP__OUT_EVENT;
+          snprintf(ws->event, sizeof ws->event, "%s", msg);
+          stop_all(ws, SIGTERM, &stopping, &kill_at);
+        }
+      }
+    }
+    if (!stopping && ws->wake_fd >= 0 && (pfd[nfds - 1].revents & POLLIN)) {
+      ws->outcome = CDDP__OUT_WAKE;
+      wake_now = 1;
+    }
+    int st;
+    pid_t pid;
+    while ((pid = waitpid(-1, &st, WNOHANG)) > 0) {
+      cddp__worker_t *w = by_pid(ws, pid);
+      if (!w || w->exited) continue;
+      w->exited = 1;
+      w->status = st;
+      w->exit_ns = cddp__now_ns();
+      if (++nexited == ws->n) drain_until = cddp__deadline_ms(DRAIN_MS);
+      int ok = WIFEXITED(st) && WEXITSTATUS(st) == 0;
+      if (!ok && !stopping) {
+        ws->outcome = CDDP__OUT_FAILED;
+        ws->fail_rank = w->rank;
+        ws->fail_pid = w->pid;
+        ws->fail_status = st;
+        ws->fail_index = (int)(w - ws->w);
+        if (ws->keep_going) { /* the others go on; the agent decides about this one */
+          replace_now = 1, wake_now = 0;
+          break;
+        }
+        stop_all(ws, SIGTERM, &stopping, &kill_at);
+      }
+    }
+  }
+  for (int i = 0; i < ws->n && !wake_now; i++)
+    for (int s = 0; s < 2; s++)
+      if (ws->w[i].fd[s] >= 0 && (!replace_now || i == ws->fail_index)) {
+        if (replace_now) pump(ws, &ws->w[i], s); /* what the dead one wrote last */
+        if (ws->w[i].fd[s] < 0) continue;
+        flush_lines(ws, &ws->w[i], s, 1);
+        close(ws->w[i].fd[s]);
+        ws->w[i].fd[s] = -1;
+      }
+  if (stopping) kill_groups(ws, SIGKILL); /* leftovers of the workers' process groups */
+  if (ws->outcome == CDDP__OUT_FAILED && replace_now) cddp__workers_failure(ws, ws->fail_index, &ws->failure);
+  /* the first reaped is not always the first failed; and a worker may have failed by itself
+   * just before another node's event stopped the rest (fail_rank says so, the outcome stays) */
+  else if (ws->outcome == CDDP__OUT_FAILED || ws->outcome == CDDP__OUT_EVENT) blame(ws);
+  free(pfd);
+}
+
+void cddp__workers_release(cddp__workers_t *ws) {
+  for (int i = 0; i < ws->n; i++) {
+    cddp__worker_t *w = &ws->w[i];
+    for (int s = 0; s < 2; s++) {
+      if (w->fd[s] >= 0) close(w->fd[s]);
+      free(w->buf[s]);
+    }
+    if (w->log_fd >= 0) close(w->log_fd);
+  }
+  free(ws->w);
+  ws->w = NULL;
+  ws->n = 0;
+}

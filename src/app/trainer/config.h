@@ -1,0 +1,70 @@
+/* config.h - the training config: YAML (libyaml) + --set key=value overrides, validated
+ * against one schema table (config.c) that is also the documentation's source. Keys are
+ * dotted paths ("optim.lr"). The resolved config is written back as YAML, and hashed
+ * (FNV-1a 64 of the resolved text) so ranks can check they agree. */
+#ifndef CDDP_TRAIN_CONFIG_H
+#define CDDP_TRAIN_CONFIG_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "cddp/cddp.h"
+#include "trainer/gpt.h"
+#include "trainer/model.h"
+#include "trainer/optim.h"
+
+typedef enum cddp_overlap { CDDP_OVERLAP_AUTO = 0, CDDP_OVERLAP_ON = 1, CDDP_OVERLAP_OFF = 2 } cddp_overlap_t;
+
+typedef enum cddp_lr_scaling { CDDP_LR_SCALE_NONE = 0, CDDP_LR_SCALE_LINEAR = 1, CDDP_LR_SCALE_SQRT = 2 } cddp_lr_scaling_t;
+
+typedef struct cddp_train_config {
+  cddp_model_spec_t model;   /* model.type (mlp|cnn), model.hidden [list], model.conv_channels
+                                [list], model.kernel */
+  cddp_gpt_spec_t gpt;        /* model.n_layer, model.n_head, model.d_model, model.context */
+  char data_dir[256];        /* data.dir (default CDDP_FMNIST_DIR) */
+  char dataset[32];          /* data.name: fashion-mnist */
+  int drop_last;             /* data.drop_last */
+  uint64_t seed;             /* train.seed */
+  int epochs;                /* train.epochs */
+  int64_t max_steps;         /* train.max_steps (0 = epochs decide) */
+  int global_batch;          /* batch.global */
+  int micro_batch;           /* batch.micro (per rank per micro-step) */
+  int ref_batch;             /* batch.reference (for LR scaling; default = global) */
+  cddp_lr_scaling_t lr_scaling; /* batch.lr_scaling: none|linear|sqrt */
+  cddp_optim_spec_t optim;   /* optim.type sgd|adamw, optim.momentum, optim.nesterov,
+                                optim.weight_decay, optim.beta1, optim.beta2, optim.eps,
+                                optim.grad_clip */
+  float lr;                  /* optim.lr (at the reference batch) */
+  cddp_sched_kind_t sched;   /* schedule.type constant|cosine|linear */
+  int64_t warmup_steps;      /* schedule.warmup_steps */
+  float min_lr;              /* schedule.min_lr */
+  double bucket_mb;          /* ddp.bucket_mb */
+  cddp_overlap_t overlap;    /* ddp.overlap: auto|true|false */
+  int compress;              /* ddp.compress: none|bf16|sign|fp16|powersgd (cddp_compress_t order) */
+  int powersgd_rank;         /* ddp.powersgd_rank: PowerSGD's rank (1..256) */
+  int sign_adam;             /* ddp.sign_adam: sign-Adam's variance sync every N steps; 0 = off */
+  int threads;               /* ddp.threads: BLAS threads per rank; 0 = cores / local ranks */
+  int64_t ckpt_every;        /* checkpoint.every_steps (0 = only at the end) */
+  int ckpt_keep;             /* checkpoint.keep */
+  int eval_every_epoch;      /* eval.every_epoch */
+  int log_every;             /* log.every_steps (progress line refresh) */
+  int sample_log;            /* debug.sample_log: write the indices each rank consumed */
+} cddp_train_config_t;
+
+/* Defaults for every key. */
+void cddp__config_defaults(cddp_train_config_t *c);
+/* Loads path (NULL: defaults only), then applies overrides "key=value" in order. Errors
+ * are one line naming the file, the line and the key: "configs/x.yaml:7: optim.lr: expected a
+ * number > 0, got 'fast'", "unknown key 'optim.lrr'", "--set batch.global=abc: ...". */
+cddp_result_t cddp__config_load(cddp_train_config_t *c, const char *path,
+                               const char *const *overrides, int n_overrides);
+/* Writes the resolved config as YAML (every key, schema order). */
+cddp_result_t cddp__config_write(const cddp_train_config_t *c, FILE *f);
+/* Hash of the resolved config text. */
+uint64_t cddp__config_hash(const cddp_train_config_t *c);
+/* Per-key hashes, in schema order, so a rank can name the first key that differs from
+ * rank 0's: fills up to cap, returns the number of keys. */
+int cddp__config_key_hashes(const cddp_train_config_t *c, uint64_t *out, int cap);
+const char *cddp__config_key_name(int i);
+
+#endif /* CDDP_TRAIN_CONFIG_H */

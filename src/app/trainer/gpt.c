@@ -1,0 +1,371 @@
+/* gpt.c - the byte-level GPT over one flat parameter buffer: spec checks, layout and names
+ * (nanoGPT's), GPT-2 init, forward, and a backward that reports finished gradients to DDP. */
+#include "trainer/gpt.h"
+
+#include <cblas.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/check.h"
+#include "common/log.h"
+#include "trainer/layers.h"
+#include "trainer/layers_gpt.h"
+#include "trainer/vmath.h"
+
+#define MAX_LAYER 64
+#define MAX_ACT_BYTES ((double)(64ull << 30))
+#define MAX_PARAMS ((size_t)1 << 31)
+
+/* Offsets (in floats) of one block's parameters, in buffer order. */
+typedef struct block_p {
+  size_t ln1_w, ln1_b, attn_w, attn_b, aproj_w, aproj_b, ln2_w, ln2_b, fc_w, fc_b, mproj_w,
+      mproj_b;
+} block_p_t;
+
+/* One block's activations, [rows, width] with rows = B*T. */
+typedef struct block_a {
+  float *ln1, *mean1, *rstd1; /* ln_1 output, its row statistics */
+  float *qkv;                 /* c_attn output [rows, 3C] */
+  float *att;                 /* softmax probabilities [B, n_head, T, T] */
+  float *y;                   /* attention output (c_proj's input) [rows, C] */
+  float *res1;                /* x + attn(ln_1(x)) */
+  float *ln2, *mean2, *rstd2;
+  float *fc;                  /* c_fc output + bias (GELU's input) [rows, 4C] */
+  float *gelu;                /* [rows, 4C] */
+  float *res2;                /* the block's output */
+} block_a_t;
+
+struct cddp_gpt {
+  cddp_gpt_spec_t spec;
+  int max_batch;
+  size_t wte, wpe, lnf_w, lnf_b;
+  block_p_t bp[MAX_LAYER];
+  block_a_t ba[MAX_LAYER];
+  int n_params;
+  cddp_param_info_t *info;
+  size_t param_count;
+  float *params, *grads;
+  float *arena;
+  float *x0;                    /* embeddings [rows, C] */
+  float *lnf, *meanf, *rstdf;   /* final LayerNorm */
+  float *logits, *prob;         /* [rows, V] */
+  float *dres, *dsmall, *dbig;  /* gradient scratch: [rows, C], [rows, C], [rows, 4C] */
+  float *scratch;               /* [T, T] of attention backward */
+  uint8_t *tok, *tgt;           /* [rows] copies of the last forward's input */
+  int B, T, have_targets;
+};
+
+static cddp_result_t check_range(const char *field, long long v, long long lo, long long hi) {
+  if (v < lo || v > hi)
+    return cddp__fail(CDDP_INVALID_ARG, "gpt spec: %s = %lld (must be %lld..%lld)", field, v, lo,
+                      hi);
+  return CDDP_OK;
+}
+
+static cddp_result_t check_spec(const cddp_gpt_spec_t *s, int max_batch) {
+  CDDP_CHECK(check_range("n_layer", s->n_layer, 1, MAX_LAYER));
+  CDDP_CHECK(check_range("d_model", s->d_model, 1, 1 << 16));
+  CDDP_CHECK(check_range("n_head", s->n_head, 1, s->d_model));
+  if (s->d_model % s->n_head != 0)
+    return cddp__fail(CDDP_INVALID_ARG,
+                      "gpt spec: d_model = %d is not a multiple of n_head = %d", s->d_model,
+                      s->n_head);
+  CDDP_CHECK(check_range("context", s->context, 1, 1 << 16));
+  CDDP_CHECK(check_range("vocab", s->vocab, 2, CDDP_GPT_VOCAB));
+  CDDP_CHECK(check_range("max_batch", max_batch, 1, 1 << 20));
+  double C = s->d_model, rows = (double)max_batch * s->context;
+  double params = s->vocab * C + s->context * C + s->n_layer * (12.0 * C * C + 13.0 * C) + 2 * C;
+  if (params > (double)MAX_PARAMS)
+    return cddp__fail(CDDP_INVALID_ARG, "gpt spec: %.0f parameters (more than 2^31)", params);
+  double act = 4.0 * (rows * (s->n_layer * 16.0 * C + 11.0 * C + 2.0 * s->vocab) +
+                      (double)max_batch * s->n_layer * s->n_head * (double)s->context * s->context);
+  if (act > MAX_ACT_BYTES)
+    return cddp__fail(CDDP_INVALID_ARG,
+                      "gpt spec: activations of max_batch = %d x context = %d need %.1f GiB "
+                      "(more than 64)",
+                      max_batch, s->context, act / (1 << 30));
+  return CDDP_OK;
+}
+
+static size_t add_param(cddp_gpt_t *m, const char *name, int ndim, int64_t d0, int64_t d1) {
+  cddp_param_info_t *p = &m->info[m->n_params++];
+  snprintf(p->name, sizeof p->name, "%s", name);
+  p->ndim = ndim;
+  p->shape[0] = d0, p->shape[1] = d1;
+  p->count = (size_t)d0 * (size_t)(ndim == 2 ? d1 : 1);
+  p->offset = m->param_count;
+  m->param_count += p->count;
+  return p->offset;
+}
+
+static void plan_params(cddp_gpt_t *m) {
+  const cddp_gpt_spec_t *s = &m->spec;
+  int64_t C = s->d_model;
+  char n[48];
+  m->wte = add_param(m, "wte.weight", 2, s->vocab, C);
+  m->wpe = add_param(m, "wpe.weight", 2, s->context, C);
+  for (int l = 0; l < s->n_layer; l++) {
+    block_p_t *b = &m->bp[l];
+#define P(field, what, ndim, d0, d1)                   \
+  snprintf(n, sizeof n, "h.%d.%s", l, what);          \
+  b->field = add_param(m, n, ndim, d0, d1)
+    P(ln1_w, "ln_1.weight", 1, C, 0);
+    P(ln1_b, "ln_1.bias", 1, C, 0);
+    P(attn_w, "attn.c_attn.weight", 2, 3 * C, C);
+    P(attn_b, "attn.c_attn.bias", 1, 3 * C, 0);
+    P(aproj_w, "attn.c_proj.weight", 2, C, C);
+    P(aproj_b, "attn.c_proj.bias", 1, C, 0);
+    P(ln2_w, "ln_2.weight", 1, C, 0);
+    P(ln2_b, "ln_2.bias", 1, C, 0);
+    P(fc_w, "mlp.c_fc.weight", 2, 4 * C, C);
+    P(fc_b, "mlp.c_fc.bias", 1, 4 * C, 0);
+    P(mproj_w, "mlp.c_proj.weight", 2, C, 4 * C);
+    P(mproj_b, "mlp.c_proj.bias", 1, C, 0);
+#undef P
+  }
+  m->lnf_w = add_param(m, "ln_f.weight", 1, C, 0);
+  m->lnf_b = add_param(m, "ln_f.bias", 1, C, 0);
+}
+
+/* Carves the activations out of one 64-byte aligned arena: pass 0 counts, pass 1 assigns. */
+static float *carve(float **cursor, size_t count) {
+  float *p = *cursor;
+  *cursor += (count + 15) & ~(size_t)15;
+  return p;
+}
+
+static void plan_acts(cddp_gpt_t *m, float *base, size_t *total) {
+  const cddp_gpt_spec_t *s = &m->spec;
+  size_t C = (size_t)s->d_model, rows = (size_t)m->max_batch * s->context, V = (size_t)s->vocab;
+  float *cur = base;
+  for (int l = 0; l < s->n_layer; l++) {
+    block_a_t *a = &m->ba[l];
+    a->ln1 = carve(&cur, rows * C), a->mean1 = carve(&cur, rows), a->rstd1 = carve(&cur, rows);
+    a->qkv = carve(&cur, rows * 3 * C);
+    a->att = carve(&cur, (size_t)m->max_batch * s->n_head * s->context * s->context);
+    a->y = carve(&cur, rows * C), a->res1 = carve(&cur, rows * C);
+    a->ln2 = carve(&cur, rows * C), a->mean2 = carve(&cur, rows), a->rstd2 = carve(&cur, rows);
+    a->fc = carve(&cur, rows * 4 * C), a->gelu = carve(&cur, rows * 4 * C);
+    a->res2 = carve(&cur, rows * C);
+  }
+  m->x0 = carve(&cur, rows * C);
+  m->lnf = carve(&cur, rows * C), m->meanf = carve(&cur, rows), m->rstdf = carve(&cur, rows);
+  m->logits = carve(&cur, rows * V), m->prob = carve(&cur, rows * V);
+  m->dres = carve(&cur, rows * C), m->dsmall = carve(&cur, rows * C);
+  m->dbig = carve(&cur, rows * 4 * C);
+  m->scratch = carve(&cur, (size_t)s->context * s->context);
+  *total = (size_t)(cur - base);
+}
+
+cddp_result_t cddp__gpt_create(const cddp_gpt_spec_t *spec, int max_batch, cddp_gpt_t **out) {
+  if (out) *out = NULL;
+  if (!spec || !out) return cddp__fail(CDDP_INVALID_ARG, "gpt create: NULL spec or out");
+  CDDP_CHECK(check_spec(spec, max_batch));
+  cddp__blas_select_core();
+  cddp_gpt_t *m = calloc(1, sizeof *m);
+  if (!m) return cddp__fail(CDDP_SYSTEM, "gpt create: model struct");
+  m->spec = *spec, m->max_batch = max_batch;
+  m->info = calloc((size_t)spec->n_layer * 12 + 4, sizeof *m->info);
+  size_t rows = (size_t)max_batch * spec->context, total = 0;
+  m->tok = malloc(rows), m->tgt = malloc(rows);
+  if (!m->info || !m->tok || !m->tgt) goto oom;
+  plan_params(m);
+  plan_acts(m, NULL, &total);
+  m->arena = aligned_alloc(64, total * sizeof(float));
+  if (!m->arena) goto oom;
+  memset(m->arena, 0, total * sizeof(float));
+  plan_acts(m, m->arena, &total);
+  *out = m;
+  return CDDP_OK;
+oom:
+  cddp__gpt_destroy(m);
+  return cddp__fail(CDDP_SYSTEM, "gpt create: activations for max_batch = %d x context = %d",
+                    max_batch, spec->context);
+}
+
+void cddp__gpt_destroy(cddp_gpt_t *m) {
+  if (!m) return;
+  free(m->info), free(m->arena), free(m->tok), free(m->tgt);
+  free(m);
+}
+
+const cddp_gpt_spec_t *cddp__gpt_spec(const cddp_gpt_t *m) { return &m->spec; }
+size_t cddp__gpt_param_count(const cddp_gpt_t *m) { return m->param_count; }
+int cddp__gpt_n_params(const cddp_gpt_t *m) { return m->n_params; }
+const cddp_param_info_t *cddp__gpt_param(const cddp_gpt_t *m, int i) {
+  return i >= 0 && i < m->n_params ? &m->info[i] : NULL;
+}
+
+double cddp__gpt_flops_per_token(const cddp_gpt_t *m) {
+  const cddp_gpt_spec_t *s = &m->spec;
+  double C = s->d_model, T = s->context;
+  double fwd = s->n_layer * (2.0 * 12.0 * C * C + 2.0 * 2.0 * T * C) + 2.0 * C * s->vocab;
+  return 3.0 * fwd; /* backward: two GEMMs per forward GEMM */
+}
+
+void cddp__gpt_bind(cddp_gpt_t *m, float *params, float *grads) {
+  m->params = params, m->grads = grads;
+}
+
+static uint64_t splitmix64(uint64_t *x) {
+  uint64_t z = (*x += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+/* N(0, std) by Box-Muller over (0,1] uniforms, one value per pair (simple and deterministic). */
+static void fill_normal(float *p, size_t n, float std, uint64_t *state) {
+  for (size_t i = 0; i < n; i++) {
+    double u1 = ((double)(splitmix64(state) >> 11) + 1.0) * (1.0 / 9007199254740992.0);
+    double u2 = (double)(splitmix64(state) >> 11) * (1.0 / 9007199254740992.0);
+    p[i] = (float)(std * sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2));
+  }
+}
+
+void cddp__gpt_init_params(cddp_gpt_t *m, uint64_t seed) {
+  uint64_t st = seed;
+  const cddp_gpt_spec_t *s = &m->spec;
+  float *P = m->params;
+  size_t C = (size_t)s->d_model;
+  float proj_std = 0.02f / sqrtf(2.0f * (float)s->n_layer);
+  memset(P, 0, m->param_count * sizeof(float)); /* biases */
+  fill_normal(P + m->wte, (size_t)s->vocab * C, 0.02f, &st);
+  fill_normal(P + m->wpe, (size_t)s->context * C, 0.02f, &st);
+  for (int l = 0; l < s->n_layer; l++) {
+    const block_p_t *b = &m->bp[l];
+    for (size_t j = 0; j < C; j++) P[b->ln1_w + j] = 1.0f, P[b->ln2_w + j] = 1.0f;
+    fill_normal(P + b->attn_w, 3 * C * C, 0.02f, &st);
+    fill_normal(P + b->aproj_w, C * C, proj_std, &st);
+    fill_normal(P + b->fc_w, 4 * C * C, 0.02f, &st);
+    fill_normal(P + b->mproj_w, 4 * C * C, proj_std, &st);
+  }
+  for (size_t j = 0; j < C; j++) P[m->lnf_w + j] = 1.0f;
+}
+
+/* y[n,out] = bias (+ the residual r when not NULL), then y += x[n,in] W^T with beta = 1:
+ * OpenBLAS's beta = 0 would zero y in a pass of its own, and the bias pass after it would
+ * read y once more. */
+static void linear_into(float *y, const float *x, const float *w, const float *bias,
+                        const float *r, int n, int in, int out) {
+  for (int i = 0; i < n; i++) {
+    float *yr = y + (size_t)i * out;
+    if (r) {
+      const float *rr = r + (size_t)i * out;
+      int j = 0;
+      for (; j + 4 <= out; j += 4)
+        cddp__v4_store(yr + j, cddp__v4_load(rr + j) + cddp__v4_load(bias + j));
+      for (; j < out; j++) yr[j] = rr[j] + bias[j];
+    } else {
+      memcpy(yr, bias, sizeof(float) * (size_t)out);
+    }
+  }
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, out, in, 1.0f, x, in, w, in, 1.0f, y,
+              out);
+}
+
+double cddp__gpt_forward(cddp_gpt_t *m, const uint8_t *tokens, const uint8_t *targets, int B,
+                        int T) {
+  const cddp_gpt_spec_t *s = &m->spec;
+  m->B = 0, m->T = T, m->have_targets = 0;
+  if (B < 0 || B > m->max_batch || T < 1 || T > s->context) {
+    CDDP_WARN("gpt forward: B = %d (0..%d) or T = %d (1..%d) out of range", B, m->max_batch, T,
+              s->context);
+    return NAN;
+  }
+  int n = B * T, C = s->d_model, V = s->vocab;
+  for (int i = 0; i < n; i++)
+    if (tokens[i] >= V) {
+      CDDP_WARN("gpt forward: token %d at position %d is >= vocab %d", tokens[i], i, V);
+      return NAN;
+    }
+  m->B = B, m->have_targets = targets != NULL;
+  if (n == 0) return 0.0;
+  memcpy(m->tok, tokens, (size_t)n);
+  if (targets) memcpy(m->tgt, targets, (size_t)n);
+  const float *P = m->params;
+  cddp__embed_forward(m->x0, m->tok, P + m->wte, P + m->wpe, B, T, C);
+  const float *x = m->x0;
+  for (int l = 0; l < s->n_layer; l++) {
+    const block_p_t *b = &m->bp[l];
+    block_a_t *a = &m->ba[l];
+    cddp__layernorm_forward(a->ln1, a->mean1, a->rstd1, x, P + b->ln1_w, P + b->ln1_b, n, C);
+    linear_into(a->qkv, a->ln1, P + b->attn_w, P + b->attn_b, NULL, n, C, 3 * C);
+    cddp__attn_forward(a->y, a->att, a->qkv, B, T, C, s->n_head);
+    linear_into(a->res1, a->y, P + b->aproj_w, P + b->aproj_b, x, n, C, C);
+    cddp__layernorm_forward(a->ln2, a->mean2, a->rstd2, a->res1, P + b->ln2_w, P + b->ln2_b, n, C);
+    linear_into(a->fc, a->ln2, P + b->fc_w, P + b->fc_b, NULL, n, C, 4 * C);
+    cddp__bias_gelu_forward(a->gelu, a->fc, NULL, n, 4 * C);
+    linear_into(a->res2, a->gelu, P + b->mproj_w, P + b->mproj_b, a->res1, n, 4 * C, C);
+    x = a->res2;
+  }
+  cddp__layernorm_forward(m->lnf, m->meanf, m->rstdf, x, P + m->lnf_w, P + m->lnf_b, n, C);
+  cddp__head_forward(m->logits, m->lnf, P + m->wte, n, C, V);
+  return targets ? cddp__softmax_xent(m->prob, m->logits, m->tgt, n, V) : 0.0;
+}
+
+const float *cddp__gpt_logits(const cddp_gpt_t *m) { return m->logits; }
+
+/* A linear layer's parameter gradients from dy [n,out] and its input x [n,in]: the bias (it
+ * follows the weight in the buffer) then the weight, then the hook. */
+static void linear_params(cddp_gpt_t *m, size_t w, size_t bias, const float *dy, const float *x,
+                          int n, int in, int out, int acc, cddp_grad_ready_fn ready, void *ctx) {
+  cddp__colsum(m->grads + bias, dy, n, out, acc);
+  cddp__linear_backward_weight_rows(m->grads + w, dy, x, n, in, out, 0, out, acc);
+  if (ready) ready(ctx, w);
+}
+
+void cddp__gpt_backward(cddp_gpt_t *m, float grad_scale, int accumulate, cddp_grad_ready_fn ready,
+                       void *ready_ctx) {
+  const cddp_gpt_spec_t *s = &m->spec;
+  int B = m->B, T = m->T, n = B * T, C = s->d_model, V = s->vocab, acc = accumulate;
+  float *G = m->grads;
+  const float *P = m->params;
+  if (n == 0 || !m->have_targets) {
+    if (n > 0) CDDP_WARN("gpt backward: the last forward had no targets; gradients are zero");
+    if (!accumulate) memset(G, 0, m->param_count * sizeof(float));
+    if (ready) ready(ready_ctx, 0);
+    return;
+  }
+  /* grad_scale enters once, in dlogits (into the logits buffer: prob stays for a second
+   * backward of the same forward) */
+  float *dlogits = m->logits;
+  cddp__xent_backward(dlogits, m->prob, m->tgt, n, V, grad_scale);
+  cddp__head_backward(m->dsmall, G + m->wte, dlogits, m->lnf, P + m->wte, n, C, V, acc);
+  const float *xl = s->n_layer ? m->ba[s->n_layer - 1].res2 : m->x0;
+  memset(m->dres, 0, sizeof(float) * (size_t)n * C);
+  cddp__layernorm_backward(m->dres, G + m->lnf_w, G + m->lnf_b, m->dsmall, xl, P + m->lnf_w,
+                           m->meanf, m->rstdf, n, C, acc);
+  if (ready) ready(ready_ctx, m->lnf_w);
+  for (int l = s->n_layer - 1; l >= 0; l--) {
+    const block_p_t *b = &m->bp[l];
+    const block_a_t *a = &m->ba[l];
+    const float *xin = l ? m->ba[l - 1].res2 : m->x0;
+    /* mlp: res2 = res1 + c_proj(gelu(c_fc(ln_2(res1)))); dres is d res2 */
+    linear_params(m, b->mproj_w, b->mproj_b, m->dres, a->gelu, n, 4 * C, C, acc, ready, ready_ctx);
+    cddp__linear_backward_input(m->dbig, m->dres, P + b->mproj_w, NULL, n, 4 * C, C, 0);
+    cddp__gelu_backward(m->dbig, a->fc, (size_t)n * 4 * C);
+    linear_params(m, b->fc_w, b->fc_b, m->dbig, a->ln2, n, C, 4 * C, acc, ready, ready_ctx);
+    cddp__linear_backward_input(m->dsmall, m->dbig, P + b->fc_w, NULL, n, C, 4 * C, 0);
+    cddp__layernorm_backward(m->dres, G + b->ln2_w, G + b->ln2_b, m->dsmall, a->res1,
+                             P + b->ln2_w, a->mean2, a->rstd2, n, C, acc);
+    if (ready) ready(ready_ctx, b->ln2_w);
+    /* attention: res1 = x + c_proj(attn(c_attn(ln_1(x)))); dres is now d res1 */
+    linear_params(m, b->aproj_w, b->aproj_b, m->dres, a->y, n, C, C, acc, ready, ready_ctx);
+    cddp__linear_backward_input(m->dsmall, m->dres, P + b->aproj_w, NULL, n, C, C, 0);
+    cddp__attn_backward(m->dbig, m->dsmall, a->qkv, a->att, m->scratch, B, T, C, s->n_head);
+    linear_params(m, b->attn_w, b->attn_b, m->dbig, a->ln1, n, C, 3 * C, acc, ready, ready_ctx);
+    cddp__linear_backward_input(m->dsmall, m->dbig, P + b->attn_w, NULL, n, C, 3 * C, 0);
+    cddp__layernorm_backward(m->dres, G + b->ln1_w, G + b->ln1_b, m->dsmall, xin, P + b->ln1_w,
+                             a->mean1, a->rstd1, n, C, acc);
+    if (ready) ready(ready_ctx, b->ln1_w);
+  }
+  /* dres is d x0: the embeddings (wte adds to what the head wrote) */
+  if (!acc) /* rows T..context of wpe get no gradient from a shorter forward */
+    memset(G + m->wpe, 0, sizeof(float) * (size_t)s->context * C);
+  cddp__embed_backward(G + m->wte, G + m->wpe, m->dres, m->tok, B, T, C, 1);
+  if (ready) ready(ready_ctx, m->wpe);
+  if (ready) ready(ready_ctx, 0);
+}

@@ -1,0 +1,62 @@
+/* gpt.h - a byte-level GPT (GPT-2's pre-norm block) as plain functions over one flat parameter
+ * buffer and one flat gradient buffer, like model.h: token + position embeddings, n_layer
+ * blocks x + attn(ln_1(x)), x + mlp(ln_2(x)) (mlp = c_fc 4d -> GELU(tanh) -> c_proj), a final
+ * LayerNorm, the output head tied to the token embedding, cross-entropy over the vocabulary.
+ * Parameters lie in forward order (wte first), so backward finishes the buffer from its end;
+ * the tied wte at offset 0 is finished last. docs/gpt.md has the layout, names and init. */
+#ifndef CDDP_TRAIN_GPT_H
+#define CDDP_TRAIN_GPT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "cddp/cddp.h"
+#include "trainer/model.h" /* cddp_param_info_t, cddp_grad_ready_fn */
+
+#define CDDP_GPT_VOCAB 256 /* bytes */
+
+typedef struct cddp_gpt_spec {
+  int n_layer;  /* blocks, 1..64 */
+  int n_head;   /* heads; must divide d_model */
+  int d_model;  /* embedding width C */
+  int context;  /* T: the longest sequence (positions of wpe) */
+  int vocab;    /* 2..256; tokens are bytes < vocab (256 for the byte-level model) */
+} cddp_gpt_spec_t;
+
+typedef struct cddp_gpt cddp_gpt_t;
+
+/* Validates the spec (one cddp__fail line naming the bad field) and sizes the activations for
+ * up to max_batch sequences of context tokens. */
+cddp_result_t cddp__gpt_create(const cddp_gpt_spec_t *spec, int max_batch, cddp_gpt_t **out);
+void cddp__gpt_destroy(cddp_gpt_t *m);
+const cddp_gpt_spec_t *cddp__gpt_spec(const cddp_gpt_t *m);
+size_t cddp__gpt_param_count(const cddp_gpt_t *m);
+int cddp__gpt_n_params(const cddp_gpt_t *m); /* number of tensors */
+const cddp_param_info_t *cddp__gpt_param(const cddp_gpt_t *m, int i);
+/* GEMM FLOPs of one token's forward + backward at T = context (attention counted over the
+ * full T x T, as computed). */
+double cddp__gpt_flops_per_token(const cddp_gpt_t *m);
+
+/* The model computes over buffers the caller owns. */
+void cddp__gpt_bind(cddp_gpt_t *m, float *params, float *grads);
+/* GPT-2's init from a deterministic generator (splitmix64 + Box-Muller) seeded by seed: every
+ * weight ~ N(0, 0.02) (wte, wpe, c_attn, c_fc), the residual projections (attn.c_proj,
+ * mlp.c_proj) ~ N(0, 0.02 / sqrt(2 n_layer)), biases 0, LayerNorm weight 1 and bias 0. */
+void cddp__gpt_init_params(cddp_gpt_t *m, uint64_t seed);
+
+/* Forward of B sequences of T tokens (tokens [B,T] row-major, T <= context, B <= max_batch;
+ * both are copied). With targets [B,T] returns the SUM over the B*T positions of
+ * -log softmax(logits)[target] (the caller divides by the token count); a target >= vocab gives
+ * NAN. targets may be NULL (returns 0): only the logits are computed. B may be 0. A bad B, T
+ * or token (>= vocab) logs a warning and returns NAN. */
+double cddp__gpt_forward(cddp_gpt_t *m, const uint8_t *tokens, const uint8_t *targets, int B,
+                        int T);
+/* The logits [B, T, vocab] of the last forward (valid until the next backward). */
+const float *cddp__gpt_logits(const cddp_gpt_t *m);
+/* Backward of the last forward (which must have had targets): grads (+)= grad_scale *
+ * d(sum loss)/d(params); accumulate=0 overwrites, 1 adds. ready (may be NULL) is called each
+ * time grads[offset, param_count) is final, offsets strictly decreasing, the last call 0. */
+void cddp__gpt_backward(cddp_gpt_t *m, float grad_scale, int accumulate, cddp_grad_ready_fn ready,
+                       void *ready_ctx);
+
+#endif /* CDDP_TRAIN_GPT_H */

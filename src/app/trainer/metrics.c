@@ -1,0 +1,129 @@
+/* metrics.c - progress line, JSONL records and rates of a training run. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common/check.h"
+#include "common/clock.h"
+#include "trainer/metrics.h"
+
+static double now_s(void) { return (double)cddp__now_ns() * 1e-9; }
+
+/* Wall clock (Unix seconds): lets a log line be put next to outside events (a kill). */
+static double wall_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+cddp_result_t cddp__metrics_open(cddp_metrics_t *m, const char *jsonl_path, int append, int every) {
+  memset(m, 0, sizeof *m);
+  m->every = every > 0 ? every : 50;
+  m->live = isatty(STDERR_FILENO);
+  m->first_step = -1;
+  if (!jsonl_path) return CDDP_OK;
+  m->jsonl = fopen(jsonl_path, append ? "a" : "w");
+  if (!m->jsonl) return cddp__fail_errno(CDDP_SYSTEM, "cannot open metrics file %s", jsonl_path);
+  return CDDP_OK;
+}
+
+cddp_result_t cddp__metrics_reopen(cddp_metrics_t *m, const char *jsonl_path) {
+  if (m->jsonl) fclose(m->jsonl);
+  m->jsonl = fopen(jsonl_path, "a");
+  if (!m->jsonl) return cddp__fail_errno(CDDP_SYSTEM, "cannot open metrics file %s", jsonl_path);
+  return CDDP_OK;
+}
+
+cddp_result_t cddp__metrics_trim(const char *path, int64_t step, int64_t *last) {
+  char tmp[4200], line[1024];
+  int64_t high = -1;
+  if (last) *last = -1;
+  FILE *in = fopen(path, "r");
+  if (!in) return errno == ENOENT ? CDDP_OK : cddp__fail_errno(CDDP_SYSTEM, "cannot read %s", path);
+  snprintf(tmp, sizeof tmp, "%s.tmp", path);
+  FILE *out = fopen(tmp, "w");
+  while (out && fgets(line, sizeof line, in)) {
+    const char *k = strstr(line, "\"step\":");
+    long long s = k ? strtoll(k + 7, NULL, 10) : -1;
+    if (k && !strstr(line, "\"eval\"") && s > high) high = s;
+    if (!k || s <= step) fputs(line, out);
+  }
+  fclose(in);
+  if (!out || fclose(out) != 0 || rename(tmp, path) != 0) return cddp__fail_errno(CDDP_SYSTEM, "cannot rewrite %s", path);
+  if (last) *last = high;
+  return CDDP_OK;
+}
+
+static void fmt_eta(double s, char *buf, size_t cap) {
+  long t = s > 0 && s < 1e7 ? (long)(s + 0.5) : 0;
+  if (t >= 3600) snprintf(buf, cap, "%ld:%02ld:%02ld", t / 3600, t / 60 % 60, t % 60);
+  else snprintf(buf, cap, "%ld:%02ld", t / 60, t % 60);
+}
+
+void cddp__metrics_step(cddp_metrics_t *m, const cddp_step_record_t *r) {
+  double t = now_s();
+  if (m->first_step < 0) m->first_step = r->step - 1, m->started_s = t - r->step_s;
+  m->steps++;
+  m->samples += r->samples;
+  m->comm_s += r->comm_s;
+  m->step_s += r->step_s;
+  double rate = r->step_s > 0 ? r->samples / r->step_s : 0;
+  if (m->jsonl) {
+    fprintf(m->jsonl,
+            "{\"step\":%lld,\"epoch\":%llu,\"loss\":%.7g,\"lr\":%.7g,\"grad_norm\":%.7g,"
+            "\"samples\":%d,\"samples_per_s\":%.1f,\"tokens_per_s\":%.1f,\"step_ms\":%.3f,\"compute_ms\":%.3f,"
+            "\"comm_ms\":%.3f,\"data_ms\":%.3f,\"bytes_sent\":%llu,\"compression\":%.2f,\"time\":%.3f}\n",
+            (long long)r->step, (unsigned long long)r->epoch + 1, r->loss, r->lr, r->grad_norm,
+            r->samples, rate, rate * (r->units > 0 ? r->units : 1), r->step_s * 1e3, r->compute_s * 1e3, r->comm_s * 1e3,
+            r->data_s * 1e3, (unsigned long long)r->bytes_sent, r->compression, wall_s());
+    /* fflush, not fsync: a crash may lose the last lines, never the checkpoints */
+    fflush(m->jsonl);
+    double avg = cddp__metrics_rate(m);
+    double per_step = (t - m->started_s) / (double)(r->step - m->first_step);
+    char eta[32];
+    fmt_eta(per_step * (double)(r->total - r->step), eta, sizeof eta);
+    int show = m->live || r->step % m->every == 0 || r->step == r->total;
+    if (show) {
+      int tokens = r->units > 1;
+      fprintf(stderr, "%sepoch %llu/%d  step %lld/%lld  loss %.4f  lr %.4g  %.0f %s/s  ETA %s%s",
+              m->live ? "\r" : "", (unsigned long long)r->epoch + 1, r->epochs, (long long)r->step,
+              (long long)r->total, r->loss, r->lr, tokens ? avg * r->units : avg, tokens ? "tokens" : "samples",
+              eta, m->live ? "\033[K" : "\n");
+      m->pending_newline = m->live;
+    }
+  }
+}
+
+void cddp__metrics_eval(cddp_metrics_t *m, uint64_t epoch, int epoch_end, int64_t step, double accuracy,
+                       double loss, int samples) {
+  if (!m->jsonl) return;
+  fprintf(m->jsonl, "{\"eval\":true,\"epoch\":%llu,\"step\":%lld,\"accuracy\":%.6f,\"loss\":%.7g,\"samples\":%d}\n",
+          (unsigned long long)epoch + 1, (long long)step, accuracy, loss, samples);
+  fflush(m->jsonl);
+  cddp__metrics_break_line(m);
+  char when[96];
+  if (epoch_end) snprintf(when, sizeof when, "epoch %llu (step %lld)", (unsigned long long)epoch + 1, (long long)step);
+  else snprintf(when, sizeof when, "step %lld (in epoch %llu)", (long long)step, (unsigned long long)epoch + 1);
+  fprintf(stderr, "eval after %s: test accuracy %.4f  loss %.4f  (%d samples)\n", when, accuracy, loss, samples);
+}
+
+double cddp__metrics_rate(const cddp_metrics_t *m) {
+  return m->step_s > 0 ? (double)m->samples / m->step_s : 0;
+}
+
+double cddp__metrics_comm_fraction(const cddp_metrics_t *m) {
+  return m->step_s > 0 ? m->comm_s / m->step_s : 0;
+}
+
+void cddp__metrics_break_line(cddp_metrics_t *m) {
+  if (m->pending_newline) fputc('\n', stderr);
+  m->pending_newline = 0;
+}
+
+void cddp__metrics_close(cddp_metrics_t *m) {
+  cddp__metrics_break_line(m);
+  if (m->jsonl) fclose(m->jsonl);
+  m->jsonl = NULL;
+}

@@ -1,0 +1,105 @@
+/* task_image.c - the image task: Fashion-MNIST (data.c) and the MLP / CNN (model.c). */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "common/check.h"
+#include "trainer/data.h"
+#include "trainer/task.h"
+
+#define EVAL_BATCH 500
+
+typedef struct image_task {
+  cddp_task_t base;
+  cddp_dataset_t train, test;
+  cddp_model_t *model;
+  float *x;
+  uint8_t *y;
+} image_task_t;
+
+static size_t param_count(cddp_task_t *t) { return cddp__model_param_count(((image_task_t *)t)->model); }
+static int n_params(cddp_task_t *t) { return cddp__model_n_params(((image_task_t *)t)->model); }
+static const cddp_param_info_t *param(cddp_task_t *t, int i) { return cddp__model_param(((image_task_t *)t)->model, i); }
+static void bind(cddp_task_t *t, float *p, float *g) { cddp__model_bind(((image_task_t *)t)->model, p, g); }
+static void init_params(cddp_task_t *t, uint64_t seed) { cddp__model_init_params(((image_task_t *)t)->model, seed); }
+
+static void gather(cddp_task_t *t, const uint32_t *idx, int n) {
+  image_task_t *m = (image_task_t *)t;
+  cddp__dataset_gather(&m->train, idx, n, m->x, m->y);
+}
+
+static double forward(cddp_task_t *t, int n) {
+  image_task_t *m = (image_task_t *)t;
+  return cddp__model_forward(m->model, m->x, m->y, n, NULL);
+}
+
+static void backward(cddp_task_t *t, float scale, int accumulate, cddp_grad_ready_fn ready, void *ctx) {
+  cddp__model_backward(((image_task_t *)t)->model, scale, accumulate, ready, ctx);
+}
+
+static void eval(cddp_task_t *t, size_t lo, size_t hi, double acc[2]) {
+  image_task_t *m = (image_task_t *)t;
+  size_t d = (size_t)m->test.c * m->test.h * m->test.w;
+  for (size_t i = lo; i < hi; i += EVAL_BATCH) {
+    int n = (int)CDDP_MIN((size_t)EVAL_BATCH, hi - i), correct = 0;
+    acc[1] += cddp__model_forward(m->model, m->test.x + i * d, m->test.y + i, n, &correct);
+    acc[0] += correct;
+  }
+}
+
+static void destroy(cddp_task_t *t) {
+  image_task_t *m = (image_task_t *)t;
+  cddp__model_destroy(m->model);
+  cddp__dataset_free(&m->train);
+  cddp__dataset_free(&m->test);
+  free(m->x), free(m->y);
+  free(m);
+}
+
+static const cddp_task_ops_t image_ops = {param_count, n_params, param, bind, init_params,
+                                          gather, forward, backward, eval, destroy};
+
+typedef struct load_job {
+  cddp_dataset_t *d;
+  const char *dir;
+  cddp_result_t r;
+  char err[512];
+} load_job_t;
+
+/* The test set loads on its own thread while the training set loads: a replacement worker
+ * (in-place recovery) has every core to itself while the survivors wait for it. */
+static void *load_test(void *arg) {
+  load_job_t *j = arg;
+  j->r = cddp__dataset_load_fmnist(j->d, j->dir, "test");
+  if (j->r != CDDP_OK) snprintf(j->err, sizeof j->err, "%s", cddp_last_error());
+  return NULL;
+}
+
+cddp_result_t cddp__task_image_create(const cddp_train_config_t *c, int micro, cddp_task_t **out) {
+  image_task_t *m = calloc(1, sizeof *m);
+  if (!m) return cddp__fail(CDDP_SYSTEM, "out of memory");
+  m->base = (cddp_task_t){&image_ops, c->model.kind == CDDP_MODEL_CNN ? "CNN" : "MLP", 0, 0, 1, "samples", 1};
+  load_job_t job = {&m->test, c->data_dir, CDDP_OK, ""};
+  pthread_t th;
+  int threaded = pthread_create(&th, NULL, load_test, &job) == 0;
+  if (!threaded) load_test(&job);
+  cddp_result_t r = cddp__dataset_load_fmnist(&m->train, c->data_dir, "train");
+  if (threaded) pthread_join(th, NULL);
+  if (r == CDDP_OK && job.r != CDDP_OK) r = cddp__fail(job.r, "%s", job.err);
+  if (r == CDDP_OK) r = cddp__model_create(&c->model, CDDP_MAX(micro, EVAL_BATCH), &m->model);
+  size_t d = (size_t)m->train.c * m->train.h * m->train.w;
+  if (r == CDDP_OK && (!(m->x = malloc((size_t)micro * d * sizeof(float))) || !(m->y = malloc((size_t)micro))))
+    r = cddp__fail(CDDP_SYSTEM, "out of memory");
+  if (r != CDDP_OK) {
+    destroy(&m->base);
+    return r;
+  }
+  m->base.n_train = m->train.n, m->base.n_eval = m->test.n;
+  *out = &m->base;
+  return CDDP_OK;
+}
+
+cddp_result_t cddp__task_create(const cddp_train_config_t *c, int micro, cddp_task_t **out) {
+  if (c->model.kind == CDDP_MODEL_GPT) return cddp__task_gpt_create(c, micro, out);
+  return cddp__task_image_create(c, micro, out);
+}

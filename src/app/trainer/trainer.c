@@ -1,0 +1,338 @@
+/* trainer.c - the training loop of `cddp train`: micro-steps with gradient accumulation,
+ * bucketed all-reduce overlapped with the last micro-step's backward, optimizer step,
+ * checkpoints, sharded evaluation, agreed stop on SIGTERM. */
+#include <cblas.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/check.h"
+#include "common/clock.h"
+#include "common/log.h"
+#include "cddp/ckpt.h"
+#include "trainer/trainer.h"
+
+volatile sig_atomic_t cddp__train_stop = 0;
+
+volatile sig_atomic_t cddp__train_recovering = 0;
+/* At a step boundary the loop saves a checkpoint and stops. While re-forming there is no step
+ * to finish and the peers it waits for may never come: it leaves at once, and the newest
+ * checkpoint is where `--resume-from latest` goes on. */
+static void on_stop(int sig) {
+  if (cddp__train_recovering) _exit(128 + sig);
+  cddp__train_stop = sig;
+}
+
+static double secs(uint64_t ns) { return (double)ns * 1e-9; }
+
+/* One line on stderr naming the cause, prefixed like every cddp train message. */
+static void say(const char *what) { fprintf(stderr, "cddp train: %s\n", what); }
+
+static cddp_result_t evaluate(trainer_t *t, uint64_t epoch, int epoch_end) {
+  size_t n = t->task->n_eval, lo = n * (size_t)t->rank / (size_t)t->world,
+         hi = n * (size_t)(t->rank + 1) / (size_t)t->world;
+  double acc[2] = {0, 0}; /* correct, loss sum */
+  t->task->ops->eval(t->task, lo, hi, acc);
+  CDDP_CHECK(cddp_allreduce(t->w.comm, acc, acc, 2, CDDP_F64, CDDP_SUM));
+  double units = (double)n * t->task->units;
+  cddp__metrics_eval(&t->metrics, epoch, epoch_end, t->step, t->task->has_accuracy ? acc[0] / units : -1, acc[1] / units, (int)n);
+  return CDDP_OK;
+}
+
+static void log_samples(trainer_t *t, const uint32_t *idx, int n) {
+  for (int k = 0; k < n; k++)
+    fprintf(t->sample_log, "%" PRIu64 " %" PRId64 " %u\n", t->sampler.epoch, t->step + 1, idx[k]);
+}
+
+/* Accumulation adds each later micro-step's gradient, written to scratch, into grads as
+ * backward finishes it: grads = g0 + g1 + ... rounded exactly as the all-reduce of the same
+ * micro-batches on more ranks would round them, so 1 rank and 2 ranks train the same bits. */
+static void add_ready(void *ctx, size_t offset) {
+  trainer_t *t = ctx;
+  float *restrict g = t->grads;
+  const float *restrict s = t->scratch;
+  for (size_t i = offset; i < t->added_to; i++) g[i] += s[i];
+  t->added_to = offset;
+  if (t->ddp_after_add) cddp_ddp_grad_ready(t->ddp, offset);
+}
+
+/* One optimizer step: accum micro-steps, the last one's backward overlapped with the
+ * all-reduce. Returns the step's record; *stop is the ranks' joint decision to stop. */
+static cddp_result_t train_step(trainer_t *t, cddp_step_record_t *rec, int *stop, int *reform) {
+  uint64_t t0 = cddp__now_ns(), data_ns = 0, comm_ns = 0;
+  int micro = t->cfg.micro_batch, batch = cddp__sampler_batch_size(&t->sampler);
+  double units = (double)batch * t->task->units; /* loss terms in the global batch */
+  float scale = (float)(1.0 / units); /* SUM over ranks of (sum over terms)/units = the mean */
+  /* loss sum, stop votes, votes to re-form at this step's end (a node waits to be taken in) */
+  double stats[3] = {0, cddp__train_stop ? 1 : 0, cddp_world_should_reform(&t->w) ? 1 : 0};
+  rec->epoch = t->sampler.epoch;
+  for (int j = 0; j < t->accum; j++) {
+    uint64_t td = cddp__now_ns();
+    int n = cddp__sampler_micro(&t->sampler, t->rank, t->world, j, micro, t->idx);
+    t->task->ops->gather(t->task, t->idx, n);
+    if (t->sample_log) log_samples(t, t->idx, n), fflush(t->sample_log); /* a SIGKILL keeps them */
+    data_ns += cddp__now_ns() - td;
+    int last = j == t->accum - 1;
+    if (last) cddp_ddp_begin(t->ddp);
+    /* micro-steps after the first write their own gradient and add it (see add_ready) */
+    t->task->ops->bind(t->task, t->params, j == 0 ? t->grads : t->scratch);
+    stats[0] += t->task->ops->forward(t->task, n);
+    if (j == 0) {
+      t->task->ops->backward(t->task, scale, 0, last ? cddp_ddp_grad_ready : NULL, t->ddp);
+    } else {
+      t->added_to = t->n_params;
+      t->ddp_after_add = last;
+      t->task->ops->backward(t->task, scale, 0, add_ready, t);
+    }
+  }
+  uint64_t tc = cddp__now_ns();
+  CDDP_CHECK(cddp_ddp_finish(t->ddp));
+  CDDP_CHECK(cddp_allreduce(t->w.comm, stats, stats, 3, CDDP_F64, CDDP_SUM));
+  comm_ns = cddp__now_ns() - tc;
+  float lr = cddp__sched_lr(&t->sched, t->step);
+  rec->grad_norm = cddp__optim_step(&t->opt, t->params, t->grads, lr);
+  cddp__sampler_advance(&t->sampler);
+  t->step++;
+  uint64_t dt = cddp__now_ns() - t0;
+  rec->step = t->step, rec->total = t->total_steps, rec->epochs = t->epochs;
+  rec->loss = stats[0] / units, rec->lr = lr, rec->samples = batch, rec->units = t->task->units;
+  rec->step_s = secs(dt), rec->comm_s = secs(comm_ns), rec->data_s = secs(data_ns);
+  rec->compute_s = secs(dt - comm_ns - data_ns);
+  cddp_ddp_stats_t st;
+  cddp_ddp_stats(t->ddp, &st, 1);
+  rec->bytes_sent = st.wire_bytes;
+  rec->compression = st.bytes ? (double)t->n_params * sizeof(float) / (double)st.bytes : 1.0;
+  *stop = stats[1] > 0;
+  *reform = stats[2] > 0;
+  return CDDP_OK;
+}
+
+/* A collective of the set-up: a peer lost meanwhile (recoverable under --restart-mode replace)
+ * sets *lost and is not an error here; anything else is returned. */
+static cddp_result_t tolerate_lost_peer(const trainer_t *t, cddp_result_t r, int *lost) {
+  if (r == CDDP_OK || !cddp__train_recoverable(t, r)) return r;
+  *lost = 1;
+  return CDDP_OK;
+}
+
+static cddp_result_t setup(trainer_t *t) {
+  cddp_train_config_t *c = &t->cfg;
+  /* these two fail alike on every rank: only rank 0 need say so */
+  int replacement = cddp_world_replacement(&t->w); /* its peers are mid-run: only the state sync */
+  /* a peer lost during the first start's collectives (--restart-mode replace): the rest of
+   * the set-up is local, then this rank recovers as it would mid-run (from disk or the init
+   * when no rank got as far as holding the state) instead of dying and costing a restart */
+  int lost = 0;
+  t->same_error_everywhere = 1;
+  if (!replacement) CDDP_CHECK(tolerate_lost_peer(t, cddp__train_check_configs(t), &lost));
+  CDDP_CHECK(cddp__train_batch_split(t));
+  t->same_error_everywhere = 0;
+  int threads = cddp__train_blas_threads(t);
+  openblas_set_num_threads(threads);
+  CDDP_CHECK(cddp__train_make_run_dir(t));
+  CDDP_CHECK(cddp__task_create(c, c->micro_batch, &t->task));
+  t->n_params = t->task->ops->param_count(t->task);
+  t->params = aligned_alloc(64, (t->n_params * sizeof(float) + 63) / 64 * 64);
+  t->idx = malloc((size_t)c->micro_batch * sizeof *t->idx);
+  if (!t->params || !t->idx) return cddp__fail(CDDP_SYSTEM, "out of memory");
+  t->overlap = cddp__train_overlap(t, threads);
+  CDDP_CHECK(cddp__optim_init(&t->opt, &c->optim, t->n_params)); /* before the DDP: sign + vsync writes its v */
+  if (!lost) CDDP_CHECK(tolerate_lost_peer(t, cddp__train_make_ddp(t), &lost)); /* no ddp: recovery builds it */
+  if (t->accum > 1 && !(t->scratch = aligned_alloc(64, (t->n_params * sizeof(float) + 63) / 64 * 64)))
+    return cddp__fail(CDDP_SYSTEM, "out of memory");
+  t->task->ops->bind(t->task, t->params, t->grads);
+  t->task->ops->init_params(t->task, c->seed);
+  CDDP_CHECK(cddp__sampler_init(&t->sampler, c->seed, t->task->n_train, c->global_batch, c->drop_last));
+  int64_t per_epoch = cddp__sampler_steps_per_epoch(&t->sampler);
+  t->total_steps = c->max_steps > 0 ? c->max_steps : per_epoch * c->epochs;
+  t->epochs = (int)((t->total_steps + per_epoch - 1) / (per_epoch > 0 ? per_epoch : 1));
+  t->sched = (cddp_sched_spec_t){c->sched, cddp__train_scaled_lr(c), c->min_lr, c->warmup_steps, t->total_steps};
+  CDDP_CHECK(cddp__sched_check(&t->sched));
+  int resumed = replacement; /* a replacement appends to the dead rank's files */
+  if (!replacement && !lost) /* every rank starts from rank 0's parameters, as DDP does */
+    CDDP_CHECK(tolerate_lost_peer(t, cddp_ddp_broadcast(t->ddp, t->params, 0), &lost));
+  if (!replacement && !lost) {
+    CDDP_CHECK(cddp__train_restore(t, t->opts->resume, NULL, &resumed));
+    t->has_state = 1;
+  }
+  char path[700];
+  snprintf(path, sizeof path, "%s/metrics.jsonl", t->run_dir);
+  /* resumed from a checkpoint: the lines of later steps go, as they are trained again */
+  if (t->rank == 0 && resumed && !replacement) CDDP_CHECK(cddp__metrics_trim(path, t->step, NULL));
+  CDDP_CHECK(cddp__metrics_open(&t->metrics, t->rank == 0 ? path : NULL, resumed, c->log_every));
+  if (c->sample_log) {
+    snprintf(path, sizeof path, "%s/samples/rank%d.txt", t->run_dir, t->rank);
+    t->sample_log = fopen(path, resumed ? "a" : "w");
+    if (!t->sample_log) return cddp__fail_errno(CDDP_SYSTEM, "cannot open sample log %s", path);
+  }
+  /* only now: a start that failed (a bad --resume-from, no data) leaves the folder's config as it was */
+  if (t->rank == 0 && !replacement && !t->refused[0]) CDDP_CHECK(cddp__train_write_config(t));
+  cddp__train_publish_worlds(t);
+  /* a first start that formed late (cddp_world_replacement) still opens the job's log */
+  if (t->rank == 0 && !t->w.env.replacement)
+    fprintf(stderr,
+            "cddp train: %s, %zu parameters; world %d (%s), global batch %d = micro %d x %d ranks x %d accumulation; "
+            "lr %.4g (%s scaling from batch %d); %" PRId64 " steps (%" PRId64 "/epoch); %d BLAS thread(s)/rank; "
+            "all-reduce %s; run %s\n",
+            t->task->name, t->n_params, t->world, cddp_comm_transport(t->w.comm),
+            c->global_batch, c->micro_batch, t->world, t->accum, t->sched.lr,
+            c->lr_scaling == CDDP_LR_SCALE_NONE ? "no" : c->lr_scaling == CDDP_LR_SCALE_LINEAR ? "linear" : "sqrt",
+            c->ref_batch > 0 ? c->ref_batch : c->global_batch, t->total_steps, per_epoch, threads,
+            t->overlap ? "overlapped with backward" : "after backward", t->run_dir);
+  if (replacement) return cddp__train_join_as_replacement(t);
+  if (lost) {
+    CDDP_INFO(CDDP_SUB_TRAIN, "a peer was lost while the job started (%s): recovering", cddp_last_error());
+    return cddp__train_recover(t, cddp__now_ns());
+  }
+  return CDDP_OK;
+}
+
+static void teardown(trainer_t *t, int clean) {
+  if (t->sample_log) fclose(t->sample_log);
+  cddp__metrics_close(&t->metrics);
+  cddp_ddp_destroy(t->ddp);
+  cddp__optim_free(&t->opt);
+  cddp__sampler_free(&t->sampler);
+  if (t->task) t->task->ops->destroy(t->task);
+  free(t->params), free(t->scratch), free(t->idx);
+  cddp_world_leave(&t->w, clean);
+}
+
+/* rank 0's last line: this process's own steps (a resumed run's earlier ones are not), its
+ * wall time, and the rate over the training steps alone (no start-up, checkpoints, evaluation) */
+static void say_done(trainer_t *t) {
+  const cddp_metrics_t *m = &t->metrics;
+  int64_t from = m->first_step >= 0 ? m->first_step : t->step, redone = m->steps - (t->step - from);
+  char span[128] = "";
+  if (from > 0 && redone > 0)
+    snprintf(span, sizeof span, " (steps %" PRId64 "-%" PRId64 " of %" PRId64 ", %" PRId64 " redone)", from + 1, t->step,
+             t->total_steps, redone);
+  else if (from > 0)
+    snprintf(span, sizeof span, " (steps %" PRId64 "-%" PRId64 " of %" PRId64 ")", from + 1, t->step, t->total_steps);
+  else if (redone > 0)
+    snprintf(span, sizeof span, " (%" PRId64 " redone)", redone);
+  printf("cddp train: done: %" PRId64 " steps%s in %.1f s, %.2f s of it in training steps at %.0f %s/s; exposed "
+         "communication %.1f%% of step time; checkpoint %s\n",
+         m->steps, span, secs(cddp__now_ns() - t->t_start), m->step_s, cddp__metrics_rate(m) * t->task->units,
+         t->task->units > 1 ? "tokens" : "samples", 100 * cddp__metrics_comm_fraction(m), t->last_ckpt);
+}
+
+static int run_loop(trainer_t *t) {
+  int stop = 0, reform = 0;
+  while (t->step < t->total_steps && !stop) {
+    cddp_step_record_t rec = {0};
+    uint64_t epoch_before = t->sampler.epoch;
+    if (reform) { /* every rank voted on it in the last step: re-form at this boundary */
+      reform = 0;
+      cddp_result_t rr = cddp__train_reform(t);
+      if (rr != CDDP_OK) {
+        cddp__metrics_break_line(&t->metrics);
+        if (t->w.gone == 1) fprintf(stderr, "cddp train: rank %d: %s\n", t->rank, cddp_last_error());
+        else if (t->w.gone) fprintf(stderr, "cddp train: %s\n", cddp_last_error());
+        else fprintf(stderr, "cddp train: rank %d: re-forming after step %" PRId64 ": %s\n", t->rank, t->step,
+                     cddp_last_error());
+        return 1;
+      }
+    }
+    cddp_result_t r = train_step(t, &rec, &stop, &reform);
+    if (r != CDDP_OK && cddp__train_recoverable(t, r)) {
+      uint64_t t_fail = cddp__now_ns();
+      char why[512];
+      snprintf(why, sizeof why, "%s", cddp_last_error());
+      CDDP_INFO(CDDP_SUB_TRAIN, "step %" PRId64 " failed (%s): recovering in place", t->step + 1, why);
+      if (cddp__train_recover(t, t_fail) == CDDP_OK) continue; /* redo the interrupted step */
+      cddp__metrics_break_line(&t->metrics);
+      if (t->w.gone) { /* dropped, or the job stops: the one line that says why */
+        if (t->w.gone == 1) fprintf(stderr, "cddp train: rank %d: %s\n", t->rank, cddp_last_error());
+        else fprintf(stderr, "cddp train: %s\n", cddp_last_error());
+        return 1;
+      }
+      fprintf(stderr, "cddp train: rank %d: step %" PRId64 ": %s; in-place recovery failed: %s\n", t->rank,
+              t->step + 1, why, cddp_last_error());
+      return 1;
+    }
+    if (r != CDDP_OK) {
+      cddp__metrics_break_line(&t->metrics);
+      fprintf(stderr, "cddp train: rank %d: step %" PRId64 ": %s\n", t->rank, t->step + 1, cddp_last_error());
+      if (cddp__train_stop && cddp__train_save(t, 0) == CDDP_OK && t->rank == 0)
+        fprintf(stderr, "cddp train: saved %s before stopping\n", t->last_ckpt);
+      return cddp__train_stop ? 128 + (int)cddp__train_stop : 1;
+    }
+    cddp__metrics_step(&t->metrics, &rec);
+    int epoch_done = t->sampler.epoch != epoch_before || t->step == t->total_steps;
+    int due = (t->cfg.ckpt_every > 0 && t->step % t->cfg.ckpt_every == 0) || t->step == t->total_steps || stop;
+    if (due && cddp__train_save(t, 1) != CDDP_OK) {
+      cddp__metrics_break_line(&t->metrics);
+      fprintf(stderr, "cddp train: rank 0: checkpoint at step %" PRId64 ": %s\n", t->step, cddp_last_error());
+      return 1;
+    }
+    int eval = (epoch_done && t->cfg.eval_every_epoch) || t->step == t->total_steps;
+    int epoch_end = t->sampler.epoch != epoch_before;
+    cddp_result_t er = eval && !stop ? evaluate(t, epoch_before, epoch_end) : CDDP_OK;
+    while (er != CDDP_OK && cddp__train_recoverable(t, er) && (er = cddp__train_recover(t, cddp__now_ns())) == CDDP_OK)
+      er = evaluate(t, epoch_before, epoch_end); /* every survivor failed in it: all redo it */
+    if (er != CDDP_OK) {
+      if (t->w.gone) fprintf(stderr, "cddp train: %s\n", cddp_last_error());
+      else fprintf(stderr, "cddp train: rank %d: evaluation: %s\n", t->rank, cddp_last_error());
+      return 1;
+    }
+  }
+  if (reform && !stop && cddp__train_reform(t) != CDDP_OK) { /* a node came at the last step: it ends with us */
+    cddp__metrics_break_line(&t->metrics);
+    fprintf(stderr, "cddp train: rank %d: re-forming after the last step: %s\n", t->rank, cddp_last_error());
+    return 1;
+  }
+  cddp__metrics_break_line(&t->metrics);
+  if (stop) {
+    if (t->rank == 0)
+      fprintf(stderr, "cddp train: stopped by signal at step %" PRId64 "; resume with --resume-from latest (saved %s)\n",
+              t->step, t->last_ckpt);
+    return 128 + (cddp__train_stop ? (int)cddp__train_stop : SIGTERM);
+  }
+  if (t->rank == 0) say_done(t);
+  return 0;
+}
+
+int cddp__train_main(const cddp_train_opts_t *o) {
+  trainer_t *t = calloc(1, sizeof *t);
+  if (!t) return 1;
+  t->opts = o;
+  t->t_start = cddp__now_ns();
+  if (cddp__config_load(&t->cfg, o->config_path, o->sets, o->n_sets) != CDDP_OK) {
+    say(cddp_last_error());
+    free(t);
+    return 2;
+  }
+  cddp_comm_config_t cc;
+  cddp_comm_config_default(&cc);
+  if (o->backend) cc.backend = o->backend;
+  if (o->transport) cc.transport = o->transport;
+  if (cddp_world_join(&t->w, &cc) != CDDP_OK) {
+    say(cddp_last_error());
+    int rc = t->w.gone == 3 ? 0 : 1; /* a newcomer that came after the last step: nothing to do */
+    free(t);
+    return rc;
+  }
+  t->rank = t->w.rank, t->world = t->w.world;
+  struct sigaction sa = {.sa_handler = on_stop};
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGTERM, &sa, NULL);
+  sigaction(SIGINT, &sa, NULL);
+  int rc;
+  cddp_result_t r = setup(t);
+  if (r != CDDP_OK) {
+    /* an error every rank shares is said once: by rank 0, and under `cddp run` also by each
+     * node's local rank 0, as each agent's log is its own (srun and mpirun merge theirs) */
+    int node_says = t->w.env.source == CDDP_ENV_AGENT && t->w.env.local_rank == 0;
+    if (t->rank == 0 || node_says || !t->same_error_everywhere) say(cddp_last_error());
+    rc = r == CDDP_INVALID_ARG || r == CDDP_NOT_FOUND ? 2 : 1;
+  } else {
+    rc = run_loop(t);
+  }
+  teardown(t, rc == 0);
+  free(t);
+  return rc;
+}

@@ -1,0 +1,118 @@
+/* trainer.h - `cddp train` inside: the run's context shared by setup, state and loop. */
+#ifndef CDDP_TRAIN_TRAINER_H
+#define CDDP_TRAIN_TRAINER_H
+
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "cddp/ddp.h"
+#include "trainer/config.h"
+#include "trainer/data.h"
+#include "trainer/metrics.h"
+#include "trainer/model.h"
+#include "trainer/optim.h"
+#include "trainer/sampler.h"
+#include "trainer/task.h"
+
+typedef struct cddp_train_opts {
+  const char *config_path;
+  const char *const *sets; /* --set key=value, in order */
+  int n_sets;
+  const char *work_dir;    /* default "runs" */
+  const char *name;        /* default: the config file's base name; "auto": a new folder
+                              <config name>-<local time>, one name for the whole job */
+  const char *resume;      /* "latest", "none" or a checkpoint path; NULL = none */
+  const char *backend;     /* comm backend (native) */
+  const char *transport;   /* comm transport (auto, shm, tcp) */
+} cddp_train_opts_t;
+
+typedef struct trainer {
+  const cddp_train_opts_t *opts;
+  cddp_train_config_t cfg;
+  char run_dir[512];
+  cddp_world_t w;
+  int rank, world, accum;
+  cddp_task_t *task;   /* the data set and the model */
+  float *params, *grads;
+  float *scratch;  /* gradient of one accumulation micro-step (accum > 1) */
+  float *residuals; /* resume with ddp.compress sign: every rank's residual, read by rank 0 */
+  size_t added_to; /* scratch is added into grads at [added_to, n) */
+  int ddp_after_add;
+  int overlap;      /* buckets start during backward */
+  size_t n_params;
+  cddp_ddp_t *ddp;
+  cddp_optim_t opt;
+  cddp_sched_spec_t sched;
+  cddp_sampler_t sampler;
+  int64_t step, total_steps;
+  int epochs;       /* epochs the run's steps reach into: the progress line's total */
+  uint64_t t_start; /* monotonic ns when this process began: the done line's wall time */
+  cddp_metrics_t metrics;
+  FILE *sample_log;
+  uint32_t *idx;
+  int eval_batch;
+  char last_ckpt[600];
+  int same_error_everywhere; /* the failing check gives every rank the same verdict */
+  int has_state;    /* 0 in a replacement until a survivor sent it the run's state */
+  int recoveries;   /* in-place recoveries this process took part in */
+  char refused[720]; /* rank 0: why this fresh start may not use the run folder (it holds another
+                        run), said by the restore to every rank; "" = it may */
+} trainer_t;
+
+/* Set by SIGTERM/SIGINT; the ranks agree on it at each step's end. */
+extern volatile sig_atomic_t cddp__train_stop;
+/* 1 while re-forming after a failure or for a join: a stop signal then exits at once */
+extern volatile sig_atomic_t cddp__train_recovering;
+
+/* The whole run; returns the process exit status (0, 1 runtime, 2 bad input, 143 stopped). */
+int cddp__train_main(const cddp_train_opts_t *o);
+
+/* train_setup.c */
+cddp_result_t cddp__train_check_configs(trainer_t *t);   /* every rank's config equals rank 0's */
+cddp_result_t cddp__train_batch_split(trainer_t *t);     /* accumulation steps for this world */
+int cddp__train_blas_threads(const trainer_t *t);
+/* ddp.overlap resolved: auto overlaps unless the all-reduce would only steal a busy core. */
+int cddp__train_overlap(const trainer_t *t, int threads);
+/* Names the run folder (--name, "auto", the config's name) and creates it on rank 0; a fresh
+ * first start into a folder that holds another run's checkpoints or metrics is noted in
+ * t->refused (the restore refuses it on every rank). */
+cddp_result_t cddp__train_make_run_dir(trainer_t *t);
+/* Rank 0, once the start succeeded: the resolved config as RUN_DIR/config.yaml. */
+cddp_result_t cddp__train_write_config(const trainer_t *t);
+float cddp__train_scaled_lr(const cddp_train_config_t *c);
+/* The DDP object on the current communicator (its gradient buffer is comm memory), with
+ * ddp.overlap and ddp.compress applied. */
+cddp_result_t cddp__train_make_ddp(trainer_t *t);
+
+/* train_state.c */
+/* Collective when ddp.compress is sign and healthy (the residuals are gathered); rank 0
+ * writes. healthy = 0 after a failed step: no collective, no residuals. */
+cddp_result_t cddp__train_save(trainer_t *t, int healthy);
+/* Restores from `want` (a checkpoint path, "latest", "none" or NULL; rank 0 reads, every rank
+ * receives). "latest" with no checkpoint in the run yet loads `origin` when it is not NULL.
+ * *resumed = 1 when state came from a checkpoint. Rank 0's failure (or t->refused) is every
+ * rank's: each returns its error text and sets t->same_error_everywhere. */
+cddp_result_t cddp__train_restore(trainer_t *t, const char *want, const char *origin, int *resumed);
+/* Keeps the lines of steps <= step in one sample log ("epoch step index" per line), so the
+ * logs list the samples of committed steps exactly once. NOT_FOUND when there is no file. */
+cddp_result_t cddp__train_trim_sample_log(const char *path, int64_t step);
+
+/* train_recover.c (cddp run --restart-mode replace) */
+/* r is a failure in-place recovery can repair (a peer died) and this job supports it. */
+int cddp__train_recoverable(const trainer_t *t, cddp_result_t r);
+/* After a collective failed at t_fail (monotonic ns): re-forms the world with the dead rank's
+ * replacement, rebuilds the ddp, takes the state of the rank that got furthest, trims this
+ * rank's sample log to the committed steps. The caller then redoes the interrupted step. */
+cddp_result_t cddp__train_recover(trainer_t *t, uint64_t t_fail);
+/* A node was taken in (cddp_world_should_reform, agreed in the step's stats): after the step
+ * committed, every rank re-forms into the new generation, re-derives accumulation, and the
+ * newcomers receive the state; no step is redone. */
+cddp_result_t cddp__train_reform(trainer_t *t);
+/* Rank 0 lists the world sizes the global batch splits over in the job's store
+ * (elastic/worlds), so the agents take in only joiners that keep it splittable. */
+void cddp__train_publish_worlds(trainer_t *t);
+/* A replacement process, after setup: receives the state from a survivor. */
+cddp_result_t cddp__train_join_as_replacement(trainer_t *t);
+
+#endif /* CDDP_TRAIN_TRAINER_H */

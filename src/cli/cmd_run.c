@@ -1,5 +1,0 @@
-/* cmd_run.c - `cddp run`: the torchrun-style launcher (src/run/agent.c does the work). */
-#include "cli/commands.h"
-#include "run/agent.h"
-
-int cddp_cmd_run(int argc, char **argv) { return cddp__run_main(argc, argv); }

@@ -1,0 +1,242 @@
+/* world.c - a worker joins its job: environment -> store -> communicator, leaves it, and
+ * re-forms it in place after a peer or a whole node died (cddp run --restart-mode replace). */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cddp/ddp.h"
+#include "common/check.h"
+#include "common/clock.h"
+#include "common/knobs.h"
+#include "common/log.h"
+#include "world/elastic.h"
+
+#define FENCE_SLICE_MS 250 /* how often the fence looks at its stop flag */
+
+/* A thread with its own store connection: when a generation past the one w->comm belongs to
+ * is announced, it aborts w->comm, so every blocked collective returns ABORTED at once (a
+ * frozen or cut-off peer would otherwise hold it until the comm's timeout). A join
+ * generation (nobody lost: "join node ...") only raises join_gen: the ranks agree to re-form
+ * at a step boundary (cddp_world_should_reform). */
+struct cddp__fence {
+  pthread_t th;
+  pthread_mutex_t mu; /* guards w->comm and w->env.gen against the main thread's changes */
+  cddp_store_t *store;
+  cddp_world_t *w;
+  int stop;
+  int64_t join_gen; /* the latest join generation seen (atomic) */
+};
+
+static int64_t fence_gen(struct cddp__fence *f) {
+  pthread_mutex_lock(&f->mu);
+  int64_t g = f->w->env.gen;
+  pthread_mutex_unlock(&f->mu);
+  return g;
+}
+
+/* 1 when elastic/gen/<g> announces a join only. */
+static int is_join(cddp_store_t *s, int64_t g) {
+  char key[64];
+  snprintf(key, sizeof key, "elastic/gen/%lld", (long long)g);
+  void *v = NULL;
+  size_t len = 0;
+  int j = cddp_store_get(s, key, &v, &len, 0) == CDDP_OK && cddp__gen_is_join(v, len);
+  free(v);
+  cddp__clear_error();
+  return j;
+}
+
+static void *fence_main(void *arg) {
+  struct cddp__fence *f = arg;
+  int64_t seen = -1, base = -1; /* generations up to seen are known to be joins past base */
+  while (!__atomic_load_n(&f->stop, __ATOMIC_ACQUIRE)) {
+    int64_t g = fence_gen(f);
+    if (g != base) base = g, seen = g; /* re-formed: start over past the new generation */
+    char key[64];
+    snprintf(key, sizeof key, "elastic/gen/%lld", (long long)seen + 1);
+    const char *k = key;
+    cddp_result_t r = cddp_store_wait(f->store, &k, 1, FENCE_SLICE_MS);
+    if (r == CDDP_TIMEOUT) continue;
+    if (r != CDDP_OK) break; /* the store is gone: the job is over */
+    if (is_join(f->store, seen + 1)) { /* not a failure: re-form at the next step boundary */
+      seen++;
+      __atomic_store_n(&f->join_gen, seen, __ATOMIC_RELEASE);
+      CDDP_INFO(CDDP_SUB_ENV, "rank %d: generation %lld takes a node in: re-forming at the next step boundary",
+                f->w->rank, (long long)seen);
+      continue;
+    }
+    pthread_mutex_lock(&f->mu);
+    if (f->w->env.gen == g && f->w->comm) {
+      CDDP_INFO(CDDP_SUB_ENV, "rank %d: generation %lld announced: aborting the communicator of %lld", f->w->rank,
+                (long long)seen + 1, (long long)g);
+      cddp_comm_abort(f->w->comm);
+    }
+    pthread_mutex_unlock(&f->mu);
+    while (!__atomic_load_n(&f->stop, __ATOMIC_ACQUIRE) && fence_gen(f) == g) usleep(20000);
+  }
+  return NULL;
+}
+
+static void fence_start(cddp_world_t *w) {
+  struct cddp__fence *f = calloc(1, sizeof *f);
+  if (!f) return;
+  pthread_mutex_init(&f->mu, NULL);
+  f->w = w;
+  cddp_store_server_t *hosted = NULL;
+  if (cddp_env_connect(&w->env, 10000, &f->store, &hosted) != CDDP_OK || hosted ||
+      pthread_create(&f->th, NULL, fence_main, f) != 0) {
+    CDDP_WARN("rank %d: no generation watcher (%s): a silent peer is found by the comm timeout only", w->rank,
+              cddp_last_error());
+    cddp_env_disconnect(f->store, hosted);
+    pthread_mutex_destroy(&f->mu);
+    free(f);
+    return;
+  }
+  w->fence = f;
+}
+
+static void fence_stop(cddp_world_t *w) {
+  struct cddp__fence *f = w->fence;
+  if (!f) return;
+  __atomic_store_n(&f->stop, 1, __ATOMIC_RELEASE);
+  pthread_join(f->th, NULL);
+  cddp_store_close(f->store);
+  pthread_mutex_destroy(&f->mu);
+  free(f);
+  w->fence = NULL;
+}
+
+static void fence_lock(cddp_world_t *w) {
+  if (w->fence) pthread_mutex_lock(&w->fence->mu);
+}
+static void fence_unlock(cddp_world_t *w) {
+  if (w->fence) pthread_mutex_unlock(&w->fence->mu);
+}
+
+static cddp_result_t form(cddp_world_t *w, uint64_t deadline, int64_t min_gen) {
+  int64_t g = CDDP_MAX((int64_t)w->env.gen, min_gen);
+  const char *aid = getenv("CDDP_AGENT_ID");
+  cddp__gen_place_t place = {.agent_id = aid && *aid ? atoi(aid) : -1, .local_rank = w->env.local_rank};
+  cddp_comm_t *comm = NULL;
+  cddp_store_t *view = NULL;
+  cddp_result_t r = cddp__gen_form(w->store, w->rank, w->world, w->env.round, &w->cfg, g, deadline, &place, &comm,
+                                   &view, &g);
+  if (r != CDDP_OK) {
+    w->gone = place.gone;
+    return r;
+  }
+  fence_lock(w);
+  w->comm = comm, w->gen_view = view, w->env.gen = (int)g;
+  if (place.agent_id >= 0) w->rank = place.rank, w->world = place.world;
+  fence_unlock(w);
+  cddp__log_set_rank(w->rank);
+  return CDDP_OK;
+}
+
+cddp_result_t cddp_world_join(cddp_world_t *w, const cddp_comm_config_t *cfg) {
+  memset(w, 0, sizeof *w);
+  CDDP_CHECK(cddp_env_read(&w->env));
+  w->rank = w->env.rank, w->world = w->env.world_size;
+  cddp__log_set_rank(w->rank);
+  cddp_result_t r = cddp_env_connect(&w->env, (int)cddp__knob_int(CDDP_KNOB_STORE_TIMEOUT_MS),
+                                     &w->store, &w->hosted);
+  if (r != CDDP_OK) {
+    char why[512]; /* cddp__fail rewrites the buffer cddp_last_error points to */
+    snprintf(why, sizeof why, "%s", cddp_last_error());
+    return cddp__fail(r, "rank %d: cannot reach the job's store at %s:%d: %s", w->rank,
+                      w->env.master_addr, w->env.master_port, why);
+  }
+  if (cfg) w->cfg = *cfg;
+  else cddp_comm_config_default(&w->cfg);
+  if (cddp_world_can_recover(w)) {
+    cddp_comm_config_t full;
+    cddp_comm_config_default(&full);
+    int ms = w->cfg.timeout_ms > 0 ? w->cfg.timeout_ms : full.timeout_ms;
+    int spawned_in = w->env.gen;
+    r = form(w, cddp__deadline_ms(ms), 0);
+    if (r == CDDP_OK) {
+      /* its peers of that generation include a replacement, which goes straight to the
+       * state sync: so must this rank, or it would run the first start's collectives alone */
+      w->late = w->env.gen > spawned_in;
+      fence_start(w);
+    }
+  } else {
+    r = cddp_comm_init(&w->comm, w->store, w->rank, w->world, w->env.round, &w->cfg);
+  }
+  if (r != CDDP_OK) {
+    char why[512];
+    snprintf(why, sizeof why, "%s", cddp_last_error());
+    cddp_env_disconnect(w->store, w->hosted);
+    w->store = NULL, w->hosted = NULL;
+    if (w->gone) return cddp__fail(r, "rank %d: %s", w->rank, why);
+    return cddp__fail(r, "rank %d: communicator: %s", w->rank, why);
+  }
+  return CDDP_OK;
+}
+
+int cddp_world_can_recover(const cddp_world_t *w) {
+  return w->env.source == CDDP_ENV_AGENT && w->env.replace_mode && w->world > 1;
+}
+
+int cddp_world_replacement(const cddp_world_t *w) { return w->env.replacement || w->late; }
+
+int cddp_world_generation(const cddp_world_t *w) { return w->env.gen; }
+
+int cddp_world_should_reform(const cddp_world_t *w) {
+  return w->fence && __atomic_load_n(&w->fence->join_gen, __ATOMIC_ACQUIRE) > (int64_t)w->env.gen;
+}
+
+static void drop_comm(cddp_world_t *w) {
+  fence_lock(w);
+  cddp_comm_t *c = w->comm;
+  w->comm = NULL;
+  fence_unlock(w);
+  if (c) cddp_comm_abort(c);
+  cddp_comm_destroy(c);
+  cddp_store_close(w->gen_view);
+  w->gen_view = NULL;
+}
+
+cddp_result_t cddp_world_recover(cddp_world_t *w) {
+  if (!cddp_world_can_recover(w)) {
+    drop_comm(w);
+    return cddp__fail(CDDP_INVALID_USAGE, "rank %d: no in-place recovery here (it needs `cddp run --restart-mode "
+                      "replace` and a world of 2 or more)", w->rank);
+  }
+  int ms = (int)cddp__knob_int(CDDP_KNOB_RECOVER_TIMEOUT_MS);
+  uint64_t deadline = cddp__deadline_ms(ms);
+  drop_comm(w);
+  cddp_result_t r = cddp__gen_wait_past(w->store, w->env.gen, cddp__ms_left(deadline));
+  if (r == CDDP_TIMEOUT)
+    return cddp__fail(r, "rank %d: the job did not re-form within %.1f s (CDDP_RECOVER_TIMEOUT_MS) after generation %d: "
+                      "restarts used up, or its agent is gone", w->rank, ms / 1e3, w->env.gen);
+  CDDP_CHECK(r);
+  return form(w, deadline, (int64_t)w->env.gen + 1);
+}
+
+/* Every rank says it is done; rank 0, which may host the store, waits for the others. */
+static void done_barrier(cddp_world_t *w) {
+  char key[64];
+  snprintf(key, sizeof key, "world/r%d/g%d/done/%d", w->env.round, w->env.gen, w->rank);
+  if (cddp_store_set(w->store, key, "1", 1) != CDDP_OK || w->rank != 0) return;
+  uint64_t deadline = cddp__deadline_ms(10000);
+  for (int r = 1; r < w->world; r++) {
+    snprintf(key, sizeof key, "world/r%d/g%d/done/%d", w->env.round, w->env.gen, r);
+    const char *keys[1] = {key};
+    if (cddp_store_wait(w->store, keys, 1, cddp__ms_left(deadline)) != CDDP_OK) return;
+  }
+}
+
+void cddp_world_leave(cddp_world_t *w, int clean) {
+  fence_stop(w);
+  if (!clean && w->comm) cddp_comm_abort(w->comm);
+  cddp_comm_destroy(w->comm);
+  w->comm = NULL;
+  cddp_store_close(w->gen_view);
+  w->gen_view = NULL;
+  if (clean && w->store) done_barrier(w);
+  cddp_env_disconnect(w->store, w->hosted);
+  w->store = NULL, w->hosted = NULL;
+}
