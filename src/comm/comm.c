@@ -239,7 +239,7 @@ cddp_result_t cddp_comm_init(cddp_comm_t **out, cddp_store_t *store, int rank, i
   static const char *algo_names[CDDP_ALGO_COUNT] = {"auto", "ring", "direct"};
   CDDP_INFO(CDDP_SUB_COMM,
             "comm ready: rank %d of %d, round %d, transport %s, %s host%s, algorithm %s (auto: direct "
-            "up to %lld B, ring above), timeout %d ms",
+            "up to %lld B, ring above; shm allreduce: the tuner's table), timeout %d ms",
             rank, world, round, c->transport_name, all_local ? "one" : "several", all_local ? "" : "s",
             algo_names[c->cfg.algo], (long long)cddp__knob_int(CDDP_KNOB_DIRECT_MAX_BYTES), c->cfg.timeout_ms);
   *out = c;
@@ -297,6 +297,11 @@ void cddp_comm_abort(cddp_comm_t *c) {
 cddp_result_t cddp_comm_last_error(const cddp_comm_t *c, const char **msg) {
   if (msg) *msg = c ? c->error_msg : "";
   return c ? c->error : CDDP_INVALID_ARG;
+}
+
+void *cddp__comm_transport_state(cddp_comm_t *c, const char **name) {
+  if (name) *name = c->transport_name;
+  return c->tp_state;
 }
 
 int cddp_comm_rank(const cddp_comm_t *c) { return c->rank; }

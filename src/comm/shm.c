@@ -190,6 +190,7 @@ static cddp_result_t shm_init(const cddp__comm_ctx_t *ctx, void **state) {
   if (ret != CDDP_OK) goto fail;
   s->what = "init";
   CDDP_CHECK_GOTO(cddp__shm_cma_probe(s, init_deadline(ctx)), ret, fail);
+  cddp__shm_tune_init(s);
   CDDP_INFO(CDDP_SUB_SHM,
             "shm: %d ranks, segment %zu KiB, direct (every rank reduces all) up to %zu B, "
             "ring above with %zu KiB chunks%s, spin %" PRIu64 " us then futex",

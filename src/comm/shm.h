@@ -7,6 +7,7 @@
 #include <stdint.h>
 
 #include "comm/transport.h"
+#include "comm/tune.h"
 
 #define SHM_LINE 128        /* every flag sits alone on its own 128-byte line */
 #define SHM_MAGIC 0x6364647073686d31ull /* "cddpshm1" */
@@ -27,6 +28,8 @@ typedef struct {
   uint32_t slot_off[SHM_NSLOT]; /* where the data of slot k starts (chosen per step, 4K alias) */
   uint64_t send_addr, recv_addr; /* the buffers in this rank's address space (CMA path) */
   uint32_t cma_ok;         /* init: this rank could read every peer with process_vm_readv */
+  uint32_t knobs;          /* init: SHM_SET_* bits, the knobs this rank's environment forces */
+  uint32_t tune_ms;        /* init: this rank's CDDP_TUNE_MS (rank 0's is used) */
 } shm_zc_desc_t;
 
 /* Per-rank control block in the segment: [arrive+desc][reduced][sleepers][left]. */
@@ -61,6 +64,16 @@ typedef struct {
   char *base[64];          /* every rank's buffer, as mapped here (world <= 64) */
 } shm_alloc_t;
 
+/* ---- the tuner (shm_tune.c over tune.c): which mechanism an allreduce of ordinary buffers
+ * uses per size class, chosen by a short calibration agreed across ranks (docs/tuner.md). ---- */
+enum { SHM_MECH_DIRECT, SHM_MECH_CMA, SHM_MECH_RING, SHM_NMECH = CDDP_TUNE_NMECH };
+enum { SHM_SET_CMA = 1, SHM_SET_DIRECT = 2, SHM_SET_NOTUNE = 4 }; /* knobs forced by some rank */
+enum { SHM_TUNE_OFF = CDDP_TUNE_OFF, SHM_TUNE_PENDING = CDDP_TUNE_PENDING,
+       SHM_TUNE_RUNNING = CDDP_TUNE_RUNNING, SHM_TUNE_DONE = CDDP_TUNE_DONE };
+#define SHM_TUNE_ROWS CDDP_TUNE_ROWS
+typedef cddp__tune_row_t shm_tune_row_t;
+typedef cddp__tune_t shm_tune_t;
+
 typedef struct shm {
   const cddp__comm_ctx_t *ctx;
   int rank, world;
@@ -79,6 +92,7 @@ typedef struct shm {
   uint64_t cma_probe;      /* init: the value peers read to test CMA */
   char *scratch;           /* CMA: peers' slices land here (L2-sized), 4 KiB of room */
   size_t scratch_bytes;
+  shm_tune_t tune;
   int logged;
   const char *what;        /* collective name, for error messages */
 } shm_t;
@@ -116,6 +130,18 @@ cddp_result_t cddp__shm_cma_probe(shm_t *s, uint64_t deadline);
  * INVALID_USAGE (nothing done, same on every rank) when the buffers do not qualify. */
 cddp_result_t cddp__shm_allreduce_cma(shm_t *s, const cddp__coll_t *c, size_t es, double scale);
 int cddp__shm_cma_usable(shm_t *s, const cddp__coll_t *c, size_t es);
+
+/* ---- shm_tune.c ---- */
+/* Init, after the CMA probe: the agreed knobs decide whether a calibration is pending. */
+void cddp__shm_tune_init(shm_t *s);
+/* SHM_SET_* bits for the knobs this process's environment sets (published at init). */
+uint32_t cddp__shm_tune_knobs(void);
+/* Collective: the first allreduce above 4 KiB of every rank calls it (the same call of the
+ * same sequence on every rank); measures each candidate mechanism per size class on its own
+ * buffers, agrees the figures (max over ranks), fills s->tune. Bounded by the budget. */
+cddp_result_t cddp__shm_tune_run(shm_t *s, uint64_t deadline);
+/* The mechanism for an allreduce of total bytes under CDDP_ALGO=auto. */
+int cddp__shm_tune_pick(const shm_t *s, size_t total);
 
 /* ---- shm_kern.c: copies and two-destination reduction for the zero-copy path ---- */
 /* Prefetches [p, p+bytes) for writing (PREFETCHW): takes the lines back from the peer that

@@ -15,6 +15,7 @@ typedef struct {
   size_t align;         /* elements per 64 bytes: slice boundaries stay cache-line aligned */
   double scale;         /* 1/world for AVG */
   int nt;               /* non-temporal stores into the user's buffers */
+  int cma;              /* the tuner allows cross-memory attach for ordinary buffers */
 } run_t;
 
 #define AT(p, elems, es) ((char *)(p) + (size_t)(elems) * (es))
@@ -291,7 +292,7 @@ static cddp_result_t run_large(run_t *R, size_t send_bytes, size_t recv_bytes) {
   uint32_t step = ++s->step;
   CDDP_CHECK(cddp__shm_arrive_all(s, step, c->deadline));
   if (!zc_agree(R, sendp, recvp)) {
-    if (cddp__shm_cma_usable(s, c, R->es)) {
+    if (R->cma && cddp__shm_cma_usable(s, c, R->es)) {
       CDDP_CHECK(cddp__shm_allreduce_cma(s, c, R->es, R->scale));
       return cddp__shm_reduced_all(s, step, c->deadline); /* nobody touches us after */
     }
@@ -352,8 +353,17 @@ cddp_result_t cddp__shm_run(shm_t *s, const cddp__coll_t *c) {
   }
   size_t total = CDDP_MAX(send_bytes, recv_bytes);
   R.nt = s->nt_bytes && total >= s->nt_bytes;
-  int large = c->algo == CDDP_ALGO_RING ||
-              (c->algo != CDDP_ALGO_DIRECT && total > s->direct_max);
+  int direct = total <= s->direct_max;
+  if (c->kind == CDDP__ALLREDUCE) { /* the tuner's table (docs/tuner.md) */
+    if (s->tune.state == SHM_TUNE_PENDING && total > 4096) { /* same call on every rank */
+      CDDP_CHECK(cddp__shm_tune_run(s, c->deadline));
+      s->what = kind_names[c->kind];
+    }
+    int mech = cddp__shm_tune_pick(s, total);
+    direct = mech == SHM_MECH_DIRECT;
+    R.cma = mech != SHM_MECH_RING;
+  }
+  int large = c->algo == CDDP_ALGO_RING || (c->algo != CDDP_ALGO_DIRECT && !direct);
   if (large) return run_large(&R, send_bytes, recv_bytes);
   switch (c->kind) {
     case CDDP__ALLREDUCE: return allreduce_direct(&R);

@@ -39,6 +39,8 @@ cddp_result_t cddp__shm_cma_probe(shm_t *s, uint64_t deadline) {
   s->cma_probe = SHM_MAGIC ^ (uint64_t)s->rank;
   d->send_addr = (uint64_t)(uintptr_t)&s->cma_probe;
   d->cma_ok = 0;
+  d->knobs = cddp__shm_tune_knobs();
+  d->tune_ms = (uint32_t)CDDP_MAX(0, CDDP_MIN(cddp__knob_int(CDDP_KNOB_TUNE_MS), 10000));
   CDDP_CHECK(cddp__shm_arrive_all(s, ++s->step, deadline));
   int ok = cddp__knob_int(CDDP_KNOB_SHM_CMA) != 0;
   for (int q = 0; q < s->world && ok; q++) {
@@ -50,7 +52,12 @@ cddp_result_t cddp__shm_cma_probe(shm_t *s, uint64_t deadline) {
   d->cma_ok = (uint32_t)ok;
   CDDP_CHECK(cddp__shm_arrive_all(s, ++s->step, deadline)); /* nobody reads the probe after */
   ok = 1;
-  for (int q = 0; q < s->world; q++) ok &= s->ctl[q].desc.cma_ok != 0;
+  s->tune.set = 0;
+  for (int q = 0; q < s->world; q++) {
+    ok &= s->ctl[q].desc.cma_ok != 0;
+    s->tune.set |= s->ctl[q].desc.knobs; /* a knob forced on any rank is forced on all */
+  }
+  s->tune.budget_ms = s->ctl[0].desc.tune_ms;
   if (ok) {
     s->scratch_bytes = s->chunk_bytes;
     s->scratch = malloc(s->scratch_bytes * (size_t)(s->world - 1) + 4096);

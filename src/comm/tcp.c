@@ -168,13 +168,13 @@ static cddp_result_t ring_run(cddp__tcp_t *t, const char *what, ring_t *g, int n
   return cddp__tcp_xfer_run(t, &x);
 }
 
-static cddp_result_t allreduce_ring(cddp__tcp_t *t, const cddp__coll_t *c) {
+static cddp_result_t allreduce_ring(cddp__tcp_t *t, const cddp__coll_t *c, size_t chunk) {
   size_t es = cddp_dtype_size(c->dt);
   ring_t g = {c->send, c->recv, c->count, es, t->rank, t->world, 0, 0, NULL,
               c->op == CDDP_AVG ? 1.0 / t->world : 1.0};
   cddp__tcp_xfer_t x = {"allreduce ring", (t->rank + 1) % t->world, (t->rank + t->world - 1) % t->world,
                         2 * (t->world - 1), 2 * (t->world - 1),
-                        cddp__tcp_nchunks((c->count + (size_t)t->world - 1) / (size_t)t->world * es, t->chunk_bytes),
+                        cddp__tcp_nchunks((c->count + (size_t)t->world - 1) / (size_t)t->world * es, chunk),
                         0, c->dt, c->op, ring_send, ring_recv, &g};
   return cddp__tcp_xfer_run(t, &x);
 }
@@ -258,6 +258,7 @@ static cddp_result_t tcp_init(const cddp__comm_ctx_t *ctx, void **state) {
   t->wakefd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   if (t->wakefd < 0) { ret = cddp__fail_errno(CDDP_SYSTEM, "eventfd"); goto fail; }
   if (t->world > 1) CDDP_CHECK_GOTO(cddp__tcp_bootstrap(t), ret, fail);
+  cddp__tcp_tune_init(t);
   *state = t;
   return CDDP_OK;
 fail:
@@ -267,14 +268,23 @@ fail:
 
 static const char *algo_name(int latency) { return latency ? "recursive doubling" : "ring"; }
 
-static cddp_result_t tcp_run(void *state, const cddp__coll_t *c) {
+cddp_result_t cddp__tcp_run(void *state, const cddp__coll_t *c) {
   cddp__tcp_t *t = state;
   if (t->failed) return cddp__fail(CDDP_INVALID_USAGE, "the TCP transport failed earlier; destroy the communicator");
   t->deadline = c->deadline;
-  size_t es = cddp_dtype_size(c->dt), bytes = c->count * es, n = (size_t)t->world;
+  size_t es = cddp_dtype_size(c->dt), bytes = c->count * es, n = (size_t)t->world, chunk = t->chunk_bytes;
   int latency = c->algo == CDDP_ALGO_DIRECT;
   if (c->algo == CDDP_ALGO_AUTO)
     latency = (c->kind == CDDP__REDUCE_SCATTER ? n * bytes : bytes) <= t->direct_max;
+  if (c->kind == CDDP__ALLREDUCE && t->world > 1) { /* the tuner's table (docs/tuner.md) */
+    if (t->tune.state == CDDP_TUNE_PENDING && bytes > 4096) { /* same call on every rank */
+      CDDP_CHECK(cddp__tcp_tune_run(t, c->deadline));
+      t->deadline = c->deadline;
+    }
+    int mech = cddp__tcp_tune_pick(t, bytes);
+    if (c->algo == CDDP_ALGO_AUTO) latency = mech == TCP_MECH_RD;
+    if (mech == TCP_MECH_RING4) chunk = CDDP_MAX(t->chunk_bytes / 4 & ~(size_t)63, 4096);
+  }
   if (t->world == 1) {
     if (c->kind == CDDP__ALLREDUCE || c->kind == CDDP__REDUCE_SCATTER || c->kind == CDDP__ALLGATHER) {
       if (c->send != c->recv) memmove(c->recv, c->send, bytes);
@@ -285,7 +295,7 @@ static cddp_result_t tcp_run(void *state, const cddp__coll_t *c) {
   switch (c->kind) {
     case CDDP__ALLREDUCE:
       if (latency) return allreduce_rd(t, c->send, c->recv, c->count, c->dt, c->op);
-      return allreduce_ring(t, c);
+      return allreduce_ring(t, c, chunk);
     case CDDP__REDUCE_SCATTER: return reduce_scatter(t, c, latency);
     case CDDP__ALLGATHER: return allgather(t, c);
     case CDDP__BROADCAST: return broadcast(t, c);
@@ -317,4 +327,4 @@ static void tcp_destroy(void *state) {
   free(t);
 }
 
-const cddp__transport_t cddp__transport_tcp = {"tcp", tcp_init, tcp_run, tcp_wake, tcp_destroy, NULL, NULL};
+const cddp__transport_t cddp__transport_tcp = {"tcp", tcp_init, cddp__tcp_run, tcp_wake, tcp_destroy, NULL, NULL};

@@ -7,6 +7,7 @@
 #include <sys/socket.h>
 
 #include "comm/transport.h"
+#include "comm/tune.h"
 
 /* ---- wire: the handshake that tells an accepted connection who it is (tcp_sock.c) ---- */
 #define CDDP__TCP_MAGIC 0x43444454u /* "CDDT" */
@@ -96,7 +97,21 @@ typedef struct cddp__tcp {
   size_t done_cap;
   uint64_t deadline;
   int failed;           /* once set, run() refuses: the transport is only destroyed */
+  cddp__tune_t tune;    /* allreduce: recursive doubling or ring, and the ring's chunk (tcp_tune.c) */
 } cddp__tcp_t;
+
+/* ---- tcp_tune.c: the tuner's TCP side (docs/tuner.md) ---- */
+enum { TCP_MECH_RD, TCP_MECH_RING, TCP_MECH_RING4 }; /* ring4: chunks of chunk_bytes / 4 */
+enum { TCP_SET_DIRECT = 1, TCP_SET_CHUNK = 2 };
+/* Init: every rank arms the tuner alike (knobs are agreed when it runs). */
+void cddp__tcp_tune_init(cddp__tcp_t *t);
+/* Collective, at the first allreduce above 4 KiB of every rank: agrees the knobs, measures,
+ * fills t->tune. */
+cddp_result_t cddp__tcp_tune_run(cddp__tcp_t *t, uint64_t deadline);
+/* The mechanism for an allreduce of bytes under CDDP_ALGO=auto. */
+int cddp__tcp_tune_pick(const cddp__tcp_t *t, size_t bytes);
+/* Runs one allreduce (tcp.c's entry point, used by the tuner's timed calls). */
+cddp_result_t cddp__tcp_run(void *state, const cddp__coll_t *c);
 
 /* Runs one transfer to completion. TIMEOUT / REMOTE / ABORTED name the peer; on any
  * failure every connection is shut down so the failure reaches every peer at once. */

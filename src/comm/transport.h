@@ -83,6 +83,10 @@ static inline int cddp__aborted(const cddp__comm_ctx_t *ctx) {
   return __atomic_load_n(ctx->aborted, __ATOMIC_ACQUIRE) != 0;
 }
 
+/* The transport's state of a communicator (NULL for a world of one) and its name; for tests
+ * that look inside a transport (the shm tuner's table). */
+void *cddp__comm_transport_state(cddp_comm_t *c, const char **name);
+
 /* "rank R (host H)" for error messages. */
 const char *cddp__peer_name(const cddp__comm_ctx_t *ctx, int rank, char *buf, size_t size);
 

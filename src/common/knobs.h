@@ -19,14 +19,17 @@
     "auto (shm within a host; across hosts hier when every host runs the same number >= 2 of ranks, else tcp), shm, tcp (flat) or hier") \
   X(ALGO, "CDDP_ALGO", "auto", "collective algorithm: auto, ring or direct")                   \
   X(DIRECT_MAX_BYTES, "CDDP_DIRECT_MAX_BYTES", "65536",                                        \
-    "auto picks the latency algorithm at or below this message size")                         \
+    "auto picks the latency algorithm at or below this message size; set, it overrides the tuner") \
   X(HIER_SEGMENT_BYTES, "CDDP_HIER_SEGMENT_BYTES", "4194304",                                 \
     "hier: large allreduces are pipelined in segments of about this size (at most 15)")      \
   X(SHM_CHUNK_BYTES, "CDDP_SHM_CHUNK_BYTES", "262144", "staging chunk per rank for shm copies") \
   X(SHM_NT_BYTES, "CDDP_SHM_NT_BYTES", "0",                                                   \
     "shm: non-temporal stores into the user's buffers from this message size on (0 = never)") \
   X(SHM_CMA, "CDDP_SHM_CMA", "1",                                                              \
-    "shm: 1 = read/write peers' ordinary buffers with process_vm_readv/writev when allowed")  \
+    "shm: 1 = read/write peers' ordinary buffers with process_vm_readv/writev when allowed, 0 = staged; set, it overrides the tuner") \
+  X(TUNE, "CDDP_TUNE", "1",                                                                   \
+    "shm, tcp: 1 = the first allreduce above 4 KiB calibrates which mechanism each size class uses; 0 = fixed defaults") \
+  X(TUNE_MS, "CDDP_TUNE_MS", "40", "bound on that calibration, ms")                           \
   X(TCP_CHUNK_BYTES, "CDDP_TCP_CHUNK_BYTES", "1048576",                                          \
     "TCP pipeline chunk: the unit striped over streams and the staging slot per stream")     \
   X(TCP_CONGESTION, "CDDP_TCP_CONGESTION", "auto",                                              \
