@@ -46,12 +46,14 @@ static cddp__flight_page_t *get(void) {
 uint64_t cddp__flight_start(int kind, int dt, int op, int root, uint64_t count, int rank, int world, int round) {
   cddp__flight_page_t *p = get();
   if (!p) return 0;
-  uint64_t seq = p->seq + 1; /* one writer: collectives run one at a time */
+  /* one number per collective of the process, whichever communicator (and thread) runs it;
+   * the agent may read seq a moment before its record is written: it then describes the one
+   * before in that slot, which only its own next read corrects */
+  uint64_t seq = __atomic_add_fetch(&p->seq, 1, __ATOMIC_ACQ_REL);
   cddp__flight_rec_t *r = &p->ring[(seq - 1) % CDDP__FLIGHT_RING];
   *r = (cddp__flight_rec_t){.seq = seq, .count = count, .t_start = cddp__now_coarse_ns(), .kind = kind, .dt = dt,
                             .op = op, .root = root, .rank = rank, .world = world, .round = round,
                             .state = CDDP__FLIGHT_STARTED};
-  __atomic_store_n(&p->seq, seq, __ATOMIC_RELEASE);
   return seq;
 }
 
@@ -61,7 +63,9 @@ void cddp__flight_end(uint64_t seq, int ok) {
   cddp__flight_rec_t *r = &p->ring[(seq - 1) % CDDP__FLIGHT_RING];
   r->t_end = cddp__now_coarse_ns();
   r->state = ok ? CDDP__FLIGHT_DONE : CDDP__FLIGHT_FAILED;
-  __atomic_store_n(&p->done, seq, __ATOMIC_RELEASE);
+  uint64_t cur = __atomic_load_n(&p->done, __ATOMIC_ACQUIRE); /* done only grows (several threads) */
+  while (cur < seq && !__atomic_compare_exchange_n(&p->done, &cur, seq, 1, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
+  }
 }
 
 void cddp__flight_beat(void) {

@@ -20,9 +20,9 @@ typedef struct cddp__flight_rec {
   int32_t rank, world, round, state;
 } cddp__flight_rec_t;
 
-/* The page: written by the process (one writer: collectives run one at a time), read by its
- * agent through a shared file (CDDP_FLIGHT_FILE) or dumped by the process itself. seq and done
- * are written after the record they announce (release), so a reader that sees them sees it. */
+/* The page: written by the process (each communicator runs its collectives one at a time; a
+ * process with several, on several threads, takes numbers atomically and writes its own ring
+ * slots), read by its agent through a shared file (CDDP_FLIGHT_FILE) or dumped by the process. */
 typedef struct cddp__flight_page {
   uint64_t magic;
   uint32_t version, pid;

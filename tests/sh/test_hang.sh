@@ -39,11 +39,11 @@ wait $pid_0; rc0=$?; wait $pid_1; rc1=$?
 line=$(grep -h "by the watchdog: hung" "$T"/rep.n*.out | head -1)
 dt=$(echo "$t1 - ${t0:-$t1}" | bc)
 if [ -n "$t0" ] && [ -n "$line" ] && [ "$(echo "$dt < 8" | bc)" = 1 ] &&
-   [[ "$line" == *"pid $(cat "$T/rep.victim"))"*"no progress for "*" s, inside "*"#"*"stopped (SIGSTOP or a debugger)"* ]]; then
+   [[ "$line" == *"pid $(cat "$T/rep.victim"))"*"no progress for "*" s, "*" #"*"stopped (SIGSTOP or a debugger)"* ]]; then
   ok "SIGSTOPped worker named in ${dt}s (timeout 5 s), with its collective"
 else fail "hung worker named" "after ${dt}s: '$line'"; fi
 dir=$(sed -n 's/.*flight records and stack in \([^;]*\);.*/\1/p' <<<"$line")
-if [ -n "$dir" ] && [ -s "$dir/rank0.json" ] && ls "$dir"/rank*.stack.txt >/dev/null 2>&1 &&
+if [ -n "$dir" ] && [ "$(ls "$dir"/rank*.json 2>/dev/null | wc -l)" = 2 ] && ls "$dir"/rank*.stack.txt >/dev/null 2>&1 &&
    grep -q '"op": "allreduce"' "$dir"/rank*.json && grep -q "threads of pid" "$dir"/rank*.stack.txt; then
   ok "flight records of every local rank and the hung one's stack in $(basename "$dir")"
 else fail "flight records" "dir '$dir': $(ls "$dir" 2>&1 | tr '\n' ' ')"; fi

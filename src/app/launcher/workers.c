@@ -406,7 +406,7 @@ static void watchdog(cddp__workers_t *ws) {
     take_stack(w->pid, path);
     snprintf(where, sizeof where, "; flight records and stack in %s", ws->flight_dir);
   }
-  snprintf(w->hang, sizeof w->hang, "%s%s", why, where);
+  snprintf(w->hang, sizeof w->hang, "%.200s%.119s", why, where);
   kill(-w->pid, SIGKILL);
   kill(w->pid, SIGKILL);
 exit:

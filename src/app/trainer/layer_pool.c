@@ -53,15 +53,6 @@ static inline void pool4(float *restrict y, uint8_t *restrict arg, const float *
 #endif
 }
 
-/* Even and odd lanes of the pair (a, b); GCC and clang spell the shuffle differently. */
-#if defined(__clang__)
-#define EVENS(a, b) __builtin_shufflevector(a, b, 0, 2, 4, 6)
-#define ODDS(a, b) __builtin_shufflevector(a, b, 1, 3, 5, 7)
-#else
-#define EVENS(a, b) __builtin_shuffle(a, b, (v4i){0, 2, 4, 6})
-#define ODDS(a, b) __builtin_shuffle(a, b, (v4i){1, 3, 5, 7})
-#endif
-
 /* One row of windows. Ties keep the first element in row-major order, as a sequential scan
  * with > would: left before right, top before bottom. A row of at least 4 windows ends with
  * an overlapping group of 4 (recomputing a few windows is cheaper than a scalar tail). */
