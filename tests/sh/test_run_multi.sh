@@ -95,4 +95,30 @@ P=$(free_port)
 CDDP_TOKEN=right timeout 20 "$CDDP" run --rdzv-backend static --nnodes 2 --node-rank 0 --master-port $P --rdzv-timeout 3 true >/dev/null 2>&1 & bg+=($!)
 bad "the store refuses our token" "^cddp run: the store at 127.0.0.1:$P refused our token" \
   env CDDP_TOKEN=wrong "$CDDP" run --rdzv-backend static --nnodes 2 --node-rank 1 --master-port $P --rdzv-timeout 3 true
+# nodes started with different --nnodes: one line on every node naming both values, exit 2, at
+# once (c10d: the second node says so and wakes the first through the round; static: through the
+# node records; XTuner's NNODES the same way)
+disagree() { # NAME "ARGS of node 0" "ARGS of node 1" [ENV0 ENV1]: both end within 5 s, exit 2, the same line
+  local name=$1 a0=$2 a1=$3 e0=${4:-X=0} e1=${5:-X=1} t0 rc0 rc1 l0 l1
+  t0=$(date +%s.%N)
+  env $e0 timeout 20 "$CDDP" run $a0 true >"$T/d0.out" 2>&1 & local p0=$!
+  sleep 0.3
+  env $e1 timeout 20 "$CDDP" run $a1 true >"$T/d1.out" 2>&1 & local p1=$!
+  wait $p0; rc0=$?; wait $p1; rc1=$?
+  local dt; dt=$(echo "$(date +%s.%N) - $t0" | bc)
+  l0=$(cat "$T/d0.out"); l1=$(cat "$T/d1.out")
+  if [ $rc0 = 2 ] && [ $rc1 = 2 ] && [ "$(grep -c . <<<"$l0")" = 1 ] && [ "$(grep -c . <<<"$l1")" = 1 ] &&
+     grep -q "^cddp run: the nodes disagree on --nnodes: node .* was started with [0-9:]*, node .* with [0-9:]*; every node" <<<"$l0" &&
+     grep -q "the nodes disagree on --nnodes" <<<"$l1" && [ "$(echo "$dt < 5" | bc)" = 1 ]; then
+    ok "$name: one line on both nodes, exit 2, in ${dt}s"
+  else fail "$name" "exits $rc0/$rc1 after ${dt}s: '$l0' / '$l1'"; fi
+}
+P=$(free_port)
+disagree "c10d, --nnodes 2 vs 3" "--nnodes 2 --rdzv-backend c10d --rdzv-endpoint 127.0.0.1:$P --rdzv-id D" \
+  "--nnodes 3 --rdzv-backend c10d --rdzv-endpoint 127.0.0.1:$P --rdzv-id D"
+P=$(free_port)
+disagree "static, --nnodes 3 vs 2" "--nnodes 3 --rdzv-backend static --node-rank 0 --master-port $P" \
+  "--nnodes 2 --rdzv-backend static --node-rank 1 --master-port $P"
+P=$(free_port)
+disagree "XTuner's NNODES 2 vs 3" "" "" "NNODES=2 NODE_RANK=0 ADDR=127.0.0.1 PORT=$P" "NNODES=3 NODE_RANK=1 ADDR=127.0.0.1 PORT=$P"
 finish

@@ -673,9 +673,10 @@ static int agent_main(agent_t *a) {
     cddp__rdzv_release(&a->rz);
     /* a fresh port each round: the last round's rank 0 may have left its port in TIME_WAIT */
     cfg.self.master_port = cddp__sock_free_port();
-    if (cddp__rdzv_join(a->store, &cfg, min_round, &a->rz) != CDDP_OK) {
+    cddp_result_t jr = cddp__rdzv_join(a->store, &cfg, min_round, &a->rz);
+    if (jr != CDDP_OK) {
       fprintf(stderr, "cddp run: %s\n", cddp_last_error());
-      return finish(a, 1);
+      return finish(a, jr == CDDP_INVALID_ARG ? 2 : 1); /* the nodes disagree on a setting: a usage error */
     }
     CDDP_INFO(CDDP_SUB_RDZV, "round %d closed: node %d of %d, world %d", a->rz.round, a->rz.node_rank, a->rz.nnodes,
               a->rz.world_size);

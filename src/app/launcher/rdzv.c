@@ -25,15 +25,92 @@ static cddp_result_t get_int(cddp_store_t *s, const char *key, int timeout_ms, i
   return CDDP_OK;
 }
 
-static cddp_result_t publish(cddp_store_t *s, int round, int slot, const cddp__rdzv_node_t *n) {
+static cddp_result_t publish(cddp_store_t *s, int round, int slot, const cddp__rdzv_cfg_t *cfg) {
   char key[96], val[256];
+  const cddp__rdzv_node_t *n = &cfg->self;
   K(key, "rdzv/%d/node/%d", round, slot);
-  int len = K(val, "%s %s %d %d %d", n->host, n->addr, n->nproc, n->master_port, n->id);
+  int len = K(val, "%s %s %d %d %d %d %d", n->host, n->addr, n->nproc, n->master_port, n->id, cfg->min_nodes,
+              cfg->max_nodes);
   return cddp_store_set(s, key, val, (size_t)len);
 }
 
+/* "MIN" or "MIN:MAX", as --nnodes takes it. */
+static const char *range(int lo, int hi, char *buf, size_t size) {
+  if (lo == hi) snprintf(buf, size, "%d", lo);
+  else snprintf(buf, size, "%d:%d", lo, hi);
+  return buf;
+}
+
+/* The line every node prints when two disagree on --nnodes. */
+static cddp_result_t disagree(const char *host_a, int lo_a, int hi_a, const char *host_b, int lo_b, int hi_b) {
+  char a[32], b[32];
+  return cddp__fail(CDDP_INVALID_ARG, "the nodes disagree on --nnodes: node %s was started with %s, node %s with %s; every "
+                    "node of a job must be given the same --nnodes (and --rdzv-id)", host_a, range(lo_a, hi_a, a, sizeof a),
+                    host_b, range(lo_b, hi_b, b, sizeof b));
+}
+
+/* A node that found the disagreement left its line in rdzv/mismatch: the same line here. */
+static cddp_result_t mismatch_here(cddp_store_t *s) {
+  void *v = NULL;
+  size_t len = 0;
+  if (cddp_store_get(s, "rdzv/mismatch", &v, &len, 5000) != CDDP_OK)
+    return cddp__fail(CDDP_INVALID_ARG, "the nodes disagree on --nnodes (another node said so)");
+  cddp_result_t r = cddp__fail(CDDP_INVALID_ARG, "%.*s", (int)CDDP_MIN(len, 400), (char *)v);
+  free(v);
+  return r;
+}
+
+/* A round's node count ("closed"); "mismatch" there means a node found the nodes disagree. */
+static cddp_result_t get_closed(cddp_store_t *s, const char *key, int timeout_ms, int64_t *out) {
+  void *v = NULL;
+  size_t len = 0;
+  CDDP_CHECK(cddp_store_get(s, key, &v, &len, timeout_ms));
+  int mismatch = len == 8 && !memcmp(v, "mismatch", 8);
+  *out = parse_int(v, -1);
+  free(v);
+  if (mismatch) return mismatch_here(s);
+  if (*out < 0) return cddp__fail(CDDP_REMOTE, "store key %s does not hold a count", key);
+  return CDDP_OK;
+}
+
+/* The first node's --nnodes is the job's (rdzv/settings); a node whose own differs fails at once
+ * and wakes the others: its line in rdzv/mismatch, the round's "closed" key set to "mismatch"
+ * (c10d nodes wait on it), its node record published (static nodes wait on the records). */
+static cddp_result_t check_settings(cddp_store_t *s, const cddp__rdzv_cfg_t *cfg, int round) {
+  char mine[128], key[64];
+  void *cur = NULL;
+  size_t len = 0;
+  int n = K(mine, "%d %d %.63s", cfg->min_nodes, cfg->max_nodes, cfg->self.host);
+  CDDP_CHECK(cddp_store_compare_set(s, "rdzv/settings", NULL, 0, mine, (size_t)n, &cur, &len));
+  char text[160], host[64];
+  int lo, hi;
+  snprintf(text, sizeof text, "%.*s", (int)CDDP_MIN(len, sizeof text - 1), cur ? (char *)cur : "");
+  free(cur);
+  if (sscanf(text, "%d %d %63s", &lo, &hi, host) != 3 || (lo == cfg->min_nodes && hi == cfg->max_nodes))
+    return CDDP_OK;
+  cddp_result_t r = disagree(host, lo, hi, cfg->self.host, cfg->min_nodes, cfg->max_nodes);
+  char line[512];
+  int ll = K(line, "%s", cddp_last_error());
+  (void)cddp_store_set(s, "rdzv/mismatch", line, (size_t)ll);
+  K(key, "rdzv/%d/closed", round);
+  void *was = NULL;
+  size_t wlen;
+  (void)cddp_store_compare_set(s, key, NULL, 0, "mismatch", 8, &was, &wlen);
+  free(was);
+  /* static: the first node waits for records 0..its MAX-1; fill the missing ones with the same word */
+  for (int i = 0; cfg->node_rank >= 0 && i < hi; i++) {
+    K(key, "rdzv/%d/node/%d", round, i);
+    (void)cddp_store_compare_set(s, key, NULL, 0, "mismatch", 8, &was, &wlen);
+    free(was);
+    was = NULL;
+  }
+  cddp__fail(r, "%s", line);
+  return r;
+}
+
 /* Waits for node records 0..n-1 of round, then reads them into out->nodes. */
-static cddp_result_t collect(cddp_store_t *s, int round, int n, uint64_t deadline, int timeout_ms, cddp__rdzv_t *out) {
+static cddp_result_t collect(cddp_store_t *s, const cddp__rdzv_cfg_t *cfg, int round, int n, uint64_t deadline,
+                             int timeout_ms, cddp__rdzv_t *out) {
   cddp_result_t ret = CDDP_OK;
   char (*keys)[96] = calloc((size_t)n, sizeof *keys);
   const char **kp = calloc((size_t)n, sizeof *kp);
@@ -64,12 +141,23 @@ static cddp_result_t collect(cddp_store_t *s, int round, int n, uint64_t deadlin
     void *v = NULL;
     size_t len;
     CDDP_CHECK_GOTO(cddp_store_get(s, keys[i], &v, &len, 0), ret, done);
+    if (len == 8 && !memcmp(v, "mismatch", 8)) { /* a node that disagrees filled the slot */
+      free(v);
+      ret = mismatch_here(s);
+      goto done;
+    }
     cddp__rdzv_node_t *nd = &out->nodes[i];
     nd->id = -1;
-    int got = sscanf((char *)v, "%63s %63s %d %d %d", nd->host, nd->addr, &nd->nproc, &nd->master_port, &nd->id);
+    int lo = cfg->min_nodes, hi = cfg->max_nodes;
+    int got = sscanf((char *)v, "%63s %63s %d %d %d %d %d", nd->host, nd->addr, &nd->nproc, &nd->master_port, &nd->id,
+                     &lo, &hi);
     free(v);
     if (got < 4 || nd->nproc < 1) {
       ret = cddp__fail(CDDP_REMOTE, "rendezvous round %d: node record %s is malformed", round, keys[i]);
+      goto done;
+    }
+    if (lo != cfg->min_nodes || hi != cfg->max_nodes) {
+      ret = disagree(nd->host, lo, hi, cfg->self.host, cfg->min_nodes, cfg->max_nodes);
       goto done;
     }
     if (i < out->node_rank) out->rank_base += nd->nproc;
@@ -106,12 +194,12 @@ static cddp_result_t join_late(cddp_store_t *s, const cddp__rdzv_cfg_t *cfg, int
   char key[64];
   int64_t n;
   K(key, "rdzv/%d/closed", round);
-  cddp_result_t r = get_int(s, key, cddp__ms_left(deadline), &n);
+  cddp_result_t r = get_closed(s, key, cddp__ms_left(deadline), &n);
   if (r == CDDP_TIMEOUT)
     return cddp__fail(CDDP_TIMEOUT, "rendezvous round %d did not close within %.1f s", round, cfg->timeout_ms / 1e3);
   CDDP_CHECK(r);
   out->node_rank = 0, out->rank_base = 0;
-  CDDP_CHECK(collect(s, round, (int)n, deadline, cfg->timeout_ms, out));
+  CDDP_CHECK(collect(s, cfg, round, (int)n, deadline, cfg->timeout_ms, out));
   cddp__rdzv_node_t *nodes = realloc(out->nodes, (size_t)(n + 1) * sizeof *nodes);
   if (!nodes) return cddp__fail(CDDP_SYSTEM, "out of memory in rendezvous");
   out->nodes = nodes;
@@ -146,8 +234,9 @@ cddp_result_t cddp__rdzv_join(cddp_store_t *s, const cddp__rdzv_cfg_t *cfg, int 
     out->restart_count = (int)restarts;
     if (cfg->node_rank >= 0) { /* static: ranks are given */
       out->node_rank = cfg->node_rank;
-      CDDP_CHECK(publish(s, round, cfg->node_rank, &cfg->self));
-      return collect(s, round, cfg->max_nodes, deadline, cfg->timeout_ms, out);
+      CDDP_CHECK(check_settings(s, cfg, round));
+      CDDP_CHECK(publish(s, round, cfg->node_rank, cfg));
+      return collect(s, cfg, round, cfg->max_nodes, deadline, cfg->timeout_ms, out);
     }
     int64_t slot1;
     K(key, "rdzv/%d/joined", round);
@@ -158,7 +247,8 @@ cddp_result_t cddp__rdzv_join(cddp_store_t *s, const cddp__rdzv_cfg_t *cfg, int 
       round++;
       continue;
     }
-    CDDP_CHECK(publish(s, round, slot, &cfg->self));
+    CDDP_CHECK(check_settings(s, cfg, round));
+    CDDP_CHECK(publish(s, round, slot, cfg));
     K(key, "rdzv/%d/closed", round);
     const char *ck = key;
     if (slot + 1 == cfg->max_nodes) {
@@ -178,7 +268,7 @@ cddp_result_t cddp__rdzv_join(cddp_store_t *s, const cddp__rdzv_cfg_t *cfg, int 
     }
     if (n < 0) {
       int64_t closed;
-      cddp_result_t r = get_int(s, key, cddp__ms_left(deadline), &closed);
+      cddp_result_t r = get_closed(s, key, cddp__ms_left(deadline), &closed);
       if (r == CDDP_TIMEOUT) {
         int64_t joined = 0;
         char jk[64];
@@ -200,7 +290,7 @@ cddp_result_t cddp__rdzv_join(cddp_store_t *s, const cddp__rdzv_cfg_t *cfg, int 
       continue;
     }
     out->node_rank = slot;
-    return collect(s, round, n, deadline, cfg->timeout_ms, out);
+    return collect(s, cfg, round, n, deadline, cfg->timeout_ms, out);
   }
 }
 

@@ -40,7 +40,11 @@ typedef struct cddp__rdzv {
  * exactly one agent decides). The round closes at max_nodes, or last_call_ms after a
  * node saw at least min_nodes joined. A node whose slot is past the close waits for the
  * next round. The static backend publishes rdzv/R/node/<node_rank> and waits for all.
- * Blocks at most cfg->timeout_ms; TIMEOUT names the round and how many nodes joined. */
+ * Blocks at most cfg->timeout_ms; TIMEOUT names the round and how many nodes joined.
+ * Nodes that disagree on --nnodes fail with INVALID_ARG and one line naming both values, on
+ * every node: the first node's setting is kept in rdzv/settings; a node whose own differs
+ * says so in rdzv/mismatch and wakes the nodes waiting on the round (its "closed" key, or,
+ * static, its node record, which carries MIN and MAX). */
 cddp_result_t cddp__rdzv_join(cddp_store_t *s, const cddp__rdzv_cfg_t *cfg, int min_round, cddp__rdzv_t *out);
 void cddp__rdzv_release(cddp__rdzv_t *r);
 
