@@ -41,19 +41,22 @@ cddp_result_t cddp__metrics_reopen(cddp_metrics_t *m, const char *jsonl_path) {
 }
 
 cddp_result_t cddp__metrics_trim(const char *path, int64_t step, int64_t *last) {
-  char line[1024];
+  char *line = NULL; /* whole lines, however long (a line with every rank's timings grows with the world) */
+  size_t cap = 0;
+  ssize_t n;
   int64_t high = -1;
   if (last) *last = -1;
   FILE *in = fopen(path, "r");
   if (!in) return errno == ENOENT ? CDDP_OK : cddp__fail_errno(CDDP_SYSTEM, "cannot read %s", path);
   cddp__durable_t out;
   cddp_result_t r = cddp__durable_open(&out, path, 0666);
-  while (r == CDDP_OK && fgets(line, sizeof line, in)) {
+  while (r == CDDP_OK && (n = getline(&line, &cap, in)) > 0) {
     const char *k = strstr(line, "\"step\":");
     long long s = k ? strtoll(k + 7, NULL, 10) : -1;
     if (k && !strstr(line, "\"eval\"") && s > high) high = s;
-    if (!k || s <= step) r = cddp__durable_write(&out, line, strlen(line));
+    if (!k || s <= step) r = cddp__durable_write(&out, line, (size_t)n);
   }
+  free(line);
   fclose(in);
   if (r == CDDP_OK) r = cddp__durable_commit(&out);
   else cddp__durable_abort(&out);

@@ -71,6 +71,13 @@ static cddp_result_t train_step(trainer_t *t, cddp_step_record_t *rec, int *stop
   /* loss sum, stop votes, votes to re-form at this step's end (a node waits to be taken in) */
   double stats[3] = {0, cddp__train_stop ? 1 : 0, cddp_world_should_reform(&t->w) ? 1 : 0};
   rec->epoch = t->sampler.epoch;
+  /* every rank's timings of the last log.rank_every steps, at the start of a step: a peer lost
+   * in this all-gather fails a step that has not begun (it is redone), never one that is done */
+  rec->ranks = NULL;
+  if (t->step > 0 && t->step % t->ranks.every == 0) { /* the same steps on every rank */
+    CDDP_CHECK(cddp__ranks_gather(&t->ranks, t->w.comm));
+    rec->ranks = &t->ranks;
+  }
   for (int j = 0; j < t->accum; j++) {
     cddp__flight_beat(); /* alive between collectives: a long accumulation is not a hang */
     uint64_t td = cddp__now_ns();
@@ -108,11 +115,6 @@ static cddp_result_t train_step(trainer_t *t, cddp_step_record_t *rec, int *stop
   rec->step_s = secs(dt), rec->comm_s = secs(comm_ns), rec->data_s = secs(data_ns);
   rec->compute_s = secs(dt - comm_ns - data_ns);
   cddp__ranks_add(&t->ranks, secs(dt - comm_ns - data_ns - optim_ns), secs(data_ns), secs(optim_ns), secs(comm_ns));
-  rec->ranks = NULL;
-  if (t->step % t->ranks.every == 0) { /* every rank at the same steps: one small all-gather */
-    CDDP_CHECK(cddp__ranks_gather(&t->ranks, t->w.comm));
-    rec->ranks = &t->ranks;
-  }
   cddp_ddp_stats_t st;
   cddp_ddp_stats(t->ddp, &st, 1);
   rec->bytes_sent = st.wire_bytes;
