@@ -24,8 +24,8 @@
 #include "launcher/workers.h"
 
 #define LINE_MAX_BYTES 65536
-#define DRAIN_MS 500
-#define HANG_CHECK_MS 500 /* how often the watchdog reads the flight pages */ /* after the last exit, wait this long for pipes held by grandchildren */
+#define DRAIN_MS 500      /* after the last exit, wait this long for pipes held by grandchildren */
+#define HANG_CHECK_MS 500 /* how often the watchdog reads the flight pages */
 
 /* One line (with its newline) of stream s of worker w: to the console with the prefix,
  * in a single write, and to the log file. */

@@ -344,6 +344,7 @@ int cddp__train_main(const cddp_train_opts_t *o) {
      * node's local rank 0, as each agent's log is its own (srun and mpirun merge theirs) */
     int node_says = t->w.env.source == CDDP_ENV_AGENT && t->w.env.local_rank == 0;
     if (t->rank == 0 || node_says || !t->same_error_everywhere) say(cddp_last_error());
+    else usleep(200000); /* the rank that says it fails first: its launcher names it, with its line */
     rc = r == CDDP_INVALID_ARG || r == CDDP_NOT_FOUND ? 2 : 1;
   } else {
     rc = run_loop(t);
