@@ -29,6 +29,7 @@ struct cddp_request {
 
 struct cddp_comm {
   int rank, world, round;
+  uint64_t n_coll;          /* collectives run: the flight recorder's per-communicator number */
   cddp_comm_config_t cfg;
   char transport_name[8];
   cddp_store_t *view; /* "comm/r<round>/" over the caller's store */
@@ -332,7 +333,7 @@ static cddp_result_t execute(cddp_comm_t *c, cddp__coll_t *co, char *err, size_t
     /* the coarse clock keeps the latency path cheap; it only ever makes the bound shorter */
     co->deadline = cddp__now_coarse_ns() + (uint64_t)c->cfg.timeout_ms * 1000000ull;
     uint64_t seq = cddp__flight_start((int)co->kind, (int)co->dt, (int)co->op, co->root, co->count, c->rank, c->world,
-                                      c->round);
+                                      c->round, ++c->n_coll);
     r = c->tp->run(c->tp_state, co);
     cddp__flight_end(seq, r == CDDP_OK);
   }

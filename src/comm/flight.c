@@ -43,7 +43,8 @@ static cddp__flight_page_t *get(void) {
   return page;
 }
 
-uint64_t cddp__flight_start(int kind, int dt, int op, int root, uint64_t count, int rank, int world, int round) {
+uint64_t cddp__flight_start(int kind, int dt, int op, int root, uint64_t count, int rank, int world, int round,
+                            uint64_t cseq) {
   cddp__flight_page_t *p = get();
   if (!p) return 0;
   /* one number per collective of the process, whichever communicator (and thread) runs it;
@@ -51,7 +52,7 @@ uint64_t cddp__flight_start(int kind, int dt, int op, int root, uint64_t count, 
    * before in that slot, which only its own next read corrects */
   uint64_t seq = __atomic_add_fetch(&p->seq, 1, __ATOMIC_ACQ_REL);
   cddp__flight_rec_t *r = &p->ring[(seq - 1) % CDDP__FLIGHT_RING];
-  *r = (cddp__flight_rec_t){.seq = seq, .count = count, .t_start = cddp__now_coarse_ns(), .kind = kind, .dt = dt,
+  *r = (cddp__flight_rec_t){.seq = seq, .cseq = cseq, .count = count, .t_start = cddp__now_coarse_ns(), .kind = kind, .dt = dt,
                             .op = op, .root = root, .rank = rank, .world = world, .round = round,
                             .state = CDDP__FLIGHT_STARTED};
   return seq;
@@ -102,9 +103,9 @@ int cddp__flight_dump(const cddp__flight_page_t *p, int rank, const char *path, 
     const cddp__flight_rec_t *r = &p->ring[(s - 1) % CDDP__FLIGHT_RING];
     static const char *states[] = {"?", "started", "done", "failed"};
     uint64_t end = r->t_end ? r->t_end : now_ns;
-    fprintf(f, "%s\n  {\"seq\": %llu, \"op\": \"%s\", \"dtype\": \"%s\", \"redop\": \"%s\", \"count\": %llu, "
+    fprintf(f, "%s\n  {\"seq\": %llu, \"cseq\": %llu, \"op\": \"%s\", \"dtype\": \"%s\", \"redop\": \"%s\", \"count\": %llu, "
             "\"root\": %d, \"world\": %d, \"round\": %d, \"state\": \"%s\", \"started_s_ago\": %.6f, \"ms\": %.3f}",
-            s == first ? "" : ",", (unsigned long long)r->seq, cddp__flight_kind_name(r->kind),
+            s == first ? "" : ",", (unsigned long long)r->seq, (unsigned long long)r->cseq, cddp__flight_kind_name(r->kind),
             cddp_dtype_name((cddp_dtype_t)r->dt), cddp_redop_name((cddp_redop_t)r->op), (unsigned long long)r->count,
             r->root, r->world, r->round, states[r->state >= 0 && r->state <= 3 ? r->state : 0],
             (double)(now_ns - r->t_start) / 1e9, (double)(end - r->t_start) / 1e6);

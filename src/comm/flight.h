@@ -14,6 +14,7 @@ enum { CDDP__FLIGHT_STARTED = 1, CDDP__FLIGHT_DONE = 2, CDDP__FLIGHT_FAILED = 3 
 /* One collective, as its rank saw it. Times are CLOCK_MONOTONIC ns (comparable on one host). */
 typedef struct cddp__flight_rec {
   uint64_t seq;               /* this process's collective number, from 1 */
+  uint64_t cseq;              /* the communicator's: the same on every rank of it (desync checks) */
   uint64_t count;             /* elements */
   uint64_t t_start, t_end;    /* t_end 0 while it runs */
   int32_t kind, dt, op, root; /* cddp__coll_kind_t, cddp_dtype_t, cddp_redop_t */
@@ -34,7 +35,8 @@ typedef struct cddp__flight_page {
 
 /* Records the start of a collective; returns its seq. Cheap (a few stores); a no-op returning
  * 0 when CDDP_FLIGHT=0. Never blocks. */
-uint64_t cddp__flight_start(int kind, int dt, int op, int root, uint64_t count, int rank, int world, int round);
+uint64_t cddp__flight_start(int kind, int dt, int op, int root, uint64_t count, int rank, int world, int round,
+                            uint64_t cseq);
 /* Records the end (ok: done, else failed) of collective seq. */
 void cddp__flight_end(uint64_t seq, int ok);
 

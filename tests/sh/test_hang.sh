@@ -47,6 +47,10 @@ if [ -n "$dir" ] && [ "$(ls "$dir"/rank*.json 2>/dev/null | wc -l)" = 2 ] && ls 
    grep -q '"op": "allreduce"' "$dir"/rank*.json && grep -q "threads of pid" "$dir"/rank*.stack.txt; then
   ok "flight records of every local rank and the hung one's stack in $(basename "$dir")"
 else fail "flight records" "dir '$dir': $(ls "$dir" 2>&1 | tr '\n' ' ')"; fi
+out=$("$CDDP" flight "$dir" 2>&1); frc=$?
+if [ $frc = 0 ] && [ "$(grep -c '^rank [0-9]*: \(inside\|last\) ' <<<"$out")" = 2 ] && grep -q "^no desync" <<<"$out"; then
+  ok "cddp flight reads the dump: both local ranks' last collectives, no desync"
+else fail "cddp flight on the dump" "exit $frc: $out"; fi
 if [ $rc0 = 0 ] && [ $rc1 = 0 ] && grep -q "done: .*steps" "$T"/rep.n*.out && grep -q "replaced in place" <<<"$line"; then
   ok "replace mode: the hung worker replaced, training completes"
 else fail "replace mode completes" "exits $rc0/$rc1: $(grep -h 'done:\|recovered\|cddp run' "$T"/rep.n*.out | head -3 | tr '\n' ' ')"; fi

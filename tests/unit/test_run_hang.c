@@ -81,7 +81,7 @@ TEST(hang_stopped_worker_inside_a_collective) {
 }
 
 TEST(flight_records_start_and_end) {
-  uint64_t s = cddp__flight_start(0, 0, 0, 0, 123, 0, 2, 0);
+  uint64_t s = cddp__flight_start(0, 0, 0, 0, 123, 0, 2, 0, 7);
   const cddp__flight_page_t *pg = cddp__flight_page();
   CHECK(pg != NULL && pg->magic == CDDP__FLIGHT_MAGIC);
   CHECK_EQ(pg->seq, s);
@@ -99,6 +99,7 @@ TEST(flight_records_start_and_end) {
   if (f) fclose(f);
   buf[n] = '\0';
   unlink(path);
-  if (!strstr(buf, "\"op\": \"allreduce\"") || !strstr(buf, "\"count\": 123") || !strstr(buf, "\"state\": \"done\""))
+  if (!strstr(buf, "\"op\": \"allreduce\"") || !strstr(buf, "\"count\": 123") || !strstr(buf, "\"state\": \"done\"") ||
+      !strstr(buf, "\"cseq\": 7"))
     TEST_FAIL("dump: %s", buf);
 }

@@ -18,6 +18,7 @@ static const struct {
     {"plot", cddp__cmd_plot, "draw a run's loss, throughput and communication (gnuplot)"},
     {"doctor", cddp__cmd_doctor, "check hosts, interfaces, links, clocks and configs of a job (run it like the job)"},
     {"ckpt", cddp__cmd_ckpt, "inspect or verify a checkpoint (info|verify PATH)"},
+    {"flight", cddp__cmd_flight, "read the ranks' flight records: a desync, who is behind, who is stuck"},
 };
 
 static void usage(FILE *f) {

@@ -1,0 +1,163 @@
+/* cmd_flight.c - `cddp flight DIR`: reads the ranks' flight records (the watchdog's dumps) and
+ * says where they part: the first collective two ranks called differently (a desync), who is
+ * behind, and who is stuck inside which collective. */
+#include <dirent.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/commands.h"
+#include "cli/flags.h"
+
+#define MAX_RANKS 1024
+#define MAX_RECS 64
+
+typedef struct rec {
+  unsigned long long seq, cseq, count;
+  char op[24], dtype[16], redop[16], state[16];
+  int root, world, round;
+  double age_s, ms;
+} rec_t;
+
+typedef struct rank_dump {
+  int rank, n;
+  rec_t r[MAX_RECS];
+} rank_dump_t;
+
+static void usage(FILE *f) {
+  fprintf(f, "usage: cddp flight DIR\n\n"
+             "Reads DIR/rank<R>.json, the flight records cddp run's watchdog writes when it finds a hung\n"
+             "worker (--log-dir/flight, else $TMPDIR/cddp-flight-<run id>), and prints each rank's last\n"
+             "collective, the first collective two ranks called differently (a desync), the ranks that are\n"
+             "behind and the ones stuck inside a collective. Exit 0: no desync, 1: a desync, 2: no records.\n");
+}
+
+/* One dump: its header, then a line per collective (as comm/flight.c writes them). */
+static int read_dump(const char *path, rank_dump_t *d) {
+  FILE *f = fopen(path, "r");
+  char line[1024];
+  if (!f) return -1;
+  d->n = 0;
+  d->rank = -1;
+  while (fgets(line, sizeof line, f)) {
+    rec_t x;
+    if (d->rank < 0 && sscanf(line, "{\"rank\": %d,", &d->rank) == 1) continue;
+    if (sscanf(line, " {\"seq\": %llu, \"cseq\": %llu, \"op\": \"%23[^\"]\", \"dtype\": \"%15[^\"]\", \"redop\": "
+               "\"%15[^\"]\", \"count\": %llu, \"root\": %d, \"world\": %d, \"round\": %d, \"state\": \"%15[^\"]\", "
+               "\"started_s_ago\": %lf, \"ms\": %lf}", &x.seq, &x.cseq, x.op, x.dtype, x.redop, &x.count, &x.root,
+               &x.world, &x.round, x.state, &x.age_s, &x.ms) == 12 && d->n < MAX_RECS)
+      d->r[d->n++] = x;
+  }
+  fclose(f);
+  return d->rank >= 0 ? 0 : -1;
+}
+
+static void describe(const rec_t *x, char *buf, size_t size) {
+  if (!strcmp(x->op, "barrier")) snprintf(buf, size, "barrier #%llu", x->cseq);
+  else if (!strcmp(x->op, "broadcast"))
+    snprintf(buf, size, "broadcast #%llu (%llu %s from rank %d)", x->cseq, x->count, x->dtype, x->root);
+  else snprintf(buf, size, "%s #%llu (%llu %s, %s)", x->op, x->cseq, x->count, x->dtype, x->redop);
+}
+
+static int same_call(const rec_t *a, const rec_t *b) {
+  return !strcmp(a->op, b->op) && !strcmp(a->dtype, b->dtype) && !strcmp(a->redop, b->redop) && a->count == b->count &&
+         a->root == b->root;
+}
+
+static const rec_t *find(const rank_dump_t *d, int round, unsigned long long cseq) {
+  for (int i = 0; i < d->n; i++)
+    if (d->r[i].round == round && d->r[i].cseq == cseq) return &d->r[i];
+  return NULL;
+}
+
+static const rec_t *last(const rank_dump_t *d) { return d->n ? &d->r[d->n - 1] : NULL; }
+
+static int by_rank(const void *a, const void *b) { return ((const rank_dump_t *)a)->rank - ((const rank_dump_t *)b)->rank; }
+
+int cddp__cmd_flight(int argc, char **argv) {
+  const char *dir = NULL;
+  int n_dir = 0;
+  const cddp__cli_t cli = {.cmd = "flight", .usage = usage, .positional = &dir, .max_positional = 1, .n_positional = &n_dir};
+  int parsed = cddp__flags_parse(&cli, argc, argv);
+  if (parsed >= 0) return parsed;
+  if (!dir) {
+    fprintf(stderr, "cddp flight: DIR is required (the folder of the ranks' flight records)\n");
+    return 2;
+  }
+  DIR *dh = opendir(dir);
+  if (!dh) {
+    fprintf(stderr, "cddp flight: cannot read %s (the folder of the ranks' flight records)\n", dir);
+    return 2;
+  }
+  rank_dump_t *d = calloc(MAX_RANKS, sizeof *d);
+  int n = 0, rank;
+  char path[4400];
+  for (struct dirent *e; d && n < MAX_RANKS && (e = readdir(dh));) {
+    char tail[8];
+    if (sscanf(e->d_name, "rank%d.%7s", &rank, tail) != 2 || strcmp(tail, "json")) continue;
+    snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+    if (read_dump(path, &d[n]) == 0) n++;
+    else fprintf(stderr, "cddp flight: %s is not a flight record; skipped\n", path);
+  }
+  closedir(dh);
+  if (n == 0) {
+    fprintf(stderr, "cddp flight: no rank<R>.json flight records in %s\n", dir);
+    free(d);
+    return 2;
+  }
+  qsort(d, (size_t)n, sizeof *d, by_rank);
+  int round = -1, desync = 0;
+  char a[160], b[160];
+  for (int i = 0; i < n; i++)
+    if (last(&d[i]) && last(&d[i])->round > round) round = last(&d[i])->round;
+  printf("# %d ranks' records; the latest round is %d\n", n, round);
+  for (int i = 0; i < n; i++) {
+    const rec_t *x = last(&d[i]);
+    if (!x) {
+      printf("rank %d: no collective recorded\n", d[i].rank);
+      continue;
+    }
+    describe(x, a, sizeof a);
+    if (!strcmp(x->state, "started")) printf("rank %d: inside %s for %.1f s\n", d[i].rank, a, x->age_s);
+    else printf("rank %d: last %s, %s %.1f s ago\n", d[i].rank, a, x->state, x->age_s - x->ms / 1e3);
+  }
+  /* the first collective number of the latest round that two ranks both recorded, differently */
+  unsigned long long lo = ~0ull, hi = 0;
+  for (int i = 0; i < n; i++)
+    for (int k = 0; k < d[i].n; k++)
+      if (d[i].r[k].round == round) {
+        if (d[i].r[k].cseq < lo) lo = d[i].r[k].cseq;
+        if (d[i].r[k].cseq > hi) hi = d[i].r[k].cseq;
+      }
+  for (unsigned long long c = lo; c <= hi && !desync && lo != ~0ull; c++) {
+    const rec_t *first = NULL;
+    int first_rank = -1;
+    for (int i = 0; i < n && !desync; i++) {
+      const rec_t *x = find(&d[i], round, c);
+      if (!x) continue;
+      if (!first) {
+        first = x, first_rank = d[i].rank;
+      } else if (!same_call(first, x)) {
+        describe(first, a, sizeof a);
+        describe(x, b, sizeof b);
+        printf("desync at collective #%llu of round %d: rank %d called %s, rank %d called %s\n", c, round, first_rank, a,
+               d[i].rank, b);
+        desync = 1;
+      }
+    }
+  }
+  /* who is behind: the ranks whose last collective of the round comes before the others' */
+  unsigned long long top = 0;
+  for (int i = 0; i < n; i++)
+    if (last(&d[i]) && last(&d[i])->round == round && last(&d[i])->cseq > top) top = last(&d[i])->cseq;
+  for (int i = 0; i < n; i++) {
+    const rec_t *x = last(&d[i]);
+    if (x && x->round == round && x->cseq < top) {
+      describe(x, a, sizeof a);
+      printf("rank %d is behind: its last collective is %s (%s); others reached #%llu\n", d[i].rank, a, x->state, top);
+    }
+  }
+  if (!desync) printf("no desync: every collective two ranks both recorded matches\n");
+  free(d);
+  return desync;
+}
