@@ -233,11 +233,6 @@ static int setup_store(agent_t *a) {
 /* ---- workers' environment ---- */
 
 /* gen / replacement: the job's generation and whether the worker replaces a dead one. */
-/* Where worker `rank` finds TORCHELASTIC_ERROR_FILE. */
-static void error_file(const agent_t *a, int rank, char *buf, size_t size) {
-  cddp__errfile_path(a->err_dir, rank, buf, size);
-}
-
 static char **worker_env(agent_t *a, int local_rank, int64_t gen, int replacement) {
   const cddp__rdzv_t *rz = &a->rz;
   const cddp_run_opts_t *o = a->o;
@@ -299,7 +294,7 @@ static char **worker_env(agent_t *a, int local_rank, int64_t gen, int replacemen
   PUT("ROLE_NAME", "%s", o->role);
   if (a->err_dir[0]) { /* emptied by each start (workers.c), so an old file is never taken for new */
     char path[320];
-    error_file(a, rank_base + local_rank, path, sizeof path);
+    cddp__errfile_path(a->err_dir, rank_base + local_rank, path, sizeof path);
     PUT("TORCHELASTIC_ERROR_FILE", "%s", path);
     if (o->hang_ms > 0) { /* the page the worker's collectives are recorded in, for the watchdog */
       cddp__flight_file_path(a->err_dir, rank_base + local_rank, path, sizeof path);
@@ -330,7 +325,7 @@ static int describe_failure(const agent_t *a, int rank, int status, const char *
     return code;
   }
   if (!a->err_dir[0]) return code;
-  error_file(a, rank, path, sizeof path);
+  cddp__errfile_path(a->err_dir, rank, path, sizeof path);
   if (cddp__errfile_read(path, cause, sizeof cause, NULL))
     snprintf(buf + strlen(buf), size - strlen(buf), ": %s", cause);
   return code;
