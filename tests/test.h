@@ -63,6 +63,11 @@ void cddp_test_register(const char *name, cddp_test_fn fn, int timeout_s);
 int cddp_test_fork_ranks(int n, void (*fn)(int rank, int world, void *arg), void *arg,
                          int timeout_s);
 
+/* A store server in a process of its own (forking ranks from a process whose server thread may
+ * hold the allocator lock at that instant left a rank deadlocked in malloc under ASan/TSan).
+ * Returns its pid (SIGKILL it when done); its port in *port. */
+int cddp_test_store_process(int *port);
+
 /* A free TCP port on 127.0.0.1 (bound then released). */
 int cddp_test_free_port(void);
 

@@ -159,3 +159,24 @@ int cddp_test_store_child_stop(cddp_test_store_child_t *c) {
   int status = 0;
   return waitpid(c->pid, &status, 0) == c->pid && WIFEXITED(status) && WEXITSTATUS(status) == 0;
 }
+
+int cddp_test_store_process(int *port) {
+  int fds[2];
+  CHECK(pipe(fds) == 0);
+  fflush(NULL);
+  pid_t pid = fork();
+  CHECK(pid >= 0);
+  if (pid == 0) {
+    close(fds[0]);
+    cddp_store_server_t *srv;
+    int p = cddp_store_server_start(&srv, "127.0.0.1", 0, "") == CDDP_OK ? cddp_store_server_port(srv) : -1;
+    if (write(fds[1], &p, sizeof p) != (ssize_t)sizeof p || p < 0) _exit(1);
+    close(fds[1]);
+    for (;;) pause(); /* until SIGKILLed by the test */
+  }
+  close(fds[1]);
+  *port = -1;
+  CHECK(read(fds[0], port, sizeof *port) == (ssize_t)sizeof *port && *port > 0);
+  close(fds[0]);
+  return pid;
+}

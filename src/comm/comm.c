@@ -30,6 +30,7 @@ struct cddp_request {
 struct cddp_comm {
   int rank, world, round;
   uint64_t n_coll;          /* collectives run: the flight recorder's per-communicator number */
+  int desync_check;         /* every rank has CDDP_DESYNC_CHECK on: fingerprints are compared */
   cddp_comm_config_t cfg;
   char transport_name[8];
   cddp_store_t *view; /* "comm/r<round>/" over the caller's store */
@@ -126,7 +127,10 @@ static cddp_result_t exchange_peers(cddp_comm_t *c) {
   cddp__local_host_id(me.host_id, sizeof me.host_id);
 
   char key[64], val[CDDP_HOST_MAX + sizeof me.host_id + 32];
-  int n = snprintf(val, sizeof val, "%s\n%s\n%d", me.host, me.host_id, me.pid);
+  /* the desync check changes what goes on the wire (a header per TCP transfer): on only when
+   * every rank has it on, so a rank with CDDP_DESYNC_CHECK=0 does not desync the others */
+  int check = cddp__knob_int(CDDP_KNOB_DESYNC_CHECK) != 0;
+  int n = snprintf(val, sizeof val, "%s\n%s\n%d\n%d", me.host, me.host_id, me.pid, check);
   snprintf(key, sizeof key, "peer/%d", c->rank);
   CDDP_CHECK(cddp_store_set(c->view, key, val, (size_t)n));
 
@@ -150,8 +154,11 @@ static cddp_result_t exchange_peers(cddp_comm_t *c) {
     snprintf(p->host, sizeof p->host, "%s", s);
     snprintf(p->host_id, sizeof p->host_id, "%s", nl1 + 1);
     p->pid = atoi(nl2 + 1);
+    char *nl3 = strchr(nl2 + 1, '\n');
+    check &= nl3 && atoi(nl3 + 1) != 0;
     free(v);
   }
+  c->desync_check = check;
   return CDDP_OK;
 }
 
@@ -211,7 +218,7 @@ cddp_result_t cddp_comm_init(cddp_comm_t **out, cddp_store_t *store, int rank, i
   for (int r = 1; r < world; r++) all_local &= !strcmp(c->peers[r].host_id, c->peers[0].host_id);
   c->ctx = (cddp__comm_ctx_t){.rank = rank, .world = world, .round = round, .store = c->view,
                               .cfg = &c->cfg, .peers = c->peers, .aborted = &c->aborted,
-                              .all_local = all_local};
+                              .all_local = all_local, .desync_store = c->view};
 
   if (world > 1) {
     if (!strcmp(c->cfg.backend, "mpi")) {
@@ -334,8 +341,14 @@ static cddp_result_t execute(cddp_comm_t *c, cddp__coll_t *co, char *err, size_t
     co->deadline = cddp__now_coarse_ns() + (uint64_t)c->cfg.timeout_ms * 1000000ull;
     uint64_t seq = cddp__flight_start((int)co->kind, (int)co->dt, (int)co->op, co->root, co->count, c->rank, c->world,
                                       c->round, ++c->n_coll);
+    if (c->desync_check)
+      co->fp = (cddp__fp_t){.count = co->count, .seq = (uint32_t)c->n_coll, .rank = (uint32_t)c->rank,
+                            .kind = (uint8_t)co->kind, .dt = (uint8_t)co->dt,
+                            .arg = (uint16_t)(co->kind == CDDP__BROADCAST ? co->root : (int)co->op)};
     r = c->tp->run(c->tp_state, co);
     cddp__flight_end(seq, r == CDDP_OK);
+    /* a peer that found a desync failed us too: say what it found, not only that it left */
+    if (c->desync_check && (r == CDDP_REMOTE || r == CDDP_TIMEOUT)) r = cddp__desync_explain(c->view, r);
   }
   if (r != CDDP_OK) snprintf(err, errsize, "%s", cddp_last_error());
   return r;

@@ -340,9 +340,11 @@ static cddp_result_t hier_init(const cddp__comm_ctx_t *ctx, void **state) {
   snprintf(prefix, sizeof prefix, "hier/local%d/", h->local);
   CDDP_CHECK_GOTO(cddp_store_prefix_create(&h->xstore, ctx->store, prefix, 0), ret, fail);
   h->lctx = (cddp__comm_ctx_t){.rank = h->local, .world = h->L, .round = ctx->round, .store = h->lstore,
-                               .cfg = ctx->cfg, .peers = h->lpeers, .aborted = ctx->aborted, .all_local = 1};
+                               .cfg = ctx->cfg, .peers = h->lpeers, .aborted = ctx->aborted, .all_local = 1,
+                               .desync_store = ctx->desync_store};
   h->xctx = (cddp__comm_ctx_t){.rank = h->host, .world = h->H, .round = ctx->round, .store = h->xstore,
-                               .cfg = ctx->cfg, .peers = h->xpeers, .aborted = ctx->aborted, .all_local = 0};
+                               .cfg = ctx->cfg, .peers = h->xpeers, .aborted = ctx->aborted, .all_local = 0,
+                               .desync_store = ctx->desync_store};
   if (h->L > 1) CDDP_CHECK_GOTO(cddp__transport_shm.init(&h->lctx, &h->ls), ret, fail);
   if (h->H > 1) CDDP_CHECK_GOTO(cddp__transport_tcp.init(&h->xctx, &h->xs), ret, fail);
   if (h->H > 1 && h->L > 1) {

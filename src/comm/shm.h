@@ -26,6 +26,8 @@ typedef struct {
   int32_t send_id, recv_id; /* allocation ids (-1: not in a mem_alloc buffer) */
   uint64_t send_off, recv_off;
   uint32_t slot_off[SHM_NSLOT]; /* where the data of slot k starts (chosen per step, 4K alias) */
+  uint32_t fp_step[2], fp_hash[2]; /* the first step of a collective s (at [s & 1]) and the hash of
+                                      the call (cddp__fp_hash): compared on this line, read anyway */
   uint64_t send_addr, recv_addr; /* the buffers in this rank's address space (CMA path) */
   uint32_t cma_ok;         /* init: this rank could read every peer with process_vm_readv */
   uint32_t knobs;          /* init: SHM_SET_* bits, the knobs this rank's environment forces */
@@ -38,6 +40,8 @@ typedef struct {
   uint32_t pad0;
   shm_zc_desc_t desc;      /* written before arrive, on the same line: one transfer */
   char pad1[SHM_LINE - 8 - sizeof(shm_zc_desc_t)];
+  cddp__fp_t fp[2];        /* the calls of fp_step[], in full: read only to word a mismatch */
+  char pad2[SHM_LINE - 2 * sizeof(cddp__fp_t)];
   shm_word_t reduced;      /* last step whose output slice this rank has written */
   shm_word_t sleepers;     /* waiters (any rank) asleep on arrive or reduced */
   shm_word_t left;         /* non-zero: this rank failed or destroyed its transport */
@@ -95,6 +99,7 @@ typedef struct shm {
   shm_tune_t tune;
   int logged;
   const char *what;        /* collective name, for error messages */
+  cddp__fp_t fp_next;      /* the call whose first arrival is next (seq 0: none, or no check) */
 } shm_t;
 
 /* ---- shm_sync.c ---- */

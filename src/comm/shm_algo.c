@@ -329,6 +329,7 @@ cddp_result_t cddp__shm_run(shm_t *s, const cddp__coll_t *c) {
   if ((unsigned)c->kind > CDDP__BARRIER)
     return cddp__fail(CDDP_INVALID_ARG, "shm: unknown collective %d", (int)c->kind);
   s->what = kind_names[c->kind];
+  if (c->fp.seq) s->fp_next = c->fp; /* the next arrival carries it (the tuner's calls carry none) */
   if (c->kind == CDDP__BARRIER) return cddp__shm_arrive_all(s, ++s->step, c->deadline);
   size_t es = cddp_dtype_size(c->dt);
   if (!es) return cddp__fail(CDDP_INVALID_ARG, "shm %s: unknown dtype %d", s->what, (int)c->dt);
@@ -338,7 +339,10 @@ cddp_result_t cddp__shm_run(shm_t *s, const cddp__coll_t *c) {
   if (c->kind == CDDP__BROADCAST && (c->root < 0 || c->root >= s->world))
     return cddp__fail(CDDP_INVALID_ARG, "shm broadcast: root %d not in [0, %d)", c->root,
                       s->world);
-  if (c->count == 0) return CDDP_OK; /* same count on every rank: nobody waits */
+  if (c->count == 0) { /* same count on every rank: nobody waits */
+    s->fp_next.seq = 0;
+    return CDDP_OK;
+  }
   run_t R = {.s = s, .c = c, .es = es, .align = 64 / es,
              .scale = c->op == CDDP_AVG ? 1.0 / s->world : 1.0};
   cddp__coll_t bc;

@@ -1,5 +1,6 @@
 /* shm_sync.c - step flags, spin-then-futex waits, abort/deadline/peer-liveness checks. */
 #include <errno.h>
+#include <stddef.h>
 #include <limits.h>
 #include <linux/futex.h>
 #include <poll.h>
@@ -121,13 +122,51 @@ cddp_result_t cddp__shm_wait(shm_t *s, int q, _Atomic uint32_t *word, uint32_t s
   return wait_slow(s, q, word, step, deadline);
 }
 
+/* The desync check reads the peers' hashes on the 64-byte line that carries their arrive word. */
+_Static_assert(offsetof(shm_ctl_t, desc.fp_hash) + sizeof(uint32_t) * 2 <= 64, "fp_hash off the arrive line");
+
+/* The peer's call at step: the latest first step at or before it (a peer inside a longer
+ * collective started it earlier); NULL when neither slot tells. */
+static const cddp__fp_t *peer_call(const shm_t *s, int q, uint32_t step) {
+  const shm_ctl_t *c = &s->ctl[q];
+  const cddp__fp_t *best = NULL;
+  for (int k = 0; k < 2; k++)
+    if (c->fp[k].seq && reached(step, c->fp[k].tag) && (!best || reached(c->fp[k].tag, best->tag))) best = &c->fp[k];
+  return best;
+}
+
+/* After every peer arrived at the first step of a collective: each must have posted the same
+ * call at this same step (the hash is on the line the wait just read). */
+static cddp_result_t check_calls(shm_t *s, uint32_t step) {
+  const shm_ctl_t *me = &s->ctl[s->rank];
+  uint32_t k = step & 1, h = me->desc.fp_hash[k];
+  for (int i = 1; i < s->world; i++) {
+    int q = (s->rank + i) % s->world;
+    if (__builtin_expect(s->ctl[q].desc.fp_step[k] == step && s->ctl[q].desc.fp_hash[k] == h, 1)) continue;
+    char name[128];
+    return cddp__desync_fail(s->ctx->desync_store, &me->fp[k], peer_call(s, q, step),
+                             cddp__peer_name(s->ctx, q, name, sizeof name));
+  }
+  return CDDP_OK;
+}
+
 cddp_result_t cddp__shm_arrive_all(shm_t *s, uint32_t step, uint64_t deadline) {
-  cddp__shm_post(s, &s->ctl[s->rank].arrive, step);
+  shm_ctl_t *me = &s->ctl[s->rank];
+  int check = s->fp_next.seq != 0;
+  if (check) { /* the first arrival of a checked collective carries its call */
+    uint32_t k = step & 1;
+    me->fp[k] = s->fp_next;
+    me->fp[k].tag = step;
+    me->desc.fp_step[k] = step;
+    me->desc.fp_hash[k] = cddp__fp_hash(&s->fp_next, step);
+    s->fp_next.seq = 0;
+  }
+  cddp__shm_post(s, &me->arrive, step);
   for (int i = 1; i < s->world; i++) {
     int q = (s->rank + i) % s->world;
     CDDP_CHECK(cddp__shm_wait(s, q, &s->ctl[q].arrive, step, deadline));
   }
-  return CDDP_OK;
+  return check ? check_calls(s, step) : CDDP_OK;
 }
 
 cddp_result_t cddp__shm_reduced_all(shm_t *s, uint32_t step, uint64_t deadline) {

@@ -16,13 +16,18 @@
 
 /* ---- failure: first cause to the store, shut every connection, record the message ---- */
 
+static void shut_all(cddp__tcp_t *t) {
+  t->failed = 1;
+  for (int i = 0; i < t->world * t->nstreams; i++)
+    if (t->fds[i] >= 0) shutdown(t->fds[i], SHUT_RDWR);
+}
+
 cddp_result_t cddp__tcp_fail(cddp__tcp_t *t, cddp_result_t code, const char *fmt, ...) {
   char msg[320], mine[448], full[800], me[128];
   va_list ap;
   va_start(ap, fmt);
   vsnprintf(msg, sizeof msg, fmt, ap);
   va_end(ap);
-  t->failed = 1;
   snprintf(mine, sizeof mine, "%s (seen by %s)", msg, cddp__peer_name(t->ctx, t->rank, me, sizeof me));
   snprintf(full, sizeof full, "%s", msg);
   void *cur = NULL;
@@ -34,9 +39,17 @@ cddp_result_t cddp__tcp_fail(cddp__tcp_t *t, cddp_result_t code, const char *fmt
       cur && strcmp((const char *)cur, mine) != 0)
     snprintf(full, sizeof full, "%s; first failure: %.300s", msg, (const char *)cur);
   free(cur);
-  for (int i = 0; i < t->world * t->nstreams; i++)
-    if (t->fds[i] >= 0) shutdown(t->fds[i], SHUT_RDWR);
+  shut_all(t);
   return cddp__fail(code, "%s", full);
+}
+
+cddp_result_t cddp__tcp_desync(cddp__tcp_t *t, const cddp__fp_t *theirs, int peer) {
+  char name[128], msg[600];
+  cddp_result_t r = cddp__desync_fail(t->ctx->desync_store, &t->fp, theirs,
+                                      cddp__peer_name(t->ctx, peer, name, sizeof name));
+  snprintf(msg, sizeof msg, "%s", cddp_last_error());
+  shut_all(t); /* after the line is in the store: the peers that see the sockets close find it there */
+  return cddp__fail(r, "%s", msg);
 }
 
 /* ---- transfers over one flat buffer: recursive doubling steps, broadcast chain ---- */
@@ -272,6 +285,8 @@ cddp_result_t cddp__tcp_run(void *state, const cddp__coll_t *c) {
   cddp__tcp_t *t = state;
   if (t->failed) return cddp__fail(CDDP_INVALID_USAGE, "the TCP transport failed earlier; destroy the communicator");
   t->deadline = c->deadline;
+  cddp__fp_t fp = c->fp; /* the tuner's own calls (seq 0) run in between without headers */
+  t->fp = fp;
   size_t es = cddp_dtype_size(c->dt), bytes = c->count * es, n = (size_t)t->world, chunk = t->chunk_bytes;
   int latency = c->algo == CDDP_ALGO_DIRECT;
   if (c->algo == CDDP_ALGO_AUTO)
@@ -280,6 +295,7 @@ cddp_result_t cddp__tcp_run(void *state, const cddp__coll_t *c) {
     if (t->tune.state == CDDP_TUNE_PENDING && bytes > 4096) { /* same call on every rank */
       CDDP_CHECK(cddp__tcp_tune_run(t, c->deadline));
       t->deadline = c->deadline;
+      t->fp = fp;
     }
     int mech = cddp__tcp_tune_pick(t, bytes);
     if (c->algo == CDDP_ALGO_AUTO) latency = mech == TCP_MECH_RD;

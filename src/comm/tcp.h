@@ -98,6 +98,8 @@ typedef struct cddp__tcp {
   uint64_t deadline;
   int failed;           /* once set, run() refuses: the transport is only destroyed */
   cddp__tune_t tune;    /* allreduce: recursive doubling or ring, and the ring's chunk (tcp_tune.c) */
+  cddp__fp_t fp;        /* the call being run: with seq != 0 every transfer starts with it, as a
+                           24-byte header in the same send as the first chunk (desync.h) */
 } cddp__tcp_t;
 
 /* ---- tcp_tune.c: the tuner's TCP side (docs/tuner.md) ---- */
@@ -124,5 +126,9 @@ cddp_result_t cddp__tcp_bootstrap(cddp__tcp_t *t);
  * rank can name the rank that started it; shuts every connection down. Returns code. */
 cddp_result_t cddp__tcp_fail(cddp__tcp_t *t, cddp_result_t code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+
+/* The header from peer did not match t->fp (theirs NULL: not a header at all): records the
+ * desync line in the store, shuts every connection down, returns INVALID_USAGE. */
+cddp_result_t cddp__tcp_desync(cddp__tcp_t *t, const cddp__fp_t *theirs, int peer);
 
 #endif /* CDDP_COMM_TCP_H */

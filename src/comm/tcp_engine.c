@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include "comm/reduce.h"
@@ -22,6 +23,7 @@ typedef struct pos {
   const char *src;          /* send: current chunk */
   char *buf;                /* recv: where bytes land (dst or staging) */
   size_t len;
+  size_t hoff, hlen;        /* stream 0's first chunk: the header's bytes done, and its size */
   cddp__tcp_rslot_t slot;
 } pos_t;
 
@@ -30,6 +32,7 @@ typedef struct run {
   const cddp__tcp_xfer_t *x;
   int S;
   pos_t sp[MAX_STREAMS], rp[MAX_STREAMS];
+  cddp__fp_t hsend, hrecv;  /* the headers (desync.h): this rank's call, and the sender's */
 } run_t;
 
 static void advance(pos_t *p, int stream, int S, size_t K, int nsteps) {
@@ -47,6 +50,28 @@ static int is_aborted(const cddp__tcp_t *t) {
   return __atomic_load_n(t->ctx->aborted, __ATOMIC_ACQUIRE) != 0;
 }
 
+/* One send or receive of what is left of p's chunk, after what is left of its header (hdr)
+ * when it has one: a header costs no extra system call or round trip. */
+static ssize_t io(int fd, pos_t *p, cddp__fp_t *hdr, char *data, int sending) {
+  if (p->hoff >= p->hlen)
+    return sending ? send(fd, data + p->off, p->len - p->off, MSG_NOSIGNAL | MSG_DONTWAIT)
+                   : recv(fd, data + p->off, p->len - p->off, MSG_DONTWAIT);
+  struct iovec iov[2] = {{(char *)hdr + p->hoff, p->hlen - p->hoff}, {data + p->off, p->len - p->off}};
+  struct msghdr m = {.msg_iov = iov, .msg_iovlen = p->len > p->off ? 2 : 1};
+  return sending ? sendmsg(fd, &m, MSG_NOSIGNAL | MSG_DONTWAIT) : recvmsg(fd, &m, MSG_DONTWAIT);
+}
+
+/* n bytes moved: the header's first. */
+static void take(pos_t *p, size_t n) {
+  size_t h = CDDP_MIN(n, p->hlen - p->hoff);
+  p->hoff += h;
+  p->off += n - h;
+}
+
+static int header_ok(const run_t *r) {
+  return r->hrecv.tag == CDDP__FP_MAGIC && cddp__fp_same(&r->hrecv, &r->hsend);
+}
+
 /* 1 = progress, 0 = none (blocked), -1 = failed (recorded). */
 static int send_some(run_t *r, int i) {
   const cddp__tcp_xfer_t *x = r->x;
@@ -59,8 +84,8 @@ static int send_some(run_t *r, int i) {
       x->send_at(x, p->s, p->k, &p->src, &p->len);
       p->off = 0, p->started = 1;
     }
-    if (p->off < p->len) {
-      ssize_t n = send(fd, p->src + p->off, p->len - p->off, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (p->off < p->len || p->hoff < p->hlen) {
+      ssize_t n = io(fd, p, &r->hsend, (char *)p->src, 1);
       if (n < 0) {
         if (errno == EINTR) continue;
         if (errno == EAGAIN || errno == EWOULDBLOCK) return p->wb = 1, progress;
@@ -69,8 +94,8 @@ static int send_some(run_t *r, int i) {
                        peer(r, x->to, pn, sizeof pn), x->what, strerror(errno));
         return -1;
       }
-      p->off += (size_t)n, progress = 1;
-      if (p->off < p->len) return p->wb = 1, progress; /* socket buffer full */
+      take(p, (size_t)n), progress = 1;
+      if (p->off < p->len || p->hoff < p->hlen) return p->wb = 1, progress; /* socket buffer full */
     }
     advance(p, i, r->S, x->K, x->nsend);
     progress = 1; /* even an empty chunk frees what waits on it */
@@ -90,8 +115,9 @@ static int recv_some(run_t *r, int i) {
       p->buf = p->slot.mine ? t->staging[i] : p->slot.dst;
       p->off = 0, p->started = 1;
     }
-    if (p->off < p->len) {
-      ssize_t n = recv(fd, p->buf + p->off, p->len - p->off, MSG_DONTWAIT);
+    if (p->off < p->len || p->hoff < p->hlen) {
+      int had_header = p->hoff == p->hlen;
+      ssize_t n = io(fd, p, &r->hrecv, p->buf, 0);
       if (n <= 0) {
         if (n < 0 && errno == EINTR) continue;
         if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return p->wb = 1, progress;
@@ -100,8 +126,12 @@ static int recv_some(run_t *r, int i) {
                        n == 0 ? "connection closed" : strerror(errno), x->what);
         return -1;
       }
-      p->off += (size_t)n, progress = 1;
-      if (p->off < p->len) return p->wb = 1, progress; /* drained for now */
+      take(p, (size_t)n), progress = 1;
+      if (!had_header && p->hoff == p->hlen && !header_ok(r)) {
+        cddp__tcp_desync(t, r->hrecv.tag == CDDP__FP_MAGIC ? &r->hrecv : NULL, x->from);
+        return -1;
+      }
+      if (p->off < p->len || p->hoff < p->hlen) return p->wb = 1, progress; /* drained for now */
     }
     if (p->slot.mine && p->len) {
       size_t es = cddp_dtype_size(x->dt);
@@ -129,6 +159,12 @@ cddp_result_t cddp__tcp_xfer_run(cddp__tcp_t *t, const cddp__tcp_xfer_t *x) {
   for (int i = 0; i < S; i++) {
     r->sp[i] = (pos_t){.k = (size_t)i, .done = x->to < 0 || x->nsend == 0 || (size_t)i >= x->K};
     r->rp[i] = (pos_t){.k = (size_t)i, .done = x->from < 0 || x->nrecv == 0 || (size_t)i >= x->K};
+  }
+  if (t->fp.seq) { /* every transfer of a checked call starts with it on stream 0, both ways */
+    r->hsend = t->fp;
+    r->hsend.tag = CDDP__FP_MAGIC;
+    r->sp[0].hlen = r->sp[0].done ? 0 : sizeof r->hsend;
+    r->rp[0].hlen = r->rp[0].done ? 0 : sizeof r->hrecv;
   }
   struct pollfd pfd[2 * MAX_STREAMS + 1];
   for (;;) {

@@ -12,6 +12,7 @@
 
 #include "cddp/comm.h"
 #include "cddp/store.h"
+#include "comm/desync.h"
 
 #define CDDP_HOST_MAX 64
 
@@ -30,6 +31,7 @@ typedef struct cddp__comm_ctx {
   const cddp__peer_t *peers;      /* world entries */
   const volatile int *aborted;    /* non-zero once cddp_comm_abort was called: stop waiting */
   int all_local;                  /* every rank shares this host */
+  cddp_store_t *desync_store;     /* the whole communicator's store view (hier's groups share it) */
 } cddp__comm_ctx_t;
 
 typedef enum cddp__coll_kind {
@@ -52,6 +54,7 @@ typedef struct cddp__coll {
   int root;
   cddp_algo_t algo;  /* AUTO: the transport chooses by size */
   uint64_t deadline; /* cddp__now_ns() value after which the collective fails with TIMEOUT */
+  cddp__fp_t fp;     /* the caller's call, compared across ranks (seq 0: no check; desync.h) */
 } cddp__coll_t;
 
 typedef struct cddp__transport {

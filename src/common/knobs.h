@@ -46,6 +46,8 @@
   X(STORE_TIMEOUT_MS, "CDDP_STORE_TIMEOUT_MS", "300000", "default bound on a store client call, ms") \
   X(FLIGHT, "CDDP_FLIGHT", "1",                                                              \
     "1: record every collective (the flight recorder the agent reads to find hangs); 0: off") \
+  X(DESYNC_CHECK, "CDDP_DESYNC_CHECK", "1",                                                    \
+    "1: every collective's kind, count, dtype and op are compared across ranks (a mismatch fails every rank, naming both calls); 0: off") \
   X(TOKEN, "CDDP_TOKEN", "", "job token for the store's challenge-response (never sent on the wire)") \
   X(TOKEN_FILE, "CDDP_TOKEN_FILE", "", "file holding the job token (used when CDDP_TOKEN is unset)")
 

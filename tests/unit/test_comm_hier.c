@@ -59,7 +59,7 @@ static void run_job(int world, const int *host_of, cddp_algo_t algo, void (*body
     hrank_t *tr = &j.r[r];
     tr->rank = r, tr->job = &j;
     CHECK_OK(cddp_store_prefix_create(&tr->store, j.base, "comm/r0/", 0));
-    tr->ctx = (cddp__comm_ctx_t){r, world, 0, tr->store, &j.cfg, j.peers, &tr->aborted, 0};
+    tr->ctx = (cddp__comm_ctx_t){r, world, 0, tr->store, &j.cfg, j.peers, &tr->aborted, 0, tr->store};
   }
   for (int r = 0; r < world; r++) CHECK(pthread_create(&j.r[r].th, NULL, rank_main, &j.r[r]) == 0);
   for (int r = 0; r < world; r++) pthread_join(j.r[r].th, NULL);
@@ -129,7 +129,7 @@ static void check_same(hrank_t *tr, void *buf, size_t bytes, const char *what) {
 
 static cddp_result_t run(hrank_t *tr, cddp__coll_kind_t kind, const void *send, void *recv, size_t n,
                          cddp_dtype_t dt, cddp_redop_t op, int root) {
-  cddp__coll_t c = {kind, send, recv, n, dt, op, root, tr->job->cfg.algo, cddp__now_ns() + 20000000000ull};
+  cddp__coll_t c = {kind, send, recv, n, dt, op, root, tr->job->cfg.algo, cddp__now_ns() + 20000000000ull, {0}};
   return cddp__transport_hier.run(tr->st, &c);
 }
 
@@ -272,7 +272,7 @@ TEST(hier_refuses_uneven_hosts) {
   CHECK_OK(cddp_store_mem_create(&s));
   cddp_comm_config_t cfg = {"native", "hier", 1, 1000, CDDP_ALGO_AUTO};
   int aborted = 0;
-  cddp__comm_ctx_t ctx = {0, 3, 0, s, &cfg, p, &aborted, 0};
+  cddp__comm_ctx_t ctx = {0, 3, 0, s, &cfg, p, &aborted, 0, s};
   void *st = NULL;
   CHECK_RESULT(cddp__transport_hier.init(&ctx, &st), CDDP_INVALID_USAGE);
   CHECK(strstr(cddp_last_error(), "same number of ranks") != NULL);

@@ -136,32 +136,8 @@ static void kill_rank(int rank, int world, void *arg) {
   cddp_store_close(st);
 }
 
-/* The store server runs in its own process: forking the ranks from a process whose server
- * thread may hold the (sanitizer) allocator lock at that instant left a rank deadlocked in
- * malloc now and then under ASan/TSan. Returns the server's pid; its port in *port. */
-static pid_t start_server_process(int *port) {
-  int fds[2];
-  CHECK(pipe(fds) == 0);
-  fflush(NULL);
-  pid_t pid = fork();
-  CHECK(pid >= 0);
-  if (pid == 0) {
-    close(fds[0]);
-    cddp_store_server_t *srv;
-    int p = cddp_store_server_start(&srv, "127.0.0.1", 0, "") == CDDP_OK ? cddp_store_server_port(srv) : -1;
-    if (write(fds[1], &p, sizeof p) != (ssize_t)sizeof p || p < 0) _exit(1);
-    close(fds[1]);
-    for (;;) pause(); /* until SIGKILLed by the test */
-  }
-  close(fds[1]);
-  *port = -1;
-  CHECK(read(fds[0], port, sizeof *port) == (ssize_t)sizeof *port && *port > 0);
-  close(fds[0]);
-  return pid;
-}
-
 static void run_kill(int world, int mode) {
-  pid_t srv = start_server_process(&kill_port);
+  pid_t srv = cddp_test_store_process(&kill_port);
   /* the killed rank "fails" by design; every other rank must pass */
   int failed = cddp_test_fork_ranks(world, kill_rank, (void *)(intptr_t)mode, 20);
   kill(srv, SIGKILL);

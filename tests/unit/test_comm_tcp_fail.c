@@ -218,7 +218,7 @@ TEST(tcp_bootstrap_gives_up_with_its_generation) {
   cddp__peer_t peers[2] = {{.host = "testhost0", .host_id = "id", .pid = getpid()},
                            {.host = "testhost1", .host_id = "id", .pid = getpid()}};
   int aborted = 0;
-  cddp__comm_ctx_t ctx = {1, 2, 0, view, &cfg, peers, &aborted, 0};
+  cddp__comm_ctx_t ctx = {1, 2, 0, view, &cfg, peers, &aborted, 0, view};
   pthread_t th;
   CHECK(pthread_create(&th, NULL, bump_after_300ms, base) == 0);
   uint64_t t0 = cddp__now_ns();

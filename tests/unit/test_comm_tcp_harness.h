@@ -73,7 +73,7 @@ static __attribute__((unused)) void job_start(job_t *j, int world, void (*body)(
     trank_t *tr = &j->r[r];
     tr->rank = r, tr->job = j;
     CHECK_OK(cddp_store_prefix_create(&tr->store, j->base, "comm/r0/", 0));
-    tr->ctx = (cddp__comm_ctx_t){r, world, 0, tr->store, &j->cfg, j->peers, &tr->aborted, j->all_local};
+    tr->ctx = (cddp__comm_ctx_t){r, world, 0, tr->store, &j->cfg, j->peers, &tr->aborted, j->all_local, tr->store};
   }
   for (int r = 0; r < world; r++) CHECK(pthread_create(&j->r[r].th, NULL, rank_main, &j->r[r]) == 0);
 }
@@ -98,7 +98,7 @@ static __attribute__((unused)) void run_job(int world, void (*body)(trank_t *), 
 
 static __attribute__((unused)) cddp_result_t coll_dl(trank_t *tr, cddp__coll_kind_t kind, const void *send, void *recv, size_t count,
                              cddp_dtype_t dt, cddp_redop_t op, int root, cddp_algo_t algo, int timeout_ms) {
-  cddp__coll_t c = {kind, send, recv, count, dt, op, root, algo, cddp__deadline_ms(timeout_ms)};
+  cddp__coll_t c = {kind, send, recv, count, dt, op, root, algo, cddp__deadline_ms(timeout_ms), {0}};
   return cddp__transport_tcp.run(tr->st, &c);
 }
 
