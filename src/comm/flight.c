@@ -74,6 +74,11 @@ void cddp__flight_beat(void) {
   if (p) __atomic_add_fetch(&p->beat, 1, __ATOMIC_RELEASE);
 }
 
+void cddp__flight_step(uint64_t step) {
+  cddp__flight_page_t *p = get();
+  if (p) __atomic_store_n(&p->step, step, __ATOMIC_RELEASE);
+}
+
 const cddp__flight_page_t *cddp__flight_page(void) { return get(); }
 
 const char *cddp__flight_kind_name(int kind) {

@@ -31,6 +31,7 @@ typedef struct cddp__flight_page {
   uint64_t done; /* the last collective finished (seq == done: not inside one) */
   uint64_t beat; /* bumped by long work outside collectives (a checkpoint, a step): alive */
   cddp__flight_rec_t ring[CDDP__FLIGHT_RING]; /* record of collective s at ring[(s - 1) % RING] */
+  uint64_t step; /* the program's own progress (the trainer's optimizer steps done), 0: none said */
 } cddp__flight_page_t;
 
 /* Records the start of a collective; returns its seq. Cheap (a few stores); a no-op returning
@@ -43,6 +44,10 @@ void cddp__flight_end(uint64_t seq, int ok);
 /* Says "alive, working" without a collective: a rank busy alone (writing a checkpoint while its
  * peers wait at the next collective) is not taken for hung. Cheap; never blocks. */
 void cddp__flight_beat(void);
+
+/* Says how far the program got (the trainer: optimizer steps done), for `cddp status` through
+ * its agent. Cheap (one store); never blocks. */
+void cddp__flight_step(uint64_t step);
 
 /* The process's page (mapped from CDDP_FLIGHT_FILE when its agent gave one, else private). */
 const cddp__flight_page_t *cddp__flight_page(void);

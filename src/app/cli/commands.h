@@ -12,5 +12,6 @@ int cddp__cmd_plot(int argc, char **argv);
 int cddp__cmd_sample(int argc, char **argv);
 int cddp__cmd_doctor(int argc, char **argv);
 int cddp__cmd_flight(int argc, char **argv);
+int cddp__cmd_status(int argc, char **argv);
 
 #endif

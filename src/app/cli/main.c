@@ -19,6 +19,7 @@ static const struct {
     {"doctor", cddp__cmd_doctor, "check hosts, interfaces, links, clocks and configs of a job (run it like the job)"},
     {"ckpt", cddp__cmd_ckpt, "inspect or verify a checkpoint (info|verify PATH)"},
     {"flight", cddp__cmd_flight, "read the ranks' flight records: a desync, who is behind, who is stuck"},
+    {"status", cddp__cmd_status, "ask a running job: nodes, ranks, steps, last collectives, events (ENDPOINT|RUN_DIR)"},
 };
 
 static void usage(FILE *f) {

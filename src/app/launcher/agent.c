@@ -25,6 +25,7 @@
 #include "launcher/rdzv.h"
 #include "launcher/program.h"
 #include "launcher/sigguard.h"
+#include "launcher/status_pub.h"
 #include "launcher/task_exec.h"
 #include "launcher/workers.h"
 
@@ -70,6 +71,8 @@ typedef struct agent {
   cddp__membership_t ms;  /* replace mode: the job's members as this agent knows them */
   const char *not_retried; /* why the last failure is not retried (run/blame.h), or NULL */
   cddp__failure_t last;   /* restart-all: the failure that ended the previous round (rank -1: none) */
+  cddp__status_pub_t status; /* its node record and events for `cddp status` */
+  int endpoint_written;   /* its --log-dir holds the endpoint record */
 } agent_t;
 
 /* ---- the watcher: one thread per round waits for rdzv/R/event, reports on a pipe ---- */
@@ -296,10 +299,9 @@ static char **worker_env(agent_t *a, int local_rank, int64_t gen, int replacemen
     char path[320];
     cddp__errfile_path(a->err_dir, rank_base + local_rank, path, sizeof path);
     PUT("TORCHELASTIC_ERROR_FILE", "%s", path);
-    if (o->hang_ms > 0) { /* the page the worker's collectives are recorded in, for the watchdog */
-      cddp__flight_file_path(a->err_dir, rank_base + local_rank, path, sizeof path);
-      PUT("CDDP_FLIGHT_FILE", "%s", path);
-    }
+    /* the page the worker's collectives and steps are recorded in, for the watchdog and `cddp status` */
+    cddp__flight_file_path(a->err_dir, rank_base + local_rank, path, sizeof path);
+    PUT("CDDP_FLIGHT_FILE", "%s", path);
   }
   for (size_t i = 0; i < CDDP_ARRAY_LEN(default_vars); i++)
     if (!getenv(default_vars[i].name) && (strcmp(default_vars[i].name, "OMP_NUM_THREADS") || a->omp_default))
@@ -373,6 +375,8 @@ static int replace_failed(agent_t *a, cddp__workers_t *ws) {
   fprintf(stderr, "cddp run: rank %d (host %s, pid %d) %s; replaced in place by pid %d, generation %lld (restart %lld of "
           "%d); the other workers stay\n", ws->fail_rank, a->host, (int)ws->fail_pid, desc,
           (int)ws->w[ws->fail_index].pid, (long long)gen, (long long)restarts, a->o->max_restarts);
+  cddp__status_pub_lost(&a->status, ws, "rank %d (host %s, pid %d) %.150s; replaced by pid %d, generation %lld",
+                        ws->fail_rank, a->host, (int)ws->fail_pid, desc, (int)ws->w[ws->fail_index].pid, (long long)gen);
   return 0;
 }
 
@@ -415,6 +419,13 @@ static int run_round(agent_t *a, cddp__workers_t *ws, int first) {
   ws->hang_ms = a->o->hang_ms;
   ws->flight_dir = a->flight_dir;
   ws->wake_fd = a->elastic ? a->ms.pipe[0] : -1;
+  cddp__status_node_t *sn = &a->status.node;
+  sn->round = a->rz.round, sn->node_rank = a->rz.node_rank, sn->nproc = n, sn->rank_base = rank_base;
+  sn->world = a->rz.world_size, sn->restarts = a->rz.restart_count;
+  if (a->elastic) /* the members' order, which a loss changes */
+    sn->world = cddp__members_world(&a->ms.cur), sn->node_rank = cddp__members_find(&a->ms.cur, a->id, NULL, NULL);
+  ws->tick = cddp__status_pub_tick;
+  ws->tick_arg = &a->status;
   if (ok && cddp__workers_start(ws, n, rank_base, a->prog, (char **const *)envs, a->o->log_dir, first) != CDDP_OK) {
     fprintf(stderr, "cddp run: %s\n", cddp_last_error());
     ok = 0;
@@ -423,6 +434,14 @@ static int run_round(agent_t *a, cddp__workers_t *ws, int first) {
   free(envs);
   if (!ok) return -1;
   cddp__sigguard_workers(ws);
+  if (a->o->log_dir[0] && !a->endpoint_written) { /* `cddp status LOG_DIR` finds the job here */
+    cddp__endpoint_t e = {.port = a->store_port};
+    snprintf(e.host, sizeof e.host, "%s", a->store_host);
+    snprintf(e.run_id, sizeof e.run_id, "%s", a->o->run_id);
+    snprintf(e.token, sizeof e.token, "%s", a->token);
+    a->endpoint_written = cddp__endpoint_write(a->o->log_dir, &e) == CDDP_OK;
+    if (!a->endpoint_written) CDDP_WARN("no job record for cddp status: %s", cddp_last_error());
+  }
   CDDP_INFO(CDDP_SUB_RUN, "round %d: started ranks %d-%d of %d (restart %d)", a->rz.round, a->rz.rank_base,
             a->rz.rank_base + n - 1, a->rz.world_size, a->rz.restart_count);
   watch(a, ws);
@@ -451,6 +470,7 @@ static int run_round(agent_t *a, cddp__workers_t *ws, int first) {
 
 /* Leaves: counts this agent out of the round (the store's host waits for everyone). */
 static int finish(agent_t *a, int code) {
+  cddp__status_pub_state(&a->status, code == 0 ? "done" : "failed");
   if (a->elastic) {
     cddp__monitor_stop(a->ms.mon, 1);
     a->ms.mon = NULL;
@@ -558,9 +578,11 @@ static int start_membership(agent_t *a) {
 static int wait_taken_in(agent_t *a) {
   cddp__membership_t *ms = &a->ms;
   if (ms->joined) return -1;
-  if (!ms->ending)
+  if (!ms->ending) {
     fprintf(stderr, "cddp run: node %s (agent %d) waits to be taken into the running job (generation %lld)\n", a->host,
             a->id, (long long)ms->gen);
+    cddp__status_pub_state(&a->status, "spare");
+  }
   char msg[512];
   for (;;) {
     int sig = ms->ending ? -2 : wait_event(a, msg, sizeof msg);
@@ -663,6 +685,7 @@ static int agent_main(agent_t *a) {
     }
     a->id = cfg.self.id = (int)n - 1;
   }
+  cddp__status_pub_begin(&a->status, a->store, a->host, o->replace ? a->id : -1, o->replace);
   int min_round = 0, first = 1;
   for (;;) {
     cddp__rdzv_release(&a->rz);
@@ -730,9 +753,12 @@ static int agent_main(agent_t *a) {
         cddp__rdzv_post(a->store, a->rz.round, msg, &now);
       } else if (a->rz.restart_count < o->max_restarts) {
         cddp__rdzv_post(a->store, a->rz.round, "restart", &now);
-        if (now && !strcmp(now, "restart"))
+        if (now && !strcmp(now, "restart")) {
           fprintf(stderr, "%s; restarting the workers (restart %d of %d)\n", line, a->rz.restart_count + 1,
                   o->max_restarts);
+          cddp__status_pub_lost(&a->status, &ws, "%.200s; every worker restarts (restart %d of %d)", line + 10,
+                                a->rz.restart_count + 1, o->max_restarts);
+        }
       } else {
         snprintf(msg, sizeof msg, "fail %d %s", code, line);
         post_failure(a, &ws.failure, code, line);

@@ -26,6 +26,7 @@
 #define LINE_MAX_BYTES 65536
 #define DRAIN_MS 500      /* after the last exit, wait this long for pipes held by grandchildren */
 #define HANG_CHECK_MS 500 /* how often the watchdog reads the flight pages */
+#define TICK_MS 1000      /* how often ws->tick runs (the agent's status record) */
 
 /* One line (with its newline) of stream s of worker w: to the console with the prefix,
  * in a single write, and to the log file. */
@@ -195,8 +196,8 @@ static cddp_result_t spawn(cddp__workers_t *ws, cddp__worker_t *w, char *const *
     w->hang[0] = '\0';
     cddp__progress_close(&w->progress);
     cddp__flight_file_path(ws->err_dir, w->rank, path, sizeof path);
-    if (ws->hang_ms > 0 && cddp__progress_open(&w->progress, path, w->start_ns) != CDDP_OK)
-      CDDP_WARN("no hang detection for rank %d: %s", w->rank, cddp_last_error());
+    if (cddp__progress_open(&w->progress, path, w->start_ns) != CDDP_OK) /* the watchdog's, `cddp status`'s */
+      CDDP_WARN("no hang detection or status for rank %d: %s", w->rank, cddp_last_error());
   }
   if (pipe2(out, O_CLOEXEC) != 0 || pipe2(err, O_CLOEXEC) != 0) {
     ret = cddp__fail_errno(CDDP_SYSTEM, "pipe for rank %d", w->rank);
@@ -424,6 +425,7 @@ void cddp__workers_watch(cddp__workers_t *ws, int sig_fd, int event_fd, int (*ac
                          void *ctx) {
   int nfds = 3 + 2 * ws->n, stopping = 0, nexited = 0, replace_now = 0, wake_now = 0, first = 1;
   uint64_t kill_at = UINT64_MAX, drain_until = UINT64_MAX, hang_check_at = cddp__deadline_ms(HANG_CHECK_MS);
+  uint64_t tick_at = cddp__deadline_ms(TICK_MS);
   struct pollfd *pfd = calloc((size_t)nfds, sizeof *pfd);
   if (!pfd) abort();
   for (int i = 0; i < ws->n; i++) nexited += ws->w[i].exited;
@@ -451,6 +453,7 @@ void cddp__workers_watch(cddp__workers_t *ws, int sig_fd, int event_fd, int (*ac
     uint64_t next = CDDP_MIN(kill_at, drain_until);
     if (ws->stop_at && !ws->termed) next = CDDP_MIN(next, ws->stop_at);
     if (ws->hang_ms > 0 && !stopping) next = CDDP_MIN(next, hang_check_at);
+    if (ws->tick && !stopping) next = CDDP_MIN(next, tick_at);
     int timeout = next == UINT64_MAX ? -1 : cddp__ms_left(next);
     if (first) timeout = 0, first = 0; /* children that died while nobody watched: reap them now */
     pfd[0] = (struct pollfd){.fd = sig_fd, .events = POLLIN};
@@ -462,6 +465,10 @@ void cddp__workers_watch(cddp__workers_t *ws, int sig_fd, int event_fd, int (*ac
     if (ws->hang_ms > 0 && !stopping && cddp__now_ns() >= hang_check_at) {
       hang_check_at = cddp__deadline_ms(HANG_CHECK_MS);
       watchdog(ws);
+    }
+    if (ws->tick && !stopping && cddp__now_ns() >= tick_at) {
+      tick_at = cddp__deadline_ms(TICK_MS);
+      ws->tick(ws, ws->tick_arg);
     }
     if (r < 0 && errno != EINTR) break;
     for (int i = 0; i < ws->n; i++)

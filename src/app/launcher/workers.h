@@ -23,7 +23,7 @@ typedef struct cddp__worker {
   char report[256];           /* that line, its own error report as far as the agent knows */
   int replaced;               /* 1: this process replaced one that failed, prev says how */
   cddp__failure_t prev;
-  cddp__progress_t progress;  /* its flight page, when hang_ms is set */
+  cddp__progress_t progress;  /* its flight page (the watchdog's and `cddp status`'s) */
   char hang[320];             /* "hung: ...": the watchdog killed it, and why ("" otherwise) */
 } cddp__worker_t;
 
@@ -62,6 +62,9 @@ typedef struct cddp__workers {
                        its peers wait is hung (launcher/hang.h): its pages are dumped to
                        flight_dir, its stack taken, and it is killed (a failure, its line why) */
   const char *flight_dir;
+  void (*tick)(struct cddp__workers *ws, void *arg); /* NULL, or called about every second while
+                                                       the workers run (the agent's status record) */
+  void *tick_arg;
   /* results of cddp__workers_watch */
   cddp__outcome_t outcome;
   int fail_rank, fail_status, fail_index; /* FAILED: the failure that came first (run/blame.h), */

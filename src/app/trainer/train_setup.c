@@ -13,6 +13,7 @@
 #include "common/durable.h"
 #include "common/log.h"
 #include "ddp/ddp_compress.h"
+#include "launcher/status.h"
 #include "trainer/trainer.h"
 
 #define MAX_KEYS 128
@@ -207,6 +208,14 @@ cddp_result_t cddp__train_write_config(const trainer_t *t) {
   if (fclose(f) != 0 && r == CDDP_OK) r = cddp__fail_errno(CDDP_SYSTEM, "cannot write %s", path);
   if (r == CDDP_OK) r = cddp__durable_save(path, 0666, text, len); /* a crash leaves the old one or this */
   free(text);
+  if (r == CDDP_OK && getenv("CDDP_STORE")) { /* under cddp run: `cddp status RUN_DIR` finds the job */
+    const cddp_env_t *e = &t->w.env;
+    cddp__endpoint_t ep = {.port = e->master_port};
+    snprintf(ep.host, sizeof ep.host, "%s", e->master_addr);
+    snprintf(ep.run_id, sizeof ep.run_id, "%s", e->run_id);
+    snprintf(ep.token, sizeof ep.token, "%s", e->token);
+    if (cddp__endpoint_write(t->run_dir, &ep) != CDDP_OK) CDDP_WARN("%s (cddp status RUN_DIR)", cddp_last_error());
+  }
   return r;
 }
 

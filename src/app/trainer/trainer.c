@@ -109,6 +109,7 @@ static cddp_result_t train_step(trainer_t *t, cddp_step_record_t *rec, int *stop
   uint64_t optim_ns = cddp__now_ns() - to;
   cddp__sampler_advance(&t->sampler);
   t->step++;
+  cddp__flight_step((uint64_t)t->step); /* its agent tells `cddp status` */
   uint64_t dt = cddp__now_ns() - t0;
   rec->step = t->step, rec->total = t->total_steps, rec->epochs = t->epochs;
   rec->loss = stats[0] / units, rec->lr = lr, rec->samples = batch, rec->units = t->task->units;

@@ -1,0 +1,186 @@
+/* status.c - the records `cddp status` reads: node records and events in the store, and the
+ * endpoint file of a launcher's folder, each as a type with its text form. */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#include "common/check.h"
+#include "common/durable.h"
+#include "launcher/status.h"
+
+static void node_key(int slot, char *buf, size_t size) { snprintf(buf, size, "status/node/%d", slot); }
+static void event_key(int64_t i, char *buf, size_t size) { snprintf(buf, size, "status/event/%lld", (long long)i); }
+
+static uint64_t wall_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+/* ---- node records ---- */
+
+size_t cddp__status_format(const cddp__status_node_t *n, char *buf, size_t size) {
+  size_t used = 0;
+  int k = snprintf(buf, size, "node %d %d %d %d %d %d %lld %d %d %d %llu %s %s\n", n->slot, n->node_rank, n->agent_id,
+                   n->pid, n->round, n->restarts, (long long)n->gen, n->nproc, n->rank_base, n->world,
+                   (unsigned long long)n->wall_ms, n->state[0] ? n->state : "-", n->host[0] ? n->host : "?");
+  for (int i = 0; k > 0 && (size_t)k < size - used && i <= n->nranks; i++) {
+    used += (size_t)k;
+    if (i == n->nranks) return used;
+    const cddp__status_rank_t *r = &n->ranks[i];
+    k = snprintf(buf + used, size - used, "rank %d %d %s %d %llu %.3f %llu %d %s\n", r->rank, r->pid,
+                 r->state[0] ? r->state : "-", r->replaced, (unsigned long long)r->step, r->rate,
+                 (unsigned long long)r->coll, r->in_coll, r->last[0] ? r->last : "-");
+  }
+  return 0;
+}
+
+int cddp__status_parse(const char *text, size_t len, cddp__status_node_t *out) {
+  char *s = strndup(text, len), *save = NULL;
+  if (!s) return -1;
+  memset(out, 0, sizeof *out);
+  int ok = 0;
+  unsigned long long wall;
+  long long gen;
+  char *line = strtok_r(s, "\n", &save);
+  if (line && sscanf(line, "node %d %d %d %d %d %d %lld %d %d %d %llu %11s %63s", &out->slot, &out->node_rank,
+                     &out->agent_id, &out->pid, &out->round, &out->restarts, &gen, &out->nproc, &out->rank_base,
+                     &out->world, &wall, out->state, out->host) == 13) {
+    out->gen = gen, out->wall_ms = wall, ok = 1;
+    while (ok && (line = strtok_r(NULL, "\n", &save))) {
+      if (out->nranks >= CDDP__STATUS_RANKS) { ok = 0; break; }
+      cddp__status_rank_t *r = &out->ranks[out->nranks];
+      unsigned long long step, coll;
+      int off = 0;
+      ok = sscanf(line, "rank %d %d %11s %d %llu %lf %llu %d %n", &r->rank, &r->pid, r->state, &r->replaced, &step,
+                  &r->rate, &coll, &r->in_coll, &off) == 8 && off > 0 && line[off]; /* "-" at least */
+      r->step = step, r->coll = coll;
+      snprintf(r->last, sizeof r->last, "%s", line + off);
+      out->nranks++;
+    }
+  }
+  free(s);
+  return ok ? 0 : -1;
+}
+
+cddp_result_t cddp__status_slot(cddp_store_t *s, int *slot) {
+  int64_t n;
+  CDDP_CHECK(cddp_store_add(s, "status/slots", 1, &n));
+  *slot = (int)n - 1;
+  return CDDP_OK;
+}
+
+cddp_result_t cddp__status_post(cddp_store_t *s, const cddp__status_node_t *n) {
+  char key[48], *buf = malloc(16384);
+  if (!buf) return cddp__fail(CDDP_SYSTEM, "out of memory for a status record");
+  cddp__status_node_t copy = *n;
+  copy.wall_ms = wall_ms();
+  size_t len = cddp__status_format(&copy, buf, 16384);
+  node_key(n->slot, key, sizeof key);
+  cddp_result_t r = len ? cddp_store_set(s, key, buf, len) : cddp__fail(CDDP_INTERNAL, "status record too long");
+  free(buf);
+  return r;
+}
+
+cddp_result_t cddp__status_read(cddp_store_t *s, cddp__status_node_t **out, int *n) {
+  int64_t slots;
+  *out = NULL, *n = 0;
+  CDDP_CHECK(cddp_store_add(s, "status/slots", 0, &slots));
+  slots = CDDP_MIN(slots, CDDP__STATUS_NODES);
+  cddp__status_node_t *v = calloc((size_t)CDDP_MAX(slots, 1), sizeof *v);
+  if (!v) return cddp__fail(CDDP_SYSTEM, "out of memory for %lld status records", (long long)slots);
+  for (int i = 0; i < slots; i++) {
+    char key[48];
+    void *val = NULL;
+    size_t len = 0;
+    node_key(i, key, sizeof key);
+    cddp_result_t r = cddp_store_get(s, key, &val, &len, 0);
+    if (r == CDDP_OK && cddp__status_parse(val, len, &v[*n]) == 0) (*n)++;
+    free(val);
+    if (r != CDDP_OK && r != CDDP_NOT_FOUND && r != CDDP_TIMEOUT) { /* absent: a slot not posted yet */
+      free(v);
+      return r;
+    }
+  }
+  cddp__clear_error();
+  *out = v;
+  return CDDP_OK;
+}
+
+/* ---- events ---- */
+
+cddp_result_t cddp__status_event(cddp_store_t *s, const char *fmt, ...) {
+  char text[300], val[340], key[48];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(text, sizeof text, fmt, ap);
+  va_end(ap);
+  int64_t i;
+  CDDP_CHECK(cddp_store_add(s, "status/events", 1, &i));
+  event_key(i, key, sizeof key);
+  int len = snprintf(val, sizeof val, "%llu %s", (unsigned long long)wall_ms(), text);
+  return cddp_store_set(s, key, val, (size_t)CDDP_MIN(len, (int)sizeof val - 1));
+}
+
+cddp_result_t cddp__status_events(cddp_store_t *s, cddp__status_event_t *out, int max, int *n) {
+  int64_t last;
+  *n = 0;
+  CDDP_CHECK(cddp_store_add(s, "status/events", 0, &last));
+  for (int64_t i = CDDP_MAX(1, last - max + 1); i <= last; i++) {
+    char key[48];
+    void *val = NULL;
+    size_t len = 0;
+    event_key(i, key, sizeof key);
+    if (cddp_store_get(s, key, &val, &len, 0) != CDDP_OK) continue; /* being written */
+    unsigned long long t;
+    int off = 0;
+    char *text = strndup(val, len);
+    if (text && sscanf(text, "%llu %n", &t, &off) == 1 && off > 0) {
+      out[*n].wall_ms = t;
+      snprintf(out[*n].text, sizeof out[*n].text, "%s", text + off);
+      (*n)++;
+    }
+    free(text);
+    free(val);
+  }
+  cddp__clear_error();
+  return CDDP_OK;
+}
+
+/* ---- the endpoint file ---- */
+
+cddp_result_t cddp__endpoint_write(const char *dir, const cddp__endpoint_t *e) {
+  char path[4200], text[800];
+  snprintf(path, sizeof path, "%s/endpoint", dir);
+  int len = snprintf(text, sizeof text, "store %s:%d\nrun_id %s\ntoken %s\n", e->host, e->port, e->run_id,
+                     e->token[0] ? e->token : "-");
+  return cddp__durable_save(path, 0600, text, (size_t)len); /* the token: its owner's eyes only */
+}
+
+cddp_result_t cddp__endpoint_read(const char *dir, cddp__endpoint_t *e) {
+  char path[4200], text[800];
+  snprintf(path, sizeof path, "%s/endpoint", dir);
+  FILE *f = fopen(path, "r");
+  if (!f) {
+    if (errno == ENOENT)
+      return cddp__fail(CDDP_NOT_FOUND, "%s has no job record (%s): not a folder of a job started by cddp run "
+                        "(its --log-dir, or the trainer's run folder)", dir, path);
+    return cddp__fail_errno(CDDP_SYSTEM, "cannot read %s", path);
+  }
+  size_t n = fread(text, 1, sizeof text - 1, f);
+  fclose(f);
+  text[n] = '\0';
+  memset(e, 0, sizeof *e);
+  char *colon, store[300] = "";
+  if (sscanf(text, "store %299s\nrun_id %127s\ntoken %255s", store, e->run_id, e->token) != 3 ||
+      !(colon = strrchr(store, ':')) || (e->port = atoi(colon + 1)) <= 0)
+    return cddp__fail(CDDP_INVALID_ARG, "%s is malformed (want 'store HOST:PORT', 'run_id ID', 'token T')", path);
+  *colon = '\0';
+  snprintf(e->host, sizeof e->host, "%s", store);
+  if (!strcmp(e->token, "-")) e->token[0] = '\0';
+  return CDDP_OK;
+}

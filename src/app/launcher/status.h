@@ -1,0 +1,76 @@
+/* status.h - what `cddp status` reads of a running job: each agent's node record, the job's
+ * recent events, and the endpoint record a launcher leaves in a folder (all owned here). */
+#ifndef CDDP_LAUNCHER_STATUS_H
+#define CDDP_LAUNCHER_STATUS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "cddp/store.h"
+
+#define CDDP__STATUS_RANKS 64  /* ranks per node record */
+#define CDDP__STATUS_NODES 256 /* node records read */
+
+/* Keys, relative to the job's "<run_id>/" view:
+ *   status/slots      add(): each agent takes a slot at start
+ *   status/node/<S>   the record of the agent in slot S (cddp__status_node_t), rewritten every second
+ *   status/events     add(): events posted so far
+ *   status/event/<i>  event i (1-based): "<wall ms> <text>" */
+
+typedef struct cddp__status_rank {
+  int rank, pid;
+  char state[12];     /* starting (no collective yet), alive, hung, exited, failed */
+  int replaced;       /* this process replaced one that failed */
+  uint64_t step;      /* the program's steps done (the trainer's), 0: not said */
+  double rate;        /* steps per second over the last interval */
+  uint64_t coll;      /* collectives started */
+  int in_coll;        /* inside one now */
+  char last[100];     /* the last one: "allreduce #123 (4096 f32, sum)", or "-" */
+} cddp__status_rank_t;
+
+typedef struct cddp__status_node {
+  int slot, node_rank, agent_id, pid, round, restarts, nproc, rank_base, world;
+  int64_t gen;
+  uint64_t wall_ms;   /* when it was posted (CLOCK_REALTIME) */
+  char state[12];     /* running, spare (waits to be taken in), done, failed, left */
+  char host[64];
+  int nranks;
+  cddp__status_rank_t ranks[CDDP__STATUS_RANKS];
+} cddp__status_node_t;
+
+typedef struct cddp__status_event {
+  uint64_t wall_ms;
+  char text[300];
+} cddp__status_event_t;
+
+/* The record's text (NUL-terminated in buf); its length, 0 when it does not fit. */
+size_t cddp__status_format(const cddp__status_node_t *n, char *buf, size_t size);
+/* 0, or -1 when the text is malformed. */
+int cddp__status_parse(const char *text, size_t len, cddp__status_node_t *out);
+
+/* Takes this agent's slot. */
+cddp_result_t cddp__status_slot(cddp_store_t *s, int *slot);
+/* Writes n's record under its slot. */
+cddp_result_t cddp__status_post(cddp_store_t *s, const cddp__status_node_t *n);
+/* Every slot's record (malloc'd array in *out, *n of them; malformed ones skipped). */
+cddp_result_t cddp__status_read(cddp_store_t *s, cddp__status_node_t **out, int *n);
+
+/* Posts an event now (wall clock), text printf-style. */
+cddp_result_t cddp__status_event(cddp_store_t *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* The last (at most max) events, oldest first; *n of them. */
+cddp_result_t cddp__status_events(cddp_store_t *s, cddp__status_event_t *out, int max, int *n);
+
+/* Where a job's store is: the launcher records it in its --log-dir (and the trainer in its run
+ * folder) as "<dir>/endpoint", readable by its owner only (it holds the token). */
+typedef struct cddp__endpoint {
+  char host[256];
+  int port;
+  char run_id[128];
+  char token[256];    /* "" when the job has none */
+} cddp__endpoint_t;
+
+cddp_result_t cddp__endpoint_write(const char *dir, const cddp__endpoint_t *e);
+/* NOT_FOUND naming the file when there is none; INVALID_ARG when it is malformed. */
+cddp_result_t cddp__endpoint_read(const char *dir, cddp__endpoint_t *e);
+
+#endif /* CDDP_LAUNCHER_STATUS_H */

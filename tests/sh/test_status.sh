@@ -1,0 +1,92 @@
+#!/usr/bin/env bash
+# test_status.sh - `cddp status` asks a running 2-node job (two `cddp run --nnodes 2` agents on
+# this host, a token) through its store: both nodes and all ranks with their step, by ENDPOINT,
+# by the trainer's run folder and by cddp run's --log-dir; a worker killed in replace mode shows
+# as an event with its recovery time; bad input gets one line and a non-zero exit.
+cd "$(dirname "$0")/../.." && source tests/sh/lib.sh
+T=$(mktemp -d /tmp/cddp-status.XXXXXX)
+trap 'kill -KILL $(jobs -p) 2>/dev/null; rm -rf "$T"' EXIT
+export CDDP_TOKEN=status-test-token
+TR=(--config configs/fmnist_mlp.yaml --work-dir "$T" --set batch.micro=64 --set eval.every_epoch=false
+    --set ddp.threads=1 --set train.max_steps=100000)
+# job NAME ARGS...: two agents (c10d, 2 workers each) in the background; node 0 keeps --log-dir $T/NAME.logs
+job() {
+  local name=$1; shift
+  P=$(free_port)
+  for n in 0 1; do
+    local logs=()
+    [ $n = 0 ] && logs=(--log-dir "$T/$name.logs")
+    timeout 120 "$CDDP" run --nnodes 2 --nproc-per-node 2 --rdzv-backend c10d --rdzv-endpoint 127.0.0.1:$P \
+      --rdzv-id "$name$P" --grace-period 1 "${logs[@]}" "$@" "$CDDP" train --name "$name" "${TR[@]}" \
+      >"$T/$name.n$n.out" 2>&1 &
+    eval "pid_$n=\$!"
+  done
+}
+# at_step NAME N: waits (at most 60 s) until the run's metrics reach step N
+at_step() {
+  for _ in $(seq 600); do
+    [ "$(sed -n 's/.*"step":\([0-9]*\).*/\1/p' "$T/$1/metrics.jsonl" 2>/dev/null | tail -1)" -ge "$2" ] 2>/dev/null && return 0
+    sleep 0.1
+  done
+  return 1
+}
+# ranks_with_steps OUT: how many "rank R ... alive step S" lines with S > 0 it has, for ranks 0..3
+ranks_with_steps() { grep -cE '^  rank [0-3] +pid [0-9]+ +alive +step [1-9][0-9]* ' <<<"$1"; }
+
+# 1. a 2x2 job: both nodes and the four ranks with their step, three ways of naming the job
+job st
+at_step st 10 || fail "job started" "$(tail -n 3 "$T"/st.n*.out)"
+sleep 1.2 # every agent posted since step 10
+out=$("$CDDP" status 127.0.0.1:$P --rdzv-id "st$P" 2>&1); rc=$?
+nodes=$(grep -cE '^node [01] .* running +ranks [0-9]-[0-9]' <<<"$out")
+if [ $rc = 0 ] && [ "$nodes" = 2 ] && [ "$(ranks_with_steps "$out")" = 4 ] &&
+   grep -q "^job st$P at 127.0.0.1:$P: 2 nodes, 4 ranks running" <<<"$out" && grep -q 'last allreduce #' <<<"$out"; then
+  ok "status ENDPOINT: 2 nodes, 4 ranks alive with their step and last collective"
+else fail "status ENDPOINT" "rc=$rc: $out"; fi
+out=$("$CDDP" status "$T/st" 2>&1); rc=$?
+[ $rc = 0 ] && [ "$(ranks_with_steps "$out")" = 4 ] && ok "status RUN_DIR (the trainer's run folder)" ||
+  fail "status RUN_DIR" "rc=$rc: $out"
+out=$(CDDP_TOKEN= "$CDDP" status "$T/st.logs" 2>&1); rc=$?
+[ $rc = 0 ] && [ "$(ranks_with_steps "$out")" = 4 ] && ok "status LOG_DIR (cddp run's --log-dir; its record holds the token)" ||
+  fail "status LOG_DIR" "rc=$rc: $out"
+[ "$(stat -c %a "$T/st/endpoint" 2>/dev/null)" = 600 ] && ok "the run folder's record is its owner's only (0600)" ||
+  fail "record mode" "$(stat -c %a "$T/st/endpoint" 2>&1)"
+out=$(CDDP_TOKEN=wrong "$CDDP" status 127.0.0.1:$P --rdzv-id "st$P" 2>&1); rc=$?
+[ $rc = 1 ] && [ "$(wc -l <<<"$out")" = 1 ] && grep -q "refused our token" <<<"$out" &&
+  ok "a wrong token: one line, exit 1" || fail "wrong token" "rc=$rc: $out"
+out=$("$CDDP" status 127.0.0.1:$P --rdzv-id nosuchjob 2>&1); rc=$?
+[ $rc = 1 ] && [ "$(wc -l <<<"$out")" = 1 ] && grep -q "no job 'nosuchjob' at 127.0.0.1:$P" <<<"$out" &&
+  ok "another --rdzv-id: one line, exit 1" || fail "unknown run id" "rc=$rc: $out"
+kill -TERM $pid_0 $pid_1 2>/dev/null; wait $pid_0 $pid_1 2>/dev/null
+
+# 2. replace mode: a killed worker is an event, and so is its recovery, with the time it took
+job rep --restart-mode replace --max-restarts 3
+at_step rep 10 || fail "replace job started" "$(tail -n 3 "$T"/rep.n*.out)"
+victim=$(pgrep -f "^$CDDP train --name rep " | sed -n 2p)
+kill -KILL "$victim"
+ev=""
+for _ in $(seq 300); do
+  out=$("$CDDP" status 127.0.0.1:$P --rdzv-id "rep$P" 2>&1)
+  grep -q "recovered [0-9.]* s after that loss" <<<"$out" && ev=1 && break
+  sleep 0.1
+done
+if [ -n "$ev" ] && grep -qE "^  [0-9:]{8}  rank [0-3] \(host .*, pid $victim\) was killed by signal 9 \(SIGKILL\).*replaced by pid [0-9]+, generation [1-9]" <<<"$out" &&
+   grep -q "; a replacement" <<<"$out" && grep -qE "generation [1-9]" <<<"$(head -1 <<<"$out")"; then
+  ok "a killed worker: its loss, replacement and recovery time are events; the replacement is marked"
+else fail "replace events" "$out"; fi
+kill -TERM $pid_0 $pid_1 2>/dev/null; wait $pid_0 $pid_1 2>/dev/null
+
+# 3. bad input: one line, non-zero exit
+P=$(free_port)
+out=$("$CDDP" status 127.0.0.1:$P 2>&1); rc=$?
+[ $rc = 1 ] && [ "$(wc -l <<<"$out")" = 1 ] && grep -q "^cddp status: no job at 127.0.0.1:$P" <<<"$out" &&
+  ok "no job at ENDPOINT: one line, exit 1" || fail "no job" "rc=$rc: $out"
+mkdir -p "$T/empty"
+out=$("$CDDP" status "$T/empty" 2>&1); rc=$?
+[ $rc = 1 ] && [ "$(wc -l <<<"$out")" = 1 ] && grep -q "has no job record" <<<"$out" &&
+  ok "RUN_DIR without a record: one line, exit 1" || fail "no record" "rc=$rc: $out"
+out=$("$CDDP" status nohost 2>&1); rc=$?
+[ $rc = 2 ] && [ "$(wc -l <<<"$out")" = 1 ] && ok "neither a folder nor HOST:PORT: one line, exit 2" || fail "junk" "rc=$rc: $out"
+out=$("$CDDP" status 2>&1); rc=$?
+[ $rc = 2 ] && [ "$(wc -l <<<"$out")" = 1 ] && ok "no argument: one line, exit 2" || fail "no argument" "rc=$rc: $out"
+finish

@@ -1,0 +1,103 @@
+/* test_run_status.c - the records of `cddp status` (launcher/status.c): a node record's text
+ * round trip and its malformed forms, events and node records through a store, the endpoint file. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "launcher/status.h"
+#include "test.h"
+
+static cddp__status_node_t sample(void) {
+  cddp__status_node_t n = {.slot = 1, .node_rank = 0, .agent_id = 3, .pid = 42, .round = 2, .restarts = 1, .gen = 5,
+                           .nproc = 2, .rank_base = 0, .world = 4, .wall_ms = 1234567890123ull, .nranks = 2};
+  snprintf(n.state, sizeof n.state, "running");
+  snprintf(n.host, sizeof n.host, "node-a");
+  n.ranks[0] = (cddp__status_rank_t){.rank = 0, .pid = 100, .step = 77, .rate = 9.5, .coll = 300, .in_coll = 1};
+  snprintf(n.ranks[0].state, sizeof n.ranks[0].state, "alive");
+  snprintf(n.ranks[0].last, sizeof n.ranks[0].last, "allreduce #300 (4096 f32, sum)");
+  n.ranks[1] = (cddp__status_rank_t){.rank = 1, .pid = 0, .replaced = 1};
+  snprintf(n.ranks[1].state, sizeof n.ranks[1].state, "hung");
+  snprintf(n.ranks[1].last, sizeof n.ranks[1].last, "-");
+  return n;
+}
+
+TEST(status_record_round_trip) {
+  cddp__status_node_t n = sample(), back;
+  char buf[4096];
+  size_t len = cddp__status_format(&n, buf, sizeof buf);
+  CHECK(len > 0 && len == strlen(buf));
+  CHECK_EQ(cddp__status_parse(buf, len, &back), 0);
+  CHECK_EQ(back.slot, 1);
+  CHECK_EQ(back.agent_id, 3);
+  CHECK_EQ(back.gen, 5);
+  CHECK_EQ(back.world, 4);
+  CHECK_EQ(back.wall_ms, 1234567890123ull);
+  CHECK(!strcmp(back.host, "node-a") && !strcmp(back.state, "running"));
+  CHECK_EQ(back.nranks, 2);
+  CHECK_EQ(back.ranks[0].step, 77);
+  CHECK_NEAR(back.ranks[0].rate, 9.5, 1e-9);
+  CHECK_EQ(back.ranks[0].in_coll, 1);
+  CHECK(!strcmp(back.ranks[0].last, "allreduce #300 (4096 f32, sum)"));
+  CHECK(!strcmp(back.ranks[1].state, "hung") && back.ranks[1].replaced == 1);
+  CHECK_EQ(cddp__status_format(&n, buf, 40), 0); /* does not fit: 0, never a cut record */
+}
+
+TEST(status_record_malformed) {
+  cddp__status_node_t back;
+  const char *bad[] = {"", "node 1 2 3\n", "nod 1 0 3 42 2 1 5 2 0 4 1 running a\n",
+                       "node 1 0 3 42 2 1 5 2 0 4 1 running a\nrank x\n",
+                       "node 1 0 3 42 2 1 5 2 0 4 1 running a\nrank 0 1 alive 0 5 1.0 3 0\n",
+                       "node 1 0 3 42 2 1 5 2 0 4 1 running a\nrank 0 1 alive 0 5\n"};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) CHECK_EQ(cddp__status_parse(bad[i], strlen(bad[i]), &back), -1);
+}
+
+TEST(status_through_a_store) {
+  cddp_store_t *s;
+  CHECK_OK(cddp_store_mem_create(&s));
+  cddp__status_node_t n = sample(), *got = NULL;
+  int slot, count;
+  CHECK_OK(cddp__status_slot(s, &slot));
+  CHECK_OK(cddp__status_slot(s, &n.slot)); /* slot 0 taken, never posted: skipped */
+  CHECK_EQ(slot, 0);
+  CHECK_OK(cddp__status_post(s, &n));
+  CHECK_OK(cddp__status_read(s, &got, &count));
+  CHECK_EQ(count, 1);
+  CHECK_EQ(got[0].slot, 1);
+  CHECK(got[0].wall_ms != n.wall_ms); /* stamped when posted */
+  free(got);
+  cddp__status_event_t ev[3];
+  for (int i = 0; i < 5; i++) CHECK_OK(cddp__status_event(s, "event %d", i));
+  CHECK_OK(cddp__status_events(s, ev, 3, &count));
+  CHECK_EQ(count, 3);
+  CHECK(!strcmp(ev[0].text, "event 2") && !strcmp(ev[2].text, "event 4") && ev[2].wall_ms > 0);
+  cddp_store_close(s);
+}
+
+TEST(endpoint_file) {
+  char dir[] = "/tmp/cddp-endpoint-XXXXXX";
+  CHECK(mkdtemp(dir) != NULL);
+  cddp__endpoint_t e = {.port = 29400}, back;
+  snprintf(e.host, sizeof e.host, "head-1");
+  snprintf(e.run_id, sizeof e.run_id, "J7");
+  CHECK_RESULT(cddp__endpoint_read(dir, &back), CDDP_NOT_FOUND);
+  CHECK(strstr(cddp_last_error(), "has no job record") != NULL);
+  CHECK_OK(cddp__endpoint_write(dir, &e));
+  CHECK_OK(cddp__endpoint_read(dir, &back));
+  CHECK(!strcmp(back.host, "head-1") && back.port == 29400 && !strcmp(back.run_id, "J7") && !back.token[0]);
+  snprintf(e.token, sizeof e.token, "s3cret");
+  CHECK_OK(cddp__endpoint_write(dir, &e));
+  CHECK_OK(cddp__endpoint_read(dir, &back));
+  CHECK(!strcmp(back.token, "s3cret"));
+  char path[128];
+  struct stat st;
+  snprintf(path, sizeof path, "%s/endpoint", dir);
+  CHECK(stat(path, &st) == 0 && (st.st_mode & 077) == 0);
+  FILE *f = fopen(path, "w");
+  fputs("store nohostport\nrun_id x\ntoken -\n", f);
+  fclose(f);
+  CHECK_RESULT(cddp__endpoint_read(dir, &back), CDDP_INVALID_ARG);
+  unlink(path);
+  rmdir(dir);
+}
