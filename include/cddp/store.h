@@ -85,6 +85,11 @@ typedef struct cddp_store_server cddp_store_server_t;
 cddp_result_t cddp_store_server_start(cddp_store_server_t **out, const char *host, int port,
                                       const char *token);
 
+/* The key where the server counts the clients it refused for a wrong or missing token: "<count>
+ * <address of the last one>" (absent: none). Any authenticated client may read it: a job waiting
+ * for a node can say that node was refused rather than only that it did not come. */
+#define CDDP_STORE_REFUSED_KEY "store/refused"
+
 /* The port actually bound (useful with port 0). */
 int cddp_store_server_port(const cddp_store_server_t *srv);
 

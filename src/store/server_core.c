@@ -181,6 +181,17 @@ uint64_t cddp__core_next_deadline(const cddp__srv_core_t *core) {
 
 /* ---- requests ---- */
 
+/* A refused client is counted where the job can read it (CDDP_STORE_REFUSED_KEY). */
+static void note_refused(cddp__srv_core_t *core, const char *addr) {
+  static const char key[] = CDDP_STORE_REFUSED_KEY;
+  cddp__kv_entry_t *e = cddp__kv_find(&core->kv, key, sizeof key - 1);
+  long long n = e ? strtoll((const char *)e->val, NULL, 10) : 0;
+  char val[200];
+  int len = snprintf(val, sizeof val, "%lld %.150s", n + 1, addr);
+  int created = 0;
+  if (cddp__kv_set(&core->kv, key, sizeof key - 1, val, (size_t)len, &created) == CDDP_OK) wake(core);
+}
+
 static int handshake(cddp__srv_core_t *core, cddp__srv_conn_t *c, const cddp__wire_msg_t *m) {
   if (c->state == CDDP__CONN_HELLO) {
     if (m->op != CDDP__OP_HELLO || m->magic != CDDP__WIRE_MAGIC) {
@@ -218,6 +229,7 @@ static int handshake(cddp__srv_core_t *core, cddp__srv_conn_t *c, const cddp__wi
       CRYPTO_memcmp(want, m->mac, CDDP__WIRE_MAC) != 0 ||
       cddp__wire_mac(core->token, m->nonce, c->nonce, proof) != 0) {
     CDDP_WARN("store: refused client %s: wrong or missing job token (CDDP_TOKEN)", c->addr);
+    note_refused(core, c->addr);
     reply_empty(c, CDDP__OP_AUTH_FAIL);
     c->closing = 1;
     return 0;

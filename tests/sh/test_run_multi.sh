@@ -98,8 +98,8 @@ bad "the store refuses our token" "^cddp run: the store at 127.0.0.1:$P refused 
 # nodes started with different --nnodes: one line on every node naming both values, exit 2, at
 # once (c10d: the second node says so and wakes the first through the round; static: through the
 # node records; XTuner's NNODES the same way)
-disagree() { # NAME "ARGS of node 0" "ARGS of node 1" [ENV0 ENV1]: both end within 5 s, exit 2, the same line
-  local name=$1 a0=$2 a1=$3 e0=${4:-X=0} e1=${5:-X=1} t0 rc0 rc1 l0 l1
+disagree() { # NAME SETTING "ARGS of node 0" "ARGS of node 1" [ENV0 ENV1]: both end within 5 s, exit 2, the same line
+  local name=$1 what=$2 a0=$3 a1=$4 e0=${5:-X=0} e1=${6:-X=1} t0 rc0 rc1 l0 l1
   t0=$(date +%s.%N)
   env $e0 timeout 20 "$CDDP" run $a0 true >"$T/d0.out" 2>&1 & local p0=$!
   sleep 0.3
@@ -108,17 +108,45 @@ disagree() { # NAME "ARGS of node 0" "ARGS of node 1" [ENV0 ENV1]: both end with
   local dt; dt=$(echo "$(date +%s.%N) - $t0" | bc)
   l0=$(cat "$T/d0.out"); l1=$(cat "$T/d1.out")
   if [ $rc0 = 2 ] && [ $rc1 = 2 ] && [ "$(grep -c . <<<"$l0")" = 1 ] && [ "$(grep -c . <<<"$l1")" = 1 ] &&
-     grep -q "^cddp run: the nodes disagree on --nnodes: node .* was started with [0-9:]*, node .* with [0-9:]*; every node" <<<"$l0" &&
-     grep -q "the nodes disagree on --nnodes" <<<"$l1" && [ "$(echo "$dt < 5" | bc)" = 1 ]; then
+     grep -q "^cddp run: the nodes disagree on $what: node .* was started with [^ ]*, node .* with [^ ]*[;,] .*every node" <<<"$l0" &&
+     [ "$l0" = "$l1" ] && [ "$(echo "$dt < 5" | bc)" = 1 ]; then
     ok "$name: one line on both nodes, exit 2, in ${dt}s"
   else fail "$name" "exits $rc0/$rc1 after ${dt}s: '$l0' / '$l1'"; fi
 }
 P=$(free_port)
-disagree "c10d, --nnodes 2 vs 3" "--nnodes 2 --rdzv-backend c10d --rdzv-endpoint 127.0.0.1:$P --rdzv-id D" \
+disagree "c10d, --nnodes 2 vs 3" --nnodes "--nnodes 2 --rdzv-backend c10d --rdzv-endpoint 127.0.0.1:$P --rdzv-id D" \
   "--nnodes 3 --rdzv-backend c10d --rdzv-endpoint 127.0.0.1:$P --rdzv-id D"
 P=$(free_port)
-disagree "static, --nnodes 3 vs 2" "--nnodes 3 --rdzv-backend static --node-rank 0 --master-port $P" \
+disagree "static, --nnodes 3 vs 2" --nnodes "--nnodes 3 --rdzv-backend static --node-rank 0 --master-port $P" \
   "--nnodes 2 --rdzv-backend static --node-rank 1 --master-port $P"
 P=$(free_port)
-disagree "XTuner's NNODES 2 vs 3" "" "" "NNODES=2 NODE_RANK=0 ADDR=127.0.0.1 PORT=$P" "NNODES=3 NODE_RANK=1 ADDR=127.0.0.1 PORT=$P"
+disagree "XTuner's NNODES 2 vs 3" --nnodes "" "" "NNODES=2 NODE_RANK=0 ADDR=127.0.0.1 PORT=$P" "NNODES=3 NODE_RANK=1 ADDR=127.0.0.1 PORT=$P"
+# different --rdzv-id at one store: neither job would ever fill; after 2 s both end with one line
+P=$(free_port)
+disagree "c10d, --rdzv-id A vs B" --rdzv-id "--nnodes 2 --rdzv-backend c10d --rdzv-endpoint 127.0.0.1:$P --rdzv-id A" \
+  "--nnodes 2 --rdzv-backend c10d --rdzv-endpoint 127.0.0.1:$P --rdzv-id B"
+P=$(free_port)
+disagree "static, --rdzv-id A vs B" --rdzv-id "--nnodes 2 --rdzv-backend static --node-rank 0 --master-port $P --rdzv-id A" \
+  "--nnodes 2 --rdzv-backend static --node-rank 1 --master-port $P --rdzv-id B"
+# another token: the node that brings it is refused, and the node that hosts the store says so too
+P=$(free_port)
+CDDP_TOKEN=right timeout 20 "$CDDP" run --nnodes 2 --rdzv-endpoint 127.0.0.1:$P --rdzv-id K --rdzv-timeout 4 true \
+  >"$T/k0.out" 2>&1 & k0=$!
+sleep 0.3
+CDDP_TOKEN=wrong timeout 20 "$CDDP" run --nnodes 2 --rdzv-endpoint 127.0.0.1:$P --rdzv-id K true >"$T/k1.out" 2>&1; rc1=$?
+for _ in $(seq 40); do grep -q "the store refused a node" "$T/k0.out" && break; sleep 0.1; done
+kill $k0 2>/dev/null; wait $k0 2>/dev/null
+if [ $rc1 = 1 ] && [ "$(grep -c . "$T/k1.out")" = 1 ] && grep -q "^cddp run: the store at 127.0.0.1:$P refused our token" "$T/k1.out" &&
+   grep -q "^cddp run: the store refused a node at 127.0.0.1:[0-9]*: its job token differs from this node's (CDDP_TOKEN / CDDP_TOKEN_FILE" "$T/k0.out"; then
+  ok "another token: refused on its node (exit 1), and said on the node that hosts the store"
+else fail "token refused, both sides" "rc=$rc1: '$(cat "$T/k1.out")' / '$(grep -v WARN "$T/k0.out")'"; fi
+# different --nproc-per-node: allowed (ranks follow node order), said in one line on every node
+P=$(free_port)
+timeout 30 "$CDDP" run --nnodes 2 --nproc-per-node 1 --rdzv-endpoint 127.0.0.1:$P --rdzv-id N "$W" barrier >"$T/a1.out" 2>&1 & p1=$!
+timeout 30 "$CDDP" run --nnodes 2 --nproc-per-node 2 --rdzv-endpoint 127.0.0.1:$P --rdzv-id N "$W" barrier >"$T/a2.out" 2>&1 & p2=$!
+wait $p1; rc1=$?; wait $p2; rc2=$?
+n=$(cat "$T/a1.out" "$T/a2.out" | grep -c 'barrier passed rank=[0-2] world=3')
+l=$(cat "$T/a1.out" "$T/a2.out" | grep -c "^cddp run: the nodes run different numbers of workers (--nproc-per-node): node .* [12], node .* [12]; allowed")
+[ $rc1 = 0 ] && [ $rc2 = 0 ] && [ "$n" = 3 ] && [ "$l" = 2 ] && ok "--nproc-per-node 1 and 2: the job runs (world 3), one line on each node" ||
+  fail "different --nproc-per-node" "rc=$rc1/$rc2 n=$n l=$l $(cat "$T/a1.out" "$T/a2.out")"
 finish

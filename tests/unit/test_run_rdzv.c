@@ -7,6 +7,7 @@
 #include "common/check.h"
 #include "common/clock.h"
 #include "launcher/rdzv.h"
+#include "launcher/rdzv_watch.h"
 #include "test.h"
 
 typedef struct agent {
@@ -232,5 +233,39 @@ TEST(rdzv_events_first_value_wins) {
   CHECK_OK(cddp__rdzv_exit(s, &r, 0, 0));
   CHECK_RESULT(cddp__rdzv_exit(s, &(cddp__rdzv_t){.round = 6, .nnodes = 2}, 1, 50), CDDP_TIMEOUT);
   CHECK_OK(cddp__rdzv_exit(s, &r, 1, 1000));
+  cddp_store_close(s);
+}
+
+TEST(rdzv_waiter_record_and_id_line) {
+  cddp__rdzv_waiter_t a = {.wall_ms = 1700000000123ull, .waiting = 1, .node_records = 2}, b = {0}, back;
+  snprintf(a.run_id, sizeof a.run_id, "jobB");
+  snprintf(a.host, sizeof a.host, "vm1");
+  char buf[300], l1[400], l2[400];
+  int len = cddp__rdzv_waiter_format(&a, buf, sizeof buf);
+  CHECK(len > 0);
+  CHECK_EQ(cddp__rdzv_waiter_parse(buf, (size_t)len, &back), 0);
+  CHECK(back.wall_ms == a.wall_ms && back.waiting == 1 && back.node_records == 2);
+  CHECK(!strcmp(back.run_id, "jobB") && !strcmp(back.host, "vm1"));
+  CHECK_EQ(cddp__rdzv_waiter_parse("12 1", 4, &back), -1);
+  b = a;
+  snprintf(b.run_id, sizeof b.run_id, "jobA");
+  snprintf(b.host, sizeof b.host, "vm2");
+  cddp__rdzv_id_line(&a, &b, l1, sizeof l1);
+  cddp__rdzv_id_line(&b, &a, l2, sizeof l2);
+  CHECK(!strcmp(l1, l2)); /* both sides print the same line */
+  CHECK(strstr(l1, "--rdzv-id: node vm2 was started with jobA, node vm1 with jobB") != NULL);
+}
+
+/* A node of another job ends this job's round-0 join with the line, as a --nnodes disagreement does. */
+TEST(rdzv_mismatch_ends_a_waiting_join) {
+  cddp_store_t *s;
+  CHECK_OK(cddp_store_mem_create(&s));
+  cddp__rdzv_mismatch(s, 0, 0, "the nodes disagree on --rdzv-id: test");
+  cddp__rdzv_cfg_t cfg = {.min_nodes = 2, .max_nodes = 2, .node_rank = -1, .last_call_ms = 100, .timeout_ms = 3000};
+  snprintf(cfg.self.host, sizeof cfg.self.host, "h");
+  cfg.self.nproc = 1;
+  cddp__rdzv_t rz;
+  CHECK_RESULT(cddp__rdzv_join(s, &cfg, 0, &rz), CDDP_INVALID_ARG);
+  CHECK(strstr(cddp_last_error(), "disagree on --rdzv-id: test") != NULL);
   cddp_store_close(s);
 }

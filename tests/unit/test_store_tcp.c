@@ -47,6 +47,10 @@ TEST(auth_right_wrong_missing_token) {
   CHECK_OK(cddp_store_get(good, "k", &v, &n, 0));
   CHECK(n == 1 && !memcmp(v, "v", 1));
   free(v);
+  /* the three refusals are counted where a job can read them */
+  CHECK_OK(cddp_store_get(good, CDDP_STORE_REFUSED_KEY, &v, &n, 0));
+  CHECK(n > 12 && !memcmp(v, "3 127.0.0.1:", 12));
+  free(v);
   cddp_store_close(good);
   cddp_store_server_stop(srv);
 }

@@ -23,6 +23,7 @@
 #include "common/sock.h"
 #include "launcher/options.h"
 #include "launcher/rdzv.h"
+#include "launcher/rdzv_watch.h"
 #include "launcher/program.h"
 #include "launcher/sigguard.h"
 #include "launcher/status_pub.h"
@@ -691,13 +692,25 @@ static int agent_main(agent_t *a) {
     cddp__rdzv_release(&a->rz);
     /* a fresh port each round: the last round's rank 0 may have left its port in TIME_WAIT */
     cfg.self.master_port = cddp__sock_free_port();
+    /* the first join of a multi-node job: another --rdzv-id or a refused token said in one line */
+    cddp__rdzv_watch_t rw = {0};
+    if (first && !o->standalone && o->max_nodes > 1) {
+      cddp__rdzv_waiter_t me = {.node_records = cfg.node_rank >= 0 ? cfg.max_nodes : 0};
+      snprintf(me.run_id, sizeof me.run_id, "%s", o->run_id);
+      snprintf(me.host, sizeof me.host, "%s", a->host);
+      cddp__rdzv_watch_start(&rw, a->store_host, a->store_port, a->token, &me);
+    }
     cddp_result_t jr = cddp__rdzv_join(a->store, &cfg, min_round, &a->rz);
+    cddp__rdzv_watch_stop(&rw);
     if (jr != CDDP_OK) {
       fprintf(stderr, "cddp run: %s\n", cddp_last_error());
       return finish(a, jr == CDDP_INVALID_ARG ? 2 : 1); /* the nodes disagree on a setting: a usage error */
     }
     CDDP_INFO(CDDP_SUB_RDZV, "round %d closed: node %d of %d, world %d", a->rz.round, a->rz.node_rank, a->rz.nnodes,
               a->rz.world_size);
+    char nproc_line[400];
+    if (first && cddp__rdzv_nproc_line(&a->rz, nproc_line, sizeof nproc_line))
+      fprintf(stderr, "cddp run: %s\n", nproc_line);
     watch_start(a, a->rz.round);
     if (o->replace && !a->elastic && start_membership(a) != 0) return finish(a, 1);
     if (a->elastic && a->ms.pending) {

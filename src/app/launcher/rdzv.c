@@ -77,7 +77,7 @@ static cddp_result_t get_closed(cddp_store_t *s, const char *key, int timeout_ms
  * and wakes the others: its line in rdzv/mismatch, the round's "closed" key set to "mismatch"
  * (c10d nodes wait on it), its node record published (static nodes wait on the records). */
 static cddp_result_t check_settings(cddp_store_t *s, const cddp__rdzv_cfg_t *cfg, int round) {
-  char mine[128], key[64];
+  char mine[128];
   void *cur = NULL;
   size_t len = 0;
   int n = K(mine, "%d %d %.63s", cfg->min_nodes, cfg->max_nodes, cfg->self.host);
@@ -90,22 +90,29 @@ static cddp_result_t check_settings(cddp_store_t *s, const cddp__rdzv_cfg_t *cfg
     return CDDP_OK;
   cddp_result_t r = disagree(host, lo, hi, cfg->self.host, cfg->min_nodes, cfg->max_nodes);
   char line[512];
-  int ll = K(line, "%s", cddp_last_error());
-  (void)cddp_store_set(s, "rdzv/mismatch", line, (size_t)ll);
-  K(key, "rdzv/%d/closed", round);
+  K(line, "%s", cddp_last_error());
+  /* static: the first node waits for records 0..its MAX-1 */
+  cddp__rdzv_mismatch(s, round, cfg->node_rank >= 0 ? hi : 0, line);
+  cddp__fail(r, "%s", line);
+  return r;
+}
+
+void cddp__rdzv_mismatch(cddp_store_t *s, int round, int node_records, const char *line) {
+  char key[64];
   void *was = NULL;
   size_t wlen;
+  (void)cddp_store_compare_set(s, "rdzv/mismatch", NULL, 0, line, strlen(line), &was, &wlen);
+  free(was);
+  was = NULL;
+  K(key, "rdzv/%d/closed", round);
   (void)cddp_store_compare_set(s, key, NULL, 0, "mismatch", 8, &was, &wlen);
   free(was);
-  /* static: the first node waits for records 0..its MAX-1; fill the missing ones with the same word */
-  for (int i = 0; cfg->node_rank >= 0 && i < hi; i++) {
+  for (int i = 0; i < node_records; i++) { /* the missing ones get the same word */
+    was = NULL;
     K(key, "rdzv/%d/node/%d", round, i);
     (void)cddp_store_compare_set(s, key, NULL, 0, "mismatch", 8, &was, &wlen);
     free(was);
-    was = NULL;
   }
-  cddp__fail(r, "%s", line);
-  return r;
 }
 
 /* Waits for node records 0..n-1 of round, then reads them into out->nodes. */

@@ -46,6 +46,10 @@ typedef struct cddp__rdzv {
  * says so in rdzv/mismatch and wakes the nodes waiting on the round (its "closed" key, or,
  * static, its node record, which carries MIN and MAX). */
 cddp_result_t cddp__rdzv_join(cddp_store_t *s, const cddp__rdzv_cfg_t *cfg, int min_round, cddp__rdzv_t *out);
+/* Ends round's join on every node with line (INVALID_ARG, exit 2), as a disagreement on --nnodes
+ * does: rdzv/mismatch = line (the first one wins), the round's "closed" key and node records
+ * 0..node_records-1 (static: the records the nodes wait for) set to "mismatch" where absent. */
+void cddp__rdzv_mismatch(cddp_store_t *s, int round, int node_records, const char *line);
 void cddp__rdzv_release(cddp__rdzv_t *r);
 
 /* The round's event key "rdzv/R/event": its first value wins ("done", "restart",

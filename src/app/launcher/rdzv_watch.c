@@ -1,0 +1,168 @@
+/* rdzv_watch.c - during the first rendezvous, a thread that finds nodes waiting at the same store
+ * under another --rdzv-id, and clients the store refused for their token (see rdzv_watch.h). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common/check.h"
+#include "common/clock.h"
+#include "common/log.h"
+#include "launcher/rdzv.h"
+#include "launcher/rdzv_watch.h"
+
+#define WATCH_MS 300    /* how often it looks */
+#define GRACE_MS 2000   /* a lone node is normal for this long (the others are starting) */
+#define FRESH_MS 2000   /* a waiter whose record is older than this is gone */
+
+static uint64_t wall_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+int cddp__rdzv_waiter_format(const cddp__rdzv_waiter_t *w, char *buf, size_t size) {
+  int n = snprintf(buf, size, "%llu %d %d %s %s", (unsigned long long)w->wall_ms, w->waiting, w->node_records,
+                   w->run_id, w->host[0] ? w->host : "?");
+  return n > 0 && (size_t)n < size ? n : -1;
+}
+
+int cddp__rdzv_waiter_parse(const char *text, size_t len, cddp__rdzv_waiter_t *out) {
+  char buf[300];
+  unsigned long long t;
+  if (len >= sizeof buf) return -1;
+  memcpy(buf, text, len);
+  buf[len] = '\0';
+  memset(out, 0, sizeof *out);
+  if (sscanf(buf, "%llu %d %d %127s %63s", &t, &out->waiting, &out->node_records, out->run_id, out->host) != 5)
+    return -1;
+  out->wall_ms = t;
+  return 0;
+}
+
+void cddp__rdzv_id_line(const cddp__rdzv_waiter_t *a, const cddp__rdzv_waiter_t *b, char *buf, size_t size) {
+  if (strcmp(a->run_id, b->run_id) > 0) {
+    const cddp__rdzv_waiter_t *t = a;
+    a = b, b = t;
+  }
+  snprintf(buf, size, "the nodes disagree on --rdzv-id: node %s was started with %s, node %s with %s, at the same "
+           "store; every node of a job must be given the same --rdzv-id", a->host, a->run_id, b->host, b->run_id);
+}
+
+/* Ends the round-0 join of the job run_id (a view of base under "<run_id>/") with line. */
+static void end_job(cddp_store_t *base, const char *run_id, int node_records, const char *line) {
+  char prefix[160];
+  cddp_store_t *v;
+  snprintf(prefix, sizeof prefix, "%s/", run_id);
+  if (cddp_store_prefix_create(&v, base, prefix, 0) != CDDP_OK) return;
+  cddp__rdzv_mismatch(v, 0, node_records, line);
+  cddp_store_close(v);
+}
+
+/* The refused count in the store's key (0: none). */
+static long long refused(cddp_store_t *base, char *addr, size_t size) {
+  void *v = NULL;
+  size_t len = 0;
+  long long n = 0;
+  if (cddp_store_get(base, CDDP_STORE_REFUSED_KEY, &v, &len, 0) == CDDP_OK && v) {
+    char text[200];
+    int off = 0;
+    snprintf(text, sizeof text, "%.*s", (int)CDDP_MIN(len, sizeof text - 1), (char *)v);
+    if (sscanf(text, "%lld %n", &n, &off) == 1 && off > 0) snprintf(addr, size, "%s", text + off);
+  }
+  free(v);
+  return n;
+}
+
+/* One look at the other waiters: 1 when one of another run id waits too (the job is ended). */
+static int look(cddp__rdzv_watch_t *w, cddp_store_t *base, int my_slot) {
+  int64_t n;
+  if (cddp_store_add(base, "rdzv-watch/n", 0, &n) != CDDP_OK) return 0;
+  uint64_t now = wall_ms();
+  for (int64_t i = 0; i < n; i++) {
+    char key[48];
+    void *v = NULL;
+    size_t len = 0;
+    cddp__rdzv_waiter_t other;
+    snprintf(key, sizeof key, "rdzv-watch/%lld", (long long)i);
+    int ok = i != my_slot && cddp_store_get(base, key, &v, &len, 0) == CDDP_OK &&
+             cddp__rdzv_waiter_parse(v, len, &other) == 0;
+    free(v);
+    if (!ok || !other.waiting || other.wall_ms + FRESH_MS < now || !strcmp(other.run_id, w->me.run_id)) continue;
+    char line[400];
+    cddp__rdzv_id_line(&w->me, &other, line, sizeof line);
+    end_job(base, other.run_id, other.node_records, line);
+    end_job(base, w->me.run_id, w->me.node_records, line);
+    return 1;
+  }
+  return 0;
+}
+
+static int post(cddp__rdzv_watch_t *w, cddp_store_t *base, int slot) {
+  char key[48], val[300];
+  w->me.wall_ms = wall_ms();
+  int len = cddp__rdzv_waiter_format(&w->me, val, sizeof val);
+  snprintf(key, sizeof key, "rdzv-watch/%d", slot);
+  return len > 0 && cddp_store_set(base, key, val, (size_t)len) == CDDP_OK ? 0 : -1;
+}
+
+static void *watch_main(void *arg) {
+  cddp__rdzv_watch_t *w = arg;
+  cddp_store_t *base = NULL;
+  int64_t slot = -1;
+  char addr[160] = "";
+  if (cddp_store_tcp_connect(&base, w->host, w->port, w->token, 5000) != CDDP_OK ||
+      cddp_store_add(base, "rdzv-watch/n", 1, &slot) != CDDP_OK) {
+    CDDP_INFO(CDDP_SUB_RDZV, "no watch for another --rdzv-id or refused nodes: %s", cddp_last_error());
+    goto exit;
+  }
+  slot--;
+  long long seen = refused(base, addr, sizeof addr);
+  uint64_t start = cddp__now_ns(), grace = (uint64_t)GRACE_MS * 1000000ull;
+  while (!__atomic_load_n(&w->stop, __ATOMIC_ACQUIRE)) {
+    if (post(w, base, (int)slot) != 0) break;
+    long long now_refused = refused(base, addr, sizeof addr);
+    if (now_refused > seen)
+      fprintf(stderr, "cddp run: the store refused a node at %s: its job token differs from this node's "
+              "(CDDP_TOKEN / CDDP_TOKEN_FILE must be the same on every node); still waiting for the nodes\n", addr);
+    seen = now_refused;
+    if (cddp__now_ns() - start >= grace && look(w, base, (int)slot)) break;
+    for (int i = 0; i < WATCH_MS / 50 && !__atomic_load_n(&w->stop, __ATOMIC_ACQUIRE); i++) usleep(50000);
+  }
+  w->me.waiting = 0;
+  if (slot >= 0) (void)post(w, base, (int)slot);
+exit:
+  cddp_store_close(base);
+  return NULL;
+}
+
+void cddp__rdzv_watch_start(cddp__rdzv_watch_t *w, const char *host, int port, const char *token,
+                            const cddp__rdzv_waiter_t *me) {
+  memset(w, 0, sizeof *w);
+  snprintf(w->host, sizeof w->host, "%s", host);
+  snprintf(w->token, sizeof w->token, "%s", token);
+  w->port = port;
+  w->me = *me;
+  w->me.waiting = 1;
+  w->running = pthread_create(&w->th, NULL, watch_main, w) == 0;
+}
+
+void cddp__rdzv_watch_stop(cddp__rdzv_watch_t *w) {
+  if (!w->running) return;
+  __atomic_store_n(&w->stop, 1, __ATOMIC_RELEASE);
+  pthread_join(w->th, NULL);
+  w->running = 0;
+}
+
+int cddp__rdzv_nproc_line(const struct cddp__rdzv *rz, char *buf, size_t size) {
+  for (int i = 1; i < rz->nnodes; i++) {
+    const cddp__rdzv_node_t *a = &rz->nodes[0], *b = &rz->nodes[i];
+    if (a->nproc == b->nproc) continue;
+    snprintf(buf, size, "the nodes run different numbers of workers (--nproc-per-node): node %s %d, node %s %d; "
+             "allowed (ranks follow node order), but the hierarchical collectives need the same number on every "
+             "node and fall back to flat TCP", a->host, a->nproc, b->host, b->nproc);
+    return 1;
+  }
+  return 0;
+}

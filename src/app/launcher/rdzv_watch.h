@@ -1,0 +1,55 @@
+/* rdzv_watch.h - what a node waiting in the rendezvous cannot see by itself: nodes of the same
+ * store waiting under another --rdzv-id (so neither job ever fills), and nodes the store refused
+ * for their token. Both become one line on the nodes that wait. */
+#ifndef CDDP_LAUNCHER_RDZV_WATCH_H
+#define CDDP_LAUNCHER_RDZV_WATCH_H
+
+#include <pthread.h>
+#include <stdint.h>
+
+#include "cddp/store.h"
+
+/* Keys at the top of the store (outside every job's "<run_id>/"), owned by rdzv_watch.c:
+ *   rdzv-watch/n     add(): each waiting agent takes a slot
+ *   rdzv-watch/<i>   its record (cddp__rdzv_waiter_t), refreshed while it waits */
+typedef struct cddp__rdzv_waiter {
+  uint64_t wall_ms;  /* refreshed every WATCH_MS while it waits */
+  int waiting;       /* 0 once its rendezvous returned */
+  int node_records;  /* static backend: the node records its nodes wait for (--nnodes MAX); c10d: 0 */
+  char run_id[128];
+  char host[64];
+} cddp__rdzv_waiter_t;
+
+/* "<wall_ms> <waiting> <node_records> <run_id> <host>" and back (0, or -1 when malformed). */
+int cddp__rdzv_waiter_format(const cddp__rdzv_waiter_t *w, char *buf, size_t size);
+int cddp__rdzv_waiter_parse(const char *text, size_t len, cddp__rdzv_waiter_t *out);
+
+/* Two jobs' waiting nodes: the line every node of both prints (the run ids in sorted order, so
+ * both sides print the same). */
+void cddp__rdzv_id_line(const cddp__rdzv_waiter_t *a, const cddp__rdzv_waiter_t *b, char *buf, size_t size);
+
+/* After the join: 1 with one line in buf when the nodes run different numbers of workers (allowed,
+ * as torchrun allows it, but worth a word: the hierarchical collectives then fall back to flat
+ * TCP, and a batch split by node count comes out uneven). */
+struct cddp__rdzv;
+int cddp__rdzv_nproc_line(const struct cddp__rdzv *rz, char *buf, size_t size);
+
+typedef struct cddp__rdzv_watch {
+  pthread_t th;
+  int running, stop; /* stop: atomic */
+  char host[256], token[256];
+  int port;
+  cddp__rdzv_waiter_t me;
+} cddp__rdzv_watch_t;
+
+/* Starts watching the store at host:port (a connection of its own, token) while this agent (me:
+ * its run id, host, node_records) waits in round 0: after 2 s, a node of another run id waiting
+ * there too ends both jobs' round with one line (rdzv.h's cddp__rdzv_mismatch); a client the
+ * store refuses meanwhile is said in one line on stderr (the job keeps waiting: a stranger must
+ * not end it). A failure to connect only turns the watch off. */
+void cddp__rdzv_watch_start(cddp__rdzv_watch_t *w, const char *host, int port, const char *token,
+                            const cddp__rdzv_waiter_t *me);
+/* Stops it (the rendezvous returned) and marks this agent's record done. */
+void cddp__rdzv_watch_stop(cddp__rdzv_watch_t *w);
+
+#endif /* CDDP_LAUNCHER_RDZV_WATCH_H */
