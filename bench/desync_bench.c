@@ -1,20 +1,28 @@
 /* desync_bench.c - what the desync check (CDDP_DESYNC_CHECK) costs a small allreduce, with and
  * without in the same run. Build: make lib && make -C bench desync; run:
- *   build/bench/desync_bench [-t shm|tcp] [-b BYTES] [-n CALLS] [-r ROUNDS] [-w WORLD]
+ *   build/bench/desync_bench [-t shm|tcp] [-b BYTES] [-n CALLS] [-r ROUNDS] [-w WORLD] [-m]
  * Each rank (forked, over a TCP store of its own) opens two communicators, one with the check
  * and one without (the knob is read at init), and times CALLS allreduces of BYTES on each in
  * turn, ROUNDS times, the order alternating. Rank 0 prints the median time per call of each,
- * and the difference. */
+ * and the difference. On a loaded machine those times are mostly the scheduler's; -m measures
+ * the check's own work in one process instead: the shm side (fingerprint, hash, two slots
+ * written, a peer's compared) per call, and the tcp side as 4 KiB send+recv over a loopback
+ * connection against the same with the 24-byte header in sendmsg/recvmsg, in turns. */
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "cddp/comm.h"
 #include "cddp/store.h"
+#include "comm/desync.h"
 
 enum { MAXR = 201 };
 
@@ -77,19 +85,108 @@ static int rank_main(int rank, int world, int port, const char *tp, size_t bytes
   return 0;
 }
 
+/* ---- -m: the check's own work, in one process ---- */
+
+static volatile uint32_t sink;
+
+/* What the shm transport adds to a collective's first arrival: the call's fingerprint, its hash,
+ * the slot written, and a peer's slot compared. ns per call, median of rounds. */
+static double micro_shm(int rounds) {
+  enum { N = 1000000 };
+  double t[MAXR];
+  cddp__fp_t mine[2], peer[2] = {{0}};
+  uint32_t hash_mine[2], step_peer[2] = {0}, hash_peer[2] = {0};
+  for (int r = 0; r < rounds; r++) {
+    double t0 = now();
+    for (uint32_t i = 1; i <= N; i++) {
+      cddp__fp_t f = {.count = 1024, .seq = i, .rank = 0, .kind = 0, .dt = 0, .arg = 0};
+      uint32_t k = i & 1;
+      mine[k] = f, mine[k].tag = i, hash_mine[k] = cddp__fp_hash(&f, i);
+      peer[k] = mine[k], step_peer[k] = i, hash_peer[k] = hash_mine[k]; /* the peer did the same */
+      sink += step_peer[k] == i && hash_peer[k] == hash_mine[k];
+    }
+    t[r] = (now() - t0) / N * 1e9;
+  }
+  sink += mine[0].seq + peer[1].seq;
+  return median(t, rounds);
+}
+
+/* A loopback TCP connection, both ends in this process. */
+static void tcp_pair(int fd[2]) {
+  int l = socket(AF_INET, SOCK_STREAM, 0), one = 1;
+  struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  socklen_t len = sizeof a;
+  if (l < 0 || bind(l, (struct sockaddr *)&a, sizeof a) || listen(l, 1) || getsockname(l, (struct sockaddr *)&a, &len))
+    exit(1);
+  fd[0] = socket(AF_INET, SOCK_STREAM, 0);
+  if (connect(fd[0], (struct sockaddr *)&a, sizeof a) || (fd[1] = accept(l, NULL, NULL)) < 0) exit(1);
+  close(l);
+  for (int i = 0; i < 2; i++) setsockopt(fd[i], IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+}
+
+/* One 4 KiB message one way, with or without the header: us per message, median of rounds. */
+static double micro_tcp(int fd[2], int header, size_t bytes, int calls, int round_i, double *t) {
+  static char out[1 << 16], in[1 << 16];
+  cddp__fp_t h = {.count = bytes / 4, .seq = 1, .tag = CDDP__FP_MAGIC}, got;
+  double t0 = now();
+  for (int i = 0; i < calls; i++) {
+    if (header) {
+      struct iovec so[2] = {{&h, sizeof h}, {out, bytes}}, ri[2] = {{&got, sizeof got}, {in, bytes}};
+      struct msghdr ms = {.msg_iov = so, .msg_iovlen = 2}, mr = {.msg_iov = ri, .msg_iovlen = 2};
+      if (sendmsg(fd[0], &ms, MSG_NOSIGNAL) != (ssize_t)(bytes + sizeof h)) exit(1);
+      for (size_t got_n = 0; got_n < bytes + sizeof h;) { /* loopback delivers it whole, nearly always */
+        ssize_t n = recvmsg(fd[1], &mr, 0);
+        if (n <= 0) exit(1);
+        got_n += (size_t)n;
+        while (n > 0 && mr.msg_iovlen) { /* advance the iovecs past what arrived */
+          size_t c = (size_t)n < mr.msg_iov[0].iov_len ? (size_t)n : mr.msg_iov[0].iov_len;
+          mr.msg_iov[0].iov_base = (char *)mr.msg_iov[0].iov_base + c, mr.msg_iov[0].iov_len -= c, n -= (ssize_t)c;
+          if (!mr.msg_iov[0].iov_len) mr.msg_iov++, mr.msg_iovlen--;
+        }
+      }
+      sink += cddp__fp_same(&got, &h);
+    } else {
+      if (send(fd[0], out, bytes, MSG_NOSIGNAL) != (ssize_t)bytes) exit(1);
+      for (size_t got_n = 0; got_n < bytes;) {
+        ssize_t n = recv(fd[1], in + got_n, bytes - got_n, 0);
+        if (n <= 0) exit(1);
+        got_n += (size_t)n;
+      }
+    }
+  }
+  t[round_i] = (now() - t0) / calls * 1e6;
+  return t[round_i];
+}
+
+static int micro(size_t bytes, int calls, int rounds) {
+  printf("fingerprint work per collective (shm: fingerprint, hash, slot written, peer's compared): %.1f ns "
+         "(median of %d x 1M)\n", micro_shm(rounds), rounds);
+  int fd[2];
+  tcp_pair(fd);
+  double t[2][MAXR];
+  for (int r = 0; r < rounds; r++)
+    for (int j = 0; j < 2; j++) micro_tcp(fd, (r + j) % 2, bytes, calls, r, t[(r + j) % 2]);
+  double off = median(t[0], rounds), on = median(t[1], rounds);
+  printf("tcp one way, %zu B, one process: send+recv %.3f us, with the 24-byte header (sendmsg+recvmsg) %.3f us, "
+         "difference %+.3f us (median of %d x %d)\n", bytes, off, on, on - off, rounds, calls);
+  close(fd[0]), close(fd[1]);
+  return 0;
+}
+
 int main(int argc, char **argv) {
   const char *tp = "shm";
   size_t bytes = 4096;
-  int calls = 2000, rounds = 31, world = 2, opt;
-  while ((opt = getopt(argc, argv, "t:b:n:r:w:")) != -1) {
+  int calls = 2000, rounds = 31, world = 2, opt, micro_only = 0;
+  while ((opt = getopt(argc, argv, "t:b:n:r:w:m")) != -1) {
     switch (opt) {
       case 't': tp = optarg; break;
       case 'b': bytes = (size_t)strtoull(optarg, NULL, 10); break;
       case 'n': calls = atoi(optarg); break;
       case 'r': rounds = atoi(optarg); break;
       case 'w': world = atoi(optarg); break;
+      case 'm': micro_only = 1; break;
       default:
-        fprintf(stderr, "usage: desync_bench [-t shm|tcp] [-b BYTES] [-n CALLS] [-r ROUNDS] [-w WORLD]\n");
+        fprintf(stderr, "usage: desync_bench [-t shm|tcp] [-b BYTES] [-n CALLS] [-r ROUNDS] [-w WORLD] [-m]\n");
         return 2;
     }
   }
@@ -97,6 +194,7 @@ int main(int argc, char **argv) {
     fprintf(stderr, "desync_bench: -n >= 1, -r in 1..%d, -w in 2..64\n", MAXR);
     return 2;
   }
+  if (micro_only) return micro(bytes, calls, rounds);
   cddp_store_server_t *srv;
   cddp_result_t r = cddp_store_server_start(&srv, "127.0.0.1", 0, "");
   if (r) die("store server", r);

@@ -180,7 +180,7 @@ cddp_result_t cddp__endpoint_read(const char *dir, cddp__endpoint_t *e) {
       !(colon = strrchr(store, ':')) || (e->port = atoi(colon + 1)) <= 0)
     return cddp__fail(CDDP_INVALID_ARG, "%s is malformed (want 'store HOST:PORT', 'run_id ID', 'token T')", path);
   *colon = '\0';
-  snprintf(e->host, sizeof e->host, "%s", store);
+  snprintf(e->host, sizeof e->host, "%.255s", store);
   if (!strcmp(e->token, "-")) e->token[0] = '\0';
   return CDDP_OK;
 }
