@@ -100,6 +100,7 @@ typedef struct cddp__tcp {
   cddp__tune_t tune;    /* allreduce: recursive doubling or ring, and the ring's chunk (tcp_tune.c) */
   cddp__fp_t fp;        /* the call being run: with seq != 0 every transfer starts with it, as a
                            24-byte header in the same send as the first chunk (desync.h) */
+  char bounce[16384 + 64]; /* a small first chunk and its header, as one send / recv (tcp_engine.c) */
 } cddp__tcp_t;
 
 /* ---- tcp_tune.c: the tuner's TCP side (docs/tuner.md) ---- */

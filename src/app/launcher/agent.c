@@ -472,6 +472,7 @@ static int run_round(agent_t *a, cddp__workers_t *ws, int first) {
 /* Leaves: counts this agent out of the round (the store's host waits for everyone). */
 static int finish(agent_t *a, int code) {
   cddp__status_pub_state(&a->status, code == 0 ? "done" : "failed");
+  cddp__status_pub_end(&a->status);
   if (a->elastic) {
     cddp__monitor_stop(a->ms.mon, 1);
     a->ms.mon = NULL;
@@ -686,7 +687,8 @@ static int agent_main(agent_t *a) {
     }
     a->id = cfg.self.id = (int)n - 1;
   }
-  cddp__status_pub_begin(&a->status, a->store, a->host, o->replace ? a->id : -1, o->replace);
+  cddp__status_pub_begin(&a->status, a->store_host, a->store_port, a->token, o->run_id, a->host, o->replace ? a->id : -1,
+                         o->replace);
   int min_round = 0, first = 1;
   for (;;) {
     cddp__rdzv_release(&a->rz);

@@ -1,8 +1,11 @@
 /* status_pub.c - the agent's node record for `cddp status`: each local worker's state, step,
- * step rate and last collective from its flight page; the events of losses and recoveries. */
+ * step rate and last collective from its flight page; the events of losses and recoveries;
+ * posted by a thread over its own store connection (see status_pub.h). */
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "common/check.h"
@@ -11,16 +14,90 @@
 #include "launcher/status_pub.h"
 #include "world/elastic.h"
 
-void cddp__status_pub_begin(cddp__status_pub_t *p, cddp_store_t *s, const char *host, int agent_id, int replace) {
+#define POST_TIMEOUT_MS 2000 /* the poster's bound on one store call */
+
+static void *poster_main(void *arg) {
+  cddp__status_pub_t *p = arg;
+  cddp__status_node_t *rec = malloc(sizeof *rec);
+  int slot = -1; /* the poster's own: the agent's thread copies p->node meanwhile */
+  if (!rec || cddp__status_slot(p->store, &slot) != CDDP_OK) {
+    CDDP_INFO(CDDP_SUB_RUN, "no status record (cddp status): %s", cddp_last_error());
+    free(rec);
+    pthread_mutex_lock(&p->mu);
+    __atomic_store_n(&p->on, 0, __ATOMIC_RELEASE); /* the tick stops handing records over */
+    pthread_mutex_unlock(&p->mu);
+    return NULL;
+  }
+  pthread_mutex_lock(&p->mu);
+  for (;;) {
+    while (!p->stop && !p->out_new && !p->nevents) pthread_cond_wait(&p->cv, &p->mu);
+    if (!p->out_new && !p->nevents) break; /* stopping, and all is posted */
+    int have = p->out_new, nev = p->nevents;
+    char ev[CDDP__STATUS_QUEUE][300];
+    if (have) *rec = p->out, rec->slot = slot;
+    memcpy(ev, p->events, sizeof ev);
+    p->out_new = 0, p->nevents = 0;
+    pthread_mutex_unlock(&p->mu);
+    for (int i = 0; i < nev; i++) (void)cddp__status_event(p->store, "%s", ev[i]);
+    if (have && p->replace) (void)cddp__gen_latest(p->store, &rec->gen);
+    if (have && cddp__status_post(p->store, rec) != CDDP_OK)
+      CDDP_INFO(CDDP_SUB_RUN, "status record not posted: %s", cddp_last_error());
+    pthread_mutex_lock(&p->mu);
+  }
+  pthread_mutex_unlock(&p->mu);
+  free(rec);
+  return NULL;
+}
+
+void cddp__status_pub_begin(cddp__status_pub_t *p, const char *store_host, int store_port, const char *token,
+                            const char *run_id, const char *host, int agent_id, int replace) {
   memset(p, 0, sizeof *p);
   p->replace = replace;
   p->node = (cddp__status_node_t){.agent_id = agent_id, .pid = (int)getpid()};
   snprintf(p->node.host, sizeof p->node.host, "%s", host);
-  if (cddp__status_slot(s, &p->node.slot) != CDDP_OK) {
+  cddp_store_t *base = NULL;
+  char prefix[160];
+  snprintf(prefix, sizeof prefix, "%s/", run_id);
+  if (cddp_store_tcp_connect(&base, store_host, store_port, token, 5000) != CDDP_OK ||
+      cddp_store_prefix_create(&p->store, base, prefix, 1) != CDDP_OK) {
     CDDP_INFO(CDDP_SUB_RUN, "no status record (cddp status): %s", cddp_last_error());
+    if (!p->store) cddp_store_close(base);
+    p->store = NULL;
     return;
   }
-  p->store = s;
+  cddp_store_set_timeout(base, POST_TIMEOUT_MS); /* a store that stops answering costs the poster only */
+  pthread_mutex_init(&p->mu, NULL);
+  pthread_cond_init(&p->cv, NULL);
+  __atomic_store_n(&p->on, 1, __ATOMIC_RELEASE);
+  if (pthread_create(&p->th, NULL, poster_main, p) != 0) {
+    p->on = 0;
+    cddp_store_close(p->store);
+    p->store = NULL;
+  }
+}
+
+/* Hands the record (p->node) to the poster. */
+static void hand_over(cddp__status_pub_t *p) {
+  pthread_mutex_lock(&p->mu);
+  if (p->on) {
+    p->out = p->node;
+    p->out_new = 1;
+    pthread_cond_signal(&p->cv);
+  }
+  pthread_mutex_unlock(&p->mu);
+}
+
+static void event(cddp__status_pub_t *p, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void event(cddp__status_pub_t *p, const char *fmt, ...) {
+  pthread_mutex_lock(&p->mu);
+  if (p->on && p->nevents < CDDP__STATUS_QUEUE) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(p->events[p->nevents++], sizeof p->events[0], fmt, ap);
+    va_end(ap);
+    pthread_cond_signal(&p->cv);
+  }
+  pthread_mutex_unlock(&p->mu);
 }
 
 /* One worker's entry from its page. */
@@ -50,44 +127,60 @@ static void check_recovered(cddp__status_pub_t *p, uint64_t now) {
     const cddp__status_rank_t *r = &p->node.ranks[i];
     if (!r->pid || !r->step || (r->pid == p->lost_pid[i] && r->step <= p->lost_step[i])) return;
   }
-  (void)cddp__status_event(p->store, "node %s recovered %.1f s after that loss (every rank of it made a step since)",
-                           p->node.host, (double)(now - p->lost_ns) / 1e9);
+  event(p, "node %s recovered %.1f s after that loss (every rank of it made a step since)", p->node.host,
+        (double)(now - p->lost_ns) / 1e9);
   p->lost_ns = 0;
 }
 
 void cddp__status_pub_tick(cddp__workers_t *ws, void *arg) {
   cddp__status_pub_t *p = arg;
-  if (!p->store) return;
+  if (!__atomic_load_n(&p->on, __ATOMIC_ACQUIRE)) return;
   uint64_t now = cddp__now_ns();
   p->node.nranks = CDDP_MIN(ws->n, CDDP__STATUS_RANKS);
   for (int i = 0; i < p->node.nranks; i++) rank_entry(p, &ws->w[i], i, now, &p->node.ranks[i]);
   snprintf(p->node.state, sizeof p->node.state, "running");
-  if (p->replace) (void)cddp__gen_latest(p->store, &p->node.gen);
-  if (cddp__status_post(p->store, &p->node) != CDDP_OK)
-    CDDP_INFO(CDDP_SUB_RUN, "status record not posted: %s", cddp_last_error());
+  hand_over(p);
   check_recovered(p, now);
 }
 
 void cddp__status_pub_state(cddp__status_pub_t *p, const char *state) {
-  if (!p->store) return;
+  if (!__atomic_load_n(&p->on, __ATOMIC_ACQUIRE)) return;
   snprintf(p->node.state, sizeof p->node.state, "%s", state);
   for (int i = 0; i < p->node.nranks; i++) /* their last word stays; none runs now */
     if (!strcmp(p->node.ranks[i].state, "alive") || !strcmp(p->node.ranks[i].state, "starting"))
       snprintf(p->node.ranks[i].state, sizeof p->node.ranks[i].state, "exited");
-  (void)cddp__status_post(p->store, &p->node);
+  hand_over(p);
 }
 
 void cddp__status_pub_lost(cddp__status_pub_t *p, const cddp__workers_t *ws, const char *fmt, ...) {
-  if (!p->store) return;
+  if (!__atomic_load_n(&p->on, __ATOMIC_ACQUIRE)) return;
+  char what[300];
   va_list ap;
   va_start(ap, fmt);
-  vsnprintf(p->lost_what, sizeof p->lost_what, fmt, ap);
+  vsnprintf(what, sizeof what, fmt, ap);
   va_end(ap);
-  (void)cddp__status_event(p->store, "%s", p->lost_what);
+  event(p, "%s", what);
   p->lost_ns = cddp__now_ns();
   for (int i = 0; i < CDDP_MIN(ws->n, CDDP__STATUS_RANKS); i++) {
     const cddp__flight_page_t *pg = ws->w[i].progress.page;
     p->lost_step[i] = pg ? __atomic_load_n(&pg->step, __ATOMIC_ACQUIRE) : 0;
     p->lost_pid[i] = ws->w[i].exited ? 0 : (int)ws->w[i].pid;
   }
+}
+
+void cddp__status_pub_end(cddp__status_pub_t *p) {
+  if (!p->store) return;
+  pthread_mutex_lock(&p->mu);
+  p->stop = 1;
+  pthread_cond_signal(&p->cv);
+  pthread_mutex_unlock(&p->mu);
+  /* a store that stopped answering would keep the poster up to POST_TIMEOUT_MS per call: wait a
+   * little, then leave it (the process is ending) */
+  struct timespec until;
+  clock_gettime(CLOCK_REALTIME, &until);
+  until.tv_sec += 1;
+  if (pthread_timedjoin_np(p->th, NULL, &until) != 0) return; /* it still holds the store: leave both */
+  cddp_store_close(p->store);
+  p->store = NULL;
+  __atomic_store_n(&p->on, 0, __ATOMIC_RELEASE);
 }

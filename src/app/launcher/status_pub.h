@@ -1,34 +1,52 @@
-/* status_pub.h - the agent's side of `cddp status`: its node record, posted about every second
- * from its workers' flight pages, and the events it saw (a worker lost, replaced, recovered). */
+/* status_pub.h - the agent's side of `cddp status`: its node record, built about every second
+ * from its workers' flight pages, and the events it saw (a worker lost, replaced, recovered),
+ * posted by a thread of its own over a connection of its own, so a store that stops answering
+ * never holds up the agent's loop. */
 #ifndef CDDP_LAUNCHER_STATUS_PUB_H
 #define CDDP_LAUNCHER_STATUS_PUB_H
+
+#include <pthread.h>
 
 #include "launcher/status.h"
 #include "launcher/workers.h"
 
+#define CDDP__STATUS_QUEUE 8 /* events waiting to be posted (more are dropped) */
+
 typedef struct cddp__status_pub {
-  cddp_store_t *store;      /* the job's view; NULL: nothing is posted */
-  cddp__status_node_t node; /* the agent fills slot, host, pid, agent_id; round, node_rank, ... per round */
+  int on;                   /* the poster runs */
+  cddp__status_node_t node; /* the agent fills round, node_rank, ... per round; the ranks per tick */
   int replace;              /* replace mode: the generation comes from the store */
   uint64_t prev_ns[CDDP__STATUS_RANKS], prev_step[CDDP__STATUS_RANKS]; /* the last tick's, per slot */
   int prev_pid[CDDP__STATUS_RANKS];
-  /* a loss not yet recovered from: when (monotonic), what, and each slot's step then */
+  /* a loss not yet recovered from: when (monotonic), and each slot's step and pid then */
   uint64_t lost_ns;
-  char lost_what[200];
   uint64_t lost_step[CDDP__STATUS_RANKS];
   int lost_pid[CDDP__STATUS_RANKS];
+  /* the poster: its connection, and what it is given under mu */
+  cddp_store_t *store;
+  pthread_t th;
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  cddp__status_node_t out;  /* the record to post next */
+  int out_new, stop;
+  char events[CDDP__STATUS_QUEUE][300];
+  int nevents;
 } cddp__status_pub_t;
 
-/* Takes the agent's slot; a failure only turns status off (logged at INFO). */
-void cddp__status_pub_begin(cddp__status_pub_t *p, cddp_store_t *s, const char *host, int agent_id, int replace);
-/* The workers' tick (workers.h): reads their pages, posts the record, and the recovery event
- * once every local worker made a step after a loss. */
+/* Connects (host, port, token, the job's run id) and starts the poster, which takes the agent's
+ * slot; a failure only turns status off (logged at INFO). */
+void cddp__status_pub_begin(cddp__status_pub_t *p, const char *store_host, int store_port, const char *token,
+                            const char *run_id, const char *host, int agent_id, int replace);
+/* The workers' tick (workers.h): reads their pages, hands the record to the poster, and the
+ * recovery event once every local worker made a step after a loss. Never blocks on the store. */
 void cddp__status_pub_tick(cddp__workers_t *ws, void *arg);
-/* Posts the record with the node's state ("spare", "done", "failed") and no ranks running. */
+/* Hands over the record with the node's state ("spare", "done", "failed") and no rank running. */
 void cddp__status_pub_state(cddp__status_pub_t *p, const char *state);
 /* A loss this agent saw (a worker failed, hung, or the job restarts): an event now, and the
  * clock of its recovery starts. */
 void cddp__status_pub_lost(cddp__status_pub_t *p, const cddp__workers_t *ws, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+/* Posts what is left (waiting at most about a second: the store may be gone) and stops. */
+void cddp__status_pub_end(cddp__status_pub_t *p);
 
 #endif /* CDDP_LAUNCHER_STATUS_PUB_H */
