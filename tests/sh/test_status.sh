@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # test_status.sh - `cddp status` asks a running 2-node job (two `cddp run --nnodes 2` agents on
 # this host, a token) through its store: both nodes and all ranks with their step, by ENDPOINT,
-# by the trainer's run folder and by cddp run's --log-dir; a worker killed in replace mode shows
-# as an event with its recovery time; bad input gets one line and a non-zero exit.
+# by the trainer's run folder and by cddp run's --log-dir; a worker killed and a node lost in
+# replace mode show as events with their recovery times; bad input gets one line and a non-zero exit.
 cd "$(dirname "$0")/../.." && source tests/sh/lib.sh
 T=$(mktemp -d /tmp/cddp-status.XXXXXX)
 trap 'kill -KILL $(jobs -p) 2>/dev/null; rm -rf "$T"' EXIT
@@ -76,7 +76,38 @@ if [ -n "$ev" ] && grep -qE "^  [0-9:]{8}  rank [0-3] \(host .*, pid $victim\) w
 else fail "replace events" "$out"; fi
 kill -TERM $pid_0 $pid_1 2>/dev/null; wait $pid_0 $pid_1 2>/dev/null
 
-# 3. bad input: one line, non-zero exit
+# 3. a node lost (its agent SIGKILLed) in replace mode, 3 nodes x 1 worker: the generation's event
+# names it, the survivors' recovery is timed, and its record goes silent
+P=$(free_port)
+ONE=(--config configs/fmnist_mlp.yaml --work-dir "$T" --set batch.global=192 --set batch.micro=32
+     --set 'model.hidden=[256]' --set eval.every_epoch=false --set ddp.threads=1 --set train.max_steps=100000)
+ag=()
+for i in 1 2 3; do
+  "$CDDP" run --nnodes 2:3 --nproc-per-node 1 --rdzv-backend c10d --rdzv-endpoint 127.0.0.1:$P \
+    --rdzv-id "loss$P" --rdzv-last-call 1 --restart-mode replace --max-restarts 3 "$CDDP" train --name loss "${ONE[@]}" \
+    >"$T/loss$i.out" 2>&1 & # no timeout(1) between: the SIGKILL below is for the agent itself
+  ag[$i]=$!
+  [ $i = 1 ] && sleep 0.3 # the first one hosts the store
+done
+at_step loss 30 || fail "3-node job started" "$(tail -n 3 "$T"/loss*.out)"
+sleep 1.2 # every agent posted its record
+kill -KILL "${ag[3]}"
+ev=""
+for _ in $(seq 300); do
+  out=$("$CDDP" status 127.0.0.1:$P --rdzv-id "loss$P" 2>&1)
+  grep -q "recovered [0-9.]* s after that loss" <<<"$out" && ev=1 && break
+  sleep 0.1
+done
+if [ -n "$ev" ] && grep -qE "^  [0-9:]{8}  generation [1-9][0-9]*: node .* \(agent [0-9]\) lost; 2 nodes, world 2$" <<<"$out"; then
+  ok "a node lost: the generation's event names it, the survivors' recovery is timed"
+else fail "node lost event" "$out"; fi
+sleep 5.5
+out=$("$CDDP" status 127.0.0.1:$P --rdzv-id "loss$P" 2>&1)
+[ "$(grep -c '^node .* silent ' <<<"$out")" = 1 ] && [ "$(grep -c '^node .* running ' <<<"$out")" = 2 ] &&
+  ok "the lost node's record is shown silent, the two others running" || fail "silent node" "$out"
+kill -TERM "${ag[1]}" "${ag[2]}" 2>/dev/null; wait "${ag[1]}" "${ag[2]}" "${ag[3]}" 2>/dev/null
+
+# 4. bad input: one line, non-zero exit
 P=$(free_port)
 out=$("$CDDP" status 127.0.0.1:$P 2>&1); rc=$?
 [ $rc = 1 ] && [ "$(wc -l <<<"$out")" = 1 ] && grep -q "^cddp status: no job at 127.0.0.1:$P" <<<"$out" &&

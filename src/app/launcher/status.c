@@ -7,6 +7,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "common/check.h"
 #include "common/durable.h"
@@ -124,6 +125,20 @@ cddp_result_t cddp__status_event(cddp_store_t *s, const char *fmt, ...) {
   event_key(i, key, sizeof key);
   int len = snprintf(val, sizeof val, "%llu %s", (unsigned long long)wall_ms(), text);
   return cddp_store_set(s, key, val, (size_t)CDDP_MIN(len, (int)sizeof val - 1));
+}
+
+cddp_result_t cddp__status_event_once(cddp_store_t *s, int64_t tag, const char *text) {
+  char key[48], me[64];
+  void *won = NULL;
+  size_t len = 0;
+  snprintf(key, sizeof key, "status/once/%lld", (long long)tag);
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  int n = snprintf(me, sizeof me, "%d %lld.%09ld", (int)getpid(), (long long)ts.tv_sec, ts.tv_nsec); /* ours alone */
+  CDDP_CHECK(cddp_store_compare_set(s, key, NULL, 0, me, (size_t)n, &won, &len));
+  int mine = won && len == (size_t)n && !memcmp(won, me, len);
+  free(won);
+  return mine ? cddp__status_event(s, "%s", text) : CDDP_OK;
 }
 
 cddp_result_t cddp__status_events(cddp_store_t *s, cddp__status_event_t *out, int max, int *n) {

@@ -15,7 +15,8 @@
  *   status/slots      add(): each agent takes a slot at start
  *   status/node/<S>   the record of the agent in slot S (cddp__status_node_t), rewritten every second
  *   status/events     add(): events posted so far
- *   status/event/<i>  event i (1-based): "<wall ms> <text>" */
+ *   status/event/<i>  event i (1-based): "<wall ms> <text>"
+ *   status/once/<G>   compare_set: the one agent that posts generation G's membership event */
 
 typedef struct cddp__status_rank {
   int rank, pid;
@@ -57,6 +58,8 @@ cddp_result_t cddp__status_read(cddp_store_t *s, cddp__status_node_t **out, int 
 
 /* Posts an event now (wall clock), text printf-style. */
 cddp_result_t cddp__status_event(cddp_store_t *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Posts text as an event once per tag however many agents try (the first one does). */
+cddp_result_t cddp__status_event_once(cddp_store_t *s, int64_t tag, const char *text);
 /* The last (at most max) events, oldest first; *n of them. */
 cddp_result_t cddp__status_events(cddp_store_t *s, cddp__status_event_t *out, int max, int *n);
 

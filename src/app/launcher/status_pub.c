@@ -16,6 +16,37 @@
 
 #define POST_TIMEOUT_MS 2000 /* the poster's bound on one store call */
 
+/* The generation moved from `from` to `to`: which nodes it lost and took in, one event for the
+ * job (whichever agent posts it first); a loss starts the agent's recovery clock. */
+static void gen_event(cddp__status_pub_t *p, int64_t from, int64_t to) {
+  cddp__members_t *a = malloc(sizeof *a), *b = malloc(sizeof *b);
+  char text[300];
+  int len = 0, lost = 0, joined = 0;
+  if (!a || !b || cddp__members_read(p->store, from, a) != CDDP_OK || cddp__members_read(p->store, to, b) != CDDP_OK) {
+    CDDP_INFO(CDDP_SUB_RUN, "no status event for generation %lld: %s", (long long)to, cddp_last_error());
+    goto out;
+  }
+  len = snprintf(text, sizeof text, "generation %lld:", (long long)to);
+  for (int k = 0; k < 2; k++) { /* k 0: in a, not in b (lost); k 1: in b, not in a (joined) */
+    const cddp__members_t *x = k ? b : a, *y = k ? a : b;
+    for (int i = 0; i < x->n && len < (int)sizeof text; i++) {
+      if (cddp__members_find(y, x->m[i].id, NULL, NULL) >= 0) continue;
+      len += snprintf(text + len, sizeof text - (size_t)len, " node %s (agent %d) %s;", x->m[i].host, x->m[i].id,
+                      k ? "joined" : "lost");
+      *(k ? &joined : &lost) += 1;
+    }
+  }
+  if ((!lost && !joined && !b->stop) || len >= (int)sizeof text) goto out; /* a worker replaced: its own event */
+  if (b->stop) snprintf(text + len, sizeof text - (size_t)len, " the job stops: %.200s", b->line);
+  else snprintf(text + len, sizeof text - (size_t)len, " %d node%s, world %d%s", b->n, b->n == 1 ? "" : "s",
+                cddp__members_world(b), b->wait_ms > 0 ? ", waiting for nodes" : "");
+  (void)cddp__status_event_once(p->store, to, text);
+  if (lost) __atomic_store_n(&p->loss_ns, cddp__now_ns(), __ATOMIC_RELEASE);
+out:
+  free(a);
+  free(b);
+}
+
 static void *poster_main(void *arg) {
   cddp__status_pub_t *p = arg;
   cddp__status_node_t *rec = malloc(sizeof *rec);
@@ -39,7 +70,10 @@ static void *poster_main(void *arg) {
     p->out_new = 0, p->nevents = 0;
     pthread_mutex_unlock(&p->mu);
     for (int i = 0; i < nev; i++) (void)cddp__status_event(p->store, "%s", ev[i]);
-    if (have && p->replace) (void)cddp__gen_latest(p->store, &rec->gen);
+    if (have && p->replace && cddp__gen_latest(p->store, &rec->gen) == CDDP_OK) {
+      if (p->gen_seen >= 0 && rec->gen > p->gen_seen) gen_event(p, p->gen_seen, rec->gen);
+      p->gen_seen = rec->gen;
+    }
     if (have && cddp__status_post(p->store, rec) != CDDP_OK)
       CDDP_INFO(CDDP_SUB_RUN, "status record not posted: %s", cddp_last_error());
     pthread_mutex_lock(&p->mu);
@@ -53,6 +87,7 @@ void cddp__status_pub_begin(cddp__status_pub_t *p, const char *store_host, int s
                             const char *run_id, const char *host, int agent_id, int replace) {
   memset(p, 0, sizeof *p);
   p->replace = replace;
+  p->gen_seen = -1;
   p->node = (cddp__status_node_t){.agent_id = agent_id, .pid = (int)getpid()};
   snprintf(p->node.host, sizeof p->node.host, "%s", host);
   cddp_store_t *base = NULL;
@@ -66,6 +101,8 @@ void cddp__status_pub_begin(cddp__status_pub_t *p, const char *store_host, int s
     return;
   }
   cddp_store_set_timeout(base, POST_TIMEOUT_MS); /* a store that stops answering costs the poster only */
+  /* the generation this agent starts in: the first change after it is an event */
+  if (replace && cddp__gen_latest(p->store, &p->gen_seen) != CDDP_OK) p->gen_seen = -1;
   pthread_mutex_init(&p->mu, NULL);
   pthread_cond_init(&p->cv, NULL);
   __atomic_store_n(&p->on, 1, __ATOMIC_RELEASE);
@@ -120,6 +157,16 @@ static void rank_entry(cddp__status_pub_t *p, const cddp__worker_t *w, int i, ui
   p->prev_pid[i] = r->pid, p->prev_ns[i] = now, p->prev_step[i] = r->step;
 }
 
+/* A loss at `at`: recovered once every local worker made a step past where it was. */
+static void start_clock(cddp__status_pub_t *p, const cddp__workers_t *ws, uint64_t at) {
+  p->lost_ns = at;
+  for (int i = 0; i < CDDP_MIN(ws->n, CDDP__STATUS_RANKS); i++) {
+    const cddp__flight_page_t *pg = ws->w[i].progress.page;
+    p->lost_step[i] = pg ? __atomic_load_n(&pg->step, __ATOMIC_ACQUIRE) : 0;
+    p->lost_pid[i] = ws->w[i].exited ? 0 : (int)ws->w[i].pid;
+  }
+}
+
 /* Every local worker made a step since the loss (a new process: any step): recovered. */
 static void check_recovered(cddp__status_pub_t *p, uint64_t now) {
   if (!p->lost_ns) return;
@@ -135,7 +182,11 @@ static void check_recovered(cddp__status_pub_t *p, uint64_t now) {
 void cddp__status_pub_tick(cddp__workers_t *ws, void *arg) {
   cddp__status_pub_t *p = arg;
   if (!__atomic_load_n(&p->on, __ATOMIC_ACQUIRE)) return;
-  uint64_t now = cddp__now_ns();
+  uint64_t now = cddp__now_ns(), loss = __atomic_load_n(&p->loss_ns, __ATOMIC_ACQUIRE);
+  if (loss && loss != p->loss_seen) { /* a node lost elsewhere: this node's ranks re-form too */
+    p->loss_seen = loss;
+    start_clock(p, ws, loss);
+  }
   p->node.nranks = CDDP_MIN(ws->n, CDDP__STATUS_RANKS);
   for (int i = 0; i < p->node.nranks; i++) rank_entry(p, &ws->w[i], i, now, &p->node.ranks[i]);
   snprintf(p->node.state, sizeof p->node.state, "running");
@@ -160,12 +211,7 @@ void cddp__status_pub_lost(cddp__status_pub_t *p, const cddp__workers_t *ws, con
   vsnprintf(what, sizeof what, fmt, ap);
   va_end(ap);
   event(p, "%s", what);
-  p->lost_ns = cddp__now_ns();
-  for (int i = 0; i < CDDP_MIN(ws->n, CDDP__STATUS_RANKS); i++) {
-    const cddp__flight_page_t *pg = ws->w[i].progress.page;
-    p->lost_step[i] = pg ? __atomic_load_n(&pg->step, __ATOMIC_ACQUIRE) : 0;
-    p->lost_pid[i] = ws->w[i].exited ? 0 : (int)ws->w[i].pid;
-  }
+  start_clock(p, ws, cddp__now_ns());
 }
 
 void cddp__status_pub_end(cddp__status_pub_t *p) {

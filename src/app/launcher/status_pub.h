@@ -31,6 +31,9 @@ typedef struct cddp__status_pub {
   int out_new, stop;
   char events[CDDP__STATUS_QUEUE][300];
   int nevents;
+  int64_t gen_seen;         /* the poster's: the last generation it read (-1: none yet) */
+  uint64_t loss_ns;         /* atomic: the poster saw a generation that lost a node, at (monotonic) */
+  uint64_t loss_seen;       /* the agent's: the last loss_ns whose recovery clock it started */
 } cddp__status_pub_t;
 
 /* Connects (host, port, token, the job's run id) and starts the poster, which takes the agent's
