@@ -30,6 +30,15 @@ at_step() {
   done
   return 1
 }
+# recovered RUN_ID: asks the job (at most 30 s) until it shows a recovery; out = the last answer, ev = 1 when seen
+recovered() {
+  ev="" out=""
+  for _ in $(seq 300); do
+    out=$("$CDDP" status 127.0.0.1:$P --rdzv-id "$1" 2>&1)
+    grep -q "recovered [0-9.]* s after that loss" <<<"$out" && ev=1 && return
+    sleep 0.1
+  done
+}
 # ranks_with_steps OUT: how many "rank R ... alive step S" lines with S > 0 it has, for ranks 0..3
 ranks_with_steps() { grep -cE '^  rank [0-3] +pid [0-9]+ +alive +step [1-9][0-9]* ' <<<"$1"; }
 
@@ -64,12 +73,7 @@ job rep --restart-mode replace --max-restarts 3
 at_step rep 10 || fail "replace job started" "$(tail -n 3 "$T"/rep.n*.out)"
 victim=$(pgrep -f "^$CDDP train --name rep " | sed -n 2p)
 kill -KILL "$victim"
-ev=""
-for _ in $(seq 300); do
-  out=$("$CDDP" status 127.0.0.1:$P --rdzv-id "rep$P" 2>&1)
-  grep -q "recovered [0-9.]* s after that loss" <<<"$out" && ev=1 && break
-  sleep 0.1
-done
+recovered "rep$P"
 if [ -n "$ev" ] && grep -qE "^  [0-9:]{8}  rank [0-3] \(host .*, pid $victim\) was killed by signal 9 \(SIGKILL\).*replaced by pid [0-9]+, generation [1-9]" <<<"$out" &&
    grep -q "; a replacement" <<<"$out" && grep -qE "generation [1-9]" <<<"$(head -1 <<<"$out")"; then
   ok "a killed worker: its loss, replacement and recovery time are events; the replacement is marked"
@@ -92,12 +96,7 @@ done
 at_step loss 30 || fail "3-node job started" "$(tail -n 3 "$T"/loss*.out)"
 sleep 1.2 # every agent posted its record
 kill -KILL "${ag[3]}"
-ev=""
-for _ in $(seq 300); do
-  out=$("$CDDP" status 127.0.0.1:$P --rdzv-id "loss$P" 2>&1)
-  grep -q "recovered [0-9.]* s after that loss" <<<"$out" && ev=1 && break
-  sleep 0.1
-done
+recovered "loss$P"
 if [ -n "$ev" ] && grep -qE "^  [0-9:]{8}  generation [1-9][0-9]*: node .* \(agent [0-9]\) lost; 2 nodes, world 2$" <<<"$out"; then
   ok "a node lost: the generation's event names it, the survivors' recovery is timed"
 else fail "node lost event" "$out"; fi
