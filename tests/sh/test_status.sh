@@ -81,7 +81,8 @@ else fail "replace events" "$out"; fi
 kill -TERM $pid_0 $pid_1 2>/dev/null; wait $pid_0 $pid_1 2>/dev/null
 
 # 3. a node lost (its agent SIGKILLed) in replace mode, 3 nodes x 1 worker: the generation's event
-# names it, the survivors' recovery is timed, and its record goes silent
+# names it, the survivors' recovery is timed, their ranks follow the new generation, and its record
+# goes silent
 P=$(free_port)
 ONE=(--config configs/fmnist_mlp.yaml --work-dir "$T" --set batch.global=192 --set batch.micro=32
      --set 'model.hidden=[256]' --set eval.every_epoch=false --set ddp.threads=1 --set train.max_steps=100000)
@@ -95,16 +96,17 @@ for i in 1 2 3; do
 done
 at_step loss 30 || fail "3-node job started" "$(tail -n 3 "$T"/loss*.out)"
 sleep 1.2 # every agent posted its record
-kill -KILL "${ag[3]}"
+kill -KILL "${ag[2]}" # the middle node: the last one's rank moves down
 recovered "loss$P"
 if [ -n "$ev" ] && grep -qE "^  [0-9:]{8}  generation [1-9][0-9]*: node .* \(agent [0-9]\) lost; 2 nodes, world 2$" <<<"$out"; then
   ok "a node lost: the generation's event names it, the survivors' recovery is timed"
 else fail "node lost event" "$out"; fi
 sleep 5.5
 out=$("$CDDP" status 127.0.0.1:$P --rdzv-id "loss$P" 2>&1)
-[ "$(grep -c '^node .* silent ' <<<"$out")" = 1 ] && [ "$(grep -c '^node .* running ' <<<"$out")" = 2 ] &&
-  ok "the lost node's record is shown silent, the two others running" || fail "silent node" "$out"
-kill -TERM "${ag[1]}" "${ag[2]}" 2>/dev/null; wait "${ag[1]}" "${ag[2]}" "${ag[3]}" 2>/dev/null
+[ "$(grep -c '^node .* silent ' <<<"$out")" = 1 ] && grep -qE '^node 0 .* running +ranks 0-0 ' <<<"$out" &&
+  grep -qE '^node 1 .* running +ranks 1-1 ' <<<"$out" && ok "the lost node's record is shown silent; the survivors renumbered (world 2)" ||
+  fail "silent node" "$out"
+kill -TERM "${ag[1]}" "${ag[3]}" 2>/dev/null; wait "${ag[1]}" "${ag[2]}" "${ag[3]}" 2>/dev/null
 
 # 4. bad input: one line, non-zero exit
 P=$(free_port)

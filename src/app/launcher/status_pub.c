@@ -47,8 +47,27 @@ out:
   free(b);
 }
 
+/* Where this agent's workers are in generation rec->gen (a loss moves the nodes after it down):
+ * its index among the members, its ranks and the world, from the member record (read once per
+ * generation; placed caches it). */
+typedef struct placed { int64_t gen; int index, rank_base, world; } placed_t;
+static void place(cddp__status_pub_t *p, cddp__status_node_t *rec, placed_t *pl) {
+  if (p->node.agent_id < 0) return;
+  if (pl->gen != rec->gen) {
+    cddp__members_t *m = malloc(sizeof *m);
+    pl->gen = rec->gen, pl->index = -1;
+    if (m && cddp__members_read(p->store, rec->gen, m) == CDDP_OK)
+      pl->index = cddp__members_find(m, p->node.agent_id, &pl->rank_base, &pl->world);
+    free(m);
+  }
+  if (pl->index < 0) return; /* not a member (dropped, pending): as the agent last said */
+  rec->node_rank = pl->index, rec->rank_base = pl->rank_base, rec->world = pl->world;
+  for (int i = 0; i < rec->nranks; i++) rec->ranks[i].rank = pl->rank_base + i;
+}
+
 static void *poster_main(void *arg) {
   cddp__status_pub_t *p = arg;
+  placed_t placed = {.gen = -1};
   cddp__status_node_t *rec = malloc(sizeof *rec);
   int slot = -1; /* the poster's own: the agent's thread copies p->node meanwhile */
   if (!rec || cddp__status_slot(p->store, &slot) != CDDP_OK) {
@@ -73,6 +92,7 @@ static void *poster_main(void *arg) {
     if (have && p->replace && cddp__gen_latest(p->store, &rec->gen) == CDDP_OK) {
       if (p->gen_seen >= 0 && rec->gen > p->gen_seen) gen_event(p, p->gen_seen, rec->gen);
       p->gen_seen = rec->gen;
+      place(p, rec, &placed);
     }
     if (have && cddp__status_post(p->store, rec) != CDDP_OK)
       CDDP_INFO(CDDP_SUB_RUN, "status record not posted: %s", cddp_last_error());
