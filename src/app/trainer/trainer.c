@@ -15,6 +15,7 @@
 #include "common/clock.h"
 #include "common/log.h"
 #include "cddp/ckpt.h"
+#include "trainer/device.h"
 #include "trainer/trainer.h"
 
 volatile sig_atomic_t cddp__train_stop = 0;
@@ -318,6 +319,12 @@ int cddp__train_main(const cddp_train_opts_t *o) {
   t->opts = o;
   t->t_start = cddp__now_ns();
   if (cddp__config_load(&t->cfg, o->config_path, o->sets, o->n_sets) != CDDP_OK) {
+    say(cddp_last_error());
+    free(t);
+    return 2;
+  }
+  cddp_device_choice_t device; /* cpu until the models run through trainer/ops.h (docs/gpu.md) */
+  if (cddp__device_resolve((cddp_device_kind_t)t->cfg.device, &device) != CDDP_OK) {
     say(cddp_last_error());
     free(t);
     return 2;

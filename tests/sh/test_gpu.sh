@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# test_gpu.sh - the GPU path where there is no GPU (CI, this machine): cddp starts without the
+# NVIDIA driver or any CUDA library, train.device cuda is refused in one line naming the key,
+# and tests/gpu/run.sh (the device tests) says 'no GPU' with its own exit code. The device
+# tests themselves run only on a GPU machine: tests/gpu/run.sh.
+cd "$(dirname "$0")/../.." && source tests/sh/lib.sh
+tmp=$(mktemp -d /tmp/cddp-gpu.XXXXXX); trap 'rm -rf "$tmp"' EXIT
+
+# no CUDA library is needed to start: the runtime is static, cuBLAS/NCCL/NVML are dlopened
+needed=$(ldd "$CDDP" | grep -oE 'lib(cuda|cudart|cublas|cublasLt|nccl|nvidia-ml)\.so[.0-9]*' | tr '\n' ' ')
+[ -z "$needed" ] && ok "build/cddp needs no CUDA, NCCL or NVML library to start" || fail "build/cddp needs" "$needed"
+"$CDDP" --version >"$tmp/v" 2>&1 && grep -q cddp "$tmp/v" && ok "cddp --version runs here ($(ldconfig -p | grep -q 'libcuda\.so\.1 ' && echo driver present || echo no driver))" ||
+  fail "cddp --version" "$(head -c 200 "$tmp/v")"
+
+# train.device cuda with no usable GPU: exit 2, one line naming the key (before any rendezvous)
+"$CDDP" train --config configs/fmnist_mlp.yaml --set train.device=cuda >"$tmp/out" 2>"$tmp/err"; rc=$?
+lines=$(wc -l <"$tmp/err")
+[ $rc = 2 ] && [ "$lines" = 1 ] && grep -q '^cddp train: train.device: cuda' "$tmp/err" &&
+  ok "train.device cuda without a GPU: exit 2, one line: $(cut -c1-110 "$tmp/err")" ||
+  fail "train.device cuda refusal" "rc $rc, $lines lines: $(head -c 300 "$tmp/err")"
+"$CDDP" train --config configs/fmnist_mlp.yaml --set train.device=gpu >"$tmp/out" 2>"$tmp/err"; rc=$?
+[ $rc = 2 ] && grep -q 'train.device' "$tmp/err" && ok "train.device gpu (not a choice) is refused naming the key" ||
+  fail "train.device gpu" "rc $rc: $(head -c 300 "$tmp/err")"
+finish
