@@ -21,4 +21,20 @@ lines=$(wc -l <"$tmp/err")
 "$CDDP" train --config configs/fmnist_mlp.yaml --set train.device=gpu >"$tmp/out" 2>"$tmp/err"; rc=$?
 [ $rc = 2 ] && grep -q 'train.device' "$tmp/err" && ok "train.device gpu (not a choice) is refused naming the key" ||
   fail "train.device gpu" "rc $rc: $(head -c 300 "$tmp/err")"
+
+# the device tests: here they say 'no GPU' (77) or 'built without CUDA' (2), and run nothing
+bash tests/gpu/run.sh >"$tmp/gpu" 2>&1; rc=$?
+if [ -x build/tests/gpu/test_kernels ]; then
+  if ldconfig -p | grep -q 'libcuda\.so\.1 '; then want=0; else want=77; fi
+  [ $rc = $want ] && { [ $want = 0 ] || grep -q 'no GPU here' "$tmp/gpu"; } &&
+    ok "tests/gpu/run.sh exits $want here: $(tail -1 "$tmp/gpu")" || fail "tests/gpu/run.sh" "rc $rc, want $want: $(tail -3 "$tmp/gpu")"
+  # the harness itself, CPU table against CPU table: every comparison runs and passes
+  build/tests/gpu/test_kernels --self >"$tmp/self" 2>&1; rc=$?
+  n=$(grep -c '^ok ' "$tmp/self")
+  [ $rc = 0 ] && [ "$n" -ge 40 ] && ! grep -q '^not ok' "$tmp/self" && ok "test_kernels --self: $n comparisons pass" ||
+    fail "test_kernels --self" "rc $rc, $n ok: $(grep -m3 '^not ok' "$tmp/self")"
+else
+  [ $rc = 2 ] && grep -q 'built without CUDA' "$tmp/gpu" && ok "tests/gpu/run.sh: built without CUDA, exit 2" ||
+    fail "tests/gpu/run.sh without CUDA" "rc $rc: $(tail -2 "$tmp/gpu")"
+fi
 finish

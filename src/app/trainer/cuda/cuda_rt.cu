@@ -6,6 +6,7 @@
 
 #include "trainer/cuda/cuda_util.h"
 #include "trainer/device.h"
+#include "trainer/ops.h"
 
 void cddp__cuda_probe(cddp_cuda_probe_t *p) {
   memset(p, 0, sizeof *p);
@@ -25,7 +26,7 @@ void cddp__cuda_probe(cddp_cuda_probe_t *p) {
 
 static cudaStream_t g_stream;
 
-extern "C" int cddp__cuda_bind(int ordinal, char *err, size_t cap) {
+int cddp__cuda_bind(int ordinal, char *err, size_t cap) {
   cudaError_t e = cudaSetDevice(ordinal);
   if (e == cudaSuccess && !g_stream) e = cudaStreamCreateWithFlags(&g_stream, cudaStreamNonBlocking);
   if (e != cudaSuccess) {

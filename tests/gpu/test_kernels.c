@@ -1,0 +1,291 @@
+/* test_kernels.c - every entry of the CUDA device table (trainer/ops.h) against the CPU
+ * table on the same inputs: float32 within 1e-4 relative (the largest difference over the
+ * largest reference magnitude), bf16 within its own tolerance. TAP output; exit 77 when there
+ * is no GPU (tests/gpu/run.sh says so). --self compares the CPU table with itself: the
+ * harness's own check, which runs anywhere (tests/sh/test_gpu.sh). */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gpu/gpu_main.h"
+
+#define TOL_F32 1e-4
+#define TOL_BF16 1e-2 /* 8 bits of mantissa: 2^-8 relative per operand */
+
+static const cddp_ops_t *cpu, *dev;
+static int n_test, n_failed;
+
+static uint64_t rng = 0x9e3779b97f4a7c15ull;
+static float frand(void) { /* uniform in [-1, 1) */
+  rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+  return (float)((rng >> 40) / (double)(1ull << 24)) * 2.0f - 1.0f;
+}
+static float *rand_f(size_t n, float scale) {
+  float *p = malloc(n * sizeof(float) + 1);
+  for (size_t i = 0; i < n; i++) p[i] = frand() * scale;
+  return p;
+}
+static uint8_t *rand_u8(size_t n, int below) {
+  uint8_t *p = malloc(n + 1);
+  for (size_t i = 0; i < n; i++) p[i] = (uint8_t)((frand() + 1.0f) * 0.5f * below) % below;
+  return p;
+}
+static void *up(const void *host, size_t bytes) {
+  void *d = dev->alloc(bytes);
+  if (!d) {
+    fprintf(stderr, "out of device memory for %zu bytes\n", bytes);
+    exit(1);
+  }
+  dev->to_device(d, host, bytes);
+  return d;
+}
+static float *upf(const float *host, size_t n) { return up(host, n * sizeof(float)); }
+static float *down(const float *d, size_t n) {
+  float *h = malloc(n * sizeof(float) + 1);
+  dev->to_host(h, d, n * sizeof(float));
+  return h;
+}
+
+static void result(const char *name, int pass, const char *detail) {
+  n_test++;
+  if (!pass) n_failed++;
+  printf("%s %d - %s%s%s\n", pass ? "ok" : "not ok", n_test, name, detail[0] ? ": " : "", detail);
+  fflush(stdout);
+}
+
+/* max |ref - got| / max |ref| over n, and whether it is within tol (NaN fails) */
+static void same(const char *name, const float *ref, const float *dgot, size_t n, double tol) {
+  float *got = down(dgot, n);
+  double diff = 0, mag = 1e-30;
+  size_t worst = 0;
+  for (size_t i = 0; i < n; i++) {
+    double d = fabs((double)ref[i] - got[i]);
+    if (!(d <= diff)) diff = d, worst = i; /* NaN lands here too */
+    if (fabs(ref[i]) > mag) mag = fabs(ref[i]);
+  }
+  double rel = diff / mag;
+  char detail[160];
+  snprintf(detail, sizeof detail, "max rel diff %.2e (tol %.0e; worst [%zu] %g vs %g)", rel, tol, worst,
+           (double)ref[worst], (double)got[worst]);
+  result(name, rel <= tol, detail);
+  free(got);
+}
+static void same_num(const char *name, double ref, double got, double tol) {
+  double rel = fabs(ref - got) / (fabs(ref) > 1e-30 ? fabs(ref) : 1e-30);
+  char detail[120];
+  snprintf(detail, sizeof detail, "%.9g vs %.9g, rel %.2e (tol %.0e)", ref, got, rel, tol);
+  result(name, rel <= tol, detail);
+}
+
+static void test_gemm(void) {
+  const int m = 67, n = 45, k = 33;
+  for (int ta = 0; ta < 2; ta++)
+    for (int tb = 0; tb < 2; tb++) {
+      float *A = rand_f((size_t)m * k, 1), *B = rand_f((size_t)k * n, 1), *C = rand_f((size_t)m * n, 1);
+      float *dA = upf(A, (size_t)m * k), *dB = upf(B, (size_t)k * n), *dC = upf(C, (size_t)m * n);
+      cpu->gemm(ta, tb, m, n, k, 0.5f, A, B, 0.25f, C);
+      dev->gemm(ta, tb, m, n, k, 0.5f, dA, dB, 0.25f, dC);
+      char name[64];
+      snprintf(name, sizeof name, "gemm f32 ta=%d tb=%d (alpha, beta)", ta, tb);
+      same(name, C, dC, (size_t)m * n, TOL_F32);
+      free(A), free(B), free(C), dev->release(dA), dev->release(dB), dev->release(dC);
+    }
+}
+
+static void test_bf16(void) {
+  const int m = 128, n = 96, k = 256;
+  size_t na = (size_t)m * k, nb = (size_t)k * n, nc = (size_t)m * n;
+  float *A = rand_f(na, 1), *B = rand_f(nb, 1), *C = calloc(nc, sizeof(float)), *C32 = calloc(nc, sizeof(float));
+  uint16_t *a16 = malloc(na * 2), *b16 = malloc(nb * 2), *g16 = malloc(na * 2);
+  cpu->to_bf16(a16, A, na);
+  cpu->to_bf16(b16, B, nb);
+  float *dA = upf(A, na);
+  uint16_t *dA16 = dev->alloc(na * 2), *dB16 = up(b16, nb * 2);
+  dev->to_bf16(dA16, dA, na);
+  dev->to_host(g16, dA16, na * 2);
+  result("to_bf16 rounds as the CPU does (bit for bit)", memcmp(a16, g16, na * 2) == 0, "");
+  float *back = malloc(na * sizeof(float)), *dback = dev->alloc(na * sizeof(float));
+  cpu->from_bf16(back, a16, na);
+  dev->from_bf16(dback, dA16, na);
+  same("from_bf16", back, dback, na, 0);
+  float *dC = dev->alloc(nc * sizeof(float));
+  cpu->gemm_bf16(0, 1, m, n, k, 1.0f, a16, b16, 0.0f, C);
+  dev->gemm_bf16(0, 1, m, n, k, 1.0f, dA16, dB16, 0.0f, dC);
+  same("gemm bf16 in, f32 out vs the CPU on the same bf16 operands", C, dC, nc, TOL_F32);
+  cpu->gemm(0, 1, m, n, k, 1.0f, A, B, 0.0f, C32);
+  same("gemm bf16 vs f32 operands (bf16's tolerance)", C32, dC, nc, TOL_BF16);
+  free(A), free(B), free(C), free(C32), free(a16), free(b16), free(g16), free(back);
+  dev->release(dA), dev->release(dA16), dev->release(dB16), dev->release(dback), dev->release(dC);
+}
+
+static void test_mlp_layers(void) {
+  const int n = 37, in = 50, out = 23;
+  float *x = rand_f((size_t)n * in, 1), *w = rand_f((size_t)out * in, 0.3f), *b = rand_f(out, 0.1f);
+  float *dx_ = upf(x, (size_t)n * in), *dw_ = upf(w, (size_t)out * in), *db_ = upf(b, out);
+  for (int relu = 0; relu < 2; relu++) {
+    float *y = malloc((size_t)n * out * 4), *dy = dev->alloc((size_t)n * out * 4);
+    cpu->linear_forward(y, x, w, b, n, in, out, relu);
+    dev->linear_forward(dy, dx_, dw_, db_, n, in, out, relu);
+    same(relu ? "linear_forward + ReLU" : "linear_forward", y, dy, (size_t)n * out, TOL_F32);
+    free(y), dev->release(dy);
+  }
+  float *g = rand_f((size_t)n * out, 1), *dg = upf(g, (size_t)n * out);
+  float *gw = rand_f((size_t)out * in, 1), *gb = rand_f(out, 1), *dgw = upf(gw, (size_t)out * in), *dgb = upf(gb, out);
+  cpu->linear_backward_params(gw, gb, g, x, n, in, out, 1);
+  dev->linear_backward_params(dgw, dgb, dg, dx_, n, in, out, 1);
+  same("linear_backward_params dw (accumulate)", gw, dgw, (size_t)out * in, TOL_F32);
+  same("linear_backward_params db (accumulate)", gb, dgb, out, TOL_F32);
+  float *gx = malloc((size_t)n * in * 4), *dgx = dev->alloc((size_t)n * in * 4);
+  cpu->linear_backward_input(gx, g, w, x, n, in, out, 1);
+  dev->linear_backward_input(dgx, dg, dw_, dx_, n, in, out, 1);
+  same("linear_backward_input with the ReLU mask", gx, dgx, (size_t)n * in, TOL_F32);
+  /* cross-entropy over 10 classes */
+  const int k = 10;
+  float *z = rand_f((size_t)n * k, 4), *p = malloc((size_t)n * k * 4), *dz = upf(z, (size_t)n * k);
+  uint8_t *lab = rand_u8(n, k), *dlab = up(lab, n);
+  float *dp = dev->alloc((size_t)n * k * 4);
+  int hits = -1, dhits = -2;
+  double loss = cpu->xent_forward(p, z, lab, n, k, &hits), dloss = dev->xent_forward(dp, dz, dlab, n, k, &dhits);
+  same_num("xent_forward loss sum", loss, dloss, TOL_F32);
+  result("xent_forward argmax hits", hits == dhits, "");
+  same("xent_forward probabilities", p, dp, (size_t)n * k, TOL_F32);
+  cpu->xent_backward(p, p, lab, n, k, 1.0f / n);
+  dev->xent_backward(dp, dp, dlab, n, k, 1.0f / n);
+  same("xent_backward (in place)", p, dp, (size_t)n * k, TOL_F32);
+  free(x), free(w), free(b), free(g), free(gw), free(gb), free(gx), free(z), free(p), free(lab);
+  dev->release(dx_), dev->release(dw_), dev->release(db_), dev->release(dg), dev->release(dgw);
+  dev->release(dgb), dev->release(dgx), dev->release(dz), dev->release(dlab), dev->release(dp);
+}
+
+static void test_gpt_layers(void) {
+  const int B = 2, T = 64, C = 64, nh = 4, V = 256, n = B * T;
+  const size_t nc = (size_t)n * C;
+  /* LayerNorm */
+  float *x = rand_f(nc, 2), *w = rand_f(C, 1), *b = rand_f(C, 0.5f);
+  float *y = malloc(nc * 4), *mean = malloc(n * 4), *rstd = malloc(n * 4);
+  float *dx_ = upf(x, nc), *dw_ = upf(w, C), *db_ = upf(b, C), *dy = dev->alloc(nc * 4), *dmean = dev->alloc(n * 4),
+        *drstd = dev->alloc(n * 4);
+  cpu->layernorm_forward(y, mean, rstd, x, w, b, n, C);
+  dev->layernorm_forward(dy, dmean, drstd, dx_, dw_, db_, n, C);
+  same("layernorm_forward y", y, dy, nc, TOL_F32);
+  same("layernorm_forward mean", mean, dmean, n, TOL_F32);
+  same("layernorm_forward rstd", rstd, drstd, n, TOL_F32);
+  float *g = rand_f(nc, 1), *gx = rand_f(nc, 1), *gw = rand_f(C, 1), *gb = rand_f(C, 1);
+  float *dg = upf(g, nc), *dgx = upf(gx, nc), *dgw = upf(gw, C), *dgb = upf(gb, C);
+  cpu->layernorm_backward(gx, gw, gb, g, x, w, mean, rstd, n, C, 1);
+  dev->layernorm_backward(dgx, dgw, dgb, dg, dx_, dw_, dmean, drstd, n, C, 1);
+  same("layernorm_backward dx (adds to the residual's)", gx, dgx, nc, TOL_F32);
+  same("layernorm_backward dw (accumulate)", gw, dgw, C, TOL_F32);
+  same("layernorm_backward db (accumulate)", gb, dgb, C, TOL_F32);
+  float *cs = rand_f(C, 1), *dcs = upf(cs, C);
+  cpu->colsum(cs, g, n, C, 0);
+  dev->colsum(dcs, dg, n, C, 0);
+  same("colsum", cs, dcs, C, TOL_F32);
+  /* bias + GELU, GELU backward */
+  float *pre = rand_f(nc, 3), *dpre = upf(pre, nc), *act = malloc(nc * 4), *dact = dev->alloc(nc * 4);
+  cpu->bias_gelu_forward(act, pre, b, n, C);
+  dev->bias_gelu_forward(dact, dpre, db_, n, C);
+  same("bias_gelu_forward y", act, dact, nc, TOL_F32);
+  same("bias_gelu_forward keeps x + b", pre, dpre, nc, TOL_F32);
+  float *gg = rand_f(nc, 1), *dgg = upf(gg, nc);
+  cpu->gelu_backward(gg, pre, nc);
+  dev->gelu_backward(dgg, dpre, nc);
+  same("gelu_backward", gg, dgg, nc, TOL_F32);
+  /* attention */
+  size_t n3 = 3 * nc, na = (size_t)B * nh * T * T;
+  float *qkv = rand_f(n3, 1), *dqkv_in = upf(qkv, n3), *att = malloc(na * 4), *datt = dev->alloc(na * 4);
+  float *ay = malloc(nc * 4), *day = dev->alloc(nc * 4);
+  cpu->attn_forward(ay, att, qkv, B, T, C, nh);
+  dev->attn_forward(day, datt, dqkv_in, B, T, C, nh);
+  same("attn_forward y", ay, day, nc, TOL_F32);
+  same("attn_forward probabilities (causal)", att, datt, na, TOL_F32);
+  float *gy = rand_f(nc, 1), *dgy = upf(gy, nc), *gq = malloc(n3 * 4), *dgq = dev->alloc(n3 * 4);
+  float *scratch = malloc((size_t)T * T * 4);
+  cpu->attn_backward(gq, gy, qkv, att, scratch, B, T, C, nh);
+  dev->attn_backward(dgq, dgy, dqkv_in, datt, scratch, B, T, C, nh); /* CUDA: unused */
+  same("attn_backward dqkv", gq, dgq, n3, TOL_F32);
+  /* embeddings and the tied head */
+  float *wte = rand_f((size_t)V * C, 0.5f), *wpe = rand_f((size_t)T * C, 0.5f);
+  float *dwte_ = upf(wte, (size_t)V * C), *dwpe_ = upf(wpe, (size_t)T * C);
+  uint8_t *tok = rand_u8((size_t)n, V), *dtok = up(tok, (size_t)n);
+  float *e = malloc(nc * 4), *de = dev->alloc(nc * 4);
+  cpu->embed_forward(e, tok, wte, wpe, B, T, C);
+  dev->embed_forward(de, dtok, dwte_, dwpe_, B, T, C);
+  same("embed_forward", e, de, nc, TOL_F32);
+  float *gte = rand_f((size_t)V * C, 1), *gpe = rand_f((size_t)T * C, 1);
+  float *dgte = upf(gte, (size_t)V * C), *dgpe = upf(gpe, (size_t)T * C);
+  cpu->embed_backward(gte, gpe, g, tok, B, T, C, 1);
+  dev->embed_backward(dgte, dgpe, dg, dtok, B, T, C, 1);
+  same("embed_backward dwte (adds)", gte, dgte, (size_t)V * C, TOL_F32);
+  same("embed_backward dwpe (accumulate)", gpe, dgpe, (size_t)T * C, TOL_F32);
+  size_t nv = (size_t)n * V;
+  float *lg = malloc(nv * 4), *dlg = dev->alloc(nv * 4);
+  cpu->head_forward(lg, x, wte, n, C, V);
+  dev->head_forward(dlg, dx_, dwte_, n, C, V);
+  same("head_forward logits", lg, dlg, nv, TOL_F32);
+  uint8_t *tgt = rand_u8((size_t)n, V), *dtgt = up(tgt, (size_t)n);
+  double l = cpu->softmax_xent(lg, lg, tgt, n, V), dl = dev->softmax_xent(dlg, dlg, dtgt, n, V);
+  same_num("softmax_xent loss sum (in place)", l, dl, TOL_F32);
+  same("softmax_xent probabilities", lg, dlg, nv, TOL_F32);
+  cpu->xent_backward(lg, lg, tgt, n, V, 1.0f / n);
+  dev->xent_backward(dlg, dlg, dtgt, n, V, 1.0f / n);
+  float *gh = malloc(nc * 4), *dgh = dev->alloc(nc * 4);
+  cpu->head_backward(gh, gte, lg, x, wte, n, C, V, 1);
+  dev->head_backward(dgh, dgte, dlg, dx_, dwte_, n, C, V, 1);
+  same("head_backward dh", gh, dgh, nc, TOL_F32);
+  same("head_backward dwte (accumulate)", gte, dgte, (size_t)V * C, TOL_F32);
+  /* host buffers are left to the exit; device ones too (the process ends here) */
+}
+
+static void test_optim(void) {
+  const size_t n = 10007;
+  static const struct { const char *name; cddp_optim_spec_t s; } cases[] = {
+      {"sgd plain, weight decay", {.kind = CDDP_OPTIM_SGD, .weight_decay = 0.01f}},
+      {"sgd momentum nesterov, clipped", {.kind = CDDP_OPTIM_SGD, .momentum = 0.9f, .nesterov = 1, .grad_clip = 1.0f}},
+      {"adamw, weight decay, clipped",
+       {.kind = CDDP_OPTIM_ADAMW, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f, .grad_clip = 1.0f}},
+  };
+  for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+    cddp_optim_t oc, od;
+    if (cddp__ops_optim_init(cpu, &oc, &cases[c].s, n) != CDDP_OK || cddp__ops_optim_init(dev, &od, &cases[c].s, n) != CDDP_OK) {
+      result(cases[c].name, 0, cddp_last_error());
+      continue;
+    }
+    float *p = rand_f(n, 1), *dp = upf(p, n);
+    double nc = 0, nd = 0;
+    for (int step = 0; step < 3; step++) {
+      float *g = rand_f(n, 0.05f), *dg = upf(g, n);
+      nc = cpu->optim_step(&oc, p, g, 1e-2f);
+      nd = dev->optim_step(&od, dp, dg, 1e-2f);
+      free(g), dev->release(dg);
+    }
+    char name[96];
+    snprintf(name, sizeof name, "optim_step %s: parameters after 3 steps", cases[c].name);
+    same(name, p, dp, n, TOL_F32);
+    snprintf(name, sizeof name, "optim_step %s: gradient norm", cases[c].name);
+    same_num(name, nc, nd, TOL_F32);
+    cddp__ops_optim_free(cpu, &oc), cddp__ops_optim_free(dev, &od), free(p), dev->release(dp);
+  }
+  float *x = rand_f(n, 3), *dx = upf(x, n);
+  same_num("sumsq", cpu->sumsq(x, n), dev->sumsq(dx, n), 1e-6);
+  free(x), dev->release(dx);
+}
+
+int main(int argc, char **argv) {
+  cpu = cddp__ops_for(CDDP_DEVICE_CPU);
+  if (argc > 1 && !strcmp(argv[1], "--self")) {
+    dev = cpu;
+  } else {
+    dev = gpu_or_exit();
+  }
+  printf("# %s table vs the CPU's\n", dev->name);
+  test_gemm();
+  test_bf16();
+  test_mlp_layers();
+  test_gpt_layers();
+  test_optim();
+  printf("1..%d\n# %d passed, %d failed\n", n_test, n_test - n_failed, n_failed);
+  return n_failed ? 1 : 0;
+}
