@@ -22,6 +22,11 @@ lines=$(wc -l <"$tmp/err")
 [ $rc = 2 ] && grep -q 'train.device' "$tmp/err" && ok "train.device gpu (not a choice) is refused naming the key" ||
   fail "train.device gpu" "rc $rc: $(head -c 300 "$tmp/err")"
 
+# backend nccl with no GPU (or no NCCL): exit 2, one line saying what is missing
+CDDP_BACKEND=nccl "$CDDP" train --config configs/fmnist_mlp.yaml >"$tmp/out" 2>"$tmp/err"; rc=$?
+[ $rc = 2 ] && [ "$(wc -l <"$tmp/err")" = 1 ] && grep -q "backend 'nccl' " "$tmp/err" &&
+  ok "backend nccl here: exit 2, one line: $(cut -c1-100 "$tmp/err")" || fail "backend nccl refusal" "rc $rc: $(head -c 300 "$tmp/err")"
+
 # the device tests: here they say 'no GPU' (77) or 'built without CUDA' (2), and run nothing
 bash tests/gpu/run.sh >"$tmp/gpu" 2>&1; rc=$?
 if [ -x build/tests/gpu/test_kernels ]; then

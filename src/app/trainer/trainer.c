@@ -8,9 +8,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <unistd.h>
 
 #include "comm/flight.h"
+#include "comm/nccl.h"
 #include "common/check.h"
 #include "common/clock.h"
 #include "common/log.h"
@@ -333,6 +335,11 @@ int cddp__train_main(const cddp_train_opts_t *o) {
   cddp_comm_config_default(&cc);
   if (o->backend) cc.backend = o->backend;
   if (o->transport) cc.transport = o->transport;
+  if (!strcasecmp(cc.backend, "nccl") && cddp__nccl_available() != CDDP_OK) { /* a usage error: before joining */
+    say(cddp_last_error());
+    free(t);
+    return 2;
+  }
   if (cddp_world_join(&t->w, &cc) != CDDP_OK) {
     say(cddp_last_error());
     int rc = t->w.gone == 3 ? 0 : 1; /* a newcomer that came after the last step: nothing to do */
