@@ -27,6 +27,12 @@ CDDP_BACKEND=nccl "$CDDP" train --config configs/fmnist_mlp.yaml >"$tmp/out" 2>"
 [ $rc = 2 ] && [ "$(wc -l <"$tmp/err")" = 1 ] && grep -q "backend 'nccl' " "$tmp/err" &&
   ok "backend nccl here: exit 2, one line: $(cut -c1-100 "$tmp/err")" || fail "backend nccl refusal" "rc $rc: $(head -c 300 "$tmp/err")"
 
+# cddp doctor reports the GPUs through NVML, and plainly when there is no driver
+timeout 60 "$CDDP" run --standalone --nproc-per-node 1 "$CDDP" doctor >"$tmp/doc" 2>&1; rc=$?
+if ldconfig -p | grep -q 'libnvidia-ml\.so\.1 '; then want='gpus: [0-9]'; else want='gpus: none: no NVIDIA driver'; fi
+[ $rc = 0 ] && grep -q "$want" "$tmp/doc" && ok "cddp doctor: $(grep -o 'gpus: .*' "$tmp/doc" | head -1 | cut -c1-90)" ||
+  fail "cddp doctor gpus line" "rc $rc, want '$want': $(grep -m2 'gpus\|problem' "$tmp/doc")"
+
 # the device tests: here they say 'no GPU' (77) or 'built without CUDA' (2), and run nothing
 bash tests/gpu/run.sh >"$tmp/gpu" 2>&1; rc=$?
 if [ -x build/tests/gpu/test_kernels ]; then
