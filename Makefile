@@ -157,6 +157,8 @@ $(BUILD)/tests/helpers/%: $(BUILD)/obj/tests/helpers/%.o $(BUILD)/libcddp-app.a 
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
+# the device tests call the CUDA runtime's C API themselves (its headers, as system headers)
+$(BUILD)/obj/tests/gpu/%.o: ALL_CFLAGS += -isystem $(CUDA_HOME)/include
 $(BUILD)/tests/gpu/%: $(BUILD)/obj/tests/gpu/%.o $(BUILD)/libcddp-app.a $(BUILD)/libcddp.a
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)

@@ -44,6 +44,9 @@ if [ -x build/tests/gpu/test_kernels ]; then
   n=$(grep -c '^ok ' "$tmp/self")
   [ $rc = 0 ] && [ "$n" -ge 40 ] && ! grep -q '^not ok' "$tmp/self" && ok "test_kernels --self: $n comparisons pass" ||
     fail "test_kernels --self" "rc $rc, $n ok: $(grep -m3 '^not ok' "$tmp/self")"
+  build/tests/gpu/bench_gemm --cpu >"$tmp/bench" 2>&1; rc=$?
+  [ $rc = 0 ] && grep -q '^bf16 GEMM peak (measured, cpu): [0-9.]* TFLOP/s' "$tmp/bench" &&
+    ok "bench_gemm --cpu: $(tail -1 "$tmp/bench")" || fail "bench_gemm --cpu" "rc $rc: $(tail -2 "$tmp/bench")"
 else
   [ $rc = 2 ] && grep -q 'built without CUDA' "$tmp/gpu" && ok "tests/gpu/run.sh: built without CUDA, exit 2" ||
     fail "tests/gpu/run.sh without CUDA" "rc $rc: $(tail -2 "$tmp/gpu")"
