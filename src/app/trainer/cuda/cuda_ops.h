@@ -23,7 +23,7 @@ int cddp__cublas_try_load(char *err, size_t cap);
 
 // A device buffer of at least bytes for one purpose (slot), kept and grown: the attention's
 // permuted q, k, v, the per-row losses. Valid until the next call with the same slot.
-enum { CU_SCRATCH_ATTN = 0, CU_SCRATCH_ATTN_BWD, CU_SCRATCH_ROWS, CU_SCRATCH_NORM, CU_SCRATCH_COUNT };
+enum { CU_SCRATCH_ATTN = 0, CU_SCRATCH_ATTN_BWD, CU_SCRATCH_ROWS, CU_SCRATCH_NORM, CU_SCRATCH_COLS, CU_SCRATCH_COUNT };
 void *cddp__cu_scratch(int slot, size_t bytes);
 
 // kernels (k_layers.cu, k_attn.cu, k_optim.cu): the CPU functions' meaning, device pointers

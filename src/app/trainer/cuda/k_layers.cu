@@ -29,19 +29,73 @@ __global__ void k_relu_mask(float *d, const float *x, size_t count) {
   if (i < count && !(x[i] > 0.0f)) d[i] = 0.0f;
 }
 
-// acc[j] (+)= sum over rows of x[r, j]: one thread per column, rows walked in order (the
-// reads of a warp are one coalesced row segment).
-__global__ void k_colsum(float *acc, const float *x, int n, int c, int accumulate) {
+// ---- column sums (a bias's gradient; LayerNorm's dw and db) in two passes, deterministic:
+// pass 1 gives each tile of 32 columns x ROW_CHUNK rows a block (so thousands of rows keep the
+// GPU busy) and writes one partial sum per chunk; pass 2 adds each column's chunks in order.
+// Sums a = sum_r x[r, j] (LN: dy[r, j] xhat[r, j]) and, for LN, b = sum_r dy[r, j].
+
+#define COL_TILE 32
+#define ROW_LANES 8
+#define ROW_CHUNK 256
+
+__global__ void k_col_partial(float *pa, float *pb, const float *v, const float *x, const float *mean,
+                              const float *rstd, int n, int c) {
+  __shared__ float sa[ROW_LANES][COL_TILE + 1], sb[ROW_LANES][COL_TILE + 1];
+  const int j = blockIdx.x * COL_TILE + threadIdx.x, r0 = blockIdx.y * ROW_CHUNK;
+  const int r1 = r0 + ROW_CHUNK < n ? r0 + ROW_CHUNK : n;
+  float a = 0.0f, b = 0.0f;
+  if (j < c)
+    for (int r = r0 + threadIdx.y; r < r1; r += ROW_LANES) {
+      float g = v[(size_t)r * c + j];
+      if (x) { // LayerNorm: v is dy
+        a += g * (x[(size_t)r * c + j] - mean[r]) * rstd[r];
+        b += g;
+      } else {
+        a += g;
+      }
+    }
+  sa[threadIdx.y][threadIdx.x] = a;
+  sb[threadIdx.y][threadIdx.x] = b;
+  __syncthreads();
+  if (threadIdx.y == 0 && j < c) {
+    for (int l = 1; l < ROW_LANES; l++) a += sa[l][threadIdx.x], b += sb[l][threadIdx.x];
+    pa[(size_t)blockIdx.y * c + j] = a;
+    if (pb) pb[(size_t)blockIdx.y * c + j] = b;
+  }
+}
+
+__global__ void k_col_finish(float *out_a, float *out_b, const float *pa, const float *pb, int chunks, int c,
+                             int accumulate) {
   int j = blockIdx.x * blockDim.x + threadIdx.x;
   if (j >= c) return;
-  float s = 0.0f;
-  for (int r = 0; r < n; r++) s += x[(size_t)r * c + j];
-  acc[j] = accumulate ? acc[j] + s : s;
+  float a = 0.0f, b = 0.0f;
+  for (int k = 0; k < chunks; k++) {
+    a += pa[(size_t)k * c + j];
+    if (out_b) b += pb[(size_t)k * c + j];
+  }
+  out_a[j] = accumulate ? out_a[j] + a : a;
+  if (out_b) out_b[j] = accumulate ? out_b[j] + b : b;
+}
+
+// out_a (+)= column sums of v (x NULL), or LayerNorm's dw into out_a and db into out_b
+static void column_sums(float *out_a, float *out_b, const float *v, const float *x, const float *mean,
+                        const float *rstd, int n, int c, int accumulate) {
+  unsigned chunks = n > 0 ? cdiv(n, ROW_CHUNK) : 1;
+  float *pa = (float *)cddp__cu_scratch(CU_SCRATCH_COLS, 2 * (size_t)chunks * c * sizeof(float));
+  float *pb = out_b ? pa + (size_t)chunks * c : NULL;
+  if (n > 0) {
+    k_col_partial<<<dim3(cdiv(c, COL_TILE), chunks), dim3(COL_TILE, ROW_LANES), 0, st()>>>(pa, pb, v, x, mean, rstd,
+                                                                                          n, c);
+    CUDA_LAUNCHED();
+  } else {
+    CUDA_CHECK(cudaMemsetAsync(pa, 0, 2 * (size_t)c * sizeof(float), st()));
+  }
+  k_col_finish<<<cdiv(c, THREADS), THREADS, 0, st()>>>(out_a, out_b, pa, pb, (int)chunks, c, accumulate);
+  CUDA_LAUNCHED();
 }
 
 void cu_colsum(float *acc, const float *x, int n, int c, int accumulate) {
-  k_colsum<<<cdiv(c, THREADS), THREADS, 0, st()>>>(acc, x, n, c, accumulate);
-  CUDA_LAUNCHED();
+  column_sums(acc, NULL, x, NULL, NULL, NULL, n, c, accumulate);
 }
 
 void cu_linear_forward(float *y, const float *x, const float *w, const float *b, int n, int in, int out, int relu) {
@@ -190,27 +244,11 @@ __global__ void k_ln_backward_input(float *dx, const float *dy, const float *x, 
   }
 }
 
-// dw[j] (+)= sum_r dy xhat, db[j] (+)= sum_r dy: one thread per column
-__global__ void k_ln_backward_params(float *dw, float *db, const float *dy, const float *x, const float *mean,
-                                     const float *rstd, int n, int c, int accumulate) {
-  int j = blockIdx.x * blockDim.x + threadIdx.x;
-  if (j >= c) return;
-  float sw = 0.0f, sb = 0.0f;
-  for (int r = 0; r < n; r++) {
-    float g = dy[(size_t)r * c + j];
-    sw += g * (x[(size_t)r * c + j] - mean[r]) * rstd[r];
-    sb += g;
-  }
-  dw[j] = accumulate ? dw[j] + sw : sw;
-  db[j] = accumulate ? db[j] + sb : sb;
-}
-
 void cu_layernorm_backward(float *dx, float *dw, float *db, const float *dy, const float *x, const float *w,
                            const float *mean, const float *rstd, int n, int c, int accumulate) {
   k_ln_backward_input<<<n, ROW_THREADS, 0, st()>>>(dx, dy, x, w, mean, rstd, c);
   CUDA_LAUNCHED();
-  k_ln_backward_params<<<cdiv(c, THREADS), THREADS, 0, st()>>>(dw, db, dy, x, mean, rstd, n, c, accumulate);
-  CUDA_LAUNCHED();
+  column_sums(dw, db, dy, x, mean, rstd, n, c, accumulate); // dw = sum dy xhat, db = sum dy
 }
 
 // ---- GELU, tanh approximation: y = x/2 (1 + tanh(k (x + 0.044715 x^3))), k = sqrt(2/pi)
