@@ -137,6 +137,25 @@ static void test_mlp_layers(void) {
   dev->linear_backward_params(dgw, dgb, dg, dx_, n, in, out, 1);
   same("linear_backward_params dw (accumulate)", gw, dgw, (size_t)out * in, TOL_F32);
   same("linear_backward_params db (accumulate)", gb, dgb, out, TOL_F32);
+  /* a panel of rows [5, 17) of dw, accumulated, as the model hands DDP its gradients */
+  cpu->linear_backward_weight_rows(gw, g, x, n, in, out, 5, 17, 1);
+  dev->linear_backward_weight_rows(dgw, dg, dx_, n, in, out, 5, 17, 1);
+  same("linear_backward_weight_rows, rows 5..17 (accumulate)", gw, dgw, (size_t)out * in, TOL_F32);
+  /* bias + residual into y, then a GEMM with beta 1 adds x W^T (gpt.c's linear_into) */
+  float *res = rand_f((size_t)n * out, 1), *dres = upf(res, (size_t)n * out);
+  float *yb = malloc((size_t)n * out * 4), *dyb = dev->alloc((size_t)n * out * 4);
+  cpu->bias_rows(yb, b, res, n, out);
+  dev->bias_rows(dyb, db_, dres, n, out);
+  cpu->gemm(0, 1, n, out, in, 1.0f, x, w, 1.0f, yb);
+  dev->gemm(0, 1, n, out, in, 1.0f, dx_, dw_, 1.0f, dyb);
+  same("bias_rows + residual, then gemm beta 1", yb, dyb, (size_t)n * out, TOL_F32);
+  cpu->bias_rows(yb, b, NULL, n, out);
+  dev->bias_rows(dyb, db_, NULL, n, out);
+  same("bias_rows without a residual", yb, dyb, (size_t)n * out, TOL_F32);
+  dev->fill_zero(dyb, (size_t)n * out * 4);
+  memset(yb, 0, (size_t)n * out * 4);
+  same("fill_zero", yb, dyb, (size_t)n * out, 0);
+  free(res), free(yb), dev->release(dres), dev->release(dyb);
   float *gx = malloc((size_t)n * in * 4), *dgx = dev->alloc((size_t)n * in * 4);
   cpu->linear_backward_input(gx, g, w, x, n, in, out, 1);
   dev->linear_backward_input(dgx, dg, dw_, dx_, n, in, out, 1);

@@ -28,6 +28,7 @@ typedef struct cddp_ops {
   void (*release)(void *p);
   void (*to_device)(void *dst, const void *host_src, size_t bytes);
   void (*to_host)(void *host_dst, const void *src, size_t bytes);
+  void (*fill_zero)(void *p, size_t bytes);
   void (*sync)(void);
 
   /* ---- GEMM, row-major: C[m,n] = alpha op(A) op(B) + beta C, op(A) [m,k], op(B) [k,n];
@@ -43,6 +44,12 @@ typedef struct cddp_ops {
                          int out, int relu);
   void (*linear_backward_params)(float *dw, float *db, const float *dy, const float *x, int n, int in,
                                  int out, int accumulate);
+  /* rows [r0, r1) of dw only (the model hands DDP its gradients in panels) */
+  void (*linear_backward_weight_rows)(float *dw, const float *dy, const float *x, int n, int in, int out,
+                                      int r0, int r1, int accumulate);
+  /* y[r, :] = b (+ res[r, :] when res is not NULL) for n rows of c: what a GEMM with beta 1
+   * then adds to (gpt.c's linear_into: bias and residual in the pass that writes y) */
+  void (*bias_rows)(float *y, const float *b, const float *res, int n, int c);
   void (*linear_backward_input)(float *dx, const float *dy, const float *w, const float *x, int n,
                                 int in, int out, int relu_in);
   double (*xent_forward)(float *prob, const float *logits, const uint8_t *y, int n, int k,

@@ -21,6 +21,15 @@ static void *cpu_alloc(size_t bytes) {
 }
 static void cpu_copy(void *dst, const void *src, size_t bytes) { memcpy(dst, src, bytes); }
 static void cpu_sync(void) {}
+static void cpu_fill_zero(void *p, size_t bytes) { memset(p, 0, bytes); }
+
+static void cpu_bias_rows(float *y, const float *b, const float *res, int n, int c) {
+  for (int r = 0; r < n; r++) {
+    float *yr = y + (size_t)r * c;
+    const float *rr = res ? res + (size_t)r * c : NULL;
+    for (int j = 0; j < c; j++) yr[j] = b[j] + (rr ? rr[j] : 0.0f);
+  }
+}
 
 static void cpu_gemm(int ta, int tb, int m, int n, int k, float alpha, const float *A, const float *B,
                      float beta, float *C) {
@@ -58,11 +67,14 @@ const cddp_ops_t cddp__ops_cpu = {
     .release = free,
     .to_device = cpu_copy,
     .to_host = cpu_copy,
+    .fill_zero = cpu_fill_zero,
     .sync = cpu_sync,
     .gemm = cpu_gemm,
     .gemm_bf16 = cpu_gemm_bf16,
     .linear_forward = cddp__linear_forward,
     .linear_backward_params = cddp__linear_backward_params,
+    .linear_backward_weight_rows = cddp__linear_backward_weight_rows,
+    .bias_rows = cpu_bias_rows,
     .linear_backward_input = cddp__linear_backward_input,
     .xent_forward = cddp__xent_forward,
     .xent_backward = cddp__xent_backward,

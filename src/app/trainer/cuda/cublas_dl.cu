@@ -80,10 +80,15 @@ static void check(cublasStatus_t s, const char *what) {
 
 static cublasOperation_t op(int t) { return t ? CUBLAS_OP_T : CUBLAS_OP_N; }
 
+void cddp__cublas_gemm_ld(int ta, int tb, int m, int n, int k, float alpha, const float *A, int lda, const float *B,
+                          int ldb, float beta, float *C, int ldc) {
+  cublasHandle_t h = handle();
+  check(cb.sgemm(h, op(tb), op(ta), n, m, k, &alpha, B, ldb, A, lda, &beta, C, ldc), "sgemm");
+}
+
 void cddp__cublas_gemm(int ta, int tb, int m, int n, int k, float alpha, const float *A, const float *B,
                        float beta, float *C) {
-  cublasHandle_t h = handle();
-  check(cb.sgemm(h, op(tb), op(ta), n, m, k, &alpha, B, tb ? k : n, A, ta ? m : k, &beta, C, n), "sgemm");
+  cddp__cublas_gemm_ld(ta, tb, m, n, k, alpha, A, ta ? m : k, B, tb ? k : n, beta, C, n);
 }
 
 void cddp__cublas_gemm_bf16(int ta, int tb, int m, int n, int k, float alpha, const uint16_t *A,

@@ -13,6 +13,9 @@
 // and aborts: the CUDA table is only used after cddp__cuda_bind succeeded.
 void cddp__cublas_gemm(int ta, int tb, int m, int n, int k, float alpha, const float *A, const float *B,
                        float beta, float *C);
+// the same with explicit leading dimensions (a panel of a larger matrix)
+void cddp__cublas_gemm_ld(int ta, int tb, int m, int n, int k, float alpha, const float *A, int lda, const float *B,
+                          int ldb, float beta, float *C, int ldc);
 void cddp__cublas_gemm_bf16(int ta, int tb, int m, int n, int k, float alpha, const uint16_t *A,
                             const uint16_t *B, float beta, float *C);
 // batch GEMMs, the i-th on A + i sA, B + i sB, C + i sC (elements)
@@ -30,6 +33,9 @@ void *cddp__cu_scratch(int slot, size_t bytes);
 void cu_linear_forward(float *y, const float *x, const float *w, const float *b, int n, int in, int out, int relu);
 void cu_linear_backward_params(float *dw, float *db, const float *dy, const float *x, int n, int in, int out,
                                int accumulate);
+void cu_linear_backward_weight_rows(float *dw, const float *dy, const float *x, int n, int in, int out, int r0,
+                                   int r1, int accumulate);
+void cu_bias_rows(float *y, const float *b, const float *res, int n, int c);
 void cu_linear_backward_input(float *dx, const float *dy, const float *w, const float *x, int n, int in,
                               int out, int relu_in);
 double cu_xent_forward(float *prob, const float *logits, const uint8_t *y, int n, int k, int *n_correct);

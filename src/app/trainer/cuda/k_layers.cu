@@ -111,6 +111,30 @@ void cu_linear_backward_params(float *dw, float *db, const float *dy, const floa
   if (db) cu_colsum(db, dy, n, out, accumulate);
 }
 
+// dw[r0:r1, :] (+)= dy[:, r0:r1]^T x: a panel of rows, dy's columns read with its full stride
+void cu_linear_backward_weight_rows(float *dw, const float *dy, const float *x, int n, int in, int out, int r0,
+                                    int r1, int accumulate) {
+  if (r1 <= r0) return;
+  float *rows = dw + (size_t)r0 * in;
+  if (n <= 0) {
+    if (!accumulate) CUDA_CHECK(cudaMemsetAsync(rows, 0, sizeof(float) * (size_t)(r1 - r0) * in, st()));
+    return;
+  }
+  cddp__cublas_gemm_ld(1, 0, r1 - r0, in, n, 1.0f, dy + r0, out, x, in, accumulate ? 1.0f : 0.0f, rows, in);
+}
+
+__global__ void k_bias_residual(float *y, const float *b, const float *res, size_t n, int c) {
+  size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+  if (i < n * c) y[i] = b[i % c] + (res ? res[i] : 0.0f);
+}
+
+void cu_bias_rows(float *y, const float *b, const float *res, int n, int c) {
+  size_t count = (size_t)n * c;
+  if (!count) return;
+  k_bias_residual<<<cdiv(count, THREADS), THREADS, 0, st()>>>(y, b, res, (size_t)n, c);
+  CUDA_LAUNCHED();
+}
+
 void cu_linear_backward_input(float *dx, const float *dy, const float *w, const float *x, int n, int in, int out,
                               int relu_in) {
   cddp__cublas_gemm(0, 0, n, in, out, 1.0f, dy, w, 0.0f, dx);

@@ -30,6 +30,7 @@ static void cu_to_host(void *dst, const void *src, size_t bytes) {
   CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, cddp__cuda_stream()));
   CUDA_CHECK(cudaStreamSynchronize(cddp__cuda_stream()));
 }
+static void cu_fill_zero(void *p, size_t bytes) { CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, cddp__cuda_stream())); }
 static void cu_sync(void) { CUDA_CHECK(cudaStreamSynchronize(cddp__cuda_stream())); }
 
 static struct {
@@ -56,11 +57,14 @@ const cddp_ops_t cddp__ops_cuda = {
     .release = cu_release,
     .to_device = cu_to_device,
     .to_host = cu_to_host,
+    .fill_zero = cu_fill_zero,
     .sync = cu_sync,
     .gemm = cddp__cublas_gemm,
     .gemm_bf16 = cddp__cublas_gemm_bf16,
     .linear_forward = cu_linear_forward,
     .linear_backward_params = cu_linear_backward_params,
+    .linear_backward_weight_rows = cu_linear_backward_weight_rows,
+    .bias_rows = cu_bias_rows,
     .linear_backward_input = cu_linear_backward_input,
     .xent_forward = cu_xent_forward,
     .xent_backward = cu_xent_backward,
