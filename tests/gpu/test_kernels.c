@@ -342,6 +342,82 @@ static void test_mlp_step(void) {
   free(x), free(p), free(y), free(pc), free(gc), free(pd), free(gd);
 }
 
+/* One step of a one-block GPT (byte vocabulary) through a table, in gpt.c's order: embeddings,
+ * LN, c_attn, attention, c_proj + residual, LN, c_fc, GELU, c_proj + residual, LN, tied head,
+ * cross-entropy, then the whole backward. The parameters' gradients and the loss come back. */
+enum { GB = 2, GT = 32, GC = 64, GH = 4, GV = 256, GN = GB * GT };
+enum { P_WTE = 0, P_WPE = P_WTE + GV * GC, P_LN1W = P_WPE + GT * GC, P_LN1B = P_LN1W + GC, P_AW = P_LN1B + GC,
+       P_AB = P_AW + 3 * GC * GC, P_PW = P_AB + 3 * GC, P_PB = P_PW + GC * GC, P_LN2W = P_PB + GC, P_LN2B = P_LN2W + GC,
+       P_FW = P_LN2B + GC, P_FB = P_FW + 4 * GC * GC, P_MW = P_FB + 4 * GC, P_MB = P_MW + 4 * GC * GC,
+       P_LNFW = P_MB + GC, P_LNFB = P_LNFW + GC, P_COUNT = P_LNFB + GC };
+
+static double gpt_step(const cddp_ops_t *o, const uint8_t *htok, const uint8_t *htgt, const float *hp, float *g_out) {
+  const size_t nc = (size_t)GN * GC;
+  float *P = o->alloc(P_COUNT * 4), *G = o->alloc(P_COUNT * 4);
+  uint8_t *tok = o->alloc(GN), *tgt = o->alloc(GN);
+  o->to_device(P, hp, P_COUNT * 4);
+  o->to_device(tok, htok, GN);
+  o->to_device(tgt, htgt, GN);
+  float *x0 = o->alloc(nc * 4), *ln1 = o->alloc(nc * 4), *qkv = o->alloc(3 * nc * 4), *y = o->alloc(nc * 4);
+  float *att = o->alloc((size_t)GB * GH * GT * GT * 4), *res1 = o->alloc(nc * 4), *ln2 = o->alloc(nc * 4);
+  float *fc = o->alloc(4 * nc * 4), *ge = o->alloc(4 * nc * 4), *res2 = o->alloc(nc * 4), *lnf = o->alloc(nc * 4);
+  float *logits = o->alloc((size_t)GN * GV * 4), *st = o->alloc(6 * GN * 4); /* mean, rstd of the 3 LNs */
+  float *dres = o->alloc(nc * 4), *dsmall = o->alloc(nc * 4), *dbig = o->alloc(4 * nc * 4);
+  float *scratch = malloc((size_t)GT * GT * 4);
+  o->embed_forward(x0, tok, P + P_WTE, P + P_WPE, GB, GT, GC);
+  o->layernorm_forward(ln1, st, st + GN, x0, P + P_LN1W, P + P_LN1B, GN, GC);
+  o->bias_rows(qkv, P + P_AB, NULL, GN, 3 * GC);
+  o->gemm(0, 1, GN, 3 * GC, GC, 1.0f, ln1, P + P_AW, 1.0f, qkv);
+  o->attn_forward(y, att, qkv, GB, GT, GC, GH);
+  o->bias_rows(res1, P + P_PB, x0, GN, GC);
+  o->gemm(0, 1, GN, GC, GC, 1.0f, y, P + P_PW, 1.0f, res1);
+  o->layernorm_forward(ln2, st + 2 * GN, st + 3 * GN, res1, P + P_LN2W, P + P_LN2B, GN, GC);
+  o->bias_rows(fc, P + P_FB, NULL, GN, 4 * GC);
+  o->gemm(0, 1, GN, 4 * GC, GC, 1.0f, ln2, P + P_FW, 1.0f, fc);
+  o->bias_gelu_forward(ge, fc, NULL, GN, 4 * GC);
+  o->bias_rows(res2, P + P_MB, res1, GN, GC);
+  o->gemm(0, 1, GN, GC, 4 * GC, 1.0f, ge, P + P_MW, 1.0f, res2);
+  o->layernorm_forward(lnf, st + 4 * GN, st + 5 * GN, res2, P + P_LNFW, P + P_LNFB, GN, GC);
+  o->head_forward(logits, lnf, P + P_WTE, GN, GC, GV);
+  double loss = o->softmax_xent(logits, logits, tgt, GN, GV) / GN;
+  o->xent_backward(logits, logits, tgt, GN, GV, 1.0f / GN);
+  o->head_backward(dsmall, G + P_WTE, logits, lnf, P + P_WTE, GN, GC, GV, 0);
+  o->fill_zero(dres, nc * 4);
+  o->layernorm_backward(dres, G + P_LNFW, G + P_LNFB, dsmall, res2, P + P_LNFW, st + 4 * GN, st + 5 * GN, GN, GC, 0);
+  o->linear_backward_params(G + P_MW, G + P_MB, dres, ge, GN, 4 * GC, GC, 0);
+  o->linear_backward_input(dbig, dres, P + P_MW, NULL, GN, 4 * GC, GC, 0);
+  o->gelu_backward(dbig, fc, 4 * nc);
+  o->linear_backward_params(G + P_FW, G + P_FB, dbig, ln2, GN, GC, 4 * GC, 0);
+  o->linear_backward_input(dsmall, dbig, P + P_FW, NULL, GN, GC, 4 * GC, 0);
+  o->layernorm_backward(dres, G + P_LN2W, G + P_LN2B, dsmall, res1, P + P_LN2W, st + 2 * GN, st + 3 * GN, GN, GC, 0);
+  o->linear_backward_params(G + P_PW, G + P_PB, dres, y, GN, GC, GC, 0);
+  o->linear_backward_input(dsmall, dres, P + P_PW, NULL, GN, GC, GC, 0);
+  o->attn_backward(dbig, dsmall, qkv, att, scratch, GB, GT, GC, GH);
+  o->linear_backward_params(G + P_AW, G + P_AB, dbig, ln1, GN, GC, 3 * GC, 0);
+  o->linear_backward_input(dsmall, dbig, P + P_AW, NULL, GN, GC, 3 * GC, 0);
+  o->layernorm_backward(dres, G + P_LN1W, G + P_LN1B, dsmall, x0, P + P_LN1W, st, st + GN, GN, GC, 0);
+  o->fill_zero(G + P_WPE, (size_t)GT * GC * 4);
+  o->embed_backward(G + P_WTE, G + P_WPE, dres, tok, GB, GT, GC, 1);
+  o->to_host(g_out, G, P_COUNT * 4);
+  void *bufs[] = {P, G, tok, tgt, x0, ln1, qkv, y, att, res1, ln2, fc, ge, res2, lnf, logits, st, dres, dsmall, dbig};
+  for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) o->release(bufs[i]);
+  free(scratch);
+  return loss;
+}
+
+static void test_gpt_step(void) {
+  float *p = rand_f(P_COUNT, 0.1f), *gc = malloc(P_COUNT * 4), *gd = malloc(P_COUNT * 4);
+  for (int j = 0; j < GC; j++) /* LayerNorm weights near 1, as initialised */
+    p[P_LN1W + j] += 1.0f, p[P_LN2W + j] += 1.0f, p[P_LNFW + j] += 1.0f;
+  uint8_t *tok = rand_u8(GN, GV), *tgt = rand_u8(GN, GV);
+  double lc = gpt_step(cpu, tok, tgt, p, gc), ld = gpt_step(dev, tok, tgt, p, gd);
+  same_num("GPT block step composed from the table: loss", lc, ld, TOL_F32);
+  float *dgd = upf(gd, P_COUNT);
+  same("GPT block step: every parameter's gradient", gc, dgd, P_COUNT, TOL_F32);
+  dev->release(dgd);
+  free(p), free(gc), free(gd), free(tok), free(tgt);
+}
+
 int main(int argc, char **argv) {
   cpu = cddp__ops_for(CDDP_DEVICE_CPU);
   if (argc > 1 && !strcmp(argv[1], "--self")) {
@@ -356,6 +432,7 @@ int main(int argc, char **argv) {
   test_gpt_layers();
   test_optim();
   test_mlp_step();
+  test_gpt_step();
   printf("1..%d\n# %d passed, %d failed\n", n_test, n_test - n_failed, n_failed);
   return n_failed ? 1 : 0;
 }
