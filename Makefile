@@ -216,7 +216,7 @@ clean:
 	rm -rf build build-asan build-tsan
 
 help:
-	@echo "make [all|lib|cli|tests|bench|install|uninstall|asan|tsan|check-asan|check-tsan|fuzz|clean] [BUILD=dir] [WERROR=1] [SANITIZER=...] [PREFIX=...] [V=1]"
+	@echo "make [all|lib|cli|tests|gpu-tests|bench|install|uninstall|asan|tsan|check-asan|check-tsan|fuzz|clean] [BUILD=dir] [WERROR=1] [SANITIZER=...] [PREFIX=...] [V=1]"
 
 -include $(LIB_OBJS:.o=.d) $(APP_OBJS:.o=.d) $(BUILD)/obj/$(APP_MAIN:.c=.d) $(TEST_BINS:$(BUILD)/tests/%=$(BUILD)/obj/tests/unit/%.d) \
          $(EXAMPLE_BINS:$(BUILD)/examples/%=$(BUILD)/obj/examples/%.d) $(GPU_TEST_BINS:$(BUILD)/tests/gpu/%=$(BUILD)/obj/tests/gpu/%.d) $(HELPER_BINS:$(BUILD)/tests/helpers/%=$(BUILD)/obj/tests/helpers/%.d)

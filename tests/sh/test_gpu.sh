@@ -9,7 +9,7 @@ tmp=$(mktemp -d /tmp/cddp-gpu.XXXXXX); trap 'rm -rf "$tmp"' EXIT
 # no CUDA library is needed to start: the runtime is static, cuBLAS/NCCL/NVML are dlopened
 needed=$(ldd "$CDDP" | grep -oE 'lib(cuda|cudart|cublas|cublasLt|nccl|nvidia-ml)\.so[.0-9]*' | tr '\n' ' ')
 [ -z "$needed" ] && ok "build/cddp needs no CUDA, NCCL or NVML library to start" || fail "build/cddp needs" "$needed"
-"$CDDP" --version >"$tmp/v" 2>&1 && grep -q cddp "$tmp/v" && ok "cddp --version runs here ($(ldconfig -p | grep -q 'libcuda\.so\.1 ' && echo driver present || echo no driver))" ||
+"$CDDP" --version >"$tmp/v" 2>&1 && grep -q '^cuda: ' "$tmp/v" && ok "cddp --version runs here: $(grep '^cuda: ' "$tmp/v" | cut -c1-40)... ($(ldconfig -p | grep -q 'libcuda\.so\.1 ' && echo driver present || echo no driver))" ||
   fail "cddp --version" "$(head -c 200 "$tmp/v")"
 
 # train.device cuda with no usable GPU: exit 2, one line naming the key (before any rendezvous)
