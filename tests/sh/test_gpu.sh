@@ -26,6 +26,9 @@ lines=$(wc -l <"$tmp/err")
 CDDP_BACKEND=nccl "$CDDP" train --config configs/fmnist_mlp.yaml >"$tmp/out" 2>"$tmp/err"; rc=$?
 [ $rc = 2 ] && [ "$(wc -l <"$tmp/err")" = 1 ] && grep -q "backend 'nccl' " "$tmp/err" &&
   ok "backend nccl here: exit 2, one line: $(cut -c1-100 "$tmp/err")" || fail "backend nccl refusal" "rc $rc: $(head -c 300 "$tmp/err")"
+"$CDDP" bench allreduce --backend nccl >"$tmp/out" 2>"$tmp/err"; rc=$?
+[ $rc = 2 ] && head -1 "$tmp/err" | grep -q "backend 'nccl' for --backend: cddp bench does not run on GPU buffers yet" &&
+  ok "cddp bench --backend nccl: exit 2, says it does not run on GPU buffers yet" || fail "cddp bench --backend nccl" "rc $rc: $(head -1 "$tmp/err")"
 
 # cddp doctor reports the GPUs through NVML, and plainly when there is no driver
 timeout 60 "$CDDP" run --standalone --nproc-per-node 1 "$CDDP" doctor >"$tmp/doc" 2>&1; rc=$?
