@@ -342,6 +342,19 @@ static void take_stack(pid_t pid, const char *path) {
 
 /* Every HANG_CHECK_MS: a hung worker gets its flight records (and its peers') dumped, its stack
  * taken, and SIGKILL; the failure it becomes carries why (w->hang). */
+/* Every worker's flight page to flight_dir/rank<R>.json: how many, -1 when there is no folder. */
+static int dump_pages(cddp__workers_t *ws, uint64_t now) {
+  if (!ws->flight_dir || mkdir_p(ws->flight_dir) != 0) return -1;
+  int k = 0;
+  for (int i = 0; i < ws->n; i++) {
+    if (!ws->w[i].progress.page) continue;
+    char path[4300];
+    snprintf(path, sizeof path, "%s/rank%d.json", ws->flight_dir, ws->w[i].rank);
+    k += cddp__flight_dump(ws->w[i].progress.page, ws->w[i].rank, path, now) == 0;
+  }
+  return k;
+}
+
 static void watchdog(cddp__workers_t *ws) {
   cddp__progress_t *pr = calloc((size_t)ws->n, sizeof *pr);
   pid_t *pid = calloc((size_t)ws->n, sizeof *pid);
@@ -354,12 +367,7 @@ static void watchdog(cddp__workers_t *ws) {
   if (h < 0) goto exit;
   cddp__worker_t *w = &ws->w[h];
   char path[4300], where[4200] = "";
-  if (ws->flight_dir && mkdir_p(ws->flight_dir) == 0) {
-    for (int i = 0; i < ws->n; i++) {
-      if (!ws->w[i].progress.page) continue;
-      snprintf(path, sizeof path, "%s/rank%d.json", ws->flight_dir, ws->w[i].rank);
-      cddp__flight_dump(ws->w[i].progress.page, ws->w[i].rank, path, now);
-    }
+  if (dump_pages(ws, now) >= 0) {
     snprintf(path, sizeof path, "%s/rank%d.stack.txt", ws->flight_dir, w->rank);
     take_stack(w->pid, path);
     snprintf(where, sizeof where, "; flight records and stack in %s", ws->flight_dir);
@@ -428,6 +436,12 @@ void cddp__workers_watch(cddp__workers_t *ws, int sig_fd, int event_fd, int (*ac
       for (int s = 0; s < 2; s++)
         if (ws->w[i].fd[s] >= 0 && (pfd[2 + 2 * i + s].revents & (POLLIN | POLLHUP | POLLERR))) pump(ws, &ws->w[i], s);
     int sig = pfd[0].revents & POLLIN ? cddp__sigguard_read(sig_fd) : 0; /* SIGCHLD: reaped below */
+    if (cddp__sigguard_dump_asked()) {
+      int k = dump_pages(ws, cddp__now_ns());
+      if (k > 0) fprintf(stderr, "cddp run: SIGUSR1: the flight records of %d worker(s) are in %s\n", k, ws->flight_dir);
+      else fprintf(stderr, "cddp run: SIGUSR1: no flight records to write (%s)\n",
+                   k < 0 ? "no folder for them" : "no worker keeps one: --hang-timeout 0, or none runs cddp's library");
+    }
     if (sig && ws->outcome != CDDP__OUT_SIGNAL) { /* a stop for another reason ends on the signal too */
       ws->outcome = CDDP__OUT_SIGNAL;
       ws->signo = sig;
