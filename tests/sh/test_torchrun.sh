@@ -88,6 +88,11 @@ timeout 90 "$CDDP" run --standalone --nproc-per-node 2 --agent-store off allredu
 worlds "--agent-store off: rank 0's own TCPStore" 2
 grep -q "TORCHELASTIC_USE_AGENT_STORE=False" "$T/n0.out" && ok "--agent-store off: USE_AGENT_STORE=False" ||
   fail "--agent-store off" "$(grep 'allreduce ok' "$T/n0.out" | head -1)"
+# a script that hosts its own TCPStore on MASTER_PORT: the agent leaves the port to it
+timeout 90 "$CDDP" run --standalone --nproc-per-node 2 own_store.py >"$T/n0.out" 2>&1; rc=$?
+[ $rc = 0 ] && [ "$(grep -c 'own store ok rank [01] of 2 USE_AGENT_STORE=False' "$T/n0.out")" = 2 ] &&
+  ok "a script with its own TCPStore on MASTER_PORT: the port is left to its rank 0" ||
+  fail "own TCPStore" "rc $rc: $(tail -3 "$T/n0.out" | tr '\n' ' ')"
 "$CDDP" run --standalone --agent-store maybe allreduce.py >"$T/bad.out" 2>&1; rc=$?
 [ $rc = 2 ] && [ "$(wc -l <"$T/bad.out")" = 1 ] && grep -q -- '--agent-store' "$T/bad.out" && ok "bad input: --agent-store maybe" ||
   fail "--agent-store maybe" "rc $rc: $(cat "$T/bad.out")"

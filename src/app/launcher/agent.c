@@ -98,6 +98,8 @@ static void choose_torch_store(agent_t *a) {
   if (!a->o->agent_store) snprintf(why, sizeof why, "--agent-store off");
   else if (at >= 0 && !strcmp(a->prog[at], "-m")) snprintf(why, sizeof why, "-m (its imports are not looked at)");
   else if (at >= 0 && !cddp__program_imports_torch(a->prog[at])) snprintf(why, sizeof why, "the script does not import torch");
+  else if (at >= 0 && cddp__program_mentions(a->prog[at], "TCPStore")) /* its own, maybe on MASTER_PORT */
+    snprintf(why, sizeof why, "the script makes a TCPStore of its own");
   else if (at >= 0 && (major = cddp__program_torch_major(a->prog[0])) != 1)
     snprintf(why, sizeof why, "%s has torch %d.x, whose TCPStore protocol is not served", a->prog[0], major);
   a->torch_store = at >= 0 && major == 1;

@@ -78,6 +78,15 @@ static int is_python(const char *path) {
   return strspn(base + 6, "0123456789.") == strlen(base + 6);
 }
 
+int cddp__program_mentions(const char *script, const char *word) {
+  FILE *f = fopen(script, "r");
+  char line[4096];
+  int found = 0;
+  for (int n = 0; f && !found && n < 20000 && fgets(line, sizeof line, f); n++) found = strstr(line, word) != NULL;
+  if (f) fclose(f);
+  return found;
+}
+
 int cddp__program_python_args(char *const *argv, char *why, size_t why_size) {
   if (!argv[0] || !is_python(argv[0])) {
     snprintf(why, why_size, "'%.200s' is not a Python interpreter", argv[0] ? argv[0] : "");
