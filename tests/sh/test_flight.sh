@@ -55,4 +55,20 @@ if [ $rc = 0 ] && grep -q "^cddp run: SIGUSR1: the flight records of 2 worker(s)
    [ -s "$T/logs/flight/rank0.json" ] && [ -s "$T/logs/flight/rank1.json" ] && [ $frc = 0 ] && grep -q '^no desync' <<<"$out" &&
    grep -q 'done:' "$T/usr1.out"; then ok "kill -USR1 on the agent: both ranks' records written, readable, the job completes"
 else fail "SIGUSR1 dump" "rc $rc, flight rc $frc: $(grep -i 'usr1\|cddp run' "$T/usr1.out" | head -3 | tr '\n' ' ') $out"; fi
+# a worker killed: the agent writes every local rank's records as they stood (what the survivor
+# was doing when it lost its peer), and says where at INFO
+CDDP_DEBUG=INFO CDDP_DEBUG_SUBSYS=RUN timeout 120 "$CDDP" run --standalone --nproc-per-node 2 --log-dir "$T/logs2" --tee 3 \
+  "$CDDP" train --config configs/fmnist_mlp.yaml --work-dir "$T" --name killed --set eval.every_epoch=false \
+  --set ddp.threads=1 --set train.max_steps=300 >"$T/killed.out" 2>&1 & agent=$!
+for _ in $(seq 400); do
+  [ "$(sed -n 's/.*"step":\([0-9]*\).*/\1/p' "$T/killed/metrics.jsonl" 2>/dev/null | tail -1)" -ge 10 ] 2>/dev/null && break
+  sleep 0.05
+done
+kill -KILL "$(pgrep -f "^$CDDP train --config configs/fmnist_mlp.yaml --work-dir $T --name killed" | sed -n 2p)"
+wait $agent; rc=$?
+out=$("$CDDP" flight "$T/logs2/flight" 2>&1); frc=$?
+if [ $rc != 0 ] && grep -q "on a worker's failure: the flight records of 2 worker(s) are in $T/logs2/flight" "$T/killed.out" &&
+   [ -s "$T/logs2/flight/rank0.json" ] && [ -s "$T/logs2/flight/rank1.json" ] && [ $frc -le 1 ] && grep -q '^rank [01]' <<<"$out"
+then ok "a worker killed: every local rank's records written at the failure, readable"
+else fail "records at a failure" "rc $rc, flight rc $frc: $(grep -i 'flight\|cddp run' "$T/killed.out" | head -3 | tr '\n' ' ') $out"; fi
 finish

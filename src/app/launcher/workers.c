@@ -355,6 +355,13 @@ static int dump_pages(cddp__workers_t *ws, uint64_t now) {
   return k;
 }
 
+/* What every local rank was doing when the job lost one of them: their records, before they are
+ * stopped (a respawn or the next round replaces the pages). */
+static void dump_on_failure(cddp__workers_t *ws, const char *what) {
+  int k = dump_pages(ws, cddp__now_ns());
+  if (k > 0) CDDP_INFO(CDDP_SUB_RUN, "on %s: the flight records of %d worker(s) are in %s", what, k, ws->flight_dir);
+}
+
 static void watchdog(cddp__workers_t *ws) {
   cddp__progress_t *pr = calloc((size_t)ws->n, sizeof *pr);
   pid_t *pid = calloc((size_t)ws->n, sizeof *pid);
@@ -454,6 +461,7 @@ void cddp__workers_watch(cddp__workers_t *ws, int sig_fd, int event_fd, int (*ac
         msg[n] = '\0';
         if (!stopping && (!accept || accept(msg, ctx))) {
           ws->outcome = CDDP__OUT_EVENT;
+          dump_on_failure(ws, "another node's failure");
           snprintf(ws->event, sizeof ws->event, "%s", msg);
           stop_all(ws, SIGTERM, &stopping, &kill_at);
         }
@@ -475,6 +483,7 @@ void cddp__workers_watch(cddp__workers_t *ws, int sig_fd, int event_fd, int (*ac
       int ok = WIFEXITED(st) && WEXITSTATUS(st) == 0;
       if (!ok && !stopping) {
         ws->outcome = CDDP__OUT_FAILED;
+        dump_on_failure(ws, "a worker's failure");
         ws->fail_rank = w->rank;
         ws->fail_pid = w->pid;
         ws->fail_status = st;
