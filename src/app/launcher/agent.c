@@ -28,6 +28,8 @@
 #include "launcher/sigguard.h"
 #include "launcher/status_pub.h"
 #include "launcher/task_exec.h"
+#include "launcher/torchstore.h"
+#include "launcher/warm.h"
 #include "launcher/workers.h"
 
 extern char **environ;
@@ -72,9 +74,42 @@ typedef struct agent {
   cddp__membership_t ms;  /* replace mode: the job's members as this agent knows them */
   const char *not_retried; /* why the last failure is not retried (run/blame.h), or NULL */
   cddp__failure_t last;   /* restart-all: the failure that ended the previous round (rank -1: none) */
+  cddp__warm_t *warm;     /* warm spares for the workers' restarts (launcher/warm.h), or NULL */
+  int torch_store;        /* the workers meet in a torch TCPStore this agent serves (launcher/torchstore.h) */
+  cddp__torch_store_t *tstore; /* this round's, when torch_store */
   cddp__status_pub_t status; /* its node record and events for `cddp status` */
   int endpoint_written;   /* its --log-dir holds the endpoint record */
 } agent_t;
+
+/* Warm spares, when a restart can come (restarts allowed, or an elastic node count) and the
+ * program is a Python script they help. */
+static void start_warm(agent_t *a) {
+  const cddp_run_opts_t *o = a->o;
+  char why[320] = "";
+  if (!o->warm) snprintf(why, sizeof why, "--warm-workers off");
+  else if (o->max_restarts == 0 && o->min_nodes == o->max_nodes) snprintf(why, sizeof why, "no restarts (--max-restarts 0)");
+  else a->warm = cddp__warm_new(a->prog, o->warm_preload_set ? o->warm_preload : NULL, o->warm_delay_ms, why, sizeof why);
+  if (a->warm) CDDP_INFO(CDDP_SUB_RUN, "warm restarts: a spare per worker, %.1f s after each start", o->warm_delay_ms / 1e3);
+  else CDDP_INFO(CDDP_SUB_RUN, "no warm spares: %s", why);
+}
+
+/* Whether the workers meet in a TCPStore this agent serves, as torchrun's static rendezvous
+ * has them do: a torch 1.x script (its wire protocol is the one torchstore.c speaks). */
+static void choose_torch_store(agent_t *a) {
+  char why[320] = "";
+  int at = a->o->agent_store ? cddp__program_python_args(a->prog, why, sizeof why) : -1;
+  int major = -1;
+  if (!a->o->agent_store) snprintf(why, sizeof why, "--agent-store off");
+  else if (at >= 0 && !strcmp(a->prog[at], "-m")) snprintf(why, sizeof why, "-m (its imports are not looked at)");
+  else if (at >= 0 && !cddp__program_imports_torch(a->prog[at])) snprintf(why, sizeof why, "the script does not import torch");
+  else if (at >= 0 && cddp__program_mentions(a->prog[at], "TCPStore")) /* its own, maybe on MASTER_PORT */
+    snprintf(why, sizeof why, "the script makes a TCPStore of its own");
+  else if (at >= 0 && (major = cddp__program_torch_major(a->prog[0])) != 1)
+    snprintf(why, sizeof why, "%s has torch %d.x, whose TCPStore protocol is not served", a->prog[0], major);
+  a->torch_store = at >= 0 && major == 1;
+  if (a->torch_store) CDDP_INFO(CDDP_SUB_RUN, "the workers meet in a TCPStore this agent serves (torch 1.x)");
+  else CDDP_INFO(CDDP_SUB_RUN, "the workers' rank 0 hosts their TCPStore: %s", why);
+}
 
 /* ---- the watcher: one thread per round waits for rdzv/R/event, reports on a pipe ---- */
 
@@ -292,7 +327,7 @@ static char **worker_env(agent_t *a, int local_rank, int64_t gen, int replacemen
   PUT("TORCHELASTIC_RUN_ID", "%s", o->run_id);
   PUT("TORCHELASTIC_RESTART_COUNT", "%d", rz->restart_count);
   PUT("TORCHELASTIC_MAX_RESTARTS", "%d", o->max_restarts);
-  PUT("TORCHELASTIC_USE_AGENT_STORE", "False");
+  PUT("TORCHELASTIC_USE_AGENT_STORE", "%s", a->torch_store ? "True" : "False");
   /* the console is a terminal, through us: a progress line may be rewritten in place */
   if (a->live_console && (o->console[local_rank] & 2)) PUT("CDDP_CONSOLE_LIVE", "1");
   PUT("ROLE_NAME", "%s", o->role);
@@ -419,6 +454,7 @@ static int run_round(agent_t *a, cddp__workers_t *ws, int first) {
   ws->err_dir = a->err_dir[0] ? a->err_dir : NULL;
   ws->hang_ms = a->o->hang_ms;
   ws->flight_dir = a->flight_dir;
+  ws->warm = a->warm;
   ws->wake_fd = a->elastic ? a->ms.pipe[0] : -1;
   cddp__status_node_t *sn = &a->status.node;
   sn->round = a->rz.round, sn->node_rank = a->rz.node_rank, sn->nproc = n, sn->rank_base = rank_base;
@@ -473,6 +509,10 @@ static int run_round(agent_t *a, cddp__workers_t *ws, int first) {
 static int finish(agent_t *a, int code) {
   cddp__status_pub_state(&a->status, code == 0 ? "done" : "failed");
   cddp__status_pub_end(&a->status);
+  cddp__warm_free(a->warm); /* first: nothing waits on them */
+  a->warm = NULL;
+  cddp__torch_store_stop(a->tstore);
+  a->tstore = NULL;
   if (a->elastic) {
     cddp__monitor_stop(a->ms.mon, 1);
     a->ms.mon = NULL;
@@ -692,8 +732,19 @@ static int agent_main(agent_t *a) {
   int min_round = 0, first = 1;
   for (;;) {
     cddp__rdzv_release(&a->rz);
-    /* a fresh port each round: the last round's rank 0 may have left its port in TIME_WAIT */
-    cfg.self.master_port = cddp__sock_free_port();
+    /* a fresh port each round: the last round's rank 0 may have left its port in TIME_WAIT;
+     * a fresh torch store too, so no key of an earlier round is seen */
+    if (a->torch_store) {
+      cddp__torch_store_stop(a->tstore);
+      a->tstore = NULL;
+      if (cddp__torch_store_start(strchr(a->store_host, ':') ? AF_INET6 : AF_INET, &a->tstore,
+                                  &cfg.self.master_port) != CDDP_OK) {
+        fprintf(stderr, "cddp run: the workers' TCPStore: %s\n", cddp_last_error());
+        return finish(a, 1);
+      }
+    } else {
+      cfg.self.master_port = cddp__sock_free_port();
+    }
     /* the first join of a multi-node job: another --rdzv-id or a refused token said in one line */
     cddp__rdzv_watch_t rw = {0};
     if (first && !o->standalone && o->max_nodes > 1) {
@@ -894,6 +945,8 @@ int cddp__run_main(int argc, char **argv) {
     else
       CDDP_INFO(CDDP_SUB_RUN, "OMP_NUM_THREADS=1 for each worker (%d workers on this node)", o.nproc_per_node);
   }
+  start_warm(&a);
+  choose_torch_store(&a);
   if (tmp_dir(a.err_dir, sizeof a.err_dir, "cddp-run-") != 0) a.err_dir[0] = '\0'; /* no error files: no causes */
   a.live_console = isatty(STDERR_FILENO) && !o.log_dir[0] && !o.tmp_log_dir;
   if (o.log_dir[0]) snprintf(a.flight_dir, sizeof a.flight_dir, "%s/flight", o.log_dir);

@@ -8,13 +8,16 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <unistd.h>
 
 #include "comm/flight.h"
+#include "comm/nccl.h"
 #include "common/check.h"
 #include "common/clock.h"
 #include "common/log.h"
 #include "cddp/ckpt.h"
+#include "trainer/device.h"
 #include "trainer/trainer.h"
 
 volatile sig_atomic_t cddp__train_stop = 0;
@@ -323,10 +326,21 @@ int cddp__train_main(const cddp_train_opts_t *o) {
     free(t);
     return 2;
   }
+  cddp_device_choice_t device; /* cpu until the models run through trainer/ops.h (docs/gpu.md) */
+  if (cddp__device_resolve((cddp_device_kind_t)t->cfg.device, &device) != CDDP_OK) {
+    say(cddp_last_error());
+    free(t);
+    return 2;
+  }
   cddp_comm_config_t cc;
   cddp_comm_config_default(&cc);
   if (o->backend) cc.backend = o->backend;
   if (o->transport) cc.transport = o->transport;
+  if (!strcasecmp(cc.backend, "nccl") && cddp__nccl_available() != CDDP_OK) { /* a usage error: before joining */
+    say(cddp_last_error());
+    free(t);
+    return 2;
+  }
   if (cddp_world_join(&t->w, &cc) != CDDP_OK) {
     say(cddp_last_error());
     int rc = t->w.gone == 3 ? 0 : 1; /* a newcomer that came after the last step: nothing to do */
