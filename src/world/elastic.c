@@ -13,63 +13,10 @@
 
 #define SLICE_MS 50 /* how often a blocked bootstrap looks for a later generation */
 
-static void announce_key(int64_t gen, char *buf, size_t size);
+#define KEY(kind, a) cddp__job_key(CDDP__JK_##kind, a, 0).s
 
-int cddp__members_parse(const char *text, size_t len, cddp__members_t *out) {
-  memset(out, 0, sizeof *out);
-  if (len >= 5 && !strncmp(text, "stop ", 5)) {
-    out->stop = 1;
-    snprintf(out->line, sizeof out->line, "%.*s", (int)(len - 5), text + 5);
-    return 0;
-  }
-  const char *p = text, *end = text + len;
-  if (len >= 5 && !strncmp(text, "wait ", 5)) { /* below MIN: "wait <ms> <lost>" then the members */
-    const char *nl = memchr(text, '\n', len);
-    int used = 0;
-    if (!nl || sscanf(text, "wait %d %n", &out->wait_ms, &used) != 1 || !used || out->wait_ms <= 0 ||
-        text + used > nl)
-      return -1;
-    snprintf(out->line, sizeof out->line, "%.*s", (int)(nl - (text + used)), text + used);
-    p = nl + 1;
-  }
-  while (p < end) {
-    const char *nl = memchr(p, '\n', (size_t)(end - p));
-    size_t l = nl ? (size_t)(nl - p) : (size_t)(end - p);
-    char line[128];
-    if (l == 0 || l >= sizeof line || out->n >= CDDP__MAX_MEMBERS) return -1;
-    memcpy(line, p, l);
-    line[l] = '\0';
-    cddp__member_t *m = &out->m[out->n];
-    int used = 0;
-    if (sscanf(line, "%d %d %63s%n", &m->id, &m->nproc, m->host, &used) != 3 || used != (int)l || m->id < 0 ||
-        m->nproc < 1)
-      return -1;
-    for (int i = 0; i < out->n; i++)
-      if (out->m[i].id == m->id) return -1;
-    out->n++;
-    p += l + (nl != NULL);
-  }
-  return out->n > 0 ? 0 : -1;
-}
-
-size_t cddp__members_format(const cddp__members_t *m, char *buf, size_t size) {
-  size_t o = 0;
-  if (m->stop) {
-    int n = snprintf(buf, size, "stop %s", m->line);
-    return n > 0 && (size_t)n < size ? (size_t)n : 0;
-  }
-  if (m->wait_ms > 0) {
-    int n = snprintf(buf, size, "wait %d %s\n", m->wait_ms, m->line);
-    if (n < 0 || (size_t)n >= size) return 0;
-    o = (size_t)n;
-  }
-  for (int i = 0; i < m->n; i++) {
-    int n = snprintf(buf + o, size - o, "%s%d %d %s", i ? "\n" : "", m->m[i].id, m->m[i].nproc, m->m[i].host);
-    if (n < 0 || (size_t)n >= size - o) return 0;
-    o += (size_t)n;
-  }
-  return o;
-}
+/* elastic/gen/<gen>: set once generation gen is announced */
+static cddp__jobkey_t announce_key(int64_t gen) { return cddp__job_key(CDDP__JK_GEN_ANNOUNCE, gen, 0); }
 
 int cddp__members_world(const cddp__members_t *m) {
   int w = 0;
@@ -86,19 +33,6 @@ int cddp__members_find(const cddp__members_t *m, int agent_id, int *rank_base, i
   if (rank_base) *rank_base = at < 0 ? -1 : base;
   if (world) *world = cddp__members_world(m);
   return at;
-}
-
-static int world_allowed(const char *worlds, int w) {
-  if (!worlds || !*worlds) return 1;
-  for (const char *p = worlds; *p;) {
-    char *end;
-    long v = strtol(p, &end, 10);
-    if (end == p) break;
-    if (v == w) return 1;
-    p = end;
-    while (*p == ' ' || *p == ',') p++;
-  }
-  return 0;
 }
 
 int cddp__members_next(const cddp__members_t *cur, cddp__members_t *next, void *ctx) {
@@ -132,7 +66,7 @@ int cddp__members_next(const cddp__members_t *cur, cddp__members_t *next, void *
       continue;
     }
     int w = cddp__members_world(next) + p->nproc;
-    if (!world_allowed(c->worlds, w)) {
+    if (!cddp__job_worlds_allow(c->worlds, w)) {
       if (c->refused_id < 0)
         c->refused_id = p->id, snprintf(c->refused, sizeof c->refused, "a world of %d ranks cannot split the global "
                                         "batch (world sizes that work: %s)", w, c->worlds);
@@ -170,17 +104,17 @@ int cddp__members_next(const cddp__members_t *cur, cddp__members_t *next, void *
   } else if (cur->wait_ms > 0 && at < 0) { /* the wait ends: the lost node's loss, then the joiners */
     c->ended_wait = 1;
     char joined[400];
-    snprintf(joined, sizeof joined, "%s", c->what + 5); /* past "join " */
+    const char *who = NULL;
+    cddp__job_what_is_join(c->what, strlen(c->what), &who);
+    snprintf(joined, sizeof joined, "%s", who ? who : c->what);
     snprintf(c->what, sizeof c->what, "node %.200s; %.170s joined in time", cur->line, joined);
   }
   return 0;
 }
 
-int cddp__gen_is_join(const char *text, size_t len) { return len >= 5 && !memcmp(text, "join ", 5); }
-
 cddp_result_t cddp__members_read(cddp_store_t *s, int64_t gen, cddp__members_t *out) {
-  char key[64];
-  snprintf(key, sizeof key, "elastic/members/%lld", (long long)gen);
+  cddp__jobkey_t k = cddp__job_key(CDDP__JK_GEN_MEMBERS, gen, 0);
+  const char *key = k.s;
   void *v = NULL;
   size_t len = 0;
   cddp_result_t r = cddp_store_get(s, key, &v, &len, 0);
@@ -193,25 +127,22 @@ cddp_result_t cddp__members_read(cddp_store_t *s, int64_t gen, cddp__members_t *
 }
 
 cddp_result_t cddp__members_write(cddp_store_t *s, int64_t gen, const cddp__members_t *m) {
-  char key[64];
   static __thread char buf[CDDP__MAX_MEMBERS * 96 + 512];
   size_t len = cddp__members_format(m, buf, sizeof buf);
   if (!len) return cddp__fail(CDDP_INTERNAL, "member record of generation %lld too long", (long long)gen);
-  snprintf(key, sizeof key, "elastic/members/%lld", (long long)gen);
   void *cur = NULL;
   size_t cl = 0;
-  cddp_result_t r = cddp_store_compare_set(s, key, NULL, 0, buf, len, &cur, &cl);
+  cddp_result_t r = cddp_store_compare_set(s, KEY(GEN_MEMBERS, gen), NULL, 0, buf, len, &cur, &cl);
   free(cur);
   return r;
 }
 
 cddp_result_t cddp__gen_latest(cddp_store_t *s, int64_t *gen) {
-  CDDP_CHECK(cddp_store_add(s, "elastic/gen", 0, gen));
+  CDDP_CHECK(cddp_store_add(s, KEY(GEN, 0), 0, gen));
   /* the announcement precedes the counter's bump: count the ones already announced */
   for (;;) {
-    char key[64];
-    announce_key(*gen + 1, key, sizeof key);
-    const char *k = key;
+    cddp__jobkey_t key = announce_key(*gen + 1);
+    const char *k = key.s;
     cddp_result_t r = cddp_store_wait(s, &k, 1, 0);
     if (r == CDDP_TIMEOUT) break;
     CDDP_CHECK(r);
@@ -254,13 +185,12 @@ cddp_result_t cddp__gen_change(cddp_store_t *s, const char *what, int self_id,
     } else {
       *next = *cur;
     }
-    char key[64], me[160];
-    snprintf(key, sizeof key, "elastic/claim/%lld", (long long)g + 1);
-    int ml = snprintf(me, sizeof me, "%d %.140s", self_id, what); /* unique: what names a pid or node */
+    char me[160];
+    size_t ml = cddp__job_claim_format(self_id, what, me, sizeof me); /* unique: what names a pid or node */
     void *won = NULL;
     size_t wl = 0;
-    CDDP_CHECK_GOTO(cddp_store_compare_set(s, key, NULL, 0, me, (size_t)ml, &won, &wl), r, out);
-    int mine = wl == (size_t)ml && !memcmp(won, me, wl);
+    CDDP_CHECK_GOTO(cddp_store_compare_set(s, KEY(GEN_CLAIM, g + 1), NULL, 0, me, ml, &won, &wl), r, out);
+    int mine = wl == ml && !memcmp(won, me, wl);
     free(won);
     if (!mine) { /* another agent makes generation g+1: build on it */
       r = cddp__gen_wait_past(s, g, CLAIM_WAIT_MS);
@@ -268,10 +198,9 @@ cddp_result_t cddp__gen_change(cddp_store_t *s, const char *what, int self_id,
       continue;
     }
     if (have || edit) CDDP_CHECK_GOTO(cddp__members_write(s, g + 1, next), r, out);
-    announce_key(g + 1, key, sizeof key);
-    CDDP_CHECK_GOTO(cddp_store_set(s, key, what, strlen(what)), r, out);
+    CDDP_CHECK_GOTO(cddp_store_set(s, announce_key(g + 1).s, what, strlen(what)), r, out);
     int64_t counter;
-    CDDP_CHECK_GOTO(cddp_store_add(s, "elastic/gen", 1, &counter), r, out);
+    CDDP_CHECK_GOTO(cddp_store_add(s, KEY(GEN, 0), 1, &counter), r, out);
     *gen = g + 1;
     break;
   }
@@ -284,18 +213,38 @@ cddp_result_t cddp__gen_bump(cddp_store_t *s, const char *what, int64_t *gen) {
   return cddp__gen_change(s, what, -1, NULL, NULL, gen);
 }
 
-static void announce_key(int64_t gen, char *buf, size_t size) {
-  snprintf(buf, size, "elastic/gen/%lld", (long long)gen);
+size_t cddp__gen_what(cddp_store_t *s, int64_t g, char *buf, size_t size, int *is_join) {
+  void *v = NULL;
+  size_t len = 0;
+  *is_join = 0;
+  if (size) buf[0] = '\0';
+  if (cddp_store_get(s, announce_key(g).s, &v, &len, 0) != CDDP_OK) {
+    cddp__clear_error();
+    return 0;
+  }
+  *is_join = cddp__job_what_is_join(v, len, NULL);
+  int n = snprintf(buf, size, "%.*s", (int)len, (char *)v);
+  free(v);
+  return n < 0 ? 0 : CDDP_MIN((size_t)n, size ? size - 1 : 0);
+}
+
+cddp_result_t cddp__job_worlds_publish(cddp_store_t *s, const int *sizes, int n) {
+  char buf[1024];
+  size_t len = cddp__job_worlds_format(sizes, n, buf, sizeof buf);
+  return len ? cddp_store_set(s, KEY(WORLDS, 0), buf, len) : CDDP_OK;
+}
+
+cddp_result_t cddp__job_stop(cddp_store_t *s, const char *line) {
+  return cddp_store_set(s, KEY(STOP, 0), line, strlen(line));
 }
 
 cddp_result_t cddp__gen_wait_past(cddp_store_t *s, int64_t gen, int timeout_ms) {
-  char key[64];
-  announce_key(gen + 1, key, sizeof key);
-  const char *k = key;
+  cddp__jobkey_t key = announce_key(gen + 1);
+  const char *k = key.s;
   cddp_result_t r = cddp_store_wait(s, &k, 1, timeout_ms);
   if (r == CDDP_TIMEOUT)
     return cddp__fail(CDDP_TIMEOUT, "no generation after %lld was announced within %.1f s (%s absent)", (long long)gen,
-                      timeout_ms / 1e3, key);
+                      timeout_ms / 1e3, key.s);
   return r;
 }
 
@@ -305,20 +254,21 @@ typedef struct gen_view {
   int64_t gen;
   uint64_t deadline;
   int armed;
-  char next_key[64]; /* elastic/gen/<G+1> */
+  cddp__jobkey_t next_key; /* elastic/gen/<G+1> */
 } gen_view_t;
 
 #define V(s) ((gen_view_t *)(s))
 
 /* OK while this generation is current; ABORTED once a later one exists; TIMEOUT at deadline. */
 static cddp_result_t fence(gen_view_t *v) {
-  const char *k = v->next_key;
+  const char *k = v->next_key.s;
   cddp_result_t r = cddp_store_wait(v->outer, &k, 1, 0);
   if (r == CDDP_OK)
     return cddp__fail(CDDP_ABORTED, "generation %lld was announced while generation %lld formed", (long long)v->gen + 1,
                       (long long)v->gen);
   if (r != CDDP_TIMEOUT) return r;
-  k = "elastic/complete";
+  cddp__jobkey_t ck = cddp__job_key(CDDP__JK_COMPLETE, 0, 0);
+  k = ck.s;
   if (cddp_store_wait(v->outer, &k, 1, 0) == CDDP_OK)
     return cddp__fail(CDDP_ABORTED, "the job finished while generation %lld formed", (long long)v->gen);
   cddp__clear_error();
@@ -383,9 +333,7 @@ cddp_result_t cddp__gen_view(cddp_store_t **out, cddp_store_t *s, int64_t gen, u
   *out = NULL;
   gen_view_t *v = calloc(1, sizeof *v);
   if (!v) return cddp__fail(CDDP_SYSTEM, "generation view: out of memory");
-  char prefix[64];
-  snprintf(prefix, sizeof prefix, "elastic/g%lld/", (long long)gen);
-  cddp_result_t r = cddp_store_prefix_create(&v->inner, s, prefix, 0);
+  cddp_result_t r = cddp_store_prefix_create(&v->inner, s, cddp__job_key(CDDP__JK_GEN_COMM, gen, 0).s, 0);
   if (r != CDDP_OK) {
     free(v);
     return r;
@@ -393,7 +341,7 @@ cddp_result_t cddp__gen_view(cddp_store_t **out, cddp_store_t *s, int64_t gen, u
   cddp__store_init(&v->base, &gen_ops);
   v->base.timeout_ms = s->timeout_ms;
   v->outer = s, v->gen = gen, v->deadline = deadline, v->armed = 1;
-  announce_key(gen + 1, v->next_key, sizeof v->next_key);
+  v->next_key = cddp__job_key(CDDP__JK_GEN_ANNOUNCE, gen + 1, 0);
   *out = &v->base;
   return CDDP_OK;
 }
@@ -439,14 +387,13 @@ static cddp_result_t find_place(cddp_store_t *s, int64_t g, cddp__gen_place_t *p
  * the agents end the round meanwhile (a signal: "fail ..." in rdzv/<round>/event). */
 static cddp_result_t wait_below_min(cddp_store_t *s, int64_t g, int round, int timeout_ms) {
   uint64_t end = cddp__deadline_ms(timeout_ms);
-  char ev[64];
-  snprintf(ev, sizeof ev, "rdzv/%d/event", round);
+  cddp__jobkey_t ev = cddp__job_key(CDDP__JK_RDZV_EVENT, round, 0);
   for (;;) {
     cddp_result_t r = cddp__gen_wait_past(s, g, CDDP_MIN(cddp__ms_left(end), 250));
     if (r != CDDP_TIMEOUT || cddp__ms_left(end) == 0) return r;
     void *v = NULL;
     size_t len = 0;
-    if (cddp_store_get(s, ev, &v, &len, 0) == CDDP_OK) {
+    if (cddp_store_get(s, ev.s, &v, &len, 0) == CDDP_OK) {
       r = cddp__fail(CDDP_ABORTED, "the job ended while it waited below MIN: %.*s", (int)CDDP_MIN(len, 300), (char *)v);
       free(v);
       return r;
@@ -494,7 +441,8 @@ cddp_result_t cddp__gen_form(cddp_store_t *s, int rank, int world, int round, co
     char why[512];
     snprintf(why, sizeof why, "%s", cddp_last_error());
     cddp_store_close(v);
-    const char *ck = "elastic/complete";
+    cddp__jobkey_t complete = cddp__job_key(CDDP__JK_COMPLETE, 0, 0);
+    const char *ck = complete.s;
     if (place && cddp_store_wait(s, &ck, 1, 0) == CDDP_OK) {
       place->gone = 3;
       return cddp__fail(CDDP_NOT_FOUND, "the job finished before generation %lld formed: nothing left to train",

@@ -38,11 +38,10 @@ static int64_t fence_gen(struct cddp__fence *f) {
 
 /* 1 when elastic/gen/<g> announces a join only. */
 static int is_join(cddp_store_t *s, int64_t g) {
-  char key[64];
-  snprintf(key, sizeof key, "elastic/gen/%lld", (long long)g);
+  cddp__jobkey_t key = cddp__job_key(CDDP__JK_GEN_ANNOUNCE, g, 0);
   void *v = NULL;
   size_t len = 0;
-  int j = cddp_store_get(s, key, &v, &len, 0) == CDDP_OK && cddp__gen_is_join(v, len);
+  int j = cddp_store_get(s, key.s, &v, &len, 0) == CDDP_OK && cddp__job_what_is_join(v, len, NULL);
   free(v);
   cddp__clear_error();
   return j;
@@ -54,9 +53,8 @@ static void *fence_main(void *arg) {
   while (!__atomic_load_n(&f->stop, __ATOMIC_ACQUIRE)) {
     int64_t g = fence_gen(f);
     if (g != base) base = g, seen = g; /* re-formed: start over past the new generation */
-    char key[64];
-    snprintf(key, sizeof key, "elastic/gen/%lld", (long long)seen + 1);
-    const char *k = key;
+    cddp__jobkey_t key = cddp__job_key(CDDP__JK_GEN_ANNOUNCE, seen + 1, 0);
+    const char *k = key.s;
     cddp_result_t r = cddp_store_wait(f->store, &k, 1, FENCE_SLICE_MS);
     if (r == CDDP_TIMEOUT) continue;
     if (r != CDDP_OK) break; /* the store is gone: the job is over */
@@ -218,13 +216,12 @@ cddp_result_t cddp_world_recover(cddp_world_t *w) {
 
 /* Every rank says it is done; rank 0, which may host the store, waits for the others. */
 static void done_barrier(cddp_world_t *w) {
-  char key[64];
-  snprintf(key, sizeof key, "world/r%d/g%d/done/%d", w->env.round, w->env.gen, w->rank);
-  if (cddp_store_set(w->store, key, "1", 1) != CDDP_OK || w->rank != 0) return;
+  cddp__jobkey_t key = cddp__job_key3(CDDP__JK_WORLD_DONE, w->env.round, w->env.gen, w->rank);
+  if (cddp_store_set(w->store, key.s, CDDP__JOB_FLAG, CDDP__JOB_FLAG_LEN) != CDDP_OK || w->rank != 0) return;
   uint64_t deadline = cddp__deadline_ms(10000);
   for (int r = 1; r < w->world; r++) {
-    snprintf(key, sizeof key, "world/r%d/g%d/done/%d", w->env.round, w->env.gen, r);
-    const char *keys[1] = {key};
+    key = cddp__job_key3(CDDP__JK_WORLD_DONE, w->env.round, w->env.gen, r);
+    const char *keys[1] = {key.s};
     if (cddp_store_wait(w->store, keys, 1, cddp__ms_left(deadline)) != CDDP_OK) return;
   }
 }
