@@ -46,7 +46,7 @@ typedef struct cddp_world {
   int rank, world;
   cddp_comm_config_t cfg;      /* what join was given, kept for the communicators recover builds */
   cddp_store_t *gen_view;      /* internal: the store view the current communicator was built on */
-  struct cddp__fence *fence;   /* internal: aborts comm when a new generation is announced */
+  struct cddp__gen_watch *watch; /* internal: aborts comm when a new generation is announced */
   int late;                    /* internal: a first start whose communicator formed past the
                                   generation it was started in (see cddp_world_replacement) */
   int gone;                    /* after cddp_world_recover failed: 1 = this worker's node was

@@ -13,14 +13,14 @@
 #include "common/log.h"
 #include "world/elastic.h"
 
-#define FENCE_SLICE_MS 250 /* how often the fence looks at its stop flag */
+#define WATCH_SLICE_MS 250 /* how often the watcher looks at its stop flag */
 
-/* A thread with its own store connection: when a generation past the one w->comm belongs to
- * is announced, it aborts w->comm, so every blocked collective returns ABORTED at once (a
- * frozen or cut-off peer would otherwise hold it until the comm's timeout). A join
- * generation (nobody lost: "join node ...") only raises join_gen: the ranks agree to re-form
- * at a step boundary (cddp_world_should_reform). */
-struct cddp__fence {
+/* The generation watcher: a thread with its own store connection; when a generation past the
+ * one w->comm belongs to is announced, it aborts w->comm, so every blocked collective returns
+ * ABORTED at once (a frozen or cut-off peer would otherwise hold it until the comm's
+ * timeout). A join generation (nobody lost: "join node ...") only raises join_gen: the ranks
+ * agree to re-form at a step boundary (cddp_world_should_reform). */
+struct cddp__gen_watch {
   pthread_t th;
   pthread_mutex_t mu; /* guards w->comm and w->env.gen against the main thread's changes */
   cddp_store_t *store;
@@ -29,7 +29,7 @@ struct cddp__fence {
   int64_t join_gen; /* the latest join generation seen (atomic) */
 };
 
-static int64_t fence_gen(struct cddp__fence *f) {
+static int64_t watch_gen(struct cddp__gen_watch *f) {
   pthread_mutex_lock(&f->mu);
   int64_t g = f->w->env.gen;
   pthread_mutex_unlock(&f->mu);
@@ -47,15 +47,15 @@ static int is_join(cddp_store_t *s, int64_t g) {
   return j;
 }
 
-static void *fence_main(void *arg) {
-  struct cddp__fence *f = arg;
+static void *watch_main(void *arg) {
+  struct cddp__gen_watch *f = arg;
   int64_t seen = -1, base = -1; /* generations up to seen are known to be joins past base */
   while (!__atomic_load_n(&f->stop, __ATOMIC_ACQUIRE)) {
-    int64_t g = fence_gen(f);
+    int64_t g = watch_gen(f);
     if (g != base) base = g, seen = g; /* re-formed: start over past the new generation */
     cddp__jobkey_t key = cddp__job_key(CDDP__JK_GEN_ANNOUNCE, seen + 1, 0);
     const char *k = key.s;
-    cddp_result_t r = cddp_store_wait(f->store, &k, 1, FENCE_SLICE_MS);
+    cddp_result_t r = cddp_store_wait(f->store, &k, 1, WATCH_SLICE_MS);
     if (r == CDDP_TIMEOUT) continue;
     if (r != CDDP_OK) break; /* the store is gone: the job is over */
     if (is_join(f->store, seen + 1)) { /* not a failure: re-form at the next step boundary */
@@ -72,19 +72,19 @@ static void *fence_main(void *arg) {
       cddp_comm_abort(f->w->comm);
     }
     pthread_mutex_unlock(&f->mu);
-    while (!__atomic_load_n(&f->stop, __ATOMIC_ACQUIRE) && fence_gen(f) == g) usleep(20000);
+    while (!__atomic_load_n(&f->stop, __ATOMIC_ACQUIRE) && watch_gen(f) == g) usleep(20000);
   }
   return NULL;
 }
 
-static void fence_start(cddp_world_t *w) {
-  struct cddp__fence *f = calloc(1, sizeof *f);
+static void watch_start(cddp_world_t *w) {
+  struct cddp__gen_watch *f = calloc(1, sizeof *f);
   if (!f) return;
   pthread_mutex_init(&f->mu, NULL);
   f->w = w;
   cddp_store_server_t *hosted = NULL;
   if (cddp_env_connect(&w->env, 10000, &f->store, &hosted) != CDDP_OK || hosted ||
-      pthread_create(&f->th, NULL, fence_main, f) != 0) {
+      pthread_create(&f->th, NULL, watch_main, f) != 0) {
     CDDP_WARN("rank %d: no generation watcher (%s): a silent peer is found by the comm timeout only", w->rank,
               cddp_last_error());
     cddp_env_disconnect(f->store, hosted);
@@ -92,25 +92,25 @@ static void fence_start(cddp_world_t *w) {
     free(f);
     return;
   }
-  w->fence = f;
+  w->watch = f;
 }
 
-static void fence_stop(cddp_world_t *w) {
-  struct cddp__fence *f = w->fence;
+static void watch_stop(cddp_world_t *w) {
+  struct cddp__gen_watch *f = w->watch;
   if (!f) return;
   __atomic_store_n(&f->stop, 1, __ATOMIC_RELEASE);
   pthread_join(f->th, NULL);
   cddp_store_close(f->store);
   pthread_mutex_destroy(&f->mu);
   free(f);
-  w->fence = NULL;
+  w->watch = NULL;
 }
 
-static void fence_lock(cddp_world_t *w) {
-  if (w->fence) pthread_mutex_lock(&w->fence->mu);
+static void watch_lock(cddp_world_t *w) {
+  if (w->watch) pthread_mutex_lock(&w->watch->mu);
 }
-static void fence_unlock(cddp_world_t *w) {
-  if (w->fence) pthread_mutex_unlock(&w->fence->mu);
+static void watch_unlock(cddp_world_t *w) {
+  if (w->watch) pthread_mutex_unlock(&w->watch->mu);
 }
 
 static cddp_result_t form(cddp_world_t *w, uint64_t deadline, int64_t min_gen) {
@@ -125,10 +125,10 @@ static cddp_result_t form(cddp_world_t *w, uint64_t deadline, int64_t min_gen) {
     w->gone = place.gone;
     return r;
   }
-  fence_lock(w);
+  watch_lock(w);
   w->comm = comm, w->gen_view = view, w->env.gen = (int)g;
   if (place.agent_id >= 0) w->rank = place.rank, w->world = place.world;
-  fence_unlock(w);
+  watch_unlock(w);
   cddp__log_set_rank(w->rank);
   return CDDP_OK;
 }
@@ -158,7 +158,7 @@ cddp_result_t cddp_world_join(cddp_world_t *w, const cddp_comm_config_t *cfg) {
       /* its peers of that generation include a replacement, which goes straight to the
        * state sync: so must this rank, or it would run the first start's collectives alone */
       w->late = w->env.gen > spawned_in;
-      fence_start(w);
+      watch_start(w);
     }
   } else {
     r = cddp_comm_init(&w->comm, w->store, w->rank, w->world, w->env.round, &w->cfg);
@@ -183,14 +183,14 @@ int cddp_world_replacement(const cddp_world_t *w) { return w->env.replacement ||
 int cddp_world_generation(const cddp_world_t *w) { return w->env.gen; }
 
 int cddp_world_should_reform(const cddp_world_t *w) {
-  return w->fence && __atomic_load_n(&w->fence->join_gen, __ATOMIC_ACQUIRE) > (int64_t)w->env.gen;
+  return w->watch && __atomic_load_n(&w->watch->join_gen, __ATOMIC_ACQUIRE) > (int64_t)w->env.gen;
 }
 
 static void drop_comm(cddp_world_t *w) {
-  fence_lock(w);
+  watch_lock(w);
   cddp_comm_t *c = w->comm;
   w->comm = NULL;
-  fence_unlock(w);
+  watch_unlock(w);
   if (c) cddp_comm_abort(c);
   cddp_comm_destroy(c);
   cddp_store_close(w->gen_view);
@@ -227,7 +227,7 @@ static void done_barrier(cddp_world_t *w) {
 }
 
 void cddp_world_leave(cddp_world_t *w, int clean) {
-  fence_stop(w);
+  watch_stop(w);
   if (!clean && w->comm) cddp_comm_abort(w->comm);
   cddp_comm_destroy(w->comm);
   w->comm = NULL;
