@@ -20,16 +20,32 @@
  * ABORTED at once (a frozen or cut-off peer would otherwise hold it until the comm's
  * timeout). A join generation (nobody lost: "join node ...") only raises join_gen: the ranks
  * agree to re-form at a step boundary (cddp_world_should_reform). */
-struct cddp__gen_watch {
+typedef struct gen_watch {
   pthread_t th;
   pthread_mutex_t mu; /* guards w->comm and w->env.gen against the main thread's changes */
   cddp_store_t *store;
   cddp_world_t *w;
   int stop;
   int64_t join_gen; /* the latest join generation seen (atomic) */
+} gen_watch_t;
+
+/* What a worker's world keeps beyond its public fields. */
+struct cddp__world_state {
+  cddp_store_t *gen_view; /* the store view the current communicator was built on */
+  gen_watch_t *watch;     /* aborts comm when a new generation is announced */
+  int late;               /* a first start whose communicator formed past the generation it was
+                             started in (see cddp_world_replacement) */
+  int gone;               /* see cddp_world_gone */
 };
 
-static int64_t watch_gen(struct cddp__gen_watch *f) {
+/* A failed join holds nothing: its world points at one of these, which say only why. */
+static struct cddp__world_state gone_for[4] = {{.gone = 0}, {.gone = 1}, {.gone = 2}, {.gone = 3}};
+
+static int is_static_state(const struct cddp__world_state *st) {
+  return st >= gone_for && st < gone_for + CDDP_ARRAY_LEN(gone_for);
+}
+
+static int64_t watch_gen(gen_watch_t *f) {
   pthread_mutex_lock(&f->mu);
   int64_t g = f->w->env.gen;
   pthread_mutex_unlock(&f->mu);
@@ -48,7 +64,7 @@ static int is_join(cddp_store_t *s, int64_t g) {
 }
 
 static void *watch_main(void *arg) {
-  struct cddp__gen_watch *f = arg;
+  gen_watch_t *f = arg;
   int64_t seen = -1, base = -1; /* generations up to seen are known to be joins past base */
   while (!__atomic_load_n(&f->stop, __ATOMIC_ACQUIRE)) {
     int64_t g = watch_gen(f);
@@ -78,7 +94,7 @@ static void *watch_main(void *arg) {
 }
 
 static void watch_start(cddp_world_t *w) {
-  struct cddp__gen_watch *f = calloc(1, sizeof *f);
+  gen_watch_t *f = calloc(1, sizeof *f);
   if (!f) return;
   pthread_mutex_init(&f->mu, NULL);
   f->w = w;
@@ -92,25 +108,25 @@ static void watch_start(cddp_world_t *w) {
     free(f);
     return;
   }
-  w->watch = f;
+  w->state->watch = f;
 }
 
 static void watch_stop(cddp_world_t *w) {
-  struct cddp__gen_watch *f = w->watch;
+  gen_watch_t *f = w->state ? w->state->watch : NULL;
   if (!f) return;
   __atomic_store_n(&f->stop, 1, __ATOMIC_RELEASE);
   pthread_join(f->th, NULL);
   cddp_store_close(f->store);
   pthread_mutex_destroy(&f->mu);
   free(f);
-  w->watch = NULL;
+  w->state->watch = NULL;
 }
 
 static void watch_lock(cddp_world_t *w) {
-  if (w->watch) pthread_mutex_lock(&w->watch->mu);
+  if (w->state && w->state->watch) pthread_mutex_lock(&w->state->watch->mu);
 }
 static void watch_unlock(cddp_world_t *w) {
-  if (w->watch) pthread_mutex_unlock(&w->watch->mu);
+  if (w->state && w->state->watch) pthread_mutex_unlock(&w->state->watch->mu);
 }
 
 static cddp_result_t form(cddp_world_t *w, uint64_t deadline, int64_t min_gen) {
@@ -122,11 +138,11 @@ static cddp_result_t form(cddp_world_t *w, uint64_t deadline, int64_t min_gen) {
   cddp_result_t r = cddp__gen_form(w->store, w->rank, w->world, w->env.round, &w->cfg, g, deadline, &place, &comm,
                                    &view, &g);
   if (r != CDDP_OK) {
-    w->gone = place.gone;
+    w->state->gone = place.gone;
     return r;
   }
   watch_lock(w);
-  w->comm = comm, w->gen_view = view, w->env.gen = (int)g;
+  w->comm = comm, w->state->gen_view = view, w->env.gen = (int)g;
   if (place.agent_id >= 0) w->rank = place.rank, w->world = place.world;
   watch_unlock(w);
   cddp__log_set_rank(w->rank);
@@ -135,6 +151,7 @@ static cddp_result_t form(cddp_world_t *w, uint64_t deadline, int64_t min_gen) {
 
 cddp_result_t cddp_world_join(cddp_world_t *w, const cddp_comm_config_t *cfg) {
   memset(w, 0, sizeof *w);
+  w->state = &gone_for[0];
   CDDP_CHECK(cddp_env_read(&w->env));
   w->rank = w->env.rank, w->world = w->env.world_size;
   cddp__log_set_rank(w->rank);
@@ -148,6 +165,12 @@ cddp_result_t cddp_world_join(cddp_world_t *w, const cddp_comm_config_t *cfg) {
   }
   if (cfg) w->cfg = *cfg;
   else cddp_comm_config_default(&w->cfg);
+  if (!(w->state = calloc(1, sizeof *w->state))) {
+    w->state = &gone_for[0];
+    cddp_env_disconnect(w->store, w->hosted);
+    w->store = NULL, w->hosted = NULL;
+    return cddp__fail(CDDP_SYSTEM, "rank %d: out of memory", w->rank);
+  }
   if (cddp_world_can_recover(w)) {
     cddp_comm_config_t full;
     cddp_comm_config_default(&full);
@@ -157,7 +180,7 @@ cddp_result_t cddp_world_join(cddp_world_t *w, const cddp_comm_config_t *cfg) {
     if (r == CDDP_OK) {
       /* its peers of that generation include a replacement, which goes straight to the
        * state sync: so must this rank, or it would run the first start's collectives alone */
-      w->late = w->env.gen > spawned_in;
+      w->state->late = w->env.gen > spawned_in;
       watch_start(w);
     }
   } else {
@@ -168,7 +191,10 @@ cddp_result_t cddp_world_join(cddp_world_t *w, const cddp_comm_config_t *cfg) {
     snprintf(why, sizeof why, "%s", cddp_last_error());
     cddp_env_disconnect(w->store, w->hosted);
     w->store = NULL, w->hosted = NULL;
-    if (w->gone) return cddp__fail(r, "rank %d: %s", w->rank, why);
+    int gone = w->state->gone;
+    free(w->state);
+    w->state = &gone_for[gone >= 0 && gone < 4 ? gone : 0];
+    if (gone) return cddp__fail(r, "rank %d: %s", w->rank, why);
     return cddp__fail(r, "rank %d: communicator: %s", w->rank, why);
   }
   return CDDP_OK;
@@ -178,12 +204,20 @@ int cddp_world_can_recover(const cddp_world_t *w) {
   return w->env.source == CDDP_ENV_AGENT && w->env.replace_mode && w->world > 1;
 }
 
-int cddp_world_replacement(const cddp_world_t *w) { return w->env.replacement || w->late; }
+int cddp_world_replacement(const cddp_world_t *w) { return w->env.replacement || (w->state && w->state->late); }
+
+int cddp_world_gone(const cddp_world_t *w) { return w->state ? w->state->gone : 0; }
+
+void cddp_world_stop(cddp_world_t *w, const char *line) {
+  if (w->store) (void)cddp__job_stop(w->store, line);
+  if (w->state && !is_static_state(w->state)) w->state->gone = 2;
+}
 
 int cddp_world_generation(const cddp_world_t *w) { return w->env.gen; }
 
 int cddp_world_should_reform(const cddp_world_t *w) {
-  return w->watch && __atomic_load_n(&w->watch->join_gen, __ATOMIC_ACQUIRE) > (int64_t)w->env.gen;
+  gen_watch_t *f = w->state ? w->state->watch : NULL;
+  return f && __atomic_load_n(&f->join_gen, __ATOMIC_ACQUIRE) > (int64_t)w->env.gen;
 }
 
 static void drop_comm(cddp_world_t *w) {
@@ -193,8 +227,10 @@ static void drop_comm(cddp_world_t *w) {
   watch_unlock(w);
   if (c) cddp_comm_abort(c);
   cddp_comm_destroy(c);
-  cddp_store_close(w->gen_view);
-  w->gen_view = NULL;
+  if (w->state && !is_static_state(w->state)) {
+    cddp_store_close(w->state->gen_view);
+    w->state->gen_view = NULL;
+  }
 }
 
 cddp_result_t cddp_world_recover(cddp_world_t *w) {
@@ -231,8 +267,11 @@ void cddp_world_leave(cddp_world_t *w, int clean) {
   if (!clean && w->comm) cddp_comm_abort(w->comm);
   cddp_comm_destroy(w->comm);
   w->comm = NULL;
-  cddp_store_close(w->gen_view);
-  w->gen_view = NULL;
+  if (w->state && !is_static_state(w->state)) {
+    cddp_store_close(w->state->gen_view);
+    free(w->state);
+  }
+  w->state = NULL;
   if (clean && w->store) done_barrier(w);
   cddp_env_disconnect(w->store, w->hosted);
   w->store = NULL, w->hosted = NULL;

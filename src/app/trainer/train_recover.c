@@ -222,8 +222,7 @@ static cddp_result_t adopt_world(trainer_t *t) {
   if (cddp__train_batch_split(t) != CDDP_OK) {
     char line[600];
     snprintf(line, sizeof line, "job stopped: the world shrank to %d ranks: %s", t->world, cddp_last_error());
-    (void)cddp__job_stop(t->w.store, line);
-    t->w.gone = 2;
+    cddp_world_stop(&t->w, line);
     return cddp__fail(CDDP_INVALID_ARG, "%s", line);
   }
   if (t->accum > 1 && !t->scratch && !(t->scratch = aligned_alloc(64, (t->n_params * sizeof(float) + 63) / 64 * 64)))
