@@ -44,6 +44,7 @@ typedef struct cddp__change {
   char what[400];              /* the announcement: "node H (agent A, why)[; spare node H2 (agent
                                   B) takes its place]" or "join node H (agent A)[, node ...]" */
   int added, proposed_stop, proposed_wait, ended_wait;
+  int spare_at;                /* where "; spare node ..." starts in what (-1: no spare) */
   int refused_id;              /* a candidate not taken (-1: none) and why, one line */
   char refused[240];
 } cddp__change_t;

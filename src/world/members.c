@@ -25,7 +25,7 @@ int cddp__members_find(const cddp__members_t *m, int agent_id, int *rank_base, i
 int cddp__members_next(const cddp__members_t *cur, cddp__members_t *next, void *ctx) {
   cddp__change_t *c = ctx;
   c->what[0] = c->refused[0] = '\0';
-  c->added = c->proposed_stop = c->proposed_wait = c->ended_wait = 0, c->refused_id = -1;
+  c->added = c->proposed_stop = c->proposed_wait = c->ended_wait = 0, c->refused_id = -1, c->spare_at = -1;
   if (cddp__members_find(cur, c->self, NULL, NULL) < 0) return 1; /* not ours to change */
   if (c->expired) { /* the wait is over: nobody (enough) came */
     if (cur->wait_ms <= 0) return 1; /* nodes came in time (or no wait): nothing to stop */
@@ -60,6 +60,7 @@ int cddp__members_next(const cddp__members_t *cur, cddp__members_t *next, void *
       continue;
     }
     next->m[next->n++] = *p;
+    if (at >= 0 && !c->added && o < sizeof c->what) c->spare_at = (int)o;
     if (o < sizeof c->what)
       o += (size_t)snprintf(c->what + o, sizeof c->what - o, "%s%s node %s (agent %d)",
                             at >= 0 ? (c->added ? "," : "; spare") : (c->added ? "," : "join"), "", p->host, p->id);
@@ -77,7 +78,7 @@ int cddp__members_next(const cddp__members_t *cur, cddp__members_t *next, void *
       next->n = 0;
       for (int i = 0; i < cur->n; i++)
         if (i != at) next->m[next->n++] = cur->m[i];
-      c->added = 0;
+      c->added = 0, c->spare_at = -1;
     }
     next->wait_ms = c->wait_ms, c->proposed_wait = 1;
     snprintf(next->line, sizeof next->line, "%s (agent %d, %s)", cur->m[at].host, c->lost, c->why);

@@ -152,10 +152,12 @@ TEST(jobkeys_generation_state_machine_on_the_in_memory_store) {
   CHECK_OK(cddp__members_read(s, 2, m));
   CHECK(m->n == 2 && m->m[0].id == 0 && m->m[1].id == 2);
   CHECK(cddp__gen_what(s, 2, buf, sizeof buf, &join) && !join && strstr(buf, "spare node c (agent 2)"));
+  CHECK(c.spare_at > 0 && !strcmp(c.what + c.spare_at, "; spare node c (agent 2) takes its place"));
   /* agent 3 joins: appended, nobody's rank moves; the announcement is a join */
   c = (cddp__change_t){.self = 0, .lost = -1, .min_nodes = 2, .max_nodes = 3, .cand = cand, .ncand = 2,
                        .refused_id = -1};
   CHECK_EQ(change(s, &c), 3);
+  CHECK_EQ(c.spare_at, -1);
   CHECK_OK(cddp__members_read(s, 3, m));
   CHECK(m->n == 3 && m->m[2].id == 3 && cddp__members_world(m) == 4);
   CHECK(cddp__gen_what(s, 3, buf, sizeof buf, &join) && join);

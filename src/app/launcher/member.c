@@ -401,7 +401,7 @@ static void propose(cddp__membership_t *ms, int lost, const char *why, int expir
   } else if (g > 0 && !c.proposed_stop) {
     char map[300];
     rank_map(&before, &ms->cur, map, sizeof map);
-    char *spare = strstr(c.what, "; spare ");
+    char *spare = c.spare_at >= 0 ? c.what + c.spare_at : NULL; /* "; spare node H (agent B) takes its place" */
     if (spare) *spare = '\0';
     if (lost >= 0)
       fprintf(stderr, "cddp run: node %s (agent %d) lost: %s%s%s; generation %lld: world %d -> %d, ranks %s\n", host, lost,
