@@ -75,8 +75,7 @@ void cddp_world_leave(cddp_world_t *w, int clean);
  * INVALID_USAGE with one line when the launcher does not replace workers in place (the
  * caller then exits, as before); TIMEOUT when no replacement came; NOT_FOUND with
  * cddp_world_gone(w) > 0 when this worker's node was dropped or the job stopped (cddp_last_error
- * is the one line to print). w->comm is NULL after an error. Do not move *w between join and
- * leave. */
+ * is the one line to print). w->comm is NULL after an error. */
 cddp_result_t cddp_world_recover(cddp_world_t *w);
 /* Why this worker has no place in the job any more, after cddp_world_join or
  * cddp_world_recover failed (also after a failed join, which holds nothing else): 0 = it may

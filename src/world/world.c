@@ -22,9 +22,11 @@
  * agree to re-form at a step boundary (cddp_world_should_reform). */
 typedef struct gen_watch {
   pthread_t th;
-  pthread_mutex_t mu; /* guards w->comm and w->env.gen against the main thread's changes */
+  pthread_mutex_t mu; /* guards gen and comm against the main thread's changes */
   cddp_store_t *store;
-  cddp_world_t *w;
+  int64_t gen;        /* the world's generation and communicator, kept here (not a pointer to */
+  cddp_comm_t *comm;  /* the world) so that the caller's cddp_world_t may move */
+  int rank;           /* for the log lines */
   int stop;
   int64_t join_gen; /* the latest join generation seen (atomic) */
 } gen_watch_t;
@@ -47,7 +49,7 @@ static int is_static_state(const struct cddp__world_state *st) {
 
 static int64_t watch_gen(gen_watch_t *f) {
   pthread_mutex_lock(&f->mu);
-  int64_t g = f->w->env.gen;
+  int64_t g = f->gen;
   pthread_mutex_unlock(&f->mu);
   return g;
 }
@@ -78,14 +80,14 @@ static void *watch_main(void *arg) {
       seen++;
       __atomic_store_n(&f->join_gen, seen, __ATOMIC_RELEASE);
       CDDP_INFO(CDDP_SUB_ENV, "rank %d: generation %lld takes a node in: re-forming at the next step boundary",
-                f->w->rank, (long long)seen);
+                f->rank, (long long)seen);
       continue;
     }
     pthread_mutex_lock(&f->mu);
-    if (f->w->env.gen == g && f->w->comm) {
-      CDDP_INFO(CDDP_SUB_ENV, "rank %d: generation %lld announced: aborting the communicator of %lld", f->w->rank,
+    if (f->gen == g && f->comm) {
+      CDDP_INFO(CDDP_SUB_ENV, "rank %d: generation %lld announced: aborting the communicator of %lld", f->rank,
                 (long long)seen + 1, (long long)g);
-      cddp_comm_abort(f->w->comm);
+      cddp_comm_abort(f->comm);
     }
     pthread_mutex_unlock(&f->mu);
     while (!__atomic_load_n(&f->stop, __ATOMIC_ACQUIRE) && watch_gen(f) == g) usleep(20000);
@@ -97,7 +99,7 @@ static void watch_start(cddp_world_t *w) {
   gen_watch_t *f = calloc(1, sizeof *f);
   if (!f) return;
   pthread_mutex_init(&f->mu, NULL);
-  f->w = w;
+  f->gen = w->env.gen, f->comm = w->comm, f->rank = w->rank;
   cddp_store_server_t *hosted = NULL;
   if (cddp_env_connect(&w->env, 10000, &f->store, &hosted) != CDDP_OK || hosted ||
       pthread_create(&f->th, NULL, watch_main, f) != 0) {
@@ -122,11 +124,13 @@ static void watch_stop(cddp_world_t *w) {
   w->state->watch = NULL;
 }
 
-static void watch_lock(cddp_world_t *w) {
-  if (w->state && w->state->watch) pthread_mutex_lock(&w->state->watch->mu);
-}
-static void watch_unlock(cddp_world_t *w) {
-  if (w->state && w->state->watch) pthread_mutex_unlock(&w->state->watch->mu);
+/* The world's communicator and generation change: the watcher's copies change with them. */
+static void watch_set(cddp_world_t *w, cddp_comm_t *comm, int gen) {
+  gen_watch_t *f = w->state ? w->state->watch : NULL;
+  if (f) pthread_mutex_lock(&f->mu);
+  w->comm = comm, w->env.gen = gen;
+  if (f) f->comm = comm, f->gen = gen, f->rank = w->rank;
+  if (f) pthread_mutex_unlock(&f->mu);
 }
 
 static cddp_result_t form(cddp_world_t *w, uint64_t deadline, int64_t min_gen) {
@@ -141,10 +145,9 @@ static cddp_result_t form(cddp_world_t *w, uint64_t deadline, int64_t min_gen) {
     w->state->gone = place.gone;
     return r;
   }
-  watch_lock(w);
-  w->comm = comm, w->state->gen_view = view, w->env.gen = (int)g;
+  w->state->gen_view = view;
   if (place.agent_id >= 0) w->rank = place.rank, w->world = place.world;
-  watch_unlock(w);
+  watch_set(w, comm, (int)g);
   cddp__log_set_rank(w->rank);
   return CDDP_OK;
 }
@@ -221,10 +224,8 @@ int cddp_world_should_reform(const cddp_world_t *w) {
 }
 
 static void drop_comm(cddp_world_t *w) {
-  watch_lock(w);
   cddp_comm_t *c = w->comm;
-  w->comm = NULL;
-  watch_unlock(w);
+  watch_set(w, NULL, w->env.gen);
   if (c) cddp_comm_abort(c);
   cddp_comm_destroy(c);
   if (w->state && !is_static_state(w->state)) {
