@@ -98,10 +98,12 @@ void cddp_world_stop(cddp_world_t *w, const char *line);
  *   votes = cddp_world_should_reform(&w);  allreduce(..., &votes, SUM);  commit the step;
  *   if (votes > 0) { free comm things; cddp_world_recover(&w); rebuild; sync state; }
  *
- * A trainer whose global batch splits only over some world sizes lists them in the job's
- * store as "elastic/worlds" (text "1 2 3 6 ..."): a joiner that would make another size is
- * kept waiting as a spare. */
+ * A trainer whose global batch splits only over some world sizes lists them with
+ * cddp_world_allow_sizes: a joiner that would make another size is kept waiting as a spare. */
 int cddp_world_should_reform(const cddp_world_t *w);
+/* The world sizes this job may grow or shrink to (n of them; rank 0 says it once): a node
+ * whose joining would make another size waits as a spare. Without it any size is taken. */
+cddp_result_t cddp_world_allow_sizes(const cddp_world_t *w, const int *sizes, int n);
 /* 1 when this process was started to replace a dead worker of the same rank, or as a
  * newcomer on a node taken into the running job, or when its first communicator formed in a
  * later generation than the one it was started in (a peer died as the job started, and its

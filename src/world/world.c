@@ -211,6 +211,11 @@ int cddp_world_replacement(const cddp_world_t *w) { return w->env.replacement ||
 
 int cddp_world_gone(const cddp_world_t *w) { return w->state ? w->state->gone : 0; }
 
+cddp_result_t cddp_world_allow_sizes(const cddp_world_t *w, const int *sizes, int n) {
+  if (!w->store) return cddp__fail(CDDP_INVALID_USAGE, "cddp_world_allow_sizes: the world has no store (join first)");
+  return cddp__job_worlds_publish(w->store, sizes, n);
+}
+
 void cddp_world_stop(cddp_world_t *w, const char *line) {
   if (w->store) (void)cddp__job_stop(w->store, line);
   if (w->state && !is_static_state(w->state)) w->state->gone = 2;

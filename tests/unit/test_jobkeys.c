@@ -3,6 +3,7 @@
  * and the generation state machine driven directly on the in-memory store. */
 #include <string.h>
 
+#include "cddp/ddp.h"
 #include "world/elastic.h"
 #include "world/jobkeys.h"
 #include "test.h"
@@ -179,4 +180,25 @@ TEST(jobkeys_generation_state_machine_on_the_in_memory_store) {
   CHECK_EQ(g, 5);
   cddp_store_close(s);
   free(m);
+}
+
+/* What a trainer says to the agents through its world: the sizes it splits over, a stop. */
+TEST(jobkeys_world_says_sizes_and_stop_in_the_jobs_keys) {
+  cddp_store_t *s;
+  CHECK_OK(cddp_store_mem_create(&s));
+  cddp_world_t w = {.store = s}, none = {0};
+  int sizes[] = {1, 2, 3, 6};
+  CHECK_OK(cddp_world_allow_sizes(&w, sizes, 4));
+  CHECK_RESULT(cddp_world_allow_sizes(&none, sizes, 4), CDDP_INVALID_USAGE);
+  void *v = NULL;
+  size_t len = 0;
+  CHECK_OK(cddp_store_get(s, "elastic/worlds", &v, &len, 0));
+  CHECK(len == 7 && !memcmp(v, "1 2 3 6", 7));
+  free(v);
+  cddp_world_stop(&w, "job stopped: the batch does not split");
+  CHECK_OK(cddp_store_get(s, "elastic/stop", &v, &len, 0));
+  CHECK(len == 37 && !memcmp(v, "job stopped: the batch does not split", 37));
+  free(v);
+  CHECK_EQ(cddp_world_gone(&none), 0);
+  cddp_store_close(s);
 }

@@ -275,7 +275,7 @@ void cddp__train_publish_worlds(trainer_t *t) {
   int sizes[1024], n = 0;
   for (long w = 1; w <= units && n < (int)CDDP_ARRAY_LEN(sizes); w++)
     if (units % w == 0 && (long)c->micro_batch * units == c->global_batch) sizes[n++] = (int)w;
-  (void)cddp__job_worlds_publish(t->w.store, sizes, n);
+  (void)cddp_world_allow_sizes(&t->w, sizes, n);
 }
 
 cddp_result_t cddp__train_join_as_replacement(trainer_t *t) {
