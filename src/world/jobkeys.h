@@ -34,7 +34,7 @@ typedef enum cddp__jobkey_kind {
   CDDP__JK_HEARTBEAT,     /* elastic/hb/<A>           add(): agent A's heartbeat counter */
   CDDP__JK_DEAD,          /* elastic/dead/<A>         text: agent A's will fired (the store sets it) */
   CDDP__JK_LEFT,          /* elastic/left/<A>         flag: agent A left properly */
-  CDDP__JK_PENDING,       /* elastic/pending/<A>      cddp__job_pending_t: A waits to be taken in */
+  CDDP__JK_PENDING,       /* elastic/pending/<A>      cddp__member_t (nproc host): A waits to be taken in */
   CDDP__JK_SPARE,         /* elastic/spare/<A>        int: the agent that said A waits as a spare */
   CDDP__JK_WORLDS,        /* elastic/worlds           int list: world sizes the batch splits over */
   CDDP__JK_STOP,          /* elastic/stop             text: a worker stopped the job; why */
