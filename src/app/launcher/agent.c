@@ -295,7 +295,7 @@ static char **worker_env(agent_t *a, int local_rank, int64_t gen, int replacemen
   if (a->elastic && cddp__members_find(&a->ms.cur, a->id, &rank_base, &world) < 0)
     rank_base = rz->rank_base, world = rz->world_size;
   int64_t restarts = 0;
-  if (o->replace) cddp_store_add(a->store, "elastic/restarts", 0, &restarts);
+  if (o->replace) cddp_store_add(a->store, cddp__job_key(CDDP__JK_RESTARTS, 0, 0).s, 0, &restarts);
 #define PUT(name, ...)                                         \
   do {                                                         \
     if (asprintf(&env[k], name "=" __VA_ARGS__) >= 0) k++;     \
