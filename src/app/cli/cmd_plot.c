@@ -12,12 +12,14 @@
 
 #include "cli/commands.h"
 #include "cli/flags.h"
+#include "trainer/metrics.h"
 #include "common/check.h"
 
 static void usage(FILE *f) {
   fprintf(f,
           "usage: cddp plot RUN_DIR [--out FILE] [--title TEXT]\n"
-          "  RUN_DIR        a run folder of cddp train (holds metrics.jsonl)\n"
+          "  RUN_DIR        a run folder of cddp train (holds metrics.jsonl), or a sweep's folder\n"
+          "                 (cddp bench train --sweep: holds sweep.tsv; drawn as bars per setting)\n"
           "  --out FILE     where to draw (default RUN_DIR/metrics.png): FILE.png, FILE.svg or FILE.pdf\n"
           "  --title TEXT   the title, drawn as written (default: the run's name)\n"
           "Draws panels against the step, their x-axes aligned: train and eval loss, eval accuracy\n"
@@ -27,16 +29,6 @@ static void usage(FILE *f) {
           "straggler shows as. Needs gnuplot (apt-get install gnuplot-nox).\n");
 }
 
-/* The number after "key": in a JSON line of metrics.jsonl (our own flat format). */
-static int json_num(const char *line, const char *key, double *out) {
-  char pat[64];
-  snprintf(pat, sizeof pat, "\"%s\":", key);
-  const char *p = strstr(line, pat);
-  if (!p) return 0;
-  char *end;
-  *out = strtod(p + strlen(pat), &end);
-  return end != p + strlen(pat);
-}
 
 /* What split_metrics found: the counts, and what the panels need to know. */
 typedef struct plot_data {
@@ -61,7 +53,7 @@ static int rank_work(const char *line, double *work) {
     char obj[512];
     snprintf(obj, sizeof obj, "%.*s", (int)CDDP_MIN((size_t)(end - p), sizeof obj - 1), p);
     double r = -1, c = 0, d = 0, o = 0;
-    json_num(obj, "rank", &r), json_num(obj, "compute_ms", &c), json_num(obj, "data_ms", &d), json_num(obj, "optim_ms", &o);
+    cddp__metrics_num(obj, "rank", &r), cddp__metrics_num(obj, "compute_ms", &c), cddp__metrics_num(obj, "data_ms", &d), cddp__metrics_num(obj, "optim_ms", &o);
     if (r >= 0 && r < PLOT_RANKS_MAX) {
       work[(int)r] = c + d + o;
       if ((int)r + 1 > n) n = (int)r + 1;
@@ -79,9 +71,9 @@ static void split_metrics(FILE *in, FILE *steps, FILE *evals, FILE *ranks, plot_
   *d = (plot_data_t){0};
   while (fgets(line, sizeof line, in)) {
     double step, loss, acc;
-    if (!json_num(line, "step", &step) || !json_num(line, "loss", &loss)) continue;
+    if (!cddp__metrics_num(line, "step", &step) || !cddp__metrics_num(line, "loss", &loss)) continue;
     if (strstr(line, "\"eval\":true")) {
-      if (!json_num(line, "accuracy", &acc)) acc = -1;
+      if (!cddp__metrics_num(line, "accuracy", &acc)) acc = -1;
       if (acc >= 0 && (!d->accuracy || acc < d->acc_lo)) d->acc_lo = acc;
       if (acc >= 0 && (!d->accuracy || acc > d->acc_hi)) d->acc_hi = acc;
       if (acc >= 0) d->accuracy = 1;
@@ -90,11 +82,11 @@ static void split_metrics(FILE *in, FILE *steps, FILE *evals, FILE *ranks, plot_
       continue;
     }
     double rate = 0, tokens = 0, comm = 0, total = 0;
-    json_num(line, "samples_per_s", &rate);
-    if (!json_num(line, "tokens_per_s", &tokens)) tokens = rate;
+    cddp__metrics_num(line, "samples_per_s", &rate);
+    if (!cddp__metrics_num(line, "tokens_per_s", &tokens)) tokens = rate;
     if (tokens > rate * 1.001) d->tokens = 1;
-    json_num(line, "comm_ms", &comm);
-    json_num(line, "step_ms", &total);
+    cddp__metrics_num(line, "comm_ms", &comm);
+    cddp__metrics_num(line, "step_ms", &total);
     fprintf(steps, "%.0f %.9g %.9g %.9g %.9g %.9g\n", step, loss, rate, tokens, comm, total > 0 ? 100.0 * comm / total : 0);
     double work[PLOT_RANKS_MAX];
     int n = rank_work(line, work);
@@ -175,6 +167,57 @@ static int run_gnuplot(const char *script) {
   return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
 }
 
+/* A sweep's folder (cddp bench train --sweep wrote sweep.tsv): throughput and peak RSS per
+ * setting, as bars. 0, or 1 after one line saying why not. */
+static int plot_sweep(const char *tsv, const char *out, const char *term_for_2, const char *title) {
+  FILE *in = fopen(tsv, "r");
+  char line[4096], unit[32] = "samples/s", axes[512] = "setting";
+  int rows = 0;
+  while (in && fgets(line, sizeof line, in)) {
+    if (line[0] == '#') {
+      if (strstr(line, "tokens_per_s")) snprintf(unit, sizeof unit, "tokens/s");
+      if (!strncmp(line, "# axes: ", 8)) line[strcspn(line, "\n")] = '\0', snprintf(axes, sizeof axes, "%.500s", line + 8);
+    } else {
+      rows++;
+    }
+  }
+  if (in) fclose(in);
+  if (rows == 0) {
+    fprintf(stderr, "cddp plot: %s has no finished runs to plot\n", tsv);
+    return 1;
+  }
+  char tmp[] = "/tmp/cddp-plot.XXXXXX", script[64];
+  if (!mkdtemp(tmp)) {
+    fprintf(stderr, "cddp plot: cannot make a temporary directory: %s\n", strerror(errno));
+    return 1;
+  }
+  snprintf(script, sizeof script, "%s/plot.gp", tmp);
+  FILE *gp = fopen(script, "w");
+  int rc = 1;
+  if (gp) {
+    fprintf(gp, "set terminal %s\nset output ", term_for_2);
+    put_quoted(gp, out);
+    fprintf(gp, "\nset multiplot layout 2,1 title ");
+    put_quoted(gp, title);
+    fprintf(gp,
+            "\nset datafile separator '\\t'\nset style data histograms\nset style fill solid 0.6 border -1\n"
+            "set boxwidth 0.8\nset grid ytics\nset lmargin 12\nset rmargin 4\nset bmargin 7\nunset key\n"
+            "set xtics rotate by -25 left font ',8'\nset yrange [0:*]\nset xlabel ");
+    put_quoted(gp, axes);
+    fprintf(gp,
+            "\nset ylabel '%s'\nplot '%s' using 3:xtic(2)\nset ylabel 'peak RSS (MB)'\nplot '%s' using 6:xtic(2)\n"
+            "unset multiplot\n",
+            unit, tsv, tsv);
+    fclose(gp);
+    int g = run_gnuplot(script);
+    if (g == 127) fprintf(stderr, "cddp plot: gnuplot is not installed (apt-get install gnuplot-nox)\n");
+    else if (g != 0) fprintf(stderr, "cddp plot: gnuplot failed (exit %d) drawing %s\n", g, out);
+    else printf("cddp plot: a sweep of %d runs -> %s\n", rows, out), rc = 0;
+  }
+  unlink(script), rmdir(tmp);
+  return rc;
+}
+
 int cddp__cmd_plot(int argc, char **argv) {
   const char *dir = NULL, *out = NULL, *title = NULL;
   int n_dir = 0;
@@ -196,15 +239,17 @@ int cddp__cmd_plot(int argc, char **argv) {
     fprintf(stderr, "cddp plot: --out %s: the name must end in .png, .svg or .pdf (what to draw)\n", out);
     return 2;
   }
+  if (!title) {
+    const char *base = strrchr(dir, '/');
+    title = base && base[1] ? base + 1 : dir;
+  }
+  snprintf(path, sizeof path, "%s/sweep.tsv", dir);
+  if (access(path, R_OK) == 0) return terminal_for(out, 2, term, sizeof term), plot_sweep(path, out, term, title);
   snprintf(path, sizeof path, "%s/metrics.jsonl", dir);
   FILE *in = fopen(path, "r");
   if (!in) {
     fprintf(stderr, "cddp plot: cannot read %s: %s\n", path, strerror(errno));
     return 1;
-  }
-  if (!title) {
-    const char *base = strrchr(dir, '/');
-    title = base && base[1] ? base + 1 : dir;
   }
   char tmp[] = "/tmp/cddp-plot.XXXXXX";
   if (!mkdtemp(tmp)) {

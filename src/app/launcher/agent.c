@@ -116,15 +116,15 @@ static void choose_torch_store(agent_t *a) {
 static void *watch_main(void *arg) {
   agent_t *a = arg;
   int round = a->watch_round;
-  char key[64], msg[512];
-  cddp__rdzv_event_key(round, key, sizeof key);
-  const char *k = key;
+  char msg[512];
+  cddp__jobkey_t key = cddp__job_key(CDDP__JK_RDZV_EVENT, round, 0);
+  const char *k = key.s;
   for (;;) {
     cddp_result_t r = cddp_store_wait(a->watch_store, &k, 1, 60000);
     if (r == CDDP_TIMEOUT) continue;
     void *v = NULL;
     size_t len = 0;
-    if (r == CDDP_OK) r = cddp_store_get(a->watch_store, key, &v, &len, 0);
+    if (r == CDDP_OK) r = cddp_store_get(a->watch_store, k, &v, &len, 0);
     int n = r == CDDP_OK ? snprintf(msg, sizeof msg, "%d %.*s", round, (int)CDDP_MIN(len, 480), (char *)v)
                          : snprintf(msg, sizeof msg, "%d lost %s", round, cddp_last_error());
     free(v);
@@ -299,7 +299,7 @@ static char **worker_env(agent_t *a, int local_rank, int64_t gen, int replacemen
   if (a->elastic && cddp__members_find(&a->ms.cur, a->id, &rank_base, &world) < 0)
     rank_base = rz->rank_base, world = rz->world_size;
   int64_t restarts = 0;
-  if (o->replace) cddp_store_add(a->store, "elastic/restarts", 0, &restarts);
+  if (o->replace) cddp_store_add(a->store, cddp__job_key(CDDP__JK_RESTARTS, 0, 0).s, 0, &restarts);
 #define PUT(name, ...)                                         \
   do {                                                         \
     if (asprintf(&env[k], name "=" __VA_ARGS__) >= 0) k++;     \
@@ -376,13 +376,13 @@ static int describe_failure(const agent_t *a, int rank, int status, const char *
 static int replace_failed(agent_t *a, cddp__workers_t *ws) {
   char desc[320], what[128];
   describe_failure(a, ws->fail_rank, ws->fail_status, ws->w[ws->fail_index].hang, desc, sizeof desc);
-  snprintf(what, sizeof what, "rank %d pid %d", ws->fail_rank, (int)ws->fail_pid);
+  cddp__job_what_replace(ws->fail_rank, (int)ws->fail_pid, what, sizeof what);
   if (a->elastic) { /* a worker of a dropped node or of a stopping job is not replaced */
     cddp__membership_refresh(&a->ms);
     if (!a->ms.ending) {
       void *v = NULL;
       size_t len = 0;
-      if (cddp_store_get(a->store, "elastic/stop", &v, &len, 0) == CDDP_OK) {
+      if (cddp_store_get(a->store, cddp__job_key(CDDP__JK_STOP, 0, 0).s, &v, &len, 0) == CDDP_OK) {
         a->ms.ending = 2;
         snprintf(a->ms.line, sizeof a->ms.line, "%.*s", (int)len, (char *)v);
       }
@@ -394,7 +394,9 @@ static int replace_failed(agent_t *a, cddp__workers_t *ws) {
   if ((a->not_retried = cddp__failure_deterministic(w->replaced ? &w->prev : NULL, &ws->failure, w->start_ns)))
     return -1; /* it would fail the same way again: the budget stays for failures a restart cures */
   int64_t restarts = 0, gen = 0; /* membership changes are free; failures count */
-  if (cddp_store_add(a->store, "elastic/restarts", 1, &restarts) != CDDP_OK || restarts > a->o->max_restarts) return -1;
+  if (cddp_store_add(a->store, cddp__job_key(CDDP__JK_RESTARTS, 0, 0).s, 1, &restarts) != CDDP_OK ||
+      restarts > a->o->max_restarts)
+    return -1;
   if (cddp__gen_change(a->store, what, a->id, NULL, NULL, &gen) != CDDP_OK) {
     fprintf(stderr, "cddp run: cannot announce a new generation in the store: %s\n", cddp_last_error());
     return -1;
@@ -552,34 +554,43 @@ static void post_now(agent_t *a, int code, const char *line) {
   a->failure_posted = a->rz.round + 1;
 }
 
-/* A value of the round's event decides the agent's next step: -1 = go to the next round. */
-static int follow_event(agent_t *a, const char *value, int *exit_code) {
-  if (!strcmp(value, "done")) {
+/* The round's event decides the agent's next step: -1 = go to the next round. */
+static int follow_event(agent_t *a, const cddp__job_event_t *ev, int *exit_code) {
+  if (ev->kind == CDDP__EV_DONE) {
     *exit_code = 0;
     return 1;
   }
-  if (!strncmp(value, "restart", 7)) {
+  if (ev->kind == CDDP__EV_RESTART) {
     cddp__rdzv_open_next(a->store, a->rz.round, a->rz.restart_count + 1);
     return -1;
   }
-  if (!strncmp(value, "fail ", 5)) {
-    char *end, first[640];
-    long code = strtol(value + 5, &end, 10);
-    int c;
-    /* every node prints the failure that came first anywhere, which need not be the one posted;
-     * a node with no failure of its own says so, so that nobody waits for it */
-    if (a->failure_posted != a->rz.round + 1)
-      (void)cddp__rdzv_failure_post(a->store, a->rz.round, a->rz.node_rank, 0, 0, "");
-    if (cddp__rdzv_failure_first(a->store, a->rz.round, a->rz.nnodes, a->o->grace_ms + FAILURE_WAIT_EXTRA_MS, &c,
-                                 first, sizeof first)) {
-      fprintf(stderr, "%s\n", first);
-      code = c;
-    } else {
-      fprintf(stderr, "%s\n", *end == ' ' ? end + 1 : value);
-    }
-    *exit_code = code > 0 && code < 256 ? (int)code : 1;
-    return 1;
+  /* fail */
+  char first[640];
+  int code = ev->code, c;
+  /* every node prints the failure that came first anywhere, which need not be the one posted;
+   * a node with no failure of its own says so, so that nobody waits for it */
+  if (a->failure_posted != a->rz.round + 1)
+    (void)cddp__rdzv_failure_post(a->store, a->rz.round, a->rz.node_rank, 0, 0, "");
+  if (cddp__rdzv_failure_first(a->store, a->rz.round, a->rz.nnodes, a->o->grace_ms + FAILURE_WAIT_EXTRA_MS, &c,
+                               first, sizeof first)) {
+    fprintf(stderr, "%s\n", first);
+    code = c;
+  } else {
+    fprintf(stderr, "%s\n", ev->line);
   }
+  *exit_code = code > 0 && code < 256 ? code : 1;
+  return 1;
+}
+
+/* A watcher's report (the event's value, or "lost <why>" when the store went away). */
+static int follow_value(agent_t *a, const char *value, int *exit_code) {
+  cddp__job_event_t *ev = malloc(sizeof *ev);
+  if (ev && !cddp__job_event_parse(value, strlen(value), ev)) {
+    int r = follow_event(a, ev, exit_code);
+    free(ev);
+    return r;
+  }
+  free(ev);
   fprintf(stderr, "cddp run: lost the store at %s:%d: %s\n", a->store_host, a->store_port,
           !strncmp(value, "lost ", 5) ? value + 5 : value);
   *exit_code = 1;
@@ -639,12 +650,13 @@ static int wait_taken_in(agent_t *a) {
       return -1;
     }
     const char *value = sig == 0 ? event_value(msg) : "lost the watcher";
-    if (!strcmp(value, "done")) {
+    cddp__job_event_t ev;
+    if (!cddp__job_event_parse(value, strlen(value), &ev) && ev.kind == CDDP__EV_DONE) {
       fprintf(stderr, "cddp run: the job finished while node %s (agent %d) waited to be taken in\n", a->host, a->id);
       return 0;
     }
     int code = 1;
-    follow_event(a, value, &code);
+    follow_value(a, value, &code);
     return code;
   }
 }
@@ -657,7 +669,7 @@ static int reconnect(agent_t *a, cddp_store_t **s) {
   /* a probe of a cut connection would wait the whole store timeout: a heartbeat timeout is
    * enough to tell, and the fresh connection gets --rdzv-timeout */
   cddp_store_set_timeout(*s, (int)cddp__knob_int(CDDP_KNOB_HEARTBEAT_TIMEOUT_MS));
-  if (cddp_store_add(*s, "elastic/agents", 0, &v) == CDDP_OK) {
+  if (cddp_store_add(*s, cddp__job_key(CDDP__JK_AGENTS, 0, 0).s, 0, &v) == CDDP_OK) {
     cddp_store_set_timeout(*s, a->o->rdzv_timeout_ms);
     return 0;
   }
@@ -677,7 +689,7 @@ static int come_back(agent_t *a) {
   if (re < 0) return -1;
   ms->store = a->store;
   int64_t n;
-  if (cddp_store_add(a->store, "elastic/agents", 1, &n) != CDDP_OK) {
+  if (cddp_store_add(a->store, cddp__job_key(CDDP__JK_AGENTS, 0, 0).s, 1, &n) != CDDP_OK) {
     fprintf(stderr, "cddp run: %s\n", cddp_last_error());
     return -1;
   }
@@ -721,7 +733,7 @@ static int agent_main(agent_t *a) {
   cfg.late_ok = o->replace && o->backend == CDDP_RDZV_C10D && !o->standalone && o->max_nodes > 1;
   if (o->replace) { /* a stable id for this agent's life: its heartbeat, its will, its workers' place */
     int64_t n;
-    if (cddp_store_add(a->store, "elastic/agents", 1, &n) != CDDP_OK) {
+    if (cddp_store_add(a->store, cddp__job_key(CDDP__JK_AGENTS, 0, 0).s, 1, &n) != CDDP_OK) {
       fprintf(stderr, "cddp run: %s\n", cddp_last_error());
       return finish(a, 1);
     }
@@ -772,8 +784,9 @@ static int agent_main(agent_t *a) {
     }
     cddp__workers_t ws;
     if (run_round(a, &ws, first) != 0) {
-      post_now(a, 1, "cddp run: could not start the workers");
-      cddp__rdzv_post(a->store, a->rz.round, "fail 1 cddp run: could not start the workers", NULL);
+      cddp__job_event_t ev = {.kind = CDDP__EV_FAIL, .code = 1, .line = "cddp run: could not start the workers"};
+      post_now(a, ev.code, ev.line);
+      cddp__rdzv_post(a->store, a->rz.round, &ev, NULL);
       return finish(a, 1);
     }
     first = 0;
@@ -791,7 +804,9 @@ static int agent_main(agent_t *a) {
       return finish(a, 1);
     }
     int code = 0, next;
-    char line[480], desc[320], msg[512], *now = NULL;
+    char line[480], desc[320], msg[512];
+    /* ev: what this node posts; now: the round's event that won (this one or another node's) */
+    cddp__job_event_t ev = {.kind = CDDP__EV_FAIL}, now;
     const char *value = NULL;
     switch (ws.outcome) {
     case CDDP__OUT_FAILED:
@@ -805,40 +820,37 @@ static int agent_main(agent_t *a) {
       a->last = ws.failure;
       if (a->not_retried) {
         int64_t used = a->rz.restart_count;
-        if (o->replace) cddp_store_add(a->store, "elastic/restarts", 0, &used);
+        if (o->replace) cddp_store_add(a->store, cddp__job_key(CDDP__JK_RESTARTS, 0, 0).s, 0, &used);
         snprintf(line + strlen(line), sizeof line - strlen(line), " (%s: not retried; restarts used %lld of %d)%s%.200s",
                  a->not_retried, (long long)used, o->max_restarts, ws.failure.error[0] ? ": " : "", ws.failure.error);
-        snprintf(msg, sizeof msg, "fail %d %s", code, line);
-        post_failure(a, &ws.failure, code, line);
-        cddp__rdzv_post(a->store, a->rz.round, msg, &now);
       } else if (o->replace) {
         snprintf(line + strlen(line), sizeof line - strlen(line), "; no restarts left (--max-restarts %d, "
                  "--restart-mode replace)", o->max_restarts);
-        snprintf(msg, sizeof msg, "fail %d %s", code, line);
-        post_failure(a, &ws.failure, code, line);
-        cddp__rdzv_post(a->store, a->rz.round, msg, &now);
       } else if (a->rz.restart_count < o->max_restarts) {
-        cddp__rdzv_post(a->store, a->rz.round, "restart", &now);
-        if (now && !strcmp(now, "restart")) {
-          fprintf(stderr, "%s; restarting the workers (restart %d of %d)\n", line, a->rz.restart_count + 1,
-                  o->max_restarts);
-          cddp__status_pub_lost(&a->status, &ws, "%.200s; every worker restarts (restart %d of %d)", line + 10,
-                                a->rz.restart_count + 1, o->max_restarts);
-        }
-      } else {
-        snprintf(msg, sizeof msg, "fail %d %s", code, line);
-        post_failure(a, &ws.failure, code, line);
-        cddp__rdzv_post(a->store, a->rz.round, msg, &now);
+        ev.kind = CDDP__EV_RESTART;
       }
-      value = now ? now : msg;
+      if (ev.kind == CDDP__EV_FAIL) {
+        ev.code = code;
+        snprintf(ev.line, sizeof ev.line, "%s", line);
+        post_failure(a, &ws.failure, code, line);
+      }
+      now = ev;
+      if (cddp__rdzv_post(a->store, a->rz.round, &ev, &now) == CDDP_OK && ev.kind == CDDP__EV_RESTART &&
+          now.kind == CDDP__EV_RESTART) {
+        fprintf(stderr, "%s; restarting the workers (restart %d of %d)\n", line, a->rz.restart_count + 1,
+                o->max_restarts);
+        cddp__status_pub_lost(&a->status, &ws, "%.200s; every worker restarts (restart %d of %d)", line + 10,
+                              a->rz.restart_count + 1, o->max_restarts);
+      }
       break;
     case CDDP__OUT_SIGNAL: {
       const char *ab = sigabbrev_np(ws.signo);
-      snprintf(msg, sizeof msg, "fail %d cddp run: the agent on %s received SIG%s; workers stopped", 128 + ws.signo,
-               a->host, ab ? ab : "?");
-      post_now(a, 128 + ws.signo, msg + 5 + strcspn(msg + 5, " ") + 1);
-      cddp__rdzv_post(a->store, a->rz.round, msg, NULL);
-      fprintf(stderr, "%s\n", msg + 5 + strcspn(msg + 5, " ") + 1);
+      ev.code = 128 + ws.signo;
+      snprintf(ev.line, sizeof ev.line, "cddp run: the agent on %s received SIG%s; workers stopped", a->host,
+               ab ? ab : "?");
+      post_now(a, ev.code, ev.line);
+      cddp__rdzv_post(a->store, a->rz.round, &ev, NULL);
+      fprintf(stderr, "%s\n", ev.line);
       workers_done(&ws);
       return finish(a, 128 + ws.signo);
     }
@@ -846,14 +858,16 @@ static int agent_main(agent_t *a) {
     case CDDP__OUT_EVENT:
       snprintf(msg, sizeof msg, "%s", ws.event);
       value = event_value(msg);
-      if (ws.fail_rank >= 0 && !strncmp(value, "fail ", 5)) { /* ours failed too: maybe first */
+      if (ws.fail_rank >= 0 && !cddp__job_event_parse(value, strlen(value), &now) &&
+          now.kind == CDDP__EV_FAIL) { /* ours failed too: maybe first */
         code = describe_failure(a, ws.fail_rank, ws.fail_status, ws.w[ws.fail_index].hang, desc, sizeof desc);
         snprintf(line, sizeof line, "cddp run: rank %d (host %s, pid %d) %s", ws.fail_rank, a->host, (int)ws.fail_pid, desc);
         post_failure(a, &ws.failure, code, line);
       }
       break;
     case CDDP__OUT_SUCCESS:
-      if (a->elastic) (void)cddp_store_set(a->store, "elastic/complete", "1", 1); /* nobody is taken in now */
+      if (a->elastic) /* nobody is taken in now */
+        (void)cddp_store_set(a->store, cddp__job_key(CDDP__JK_COMPLETE, 0, 0).s, CDDP__JOB_FLAG, CDDP__JOB_FLAG_LEN);
       if (a->elastic) cddp__membership_done(&a->ms, 1);
       else cddp__rdzv_node_done(a->store, &a->rz);
       int sig = wait_event(a, msg, sizeof msg);
@@ -870,8 +884,7 @@ static int agent_main(agent_t *a) {
       break;
     }
     workers_done(&ws);
-    next = follow_event(a, value, &code);
-    free(now);
+    next = value ? follow_value(a, value, &code) : follow_event(a, &now, &code);
     if (next > 0) return finish(a, code);
     min_round = a->rz.round + 1;
   }

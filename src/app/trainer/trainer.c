@@ -250,8 +250,8 @@ static int run_loop(trainer_t *t) {
       cddp_result_t rr = cddp__train_reform(t);
       if (rr != CDDP_OK) {
         cddp__metrics_break_line(&t->metrics);
-        if (t->w.gone == 1) fprintf(stderr, "cddp train: rank %d: %s\n", t->rank, cddp_last_error());
-        else if (t->w.gone) fprintf(stderr, "cddp train: %s\n", cddp_last_error());
+        if (cddp_world_gone(&t->w) == 1) fprintf(stderr, "cddp train: rank %d: %s\n", t->rank, cddp_last_error());
+        else if (cddp_world_gone(&t->w)) fprintf(stderr, "cddp train: %s\n", cddp_last_error());
         else fprintf(stderr, "cddp train: rank %d: re-forming after step %" PRId64 ": %s\n", t->rank, t->step,
                      cddp_last_error());
         return 1;
@@ -265,8 +265,8 @@ static int run_loop(trainer_t *t) {
       CDDP_INFO(CDDP_SUB_TRAIN, "step %" PRId64 " failed (%s): recovering in place", t->step + 1, why);
       if (cddp__train_recover(t, t_fail) == CDDP_OK) continue; /* redo the interrupted step */
       cddp__metrics_break_line(&t->metrics);
-      if (t->w.gone) { /* dropped, or the job stops: the one line that says why */
-        if (t->w.gone == 1) fprintf(stderr, "cddp train: rank %d: %s\n", t->rank, cddp_last_error());
+      if (cddp_world_gone(&t->w)) { /* dropped, or the job stops: the one line that says why */
+        if (cddp_world_gone(&t->w) == 1) fprintf(stderr, "cddp train: rank %d: %s\n", t->rank, cddp_last_error());
         else fprintf(stderr, "cddp train: %s\n", cddp_last_error());
         return 1;
       }
@@ -295,7 +295,7 @@ static int run_loop(trainer_t *t) {
     while (er != CDDP_OK && cddp__train_recoverable(t, er) && (er = cddp__train_recover(t, cddp__now_ns())) == CDDP_OK)
       er = evaluate(t, epoch_before, epoch_end); /* every survivor failed in it: all redo it */
     if (er != CDDP_OK) {
-      if (t->w.gone) fprintf(stderr, "cddp train: %s\n", cddp_last_error());
+      if (cddp_world_gone(&t->w)) fprintf(stderr, "cddp train: %s\n", cddp_last_error());
       else fprintf(stderr, "cddp train: rank %d: evaluation: %s\n", t->rank, cddp_last_error());
       return 1;
     }
@@ -343,7 +343,7 @@ int cddp__train_main(const cddp_train_opts_t *o) {
   }
   if (cddp_world_join(&t->w, &cc) != CDDP_OK) {
     say(cddp_last_error());
-    int rc = t->w.gone == 3 ? 0 : 1; /* a newcomer that came after the last step: nothing to do */
+    int rc = cddp_world_gone(&t->w) == 3 ? 0 : 1; /* a newcomer that came after the last step: nothing to do */
     free(t);
     return rc;
   }
