@@ -27,6 +27,7 @@ typedef struct cddp_train_config {
   uint64_t seed;             /* train.seed */
   int epochs;                /* train.epochs */
   int64_t max_steps;         /* train.max_steps (0 = epochs decide) */
+  int precision;             /* train.precision: fp32|bf16 (cddp_precision_t) */
   int global_batch;          /* batch.global */
   int micro_batch;           /* batch.micro (per rank per micro-step) */
   int ref_batch;             /* batch.reference (for LR scaling; default = global) */

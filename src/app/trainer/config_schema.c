@@ -48,6 +48,8 @@ const cddp__cfg_key_t cddp__cfg_keys[] = {
      "epochs to train (when train.max_steps is 0)"},
     {"train.max_steps", CDDP__CFG_INT64, F(max_steps), 0, "0", 0, BIG, 0, NULL,
      "optimizer steps to train; 0 = train.epochs decide"},
+    {"train.precision", CDDP__CFG_ENUM, F(precision), 0, "fp32", NONE, 0, "fp32|bf16",
+     "matrix products: fp32, or bf16 inputs with fp32 accumulation (needs AVX512-BF16; weights, gradients and optimizer state stay fp32)"},
     {"batch.global", CDDP__CFG_INT, F(global_batch), 0, "256", 1, 1 << 24, 0, NULL,
      "samples per optimizer step, over all ranks (= micro x world x accumulation steps)"},
     {"batch.micro", CDDP__CFG_INT, F(micro_batch), 0, "128", 1, 1 << 24, 0, NULL,

@@ -2,7 +2,6 @@
  * (nanoGPT's), GPT-2 init, forward, and a backward that reports finished gradients to DDP. */
 #include "trainer/gpt.h"
 
-#include <cblas.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,6 +9,7 @@
 
 #include "common/check.h"
 #include "common/log.h"
+#include "trainer/gemm.h"
 #include "trainer/layers.h"
 #include "trainer/layers_gpt.h"
 #include "trainer/vmath.h"
@@ -262,7 +262,7 @@ static void linear_into(float *y, const float *x, const float *w, const float *b
       memcpy(yr, bias, sizeof(float) * (size_t)out);
     }
   }
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, out, in, 1.0f, x, in, w, in, 1.0f, y,
+  cddp__gemm(CblasNoTrans, CblasTrans, n, out, in, 1.0f, x, in, w, in, 1.0f, y,
               out);
 }
 

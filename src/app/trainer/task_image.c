@@ -5,6 +5,7 @@
 
 #include "common/check.h"
 #include "trainer/data.h"
+#include "trainer/gemm.h"
 #include "trainer/task.h"
 
 #define EVAL_BATCH 500
@@ -100,6 +101,7 @@ cddp_result_t cddp__task_image_create(const cddp_train_config_t *c, int micro, c
 }
 
 cddp_result_t cddp__task_create(const cddp_train_config_t *c, int micro, cddp_task_t **out) {
+  CDDP_CHECK(cddp__gemm_set_precision((cddp_precision_t)c->precision)); /* before any data loads */
   if (c->model.kind == CDDP_MODEL_GPT) return cddp__task_gpt_create(c, micro, out);
   return cddp__task_image_create(c, micro, out);
 }
