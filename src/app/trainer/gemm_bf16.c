@@ -41,26 +41,58 @@ static inline __mmask16 lanes(int n) {
   return n >= 16 ? (__mmask16)0xffff : n <= 0 ? 0 : (__mmask16)((1u << n) - 1);
 }
 
+/* r[i] lane j becomes r[j] lane i (16 x 16 dwords): 32-bit, 64-bit, then 128-bit lane swaps. */
+BF16_ATTR static inline void transpose16(__m512i r[16]) {
+  __m512i t[16];
+  for (int i = 0; i < 16; i += 2) {
+    t[i] = _mm512_unpacklo_epi32(r[i], r[i + 1]);
+    t[i + 1] = _mm512_unpackhi_epi32(r[i], r[i + 1]);
+  }
+  for (int i = 0; i < 16; i += 4) {
+    r[i] = _mm512_unpacklo_epi64(t[i], t[i + 2]);
+    r[i + 1] = _mm512_unpackhi_epi64(t[i], t[i + 2]);
+    r[i + 2] = _mm512_unpacklo_epi64(t[i + 1], t[i + 3]);
+    r[i + 3] = _mm512_unpackhi_epi64(t[i + 1], t[i + 3]);
+  }
+  /* r[4a + b], 128-bit lane L, holds rows 4a..4a+3 of column 4L + b */
+  for (int b = 0; b < 4; b++) {
+    t[b] = _mm512_shuffle_i32x4(r[b], r[4 + b], 0x88);       /* L0 L2 of r[b], L0 L2 of r[4+b] */
+    t[4 + b] = _mm512_shuffle_i32x4(r[b], r[4 + b], 0xdd);   /* L1 L3 ... */
+    t[8 + b] = _mm512_shuffle_i32x4(r[8 + b], r[12 + b], 0x88);
+    t[12 + b] = _mm512_shuffle_i32x4(r[8 + b], r[12 + b], 0xdd);
+  }
+  for (int b = 0; b < 4; b++) {
+    r[b] = _mm512_shuffle_i32x4(t[b], t[8 + b], 0x88);         /* column b */
+    r[8 + b] = _mm512_shuffle_i32x4(t[b], t[8 + b], 0xdd);     /* column 8 + b */
+    r[4 + b] = _mm512_shuffle_i32x4(t[4 + b], t[12 + b], 0x88); /* column 4 + b */
+    r[12 + b] = _mm512_shuffle_i32x4(t[4 + b], t[12 + b], 0xdd);
+  }
+}
+
 /* Packs W lanes x kc values of k into dst[p * W + i] = (bf16 x(i, 2p), bf16 x(i, 2p + 1)),
  * x(i, k) = src[i * si + k * sk]; lanes i >= w and an odd kc's last high half are zero. */
 BF16_ATTR static void pack_panel(uint32_t *dst, int W, const float *src, long si, long sk, int w,
                                  int kc) {
   int kp = (kc + 1) / 2;
-  if (sk == 1) { /* k contiguous: convert each lane's run, then spread its pairs W apart */
-    uint32_t tmp[16];
-    for (int i = 0; i < W; i++) {
-      const float *row = src + (long)i * si;
+  if (sk == 1) { /* k contiguous: 16 lanes x 16 pairs at a time, converted then transposed */
+    for (int i0 = 0; i0 < W; i0 += 16) {
+      int nl = W - i0 < 16 ? W - i0 : 16;
       for (int p0 = 0; p0 < kp; p0 += 16) {
         int k0 = 2 * p0;
-        __m512i v = _mm512_setzero_si512();
-        if (i < w) {
-          __m512 lo = _mm512_maskz_loadu_ps(lanes(kc - k0), row + k0);
-          __m512 hi = _mm512_maskz_loadu_ps(lanes(kc - k0 - 16), row + k0 + 16);
-          v = (__m512i)_mm512_cvtne2ps_pbh(hi, lo);
+        __m512i r[16];
+        for (int i = 0; i < 16; i++) {
+          r[i] = _mm512_setzero_si512();
+          if (i0 + i < w) {
+            const float *row = src + (long)(i0 + i) * si + k0;
+            __m512 lo = _mm512_maskz_loadu_ps(lanes(kc - k0), row);
+            __m512 hi = _mm512_maskz_loadu_ps(lanes(kc - k0 - 16), row + 16);
+            r[i] = (__m512i)_mm512_cvtne2ps_pbh(hi, lo);
+          }
         }
-        _mm512_storeu_si512(tmp, v);
+        transpose16(r);
         int np = kp - p0 < 16 ? kp - p0 : 16;
-        for (int q = 0; q < np; q++) dst[(size_t)(p0 + q) * W + i] = tmp[q];
+        for (int q = 0; q < np; q++)
+          _mm512_mask_storeu_epi32(dst + (size_t)(p0 + q) * W + i0, lanes(nl), r[q]);
       }
     }
     return;
