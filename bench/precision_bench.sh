@@ -10,8 +10,8 @@
 # the median over rounds; loss: the eval after the last step (nats/byte for the GPT).
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
-GPT_STEPS=120 MLP_STEPS=234 ROUNDS=1 RANKS=2 OUT=""
-num() { [[ "${2:-}" =~ ^[1-9][0-9]*$ ]] || { echo "precision_bench.sh: $1 needs a number >= 1, got '${2:-}'" >&2; exit 2; }; }
+NAME=precision_bench.sh GPT_STEPS=120 MLP_STEPS=234 ROUNDS=1 RANKS=2 OUT=""
+source bench/train_runs.sh
 while [ $# -gt 0 ]; do
   case "$1" in
     --gpt-steps) num "$1" "${2:-}"; GPT_STEPS=$2; shift 2 ;;
@@ -32,16 +32,8 @@ if ! grep -qw avx512_bf16 /proc/cpuinfo; then
   exit 1
 fi
 
-# run MODEL PRECISION ROUND STEPS CONFIG [--set ...]: one training run, its metrics in $OUT/MODEL-PRECISION-ROUND
-run() {
-  local name=$1-$2-$3
-  echo "precision_bench.sh: $1 $2, round $3, $4 steps" >&2
-  rm -rf "${OUT:?}/runs/$name"
-  timeout 3600 "$CDDP" run --standalone --nproc-per-node "$RANKS" "$CDDP" train --config "$5" \
-    --work-dir "$OUT/runs" --name "$name" --set train.precision="$2" --set train.max_steps="$4" \
-    --set ddp.threads=1 --set checkpoint.every_steps=0 --set eval.every_epoch=false "${@:6}" \
-    >"$OUT/$name.txt" 2>&1 || { tail -5 "$OUT/$name.txt"; exit 1; }
-}
+# run MODEL PRECISION ROUND STEPS CONFIG [--set ...]: one training run, in $OUT/runs/MODEL-PRECISION-ROUND
+run() { train_run "$1-$2-$3" "$5" "$4" --set train.precision="$2" "${@:6}"; }
 # rate FILE UNITS: samples x units per second over the steps after the 5th
 rate() {
   awk -F'[:,}]' -v u="$2" '!/"eval"/ { for (i = 1; i < NF; i++) { if ($i ~ /"step"$/) s = $(i+1);

@@ -24,6 +24,7 @@ typedef struct cddp_train_config {
   char data_dir[256];        /* data.dir (default CDDP_FMNIST_DIR) */
   char dataset[32];          /* data.name: fashion-mnist */
   int drop_last;             /* data.drop_last */
+  int prefetch;              /* data.prefetch: the next micro-batch gathered by a thread */
   uint64_t seed;             /* train.seed */
   int epochs;                /* train.epochs */
   int64_t max_steps;         /* train.max_steps (0 = epochs decide) */

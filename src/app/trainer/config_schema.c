@@ -44,6 +44,8 @@ const cddp__cfg_key_t cddp__cfg_keys[] = {
      CDDP_FMNIST_DIR, NONE, 0, NULL, "folder with the data set's IDX files (.gz or plain)"},
     {"data.drop_last", CDDP__CFG_BOOL, F(drop_last), 0, "true", NONE, 0, NULL,
      "drop the epoch's last partial global batch (false: pad it by wrapping around)"},
+    {"data.prefetch", CDDP__CFG_BOOL, F(prefetch), 0, "false", NONE, 0, NULL,
+     "gather the next micro-batch on a background thread while the current one computes (pays where a core is idle; docs/data.md)"},
     {"train.seed", CDDP__CFG_UINT64, F(seed), 0, "42", NONE, 0, NULL,
      "seed of the parameter init and of each epoch's permutation"},
     {"train.epochs", CDDP__CFG_INT, F(epochs), 0, "3", 1, 100000, 0, NULL,
