@@ -37,6 +37,11 @@ if grep -qw avx512_bf16 /proc/cpuinfo; then
   # the bf16 products round their inputs: the losses differ from fp32's, or the switch did nothing
   [ "$(field loss "$T/MLP-fp32/metrics.jsonl" | tail -1)" != "$(field loss "$T/MLP-bf16/metrics.jsonl" | tail -1)" ] &&
     ok "bf16 computes differently from fp32 (its products round their inputs)" || fail "bf16 changed nothing"
+  # the bf16 kernel runs on the calling thread: more BLAS threads are said to serve fp32 only
+  out=$("$CDDP" train --work-dir "$T" --name thr "${MLP[@]}" --set train.max_steps=2 --set ddp.threads=2 --set train.precision=bf16 2>&1)
+  echo "$out" | grep -q "warning: train.precision bf16 multiplies on one thread per rank; its 2 BLAS threads" &&
+    ! grep -q "warning: train.precision" "$T/MLP-bf16.out" && ok "bf16 with ddp.threads 2 warns that the products use one" ||
+    fail "bf16 threads warning" "$(echo "$out" | grep -i warn)"
 else
   echo "# this CPU lacks avx512_bf16: only the refusal is tested"
   out=$("$CDDP" train --work-dir "$T" --name nat "${MLP[@]}" --set train.precision=bf16 2>&1); rc=$?
