@@ -1,7 +1,7 @@
 # cddp build: libcddp (static + shared: store, comm, world, ddp), the applications (src/app:
 # launcher, trainer, doctor, bench, cli) linked into the `cddp` binary, tests. `make help` lists
 # targets. Knobs: BUILD=dir  WERROR=1  SANITIZER=address,undefined|thread  NO_MPI=1  NO_CUDA=1
-# OPT=-O2  PREFIX=/usr/local  DESTDIR=
+# OPT=-O2  PREFIX=/usr/local  DESTDIR=  CUDA_HOME=/usr/local/cuda  CUDA_ARCH=-gencode...  NVCC=
 CC       ?= gcc
 BUILD    ?= build
 OPT      ?= -O2
@@ -32,46 +32,80 @@ MPI_LIBS   := $(shell mpicc --showme:link 2>/dev/null)
 endif
 endif
 CUDA_HOME ?= /usr/local/cuda
+# CUDA: when nvcc is found (and NO_CUDA is not set) the trainer's device layer
+# (src/app/trainer/cuda/*.cu) is built for CUDA_ARCH and linked with the static CUDA runtime,
+# so every binary still starts where there is no driver; cuBLAS, NCCL and NVML are dlopened.
+# Sanitizer builds leave it out (nvcc's objects are not instrumented).
+HAVE_CUDA := 0
 HAVE_NCCL := 0
+CUDA_ARCH ?= -gencode arch=compute_90,code=sm_90
 ifneq ($(NO_CUDA),1)
-ifneq ($(wildcard $(CUDA_HOME)/include/nccl.h)$(wildcard /usr/include/nccl.h),)
+ifeq ($(SANITIZER),)
+NVCC ?= $(firstword $(wildcard $(CUDA_HOME)/bin/nvcc) $(shell command -v nvcc 2>/dev/null))
+ifneq ($(NVCC),)
+ifneq ($(wildcard $(CUDA_HOME)/lib64/libcudart_static.a),)
+HAVE_CUDA := 1
+endif
+endif
+ifeq ($(HAVE_CUDA),1)
+ifneq ($(wildcard $(CUDA_HOME)/include/nccl.h),)
 HAVE_NCCL := 1
 endif
 endif
-CFLAGS_BASE += -DCDDP_HAVE_MPI=$(HAVE_MPI) -DCDDP_HAVE_NCCL=$(HAVE_NCCL)
+endif
+endif
+CFLAGS_BASE += -DCDDP_HAVE_MPI=$(HAVE_MPI) -DCDDP_HAVE_CUDA=$(HAVE_CUDA) -DCDDP_HAVE_NCCL=$(HAVE_NCCL) \
+               -DCDDP_CUDA_LIBDIR='"$(CUDA_HOME)/lib64"'
+NVCCFLAGS := -std=c++17 -g -O2 $(CUDA_ARCH) -Iinclude -Isrc -Isrc/app -D_GNU_SOURCE -DCDDP_HAVE_CUDA=1 \
+             -DCDDP_HAVE_NCCL=$(HAVE_NCCL) -DCDDP_CUDA_LIBDIR='"$(CUDA_HOME)/lib64"' \
+             -Xcompiler -fPIC,-Wall,-Wextra,-Wno-unused-parameter,-Wshadow
+ifeq ($(WERROR),1)
+NVCCFLAGS += -Werror all-warnings -Xcompiler -Werror
+endif
+CUDA_LDLIBS :=
+ifeq ($(HAVE_CUDA),1)
+CUDA_LDLIBS := -L$(CUDA_HOME)/lib64 -lcudart_static -lstdc++ -ldl
+endif
 ifeq ($(HAVE_MPI),1)
 LIB_LDLIBS += $(MPI_LIBS)
 endif
-LDLIBS := -lopenblas -lyaml $(LIB_LDLIBS)
+LDLIBS := -lopenblas -lyaml $(LIB_LDLIBS) $(CUDA_LDLIBS)
 CFLAGS ?=
 ALL_CFLAGS := $(CFLAGS_BASE) $(CFLAGS)
 
 LIB_SRCS  := $(sort $(wildcard src/common/*.c src/store/*.c src/comm/*.c src/world/*.c src/ddp/*.c))
 APP_MAIN  := src/app/cli/main.c
 APP_SRCS  := $(filter-out $(APP_MAIN),$(sort $(wildcard src/app/*/*.c)))
+CU_SRCS   := $(if $(filter 1,$(HAVE_CUDA)),$(sort $(wildcard src/app/trainer/cuda/*.cu)))
+GPU_TEST_SRCS := $(sort $(wildcard tests/gpu/*.c))
 TEST_SRCS := $(sort $(wildcard tests/unit/test_*.c))
 FUZZ_SRCS := $(sort $(wildcard tests/fuzz/fuzz_*.c))
 HELPER_SRCS := $(sort $(wildcard tests/helpers/*.c))
 EXAMPLE_SRCS := $(sort $(wildcard examples/*.c))
 LIB_OBJS  := $(LIB_SRCS:%.c=$(BUILD)/obj/%.o)
-APP_OBJS  := $(APP_SRCS:%.c=$(BUILD)/obj/%.o)
+APP_OBJS  := $(APP_SRCS:%.c=$(BUILD)/obj/%.o) $(CU_SRCS:%.cu=$(BUILD)/obj/%.o)
 SO        := $(BUILD)/libcddp.so.$(VERSION)
 TEST_BINS := $(TEST_SRCS:tests/unit/%.c=$(BUILD)/tests/%)
 TEST_MAIN := $(BUILD)/obj/tests/test_main.o
 HELPER_BINS := $(HELPER_SRCS:tests/helpers/%.c=$(BUILD)/tests/helpers/%)
 EXAMPLE_BINS := $(EXAMPLE_SRCS:examples/%.c=$(BUILD)/examples/%)
+# the device tests (tests/gpu/run.sh runs them on a GPU machine): compiled whenever CUDA is
+GPU_TEST_BINS := $(if $(filter 1,$(HAVE_CUDA)),$(GPU_TEST_SRCS:tests/gpu/%.c=$(BUILD)/tests/gpu/%))
 
-.PHONY: all lib cli tests examples report clean help asan tsan fuzz check-asan check-tsan bench install uninstall
+.PHONY: all lib cli tests gpu-tests examples report clean help asan tsan fuzz check-asan check-tsan bench install uninstall
 .SECONDARY:
-all: report lib cli tests examples
+all: report lib cli tests gpu-tests examples
 
 report:
 	@if [ "$(HAVE_MPI)" = 1 ]; then echo "✓ MPI found ($(shell command -v mpicc))"; else echo "✗ MPI not found (apt-get install libopenmpi-dev openmpi-bin; or NO_MPI=1)"; fi
-	@if [ "$(HAVE_NCCL)" = 1 ]; then echo "✓ CUDA/NCCL found ($(CUDA_HOME))"; else echo "✗ CUDA/NCCL not found"; fi
+	@if [ "$(HAVE_CUDA)" = 1 ]; then echo "✓ CUDA found ($(NVCC), $(CUDA_ARCH)): device layer built, cudart static$(if $(filter 1,$(HAVE_NCCL)),; NCCL backend built (libnccl dlopened))"; \
+	 elif [ "$(NO_CUDA)" = 1 ] || [ -n "$(SANITIZER)" ]; then echo "✗ CUDA off (NO_CUDA=1 or a sanitizer build)"; \
+	 else echo "✗ CUDA not found (no nvcc or libcudart_static.a under CUDA_HOME=$(CUDA_HOME)): CPU only"; fi
 
 lib: $(BUILD)/libcddp.a $(BUILD)/libcddp.so
 cli: $(BUILD)/cddp
 tests: $(TEST_BINS) $(HELPER_BINS)
+gpu-tests: $(GPU_TEST_BINS)
 examples: $(EXAMPLE_BINS)
 
 # Quiet by default; V=1 shows the commands.
@@ -81,6 +115,13 @@ $(BUILD)/obj/%.o: %.c
 	@$(if $(V),,echo "  CC    $<")
 	$(Q)$(CC) $(ALL_CFLAGS) -MMD -MP -c $< -o $@
 
+$(BUILD)/obj/%.o: %.cu
+	@mkdir -p $(dir $@)
+	@$(if $(V),,echo "  NVCC  $<")
+	$(Q)$(NVCC) $(NVCCFLAGS) -MMD -MP -c $< -o $@
+
+# Only the nccl backend sees NCCL's (and so CUDA's) headers, as system headers: NCCL is dlopened.
+$(BUILD)/obj/src/comm/nccl.o: ALL_CFLAGS += $(if $(filter 1,$(HAVE_NCCL)),-isystem $(CUDA_HOME)/include)
 # Only the mpi backend sees MPI's headers; every binary links MPI_LIBS when it is built.
 $(BUILD)/obj/src/comm/mpi.o: ALL_CFLAGS += $(MPI_CFLAGS)
 # The library exports what include/cddp/*.h declares (those headers push default visibility)
@@ -113,6 +154,12 @@ $(BUILD)/tests/%: $(BUILD)/obj/tests/unit/%.o $(TEST_MAIN) $(BUILD)/libcddp-app.
 
 # Programs the shell tests start as workers (tests/helpers/*.c, each with its own main).
 $(BUILD)/tests/helpers/%: $(BUILD)/obj/tests/helpers/%.o $(BUILD)/libcddp-app.a $(BUILD)/libcddp.a
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+# the device tests call the CUDA runtime's C API themselves (its headers, as system headers)
+$(BUILD)/obj/tests/gpu/%.o: ALL_CFLAGS += -isystem $(CUDA_HOME)/include
+$(BUILD)/tests/gpu/%: $(BUILD)/obj/tests/gpu/%.o $(BUILD)/libcddp-app.a $(BUILD)/libcddp.a
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
@@ -154,14 +201,14 @@ check-tsan: tsan
 
 # every bench program (bench/Makefile) into build/bench/; the MPI peer when mpicc is there
 bench: lib $(BUILD)/libcddp-app.a
-	@$(MAKE) --no-print-directory -C bench BUILD=$(abspath $(BUILD)) model gpt recompute reduce ceiling store $(if $(filter 1,$(HAVE_MPI)),all)
+	@$(MAKE) --no-print-directory -C bench BUILD=$(abspath $(BUILD)) CUDA_LDLIBS="$(CUDA_LDLIBS)" model gpt recompute reduce ceiling store $(if $(filter 1,$(HAVE_MPI)),all)
 
 # libFuzzer targets (clang): build/fuzz/fuzz_*
 fuzz:
 	@mkdir -p $(BUILD)/fuzz
 	for f in $(FUZZ_SRCS); do \
 	  clang -std=gnu11 -g -O1 -fsanitize=fuzzer,address,undefined -Iinclude -Isrc -D_GNU_SOURCE \
-	    -Isrc/app -DCDDP_HAVE_MPI=0 -DCDDP_HAVE_NCCL=0 $$f $(LIB_SRCS) $(APP_SRCS) -o $(BUILD)/fuzz/$$(basename $$f .c) \
+	    -Isrc/app -DCDDP_HAVE_MPI=0 -DCDDP_HAVE_CUDA=0 -DCDDP_HAVE_NCCL=0 $$f $(LIB_SRCS) $(APP_SRCS) -o $(BUILD)/fuzz/$$(basename $$f .c) \
 	    $(filter-out $(MPI_LIBS),$(LDLIBS)) || exit 1; \
 	done
 
@@ -169,7 +216,7 @@ clean:
 	rm -rf build build-asan build-tsan
 
 help:
-	@echo "make [all|lib|cli|tests|bench|install|uninstall|asan|tsan|check-asan|check-tsan|fuzz|clean] [BUILD=dir] [WERROR=1] [SANITIZER=...] [PREFIX=...] [V=1]"
+	@echo "make [all|lib|cli|tests|gpu-tests|bench|install|uninstall|asan|tsan|check-asan|check-tsan|fuzz|clean] [BUILD=dir] [WERROR=1] [SANITIZER=...] [PREFIX=...] [V=1]"
 
 -include $(LIB_OBJS:.o=.d) $(APP_OBJS:.o=.d) $(BUILD)/obj/$(APP_MAIN:.c=.d) $(TEST_BINS:$(BUILD)/tests/%=$(BUILD)/obj/tests/unit/%.d) \
-         $(EXAMPLE_BINS:$(BUILD)/examples/%=$(BUILD)/obj/examples/%.d) $(HELPER_BINS:$(BUILD)/tests/helpers/%=$(BUILD)/obj/tests/helpers/%.d)
+         $(EXAMPLE_BINS:$(BUILD)/examples/%=$(BUILD)/obj/examples/%.d) $(GPU_TEST_BINS:$(BUILD)/tests/gpu/%=$(BUILD)/obj/tests/gpu/%.d) $(HELPER_BINS:$(BUILD)/tests/helpers/%=$(BUILD)/obj/tests/helpers/%.d)

@@ -52,7 +52,7 @@ if [ $quick = 0 ]; then
     if make -j"$(nproc)" WERROR=1 "$san" >"$log/build-$san.log" 2>&1; then
       # store and comm under both; the trainer's and the launcher's parsers and file formats under ASan+UBSan too
       extra=""
-      [ "$san" = asan ] && extra="build-asan/tests/test_ckpt build-asan/tests/test_config build-asan/tests/test_data build-asan/tests/test_sampler build-asan/tests/test_optim build-asan/tests/test_run_errfile build-asan/tests/test_run_options"
+      [ "$san" = asan ] && extra="build-asan/tests/test_ckpt build-asan/tests/test_config build-asan/tests/test_data build-asan/tests/test_sampler build-asan/tests/test_optim build-asan/tests/test_run_errfile build-asan/tests/test_run_options build-asan/tests/test_run_torchstore"
       for t in build-$san/tests/test_store* build-$san/tests/test_comm* $extra; do
         [ -e "$t" ] || continue
         TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" ASAN_OPTIONS="detect_leaks=1" \

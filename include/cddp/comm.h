@@ -48,7 +48,8 @@ typedef struct cddp_comm cddp_comm_t;
 typedef struct cddp_request cddp_request_t;
 
 typedef struct cddp_comm_config {
-  const char *backend;   /* "native" (default), or "mpi" when built with MPI (docs/mpi.md) */
+  const char *backend;   /* "native" (default), "mpi" when built with MPI (docs/mpi.md), or "nccl"
+                            (device buffers; needs a GPU, the driver and libnccl.so.2: docs/gpu.md) */
   const char *transport; /* "auto" (shm on one host, hier or tcp across), "shm", "tcp", "hier" */
   int nstreams;          /* TCP connections per peer (CDDP_NSTREAMS) */
   int timeout_ms;        /* bound on every wait inside a collective (CDDP_TIMEOUT_MS) */
@@ -79,7 +80,7 @@ cddp_result_t cddp_comm_last_error(const cddp_comm_t *comm, const char **msg);
 
 int cddp_comm_rank(const cddp_comm_t *comm);
 int cddp_comm_world(const cddp_comm_t *comm);
-/* "shm", "tcp", "hier" (shm within hosts + tcp across) or "mpi" (backend mpi): what this rank
+/* "shm", "tcp", "hier" (shm within hosts + tcp across), "mpi" (backend mpi) or "nccl" (backend nccl): what this rank
  * uses to reach its peers. */
 const char *cddp_comm_transport(const cddp_comm_t *comm);
 

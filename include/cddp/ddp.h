@@ -45,13 +45,7 @@ typedef struct cddp_world {
   cddp_comm_t *comm;
   int rank, world;
   cddp_comm_config_t cfg;      /* what join was given, kept for the communicators recover builds */
-  cddp_store_t *gen_view;      /* internal: the store view the current communicator was built on */
-  struct cddp__fence *fence;   /* internal: aborts comm when a new generation is announced */
-  int late;                    /* internal: a first start whose communicator formed past the
-                                  generation it was started in (see cddp_world_replacement) */
-  int gone;                    /* after cddp_world_recover failed: 1 = this worker's node was
-                                  dropped from the job, 2 = the job stopped (too few nodes left),
-                                  3 = the job finished before this newcomer was taken in */
+  struct cddp__world_state *state; /* internal: the generation w->comm belongs to and its watcher */
 } cddp_world_t;
 
 /* Reads the environment (cddp run, torchrun, Slurm, MPI), connects to the store and builds
@@ -79,10 +73,19 @@ void cddp_world_leave(cddp_world_t *w, int clean);
  *     rebuild what lived on the old comm; sync state; }
  *
  * INVALID_USAGE with one line when the launcher does not replace workers in place (the
- * caller then exits, as before); TIMEOUT when no replacement came; NOT_FOUND with w->gone set
- * when this worker's node was dropped or the job stopped (cddp_last_error is the one line to
- * print). w->comm is NULL after an error. Do not move *w between join and leave. */
+ * caller then exits, as before); TIMEOUT when no replacement came; NOT_FOUND with
+ * cddp_world_gone(w) > 0 when this worker's node was dropped or the job stopped (cddp_last_error
+ * is the one line to print). w->comm is NULL after an error. */
 cddp_result_t cddp_world_recover(cddp_world_t *w);
+/* Why this worker has no place in the job any more, after cddp_world_join or
+ * cddp_world_recover failed (also after a failed join, which holds nothing else): 0 = it may
+ * have one, 1 = its node was dropped from the job, 2 = the job stopped (too few nodes left, or
+ * cddp_world_stop), 3 = the job finished before this newcomer was taken in. */
+int cddp_world_gone(const cddp_world_t *w);
+/* The job cannot go on (e.g. its global batch does not split over the world it shrank to):
+ * tells every agent, which then replaces nobody and stops, and marks this worker gone (2).
+ * line is what the job prints. */
+void cddp_world_stop(cddp_world_t *w, const char *line);
 /* 1 when the job announced a generation that takes a node in (a late joiner, a spare, a node
  * that came back; `cddp run --nnodes MIN:MAX --restart-mode replace`): nothing failed, so
  * w->comm keeps working, and the ranks should re-form at a step boundary they agree on.
@@ -95,10 +98,12 @@ cddp_result_t cddp_world_recover(cddp_world_t *w);
  *   votes = cddp_world_should_reform(&w);  allreduce(..., &votes, SUM);  commit the step;
  *   if (votes > 0) { free comm things; cddp_world_recover(&w); rebuild; sync state; }
  *
- * A trainer whose global batch splits only over some world sizes lists them in the job's
- * store as "elastic/worlds" (text "1 2 3 6 ..."): a joiner that would make another size is
- * kept waiting as a spare. */
+ * A trainer whose global batch splits only over some world sizes lists them with
+ * cddp_world_allow_sizes: a joiner that would make another size is kept waiting as a spare. */
 int cddp_world_should_reform(const cddp_world_t *w);
+/* The world sizes this job may grow or shrink to (n of them; rank 0 says it once): a node
+ * whose joining would make another size waits as a spare. Without it any size is taken. */
+cddp_result_t cddp_world_allow_sizes(const cddp_world_t *w, const int *sizes, int n);
 /* 1 when this process was started to replace a dead worker of the same rank, or as a
  * newcomer on a node taken into the running job, or when its first communicator formed in a
  * later generation than the one it was started in (a peer died as the job started, and its

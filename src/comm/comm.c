@@ -10,6 +10,7 @@
 
 #include "cddp/comm.h"
 #include "comm/hier.h"
+#include "comm/nccl.h"
 #include "comm/reduce.h"
 #include "comm/flight.h"
 #include "comm/transport.h"
@@ -82,8 +83,11 @@ static cddp_result_t resolve_config(cddp_comm_config_t *out, const cddp_comm_con
   if (!strcasecmp(out->backend, "mpi")) {
     out->backend = "mpi";
     CDDP_CHECK(cddp__mpi_available());
+  } else if (!strcasecmp(out->backend, "nccl")) {
+    out->backend = "nccl";
+    CDDP_CHECK(cddp__nccl_available());
   } else if (strcasecmp(out->backend, "native")) {
-    return cddp__fail(CDDP_INVALID_USAGE, "backend '%s' is not native or mpi (--backend, CDDP_BACKEND)",
+    return cddp__fail(CDDP_INVALID_USAGE, "backend '%s' is not native, mpi or nccl (--backend, CDDP_BACKEND)",
                       out->backend);
   }
   if (strcasecmp(out->transport, "auto") && strcasecmp(out->transport, "shm") &&
@@ -213,8 +217,10 @@ cddp_result_t cddp_comm_init(cddp_comm_t **out, cddp_store_t *store, int rank, i
                               .cfg = &c->cfg, .peers = c->peers, .aborted = &c->aborted,
                               .all_local = all_local};
 
-  if (world > 1) {
-    if (!strcmp(c->cfg.backend, "mpi")) {
+  if (world > 1 || !strcmp(c->cfg.backend, "nccl")) { /* nccl: device buffers, even alone */
+    if (!strcmp(c->cfg.backend, "nccl")) {
+      c->tp = &cddp__transport_nccl;
+    } else if (!strcmp(c->cfg.backend, "mpi")) {
       c->tp = &cddp__transport_mpi; /* every collective on MPI's; the transport knob does not apply */
     } else if (!strcasecmp(c->cfg.transport, "shm")) {
       if (!all_local) {

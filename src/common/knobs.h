@@ -14,7 +14,7 @@
     "interface for TCP: prefix list (eth,ib), ^prefix to exclude, =name exact; empty = the one routing to the master") \
   X(NSTREAMS, "CDDP_NSTREAMS", "2", "TCP connections per peer")                                \
   X(TIMEOUT_MS, "CDDP_TIMEOUT_MS", "300000", "bound on any wait inside a collective or comm init, ms") \
-  X(BACKEND, "CDDP_BACKEND", "native", "collective backend: native (cddp's shm/tcp) or mpi (Open MPI's collectives, under mpirun)") \
+  X(BACKEND, "CDDP_BACKEND", "native", "collective backend: native (cddp's shm/tcp), mpi (Open MPI's collectives, under mpirun) or nccl (GPU buffers)") \
   X(TRANSPORT, "CDDP_TRANSPORT", "auto",                                                      \
     "auto (shm within a host; across hosts hier when every host runs the same number >= 2 of ranks, else tcp), shm, tcp (flat) or hier") \
   X(ALGO, "CDDP_ALGO", "auto", "collective algorithm: auto, ring or direct")                   \

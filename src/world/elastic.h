@@ -6,57 +6,14 @@
 
 #include "cddp/comm.h"
 #include "cddp/store.h"
+#include "world/jobkeys.h"
 
-/* Keys, relative to the job's "<run_id>/" view:
- *   elastic/gen        add(): the job's latest generation (absent = 0); each replacement of a
- *                      dead worker and each membership change adds 1
- *   elastic/restarts   add(): worker replacements so far (--max-restarts counts these only)
- *   elastic/claim/<G>  compare_set: the agent that makes generation G
- *   elastic/members/<G> the member agents of generation G (below)
- *   elastic/gen/<G>    set once generation G exists: "rank R pid P" of the worker it replaces,
- *                      or "node H (agent A, why)" of the node it lost
- *   elastic/agents     add(): agent ids (each agent takes one at start)
- *   elastic/hb/<A>     add(): agent A's heartbeat counter
- *   elastic/dead/<A>   set by the store when agent A's connection ended without a goodbye
- *   elastic/left/<A>   agent A left properly (its heartbeats stop; it is not lost)
- *   elastic/pending/<A> "<nproc> <host>": agent A waits to be taken in (a late joiner, a spare
- *                      beyond --nnodes MAX, a dropped node that came back)
- *   elastic/worlds     set by the trainer: the world sizes its global batch splits over
- *                      ("1 2 3 4 6 ..."); absent = any. A joiner that would make another
- *                      world size is kept pending.
- *   elastic/complete   an agent whose workers all finished set it: training is over, nobody
- *                      is taken in any more
- *   elastic/g<G>/...   the communicator of generation G (comm/r<round>/... below it)
+/* The job's keys and the text of their values: world/jobkeys.h (the table: docs/elastic.md).
  * A survivor whose collective failed waits for elastic/gen/<its G + 1>, then builds the
  * communicator of the latest generation; building gives up (ABORTED) the moment a later one
  * is announced, and is retried there, so two failures close together converge on the last. */
 
-/* ---- membership: elastic/members/<G>, written before elastic/gen/<G> is announced ----
- * Text, one member agent per line in rank order: "<agent id> <nproc> <host>"; the agent's
- * global ranks are rank_base .. rank_base + nproc - 1 (rank_base = the nproc before it),
- * world = the sum. Or, when the job cannot go on: "stop <line>" (every process exits
- * non-zero with that line). Or, below MIN after a loss, a first line "wait <ms> <lost>" (lost:
- * "H (agent A, why)") before the survivors: the job waits up to ms for pending nodes;
- * its workers do not form this generation but wait for the next (a join or a stop). */
-#define CDDP__MAX_MEMBERS 256
-
-typedef struct cddp__member {
-  int id, nproc;
-  char host[64];
-} cddp__member_t;
-
-typedef struct cddp__members {
-  int n;
-  int stop;           /* 1: the job stops; line says why */
-  int wait_ms;        /* > 0: below MIN, waiting this long for nodes; line names the lost node */
-  char line[400];
-  cddp__member_t m[CDDP__MAX_MEMBERS];
-} cddp__members_t;
-
-/* 0, or -1 when the text is malformed (an empty list included). */
-int cddp__members_parse(const char *text, size_t len, cddp__members_t *out);
-/* The record's text into buf (NUL-terminated); its length, or 0 when it does not fit. */
-size_t cddp__members_format(const cddp__members_t *m, char *buf, size_t size);
+/* ---- membership: elastic/members/<G>, written before elastic/gen/<G> is announced ---- */
 /* The member index of agent_id (-1 when absent) and its rank_base, the world size. */
 int cddp__members_find(const cddp__members_t *m, int agent_id, int *rank_base, int *world);
 int cddp__members_world(const cddp__members_t *m);
@@ -87,15 +44,13 @@ typedef struct cddp__change {
   char what[400];              /* the announcement: "node H (agent A, why)[; spare node H2 (agent
                                   B) takes its place]" or "join node H (agent A)[, node ...]" */
   int added, proposed_stop, proposed_wait, ended_wait;
+  int spare_at;                /* where "; spare node ..." starts in what (-1: no spare) */
   int refused_id;              /* a candidate not taken (-1: none) and why, one line */
   char refused[240];
 } cddp__change_t;
 /* The edit for cddp__gen_change (ctx = cddp__change_t): 1 when nothing is to change (the
  * lost agent is gone already and nobody can be taken in, or self is not a member). */
 int cddp__members_next(const cddp__members_t *cur, cddp__members_t *next, void *ctx);
-/* 1 when the text of elastic/gen/<G> announces a join only (the workers re-form at their next
- * step boundary instead of aborting the step in flight). */
-int cddp__gen_is_join(const char *text, size_t len);
 
 /* Announces the next generation: claims latest+1 (compare_set on elastic/claim/<G>, so
  * exactly one caller makes each generation), writes its member record, its announcement
@@ -108,6 +63,13 @@ cddp_result_t cddp__gen_change(cddp_store_t *s, const char *what, int self_id,
                                void *ctx, int64_t *gen);
 /* Agent: announces the next generation for a replacement (same members); *gen = its number. */
 cddp_result_t cddp__gen_bump(cddp_store_t *s, const char *what, int64_t *gen);
+/* What made generation g (elastic/gen/<g>, the agents' words) into buf; its length, 0 when g
+ * was not announced. *is_join = 1 when it only took nodes in. */
+size_t cddp__gen_what(cddp_store_t *s, int64_t g, char *buf, size_t size, int *is_join);
+/* The trainer's world sizes (elastic/worlds): a joiner that would make another is kept pending. */
+cddp_result_t cddp__job_worlds_publish(cddp_store_t *s, const int *sizes, int n);
+/* The job cannot go on (elastic/stop = line): the agents replace nobody and stop. */
+cddp_result_t cddp__job_stop(cddp_store_t *s, const char *line);
 /* The latest announced generation (0 when none was). */
 cddp_result_t cddp__gen_latest(cddp_store_t *s, int64_t *gen);
 /* Blocks until a generation later than gen is announced, at most timeout_ms (TIMEOUT). */

@@ -13,80 +13,96 @@
 #include "common/log.h"
 #include "world/elastic.h"
 
-#define FENCE_SLICE_MS 250 /* how often the fence looks at its stop flag */
+#define WATCH_SLICE_MS 250 /* how often the watcher looks at its stop flag */
 
-/* A thread with its own store connection: when a generation past the one w->comm belongs to
- * is announced, it aborts w->comm, so every blocked collective returns ABORTED at once (a
- * frozen or cut-off peer would otherwise hold it until the comm's timeout). A join
- * generation (nobody lost: "join node ...") only raises join_gen: the ranks agree to re-form
- * at a step boundary (cddp_world_should_reform). */
-struct cddp__fence {
+/* The generation watcher: a thread with its own store connection; when a generation past the
+ * one w->comm belongs to is announced, it aborts w->comm, so every blocked collective returns
+ * ABORTED at once (a frozen or cut-off peer would otherwise hold it until the comm's
+ * timeout). A join generation (nobody lost: "join node ...") only raises join_gen: the ranks
+ * agree to re-form at a step boundary (cddp_world_should_reform). */
+typedef struct gen_watch {
   pthread_t th;
-  pthread_mutex_t mu; /* guards w->comm and w->env.gen against the main thread's changes */
+  pthread_mutex_t mu; /* guards gen and comm against the main thread's changes */
   cddp_store_t *store;
-  cddp_world_t *w;
+  int64_t gen;        /* the world's generation and communicator, kept here (not a pointer to */
+  cddp_comm_t *comm;  /* the world) so that the caller's cddp_world_t may move */
+  int rank;           /* for the log lines */
   int stop;
   int64_t join_gen; /* the latest join generation seen (atomic) */
+} gen_watch_t;
+
+/* What a worker's world keeps beyond its public fields. */
+struct cddp__world_state {
+  cddp_store_t *gen_view; /* the store view the current communicator was built on */
+  gen_watch_t *watch;     /* aborts comm when a new generation is announced */
+  int late;               /* a first start whose communicator formed past the generation it was
+                             started in (see cddp_world_replacement) */
+  int gone;               /* see cddp_world_gone */
 };
 
-static int64_t fence_gen(struct cddp__fence *f) {
+/* A failed join holds nothing: its world points at one of these, which say only why. */
+static struct cddp__world_state gone_for[4] = {{.gone = 0}, {.gone = 1}, {.gone = 2}, {.gone = 3}};
+
+static int is_static_state(const struct cddp__world_state *st) {
+  return st >= gone_for && st < gone_for + CDDP_ARRAY_LEN(gone_for);
+}
+
+static int64_t watch_gen(gen_watch_t *f) {
   pthread_mutex_lock(&f->mu);
-  int64_t g = f->w->env.gen;
+  int64_t g = f->gen;
   pthread_mutex_unlock(&f->mu);
   return g;
 }
 
 /* 1 when elastic/gen/<g> announces a join only. */
 static int is_join(cddp_store_t *s, int64_t g) {
-  char key[64];
-  snprintf(key, sizeof key, "elastic/gen/%lld", (long long)g);
+  cddp__jobkey_t key = cddp__job_key(CDDP__JK_GEN_ANNOUNCE, g, 0);
   void *v = NULL;
   size_t len = 0;
-  int j = cddp_store_get(s, key, &v, &len, 0) == CDDP_OK && cddp__gen_is_join(v, len);
+  int j = cddp_store_get(s, key.s, &v, &len, 0) == CDDP_OK && cddp__job_what_is_join(v, len, NULL);
   free(v);
   cddp__clear_error();
   return j;
 }
 
-static void *fence_main(void *arg) {
-  struct cddp__fence *f = arg;
+static void *watch_main(void *arg) {
+  gen_watch_t *f = arg;
   int64_t seen = -1, base = -1; /* generations up to seen are known to be joins past base */
   while (!__atomic_load_n(&f->stop, __ATOMIC_ACQUIRE)) {
-    int64_t g = fence_gen(f);
+    int64_t g = watch_gen(f);
     if (g != base) base = g, seen = g; /* re-formed: start over past the new generation */
-    char key[64];
-    snprintf(key, sizeof key, "elastic/gen/%lld", (long long)seen + 1);
-    const char *k = key;
-    cddp_result_t r = cddp_store_wait(f->store, &k, 1, FENCE_SLICE_MS);
+    cddp__jobkey_t key = cddp__job_key(CDDP__JK_GEN_ANNOUNCE, seen + 1, 0);
+    const char *k = key.s;
+    cddp_result_t r = cddp_store_wait(f->store, &k, 1, WATCH_SLICE_MS);
     if (r == CDDP_TIMEOUT) continue;
     if (r != CDDP_OK) break; /* the store is gone: the job is over */
     if (is_join(f->store, seen + 1)) { /* not a failure: re-form at the next step boundary */
       seen++;
       __atomic_store_n(&f->join_gen, seen, __ATOMIC_RELEASE);
       CDDP_INFO(CDDP_SUB_ENV, "rank %d: generation %lld takes a node in: re-forming at the next step boundary",
-                f->w->rank, (long long)seen);
+                f->rank, (long long)seen);
       continue;
     }
     pthread_mutex_lock(&f->mu);
-    if (f->w->env.gen == g && f->w->comm) {
-      CDDP_INFO(CDDP_SUB_ENV, "rank %d: generation %lld announced: aborting the communicator of %lld", f->w->rank,
+    if (f->gen == g && f->comm) {
+      CDDP_INFO(CDDP_SUB_ENV, "rank %d: generation %lld announced: aborting the communicator of %lld", f->rank,
                 (long long)seen + 1, (long long)g);
-      cddp_comm_abort(f->w->comm);
+      cddp_comm_abort(f->comm);
     }
     pthread_mutex_unlock(&f->mu);
-    while (!__atomic_load_n(&f->stop, __ATOMIC_ACQUIRE) && fence_gen(f) == g) usleep(20000);
+    while (!__atomic_load_n(&f->stop, __ATOMIC_ACQUIRE) && watch_gen(f) == g) usleep(20000);
   }
   return NULL;
 }
 
-static void fence_start(cddp_world_t *w) {
-  struct cddp__fence *f = calloc(1, sizeof *f);
+static void watch_start(cddp_world_t *w) {
+  gen_watch_t *f = calloc(1, sizeof *f);
   if (!f) return;
   pthread_mutex_init(&f->mu, NULL);
-  f->w = w;
+  f->gen = w->env.gen, f->comm = w->comm, f->rank = w->rank;
   cddp_store_server_t *hosted = NULL;
   if (cddp_env_connect(&w->env, 10000, &f->store, &hosted) != CDDP_OK || hosted ||
-      pthread_create(&f->th, NULL, fence_main, f) != 0) {
+      pthread_create(&f->th, NULL, watch_main, f) != 0) {
     CDDP_WARN("rank %d: no generation watcher (%s): a silent peer is found by the comm timeout only", w->rank,
               cddp_last_error());
     cddp_env_disconnect(f->store, hosted);
@@ -94,25 +110,27 @@ static void fence_start(cddp_world_t *w) {
     free(f);
     return;
   }
-  w->fence = f;
+  w->state->watch = f;
 }
 
-static void fence_stop(cddp_world_t *w) {
-  struct cddp__fence *f = w->fence;
+static void watch_stop(cddp_world_t *w) {
+  gen_watch_t *f = w->state ? w->state->watch : NULL;
   if (!f) return;
   __atomic_store_n(&f->stop, 1, __ATOMIC_RELEASE);
   pthread_join(f->th, NULL);
   cddp_store_close(f->store);
   pthread_mutex_destroy(&f->mu);
   free(f);
-  w->fence = NULL;
+  w->state->watch = NULL;
 }
 
-static void fence_lock(cddp_world_t *w) {
-  if (w->fence) pthread_mutex_lock(&w->fence->mu);
-}
-static void fence_unlock(cddp_world_t *w) {
-  if (w->fence) pthread_mutex_unlock(&w->fence->mu);
+/* The world's communicator and generation change: the watcher's copies change with them. */
+static void watch_set(cddp_world_t *w, cddp_comm_t *comm, int gen) {
+  gen_watch_t *f = w->state ? w->state->watch : NULL;
+  if (f) pthread_mutex_lock(&f->mu);
+  w->comm = comm, w->env.gen = gen;
+  if (f) f->comm = comm, f->gen = gen, f->rank = w->rank;
+  if (f) pthread_mutex_unlock(&f->mu);
 }
 
 static cddp_result_t form(cddp_world_t *w, uint64_t deadline, int64_t min_gen) {
@@ -124,19 +142,19 @@ static cddp_result_t form(cddp_world_t *w, uint64_t deadline, int64_t min_gen) {
   cddp_result_t r = cddp__gen_form(w->store, w->rank, w->world, w->env.round, &w->cfg, g, deadline, &place, &comm,
                                    &view, &g);
   if (r != CDDP_OK) {
-    w->gone = place.gone;
+    w->state->gone = place.gone;
     return r;
   }
-  fence_lock(w);
-  w->comm = comm, w->gen_view = view, w->env.gen = (int)g;
+  w->state->gen_view = view;
   if (place.agent_id >= 0) w->rank = place.rank, w->world = place.world;
-  fence_unlock(w);
+  watch_set(w, comm, (int)g);
   cddp__log_set_rank(w->rank);
   return CDDP_OK;
 }
 
 cddp_result_t cddp_world_join(cddp_world_t *w, const cddp_comm_config_t *cfg) {
   memset(w, 0, sizeof *w);
+  w->state = &gone_for[0];
   CDDP_CHECK(cddp_env_read(&w->env));
   w->rank = w->env.rank, w->world = w->env.world_size;
   cddp__log_set_rank(w->rank);
@@ -150,6 +168,12 @@ cddp_result_t cddp_world_join(cddp_world_t *w, const cddp_comm_config_t *cfg) {
   }
   if (cfg) w->cfg = *cfg;
   else cddp_comm_config_default(&w->cfg);
+  if (!(w->state = calloc(1, sizeof *w->state))) {
+    w->state = &gone_for[0];
+    cddp_env_disconnect(w->store, w->hosted);
+    w->store = NULL, w->hosted = NULL;
+    return cddp__fail(CDDP_SYSTEM, "rank %d: out of memory", w->rank);
+  }
   if (cddp_world_can_recover(w)) {
     cddp_comm_config_t full;
     cddp_comm_config_default(&full);
@@ -159,8 +183,8 @@ cddp_result_t cddp_world_join(cddp_world_t *w, const cddp_comm_config_t *cfg) {
     if (r == CDDP_OK) {
       /* its peers of that generation include a replacement, which goes straight to the
        * state sync: so must this rank, or it would run the first start's collectives alone */
-      w->late = w->env.gen > spawned_in;
-      fence_start(w);
+      w->state->late = w->env.gen > spawned_in;
+      watch_start(w);
     }
   } else {
     r = cddp_comm_init(&w->comm, w->store, w->rank, w->world, w->env.round, &w->cfg);
@@ -170,7 +194,10 @@ cddp_result_t cddp_world_join(cddp_world_t *w, const cddp_comm_config_t *cfg) {
     snprintf(why, sizeof why, "%s", cddp_last_error());
     cddp_env_disconnect(w->store, w->hosted);
     w->store = NULL, w->hosted = NULL;
-    if (w->gone) return cddp__fail(r, "rank %d: %s", w->rank, why);
+    int gone = w->state->gone;
+    free(w->state);
+    w->state = &gone_for[gone >= 0 && gone < 4 ? gone : 0];
+    if (gone) return cddp__fail(r, "rank %d: %s", w->rank, why);
     return cddp__fail(r, "rank %d: communicator: %s", w->rank, why);
   }
   return CDDP_OK;
@@ -180,23 +207,36 @@ int cddp_world_can_recover(const cddp_world_t *w) {
   return w->env.source == CDDP_ENV_AGENT && w->env.replace_mode && w->world > 1;
 }
 
-int cddp_world_replacement(const cddp_world_t *w) { return w->env.replacement || w->late; }
+int cddp_world_replacement(const cddp_world_t *w) { return w->env.replacement || (w->state && w->state->late); }
+
+int cddp_world_gone(const cddp_world_t *w) { return w->state ? w->state->gone : 0; }
+
+cddp_result_t cddp_world_allow_sizes(const cddp_world_t *w, const int *sizes, int n) {
+  if (!w->store) return cddp__fail(CDDP_INVALID_USAGE, "cddp_world_allow_sizes: the world has no store (join first)");
+  return cddp__job_worlds_publish(w->store, sizes, n);
+}
+
+void cddp_world_stop(cddp_world_t *w, const char *line) {
+  if (w->store) (void)cddp__job_stop(w->store, line);
+  if (w->state && !is_static_state(w->state)) w->state->gone = 2;
+}
 
 int cddp_world_generation(const cddp_world_t *w) { return w->env.gen; }
 
 int cddp_world_should_reform(const cddp_world_t *w) {
-  return w->fence && __atomic_load_n(&w->fence->join_gen, __ATOMIC_ACQUIRE) > (int64_t)w->env.gen;
+  gen_watch_t *f = w->state ? w->state->watch : NULL;
+  return f && __atomic_load_n(&f->join_gen, __ATOMIC_ACQUIRE) > (int64_t)w->env.gen;
 }
 
 static void drop_comm(cddp_world_t *w) {
-  fence_lock(w);
   cddp_comm_t *c = w->comm;
-  w->comm = NULL;
-  fence_unlock(w);
+  watch_set(w, NULL, w->env.gen);
   if (c) cddp_comm_abort(c);
   cddp_comm_destroy(c);
-  cddp_store_close(w->gen_view);
-  w->gen_view = NULL;
+  if (w->state && !is_static_state(w->state)) {
+    cddp_store_close(w->state->gen_view);
+    w->state->gen_view = NULL;
+  }
 }
 
 cddp_result_t cddp_world_recover(cddp_world_t *w) {
@@ -218,24 +258,26 @@ cddp_result_t cddp_world_recover(cddp_world_t *w) {
 
 /* Every rank says it is done; rank 0, which may host the store, waits for the others. */
 static void done_barrier(cddp_world_t *w) {
-  char key[64];
-  snprintf(key, sizeof key, "world/r%d/g%d/done/%d", w->env.round, w->env.gen, w->rank);
-  if (cddp_store_set(w->store, key, "1", 1) != CDDP_OK || w->rank != 0) return;
+  cddp__jobkey_t key = cddp__job_key3(CDDP__JK_WORLD_DONE, w->env.round, w->env.gen, w->rank);
+  if (cddp_store_set(w->store, key.s, CDDP__JOB_FLAG, CDDP__JOB_FLAG_LEN) != CDDP_OK || w->rank != 0) return;
   uint64_t deadline = cddp__deadline_ms(10000);
   for (int r = 1; r < w->world; r++) {
-    snprintf(key, sizeof key, "world/r%d/g%d/done/%d", w->env.round, w->env.gen, r);
-    const char *keys[1] = {key};
+    key = cddp__job_key3(CDDP__JK_WORLD_DONE, w->env.round, w->env.gen, r);
+    const char *keys[1] = {key.s};
     if (cddp_store_wait(w->store, keys, 1, cddp__ms_left(deadline)) != CDDP_OK) return;
   }
 }
 
 void cddp_world_leave(cddp_world_t *w, int clean) {
-  fence_stop(w);
+  watch_stop(w);
   if (!clean && w->comm) cddp_comm_abort(w->comm);
   cddp_comm_destroy(w->comm);
   w->comm = NULL;
-  cddp_store_close(w->gen_view);
-  w->gen_view = NULL;
+  if (w->state && !is_static_state(w->state)) {
+    cddp_store_close(w->state->gen_view);
+    free(w->state);
+  }
+  w->state = NULL;
   if (clean && w->store) done_barrier(w);
   cddp_env_disconnect(w->store, w->hosted);
   w->store = NULL, w->hosted = NULL;

@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # test_flight.sh - `cddp flight DIR` over the ranks' flight records: the first collective two ranks
 # called differently is named (exit 1), a rank that is behind is named, and no records is one line,
-# exit 2 (test_hang.sh reads a dump the watchdog really wrote).
+# exit 2 (test_hang.sh reads a dump the watchdog really wrote); `kill -USR1` on a running agent
+# writes every worker's records at once, and training goes on.
 cd "$(dirname "$0")/../.." && source tests/sh/lib.sh
 T=$(mktemp -d /tmp/cddp-flight-test.XXXXXX)
-trap 'rm -rf "$T"' EXIT
+trap 'kill -KILL $(jobs -p) 2>/dev/null; rm -rf "$T"' EXIT
 # mk DIR RANK "CSEQ OP COUNT STATE"...: a record file as comm/flight.c writes it
 mk() {
   local dir=$1 r=$2 sep=""; shift 2
@@ -36,4 +37,38 @@ out=$("$CDDP" flight "$T/none" 2>&1); rc=$?
   fail "no folder" "rc=$rc: $out"
 mkdir -p "$T/empty"; out=$("$CDDP" flight "$T/empty" 2>&1); rc=$?
 [ $rc = 2 ] && grep -q "no rank<R>.json flight records in $T/empty" <<<"$out" && ok "no records: one line, exit 2" || fail "empty" "rc=$rc: $out"
+
+# SIGUSR1 on the agent of a running job: both workers' records in --log-dir/flight, readable by
+# cddp flight; the job goes on and completes
+timeout 120 "$CDDP" run --standalone --nproc-per-node 2 --log-dir "$T/logs" --tee 3 "$CDDP" train \
+  --config configs/fmnist_mlp.yaml --work-dir "$T" --name usr1 --set eval.every_epoch=false --set ddp.threads=1 \
+  --set train.max_steps=150 >"$T/usr1.out" 2>&1 & agent=$!
+for _ in $(seq 400); do
+  [ "$(sed -n 's/.*"step":\([0-9]*\).*/\1/p' "$T/usr1/metrics.jsonl" 2>/dev/null | tail -1)" -ge 10 ] 2>/dev/null && break
+  sleep 0.05
+done
+kill -USR1 "$(pgrep -P $agent | head -1)" # cddp run, not timeout(1)
+for _ in $(seq 100); do grep -q 'SIGUSR1' "$T/usr1.out" && break; sleep 0.05; done
+wait $agent; rc=$?
+out=$("$CDDP" flight "$T/logs/flight" 2>&1); frc=$?
+if [ $rc = 0 ] && grep -q "^cddp run: SIGUSR1: the flight records of 2 worker(s) are in $T/logs/flight$" "$T/usr1.out" &&
+   [ -s "$T/logs/flight/rank0.json" ] && [ -s "$T/logs/flight/rank1.json" ] && [ $frc = 0 ] && grep -q '^no desync' <<<"$out" &&
+   grep -q 'done:' "$T/usr1.out"; then ok "kill -USR1 on the agent: both ranks' records written, readable, the job completes"
+else fail "SIGUSR1 dump" "rc $rc, flight rc $frc: $(grep -i 'usr1\|cddp run' "$T/usr1.out" | head -3 | tr '\n' ' ') $out"; fi
+# a worker killed: the agent writes every local rank's records as they stood (what the survivor
+# was doing when it lost its peer), and says where at INFO
+CDDP_DEBUG=INFO CDDP_DEBUG_SUBSYS=RUN timeout 120 "$CDDP" run --standalone --nproc-per-node 2 --log-dir "$T/logs2" --tee 3 \
+  "$CDDP" train --config configs/fmnist_mlp.yaml --work-dir "$T" --name killed --set eval.every_epoch=false \
+  --set ddp.threads=1 --set train.max_steps=300 >"$T/killed.out" 2>&1 & agent=$!
+for _ in $(seq 400); do
+  [ "$(sed -n 's/.*"step":\([0-9]*\).*/\1/p' "$T/killed/metrics.jsonl" 2>/dev/null | tail -1)" -ge 10 ] 2>/dev/null && break
+  sleep 0.05
+done
+kill -KILL "$(pgrep -f "^$CDDP train --config configs/fmnist_mlp.yaml --work-dir $T --name killed" | sed -n 2p)"
+wait $agent; rc=$?
+out=$("$CDDP" flight "$T/logs2/flight" 2>&1); frc=$?
+if [ $rc != 0 ] && grep -q "on a worker's failure: the flight records of 2 worker(s) are in $T/logs2/flight" "$T/killed.out" &&
+   [ -s "$T/logs2/flight/rank0.json" ] && [ -s "$T/logs2/flight/rank1.json" ] && [ $frc -le 1 ] && grep -q '^rank [01]' <<<"$out"
+then ok "a worker killed: every local rank's records written at the failure, readable"
+else fail "records at a failure" "rc $rc, flight rc $frc: $(grep -i 'flight\|cddp run' "$T/killed.out" | head -3 | tr '\n' ' ') $out"; fi
 finish

@@ -13,11 +13,11 @@ R=$T/my_run_1
 out=$("$CDDP" plot "$R" 2>&1); rc=$?
 magic=$(head -c 8 "$R/metrics.png" 2>/dev/null | od -An -tx1 | tr -d ' \n')
 if [ $rc = 0 ] && [ "$magic" = 89504e470d0a1a0a ] && [ "$(stat -c %s "$R/metrics.png")" -gt 20000 ] &&
-   [ "$out" = "cddp plot: 30 steps, 1 evaluations -> $R/metrics.png" ]; then ok "PNG of 30 steps and the final eval, nothing on stderr"
+   [ "$out" = "cddp plot: 30 steps, 1 evaluations, per-rank work -> $R/metrics.png" ]; then ok "PNG of 30 steps, the final eval and the ranks' work, nothing on stderr"
 else fail "png" "rc=$rc magic=$magic $out"; fi
 
-# SVG: the run's name as written (gnuplot's enhanced text made '_1' a subscript), 4 panels (loss,
-# eval accuracy, samples/s, comm) whose x-axes line up: each panel's 'step' label and its tick
+# SVG: the run's name as written (gnuplot's enhanced text made '_1' a subscript), 5 panels (loss,
+# eval accuracy, samples/s, comm, each rank's own work) whose x-axes line up: each panel's 'step' label and its tick
 # '10' sit at the same x (the left margin used to follow each panel's y tick labels)
 "$CDDP" plot "$R" --out "$T/n.svg" >/dev/null 2>&1; rc=$?
 # xs TEXT FILE: the x of every centred label TEXT in an SVG of gnuplot, one per line (the label
@@ -25,8 +25,11 @@ else fail "png" "rc=$rc magic=$magic $out"; fi
 xs() { grep -B1 -E "<text>(<tspan[^>]*>)?$1(</tspan>)?</text>" "$2" | grep 'text-anchor="middle"' | sed -n 's/.*translate(\([0-9.]*\),.*/\1/p'; }
 [ $rc = 0 ] && grep -q "<text>my_run_1</text>" "$T/n.svg" && ok "SVG: the title 'my_run_1' as written" ||
   fail "svg: title" "rc=$rc: $(grep -m1 -A1 'font-size="12.00"  text-anchor="middle"' "$T/n.svg" | tail -1)"
-[ "$(xs step "$T/n.svg" | wc -l)" = 4 ] && grep -q "<text>eval accuracy</text>" "$T/n.svg" &&
-  ok "SVG: 4 panels, one of them the eval accuracy" || fail "svg: accuracy panel" "$(xs step "$T/n.svg" | wc -l) panels"
+[ "$(xs step "$T/n.svg" | wc -l)" = 5 ] && grep -q "<text>eval accuracy</text>" "$T/n.svg" &&
+  grep -q "<text>own work per rank (ms)</text>" "$T/n.svg" && grep -q "<text>rank 0</text>" "$T/n.svg" &&
+  grep -q "<text>rank 1</text>" "$T/n.svg" && ! grep -q "<text>rank 2</text>" "$T/n.svg" &&
+  ok "SVG: 5 panels, the eval accuracy and each of the 2 ranks' own work among them" ||
+  fail "svg: accuracy and per-rank panels" "$(xs step "$T/n.svg" | wc -l) panels"
 if [ "$(xs step "$T/n.svg" | sort -u | wc -l)" = 1 ] && [ "$(xs ' 10' "$T/n.svg" | wc -l)" -ge 3 ] &&
    [ "$(xs ' 10' "$T/n.svg" | sort -u | wc -l)" = 1 ]
 then ok "SVG: the panels' x-axes line up ('step' and tick 10 at x = $(xs step "$T/n.svg" | head -1), $(xs ' 10' "$T/n.svg" | head -1))"

@@ -79,9 +79,23 @@ two "X=0" "X=1" --nnodes 2 --nproc-per-node 1 --rdzv-backend c10d --rdzv-endpoin
   --role trainer allreduce.py
 worlds "c10d, 2 nodes" 2
 ports_differ "c10d"
-if grep -q "TORCHELASTIC_USE_AGENT_STORE=False ROLE_NAME=trainer OMP_NUM_THREADS=- .* errfile=True" "$T/n0.out"; then
-  ok "torchrun's environment: USE_AGENT_STORE=False, ROLE_NAME from --role, TORCHELASTIC_ERROR_FILE; OMP unset for 1 worker"
+if grep -q "TORCHELASTIC_USE_AGENT_STORE=True ROLE_NAME=trainer OMP_NUM_THREADS=- .* errfile=True" "$T/n0.out"; then
+  ok "torchrun's environment: USE_AGENT_STORE=True (the agent's TCPStore), ROLE_NAME from --role, TORCHELASTIC_ERROR_FILE; OMP unset for 1 worker"
 else fail "worker environment" "$(grep 'allreduce ok' "$T/n0.out")"; fi
+# --agent-store off: rank 0 hosts the workers' TCPStore, as torchrun's c10d has it; a bad value
+timeout 90 "$CDDP" run --standalone --nproc-per-node 2 --agent-store off allreduce.py >"$T/n0.out" 2>&1; rc0=$?
+: >"$T/n1.out"; rc1=0
+worlds "--agent-store off: rank 0's own TCPStore" 2
+grep -q "TORCHELASTIC_USE_AGENT_STORE=False" "$T/n0.out" && ok "--agent-store off: USE_AGENT_STORE=False" ||
+  fail "--agent-store off" "$(grep 'allreduce ok' "$T/n0.out" | head -1)"
+# a script that hosts its own TCPStore on MASTER_PORT: the agent leaves the port to it
+timeout 90 "$CDDP" run --standalone --nproc-per-node 2 own_store.py >"$T/n0.out" 2>&1; rc=$?
+[ $rc = 0 ] && [ "$(grep -c 'own store ok rank [01] of 2 USE_AGENT_STORE=False' "$T/n0.out")" = 2 ] &&
+  ok "a script with its own TCPStore on MASTER_PORT: the port is left to its rank 0" ||
+  fail "own TCPStore" "rc $rc: $(tail -3 "$T/n0.out" | tr '\n' ' ')"
+"$CDDP" run --standalone --agent-store maybe allreduce.py >"$T/bad.out" 2>&1; rc=$?
+[ $rc = 2 ] && [ "$(wc -l <"$T/bad.out")" = 1 ] && grep -q -- '--agent-store' "$T/bad.out" && ok "bad input: --agent-store maybe" ||
+  fail "--agent-store maybe" "rc $rc: $(cat "$T/bad.out")"
 
 # 5. standalone, torchrun's usual form: a script in the current folder
 timeout 90 "$CDDP" run --standalone --nproc-per-node 2 allreduce.py >"$T/n0.out" 2>&1; rc0=$?; : >"$T/n1.out"; rc1=0

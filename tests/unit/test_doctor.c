@@ -1,5 +1,6 @@
 /* test_doctor.c - cddp doctor's parts: the round-robin schedule, the info text form, the probe
  * sockets on loopback (ok, refused, wrong peer, measured), and the report's problem lines. */
+#include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -37,6 +38,7 @@ TEST(doctor_info_round_trip) {
   strcpy(a.ifs[1].name, "eth0"), strcpy(a.ifs[1].addr, "10.0.0.3");
   a.cfg_state = 1, a.cfg_hash = 0xfeedfacecafef00dull, a.nkeys = 3;
   a.keys[0] = 1, a.keys[1] = 0, a.keys[2] = 0xffffffffffffffffull;
+  strcpy(a.gpus, "2 (driver 550.54, CUDA 12.4): 0 NVIDIA H100 81559 MiB, 1 NVIDIA H100 81559 MiB (NODE to GPU 0)");
   size_t len;
   char *t = cddp__doc_info_encode(&a, &len);
   CHECK(t && len == strlen(t));
@@ -47,6 +49,7 @@ TEST(doctor_info_round_trip) {
   CHECK_EQ(b.port_hi, 2000);
   CHECK(!strcmp(b.spec_error, a.spec_error) && !strcmp(b.why, a.why) && !strcmp(b.chosen_addr, "10.0.0.3"));
   CHECK_EQ(b.nif, 2);
+  CHECK(!strcmp(b.gpus, a.gpus));
   CHECK(!strcmp(b.ifs[1].name, "eth0") && b.ifs[0].loopback && !b.ifs[1].up);
   CHECK(b.cfg_hash == a.cfg_hash && b.nkeys == 3 && b.keys[1] == 0 && b.keys[2] == a.keys[2]);
   CHECK_RESULT(cddp__doc_info_decode("rank 1\n", &b), CDDP_INVALID_ARG);
@@ -116,4 +119,16 @@ TEST(doctor_report_names_problems) {
   CHECK(!strstr(buf, "cannot reach rank")); /* the cut-off line stands for its pairs */
   CHECK(strstr(buf, "reachability: 2 of 6 connections ok"));
   free(buf);
+}
+
+/* Here there is no NVIDIA driver: one plain line says so (a GPU machine lists its GPUs). */
+TEST(gpus_line_names_the_gpus_or_says_why_there_are_none) {
+  char g[448];
+  cddp__doc_gpus(g, sizeof g);
+  CHECK(g[0] != '\0' && !strchr(g, '\n'));
+  void *nvml = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
+  if (nvml) dlclose(nvml);
+  if (!nvml && strcmp(g, "none: no NVIDIA driver (libnvidia-ml.so.1 not found)"))
+    TEST_FAIL("without libnvidia-ml.so.1: '%s'", g);
+  if (nvml && strncmp(g, "none", 4) && !strstr(g, "MiB")) TEST_FAIL("with NVML: '%s' lists no GPU memory", g);
 }

@@ -287,7 +287,7 @@ TEST(members_next_takes_joiners_up_to_max_and_keeps_ranks) {
   CHECK_EQ(cddp__members_find(&next, 4, &base, NULL), 2);
   CHECK_EQ(base, 3);
   CHECK(!strcmp(c.what, "join node c (agent 4)"));
-  CHECK(cddp__gen_is_join(c.what, strlen(c.what)));
+  CHECK(cddp__job_what_is_join(c.what, strlen(c.what), NULL));
   CHECK_EQ(c.added, 1);
   CHECK_EQ(c.refused_id, 5);
   CHECK(strstr(c.refused, "maximum of 3") != NULL);
@@ -323,7 +323,7 @@ TEST(members_next_a_spare_takes_a_lost_nodes_place_in_one_generation) {
   CHECK_EQ(next.m[0].id, 1); /* ranks shift down past the lost node, the spare comes last */
   CHECK_EQ(next.m[1].id, 2);
   CHECK(!strcmp(c.what, "node a (agent 0, x); spare node c (agent 2) takes its place"));
-  CHECK(!cddp__gen_is_join(c.what, strlen(c.what)));
+  CHECK(!cddp__job_what_is_join(c.what, strlen(c.what), NULL));
   /* no spare: below min, the record says stop */
   c.ncand = 0;
   CHECK_EQ(cddp__members_next(cur, &next, &c), 0);
@@ -346,7 +346,7 @@ TEST(members_next_below_min_waits_then_takes_enough_joiners_in_or_stops) {
   CHECK_EQ(next.n, 2);
   CHECK_EQ(next.wait_ms, 4000);
   CHECK(!strcmp(next.line, "c (agent 2, x)"));
-  CHECK(!cddp__gen_is_join(c.what, strlen(c.what)));
+  CHECK(!cddp__job_what_is_join(c.what, strlen(c.what), NULL));
   char buf[512];
   size_t len = cddp__members_format(&next, buf, sizeof buf);
   CHECK(!strcmp(buf, "wait 4000 c (agent 2, x)\n0 1 a\n1 1 b"));
@@ -361,7 +361,7 @@ TEST(members_next_below_min_waits_then_takes_enough_joiners_in_or_stops) {
   CHECK_EQ(next.n, 3);
   CHECK_EQ(next.m[2].id, 3);
   CHECK(!strcmp(c.what, "node c (agent 2, x); node d (agent 3) joined in time"));
-  CHECK(!cddp__gen_is_join(c.what, strlen(c.what))); /* the survivors redo the interrupted step */
+  CHECK(!cddp__job_what_is_join(c.what, strlen(c.what), NULL)); /* the survivors redo the interrupted step */
   /* min 4: one is not enough, it stays pending (no generation) */
   c.min_nodes = 4, c.max_nodes = 4;
   CHECK_EQ(cddp__members_next(wait, &next, &c), 1);

@@ -151,7 +151,8 @@ TEST(rdzv_late_joiner_goes_to_next_round) {
   /* a worker failed: the agents of round 0 open round 1 with restart count 1 and rejoin */
   cddp_store_t *v;
   CHECK_OK(cddp_store_prefix_create(&v, s, "job/", 0));
-  CHECK_OK(cddp__rdzv_post(v, 0, "restart", NULL));
+  cddp__job_event_t restart = {.kind = CDDP__EV_RESTART};
+  CHECK_OK(cddp__rdzv_post(v, 0, &restart, NULL));
   CHECK_OK(cddp__rdzv_open_next(v, 0, 1));
   CHECK_OK(cddp__rdzv_open_next(v, 0, 1)); /* idempotent */
   cddp_store_close(v);
@@ -214,21 +215,24 @@ TEST(rdzv_min_not_reached_times_out) {
 TEST(rdzv_events_first_value_wins) {
   cddp_store_t *s;
   CHECK_OK(cddp_store_mem_create(&s));
-  char *now = NULL;
-  CHECK_OK(cddp__rdzv_post(s, 4, "fail 3 rank 1 exited", &now));
-  CHECK(!strcmp(now, "fail 3 rank 1 exited"));
-  free(now);
-  CHECK_OK(cddp__rdzv_post(s, 4, "restart", &now));
-  CHECK(!strcmp(now, "fail 3 rank 1 exited"));
-  free(now);
+  cddp__job_event_t fail = {.kind = CDDP__EV_FAIL, .code = 3, .line = "rank 1 exited"}, now;
+  cddp__job_event_t restart = {.kind = CDDP__EV_RESTART};
+  CHECK_OK(cddp__rdzv_post(s, 4, &fail, &now));
+  CHECK(now.kind == CDDP__EV_FAIL && now.code == 3 && !strcmp(now.line, "rank 1 exited"));
+  CHECK_OK(cddp__rdzv_post(s, 4, &restart, &now));
+  CHECK(now.kind == CDDP__EV_FAIL && now.code == 3);
+  void *raw = NULL; /* the wire text other versions of cddp read */
+  size_t rlen = 0;
+  CHECK_OK(cddp_store_get(s, "rdzv/4/event", &raw, &rlen, 0));
+  CHECK(rlen == 20 && !memcmp(raw, "fail 3 rank 1 exited", 20));
+  free(raw);
   cddp__rdzv_t r = {.round = 4, .nnodes = 2};
   CHECK_OK(cddp__rdzv_node_done(s, &r));
   r.round = 5;
   CHECK_OK(cddp__rdzv_node_done(s, &r));
   CHECK_OK(cddp__rdzv_node_done(s, &r));
-  CHECK_OK(cddp__rdzv_post(s, 5, "restart", &now));
-  CHECK(!strcmp(now, "done"));
-  free(now);
+  CHECK_OK(cddp__rdzv_post(s, 5, &restart, &now));
+  CHECK(now.kind == CDDP__EV_DONE);
   CHECK_OK(cddp__rdzv_exit(s, &r, 0, 0));
   CHECK_RESULT(cddp__rdzv_exit(s, &(cddp__rdzv_t){.round = 6, .nnodes = 2}, 1, 50), CDDP_TIMEOUT);
   CHECK_OK(cddp__rdzv_exit(s, &r, 1, 1000));

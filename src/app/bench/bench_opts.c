@@ -194,6 +194,8 @@ int cddp__bench_parse(int argc, char **argv, bench_opts_t *o) {
         o->transport = optarg;
         break;
       case OPT_BACKEND:
+        if (!strcmp(optarg, "nccl")) /* its buffers would have to be on the GPU: not yet */
+          return bad("backend 'nccl' for %s: cddp bench does not run on GPU buffers yet (docs/gpu.md)", flag);
         if (strcmp(optarg, "native") && strcmp(optarg, "mpi"))
           return bad("bad backend '%s' for %s (native or mpi)", optarg, flag);
         o->backend = optarg;

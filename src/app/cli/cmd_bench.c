@@ -11,6 +11,7 @@
 #include "cddp/ddp.h"
 #include "cddp/env.h"
 #include "bench/bench.h"
+#include "bench/sweep.h"
 #include "cli/commands.h"
 #include "common/check.h"
 #include "common/clock.h"
@@ -254,6 +255,7 @@ static int run_rows(bench_t *B) {
 }
 
 int cddp__cmd_bench(int argc, char **argv) {
+  if (argc > 1 && !strcmp(argv[1], "train")) return cddp__bench_sweep(argc - 1, argv + 1);
   bench_t B = {0};
   int rc = cddp__bench_parse(argc, argv, &B.o);
   if (rc) return rc == 1 ? 0 : 2;

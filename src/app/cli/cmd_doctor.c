@@ -295,6 +295,7 @@ static int run(ctx_t *c) {
     return 1;
   }
   load_config(c, &self);
+  cddp__doc_gpus(self.gpus, sizeof self.gpus);
   cddp__doc_server_t *srv = NULL;
   int io_ms = (int)(c->o.connect_s * 1000) + 5000;
   if (cddp__doc_server_start(&srv, self.chosen_addr, c->env.rank, io_ms) != CDDP_OK) {

@@ -39,6 +39,9 @@ int main(int argc, char **argv) {
   }
   if (!strcmp(argv[1], "--version")) {
     printf("cddp %s\n", cddp_version());
+    printf("cuda: %s\n", CDDP_HAVE_CUDA ? "device layer built (CUDA runtime static; cuBLAS, NCCL, NVML loaded when used); "
+                                          "not yet run on a GPU (docs/gpu.md)"
+                                        : "not built (nvcc not found, or NO_CUDA=1)");
     return 0;
   }
   for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)

@@ -38,7 +38,13 @@ typedef struct cddp__doc_info {
   uint64_t cfg_hash;
   int nkeys;
   uint64_t keys[CDDP__DOC_MAX_KEYS];
+  char gpus[448];       /* this host's GPUs through NVML, one line (cddp__doc_gpus) */
 } cddp__doc_info_t;
+
+/* This host's GPUs in one line: "2 (driver 550.54, CUDA 12.4): 0 NVIDIA H100 ... 81559 MiB, 1 ...
+ * (NODE to GPU 0)", or why there are none ("none: no NVIDIA driver (libnvidia-ml.so.1 not found)").
+ * NVML is dlopened: the doctor runs where it is absent. */
+void cddp__doc_gpus(char *out, size_t cap);
 
 /* Fills the network part of info for this process (hostname, interfaces, the choice cddp's
  * TCP transport would make and why). When CDDP_SOCKET_IFNAME matches nothing usable, records

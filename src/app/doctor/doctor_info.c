@@ -120,6 +120,7 @@ char *cddp__doc_info_encode(const cddp__doc_info_t *in, size_t *len) {
   fprintf(f, "cfg %d %016" PRIx64 " %d\n", in->cfg_state, in->cfg_hash, in->nkeys);
   for (int i = 0; i < in->nkeys; i++) fprintf(f, "key %016" PRIx64 "\n", in->keys[i]);
   put_str(f, "cfg_err", in->cfg_err);
+  put_str(f, "gpus", in->gpus);
   fclose(f);
   *len = size;
   return buf;
@@ -155,6 +156,7 @@ cddp_result_t cddp__doc_info_decode(const char *text, cddp__doc_info_t *in) {
     else if (!strcmp(l, "spec_error")) copy(in->spec_error, sizeof in->spec_error, v);
     else if (!strcmp(l, "suggest")) copy(in->suggest, sizeof in->suggest, v);
     else if (!strcmp(l, "cfg_err")) copy(in->cfg_err, sizeof in->cfg_err, v);
+    else if (!strcmp(l, "gpus")) copy(in->gpus, sizeof in->gpus, v);
     else if (!strcmp(l, "cfg")) ok = sscanf(v, "%d %" SCNx64 " %d", &in->cfg_state, &in->cfg_hash, &in->nkeys) == 3 &&
                                      in->nkeys >= 0 && in->nkeys <= CDDP__DOC_MAX_KEYS;
     else if (!strcmp(l, "key")) /* keys follow "cfg" in schema order */

@@ -92,6 +92,7 @@ static void hosts_section(rep_t *r) {
     for (int i = 0; i < in->nif; i++)
       fprintf(r->out, "%s %s %s %s", i ? "," : "", in->ifs[i].name, in->ifs[i].addr, in->ifs[i].up ? "up" : "down");
     fprintf(r->out, "\n    chosen: %s %s (%s)\n", in->chosen, in->chosen_addr, in->why);
+    if (in->gpus[0]) fprintf(r->out, "    gpus: %s\n", in->gpus);
     for (int m = 0; m < r->j->n; m++)
       if (r->host_of[m] == h && m != f && strcmp(I(r, m)->chosen_addr, in->chosen_addr))
         fprintf(r->out, "    rank %d chose %s %s (%s)\n", I(r, m)->rank, I(r, m)->chosen, I(r, m)->chosen_addr, I(r, m)->why);

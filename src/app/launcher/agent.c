@@ -26,6 +26,8 @@
 #include "launcher/program.h"
 #include "launcher/sigguard.h"
 #include "launcher/task_exec.h"
+#include "launcher/torchstore.h"
+#include "launcher/warm.h"
 #include "launcher/workers.h"
 
 extern char **environ;
@@ -70,22 +72,55 @@ typedef struct agent {
   cddp__membership_t ms;  /* replace mode: the job's members as this agent knows them */
   const char *not_retried; /* why the last failure is not retried (run/blame.h), or NULL */
   cddp__failure_t last;   /* restart-all: the failure that ended the previous round (rank -1: none) */
+  cddp__warm_t *warm;     /* warm spares for the workers' restarts (launcher/warm.h), or NULL */
+  int torch_store;        /* the workers meet in a torch TCPStore this agent serves (launcher/torchstore.h) */
+  cddp__torch_store_t *tstore; /* this round's, when torch_store */
 } agent_t;
+
+/* Warm spares, when a restart can come (restarts allowed, or an elastic node count) and the
+ * program is a Python script they help. */
+static void start_warm(agent_t *a) {
+  const cddp_run_opts_t *o = a->o;
+  char why[320] = "";
+  if (!o->warm) snprintf(why, sizeof why, "--warm-workers off");
+  else if (o->max_restarts == 0 && o->min_nodes == o->max_nodes) snprintf(why, sizeof why, "no restarts (--max-restarts 0)");
+  else a->warm = cddp__warm_new(a->prog, o->warm_preload_set ? o->warm_preload : NULL, o->warm_delay_ms, why, sizeof why);
+  if (a->warm) CDDP_INFO(CDDP_SUB_RUN, "warm restarts: a spare per worker, %.1f s after each start", o->warm_delay_ms / 1e3);
+  else CDDP_INFO(CDDP_SUB_RUN, "no warm spares: %s", why);
+}
+
+/* Whether the workers meet in a TCPStore this agent serves, as torchrun's static rendezvous
+ * has them do: a torch 1.x script (its wire protocol is the one torchstore.c speaks). */
+static void choose_torch_store(agent_t *a) {
+  char why[320] = "";
+  int at = a->o->agent_store ? cddp__program_python_args(a->prog, why, sizeof why) : -1;
+  int major = -1;
+  if (!a->o->agent_store) snprintf(why, sizeof why, "--agent-store off");
+  else if (at >= 0 && !strcmp(a->prog[at], "-m")) snprintf(why, sizeof why, "-m (its imports are not looked at)");
+  else if (at >= 0 && !cddp__program_imports_torch(a->prog[at])) snprintf(why, sizeof why, "the script does not import torch");
+  else if (at >= 0 && cddp__program_mentions(a->prog[at], "TCPStore")) /* its own, maybe on MASTER_PORT */
+    snprintf(why, sizeof why, "the script makes a TCPStore of its own");
+  else if (at >= 0 && (major = cddp__program_torch_major(a->prog[0])) != 1)
+    snprintf(why, sizeof why, "%s has torch %d.x, whose TCPStore protocol is not served", a->prog[0], major);
+  a->torch_store = at >= 0 && major == 1;
+  if (a->torch_store) CDDP_INFO(CDDP_SUB_RUN, "the workers meet in a TCPStore this agent serves (torch 1.x)");
+  else CDDP_INFO(CDDP_SUB_RUN, "the workers' rank 0 hosts their TCPStore: %s", why);
+}
 
 /* ---- the watcher: one thread per round waits for rdzv/R/event, reports on a pipe ---- */
 
 static void *watch_main(void *arg) {
   agent_t *a = arg;
   int round = a->watch_round;
-  char key[64], msg[512];
-  cddp__rdzv_event_key(round, key, sizeof key);
-  const char *k = key;
+  char msg[512];
+  cddp__jobkey_t key = cddp__job_key(CDDP__JK_RDZV_EVENT, round, 0);
+  const char *k = key.s;
   for (;;) {
     cddp_result_t r = cddp_store_wait(a->watch_store, &k, 1, 60000);
     if (r == CDDP_TIMEOUT) continue;
     void *v = NULL;
     size_t len = 0;
-    if (r == CDDP_OK) r = cddp_store_get(a->watch_store, key, &v, &len, 0);
+    if (r == CDDP_OK) r = cddp_store_get(a->watch_store, k, &v, &len, 0);
     int n = r == CDDP_OK ? snprintf(msg, sizeof msg, "%d %.*s", round, (int)CDDP_MIN(len, 480), (char *)v)
                          : snprintf(msg, sizeof msg, "%d lost %s", round, cddp_last_error());
     free(v);
@@ -260,7 +295,7 @@ static char **worker_env(agent_t *a, int local_rank, int64_t gen, int replacemen
   if (a->elastic && cddp__members_find(&a->ms.cur, a->id, &rank_base, &world) < 0)
     rank_base = rz->rank_base, world = rz->world_size;
   int64_t restarts = 0;
-  if (o->replace) cddp_store_add(a->store, "elastic/restarts", 0, &restarts);
+  if (o->replace) cddp_store_add(a->store, cddp__job_key(CDDP__JK_RESTARTS, 0, 0).s, 0, &restarts);
 #define PUT(name, ...)                                         \
   do {                                                         \
     if (asprintf(&env[k], name "=" __VA_ARGS__) >= 0) k++;     \
@@ -288,7 +323,7 @@ static char **worker_env(agent_t *a, int local_rank, int64_t gen, int replacemen
   PUT("TORCHELASTIC_RUN_ID", "%s", o->run_id);
   PUT("TORCHELASTIC_RESTART_COUNT", "%d", rz->restart_count);
   PUT("TORCHELASTIC_MAX_RESTARTS", "%d", o->max_restarts);
-  PUT("TORCHELASTIC_USE_AGENT_STORE", "False");
+  PUT("TORCHELASTIC_USE_AGENT_STORE", "%s", a->torch_store ? "True" : "False");
   /* the console is a terminal, through us: a progress line may be rewritten in place */
   if (a->live_console && (o->console[local_rank] & 2)) PUT("CDDP_CONSOLE_LIVE", "1");
   PUT("ROLE_NAME", "%s", o->role);
@@ -338,13 +373,13 @@ static int describe_failure(const agent_t *a, int rank, int status, const char *
 static int replace_failed(agent_t *a, cddp__workers_t *ws) {
   char desc[320], what[128];
   describe_failure(a, ws->fail_rank, ws->fail_status, ws->w[ws->fail_index].hang, desc, sizeof desc);
-  snprintf(what, sizeof what, "rank %d pid %d", ws->fail_rank, (int)ws->fail_pid);
+  cddp__job_what_replace(ws->fail_rank, (int)ws->fail_pid, what, sizeof what);
   if (a->elastic) { /* a worker of a dropped node or of a stopping job is not replaced */
     cddp__membership_refresh(&a->ms);
     if (!a->ms.ending) {
       void *v = NULL;
       size_t len = 0;
-      if (cddp_store_get(a->store, "elastic/stop", &v, &len, 0) == CDDP_OK) {
+      if (cddp_store_get(a->store, cddp__job_key(CDDP__JK_STOP, 0, 0).s, &v, &len, 0) == CDDP_OK) {
         a->ms.ending = 2;
         snprintf(a->ms.line, sizeof a->ms.line, "%.*s", (int)len, (char *)v);
       }
@@ -356,7 +391,9 @@ static int replace_failed(agent_t *a, cddp__workers_t *ws) {
   if ((a->not_retried = cddp__failure_deterministic(w->replaced ? &w->prev : NULL, &ws->failure, w->start_ns)))
     return -1; /* it would fail the same way again: the budget stays for failures a restart cures */
   int64_t restarts = 0, gen = 0; /* membership changes are free; failures count */
-  if (cddp_store_add(a->store, "elastic/restarts", 1, &restarts) != CDDP_OK || restarts > a->o->max_restarts) return -1;
+  if (cddp_store_add(a->store, cddp__job_key(CDDP__JK_RESTARTS, 0, 0).s, 1, &restarts) != CDDP_OK ||
+      restarts > a->o->max_restarts)
+    return -1;
   if (cddp__gen_change(a->store, what, a->id, NULL, NULL, &gen) != CDDP_OK) {
     fprintf(stderr, "cddp run: cannot announce a new generation in the store: %s\n", cddp_last_error());
     return -1;
@@ -414,6 +451,7 @@ static int run_round(agent_t *a, cddp__workers_t *ws, int first) {
   ws->err_dir = a->err_dir[0] ? a->err_dir : NULL;
   ws->hang_ms = a->o->hang_ms;
   ws->flight_dir = a->flight_dir;
+  ws->warm = a->warm;
   ws->wake_fd = a->elastic ? a->ms.pipe[0] : -1;
   if (ok && cddp__workers_start(ws, n, rank_base, a->prog, (char **const *)envs, a->o->log_dir, first) != CDDP_OK) {
     fprintf(stderr, "cddp run: %s\n", cddp_last_error());
@@ -451,6 +489,10 @@ static int run_round(agent_t *a, cddp__workers_t *ws, int first) {
 
 /* Leaves: counts this agent out of the round (the store's host waits for everyone). */
 static int finish(agent_t *a, int code) {
+  cddp__warm_free(a->warm); /* first: nothing waits on them */
+  a->warm = NULL;
+  cddp__torch_store_stop(a->tstore);
+  a->tstore = NULL;
   if (a->elastic) {
     cddp__monitor_stop(a->ms.mon, 1);
     a->ms.mon = NULL;
@@ -490,34 +532,43 @@ static void post_now(agent_t *a, int code, const char *line) {
   a->failure_posted = a->rz.round + 1;
 }
 
-/* A value of the round's event decides the agent's next step: -1 = go to the next round. */
-static int follow_event(agent_t *a, const char *value, int *exit_code) {
-  if (!strcmp(value, "done")) {
+/* The round's event decides the agent's next step: -1 = go to the next round. */
+static int follow_event(agent_t *a, const cddp__job_event_t *ev, int *exit_code) {
+  if (ev->kind == CDDP__EV_DONE) {
     *exit_code = 0;
     return 1;
   }
-  if (!strncmp(value, "restart", 7)) {
+  if (ev->kind == CDDP__EV_RESTART) {
     cddp__rdzv_open_next(a->store, a->rz.round, a->rz.restart_count + 1);
     return -1;
   }
-  if (!strncmp(value, "fail ", 5)) {
-    char *end, first[640];
-    long code = strtol(value + 5, &end, 10);
-    int c;
-    /* every node prints the failure that came first anywhere, which need not be the one posted;
-     * a node with no failure of its own says so, so that nobody waits for it */
-    if (a->failure_posted != a->rz.round + 1)
-      (void)cddp__rdzv_failure_post(a->store, a->rz.round, a->rz.node_rank, 0, 0, "");
-    if (cddp__rdzv_failure_first(a->store, a->rz.round, a->rz.nnodes, a->o->grace_ms + FAILURE_WAIT_EXTRA_MS, &c,
-                                 first, sizeof first)) {
-      fprintf(stderr, "%s\n", first);
-      code = c;
-    } else {
-      fprintf(stderr, "%s\n", *end == ' ' ? end + 1 : value);
-    }
-    *exit_code = code > 0 && code < 256 ? (int)code : 1;
-    return 1;
+  /* fail */
+  char first[640];
+  int code = ev->code, c;
+  /* every node prints the failure that came first anywhere, which need not be the one posted;
+   * a node with no failure of its own says so, so that nobody waits for it */
+  if (a->failure_posted != a->rz.round + 1)
+    (void)cddp__rdzv_failure_post(a->store, a->rz.round, a->rz.node_rank, 0, 0, "");
+  if (cddp__rdzv_failure_first(a->store, a->rz.round, a->rz.nnodes, a->o->grace_ms + FAILURE_WAIT_EXTRA_MS, &c,
+                               first, sizeof first)) {
+    fprintf(stderr, "%s\n", first);
+    code = c;
+  } else {
+    fprintf(stderr, "%s\n", ev->line);
   }
+  *exit_code = code > 0 && code < 256 ? code : 1;
+  return 1;
+}
+
+/* A watcher's report (the event's value, or "lost <why>" when the store went away). */
+static int follow_value(agent_t *a, const char *value, int *exit_code) {
+  cddp__job_event_t *ev = malloc(sizeof *ev);
+  if (ev && !cddp__job_event_parse(value, strlen(value), ev)) {
+    int r = follow_event(a, ev, exit_code);
+    free(ev);
+    return r;
+  }
+  free(ev);
   fprintf(stderr, "cddp run: lost the store at %s:%d: %s\n", a->store_host, a->store_port,
           !strncmp(value, "lost ", 5) ? value + 5 : value);
   *exit_code = 1;
@@ -575,12 +626,13 @@ static int wait_taken_in(agent_t *a) {
       return -1;
     }
     const char *value = sig == 0 ? event_value(msg) : "lost the watcher";
-    if (!strcmp(value, "done")) {
+    cddp__job_event_t ev;
+    if (!cddp__job_event_parse(value, strlen(value), &ev) && ev.kind == CDDP__EV_DONE) {
       fprintf(stderr, "cddp run: the job finished while node %s (agent %d) waited to be taken in\n", a->host, a->id);
       return 0;
     }
     int code = 1;
-    follow_event(a, value, &code);
+    follow_value(a, value, &code);
     return code;
   }
 }
@@ -593,7 +645,7 @@ static int reconnect(agent_t *a, cddp_store_t **s) {
   /* a probe of a cut connection would wait the whole store timeout: a heartbeat timeout is
    * enough to tell, and the fresh connection gets --rdzv-timeout */
   cddp_store_set_timeout(*s, (int)cddp__knob_int(CDDP_KNOB_HEARTBEAT_TIMEOUT_MS));
-  if (cddp_store_add(*s, "elastic/agents", 0, &v) == CDDP_OK) {
+  if (cddp_store_add(*s, cddp__job_key(CDDP__JK_AGENTS, 0, 0).s, 0, &v) == CDDP_OK) {
     cddp_store_set_timeout(*s, a->o->rdzv_timeout_ms);
     return 0;
   }
@@ -613,7 +665,7 @@ static int come_back(agent_t *a) {
   if (re < 0) return -1;
   ms->store = a->store;
   int64_t n;
-  if (cddp_store_add(a->store, "elastic/agents", 1, &n) != CDDP_OK) {
+  if (cddp_store_add(a->store, cddp__job_key(CDDP__JK_AGENTS, 0, 0).s, 1, &n) != CDDP_OK) {
     fprintf(stderr, "cddp run: %s\n", cddp_last_error());
     return -1;
   }
@@ -657,7 +709,7 @@ static int agent_main(agent_t *a) {
   cfg.late_ok = o->replace && o->backend == CDDP_RDZV_C10D && !o->standalone && o->max_nodes > 1;
   if (o->replace) { /* a stable id for this agent's life: its heartbeat, its will, its workers' place */
     int64_t n;
-    if (cddp_store_add(a->store, "elastic/agents", 1, &n) != CDDP_OK) {
+    if (cddp_store_add(a->store, cddp__job_key(CDDP__JK_AGENTS, 0, 0).s, 1, &n) != CDDP_OK) {
       fprintf(stderr, "cddp run: %s\n", cddp_last_error());
       return finish(a, 1);
     }
@@ -666,8 +718,19 @@ static int agent_main(agent_t *a) {
   int min_round = 0, first = 1;
   for (;;) {
     cddp__rdzv_release(&a->rz);
-    /* a fresh port each round: the last round's rank 0 may have left its port in TIME_WAIT */
-    cfg.self.master_port = cddp__sock_free_port();
+    /* a fresh port each round: the last round's rank 0 may have left its port in TIME_WAIT;
+     * a fresh torch store too, so no key of an earlier round is seen */
+    if (a->torch_store) {
+      cddp__torch_store_stop(a->tstore);
+      a->tstore = NULL;
+      if (cddp__torch_store_start(strchr(a->store_host, ':') ? AF_INET6 : AF_INET, &a->tstore,
+                                  &cfg.self.master_port) != CDDP_OK) {
+        fprintf(stderr, "cddp run: the workers' TCPStore: %s\n", cddp_last_error());
+        return finish(a, 1);
+      }
+    } else {
+      cfg.self.master_port = cddp__sock_free_port();
+    }
     cddp_result_t jr = cddp__rdzv_join(a->store, &cfg, min_round, &a->rz);
     if (jr != CDDP_OK) {
       fprintf(stderr, "cddp run: %s\n", cddp_last_error());
@@ -683,8 +746,9 @@ static int agent_main(agent_t *a) {
     }
     cddp__workers_t ws;
     if (run_round(a, &ws, first) != 0) {
-      post_now(a, 1, "cddp run: could not start the workers");
-      cddp__rdzv_post(a->store, a->rz.round, "fail 1 cddp run: could not start the workers", NULL);
+      cddp__job_event_t ev = {.kind = CDDP__EV_FAIL, .code = 1, .line = "cddp run: could not start the workers"};
+      post_now(a, ev.code, ev.line);
+      cddp__rdzv_post(a->store, a->rz.round, &ev, NULL);
       return finish(a, 1);
     }
     first = 0;
@@ -702,7 +766,9 @@ static int agent_main(agent_t *a) {
       return finish(a, 1);
     }
     int code = 0, next;
-    char line[480], desc[320], msg[512], *now = NULL;
+    char line[480], desc[320], msg[512];
+    /* ev: what this node posts; now: the round's event that won (this one or another node's) */
+    cddp__job_event_t ev = {.kind = CDDP__EV_FAIL}, now;
     const char *value = NULL;
     switch (ws.outcome) {
     case CDDP__OUT_FAILED:
@@ -716,37 +782,34 @@ static int agent_main(agent_t *a) {
       a->last = ws.failure;
       if (a->not_retried) {
         int64_t used = a->rz.restart_count;
-        if (o->replace) cddp_store_add(a->store, "elastic/restarts", 0, &used);
+        if (o->replace) cddp_store_add(a->store, cddp__job_key(CDDP__JK_RESTARTS, 0, 0).s, 0, &used);
         snprintf(line + strlen(line), sizeof line - strlen(line), " (%s: not retried; restarts used %lld of %d)%s%.200s",
                  a->not_retried, (long long)used, o->max_restarts, ws.failure.error[0] ? ": " : "", ws.failure.error);
-        snprintf(msg, sizeof msg, "fail %d %s", code, line);
-        post_failure(a, &ws.failure, code, line);
-        cddp__rdzv_post(a->store, a->rz.round, msg, &now);
       } else if (o->replace) {
         snprintf(line + strlen(line), sizeof line - strlen(line), "; no restarts left (--max-restarts %d, "
                  "--restart-mode replace)", o->max_restarts);
-        snprintf(msg, sizeof msg, "fail %d %s", code, line);
-        post_failure(a, &ws.failure, code, line);
-        cddp__rdzv_post(a->store, a->rz.round, msg, &now);
       } else if (a->rz.restart_count < o->max_restarts) {
-        cddp__rdzv_post(a->store, a->rz.round, "restart", &now);
-        if (now && !strcmp(now, "restart"))
-          fprintf(stderr, "%s; restarting the workers (restart %d of %d)\n", line, a->rz.restart_count + 1,
-                  o->max_restarts);
-      } else {
-        snprintf(msg, sizeof msg, "fail %d %s", code, line);
-        post_failure(a, &ws.failure, code, line);
-        cddp__rdzv_post(a->store, a->rz.round, msg, &now);
+        ev.kind = CDDP__EV_RESTART;
       }
-      value = now ? now : msg;
+      if (ev.kind == CDDP__EV_FAIL) {
+        ev.code = code;
+        snprintf(ev.line, sizeof ev.line, "%s", line);
+        post_failure(a, &ws.failure, code, line);
+      }
+      now = ev;
+      if (cddp__rdzv_post(a->store, a->rz.round, &ev, &now) == CDDP_OK && ev.kind == CDDP__EV_RESTART &&
+          now.kind == CDDP__EV_RESTART)
+        fprintf(stderr, "%s; restarting the workers (restart %d of %d)\n", line, a->rz.restart_count + 1,
+                o->max_restarts);
       break;
     case CDDP__OUT_SIGNAL: {
       const char *ab = sigabbrev_np(ws.signo);
-      snprintf(msg, sizeof msg, "fail %d cddp run: the agent on %s received SIG%s; workers stopped", 128 + ws.signo,
-               a->host, ab ? ab : "?");
-      post_now(a, 128 + ws.signo, msg + 5 + strcspn(msg + 5, " ") + 1);
-      cddp__rdzv_post(a->store, a->rz.round, msg, NULL);
-      fprintf(stderr, "%s\n", msg + 5 + strcspn(msg + 5, " ") + 1);
+      ev.code = 128 + ws.signo;
+      snprintf(ev.line, sizeof ev.line, "cddp run: the agent on %s received SIG%s; workers stopped", a->host,
+               ab ? ab : "?");
+      post_now(a, ev.code, ev.line);
+      cddp__rdzv_post(a->store, a->rz.round, &ev, NULL);
+      fprintf(stderr, "%s\n", ev.line);
       workers_done(&ws);
       return finish(a, 128 + ws.signo);
     }
@@ -754,14 +817,16 @@ static int agent_main(agent_t *a) {
     case CDDP__OUT_EVENT:
       snprintf(msg, sizeof msg, "%s", ws.event);
       value = event_value(msg);
-      if (ws.fail_rank >= 0 && !strncmp(value, "fail ", 5)) { /* ours failed too: maybe first */
+      if (ws.fail_rank >= 0 && !cddp__job_event_parse(value, strlen(value), &now) &&
+          now.kind == CDDP__EV_FAIL) { /* ours failed too: maybe first */
         code = describe_failure(a, ws.fail_rank, ws.fail_status, ws.w[ws.fail_index].hang, desc, sizeof desc);
         snprintf(line, sizeof line, "cddp run: rank %d (host %s, pid %d) %s", ws.fail_rank, a->host, (int)ws.fail_pid, desc);
         post_failure(a, &ws.failure, code, line);
       }
       break;
     case CDDP__OUT_SUCCESS:
-      if (a->elastic) (void)cddp_store_set(a->store, "elastic/complete", "1", 1); /* nobody is taken in now */
+      if (a->elastic) /* nobody is taken in now */
+        (void)cddp_store_set(a->store, cddp__job_key(CDDP__JK_COMPLETE, 0, 0).s, CDDP__JOB_FLAG, CDDP__JOB_FLAG_LEN);
       if (a->elastic) cddp__membership_done(&a->ms, 1);
       else cddp__rdzv_node_done(a->store, &a->rz);
       int sig = wait_event(a, msg, sizeof msg);
@@ -778,8 +843,7 @@ static int agent_main(agent_t *a) {
       break;
     }
     workers_done(&ws);
-    next = follow_event(a, value, &code);
-    free(now);
+    next = value ? follow_value(a, value, &code) : follow_event(a, &now, &code);
     if (next > 0) return finish(a, code);
     min_round = a->rz.round + 1;
   }
@@ -853,6 +917,8 @@ int cddp__run_main(int argc, char **argv) {
     else
       CDDP_INFO(CDDP_SUB_RUN, "OMP_NUM_THREADS=1 for each worker (%d workers on this node)", o.nproc_per_node);
   }
+  start_warm(&a);
+  choose_torch_store(&a);
   if (tmp_dir(a.err_dir, sizeof a.err_dir, "cddp-run-") != 0) a.err_dir[0] = '\0'; /* no error files: no causes */
   a.live_console = isatty(STDERR_FILENO) && !o.log_dir[0] && !o.tmp_log_dir;
   if (o.log_dir[0]) snprintf(a.flight_dir, sizeof a.flight_dir, "%s/flight", o.log_dir);

@@ -14,6 +14,8 @@
 #include "launcher/member.h"
 #include "store/store_internal.h"
 
+#define KEY(kind, a) cddp__job_key(CDDP__JK_##kind, a, 0).s
+
 #define TICK_MS 50 /* how often wills and announcements are looked at */
 #define MAX_AGENT_IDS 4096 /* pending agents are looked for among ids below this */
 
@@ -56,24 +58,22 @@ static int exists(cddp_store_t *s, const char *key) {
   return r;
 }
 
+/* Agent id is registered in elastic/pending/<id>, and neither dead nor gone. */
+static int pending_alive(cddp_store_t *s, int id) {
+  return exists(s, KEY(PENDING, id)) && !exists(s, KEY(DEAD, id)) && !exists(s, KEY(LEFT, id));
+}
+
 /* Agents that wait to be taken in: registered in elastic/pending/<id>, not dead, not gone. */
 static cddp_result_t scan_pending(cddp__monitor_t *m) {
   int64_t n;
-  char key[64];
-  CDDP_CHECK(cddp_store_add(m->s, "elastic/agents", 0, &n));
-  if (exists(m->s, "elastic/complete")) return CDDP_OK;
+  CDDP_CHECK(cddp_store_add(m->s, KEY(AGENTS, 0), 0, &n));
+  if (exists(m->s, KEY(COMPLETE, 0))) return CDDP_OK;
   for (int id = 0; id < n && id < MAX_AGENT_IDS; id++) {
     pthread_mutex_lock(&m->mu);
     int skip = id == m->self || m->said[id];
     for (int i = 0; i < m->n && !skip; i++) skip = m->w[i].id == id;
     pthread_mutex_unlock(&m->mu);
-    if (skip) continue;
-    snprintf(key, sizeof key, "elastic/pending/%d", id);
-    if (!exists(m->s, key)) continue;
-    snprintf(key, sizeof key, "elastic/dead/%d", id);
-    if (exists(m->s, key)) continue;
-    snprintf(key, sizeof key, "elastic/left/%d", id);
-    if (exists(m->s, key)) continue;
+    if (skip || !pending_alive(m->s, id)) continue;
     pthread_mutex_lock(&m->mu);
     m->said[id] = 1;
     pthread_mutex_unlock(&m->mu);
@@ -84,29 +84,25 @@ static cddp_result_t scan_pending(cddp__monitor_t *m) {
 
 /* One heartbeat period: beat, then read every watched counter. */
 static cddp_result_t beat(cddp__monitor_t *m, uint64_t now) {
-  char key[64];
   int64_t v;
-  snprintf(key, sizeof key, "elastic/hb/%d", m->self);
-  CDDP_CHECK(cddp_store_add(m->s, key, 1, &v));
+  CDDP_CHECK(cddp_store_add(m->s, KEY(HEARTBEAT, m->self), 1, &v));
   pthread_mutex_lock(&m->mu);
   for (int i = 0; i < m->n; i++) {
     watched_t *w = &m->w[i];
     if (w->reported) continue;
-    snprintf(key, sizeof key, "elastic/hb/%d", w->id);
-    if (cddp_store_add(m->s, key, 0, &v) != CDDP_OK) break;
+    if (cddp_store_add(m->s, KEY(HEARTBEAT, w->id), 0, &v) != CDDP_OK) break;
     if (v != w->last) {
       w->last = v, w->changed_at = now;
       continue;
     }
     uint64_t still = (now - w->changed_at) / 1000000ull;
     if (still < (uint64_t)m->timeout_ms) continue;
-    snprintf(key, sizeof key, "elastic/left/%d", w->id);
-    if (exists(m->s, key)) continue; /* it left properly */
+    if (exists(m->s, KEY(LEFT, w->id))) continue; /* it left properly */
     w->reported = 1;
     say(m, "lost %d no heartbeat for %llu ms", w->id, (unsigned long long)still);
   }
   pthread_mutex_unlock(&m->mu);
-  if (exists(m->s, "elastic/stop")) say(m, "stop");
+  if (exists(m->s, KEY(STOP, 0))) say(m, "stop");
   return scan_pending(m);
 }
 
@@ -130,12 +126,10 @@ static void *monitor_main(void *arg) {
       }
       next_beat = now + (uint64_t)m->hb_ms * 1000000ull;
     }
-    char key[64];
     pthread_mutex_lock(&m->mu);
     for (int i = 0; i < m->n; i++) {
       watched_t *w = &m->w[i];
-      snprintf(key, sizeof key, "elastic/dead/%d", w->id);
-      if (!w->reported && exists(m->s, key)) {
+      if (!w->reported && exists(m->s, KEY(DEAD, w->id))) {
         w->reported = 1;
         say(m, "lost %d its connection closed", w->id);
       }
@@ -145,8 +139,8 @@ static void *monitor_main(void *arg) {
     if (waited) m->deadline = 0;
     pthread_mutex_unlock(&m->mu);
     if (waited) say(m, "waited");
-    snprintf(key, sizeof key, "elastic/gen/%lld", (long long)g + 1);
-    const char *k = key;
+    cddp__jobkey_t next = cddp__job_key(CDDP__JK_GEN_ANNOUNCE, g + 1, 0);
+    const char *k = next.s;
     cddp_result_t r = cddp_store_wait(m->s, &k, 1, TICK_MS);
     if (r == CDDP_OK) {
       pthread_mutex_lock(&m->mu);
@@ -171,14 +165,14 @@ cddp_result_t cddp__monitor_start(cddp__monitor_t **out, const char *host, int p
   m->self = self_id, m->hb_ms = hb_ms > 0 ? hb_ms : 500, m->timeout_ms = timeout_ms > 0 ? timeout_ms : 3000;
   m->fd = notify_fd;
   pthread_mutex_init(&m->mu, NULL);
-  char key[256], prefix[160];
+  char prefix[160];
   snprintf(prefix, sizeof prefix, "%s/", run_id);
-  snprintf(key, sizeof key, "%selastic/dead/%d", prefix, self_id);
+  cddp__jobkey_t will = cddp__job_key_in(run_id, CDDP__JK_DEAD, self_id);
   cddp_result_t r = cddp_store_tcp_connect(&m->raw, host, port, token, 10000);
   /* a call unanswered for the heartbeat timeout means this node is cut off (its link, a
    * partition): the others drop it after the same time, so it stops instead of hanging */
   if (r == CDDP_OK) cddp_store_set_timeout(m->raw, m->timeout_ms);
-  if (r == CDDP_OK) r = cddp__store_tcp_will(m->raw, key, "connection closed", 17);
+  if (r == CDDP_OK) r = cddp__store_tcp_will(m->raw, will.s, CDDP__JOB_WILL, strlen(CDDP__JOB_WILL));
   if (r == CDDP_OK) r = cddp_store_prefix_create(&m->s, m->raw, prefix, 1);
   if (r == CDDP_OK && pthread_create(&m->th, NULL, monitor_main, m) != 0)
     r = cddp__fail(CDDP_SYSTEM, "cannot start the membership monitor thread");
@@ -225,9 +219,7 @@ void cddp__monitor_stop(cddp__monitor_t *m, int goodbye) {
   __atomic_store_n(&m->stop, 1, __ATOMIC_RELEASE);
   pthread_join(m->th, NULL);
   if (goodbye) {
-    char key[64];
-    snprintf(key, sizeof key, "elastic/left/%d", m->self);
-    (void)cddp_store_set(m->s, key, "1", 1);
+    (void)cddp_store_set(m->s, KEY(LEFT, m->self), CDDP__JOB_FLAG, CDDP__JOB_FLAG_LEN);
     cddp_store_close(m->s);
   } else {
     cddp__store_tcp_abandon(m->raw); /* prefix view leaks with the process; the will stays */
@@ -257,12 +249,13 @@ cddp_result_t cddp__membership_begin(cddp__membership_t *ms, const cddp__rdzv_no
 }
 
 cddp_result_t cddp__membership_pend(cddp__membership_t *ms, int nproc) {
-  char key[64], val[96];
-  snprintf(key, sizeof key, "elastic/pending/%d", ms->self);
-  int len = snprintf(val, sizeof val, "%d %s", nproc, ms->host);
+  char val[96];
+  cddp__member_t me = {.id = ms->self, .nproc = nproc};
+  snprintf(me.host, sizeof me.host, "%s", ms->host);
+  size_t len = cddp__job_pending_format(&me, val, sizeof val);
   ms->pending = 1, ms->joined = 0, ms->ending = 0;
   memset(&ms->cur, 0, sizeof ms->cur);
-  CDDP_CHECK(cddp_store_set(ms->store, key, val, (size_t)len));
+  CDDP_CHECK(cddp_store_set(ms->store, KEY(PENDING, ms->self), val, len));
   cddp__membership_refresh(ms);
   return CDDP_OK;
 }
@@ -289,9 +282,7 @@ void cddp__membership_refresh(cddp__membership_t *ms) {
             "its workers stop", ms->host, ms->self, (long long)g);
   } else if (r == CDDP_OK) {
     if (ms->pending) { /* taken in */
-      char key[64];
-      snprintf(key, sizeof key, "elastic/pending/%d", ms->self);
-      (void)cddp_store_delete(ms->store, key, NULL);
+      (void)cddp_store_delete(ms->store, KEY(PENDING, ms->self), NULL);
       ms->pending = 0, ms->joined = 1;
     }
     ms->cur = *m, ms->gen = g;
@@ -312,29 +303,22 @@ void cddp__membership_refresh(cddp__membership_t *ms) {
 static int read_pending(cddp__membership_t *ms, cddp__member_t *cand, int max, char **worlds) {
   int64_t n = 0;
   int k = 0;
-  char key[64];
   *worlds = NULL;
-  if (cddp_store_add(ms->store, "elastic/agents", 0, &n) != CDDP_OK) n = 0;
+  if (cddp_store_add(ms->store, KEY(AGENTS, 0), 0, &n) != CDDP_OK) n = 0;
   for (int id = 0; id < n && id < MAX_AGENT_IDS && k < max; id++) {
-    snprintf(key, sizeof key, "elastic/pending/%d", id);
     void *v = NULL;
     size_t len = 0;
-    if (cddp_store_get(ms->store, key, &v, &len, 0) != CDDP_OK) continue;
-    char text[128];
-    snprintf(text, sizeof text, "%.*s", (int)CDDP_MIN(len, sizeof text - 1), (char *)v);
-    free(v);
+    if (cddp_store_get(ms->store, KEY(PENDING, id), &v, &len, 0) != CDDP_OK) continue;
     cddp__member_t *c = &cand[k];
     c->id = id;
-    if (sscanf(text, "%d %63s", &c->nproc, c->host) != 2 || c->nproc < 1) continue;
-    snprintf(key, sizeof key, "elastic/dead/%d", id);
-    if (exists(ms->store, key)) continue;
-    snprintf(key, sizeof key, "elastic/left/%d", id);
-    if (exists(ms->store, key)) continue;
+    int bad = cddp__job_pending_parse(v, len, c);
+    free(v);
+    if (bad || exists(ms->store, KEY(DEAD, id)) || exists(ms->store, KEY(LEFT, id))) continue;
     k++;
   }
   void *v = NULL;
   size_t len = 0;
-  if (cddp_store_get(ms->store, "elastic/worlds", &v, &len, 0) == CDDP_OK && (*worlds = malloc(len + 1))) {
+  if (cddp_store_get(ms->store, KEY(WORLDS, 0), &v, &len, 0) == CDDP_OK && (*worlds = malloc(len + 1))) {
     memcpy(*worlds, v, len);
     (*worlds)[len] = '\0';
   }
@@ -363,13 +347,12 @@ static void rank_map(const cddp__members_t *a, const cddp__members_t *b, char *b
 /* A pending agent not taken in: one line, once in the job (elastic/spare/<id> decides who says it). */
 static void say_refused(cddp__membership_t *ms, const cddp__change_t *c) {
   if (c->refused_id < 0) return;
-  char key[64], host[64] = "?";
-  snprintf(key, sizeof key, "elastic/spare/%d", c->refused_id);
+  char host[64] = "?";
   void *cur = NULL;
   size_t len = 0;
-  char me[16];
-  int ml = snprintf(me, sizeof me, "%d", ms->self);
-  if (cddp_store_compare_set(ms->store, key, NULL, 0, me, (size_t)ml, &cur, &len) == CDDP_OK && len == (size_t)ml &&
+  char me[24];
+  size_t ml = cddp__job_int_format(ms->self, me, sizeof me);
+  if (cddp_store_compare_set(ms->store, KEY(SPARE, c->refused_id), NULL, 0, me, ml, &cur, &len) == CDDP_OK && len == ml &&
       !memcmp(cur, me, len)) {
     for (int k = 0; k < c->ncand; k++)
       if (c->cand[k].id == c->refused_id) snprintf(host, sizeof host, "%s", c->cand[k].host);
@@ -418,7 +401,7 @@ static void propose(cddp__membership_t *ms, int lost, const char *why, int expir
   } else if (g > 0 && !c.proposed_stop) {
     char map[300];
     rank_map(&before, &ms->cur, map, sizeof map);
-    char *spare = strstr(c.what, "; spare ");
+    char *spare = c.spare_at >= 0 ? c.what + c.spare_at : NULL; /* "; spare node H (agent B) takes its place" */
     if (spare) *spare = '\0';
     if (lost >= 0)
       fprintf(stderr, "cddp run: node %s (agent %d) lost: %s%s%s; generation %lld: world %d -> %d, ranks %s\n", host, lost,
@@ -462,7 +445,7 @@ void cddp__membership_events(cddp__membership_t *ms) {
     } else if (!strcmp(line, "stop") && !ms->ending) {
       void *v = NULL;
       size_t len = 0;
-      if (cddp_store_get(ms->store, "elastic/stop", &v, &len, 0) == CDDP_OK) {
+      if (cddp_store_get(ms->store, KEY(STOP, 0), &v, &len, 0) == CDDP_OK) {
         ms->ending = 2;
         LINE_OF("%.*s", (int)len, (char *)v);
       }
@@ -472,19 +455,12 @@ void cddp__membership_events(cddp__membership_t *ms) {
 }
 
 void cddp__membership_done(cddp__membership_t *ms, int mark) {
-  char key[64];
   if (ms->pending || ms->cur.n == 0) return; /* not a member: not ours to say */
-  if (mark) {
-    snprintf(key, sizeof key, "rdzv/%d/done/%d", ms->round, ms->self);
-    if (cddp_store_set(ms->store, key, "1", 1) != CDDP_OK) return;
-  }
-  for (int i = 0; i < ms->cur.n; i++) {
-    snprintf(key, sizeof key, "rdzv/%d/done/%d", ms->round, ms->cur.m[i].id);
-    if (!exists(ms->store, key)) return;
-  }
-  void *now = NULL;
-  size_t len;
-  snprintf(key, sizeof key, "rdzv/%d/event", ms->round);
-  (void)cddp_store_compare_set(ms->store, key, NULL, 0, "done", 4, &now, &len);
-  free(now);
+  if (mark && cddp_store_set(ms->store, cddp__job_key(CDDP__JK_RDZV_DONE, ms->round, ms->self).s, CDDP__JOB_FLAG,
+                             CDDP__JOB_FLAG_LEN) != CDDP_OK)
+    return;
+  for (int i = 0; i < ms->cur.n; i++)
+    if (!exists(ms->store, cddp__job_key(CDDP__JK_RDZV_DONE, ms->round, ms->cur.m[i].id).s)) return;
+  cddp__job_event_t done = {.kind = CDDP__EV_DONE};
+  (void)cddp__rdzv_post(ms->store, ms->round, &done, NULL);
 }

@@ -20,7 +20,7 @@ enum {
   F_NNODES, F_NPROC, F_RDZV_ID, F_RDZV_BACKEND, F_RDZV_ENDPOINT, F_RDZV_TIMEOUT, F_RDZV_LAST_CALL,
   F_STANDALONE, F_NODE_RANK, F_MASTER_ADDR, F_MASTER_PORT, F_MAX_RESTARTS, F_RESTART_MODE, F_LOCAL_ADDR,
   F_LOG_DIR, F_TEE, F_REDIRECTS, F_RANKS_FILTER, F_LAUNCHER, F_GRACE, F_CPU_BIND, F_MONITOR, F_RDZV_CONF,
-  F_PYTHON, F_MODULE, F_NO_PYTHON, F_RUN_PATH, F_ROLE, F_START_METHOD, F_HANG_TIMEOUT, F_HELP, NFLAGS
+  F_PYTHON, F_MODULE, F_NO_PYTHON, F_RUN_PATH, F_ROLE, F_START_METHOD, F_HANG_TIMEOUT, F_WARM, F_WARM_PRELOAD, F_WARM_DELAY, F_AGENT_STORE, F_HELP, NFLAGS
 };
 
 static const struct flag {
@@ -50,6 +50,10 @@ static const struct flag {
     [F_LAUNCHER] = {"launcher", 0, 1, 1, "slurm|mpi|local", "slurm: ranks from the srun step; mpi: from mpirun (both detected); local: neither"},
     [F_GRACE] = {"grace-period", 0, 1, 1, "SECONDS", "SIGTERM to SIGKILL delay when stopping workers (default 5)"},
     [F_HANG_TIMEOUT] = {"hang-timeout", 0, 1, 1, "SECONDS", "a worker whose collectives stand still this long while its peers wait is hung: dumped, killed, handled as a failure (default 60, 0 = off)"},
+    [F_WARM] = {"warm-workers", 0, 1, 1, "on|off", "on: a Python program's restarts take warm spares, started ahead with torch imported (default on)"},
+    [F_WARM_PRELOAD] = {"warm-preload", 0, 1, 1, "MOD,...", "what a warm spare imports ahead (default torch,torch.distributed when the script imports torch; '' = no spares)"},
+    [F_WARM_DELAY] = {"warm-delay", 0, 1, 1, "SECONDS", "start the spares this long after the workers, so as not to slow their start (default 2)"},
+    [F_AGENT_STORE] = {"agent-store", 0, 1, 1, "auto|off", "auto: a torch 1.x script's workers meet in a TCPStore the agent serves (TORCHELASTIC_USE_AGENT_STORE=True); off: rank 0 hosts it (default auto)"},
     [F_CPU_BIND] = {"cpu-bind", 0, 1, 1, "auto|none", "auto: each worker on its own share of this node's CPUs, when there are enough (default auto)"},
     [F_MONITOR] = {"monitor-interval", 0, 1, 1, "SECONDS", "accepted for torchrun; not needed: an exit is seen at once (SIGCHLD), not polled"},
     [F_RDZV_CONF] = {"rdzv-conf", 0, 1, 1, "K=V,...", "join_timeout, last_call_timeout, close_timeout, read_timeout (seconds), is_host (bool)"},
@@ -574,6 +578,22 @@ cddp_result_t cddp__run_parse(int argc, char **argv, char **envp, cddp_run_opts_
     if (!parse_long(r.val[F_MAX_RESTARTS], 0, 1000000, &v)) return bad_value(&r, F_MAX_RESTARTS, "must be an integer >= 0");
     o->max_restarts = (int)v;
   }
+  o->warm = 1;
+  if (r.val[F_WARM] && !parse_bool(r.val[F_WARM], &o->warm)) return bad_value(&r, F_WARM, "must be on or off");
+  if (r.val[F_WARM_PRELOAD]) {
+    if (strlen(r.val[F_WARM_PRELOAD]) >= sizeof o->warm_preload || strspn(r.val[F_WARM_PRELOAD], "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.,") != strlen(r.val[F_WARM_PRELOAD]))
+      return bad_value(&r, F_WARM_PRELOAD, "must be module names, comma-separated (torch,numpy), or '' for none");
+    snprintf(o->warm_preload, sizeof o->warm_preload, "%s", r.val[F_WARM_PRELOAD]);
+    o->warm_preload_set = 1;
+  }
+  o->agent_store = 1;
+  if (r.val[F_AGENT_STORE]) {
+    if (!strcmp(r.val[F_AGENT_STORE], "off")) o->agent_store = 0;
+    else if (strcmp(r.val[F_AGENT_STORE], "auto")) return bad_value(&r, F_AGENT_STORE, "must be auto or off");
+  }
+  o->warm_delay_ms = 2000;
+  if (r.val[F_WARM_DELAY] && !parse_seconds_ms(r.val[F_WARM_DELAY], &o->warm_delay_ms))
+    return bad_value(&r, F_WARM_DELAY, "must be a number of seconds >= 0");
   o->cpu_bind = 1;
   if (r.val[F_CPU_BIND]) {
     if (!strcmp(r.val[F_CPU_BIND], "none")) o->cpu_bind = 0;

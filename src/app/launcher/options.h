@@ -42,6 +42,11 @@ typedef struct cddp_run_opts {
   char log_dir[4096];        /* "" = no log files */
   int grace_ms;              /* SIGTERM -> SIGKILL */
   int hang_ms;               /* --hang-timeout: the watchdog's bound (0 = off) */
+  int agent_store;           /* --agent-store auto (1): a torch 1.x script's workers meet in the agent's TCPStore */
+  int warm;                  /* --warm-workers on (1): restarts of a Python program take warm spares */
+  char warm_preload[512];    /* --warm-preload: what a spare imports ahead (when warm_preload_set) */
+  int warm_preload_set;
+  int warm_delay_ms;         /* --warm-delay: spares start this long after a round's workers */
   int close_ms;              /* the store's host waits this long for the others at exit */
   int read_ms;               /* 0, or the bound on one store call (--rdzv-conf read_timeout) */
   int is_host;               /* c10d: -1 = host the store when the endpoint is ours; 0/1 forced */

@@ -51,8 +51,7 @@ static int names_torch(const char *name) {
   return !strncmp(name, "torch", 5) && !isalnum((unsigned char)name[5]) && name[5] != '_';
 }
 
-/* Whether the script has a line "import torch...", "import os, torch" or "from torch...". */
-static int imports_torch(const char *script) {
+int cddp__program_imports_torch(const char *script) {
   FILE *f = fopen(script, "r");
   char line[4096];
   int found = 0;
@@ -67,22 +66,55 @@ static int imports_torch(const char *script) {
   return found;
 }
 
-/* Runs the interpreter once: exit 3 = no torch (when need_torch), 4 = no module (when module
- * is not ""), 0 = fine; -1 = it did not run or answer in time. */
-static int probe(const char *interp, const char *module, int need_torch) {
-  static const char code[] =
-      "import importlib.util as u, sys\n"
-      "m, t = sys.argv[1], sys.argv[2] == '1'\n"
-      "if t and u.find_spec('torch') is None: sys.exit(3)\n"
-      "try: ok = not m or u.find_spec(m) is not None\n"
-      "except Exception: ok = False\n"
-      "sys.exit(0 if ok else 4)\n";
+/* Interpreter flags a spare reproduces: they take no value and mean the same for -c. */
+static int plain_flag(const char *a) {
+  return a[0] == '-' && a[1] && strspn(a + 1, "uBsEIq") == strlen(a + 1);
+}
+
+static int is_python(const char *path) {
+  const char *base = strrchr(path, '/');
+  base = base ? base + 1 : path;
+  if (strncmp(base, "python", 6) != 0) return 0;
+  return strspn(base + 6, "0123456789.") == strlen(base + 6);
+}
+
+int cddp__program_mentions(const char *script, const char *word) {
+  FILE *f = fopen(script, "r");
+  char line[4096];
+  int found = 0;
+  for (int n = 0; f && !found && n < 20000 && fgets(line, sizeof line, f); n++) found = strstr(line, word) != NULL;
+  if (f) fclose(f);
+  return found;
+}
+
+int cddp__program_python_args(char *const *argv, char *why, size_t why_size) {
+  if (!argv[0] || !is_python(argv[0])) {
+    snprintf(why, why_size, "'%.200s' is not a Python interpreter", argv[0] ? argv[0] : "");
+    return -1;
+  }
+  int i = 1;
+  while (argv[i] && plain_flag(argv[i])) i++;
+  if (!argv[i]) {
+    snprintf(why, why_size, "no script");
+    return -1;
+  }
+  if (!strcmp(argv[i], "-m")) return argv[i + 1] ? i : -1;
+  if (argv[i][0] == '-') {
+    snprintf(why, why_size, "the interpreter flag %.100s", argv[i]);
+    return -1;
+  }
+  return i;
+}
+
+/* Runs interp -c code [a1 [a2]] with no input or output, bound by PROBE_TIMEOUT_MS: its exit
+ * code, or -1 when it did not run or answer in time. */
+static int run_probe(const char *interp, const char *code, const char *a1, const char *a2) {
   pid_t pid = fork();
   if (pid < 0) return -1;
   if (pid == 0) {
     int null = open("/dev/null", O_RDWR);
     if (null >= 0) dup2(null, 0), dup2(null, 1), dup2(null, 2);
-    execl(interp, interp, "-c", code, module, need_torch ? "1" : "0", (char *)NULL);
+    execl(interp, interp, "-c", code, a1, a2, (char *)NULL);
     _exit(127);
   }
   uint64_t deadline = cddp__deadline_ms(PROBE_TIMEOUT_MS);
@@ -98,7 +130,34 @@ static int probe(const char *interp, const char *module, int need_torch) {
     }
     usleep(2000);
   }
-  return WIFEXITED(st) ? (WEXITSTATUS(st) == 3 || WEXITSTATUS(st) == 4 || WEXITSTATUS(st) == 0 ? WEXITSTATUS(st) : -1) : -1;
+  return WIFEXITED(st) && WEXITSTATUS(st) != 127 ? WEXITSTATUS(st) : -1;
+}
+
+/* Runs the interpreter once: exit 3 = no torch (when need_torch), 4 = no module (when module
+ * is not ""), 0 = fine; -1 = it did not run or answer in time. */
+static int probe(const char *interp, const char *module, int need_torch) {
+  static const char code[] =
+      "import importlib.util as u, sys\n"
+      "m, t = sys.argv[1], sys.argv[2] == '1'\n"
+      "if t and u.find_spec('torch') is None: sys.exit(3)\n"
+      "try: ok = not m or u.find_spec(m) is not None\n"
+      "except Exception: ok = False\n"
+      "sys.exit(0 if ok else 4)\n";
+  int r = run_probe(interp, code, module, need_torch ? "1" : "0");
+  return r == 3 || r == 4 || r == 0 ? r : -1;
+}
+
+int cddp__program_torch_major(const char *interp) {
+  static const char code[] = /* reads torch/version.py: importing torch would take seconds */
+      "import importlib.util as u, os, re, sys\n"
+      "s = u.find_spec('torch')\n"
+      "if s is None: sys.exit(10)\n"
+      "try: t = open(os.path.join(s.submodule_search_locations[0], 'version.py')).read()\n"
+      "except Exception: sys.exit(1)\n"
+      "m = re.search(r\"__version__ = '(\\d+)\\.\", t)\n"
+      "sys.exit(10 + int(m.group(1)) if m and int(m.group(1)) < 100 else 1)\n";
+  int r = run_probe(interp, code, NULL, NULL);
+  return r >= 10 ? r - 10 : -1;
 }
 
 /* The interpreter: --python / CDDP_PYTHON, else python3; a name is looked up on PATH. */
@@ -150,7 +209,7 @@ cddp_result_t cddp__program_resolve(const cddp_run_opts_t *o, char **prog, cddp_
                         getcwd(cwd, sizeof cwd) ? cwd : "?");
     if (!S_ISREG(st.st_mode)) return cddp__fail(CDDP_INVALID_ARG, "PROGRAM '%s' is not a file", prog[0]);
     if (access(prog[0], R_OK) != 0) return cddp__fail(CDDP_INVALID_ARG, "PROGRAM '%s' is not readable", prog[0]);
-    need_torch = imports_torch(prog[0]);
+    need_torch = cddp__program_imports_torch(prog[0]);
   }
   CDDP_CHECK(find_interp(o, what, p->interp, sizeof p->interp));
   if (need_torch || o->module) {

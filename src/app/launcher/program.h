@@ -19,5 +19,15 @@ typedef struct cddp__program {
  * Those last two spawn the interpreter once and block at most 30 s. prog: NULL-terminated. */
 cddp_result_t cddp__program_resolve(const cddp_run_opts_t *o, char **prog, cddp__program_t *p);
 void cddp__program_free(cddp__program_t *p);
+/* Whether the script has a line "import torch...", "import os, torch" or "from torch...". */
+int cddp__program_imports_torch(const char *script);
+/* Whether a line of the script holds word (the first 20000 lines). */
+int cddp__program_mentions(const char *script, const char *word);
+/* For argv = PYTHON [-u -B -s -E -I -q...] SCRIPT|-m MODULE ARGS: the index of SCRIPT or of -m;
+ * -1 otherwise, with why ("the interpreter flag -X", ...). */
+int cddp__program_python_args(char *const *argv, char *why, size_t why_size);
+/* torch's major version under interp, read from its version.py without importing it: 0 when
+ * the interpreter has no torch, -1 when unknown. Blocks at most 30 s (usually 30 ms). */
+int cddp__program_torch_major(const char *interp);
 
 #endif /* CDDP_RUN_PROGRAM_H */

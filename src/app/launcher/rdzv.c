@@ -7,31 +7,34 @@
 #include "common/clock.h"
 #include "launcher/rdzv.h"
 
-#define K(buf, ...) snprintf(buf, sizeof buf, __VA_ARGS__)
-
-static int64_t parse_int(const void *v, int64_t dflt) {
-  char *end;
-  long long x = v ? strtoll((const char *)v, &end, 10) : 0;
-  return v && end != (const char *)v ? x : dflt;
-}
+#define KEY(kind, a, b) cddp__job_key(CDDP__JK_##kind, a, b).s
 
 static cddp_result_t get_int(cddp_store_t *s, const char *key, int timeout_ms, int64_t *out) {
   void *v = NULL;
   size_t len;
   CDDP_CHECK(cddp_store_get(s, key, &v, &len, timeout_ms));
-  *out = parse_int(v, -1);
+  if (cddp__job_int_parse(v, len, out)) *out = -1;
   free(v);
   if (*out < 0) return cddp__fail(CDDP_REMOTE, "store key %s holds '%.*s', not a count", key, (int)len, "");
   return CDDP_OK;
 }
 
 static cddp_result_t publish(cddp_store_t *s, int round, int slot, const cddp__rdzv_cfg_t *cfg) {
-  char key[96], val[256];
-  const cddp__rdzv_node_t *n = &cfg->self;
-  K(key, "rdzv/%d/node/%d", round, slot);
-  int len = K(val, "%s %s %d %d %d %d %d", n->host, n->addr, n->nproc, n->master_port, n->id, cfg->min_nodes,
-              cfg->max_nodes);
-  return cddp_store_set(s, key, val, (size_t)len);
+  char val[256];
+  cddp__job_node_rec_t rec = {.node = cfg->self, .min_nodes = cfg->min_nodes, .max_nodes = cfg->max_nodes};
+  size_t len = cddp__job_node_format(&rec, val, sizeof val);
+  return cddp_store_set(s, KEY(RDZV_NODE, round, slot), val, len);
+}
+
+/* compare_set from absent to the mismatch word (a node that disagrees wakes the waiting ones) */
+static void set_mismatch(cddp_store_t *s, const char *key) {
+  char val[32];
+  cddp__job_closed_t m = {.mismatch = 1};
+  size_t len = cddp__job_closed_format(&m, val, sizeof val);
+  void *was = NULL;
+  size_t wlen;
+  (void)cddp_store_compare_set(s, key, NULL, 0, val, len, &was, &wlen);
+  free(was);
 }
 
 /* "MIN" or "MIN:MAX", as --nnodes takes it. */
@@ -53,7 +56,7 @@ static cddp_result_t disagree(const char *host_a, int lo_a, int hi_a, const char
 static cddp_result_t mismatch_here(cddp_store_t *s) {
   void *v = NULL;
   size_t len = 0;
-  if (cddp_store_get(s, "rdzv/mismatch", &v, &len, 5000) != CDDP_OK)
+  if (cddp_store_get(s, KEY(RDZV_MISMATCH, 0, 0), &v, &len, 5000) != CDDP_OK)
     return cddp__fail(CDDP_INVALID_ARG, "the nodes disagree on --nnodes (another node said so)");
   cddp_result_t r = cddp__fail(CDDP_INVALID_ARG, "%.*s", (int)CDDP_MIN(len, 400), (char *)v);
   free(v);
@@ -65,10 +68,11 @@ static cddp_result_t get_closed(cddp_store_t *s, const char *key, int timeout_ms
   void *v = NULL;
   size_t len = 0;
   CDDP_CHECK(cddp_store_get(s, key, &v, &len, timeout_ms));
-  int mismatch = len == 8 && !memcmp(v, "mismatch", 8);
-  *out = parse_int(v, -1);
+  cddp__job_closed_t c;
+  int bad = cddp__job_closed_parse(v, len, &c);
   free(v);
-  if (mismatch) return mismatch_here(s);
+  if (!bad && c.mismatch) return mismatch_here(s);
+  *out = bad ? -1 : c.nnodes;
   if (*out < 0) return cddp__fail(CDDP_REMOTE, "store key %s does not hold a count", key);
   return CDDP_OK;
 }
@@ -77,33 +81,24 @@ static cddp_result_t get_closed(cddp_store_t *s, const char *key, int timeout_ms
  * and wakes the others: its line in rdzv/mismatch, the round's "closed" key set to "mismatch"
  * (c10d nodes wait on it), its node record published (static nodes wait on the records). */
 static cddp_result_t check_settings(cddp_store_t *s, const cddp__rdzv_cfg_t *cfg, int round) {
-  char mine[128], key[64];
+  char mine[128];
   void *cur = NULL;
   size_t len = 0;
-  int n = K(mine, "%d %d %.63s", cfg->min_nodes, cfg->max_nodes, cfg->self.host);
-  CDDP_CHECK(cddp_store_compare_set(s, "rdzv/settings", NULL, 0, mine, (size_t)n, &cur, &len));
-  char text[160], host[64];
-  int lo, hi;
-  snprintf(text, sizeof text, "%.*s", (int)CDDP_MIN(len, sizeof text - 1), cur ? (char *)cur : "");
+  cddp__job_settings_t me = {.min_nodes = cfg->min_nodes, .max_nodes = cfg->max_nodes}, first;
+  snprintf(me.host, sizeof me.host, "%s", cfg->self.host);
+  size_t n = cddp__job_settings_format(&me, mine, sizeof mine);
+  CDDP_CHECK(cddp_store_compare_set(s, KEY(RDZV_SETTINGS, 0, 0), NULL, 0, mine, n, &cur, &len));
+  int bad = cddp__job_settings_parse(cur, len, &first);
   free(cur);
-  if (sscanf(text, "%d %d %63s", &lo, &hi, host) != 3 || (lo == cfg->min_nodes && hi == cfg->max_nodes))
-    return CDDP_OK;
-  cddp_result_t r = disagree(host, lo, hi, cfg->self.host, cfg->min_nodes, cfg->max_nodes);
+  int lo = first.min_nodes, hi = first.max_nodes;
+  if (bad || (lo == cfg->min_nodes && hi == cfg->max_nodes)) return CDDP_OK;
+  cddp_result_t r = disagree(first.host, lo, hi, cfg->self.host, cfg->min_nodes, cfg->max_nodes);
   char line[512];
-  int ll = K(line, "%s", cddp_last_error());
-  (void)cddp_store_set(s, "rdzv/mismatch", line, (size_t)ll);
-  K(key, "rdzv/%d/closed", round);
-  void *was = NULL;
-  size_t wlen;
-  (void)cddp_store_compare_set(s, key, NULL, 0, "mismatch", 8, &was, &wlen);
-  free(was);
+  int ll = snprintf(line, sizeof line, "%s", cddp_last_error());
+  (void)cddp_store_set(s, KEY(RDZV_MISMATCH, 0, 0), line, (size_t)ll);
+  set_mismatch(s, KEY(RDZV_CLOSED, round, 0));
   /* static: the first node waits for records 0..its MAX-1; fill the missing ones with the same word */
-  for (int i = 0; cfg->node_rank >= 0 && i < hi; i++) {
-    K(key, "rdzv/%d/node/%d", round, i);
-    (void)cddp_store_compare_set(s, key, NULL, 0, "mismatch", 8, &was, &wlen);
-    free(was);
-    was = NULL;
-  }
+  for (int i = 0; cfg->node_rank >= 0 && i < hi; i++) set_mismatch(s, KEY(RDZV_NODE, round, i));
   cddp__fail(r, "%s", line);
   return r;
 }
@@ -112,7 +107,7 @@ static cddp_result_t check_settings(cddp_store_t *s, const cddp__rdzv_cfg_t *cfg
 static cddp_result_t collect(cddp_store_t *s, const cddp__rdzv_cfg_t *cfg, int round, int n, uint64_t deadline,
                              int timeout_ms, cddp__rdzv_t *out) {
   cddp_result_t ret = CDDP_OK;
-  char (*keys)[96] = calloc((size_t)n, sizeof *keys);
+  cddp__jobkey_t *keys = calloc((size_t)n, sizeof *keys);
   const char **kp = calloc((size_t)n, sizeof *kp);
   out->nodes = calloc((size_t)n, sizeof *out->nodes);
   if (!keys || !kp || !out->nodes) {
@@ -120,8 +115,8 @@ static cddp_result_t collect(cddp_store_t *s, const cddp__rdzv_cfg_t *cfg, int r
     goto done;
   }
   for (int i = 0; i < n; i++) {
-    K(keys[i], "rdzv/%d/node/%d", round, i);
-    kp[i] = keys[i];
+    keys[i] = cddp__job_key(CDDP__JK_RDZV_NODE, round, i);
+    kp[i] = keys[i].s;
   }
   for (int i = 0; i < n && ret == CDDP_OK; i += 64) /* in chunks the store's wait accepts */
     ret = cddp_store_wait(s, kp + i, (size_t)CDDP_MIN(64, n - i), cddp__ms_left(deadline));
@@ -140,20 +135,19 @@ static cddp_result_t collect(cddp_store_t *s, const cddp__rdzv_cfg_t *cfg, int r
   for (int i = 0; i < n; i++) {
     void *v = NULL;
     size_t len;
-    CDDP_CHECK_GOTO(cddp_store_get(s, keys[i], &v, &len, 0), ret, done);
-    if (len == 8 && !memcmp(v, "mismatch", 8)) { /* a node that disagrees filled the slot */
-      free(v);
+    CDDP_CHECK_GOTO(cddp_store_get(s, keys[i].s, &v, &len, 0), ret, done);
+    cddp__job_node_rec_t rec = {.min_nodes = cfg->min_nodes, .max_nodes = cfg->max_nodes};
+    int bad = cddp__job_node_parse(v, len, &rec);
+    free(v);
+    if (!bad && rec.mismatch) { /* a node that disagrees filled the slot */
       ret = mismatch_here(s);
       goto done;
     }
     cddp__rdzv_node_t *nd = &out->nodes[i];
-    nd->id = -1;
-    int lo = cfg->min_nodes, hi = cfg->max_nodes;
-    int got = sscanf((char *)v, "%63s %63s %d %d %d %d %d", nd->host, nd->addr, &nd->nproc, &nd->master_port, &nd->id,
-                     &lo, &hi);
-    free(v);
-    if (got < 4 || nd->nproc < 1) {
-      ret = cddp__fail(CDDP_REMOTE, "rendezvous round %d: node record %s is malformed", round, keys[i]);
+    *nd = rec.node;
+    int lo = rec.min_nodes, hi = rec.max_nodes;
+    if (bad) {
+      ret = cddp__fail(CDDP_REMOTE, "rendezvous round %d: node record %s is malformed", round, keys[i].s);
       goto done;
     }
     if (lo != cfg->min_nodes || hi != cfg->max_nodes) {
@@ -176,14 +170,14 @@ done:
 
 /* Closes round at n nodes unless someone already did; returns the node count that won. */
 static cddp_result_t close_round(cddp_store_t *s, int round, int n, int *closed_n, int *closed_here) {
-  char key[64], val[32];
+  char val[32];
   void *cur = NULL;
   size_t len;
-  K(key, "rdzv/%d/closed", round);
-  int vlen = K(val, "%d", n);
-  CDDP_CHECK(cddp_store_compare_set(s, key, NULL, 0, val, (size_t)vlen, &cur, &len));
-  *closed_n = (int)parse_int(cur, -1);
-  *closed_here = len == (size_t)vlen && !memcmp(cur, val, len);
+  cddp__job_closed_t mine = {.nnodes = n}, won;
+  size_t vlen = cddp__job_closed_format(&mine, val, sizeof val);
+  CDDP_CHECK(cddp_store_compare_set(s, KEY(RDZV_CLOSED, round, 0), NULL, 0, val, vlen, &cur, &len));
+  *closed_n = cddp__job_closed_parse(cur, len, &won) || won.mismatch ? -1 : won.nnodes;
+  *closed_here = len == vlen && !memcmp(cur, val, len);
   free(cur);
   return CDDP_OK;
 }
@@ -191,10 +185,8 @@ static cddp_result_t close_round(cddp_store_t *s, int round, int n, int *closed_
 /* The round closed without this node: its nodes, then this one appended. */
 static cddp_result_t join_late(cddp_store_t *s, const cddp__rdzv_cfg_t *cfg, int round, uint64_t deadline,
                                cddp__rdzv_t *out) {
-  char key[64];
   int64_t n;
-  K(key, "rdzv/%d/closed", round);
-  cddp_result_t r = get_closed(s, key, cddp__ms_left(deadline), &n);
+  cddp_result_t r = get_closed(s, KEY(RDZV_CLOSED, round, 0), cddp__ms_left(deadline), &n);
   if (r == CDDP_TIMEOUT)
     return cddp__fail(CDDP_TIMEOUT, "rendezvous round %d did not close within %.1f s", round, cfg->timeout_ms / 1e3);
   CDDP_CHECK(r);
@@ -215,16 +207,15 @@ cddp_result_t cddp__rdzv_join(cddp_store_t *s, const cddp__rdzv_cfg_t *cfg, int 
   uint64_t deadline = cddp__deadline_ms(cfg->timeout_ms);
   int64_t cur;
   int round = min_round;
-  char key[96];
+  cddp__jobkey_t key;
   memset(out, 0, sizeof *out);
-  if (get_int(s, "rdzv/round", 0, &cur) == CDDP_OK && cur > round)
+  if (get_int(s, KEY(RDZV_ROUND, 0, 0), 0, &cur) == CDDP_OK && cur > round)
     round = (int)cur;
   cddp__clear_error();
   for (;;) {
     int64_t restarts = 0;
     if (round > 0) {
-      K(key, "rdzv/%d/open", round);
-      cddp_result_t r = get_int(s, key, cddp__ms_left(deadline), &restarts);
+      cddp_result_t r = get_int(s, KEY(RDZV_OPEN, round, 0), cddp__ms_left(deadline), &restarts);
       if (r == CDDP_TIMEOUT)
         return cddp__fail(CDDP_TIMEOUT, "rendezvous: round %d did not open within %.1f s (the job runs without this "
                           "node; it would join at the next restart)", round, cfg->timeout_ms / 1e3);
@@ -239,8 +230,7 @@ cddp_result_t cddp__rdzv_join(cddp_store_t *s, const cddp__rdzv_cfg_t *cfg, int 
       return collect(s, cfg, round, cfg->max_nodes, deadline, cfg->timeout_ms, out);
     }
     int64_t slot1;
-    K(key, "rdzv/%d/joined", round);
-    CDDP_CHECK(cddp_store_add(s, key, 1, &slot1));
+    CDDP_CHECK(cddp_store_add(s, KEY(RDZV_JOINED, round, 0), 1, &slot1));
     int slot = (int)slot1 - 1, n = -1;
     if (slot >= cfg->max_nodes && cfg->late_ok) return join_late(s, cfg, round, deadline, out);
     if (slot >= cfg->max_nodes) { /* full: wait for the next round */
@@ -249,18 +239,16 @@ cddp_result_t cddp__rdzv_join(cddp_store_t *s, const cddp__rdzv_cfg_t *cfg, int 
     }
     CDDP_CHECK(check_settings(s, cfg, round));
     CDDP_CHECK(publish(s, round, slot, cfg));
-    K(key, "rdzv/%d/closed", round);
-    const char *ck = key;
+    key = cddp__job_key(CDDP__JK_RDZV_CLOSED, round, 0);
+    const char *ck = key.s;
     if (slot + 1 == cfg->max_nodes) {
       CDDP_CHECK(close_round(s, round, cfg->max_nodes, &n, &out->closed_here));
     } else if (slot + 1 >= cfg->min_nodes) {
       int wait_ms = CDDP_MIN(cfg->last_call_ms, cddp__ms_left(deadline));
       cddp_result_t r = cddp_store_wait(s, &ck, 1, wait_ms);
       if (r == CDDP_TIMEOUT) {
-        char jk[64];
         int64_t joined;
-        K(jk, "rdzv/%d/joined", round);
-        CDDP_CHECK(cddp_store_add(s, jk, 0, &joined));
+        CDDP_CHECK(cddp_store_add(s, KEY(RDZV_JOINED, round, 0), 0, &joined));
         CDDP_CHECK(close_round(s, round, (int)CDDP_MIN(joined, cfg->max_nodes), &n, &out->closed_here));
       } else {
         CDDP_CHECK(r);
@@ -268,12 +256,10 @@ cddp_result_t cddp__rdzv_join(cddp_store_t *s, const cddp__rdzv_cfg_t *cfg, int 
     }
     if (n < 0) {
       int64_t closed;
-      cddp_result_t r = get_closed(s, key, cddp__ms_left(deadline), &closed);
+      cddp_result_t r = get_closed(s, key.s, cddp__ms_left(deadline), &closed);
       if (r == CDDP_TIMEOUT) {
         int64_t joined = 0;
-        char jk[64];
-        K(jk, "rdzv/%d/joined", round);
-        cddp_store_add(s, jk, 0, &joined);
+        cddp_store_add(s, KEY(RDZV_JOINED, round, 0), 0, &joined);
         return cddp__fail(CDDP_TIMEOUT, "rendezvous round %d: %d of at least %d nodes joined within %.1f s", round,
                           (int)joined, cfg->min_nodes, cfg->timeout_ms / 1e3);
       }
@@ -299,103 +285,93 @@ void cddp__rdzv_release(cddp__rdzv_t *r) {
   r->nodes = NULL;
 }
 
-void cddp__rdzv_event_key(int round, char *buf, size_t size) { snprintf(buf, size, "rdzv/%d/event", round); }
-
-cddp_result_t cddp__rdzv_post(cddp_store_t *s, int round, const char *value, char **now) {
-  char key[64];
+cddp_result_t cddp__rdzv_post(cddp_store_t *s, int round, const cddp__job_event_t *ev, cddp__job_event_t *now) {
+  char val[700];
   void *cur = NULL;
-  size_t len;
-  cddp__rdzv_event_key(round, key, sizeof key);
-  CDDP_CHECK(cddp_store_compare_set(s, key, NULL, 0, value, strlen(value), &cur, &len));
-  if (now) *now = cur;
-  else free(cur);
+  size_t len, vlen = cddp__job_event_format(ev, val, sizeof val);
+  CDDP_CHECK(cddp_store_compare_set(s, KEY(RDZV_EVENT, round, 0), NULL, 0, val, vlen, &cur, &len));
+  if (now && cddp__job_event_parse(cur, len, now)) *now = *ev;
+  free(cur);
   return CDDP_OK;
-}
-
-static void failure_key(int round, int node, char *buf, size_t size) {
-  snprintf(buf, size, "rdzv/%d/failure/%d", round, node);
 }
 
 cddp_result_t cddp__rdzv_failure_post(cddp_store_t *s, int round, int node_rank, uint64_t wall_ns, int code,
                                       const char *line) {
-  char key[64], val[640];
-  failure_key(round, node_rank, key, sizeof key);
-  int len = K(val, "%llu %d %.600s", (unsigned long long)wall_ns, code, line);
-  return cddp_store_set(s, key, val, (size_t)CDDP_MIN(len, (int)sizeof val - 1));
+  char val[700];
+  cddp__job_failure_t f = {.wall_ns = wall_ns, .code = code};
+  snprintf(f.line, sizeof f.line, "%.599s", line);
+  size_t len = cddp__job_failure_format(&f, val, sizeof val);
+  return cddp_store_set(s, KEY(RDZV_FAILURE, round, node_rank), val, len);
 }
 
 int cddp__rdzv_failure_first(cddp_store_t *s, int round, int nnodes, int wait_ms, int *code, char *line, size_t size) {
-  char (*keys)[64] = calloc((size_t)nnodes, sizeof *keys);
+  cddp__jobkey_t *keys = calloc((size_t)nnodes, sizeof *keys);
   const char **kp = calloc((size_t)nnodes, sizeof *kp);
+  cddp__job_failure_t *f = malloc(sizeof *f);
   unsigned long long best = ~0ull;
   int found = 0;
-  if (!keys || !kp) goto exit;
-  for (int i = 0; i < nnodes; i++) failure_key(round, i, keys[i], sizeof keys[i]), kp[i] = keys[i];
+  if (!keys || !kp || !f) goto exit;
+  for (int i = 0; i < nnodes; i++) keys[i] = cddp__job_key(CDDP__JK_RDZV_FAILURE, round, i), kp[i] = keys[i].s;
   (void)cddp_store_wait(s, kp, nnodes, wait_ms); /* early when every node posted; a timeout is expected */
   for (int i = 0; i < nnodes; i++) {
     void *v = NULL;
     size_t len = 0;
-    unsigned long long t;
-    int c, off = 0;
-    if (cddp_store_get(s, keys[i], &v, &len, 0) != CDDP_OK) continue;
-    char *text = realloc(v, len + 1);
-    if (!text) { free(v); continue; }
-    text[len] = '\0';
-    if (sscanf(text, "%llu %d %n", &t, &c, &off) == 2 && off > 0 && t > 0 && t < best) { /* 0: none */
-      best = t, found = 1, *code = c;
-      snprintf(line, size, "%s", text + off);
+    if (cddp_store_get(s, kp[i], &v, &len, 0) != CDDP_OK) continue;
+    int bad = cddp__job_failure_parse(v, len, f);
+    free(v);
+    if (!bad && f->wall_ns > 0 && f->wall_ns < best) { /* 0: none */
+      best = f->wall_ns, found = 1, *code = f->code;
+      snprintf(line, size, "%s", f->line);
     }
-    free(text);
   }
 exit:
   free(keys);
   free(kp);
+  free(f);
   return found;
 }
 
 cddp_result_t cddp__rdzv_open_next(cddp_store_t *s, int round, int restart_count) {
-  char key[64], val[32], want[32];
-  K(key, "rdzv/%d/open", round + 1);
-  int len = K(val, "%d", restart_count);
-  CDDP_CHECK(cddp_store_set(s, key, val, (size_t)len));
-  int wlen = K(want, "%d", round + 1);
+  char val[32], want[32];
+  size_t len = cddp__job_int_format(restart_count, val, sizeof val);
+  CDDP_CHECK(cddp_store_set(s, KEY(RDZV_OPEN, round + 1, 0), val, len));
+  size_t wlen = cddp__job_int_format(round + 1, want, sizeof want);
+  cddp__jobkey_t rkey = cddp__job_key(CDDP__JK_RDZV_ROUND, 0, 0);
+  const char *rk = rkey.s;
   for (int tries = 0; tries < 100; tries++) { /* rdzv/round = max(rdzv/round, round + 1) */
     void *cur = NULL, *now = NULL;
-    size_t clen = 0, nlen;
-    cddp_result_t r = cddp_store_get(s, "rdzv/round", &cur, &clen, 0);
+    size_t clen = 0, nlen = 0;
+    int64_t have = -1, v = -1;
+    cddp_result_t r = cddp_store_get(s, rk, &cur, &clen, 0);
     if (r != CDDP_OK && r != CDDP_TIMEOUT && r != CDDP_NOT_FOUND) return r;
-    if (r == CDDP_OK && parse_int(cur, -1) >= round + 1) {
+    if (r == CDDP_OK && !cddp__job_int_parse(cur, clen, &have) && have >= round + 1) {
       free(cur);
       return CDDP_OK;
     }
-    r = cddp_store_compare_set(s, "rdzv/round", r == CDDP_OK ? cur : NULL, r == CDDP_OK ? clen : 0, want, (size_t)wlen,
-                               &now, &nlen);
+    r = cddp_store_compare_set(s, rk, r == CDDP_OK ? cur : NULL, r == CDDP_OK ? clen : 0, want, wlen, &now, &nlen);
     free(cur);
-    int64_t v = parse_int(now, -1);
+    if (cddp__job_int_parse(now, nlen, &v)) v = -1;
     free(now);
     CDDP_CHECK(r);
     if (v >= round + 1) return CDDP_OK;
   }
-  return cddp__fail(CDDP_INTERNAL, "rendezvous: could not advance rdzv/round to %d", round + 1);
+  return cddp__fail(CDDP_INTERNAL, "rendezvous: could not advance %s to %d", rk, round + 1);
 }
 
 cddp_result_t cddp__rdzv_node_done(cddp_store_t *s, const cddp__rdzv_t *r) {
-  char key[64];
   int64_t n;
-  K(key, "rdzv/%d/ndone", r->round);
-  CDDP_CHECK(cddp_store_add(s, key, 1, &n));
-  if (n == r->nnodes) return cddp__rdzv_post(s, r->round, "done", NULL);
+  CDDP_CHECK(cddp_store_add(s, KEY(RDZV_NDONE, r->round, 0), 1, &n));
+  cddp__job_event_t done = {.kind = CDDP__EV_DONE};
+  if (n == r->nnodes) return cddp__rdzv_post(s, r->round, &done, NULL);
   return CDDP_OK;
 }
 
 cddp_result_t cddp__rdzv_exit(cddp_store_t *s, const cddp__rdzv_t *r, int wait, int timeout_ms) {
-  char key[64], all[64];
   int64_t n;
-  K(key, "rdzv/%d/nexit", r->round);
-  K(all, "rdzv/%d/allexit", r->round);
-  CDDP_CHECK(cddp_store_add(s, key, 1, &n));
-  if (n >= r->nnodes) CDDP_CHECK(cddp_store_set(s, all, "1", 1));
+  cddp__jobkey_t all = cddp__job_key(CDDP__JK_RDZV_ALLEXIT, r->round, 0);
+  CDDP_CHECK(cddp_store_add(s, KEY(RDZV_NEXIT, r->round, 0), 1, &n));
+  if (n >= r->nnodes) CDDP_CHECK(cddp_store_set(s, all.s, CDDP__JOB_FLAG, CDDP__JOB_FLAG_LEN));
   if (!wait || r->nnodes <= 1) return CDDP_OK;
-  const char *k = all;
+  const char *k = all.s;
   return cddp_store_wait(s, &k, 1, timeout_ms);
 }

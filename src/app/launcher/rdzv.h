@@ -3,15 +3,10 @@
 #define CDDP_RUN_RDZV_H
 
 #include "cddp/store.h"
+#include "world/jobkeys.h"
 
-/* What each node publishes when it joins a round. */
-typedef struct cddp__rdzv_node {
-  char host[64];    /* gethostname() */
-  char addr[64];    /* address the other nodes reach it at */
-  int nproc;        /* workers it starts */
-  int master_port;  /* a free port on it (workers' MASTER_PORT when it is node 0) */
-  int id;           /* its agent id (elastic/agents), -1 when it has none */
-} cddp__rdzv_node_t;
+/* What each node publishes when it joins a round (its record: world/jobkeys.h). */
+typedef cddp__job_node_t cddp__rdzv_node_t;
 
 typedef struct cddp__rdzv_cfg {
   int min_nodes, max_nodes;
@@ -48,11 +43,9 @@ typedef struct cddp__rdzv {
 cddp_result_t cddp__rdzv_join(cddp_store_t *s, const cddp__rdzv_cfg_t *cfg, int min_round, cddp__rdzv_t *out);
 void cddp__rdzv_release(cddp__rdzv_t *r);
 
-/* The round's event key "rdzv/R/event": its first value wins ("done", "restart",
- * "fail <code> <message>"). Agents watch it to learn about the other nodes. */
-void cddp__rdzv_event_key(int round, char *buf, size_t size);
-/* compare_set(event, absent, value); *now (malloc'd) gets the value that won. */
-cddp_result_t cddp__rdzv_post(cddp_store_t *s, int round, const char *value, char **now);
+/* The round's event (rdzv/R/event): its first value wins (done, restart, fail). Agents watch
+ * it to learn about the other nodes. Posts ev; *now (when not NULL) gets the event that won. */
+cddp_result_t cddp__rdzv_post(cddp_store_t *s, int round, const cddp__job_event_t *ev, cddp__job_event_t *now);
 /* The job's failure line comes from the failure that happened first on any node, not from the
  * node that posted "fail" first (a rank that lost its peer often fails, and posts, before the
  * peer's own node does). Each node that saw a worker fail by itself posts its first failure:

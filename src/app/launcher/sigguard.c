@@ -1,4 +1,4 @@
-/* sigguard.c - signals to a pipe, and a guard thread that ends the agent on a stop signal its busy
+/* sigguard.c - signals to a pipe (SIGUSR1 too: a request for the flight records), and a guard thread that ends the agent on a stop signal its busy
  * main thread cannot take. Handlers (not a signalfd) so that a thread the agent did not start (BLAS
  * starts some before main, with every signal unblocked) cannot take a signal's default action. */
 #include <errno.h>
@@ -15,7 +15,7 @@
 #include "common/clock.h"
 #include "launcher/sigguard.h"
 
-static const int guarded[] = {SIGCHLD, SIGINT, SIGTERM, SIGHUP};
+static const int guarded[] = {SIGCHLD, SIGINT, SIGTERM, SIGHUP, SIGUSR1};
 
 static struct {
   int pipe[2];
@@ -29,6 +29,7 @@ static struct {
   int taken;                   /* the stop signal the main thread took: the agent is ending on it */
   uint64_t taken_at;
   const cddp__workers_t *ws;
+  int dump_asked;              /* SIGUSR1 came: the workers' flight records are wanted */
 } g = {.pipe = {-1, -1}, .mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
 
 static void on_signal(int sig) {
@@ -39,16 +40,21 @@ static void on_signal(int sig) {
   errno = saved;
 }
 
-/* The first stop signal among those waiting on the pipe (0: only SIGCHLD, or none). */
+/* The first stop signal among those waiting on the pipe (0: only SIGCHLD and SIGUSR1, or none);
+ * a SIGUSR1 is noted for cddp__sigguard_dump_asked. */
 static int drain(int fd) {
   unsigned char b[64];
   int stop = 0;
   ssize_t n;
   while ((n = read(fd, b, sizeof b)) > 0 || (n < 0 && errno == EINTR))
-    for (ssize_t i = 0; i < n; i++)
-      if (b[i] != SIGCHLD && !stop) stop = b[i];
+    for (ssize_t i = 0; i < n; i++) {
+      if (b[i] == SIGUSR1) __atomic_store_n(&g.dump_asked, 1, __ATOMIC_RELAXED);
+      else if (b[i] != SIGCHLD && !stop) stop = b[i];
+    }
   return stop;
 }
+
+int cddp__sigguard_dump_asked(void) { return __atomic_exchange_n(&g.dump_asked, 0, __ATOMIC_RELAXED); }
 
 int cddp__sigguard_read(int sig_fd) {
   int sig = drain(sig_fd);

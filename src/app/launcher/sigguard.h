@@ -1,4 +1,4 @@
-/* sigguard.h - the agent's signals: SIGCHLD/SIGINT/SIGTERM/SIGHUP arrive as bytes on a pipe, and a
+/* sigguard.h - the agent's signals: SIGCHLD/SIGINT/SIGTERM/SIGHUP/SIGUSR1 arrive as bytes on a pipe, and a
  * guard thread ends the agent on a stop signal (INT, TERM, HUP) that comes while its main thread is
  * stuck in a blocking call (a store retry loop, a rendezvous wait) instead of in its own poll loop. */
 #ifndef CDDP_RUN_SIGGUARD_H
@@ -32,7 +32,10 @@ void cddp__sigguard_workers(const cddp__workers_t *ws);
 int cddp__sigguard_end(int code);
 
 /* Reads one byte per signal from sig_fd (non-blocking): the first stop signal, 0 when only
- * SIGCHLD (or nothing) was there. */
+ * SIGCHLD or SIGUSR1 (or nothing) was there. */
 int cddp__sigguard_read(int sig_fd);
+/* Whether a SIGUSR1 came since the last call (`kill -USR1` on the agent asks for the workers'
+ * flight records, written at once; the workers go on). */
+int cddp__sigguard_dump_asked(void);
 
 #endif /* CDDP_RUN_SIGGUARD_H */

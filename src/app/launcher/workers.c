@@ -20,7 +20,9 @@
 #include "common/log.h"
 #include "launcher/cpubind.h"
 #include "launcher/errfile.h"
+#include "launcher/proc.h"
 #include "launcher/sigguard.h"
+#include "launcher/warm.h"
 #include "launcher/workers.h"
 
 #define LINE_MAX_BYTES 65536
@@ -135,27 +137,6 @@ int cddp__describe_status(int status, char *buf, size_t size) {
   return code;
 }
 
-static void child(cddp__worker_t *w, int out[2], int err[2], char *const *argv, char **env, pid_t parent) {
-  sigset_t none;
-  sigemptyset(&none);
-  int agents[] = {SIGCHLD, SIGINT, SIGTERM, SIGHUP}; /* the agent's handlers (run/sigguard.h) are not ours */
-  for (size_t i = 0; i < CDDP_ARRAY_LEN(agents); i++) signal(agents[i], SIG_DFL);
-  sigprocmask(SIG_SETMASK, &none, NULL);
-  signal(SIGPIPE, SIG_DFL);
-  setpgid(0, 0);
-  prctl(PR_SET_PDEATHSIG, SIGKILL);
-  if (getppid() != parent) _exit(137); /* the agent died before prctl */
-  dup2(out[1], STDOUT_FILENO);
-  dup2(err[1], STDERR_FILENO);
-  close_range(3, ~0u, 0); /* store sockets, listening ports, other workers' pipes */
-  execvpe(argv[0], argv, env);
-  char msg[512];
-  int n = snprintf(msg, sizeof msg, "cddp run: cannot run '%s': %s\n", argv[0], strerror(errno));
-  (void)cddp__write_all(STDERR_FILENO, msg, (size_t)n);
-  (void)w;
-  _exit(127);
-}
-
 static void kill_groups(cddp__workers_t *ws, int sig) {
   for (int i = 0; i < ws->n; i++) {
     cddp__worker_t *w = &ws->w[i];
@@ -178,9 +159,7 @@ static int mkdir_p(const char *dir) {
 }
 
 /* Forks worker w (its buffers and log file are ready) running argv with env. */
-static cddp_result_t spawn(cddp__workers_t *ws, cddp__worker_t *w, char *const *argv, char **env, pid_t self) {
-  int out[2] = {-1, -1}, err[2] = {-1, -1};
-  cddp_result_t ret = CDDP_OK;
+static cddp_result_t spawn(cddp__workers_t *ws, cddp__worker_t *w, char *const *argv, char **env) {
   w->exited = 0, w->status = 0;
   w->start_ns = cddp__now_ns(), w->exit_ns = 0, w->report_ns = 0, w->report[0] = '\0';
   /* worker i of the round on the i-th share of the agent's CPUs, set in the child before exec
@@ -198,37 +177,16 @@ static cddp_result_t spawn(cddp__workers_t *ws, cddp__worker_t *w, char *const *
     if (ws->hang_ms > 0 && cddp__progress_open(&w->progress, path, w->start_ns) != CDDP_OK)
       CDDP_WARN("no hang detection for rank %d: %s", w->rank, cddp_last_error());
   }
-  if (pipe2(out, O_CLOEXEC) != 0 || pipe2(err, O_CLOEXEC) != 0) {
-    ret = cddp__fail_errno(CDDP_SYSTEM, "pipe for rank %d", w->rank);
-    goto fail;
-  }
-  w->pid = fork();
-  if (w->pid == 0) {
-    if (bound) sched_setaffinity(0, sizeof share, &share);
-    child(w, out, err, argv, env, self);
-  }
-  if (w->pid < 0) {
-    ret = cddp__fail_errno(CDDP_SYSTEM, "fork for rank %d", w->rank);
-    goto fail;
-  }
-  setpgid(w->pid, w->pid); /* also here, so kill(-pid) works at once */
+  char what[32];
+  snprintf(what, sizeof what, "rank %d", w->rank);
+  int slot = (int)(w - ws->w);
+  if (cddp__warm_take(ws->warm, slot, argv, env, bound ? &share : NULL, &w->pid, w->fd)) return CDDP_OK;
+  CDDP_CHECK(cddp__proc_spawn(argv, env, bound ? &share : NULL, -1, 0, what, &w->pid, w->fd));
   if (bound) {
     char cpus[256];
     CDDP_INFO(CDDP_SUB_RUN, "rank %d runs on CPUs %s", w->rank, cddp__cpu_list(&share, cpus, sizeof cpus));
   }
-  close(out[1]);
-  close(err[1]);
-  w->fd[0] = out[0];
-  w->fd[1] = err[0];
-  fcntl(w->fd[0], F_SETFL, O_NONBLOCK);
-  fcntl(w->fd[1], F_SETFL, O_NONBLOCK);
   return CDDP_OK;
-fail:
-  for (int k = 0; k < 2; k++) {
-    if (out[k] >= 0) close(out[k]);
-    if (err[k] >= 0) close(err[k]);
-  }
-  return ret;
 }
 
 cddp_result_t cddp__workers_start(cddp__workers_t *ws, int n, int rank_base, char *const *argv, char **const *env,
@@ -240,7 +198,6 @@ cddp_result_t cddp__workers_start(cddp__workers_t *ws, int n, int rank_base, cha
   ws->outcome = CDDP__OUT_SUCCESS;
   ws->fail_rank = -1;
   if (!ws->w) return cddp__fail(CDDP_SYSTEM, "out of memory starting %d workers", n);
-  pid_t self = getpid();
   if (log_dir && *log_dir && mkdir_p(log_dir) != 0) return cddp__fail_errno(CDDP_SYSTEM, "cannot create --log-dir %s", log_dir);
   for (int i = 0; i < n; i++) {
     cddp__worker_t *w = &ws->w[i];
@@ -256,8 +213,9 @@ cddp_result_t cddp__workers_start(cddp__workers_t *ws, int n, int rank_base, cha
       w->log_fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | (truncate_logs ? O_TRUNC : 0), 0644);
       if (w->log_fd < 0) { ret = cddp__fail_errno(CDDP_SYSTEM, "cannot open log file %s", path); goto fail; }
     }
-    if ((ret = spawn(ws, w, argv, env[i], self)) != CDDP_OK) goto fail;
+    if ((ret = spawn(ws, w, argv, env[i])) != CDDP_OK) goto fail;
   }
+  cddp__warm_plan(ws->warm, n, env, ws->cpu_bind);
   return CDDP_OK;
 fail:
   kill_groups(ws, SIGKILL);
@@ -279,7 +237,7 @@ cddp_result_t cddp__workers_respawn(cddp__workers_t *ws, int i, char *const *arg
   cddp__workers_failure(ws, i, &w->prev);
   w->replaced = 1;
   ws->outcome = CDDP__OUT_SUCCESS;
-  return spawn(ws, w, argv, env, getpid());
+  return spawn(ws, w, argv, env);
 }
 
 void cddp__workers_failure(const cddp__workers_t *ws, int i, cddp__failure_t *f) {
@@ -384,6 +342,26 @@ static void take_stack(pid_t pid, const char *path) {
 
 /* Every HANG_CHECK_MS: a hung worker gets its flight records (and its peers') dumped, its stack
  * taken, and SIGKILL; the failure it becomes carries why (w->hang). */
+/* Every worker's flight page to flight_dir/rank<R>.json: how many, -1 when there is no folder. */
+static int dump_pages(cddp__workers_t *ws, uint64_t now) {
+  if (!ws->flight_dir || mkdir_p(ws->flight_dir) != 0) return -1;
+  int k = 0;
+  for (int i = 0; i < ws->n; i++) {
+    if (!ws->w[i].progress.page) continue;
+    char path[4300];
+    snprintf(path, sizeof path, "%s/rank%d.json", ws->flight_dir, ws->w[i].rank);
+    k += cddp__flight_dump(ws->w[i].progress.page, ws->w[i].rank, path, now) == 0;
+  }
+  return k;
+}
+
+/* What every local rank was doing when the job lost one of them: their records, before they are
+ * stopped (a respawn or the next round replaces the pages). */
+static void dump_on_failure(cddp__workers_t *ws, const char *what) {
+  int k = dump_pages(ws, cddp__now_ns());
+  if (k > 0) CDDP_INFO(CDDP_SUB_RUN, "on %s: the flight records of %d worker(s) are in %s", what, k, ws->flight_dir);
+}
+
 static void watchdog(cddp__workers_t *ws) {
   cddp__progress_t *pr = calloc((size_t)ws->n, sizeof *pr);
   pid_t *pid = calloc((size_t)ws->n, sizeof *pid);
@@ -396,12 +374,7 @@ static void watchdog(cddp__workers_t *ws) {
   if (h < 0) goto exit;
   cddp__worker_t *w = &ws->w[h];
   char path[4300], where[4200] = "";
-  if (ws->flight_dir && mkdir_p(ws->flight_dir) == 0) {
-    for (int i = 0; i < ws->n; i++) {
-      if (!ws->w[i].progress.page) continue;
-      snprintf(path, sizeof path, "%s/rank%d.json", ws->flight_dir, ws->w[i].rank);
-      cddp__flight_dump(ws->w[i].progress.page, ws->w[i].rank, path, now);
-    }
+  if (dump_pages(ws, now) >= 0) {
     snprintf(path, sizeof path, "%s/rank%d.stack.txt", ws->flight_dir, w->rank);
     take_stack(w->pid, path);
     snprintf(where, sizeof where, "; flight records and stack in %s", ws->flight_dir);
@@ -451,6 +424,7 @@ void cddp__workers_watch(cddp__workers_t *ws, int sig_fd, int event_fd, int (*ac
     uint64_t next = CDDP_MIN(kill_at, drain_until);
     if (ws->stop_at && !ws->termed) next = CDDP_MIN(next, ws->stop_at);
     if (ws->hang_ms > 0 && !stopping) next = CDDP_MIN(next, hang_check_at);
+    if (!stopping) next = CDDP_MIN(next, cddp__warm_due(ws->warm));
     int timeout = next == UINT64_MAX ? -1 : cddp__ms_left(next);
     if (first) timeout = 0, first = 0; /* children that died while nobody watched: reap them now */
     pfd[0] = (struct pollfd){.fd = sig_fd, .events = POLLIN};
@@ -464,10 +438,17 @@ void cddp__workers_watch(cddp__workers_t *ws, int sig_fd, int event_fd, int (*ac
       watchdog(ws);
     }
     if (r < 0 && errno != EINTR) break;
+    if (!stopping) cddp__warm_tick(ws->warm);
     for (int i = 0; i < ws->n; i++)
       for (int s = 0; s < 2; s++)
         if (ws->w[i].fd[s] >= 0 && (pfd[2 + 2 * i + s].revents & (POLLIN | POLLHUP | POLLERR))) pump(ws, &ws->w[i], s);
     int sig = pfd[0].revents & POLLIN ? cddp__sigguard_read(sig_fd) : 0; /* SIGCHLD: reaped below */
+    if (cddp__sigguard_dump_asked()) {
+      int k = dump_pages(ws, cddp__now_ns());
+      if (k > 0) fprintf(stderr, "cddp run: SIGUSR1: the flight records of %d worker(s) are in %s\n", k, ws->flight_dir);
+      else fprintf(stderr, "cddp run: SIGUSR1: no flight records to write (%s)\n",
+                   k < 0 ? "no folder for them" : "no worker keeps one: --hang-timeout 0, or none runs cddp's library");
+    }
     if (sig && ws->outcome != CDDP__OUT_SIGNAL) { /* a stop for another reason ends on the signal too */
       ws->outcome = CDDP__OUT_SIGNAL;
       ws->signo = sig;
@@ -480,6 +461,7 @@ void cddp__workers_watch(cddp__workers_t *ws, int sig_fd, int event_fd, int (*ac
         msg[n] = '\0';
         if (!stopping && (!accept || accept(msg, ctx))) {
           ws->outcome = CDDP__OUT_EVENT;
+          dump_on_failure(ws, "another node's failure");
           snprintf(ws->event, sizeof ws->event, "%s", msg);
           stop_all(ws, SIGTERM, &stopping, &kill_at);
         }
@@ -501,6 +483,7 @@ void cddp__workers_watch(cddp__workers_t *ws, int sig_fd, int event_fd, int (*ac
       int ok = WIFEXITED(st) && WEXITSTATUS(st) == 0;
       if (!ok && !stopping) {
         ws->outcome = CDDP__OUT_FAILED;
+        dump_on_failure(ws, "a worker's failure");
         ws->fail_rank = w->rank;
         ws->fail_pid = w->pid;
         ws->fail_status = st;

@@ -8,6 +8,7 @@
 #include "cddp/cddp.h"
 #include "launcher/blame.h"
 #include "launcher/hang.h"
+#include "launcher/warm.h"
 
 typedef struct cddp__worker {
   pid_t pid;
@@ -62,6 +63,8 @@ typedef struct cddp__workers {
                        its peers wait is hung (launcher/hang.h): its pages are dumped to
                        flight_dir, its stack taken, and it is killed (a failure, its line why) */
   const char *flight_dir;
+  cddp__warm_t *warm; /* NULL, or the warm spares (launcher/warm.h): a slot's spare becomes its
+                         next worker; new ones start when the pool says */
   /* results of cddp__workers_watch */
   cddp__outcome_t outcome;
   int fail_rank, fail_status, fail_index; /* FAILED: the failure that came first (run/blame.h), */

@@ -29,6 +29,7 @@ typedef struct cddp_train_config {
   int epochs;                /* train.epochs */
   int64_t max_steps;         /* train.max_steps (0 = epochs decide) */
   int precision;             /* train.precision: fp32|bf16 (cddp_precision_t) */
+  int device;                /* train.device: cpu|cuda|auto, a cddp_device_kind_t (trainer/device.h) */
   int global_batch;          /* batch.global */
   int micro_batch;           /* batch.micro (per rank per micro-step) */
   int ref_batch;             /* batch.reference (for LR scaling; default = global) */

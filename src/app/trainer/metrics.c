@@ -158,3 +158,13 @@ void cddp__metrics_close(cddp_metrics_t *m) {
   if (m->jsonl) fclose(m->jsonl);
   m->jsonl = NULL;
 }
+
+int cddp__metrics_num(const char *line, const char *key, double *out) {
+  char pat[64];
+  snprintf(pat, sizeof pat, "\"%s\":", key);
+  const char *p = strstr(line, pat);
+  if (!p) return 0;
+  char *end;
+  *out = strtod(p + strlen(pat), &end);
+  return end != p + strlen(pat);
+}

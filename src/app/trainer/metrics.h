@@ -57,5 +57,8 @@ double cddp__metrics_comm_fraction(const cddp_metrics_t *m);
 /* Ends a live line so the next output starts on its own line. */
 void cddp__metrics_break_line(cddp_metrics_t *m);
 void cddp__metrics_close(cddp_metrics_t *m);
+/* Reading metrics.jsonl back (cddp plot, cddp bench train --sweep): the number after "key": in
+ * one of its lines (flat objects, no spaces, as written here). 1 and *out, or 0. */
+int cddp__metrics_num(const char *line, const char *key, double *out);
 
 #endif /* CDDP_TRAIN_METRICS_H */

@@ -128,16 +128,12 @@ static void gen_causes(const trainer_t *t, int gen0, char *buf, size_t size) {
   size_t o = 0;
   buf[0] = '\0';
   for (int g = CDDP_MAX(gen0 + 1, 1); g <= now && o + 8 < size; g++) {
-    char key[64];
-    void *v = NULL;
-    size_t len = 0;
-    snprintf(key, sizeof key, "elastic/gen/%d", g);
-    if (cddp_store_get(t->w.store, key, &v, &len, 0) == CDDP_OK &&
-        (!cddp__gen_is_join(v, len) || (g == now && !o)))
-      o += (size_t)snprintf(buf + o, size - o, "%s%.*s", o ? ", then " : "", (int)len, (char *)v);
-    free(v);
+    char what[400];
+    int join = 0;
+    size_t len = cddp__gen_what(t->w.store, g, what, sizeof what, &join);
+    if (len && (!join || (g == now && !o)))
+      o += (size_t)snprintf(buf + o, size - o, "%s%s", o ? ", then " : "", what);
   }
-  cddp__clear_error();
   if (!o) snprintf(buf, size, "?");
 }
 
@@ -192,11 +188,12 @@ static cddp_result_t sync_state(trainer_t *t, uint64_t t_fail, int old_world, in
     if (before < 0) snprintf(mine0, sizeof mine0, "rank 0 is the replacement");
     else snprintf(mine0, sizeof mine0, "rank 0 had committed step %" PRId64, before);
     char resized[160] = "";
-    if (join && !strncmp(who, "join ", 5)) {
+    const char *joined;
+    if (join && cddp__job_what_is_join(who, strlen(who), &joined)) {
       fprintf(stderr,
               "cddp train: %s joined: generation %d, world %d -> %d, accumulation %d -> %d (global batch %d kept), "
               "state from rank %d, no step redone (re-formed at step %" PRId64 " in %" PRId64 " ms)\n",
-              who + 5, cddp_world_generation(&t->w), old_world, t->world, old_accum, t->accum, t->cfg.global_batch, src,
+              joined, cddp_world_generation(&t->w), old_world, t->world, old_accum, t->accum, t->cfg.global_batch, src,
               t->step, ms);
       return CDDP_OK;
     }
@@ -225,8 +222,7 @@ static cddp_result_t adopt_world(trainer_t *t) {
   if (cddp__train_batch_split(t) != CDDP_OK) {
     char line[600];
     snprintf(line, sizeof line, "job stopped: the world shrank to %d ranks: %s", t->world, cddp_last_error());
-    (void)cddp_store_set(t->w.store, "elastic/stop", line, strlen(line));
-    t->w.gone = 2;
+    cddp_world_stop(&t->w, line);
     return cddp__fail(CDDP_INVALID_ARG, "%s", line);
   }
   if (t->accum > 1 && !t->scratch && !(t->scratch = aligned_alloc(64, (t->n_params * sizeof(float) + 63) / 64 * 64)))
@@ -276,12 +272,10 @@ void cddp__train_publish_worlds(trainer_t *t) {
   if (t->rank != 0 || !cddp_world_can_recover(&t->w)) return;
   const cddp_train_config_t *c = &t->cfg;
   long units = c->micro_batch > 0 ? c->global_batch / c->micro_batch : 0;
-  char buf[1024];
-  size_t len = 0;
-  for (long w = 1; w <= units && len + 16 < sizeof buf; w++)
-    if (units % w == 0 && (long)c->micro_batch * units == c->global_batch)
-      len += (size_t)snprintf(buf + len, sizeof buf - len, "%s%ld", len ? " " : "", w);
-  if (len) (void)cddp_store_set(t->w.store, "elastic/worlds", buf, len);
+  int sizes[1024], n = 0;
+  for (long w = 1; w <= units && n < (int)CDDP_ARRAY_LEN(sizes); w++)
+    if (units % w == 0 && (long)c->micro_batch * units == c->global_batch) sizes[n++] = (int)w;
+  (void)cddp_world_allow_sizes(&t->w, sizes, n);
 }
 
 cddp_result_t cddp__train_join_as_replacement(trainer_t *t) {

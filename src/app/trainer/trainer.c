@@ -8,13 +8,16 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <unistd.h>
 
 #include "comm/flight.h"
+#include "comm/nccl.h"
 #include "common/check.h"
 #include "common/clock.h"
 #include "common/log.h"
 #include "cddp/ckpt.h"
+#include "trainer/device.h"
 #include "trainer/gemm.h"
 #include "trainer/trainer.h"
 
@@ -288,8 +291,8 @@ static int run_loop(trainer_t *t) {
       cddp_result_t rr = cddp__train_reform(t);
       if (rr != CDDP_OK) {
         cddp__metrics_break_line(&t->metrics);
-        if (t->w.gone == 1) fprintf(stderr, "cddp train: rank %d: %s\n", t->rank, cddp_last_error());
-        else if (t->w.gone) fprintf(stderr, "cddp train: %s\n", cddp_last_error());
+        if (cddp_world_gone(&t->w) == 1) fprintf(stderr, "cddp train: rank %d: %s\n", t->rank, cddp_last_error());
+        else if (cddp_world_gone(&t->w)) fprintf(stderr, "cddp train: %s\n", cddp_last_error());
         else fprintf(stderr, "cddp train: rank %d: re-forming after step %" PRId64 ": %s\n", t->rank, t->step,
                      cddp_last_error());
         return 1;
@@ -303,8 +306,8 @@ static int run_loop(trainer_t *t) {
       CDDP_INFO(CDDP_SUB_TRAIN, "step %" PRId64 " failed (%s): recovering in place", t->step + 1, why);
       if (cddp__train_recover(t, t_fail) == CDDP_OK) continue; /* redo the interrupted step */
       cddp__metrics_break_line(&t->metrics);
-      if (t->w.gone) { /* dropped, or the job stops: the one line that says why */
-        if (t->w.gone == 1) fprintf(stderr, "cddp train: rank %d: %s\n", t->rank, cddp_last_error());
+      if (cddp_world_gone(&t->w)) { /* dropped, or the job stops: the one line that says why */
+        if (cddp_world_gone(&t->w) == 1) fprintf(stderr, "cddp train: rank %d: %s\n", t->rank, cddp_last_error());
         else fprintf(stderr, "cddp train: %s\n", cddp_last_error());
         return 1;
       }
@@ -333,7 +336,7 @@ static int run_loop(trainer_t *t) {
     while (er != CDDP_OK && cddp__train_recoverable(t, er) && (er = cddp__train_recover(t, cddp__now_ns())) == CDDP_OK)
       er = evaluate(t, epoch_before, epoch_end); /* every survivor failed in it: all redo it */
     if (er != CDDP_OK) {
-      if (t->w.gone) fprintf(stderr, "cddp train: %s\n", cddp_last_error());
+      if (cddp_world_gone(&t->w)) fprintf(stderr, "cddp train: %s\n", cddp_last_error());
       else fprintf(stderr, "cddp train: rank %d: evaluation: %s\n", t->rank, cddp_last_error());
       return 1;
     }
@@ -364,13 +367,24 @@ int cddp__train_main(const cddp_train_opts_t *o) {
     free(t);
     return 2;
   }
+  cddp_device_choice_t device; /* cpu until the models run through trainer/ops.h (docs/gpu.md) */
+  if (cddp__device_resolve((cddp_device_kind_t)t->cfg.device, &device) != CDDP_OK) {
+    say(cddp_last_error());
+    free(t);
+    return 2;
+  }
   cddp_comm_config_t cc;
   cddp_comm_config_default(&cc);
   if (o->backend) cc.backend = o->backend;
   if (o->transport) cc.transport = o->transport;
+  if (!strcasecmp(cc.backend, "nccl") && cddp__nccl_available() != CDDP_OK) { /* a usage error: before joining */
+    say(cddp_last_error());
+    free(t);
+    return 2;
+  }
   if (cddp_world_join(&t->w, &cc) != CDDP_OK) {
     say(cddp_last_error());
-    int rc = t->w.gone == 3 ? 0 : 1; /* a newcomer that came after the last step: nothing to do */
+    int rc = cddp_world_gone(&t->w) == 3 ? 0 : 1; /* a newcomer that came after the last step: nothing to do */
     free(t);
     return rc;
   }

@@ -1,0 +1,108 @@
+// cublas_dl.cu - cuBLAS through dlopen (so cddp starts where libcublas is absent) and the
+// row-major GEMMs the layers use, on the device layer's stream. Row-major C = op(A) op(B) is
+// column-major C^T = op(B)^T op(A)^T: the operands swap, the transposes stay.
+#include <cublas_v2.h>
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "trainer/cuda/cuda_ops.h"
+#include "trainer/cuda/cuda_util.h"
+
+#ifndef CDDP_CUDA_LIBDIR
+#define CDDP_CUDA_LIBDIR "/usr/local/cuda/lib64"
+#endif
+
+static struct {
+  decltype(&cublasCreate_v2) create;
+  decltype(&cublasSetStream_v2) set_stream;
+  decltype(&cublasSgemm_v2) sgemm;
+  decltype(&cublasSgemmStridedBatched) sgemm_batched;
+  cublasStatus_t (*gemm_ex)(cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int, int, const void *,
+                            const void *, cudaDataType, int, const void *, cudaDataType, int, const void *, void *,
+                            cudaDataType, int, cublasComputeType_t, cublasGemmAlgo_t); // overloaded in C++
+  decltype(&cublasGetStatusString) status_string;
+  cublasHandle_t handle;
+  char error[256];
+} cb;
+static pthread_once_t cb_once = PTHREAD_ONCE_INIT;
+
+static void load(void) {
+  void *lib = dlopen("libcublas.so.13", RTLD_NOW | RTLD_LOCAL);
+  if (!lib) lib = dlopen(CDDP_CUDA_LIBDIR "/libcublas.so.13", RTLD_NOW | RTLD_LOCAL);
+  if (!lib) {
+    snprintf(cb.error, sizeof cb.error, "cuBLAS: cannot load libcublas.so.13 (nor from %s): %s", CDDP_CUDA_LIBDIR,
+             dlerror());
+    return;
+  }
+#define SYM(field, name)                                                                       \
+  if (!(*(void **)&cb.field = dlsym(lib, name))) {                                             \
+    snprintf(cb.error, sizeof cb.error, "cuBLAS: libcublas.so.13 lacks %s", name);             \
+    return;                                                                                    \
+  }
+  SYM(create, "cublasCreate_v2");
+  SYM(set_stream, "cublasSetStream_v2");
+  SYM(sgemm, "cublasSgemm_v2");
+  SYM(sgemm_batched, "cublasSgemmStridedBatched");
+  SYM(gemm_ex, "cublasGemmEx");
+  SYM(status_string, "cublasGetStatusString");
+#undef SYM
+  cublasStatus_t s = cb.create(&cb.handle);
+  if (s != CUBLAS_STATUS_SUCCESS) {
+    snprintf(cb.error, sizeof cb.error, "cuBLAS: cublasCreate failed: %s", cb.status_string(s));
+    cb.handle = NULL;
+  }
+}
+
+int cddp__cublas_try_load(char *err, size_t cap) {
+  pthread_once(&cb_once, load);
+  if (cb.handle) return 0;
+  snprintf(err, cap, "%s", cb.error);
+  return -1;
+}
+
+static cublasHandle_t handle(void) {
+  char err[256];
+  if (cddp__cublas_try_load(err, sizeof err) != 0) {
+    fprintf(stderr, "cddp: %s\n", err);
+    abort();
+  }
+  cb.set_stream(cb.handle, cddp__cuda_stream()); // cheap; follows a re-bind
+  return cb.handle;
+}
+
+static void check(cublasStatus_t s, const char *what) {
+  if (s == CUBLAS_STATUS_SUCCESS) return;
+  fprintf(stderr, "cddp: cuBLAS %s failed: %s\n", what, cb.status_string(s));
+  abort();
+}
+
+static cublasOperation_t op(int t) { return t ? CUBLAS_OP_T : CUBLAS_OP_N; }
+
+void cddp__cublas_gemm_ld(int ta, int tb, int m, int n, int k, float alpha, const float *A, int lda, const float *B,
+                          int ldb, float beta, float *C, int ldc) {
+  cublasHandle_t h = handle();
+  check(cb.sgemm(h, op(tb), op(ta), n, m, k, &alpha, B, ldb, A, lda, &beta, C, ldc), "sgemm");
+}
+
+void cddp__cublas_gemm(int ta, int tb, int m, int n, int k, float alpha, const float *A, const float *B,
+                       float beta, float *C) {
+  cddp__cublas_gemm_ld(ta, tb, m, n, k, alpha, A, ta ? m : k, B, tb ? k : n, beta, C, n);
+}
+
+void cddp__cublas_gemm_bf16(int ta, int tb, int m, int n, int k, float alpha, const uint16_t *A,
+                            const uint16_t *B, float beta, float *C) {
+  cublasHandle_t h = handle();
+  check(cb.gemm_ex(h, op(tb), op(ta), n, m, k, &alpha, B, CUDA_R_16BF, tb ? k : n, A, CUDA_R_16BF, ta ? m : k,
+                   &beta, C, CUDA_R_32F, n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+        "GemmEx (bf16)");
+}
+
+void cddp__cublas_gemm_batched(int ta, int tb, int m, int n, int k, float alpha, const float *A, long long sA,
+                               const float *B, long long sB, float beta, float *C, long long sC, int batch) {
+  cublasHandle_t h = handle();
+  check(cb.sgemm_batched(h, op(tb), op(ta), n, m, k, &alpha, B, tb ? k : n, sB, A, ta ? m : k, sA, &beta, C, n,
+                         sC, batch),
+        "SgemmStridedBatched");
+}

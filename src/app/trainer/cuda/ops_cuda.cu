@@ -1,0 +1,87 @@
+// ops_cuda.cu - the device layer's CUDA table (trainer/ops.h): device memory and copies on
+// the one stream, cuBLAS GEMMs, and the kernels of k_layers.cu, k_attn.cu and k_optim.cu.
+#include <stdio.h>
+
+#include "trainer/cuda/cuda_ops.h"
+#include "trainer/cuda/cuda_util.h"
+#include "trainer/ops.h"
+
+static void *cu_alloc(size_t bytes) {
+  void *p = NULL;
+  if (cudaMalloc(&p, bytes ? bytes : 1) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return NULL;
+  }
+  CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, cddp__cuda_stream()));
+  return p;
+}
+
+static void cu_release(void *p) {
+  CUDA_CHECK(cudaStreamSynchronize(cddp__cuda_stream()));
+  CUDA_CHECK(cudaFree(p));
+}
+
+// The host side may reuse its buffer as soon as a copy returns: both wait for the stream.
+static void cu_to_device(void *dst, const void *src, size_t bytes) {
+  CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, cddp__cuda_stream()));
+  CUDA_CHECK(cudaStreamSynchronize(cddp__cuda_stream()));
+}
+static void cu_to_host(void *dst, const void *src, size_t bytes) {
+  CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, cddp__cuda_stream()));
+  CUDA_CHECK(cudaStreamSynchronize(cddp__cuda_stream()));
+}
+static void cu_fill_zero(void *p, size_t bytes) { CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, cddp__cuda_stream())); }
+static void cu_sync(void) { CUDA_CHECK(cudaStreamSynchronize(cddp__cuda_stream())); }
+
+static struct {
+  void *p;
+  size_t bytes;
+} scratch[CU_SCRATCH_COUNT];
+
+void *cddp__cu_scratch(int slot, size_t bytes) {
+  if (scratch[slot].bytes < bytes) {
+    if (scratch[slot].p) cu_release(scratch[slot].p);
+    scratch[slot].p = cu_alloc(bytes);
+    scratch[slot].bytes = scratch[slot].p ? bytes : 0;
+    if (!scratch[slot].p) {
+      fprintf(stderr, "cddp: out of GPU memory for %zu bytes of scratch\n", bytes);
+      abort();
+    }
+  }
+  return scratch[slot].p;
+}
+
+const cddp_ops_t cddp__ops_cuda = {
+    .name = "cuda",
+    .alloc = cu_alloc,
+    .release = cu_release,
+    .to_device = cu_to_device,
+    .to_host = cu_to_host,
+    .fill_zero = cu_fill_zero,
+    .sync = cu_sync,
+    .gemm = cddp__cublas_gemm,
+    .gemm_bf16 = cddp__cublas_gemm_bf16,
+    .linear_forward = cu_linear_forward,
+    .linear_backward_params = cu_linear_backward_params,
+    .linear_backward_weight_rows = cu_linear_backward_weight_rows,
+    .bias_rows = cu_bias_rows,
+    .linear_backward_input = cu_linear_backward_input,
+    .xent_forward = cu_xent_forward,
+    .xent_backward = cu_xent_backward,
+    .layernorm_forward = cu_layernorm_forward,
+    .layernorm_backward = cu_layernorm_backward,
+    .colsum = cu_colsum,
+    .bias_gelu_forward = cu_bias_gelu_forward,
+    .gelu_backward = cu_gelu_backward,
+    .attn_forward = cu_attn_forward,
+    .attn_backward = cu_attn_backward,
+    .embed_forward = cu_embed_forward,
+    .embed_backward = cu_embed_backward,
+    .head_forward = cu_head_forward,
+    .head_backward = cu_head_backward,
+    .softmax_xent = cu_softmax_xent,
+    .optim_step = cu_optim_step,
+    .sumsq = cu_sumsq,
+    .to_bf16 = cu_to_bf16,
+    .from_bf16 = cu_from_bf16,
+};

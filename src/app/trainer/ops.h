@@ -1,0 +1,112 @@
+/* ops.h - the device layer: one table of the operations the models are made of (memory,
+ * GEMM, the layer kernels, the optimizer, reductions, bf16 casts), with a CPU implementation
+ * (ops_cpu.c: today's functions, unchanged) and a CUDA one (cuda/ops_cuda.cu, when built).
+ *
+ * Every layer entry has the arguments and the meaning of its CPU function in layers.h,
+ * layers_gpt.h and optim.h; on the CUDA table every pointer is device memory from alloc
+ * (labels and tokens too), and the entries that return a number (losses, norms) wait for the
+ * device. The models do not call this table yet (docs/gpu.md): that wiring is the next step. */
+#ifndef CDDP_TRAIN_OPS_H
+#define CDDP_TRAIN_OPS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "trainer/device.h"
+#include "trainer/optim.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct cddp_ops {
+  const char *name; /* "cpu" or "cuda" */
+
+  /* ---- memory. alloc returns zeroed device memory (the CPU: 64-byte aligned), NULL when out
+   * of memory; the copies and sync order after everything queued before them. */
+  void *(*alloc)(size_t bytes);
+  void (*release)(void *p);
+  void (*to_device)(void *dst, const void *host_src, size_t bytes);
+  void (*to_host)(void *host_dst, const void *src, size_t bytes);
+  void (*fill_zero)(void *p, size_t bytes);
+  void (*sync)(void);
+
+  /* ---- GEMM, row-major: C[m,n] = alpha op(A) op(B) + beta C, op(A) [m,k], op(B) [k,n];
+   * ta / tb: A / B is stored transposed. Leading dimensions are the stored rows' lengths. */
+  void (*gemm)(int ta, int tb, int m, int n, int k, float alpha, const float *A, const float *B,
+               float beta, float *C);
+  /* The same with bf16 A and B (uint16_t bits), float32 accumulation and C: mixed precision. */
+  void (*gemm_bf16)(int ta, int tb, int m, int n, int k, float alpha, const uint16_t *A,
+                    const uint16_t *B, float beta, float *C);
+
+  /* ---- the MLP's layers (layers.h) */
+  void (*linear_forward)(float *y, const float *x, const float *w, const float *b, int n, int in,
+                         int out, int relu);
+  void (*linear_backward_params)(float *dw, float *db, const float *dy, const float *x, int n, int in,
+                                 int out, int accumulate);
+  /* rows [r0, r1) of dw only (the model hands DDP its gradients in panels) */
+  void (*linear_backward_weight_rows)(float *dw, const float *dy, const float *x, int n, int in, int out,
+                                      int r0, int r1, int accumulate);
+  /* y[r, :] = b (+ res[r, :] when res is not NULL) for n rows of c: what a GEMM with beta 1
+   * then adds to (gpt.c's linear_into: bias and residual in the pass that writes y) */
+  void (*bias_rows)(float *y, const float *b, const float *res, int n, int c);
+  void (*linear_backward_input)(float *dx, const float *dy, const float *w, const float *x, int n,
+                                int in, int out, int relu_in);
+  double (*xent_forward)(float *prob, const float *logits, const uint8_t *y, int n, int k,
+                         int *n_correct);
+  void (*xent_backward)(float *dlogits, const float *prob, const uint8_t *y, int n, int k, float scale);
+
+  /* ---- the GPT's layers (layers_gpt.h) */
+  void (*layernorm_forward)(float *y, float *mean, float *rstd, const float *x, const float *w,
+                            const float *b, int n, int c);
+  void (*layernorm_backward)(float *dx, float *dw, float *db, const float *dy, const float *x,
+                             const float *w, const float *mean, const float *rstd, int n, int c,
+                             int accumulate);
+  void (*colsum)(float *acc, const float *x, int n, int c, int accumulate);
+  void (*bias_gelu_forward)(float *y, float *x, const float *b, int n, int c);
+  void (*gelu_backward)(float *d, const float *x, size_t count);
+  void (*attn_forward)(float *y, float *att, const float *qkv, int B, int T, int C, int n_head);
+  void (*attn_backward)(float *dqkv, const float *dy, const float *qkv, const float *att,
+                        float *scratch, int B, int T, int C, int n_head);
+  void (*embed_forward)(float *x, const uint8_t *tok, const float *wte, const float *wpe, int B, int T,
+                        int C);
+  void (*embed_backward)(float *dwte, float *dwpe, const float *dx, const uint8_t *tok, int B, int T,
+                         int C, int accumulate);
+  void (*head_forward)(float *logits, const float *h, const float *wte, int n, int C, int V);
+  void (*head_backward)(float *dh, float *dwte, const float *dlogits, const float *h, const float *wte,
+                        int n, int C, int V, int accumulate);
+  double (*softmax_xent)(float *prob, const float *z, const uint8_t *y, int n, int V);
+
+  /* ---- the optimizer (optim.h: torch's SGD and AdamW, global-norm clipping). On the CUDA
+   * table o->m and o->v are device buffers (cddp__ops_optim_init); returns the norm. */
+  double (*optim_step)(cddp_optim_t *o, float *params, float *grads, float lr);
+
+  /* ---- reductions and casts */
+  double (*sumsq)(const float *x, size_t n); /* sum of squares (the gradient norm's square) */
+  void (*to_bf16)(uint16_t *dst, const float *src, size_t n);   /* round to nearest even */
+  void (*from_bf16)(float *dst, const uint16_t *src, size_t n);
+} cddp_ops_t;
+
+extern const cddp_ops_t cddp__ops_cpu;
+#if CDDP_HAVE_CUDA
+extern const cddp_ops_t cddp__ops_cuda;
+#endif
+
+/* The table of a device (CPU or CUDA), NULL for CUDA in a build without it. */
+const cddp_ops_t *cddp__ops_for(cddp_device_kind_t kind);
+
+/* cddp__optim_init with the moments in the table's memory (zeroed); free with
+ * cddp__ops_optim_free. */
+cddp_result_t cddp__ops_optim_init(const cddp_ops_t *ops, cddp_optim_t *o, const cddp_optim_spec_t *spec,
+                                   size_t n);
+void cddp__ops_optim_free(const cddp_ops_t *ops, cddp_optim_t *o);
+
+/* Binds this process to GPU ordinal (cudaSetDevice, and the one stream of the CUDA table).
+ * -1 with a line in err when it cannot; always -1 in a build without CUDA. */
+int cddp__cuda_bind(int ordinal, char *err, size_t cap);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* CDDP_TRAIN_OPS_H */

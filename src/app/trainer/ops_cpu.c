@@ -1,0 +1,139 @@
+/* ops_cpu.c - the device layer's CPU table: today's layer, optimizer and cast functions
+ * themselves (no wrapper on their path, so no slower), plus host memory and sgemm. Also the
+ * table lookup and the optimizer state in a table's memory. */
+#include "trainer/ops.h"
+
+#include <cblas.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "comm/reduce.h"
+#include "common/check.h"
+#include "trainer/layers.h"
+#include "trainer/layers_gpt.h"
+
+static void *cpu_alloc(size_t bytes) {
+  size_t rounded = (bytes + 63) / 64 * 64;
+  void *p = aligned_alloc(64, rounded ? rounded : 64);
+  if (p) memset(p, 0, rounded);
+  return p;
+}
+static void cpu_copy(void *dst, const void *src, size_t bytes) { memcpy(dst, src, bytes); }
+static void cpu_sync(void) {}
+static void cpu_fill_zero(void *p, size_t bytes) { memset(p, 0, bytes); }
+
+static void cpu_bias_rows(float *y, const float *b, const float *res, int n, int c) {
+  for (int r = 0; r < n; r++) {
+    float *yr = y + (size_t)r * c;
+    const float *rr = res ? res + (size_t)r * c : NULL;
+    for (int j = 0; j < c; j++) yr[j] = b[j] + (rr ? rr[j] : 0.0f);
+  }
+}
+
+static void cpu_gemm(int ta, int tb, int m, int n, int k, float alpha, const float *A, const float *B,
+                     float beta, float *C) {
+  cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, m, n, k,
+              alpha, A, ta ? m : k, B, tb ? k : n, beta, C, n);
+}
+
+/* The reference for the CUDA bf16 GEMM: widen both operands, then sgemm (float32 sums). */
+static void cpu_gemm_bf16(int ta, int tb, int m, int n, int k, float alpha, const uint16_t *A,
+                          const uint16_t *B, float beta, float *C) {
+  float *a = malloc((size_t)m * k * sizeof(float)), *b = malloc((size_t)k * n * sizeof(float));
+  if (!a || !b) { /* a reference for tests: out of memory there is the end */
+    fprintf(stderr, "cddp: gemm_bf16: out of memory for %d x %d x %d\n", m, n, k);
+    abort();
+  }
+  cddp__bf16_to_f32_n(a, A, (size_t)m * k);
+  cddp__bf16_to_f32_n(b, B, (size_t)k * n);
+  cpu_gemm(ta, tb, m, n, k, alpha, a, b, beta, C);
+  free(a);
+  free(b);
+}
+
+static double cpu_sumsq(const float *x, size_t n) {
+  double s[8] = {0};
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    for (int l = 0; l < 8; l++) s[l] += (double)x[i + l] * x[i + l];
+  for (; i < n; i++) s[0] += (double)x[i] * x[i];
+  return ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));
+}
+
+const cddp_ops_t cddp__ops_cpu = {
+    .name = "cpu",
+    .alloc = cpu_alloc,
+    .release = free,
+    .to_device = cpu_copy,
+    .to_host = cpu_copy,
+    .fill_zero = cpu_fill_zero,
+    .sync = cpu_sync,
+    .gemm = cpu_gemm,
+    .gemm_bf16 = cpu_gemm_bf16,
+    .linear_forward = cddp__linear_forward,
+    .linear_backward_params = cddp__linear_backward_params,
+    .linear_backward_weight_rows = cddp__linear_backward_weight_rows,
+    .bias_rows = cpu_bias_rows,
+    .linear_backward_input = cddp__linear_backward_input,
+    .xent_forward = cddp__xent_forward,
+    .xent_backward = cddp__xent_backward,
+    .layernorm_forward = cddp__layernorm_forward,
+    .layernorm_backward = cddp__layernorm_backward,
+    .colsum = cddp__colsum,
+    .bias_gelu_forward = cddp__bias_gelu_forward,
+    .gelu_backward = cddp__gelu_backward,
+    .attn_forward = cddp__attn_forward,
+    .attn_backward = cddp__attn_backward,
+    .embed_forward = cddp__embed_forward,
+    .embed_backward = cddp__embed_backward,
+    .head_forward = cddp__head_forward,
+    .head_backward = cddp__head_backward,
+    .softmax_xent = cddp__softmax_xent,
+    .optim_step = cddp__optim_step,
+    .sumsq = cpu_sumsq,
+    .to_bf16 = cddp__f32_to_bf16_n,
+    .from_bf16 = cddp__bf16_to_f32_n,
+};
+
+const cddp_ops_t *cddp__ops_for(cddp_device_kind_t kind) {
+#if CDDP_HAVE_CUDA
+  if (kind == CDDP_DEVICE_CUDA) return &cddp__ops_cuda;
+#endif
+  return kind == CDDP_DEVICE_CPU ? &cddp__ops_cpu : NULL;
+}
+
+#if !CDDP_HAVE_CUDA
+int cddp__cuda_bind(int ordinal, char *err, size_t cap) {
+  snprintf(err, cap, "GPU %d: this cddp was built without CUDA (nvcc not found, or NO_CUDA=1)", ordinal);
+  return -1;
+}
+#endif
+
+/* The moments move to the table's memory (zeroed there, as cddp__optim_init zeroes them). */
+static cddp_result_t move_state(const cddp_ops_t *ops, float **buf, size_t n) {
+  if (!*buf) return CDDP_OK;
+  free(*buf);
+  *buf = ops->alloc(n * sizeof(float));
+  return *buf ? CDDP_OK : cddp__fail(CDDP_SYSTEM, "optimizer: out of %s memory for %zu parameters", ops->name, n);
+}
+
+cddp_result_t cddp__ops_optim_init(const cddp_ops_t *ops, cddp_optim_t *o, const cddp_optim_spec_t *spec,
+                                   size_t n) {
+  CDDP_CHECK(cddp__optim_init(o, spec, n));
+  if (ops == &cddp__ops_cpu) return CDDP_OK;
+  cddp_result_t r = move_state(ops, &o->m, n);
+  if (r == CDDP_OK) r = move_state(ops, &o->v, n);
+  if (r != CDDP_OK) cddp__ops_optim_free(ops, o);
+  return r;
+}
+
+void cddp__ops_optim_free(const cddp_ops_t *ops, cddp_optim_t *o) {
+  if (ops == &cddp__ops_cpu) {
+    cddp__optim_free(o);
+    return;
+  }
+  if (o->m) ops->release(o->m);
+  if (o->v) ops->release(o->v);
+  memset(o, 0, sizeof *o);
+}

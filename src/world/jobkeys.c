@@ -1,0 +1,287 @@
+/* jobkeys.c - the job's keys in the store and their values' text, both ways, in one place. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/check.h"
+#include "world/jobkeys.h"
+
+/* A key is its parts with its numbers between them: part[0] a part[1] b part[2] c part[3]. */
+typedef struct keyshape {
+  const char *part[4];
+  int nargs;
+} keyshape_t;
+
+static const keyshape_t shapes[CDDP__JK_COUNT] = {
+    [CDDP__JK_RDZV_ROUND] = {{"rdzv/round"}, 0},
+    [CDDP__JK_RDZV_SETTINGS] = {{"rdzv/settings"}, 0},
+    [CDDP__JK_RDZV_MISMATCH] = {{"rdzv/mismatch"}, 0},
+    [CDDP__JK_RDZV_OPEN] = {{"rdzv/", "/open"}, 1},
+    [CDDP__JK_RDZV_JOINED] = {{"rdzv/", "/joined"}, 1},
+    [CDDP__JK_RDZV_NODE] = {{"rdzv/", "/node/", ""}, 2},
+    [CDDP__JK_RDZV_CLOSED] = {{"rdzv/", "/closed"}, 1},
+    [CDDP__JK_RDZV_EVENT] = {{"rdzv/", "/event"}, 1},
+    [CDDP__JK_RDZV_FAILURE] = {{"rdzv/", "/failure/", ""}, 2},
+    [CDDP__JK_RDZV_NDONE] = {{"rdzv/", "/ndone"}, 1},
+    [CDDP__JK_RDZV_NEXIT] = {{"rdzv/", "/nexit"}, 1},
+    [CDDP__JK_RDZV_ALLEXIT] = {{"rdzv/", "/allexit"}, 1},
+    [CDDP__JK_RDZV_DONE] = {{"rdzv/", "/done/", ""}, 2},
+    [CDDP__JK_GEN] = {{"elastic/gen"}, 0},
+    [CDDP__JK_GEN_ANNOUNCE] = {{"elastic/gen/", ""}, 1},
+    [CDDP__JK_GEN_CLAIM] = {{"elastic/claim/", ""}, 1},
+    [CDDP__JK_GEN_MEMBERS] = {{"elastic/members/", ""}, 1},
+    [CDDP__JK_GEN_COMM] = {{"elastic/g", "/"}, 1},
+    [CDDP__JK_RESTARTS] = {{"elastic/restarts"}, 0},
+    [CDDP__JK_AGENTS] = {{"elastic/agents"}, 0},
+    [CDDP__JK_HEARTBEAT] = {{"elastic/hb/", ""}, 1},
+    [CDDP__JK_DEAD] = {{"elastic/dead/", ""}, 1},
+    [CDDP__JK_LEFT] = {{"elastic/left/", ""}, 1},
+    [CDDP__JK_PENDING] = {{"elastic/pending/", ""}, 1},
+    [CDDP__JK_SPARE] = {{"elastic/spare/", ""}, 1},
+    [CDDP__JK_WORLDS] = {{"elastic/worlds"}, 0},
+    [CDDP__JK_STOP] = {{"elastic/stop"}, 0},
+    [CDDP__JK_COMPLETE] = {{"elastic/complete"}, 0},
+    [CDDP__JK_WORLD_DONE] = {{"world/r", "/g", "/done/", ""}, 3},
+};
+
+cddp__jobkey_t cddp__job_key3(cddp__jobkey_kind_t kind, int64_t a, int64_t b, int64_t c) {
+  cddp__jobkey_t k = {{0}};
+  if ((unsigned)kind >= CDDP__JK_COUNT) return k;
+  const keyshape_t *sh = &shapes[kind];
+  const int64_t arg[3] = {a, b, c};
+  size_t o = 0;
+  for (int i = 0; i <= sh->nargs && o < sizeof k.s; i++) {
+    int n = i < sh->nargs ? snprintf(k.s + o, sizeof k.s - o, "%s%lld", sh->part[i], (long long)arg[i])
+                          : snprintf(k.s + o, sizeof k.s - o, "%s", sh->part[i]);
+    if (n < 0) break;
+    o += (size_t)n;
+  }
+  return k;
+}
+
+cddp__jobkey_t cddp__job_key(cddp__jobkey_kind_t kind, int64_t a, int64_t b) { return cddp__job_key3(kind, a, b, 0); }
+
+cddp__jobkey_t cddp__job_key_in(const char *run_id, cddp__jobkey_kind_t kind, int64_t a) {
+  cddp__jobkey_t in = cddp__job_key(kind, a, 0), k;
+  snprintf(k.s, sizeof k.s, "%.128s/%.100s", run_id, in.s);
+  return k;
+}
+
+/* text as a NUL-terminated copy (the store's values are not) */
+static void copy_text(char *dst, size_t size, const void *text, size_t len) {
+  snprintf(dst, size, "%.*s", (int)CDDP_MIN(len, size - 1), text ? (const char *)text : "");
+}
+
+static size_t fitted(int n, size_t size) {
+  if (n < 0) return 0;
+  return (size_t)n < size ? (size_t)n : size ? size - 1 : 0;
+}
+
+size_t cddp__job_int_format(int64_t v, char *buf, size_t size) {
+  return fitted(snprintf(buf, size, "%lld", (long long)v), size);
+}
+
+int cddp__job_int_parse(const void *text, size_t len, int64_t *out) {
+  char t[32], *end;
+  if (!text || len == 0 || len >= sizeof t) return -1;
+  copy_text(t, sizeof t, text, len);
+  long long x = strtoll(t, &end, 10);
+  if (end == t) return -1;
+  *out = x;
+  return 0;
+}
+
+size_t cddp__job_settings_format(const cddp__job_settings_t *v, char *buf, size_t size) {
+  return fitted(snprintf(buf, size, "%d %d %.63s", v->min_nodes, v->max_nodes, v->host), size);
+}
+
+int cddp__job_settings_parse(const void *text, size_t len, cddp__job_settings_t *out) {
+  char t[160];
+  copy_text(t, sizeof t, text, len);
+  return sscanf(t, "%d %d %63s", &out->min_nodes, &out->max_nodes, out->host) == 3 ? 0 : -1;
+}
+
+#define MISMATCH "mismatch"
+#define MISMATCH_LEN 8
+
+static int is_mismatch(const void *text, size_t len) { return len == MISMATCH_LEN && !memcmp(text, MISMATCH, len); }
+
+size_t cddp__job_node_format(const cddp__job_node_rec_t *v, char *buf, size_t size) {
+  const cddp__job_node_t *n = &v->node;
+  if (v->mismatch) return fitted(snprintf(buf, size, MISMATCH), size);
+  return fitted(snprintf(buf, size, "%s %s %d %d %d %d %d", n->host, n->addr, n->nproc, n->master_port, n->id,
+                         v->min_nodes, v->max_nodes), size);
+}
+
+int cddp__job_node_parse(const void *text, size_t len, cddp__job_node_rec_t *out) {
+  char t[256];
+  out->mismatch = 0;
+  if (is_mismatch(text, len)) {
+    out->mismatch = 1;
+    return 0;
+  }
+  copy_text(t, sizeof t, text, len);
+  cddp__job_node_t *nd = &out->node;
+  nd->id = -1;
+  int got = sscanf(t, "%63s %63s %d %d %d %d %d", nd->host, nd->addr, &nd->nproc, &nd->master_port, &nd->id,
+                   &out->min_nodes, &out->max_nodes);
+  return got < 4 || nd->nproc < 1 ? -1 : 0;
+}
+
+size_t cddp__job_closed_format(const cddp__job_closed_t *v, char *buf, size_t size) {
+  if (v->mismatch) return fitted(snprintf(buf, size, MISMATCH), size);
+  return cddp__job_int_format(v->nnodes, buf, size);
+}
+
+int cddp__job_closed_parse(const void *text, size_t len, cddp__job_closed_t *out) {
+  int64_t n;
+  out->mismatch = is_mismatch(text, len), out->nnodes = -1;
+  if (out->mismatch) return 0;
+  if (cddp__job_int_parse(text, len, &n) || n < 0) return -1;
+  out->nnodes = (int)n;
+  return 0;
+}
+
+size_t cddp__job_event_format(const cddp__job_event_t *v, char *buf, size_t size) {
+  switch (v->kind) {
+  case CDDP__EV_DONE: return fitted(snprintf(buf, size, "done"), size);
+  case CDDP__EV_RESTART: return fitted(snprintf(buf, size, "restart"), size);
+  case CDDP__EV_FAIL: return fitted(snprintf(buf, size, "fail %d %s", v->code, v->line), size);
+  case CDDP__EV_NONE: break;
+  }
+  if (size) buf[0] = '\0';
+  return 0;
+}
+
+int cddp__job_event_parse(const void *text, size_t len, cddp__job_event_t *out) {
+  char t[sizeof out->line + 32];
+  copy_text(t, sizeof t, text, len);
+  memset(out, 0, sizeof *out);
+  if (!strcmp(t, "done")) out->kind = CDDP__EV_DONE;
+  else if (!strncmp(t, "restart", 7)) out->kind = CDDP__EV_RESTART;
+  else if (!strncmp(t, "fail ", 5)) {
+    char *end;
+    long code = strtol(t + 5, &end, 10);
+    out->kind = CDDP__EV_FAIL;
+    out->code = (int)code;
+    snprintf(out->line, sizeof out->line, "%.599s", *end == ' ' ? end + 1 : t); /* no line: the whole value */
+  }
+  return out->kind == CDDP__EV_NONE ? -1 : 0;
+}
+
+size_t cddp__job_failure_format(const cddp__job_failure_t *v, char *buf, size_t size) {
+  return fitted(snprintf(buf, size, "%llu %d %.600s", (unsigned long long)v->wall_ns, v->code, v->line), size);
+}
+
+int cddp__job_failure_parse(const void *text, size_t len, cddp__job_failure_t *out) {
+  char t[sizeof out->line + 48];
+  unsigned long long w;
+  int off = 0;
+  copy_text(t, sizeof t, text, len);
+  memset(out, 0, sizeof *out);
+  if (sscanf(t, "%llu %d %n", &w, &out->code, &off) != 2 || off <= 0) return -1;
+  out->wall_ns = w;
+  snprintf(out->line, sizeof out->line, "%.599s", t + off);
+  return 0;
+}
+
+int cddp__members_parse(const char *text, size_t len, cddp__members_t *out) {
+  memset(out, 0, sizeof *out);
+  if (len >= 5 && !strncmp(text, "stop ", 5)) {
+    out->stop = 1;
+    snprintf(out->line, sizeof out->line, "%.*s", (int)(len - 5), text + 5);
+    return 0;
+  }
+  const char *p = text, *end = text + len;
+  if (len >= 5 && !strncmp(text, "wait ", 5)) { /* below MIN: "wait <ms> <lost>" then the members */
+    const char *nl = memchr(text, '\n', len);
+    int used = 0;
+    if (!nl || sscanf(text, "wait %d %n", &out->wait_ms, &used) != 1 || !used || out->wait_ms <= 0 ||
+        text + used > nl)
+      return -1;
+    snprintf(out->line, sizeof out->line, "%.*s", (int)(nl - (text + used)), text + used);
+    p = nl + 1;
+  }
+  while (p < end) {
+    const char *nl = memchr(p, '\n', (size_t)(end - p));
+    size_t l = nl ? (size_t)(nl - p) : (size_t)(end - p);
+    char line[128];
+    if (l == 0 || l >= sizeof line || out->n >= CDDP__MAX_MEMBERS) return -1;
+    memcpy(line, p, l);
+    line[l] = '\0';
+    cddp__member_t *m = &out->m[out->n];
+    int used = 0;
+    if (sscanf(line, "%d %d %63s%n", &m->id, &m->nproc, m->host, &used) != 3 || used != (int)l || m->id < 0 ||
+        m->nproc < 1)
+      return -1;
+    for (int i = 0; i < out->n; i++)
+      if (out->m[i].id == m->id) return -1;
+    out->n++;
+    p += l + (nl != NULL);
+  }
+  return out->n > 0 ? 0 : -1;
+}
+
+size_t cddp__members_format(const cddp__members_t *m, char *buf, size_t size) {
+  size_t o = 0;
+  if (m->stop) {
+    int n = snprintf(buf, size, "stop %s", m->line);
+    return n > 0 && (size_t)n < size ? (size_t)n : 0;
+  }
+  if (m->wait_ms > 0) {
+    int n = snprintf(buf, size, "wait %d %s\n", m->wait_ms, m->line);
+    if (n < 0 || (size_t)n >= size) return 0;
+    o = (size_t)n;
+  }
+  for (int i = 0; i < m->n; i++) {
+    int n = snprintf(buf + o, size - o, "%s%d %d %s", i ? "\n" : "", m->m[i].id, m->m[i].nproc, m->m[i].host);
+    if (n < 0 || (size_t)n >= size - o) return 0;
+    o += (size_t)n;
+  }
+  return o;
+}
+
+size_t cddp__job_pending_format(const cddp__member_t *v, char *buf, size_t size) {
+  return fitted(snprintf(buf, size, "%d %s", v->nproc, v->host), size);
+}
+
+int cddp__job_pending_parse(const void *text, size_t len, cddp__member_t *out) {
+  char t[128];
+  copy_text(t, sizeof t, text, len);
+  return sscanf(t, "%d %63s", &out->nproc, out->host) == 2 && out->nproc >= 1 ? 0 : -1;
+}
+
+size_t cddp__job_claim_format(int agent_id, const char *what, char *buf, size_t size) {
+  return fitted(snprintf(buf, size, "%d %.140s", agent_id, what), size);
+}
+
+size_t cddp__job_what_replace(int rank, int pid, char *buf, size_t size) {
+  return fitted(snprintf(buf, size, "rank %d pid %d", rank, pid), size);
+}
+
+int cddp__job_what_is_join(const char *text, size_t len, const char **who) {
+  int j = len >= 5 && !memcmp(text, "join ", 5);
+  if (who) *who = j ? text + 5 : NULL;
+  return j;
+}
+
+size_t cddp__job_worlds_format(const int *sizes, int n, char *buf, size_t size) {
+  size_t o = 0;
+  if (size) buf[0] = '\0';
+  for (int i = 0; i < n && o + 16 < size; i++)
+    o += fitted(snprintf(buf + o, size - o, "%s%d", o ? " " : "", sizes[i]), size - o);
+  return o;
+}
+
+int cddp__job_worlds_allow(const char *worlds, int w) {
+  if (!worlds || !*worlds) return 1;
+  for (const char *p = worlds; *p;) {
+    char *end;
+    long v = strtol(p, &end, 10);
+    if (end == p) break;
+    if (v == w) return 1;
+    p = end;
+    while (*p == ' ' || *p == ',') p++;
+  }
+  return 0;
+}

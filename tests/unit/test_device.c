@@ -1,0 +1,103 @@
+/* test_device.c - train.device's choice as a pure function: one GPU per local rank modulo the
+ * visible GPUs (ranks may share one), CUDA_VISIBLE_DEVICES' numbering, and the refusals. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "test.h"
+#include "trainer/config.h"
+#include "trainer/device.h"
+
+static cddp_cuda_probe_t probe(cddp_cuda_status_t st, int n) {
+  cddp_cuda_probe_t p = {.status = st, .count = n};
+  strcpy(p.text, "unknown error");
+  return p;
+}
+
+TEST(cpu_is_cpu_whatever_is_visible) {
+  cddp_cuda_probe_t p = probe(CDDP_CUDA_OK, 8);
+  cddp_device_choice_t c;
+  CHECK_OK(cddp__device_choose(CDDP_DEVICE_CPU, &p, 3, 4, NULL, &c));
+  CHECK_EQ(c.kind, CDDP_DEVICE_CPU);
+  CHECK_EQ(c.ordinal, -1);
+}
+
+TEST(one_gpu_per_local_rank_modulo_the_visible) {
+  cddp_cuda_probe_t p = probe(CDDP_CUDA_OK, 4);
+  cddp_device_choice_t c;
+  for (int lr = 0; lr < 8; lr++) {
+    CHECK_OK(cddp__device_choose(CDDP_DEVICE_CUDA, &p, lr, 8, NULL, &c));
+    CHECK_EQ(c.kind, CDDP_DEVICE_CUDA);
+    CHECK_EQ(c.ordinal, lr % 4);
+    CHECK_EQ(c.sharing, 1);
+  }
+  CHECK_OK(cddp__device_choose(CDDP_DEVICE_AUTO, &p, 2, 4, NULL, &c));
+  CHECK_EQ(c.kind, CDDP_DEVICE_CUDA);
+  CHECK_EQ(c.ordinal, 2);
+  CHECK_EQ(c.sharing, 0);
+  CHECK(strcmp(c.physical, "2") == 0);
+}
+
+TEST(two_ranks_share_the_one_gpu) {
+  cddp_cuda_probe_t p = probe(CDDP_CUDA_OK, 1);
+  cddp_device_choice_t a, b;
+  CHECK_OK(cddp__device_choose(CDDP_DEVICE_CUDA, &p, 0, 2, NULL, &a));
+  CHECK_OK(cddp__device_choose(CDDP_DEVICE_CUDA, &p, 1, 2, NULL, &b));
+  CHECK_EQ(a.ordinal, 0);
+  CHECK_EQ(b.ordinal, 0);
+  CHECK(a.sharing && b.sharing);
+}
+
+TEST(cuda_visible_devices_names_the_physical_gpu) {
+  cddp_cuda_probe_t p = probe(CDDP_CUDA_OK, 2); /* the runtime sees 2 of "5,7" */
+  cddp_device_choice_t c;
+  CHECK_OK(cddp__device_choose(CDDP_DEVICE_CUDA, &p, 1, 2, "5,7", &c));
+  CHECK_EQ(c.ordinal, 1);
+  CHECK(strcmp(c.physical, "7") == 0);
+  CHECK_OK(cddp__device_choose(CDDP_DEVICE_CUDA, &p, 0, 2, "GPU-8f2a,GPU-11c0", &c));
+  CHECK(strcmp(c.physical, "GPU-8f2a") == 0);
+}
+
+TEST(cuda_without_a_gpu_is_refused_naming_the_key_and_why) {
+  static const struct { cddp_cuda_status_t st; const char *cvd, *why; } cases[] = {
+      {CDDP_CUDA_NO_DRIVER, NULL, "no NVIDIA driver"},
+      {CDDP_CUDA_NO_DEVICE, "", "CUDA_VISIBLE_DEVICES=''"},
+      {CDDP_CUDA_NO_DEVICE, NULL, "no GPU visible"},
+      {CDDP_CUDA_NOT_BUILT, NULL, "built without CUDA"},
+      {CDDP_CUDA_ERROR, NULL, "unknown error"},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    cddp_cuda_probe_t p = probe(cases[i].st, 0);
+    cddp_device_choice_t c;
+    CHECK_RESULT(cddp__device_choose(CDDP_DEVICE_CUDA, &p, 0, 1, cases[i].cvd, &c), CDDP_INVALID_ARG);
+    const char *e = cddp_last_error();
+    if (!strstr(e, "train.device") || !strstr(e, cases[i].why) || strchr(e, '\n'))
+      TEST_FAIL("case %zu: '%s' lacks train.device or '%s', or spans lines", i, e, cases[i].why);
+    /* auto takes the CPU instead, and keeps the reason for its log line */
+    CHECK_OK(cddp__device_choose(CDDP_DEVICE_AUTO, &p, 0, 1, cases[i].cvd, &c));
+    CHECK_EQ(c.kind, CDDP_DEVICE_CPU);
+    CHECK(strstr(c.why_cpu, cases[i].why) != NULL);
+  }
+}
+
+/* Here (no driver, or a build without CUDA) the trainer's resolve refuses cuda and runs auto
+ * on the CPU; on a GPU machine cuda is refused too until the models run there (docs/gpu.md). */
+TEST(resolve_refuses_cuda_and_auto_runs_on_the_cpu) {
+  cddp_device_choice_t c;
+  CHECK_RESULT(cddp__device_resolve(CDDP_DEVICE_CUDA, &c), CDDP_INVALID_ARG);
+  CHECK(strncmp(cddp_last_error(), "train.device: cuda", 18) == 0);
+  CHECK_OK(cddp__device_resolve(CDDP_DEVICE_AUTO, &c));
+  CHECK_EQ(c.kind, CDDP_DEVICE_CPU);
+  CHECK(c.why_cpu[0] != '\0');
+}
+
+TEST(the_config_key_parses_and_rejects) {
+  cddp_train_config_t c;
+  cddp__config_defaults(&c);
+  CHECK_EQ(c.device, CDDP_DEVICE_AUTO);
+  const char *set[] = {"train.device=cpu"};
+  CHECK_OK(cddp__config_load(&c, NULL, set, 1));
+  CHECK_EQ(c.device, CDDP_DEVICE_CPU);
+  const char *bad[] = {"train.device=tpu"};
+  CHECK_RESULT(cddp__config_load(&c, NULL, bad, 1), CDDP_INVALID_ARG);
+  CHECK(strstr(cddp_last_error(), "train.device") != NULL);
+}

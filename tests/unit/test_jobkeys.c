@@ -1,0 +1,204 @@
+/* test_jobkeys.c - the job protocol's keys and values: every key's text (the wire format other
+ * cddp versions and docs/elastic.md rely on), each value's round trip and its malformed forms,
+ * and the generation state machine driven directly on the in-memory store. */
+#include <string.h>
+
+#include "cddp/ddp.h"
+#include "world/elastic.h"
+#include "world/jobkeys.h"
+#include "test.h"
+
+#define KEYIS(kind, a, b, text) CHECK(!strcmp(cddp__job_key(CDDP__JK_##kind, a, b).s, text))
+
+TEST(jobkeys_spell_every_key_of_the_table) {
+  KEYIS(RDZV_ROUND, 0, 0, "rdzv/round");
+  KEYIS(RDZV_SETTINGS, 0, 0, "rdzv/settings");
+  KEYIS(RDZV_MISMATCH, 0, 0, "rdzv/mismatch");
+  KEYIS(RDZV_OPEN, 3, 0, "rdzv/3/open");
+  KEYIS(RDZV_JOINED, 3, 0, "rdzv/3/joined");
+  KEYIS(RDZV_NODE, 3, 7, "rdzv/3/node/7");
+  KEYIS(RDZV_CLOSED, 3, 0, "rdzv/3/closed");
+  KEYIS(RDZV_EVENT, 12, 0, "rdzv/12/event");
+  KEYIS(RDZV_FAILURE, 3, 1, "rdzv/3/failure/1");
+  KEYIS(RDZV_NDONE, 3, 0, "rdzv/3/ndone");
+  KEYIS(RDZV_NEXIT, 3, 0, "rdzv/3/nexit");
+  KEYIS(RDZV_ALLEXIT, 3, 0, "rdzv/3/allexit");
+  KEYIS(RDZV_DONE, 3, 9, "rdzv/3/done/9");
+  KEYIS(GEN, 0, 0, "elastic/gen");
+  KEYIS(GEN_ANNOUNCE, 5, 0, "elastic/gen/5");
+  KEYIS(GEN_CLAIM, 5, 0, "elastic/claim/5");
+  KEYIS(GEN_MEMBERS, 5, 0, "elastic/members/5");
+  KEYIS(GEN_COMM, 5, 0, "elastic/g5/");
+  KEYIS(RESTARTS, 0, 0, "elastic/restarts");
+  KEYIS(AGENTS, 0, 0, "elastic/agents");
+  KEYIS(HEARTBEAT, 2, 0, "elastic/hb/2");
+  KEYIS(DEAD, 2, 0, "elastic/dead/2");
+  KEYIS(LEFT, 2, 0, "elastic/left/2");
+  KEYIS(PENDING, 2, 0, "elastic/pending/2");
+  KEYIS(SPARE, 2, 0, "elastic/spare/2");
+  KEYIS(WORLDS, 0, 0, "elastic/worlds");
+  KEYIS(STOP, 0, 0, "elastic/stop");
+  KEYIS(COMPLETE, 0, 0, "elastic/complete");
+  CHECK(!strcmp(cddp__job_key3(CDDP__JK_WORLD_DONE, 1, 4, 3).s, "world/r1/g4/done/3"));
+  CHECK(!strcmp(cddp__job_key_in("job7", CDDP__JK_DEAD, 2).s, "job7/elastic/dead/2"));
+  CHECK(!strcmp(cddp__job_key(CDDP__JK_GEN_ANNOUNCE, INT64_MAX, 0).s, "elastic/gen/9223372036854775807"));
+  CHECK_EQ(cddp__job_key(CDDP__JK_COUNT, 1, 2).s[0], '\0'); /* not a kind: no key */
+  for (int k = 0; k < CDDP__JK_COUNT; k++) /* every kind has a shape */
+    CHECK(cddp__job_key3((cddp__jobkey_kind_t)k, 1, 2, 3).s[0] != '\0');
+}
+
+TEST(jobkeys_events_round_trip_and_reject_other_text) {
+  char buf[700];
+  cddp__job_event_t e = {.kind = CDDP__EV_FAIL, .code = 137, .line = "cddp run: rank 1 (host a, pid 9) killed"}, d;
+  size_t n = cddp__job_event_format(&e, buf, sizeof buf);
+  CHECK(!strcmp(buf, "fail 137 cddp run: rank 1 (host a, pid 9) killed") && n == strlen(buf));
+  CHECK_EQ(cddp__job_event_parse(buf, n, &d), 0);
+  CHECK(d.kind == CDDP__EV_FAIL && d.code == 137 && !strcmp(d.line, e.line));
+  CHECK_EQ(cddp__job_event_parse("done", 4, &d), 0);
+  CHECK(d.kind == CDDP__EV_DONE);
+  CHECK_EQ(cddp__job_event_parse("restart", 7, &d), 0);
+  CHECK(d.kind == CDDP__EV_RESTART);
+  CHECK_EQ(cddp__job_event_parse("doneX", 4, &d), 0); /* the store's length counts, not a NUL */
+  CHECK_EQ(cddp__job_event_parse("lost the watcher", 16, &d), -1);
+  CHECK(d.kind == CDDP__EV_NONE);
+  CHECK_EQ(cddp__job_event_parse("fail 3", 6, &d), 0); /* no line: the whole value is printed */
+  CHECK(d.code == 3 && !strcmp(d.line, "fail 3"));
+}
+
+TEST(jobkeys_rendezvous_values_round_trip) {
+  char buf[300];
+  cddp__job_node_rec_t r = {.node = {.host = "h1", .addr = "10.0.0.1", .nproc = 4, .master_port = 2900, .id = 3},
+                            .min_nodes = 1, .max_nodes = 3}, d = {.min_nodes = 9, .max_nodes = 9};
+  size_t n = cddp__job_node_format(&r, buf, sizeof buf);
+  CHECK(!strcmp(buf, "h1 10.0.0.1 4 2900 3 1 3"));
+  CHECK_EQ(cddp__job_node_parse(buf, n, &d), 0);
+  CHECK(!d.mismatch && d.node.nproc == 4 && d.node.id == 3 && d.min_nodes == 1 && d.max_nodes == 3);
+  d.min_nodes = 2, d.max_nodes = 5; /* an old record without --nnodes keeps the reader's own */
+  CHECK_EQ(cddp__job_node_parse("h2 a 2 99", 9, &d), 0);
+  CHECK(d.node.id == -1 && d.min_nodes == 2 && d.max_nodes == 5);
+  CHECK_EQ(cddp__job_node_parse("h2 a 0 99", 9, &d), -1); /* no workers */
+  CHECK_EQ(cddp__job_node_parse("mismatch", 8, &d), 0);
+  CHECK(d.mismatch);
+  cddp__job_closed_t c;
+  CHECK_EQ(cddp__job_closed_parse("3", 1, &c), 0);
+  CHECK(c.nnodes == 3 && !c.mismatch);
+  CHECK_EQ(cddp__job_closed_parse("mismatch", 8, &c), 0);
+  CHECK(c.mismatch);
+  CHECK_EQ(cddp__job_closed_parse("x", 1, &c), -1);
+  cddp__job_settings_t s = {.min_nodes = 2, .max_nodes = 4, .host = "n0"}, t;
+  n = cddp__job_settings_format(&s, buf, sizeof buf);
+  CHECK(!strcmp(buf, "2 4 n0"));
+  CHECK(!cddp__job_settings_parse(buf, n, &t) && t.min_nodes == 2 && t.max_nodes == 4 && !strcmp(t.host, "n0"));
+  cddp__job_failure_t f = {.wall_ns = 1700000000123456789ull, .code = 1, .line = "rank 0 failed"}, g;
+  n = cddp__job_failure_format(&f, buf, sizeof buf);
+  CHECK(!cddp__job_failure_parse(buf, n, &g) && g.wall_ns == f.wall_ns && g.code == 1 && !strcmp(g.line, f.line));
+  CHECK_EQ(cddp__job_failure_parse("none", 4, &g), -1);
+  int64_t v;
+  CHECK(!cddp__job_int_parse("42", 2, &v) && v == 42);
+  CHECK_EQ(cddp__job_int_parse("", 0, &v), -1);
+}
+
+TEST(jobkeys_membership_values_round_trip) {
+  char buf[256];
+  cddp__member_t p = {.nproc = 2, .host = "spare1"}, q = {.id = 7};
+  size_t n = cddp__job_pending_format(&p, buf, sizeof buf);
+  CHECK(!strcmp(buf, "2 spare1"));
+  CHECK(!cddp__job_pending_parse(buf, n, &q) && q.nproc == 2 && q.id == 7 && !strcmp(q.host, "spare1"));
+  CHECK_EQ(cddp__job_pending_parse("0 h", 3, &q), -1);
+  int sizes[] = {1, 2, 3, 6};
+  n = cddp__job_worlds_format(sizes, 4, buf, sizeof buf);
+  CHECK(!strcmp(buf, "1 2 3 6") && n == 7);
+  CHECK(cddp__job_worlds_allow(buf, 3) && !cddp__job_worlds_allow(buf, 4) && cddp__job_worlds_allow(NULL, 4));
+  CHECK(cddp__job_worlds_allow("", 5));
+  const char *who;
+  CHECK(cddp__job_what_is_join("join node b (agent 4)", 21, &who) && !strcmp(who, "node b (agent 4)"));
+  CHECK(!cddp__job_what_is_join("rank 1 pid 3", 12, &who) && who == NULL);
+  n = cddp__job_what_replace(1, 3, buf, sizeof buf);
+  CHECK(!strcmp(buf, "rank 1 pid 3") && n == 12);
+  n = cddp__job_claim_format(4, "rank 1 pid 3", buf, sizeof buf);
+  CHECK(!strcmp(buf, "4 rank 1 pid 3"));
+}
+
+/* The state machine of generations, on the in-memory store, with no threads: a replacement, a
+ * loss with a spare taking its place, a join, a wait below MIN that expires into a stop. */
+static int64_t change(cddp_store_t *s, cddp__change_t *c) {
+  int64_t g = -1;
+  snprintf(c->what, sizeof c->what, "node ? (agent %d, %s)", c->lost, c->why ? c->why : "");
+  return cddp__gen_change(s, c->what, c->self, cddp__members_next, c, &g) == CDDP_OK ? g : -1;
+}
+
+TEST(jobkeys_generation_state_machine_on_the_in_memory_store) {
+  cddp_store_t *s;
+  CHECK_OK(cddp_store_mem_create(&s));
+  cddp__members_t *m = calloc(1, sizeof *m);
+  CHECK(m != NULL);
+  m->n = 2, m->m[0] = (cddp__member_t){0, 1, "a"}, m->m[1] = (cddp__member_t){1, 1, "b"};
+  CHECK_OK(cddp__members_write(s, 0, m));
+  /* a worker replaced in place: the same members, announced in words */
+  int64_t g = -1;
+  char what[64], buf[400];
+  int join = -1;
+  cddp__job_what_replace(1, 77, what, sizeof what);
+  CHECK_OK(cddp__gen_change(s, what, 0, NULL, NULL, &g));
+  CHECK_EQ(g, 1);
+  CHECK_EQ(cddp__gen_what(s, 1, buf, sizeof buf, &join), 13);
+  CHECK(!strcmp(buf, "rank 1 pid 77") && !join);
+  CHECK_OK(cddp__members_read(s, 1, m));
+  CHECK(m->n == 2 && m->m[1].id == 1);
+  /* agent 1 is lost; pending agent 2 takes its place in one generation */
+  cddp__member_t cand[2] = {{2, 1, "c"}, {3, 2, "d"}};
+  cddp__change_t c = {.self = 0, .lost = 1, .why = "its connection closed", .min_nodes = 2, .max_nodes = 3,
+                      .cand = cand, .ncand = 1, .refused_id = -1};
+  CHECK_EQ(change(s, &c), 2);
+  CHECK_OK(cddp__members_read(s, 2, m));
+  CHECK(m->n == 2 && m->m[0].id == 0 && m->m[1].id == 2);
+  CHECK(cddp__gen_what(s, 2, buf, sizeof buf, &join) && !join && strstr(buf, "spare node c (agent 2)"));
+  CHECK(c.spare_at > 0 && !strcmp(c.what + c.spare_at, "; spare node c (agent 2) takes its place"));
+  /* agent 3 joins: appended, nobody's rank moves; the announcement is a join */
+  c = (cddp__change_t){.self = 0, .lost = -1, .min_nodes = 2, .max_nodes = 3, .cand = cand, .ncand = 2,
+                       .refused_id = -1};
+  CHECK_EQ(change(s, &c), 3);
+  CHECK_EQ(c.spare_at, -1);
+  CHECK_OK(cddp__members_read(s, 3, m));
+  CHECK(m->n == 3 && m->m[2].id == 3 && cddp__members_world(m) == 4);
+  CHECK(cddp__gen_what(s, 3, buf, sizeof buf, &join) && join);
+  /* a proposer that is not a member changes nothing */
+  c = (cddp__change_t){.self = 9, .lost = 0, .why = "x", .min_nodes = 1, .max_nodes = 3, .refused_id = -1};
+  CHECK_EQ(change(s, &c), 0);
+  /* below MIN: a wait record first, then, expired, the stop; after it nothing changes */
+  c = (cddp__change_t){.self = 0, .lost = 3, .why = "no heartbeat", .min_nodes = 3, .max_nodes = 3,
+                       .wait_ms = 1000, .refused_id = -1};
+  CHECK_EQ(change(s, &c), 4);
+  CHECK_OK(cddp__members_read(s, 4, m));
+  CHECK(m->wait_ms == 1000 && m->n == 2 && !m->stop && c.proposed_wait);
+  c = (cddp__change_t){.self = 0, .lost = -1, .min_nodes = 3, .max_nodes = 3, .expired = 1, .refused_id = -1};
+  CHECK_EQ(change(s, &c), 5);
+  CHECK_OK(cddp__members_read(s, 5, m));
+  CHECK(m->stop && strstr(m->line, "job stopped"));
+  CHECK_EQ(change(s, &c), -1); /* ABORTED: the job is stopping */
+  CHECK_OK(cddp__gen_latest(s, &g));
+  CHECK_EQ(g, 5);
+  cddp_store_close(s);
+  free(m);
+}
+
+/* What a trainer says to the agents through its world: the sizes it splits over, a stop. */
+TEST(jobkeys_world_says_sizes_and_stop_in_the_jobs_keys) {
+  cddp_store_t *s;
+  CHECK_OK(cddp_store_mem_create(&s));
+  cddp_world_t w = {.store = s}, none = {0};
+  int sizes[] = {1, 2, 3, 6};
+  CHECK_OK(cddp_world_allow_sizes(&w, sizes, 4));
+  CHECK_RESULT(cddp_world_allow_sizes(&none, sizes, 4), CDDP_INVALID_USAGE);
+  void *v = NULL;
+  size_t len = 0;
+  CHECK_OK(cddp_store_get(s, "elastic/worlds", &v, &len, 0));
+  CHECK(len == 7 && !memcmp(v, "1 2 3 6", 7));
+  free(v);
+  cddp_world_stop(&w, "job stopped: the batch does not split");
+  CHECK_OK(cddp_store_get(s, "elastic/stop", &v, &len, 0));
+  CHECK(len == 37 && !memcmp(v, "job stopped: the batch does not split", 37));
+  free(v);
+  CHECK_EQ(cddp_world_gone(&none), 0);
+  cddp_store_close(s);
+}
