@@ -3,7 +3,7 @@
  * thread's CPU time) and as a share of this process's own sgemm peak.
  * Build: make lib && make -C bench gpt
  * Run:   build/bench/gpt_bench [-b 16] [-T 128] [-l 4] [-H 4] [-d 256] [-n 5] [-r 5] [-t 1]
- *        [-p 2048] */
+ *        [-p 2048] [-P fp32|bf16] (bf16: the model's products in gemm_bf16.c; the peak stays sgemm's) */
 #include <cblas.h>
 #include <math.h>
 #include <stdio.h>
@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "cddp/cddp.h"
+#include "trainer/gemm.h"
 #include "trainer/gpt.h"
 
 static double clock_of(clockid_t id) {
@@ -34,10 +35,10 @@ static float *rnd(size_t n, uint64_t *s) {
 }
 
 int main(int argc, char **argv) {
-  int B = 16, iters = 5, reps = 5, threads = 1, peak_n = 2048, opt;
+  int B = 16, iters = 5, reps = 5, threads = 1, peak_n = 2048, bf16 = 0, opt;
   cddp_gpt_spec_t spec = {.n_layer = 4, .n_head = 4, .d_model = 256, .context = 128,
                           .vocab = CDDP_GPT_VOCAB};
-  while ((opt = getopt(argc, argv, "b:T:l:H:d:n:r:t:p:h")) != -1) {
+  while ((opt = getopt(argc, argv, "b:T:l:H:d:n:r:t:p:P:h")) != -1) {
     switch (opt) {
       case 'b': B = atoi(optarg); break;
       case 'T': spec.context = atoi(optarg); break;
@@ -48,11 +49,16 @@ int main(int argc, char **argv) {
       case 'r': reps = atoi(optarg); break;
       case 't': threads = atoi(optarg); break;
       case 'p': peak_n = atoi(optarg); break;
+      case 'P': bf16 = strcmp(optarg, "bf16") == 0; break;
       default:
         fprintf(stderr, "usage: %s [-b batch] [-T context] [-l layers] [-H heads] [-d d_model] "
-                        "[-n iters] [-r reps] [-t blas_threads] [-p peak_size]\n", argv[0]);
+                        "[-n iters] [-r reps] [-t blas_threads] [-p peak_size] [-P fp32|bf16]\n", argv[0]);
         return 2;
     }
+  }
+  if (cddp__gemm_set_precision(bf16 ? CDDP_PRECISION_BF16 : CDDP_PRECISION_FP32) != CDDP_OK) {
+    fprintf(stderr, "gpt_bench: %s\n", cddp_last_error());
+    return 2;
   }
   cddp_gpt_t *m;
   if (cddp__gpt_create(&spec, B, &m) != CDDP_OK) {
@@ -60,8 +66,8 @@ int main(int argc, char **argv) {
     return 1;
   }
   openblas_set_num_threads(threads);
-  printf("# OpenBLAS %s, core %s, %d thread(s)\n", openblas_get_config(), openblas_get_corename(),
-         threads);
+  printf("# OpenBLAS %s, core %s, %d thread(s); model products in %s\n", openblas_get_config(),
+         openblas_get_corename(), threads, bf16 ? "bf16 (gemm_bf16.c, 1 thread)" : "fp32");
   uint64_t s = 7;
   {
     float *A = rnd((size_t)peak_n * peak_n, &s), *Bm = rnd((size_t)peak_n * peak_n, &s),

@@ -49,7 +49,9 @@
   X(DESYNC_CHECK, "CDDP_DESYNC_CHECK", "1",                                                    \
     "1: every collective's kind, count, dtype and op are compared across ranks (a mismatch fails every rank, naming both calls); 0: off") \
   X(TOKEN, "CDDP_TOKEN", "", "job token for the store's challenge-response (never sent on the wire)") \
-  X(TOKEN_FILE, "CDDP_TOKEN_FILE", "", "file holding the job token (used when CDDP_TOKEN is unset)")
+  X(TOKEN_FILE, "CDDP_TOKEN_FILE", "", "file holding the job token (used when CDDP_TOKEN is unset)") \
+  X(CPU_BF16, "CDDP_CPU_BF16", "auto",                                                        \
+    "train.precision bf16: auto = use AVX512-BF16 when the CPU has it; 0 = act as if it had not (tests)")
 
 typedef enum cddp_knob {
 #define CDDP_KNOB_ENUM(id, var, def, doc) CDDP_KNOB_##id,

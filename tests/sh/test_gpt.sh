@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # test_gpt.sh - `cddp train` of the byte-level GPT on the King James Bible (a small model, a
-# short run, 2 ranks; also with PowerSGD), its evaluation, and `cddp sample` from the checkpoint
-# it leaves.
+# short run, 2 ranks; also with PowerSGD, and with model.recompute block), its evaluation, and
+# `cddp sample` from the checkpoint it leaves.
 cd "$(dirname "$0")/../.." && source tests/sh/lib.sh
 T=$(mktemp -d /tmp/cddp-gpt.XXXXXX)
 trap 'rm -rf "$T"' EXIT
@@ -33,6 +33,15 @@ pe=$(grep '"eval"' "$T/ps/metrics.jsonl" | sed -n 's/.*"loss":\([0-9.]*\).*/\1/p
 if [ $rc = 0 ] && [ "$cp" = "$want" ] && awk -v a="$pf" -v b="$pl" -v e="$pe" -v f="$evl" 'BEGIN { exit !(b < 0.6 * a && e < 1.1 * f) }'
 then ok "GPT with ddp.compress powersgd: compression $cp (expected $want), loss $pf -> $pl, validation $pe (float32: $evl)"
 else fail "gpt powersgd" "rc=$rc compression $cp (expected $want) loss $pf -> $pl eval $pe vs $evl: $(tail -2 "$T/ps.out" | tr '\n' ' ')"; fi
+
+# model.recompute block over the same 80 steps: every step's loss and the validation the same bits
+timeout 300 "$CDDP" run --standalone --nproc-per-node 2 "$CDDP" train --config "$CFG" --work-dir "$T" --name rb "${SMALL[@]}" \
+  --set model.recompute=block >"$T/rb.out" 2>&1; rc=$?
+if [ $rc = 0 ] && [ "$(field loss "$T/rb/metrics.jsonl" | wc -l)" = 80 ] &&
+   [ "$(field loss "$T/rb/metrics.jsonl")" = "$(field loss "$T/g/metrics.jsonl")" ] &&
+   [ "$(grep '"eval"' "$T/rb/metrics.jsonl" | sed -n 's/.*"loss":\([0-9.]*\).*/\1/p')" = "$evl" ]
+then ok "model.recompute block: the 80 losses and the validation loss are none's, bit for bit"
+else fail "gpt recompute block" "rc=$rc: $(field loss "$T/rb/metrics.jsonl" | tail -1) vs $last; $(tail -2 "$T/rb.out" | tr '\n' ' ')"; fi
 
 s1=$("$CDDP" sample --ckpt "$T/g" --prompt "And God said" -n 120 --seed 7 2>&1); rc=$?
 s2=$("$CDDP" sample --ckpt "$T/g/checkpoints" --prompt "And God said" -n 120 --seed 7 2>&1)

@@ -340,7 +340,7 @@ static uint8_t *read_bytes(FILE *f, const char *what, size_t want) {
 /* One model of the file: returns 0 at its end. The bar: the loss within 1e-5 relative, each
  * gradient element within 1e-4 of torch's (float64) value relative to its tensor's largest. */
 static int ref_case(FILE *f) {
-  cddp_gpt_spec_t s;
+  cddp_gpt_spec_t s = {0};
   if (fscanf(f, " gpt %d %d %d %d %d", &s.n_layer, &s.n_head, &s.d_model, &s.context, &s.vocab) != 5)
     return 0;
   int B, T;
@@ -592,4 +592,59 @@ TEST(gpt_names_shapes_init_and_flops) {
   CHECK_NEAR(cddp__gpt_flops_per_token(t.m), 3 * fwd, 1);
   free(p2);
   gnet_free(&t);
+}
+
+/* ---- model.recompute: the same loss and gradient bits as none, with fewer activation bytes,
+ * over a second micro-step (accumulate), a shorter T, and the ready hook's offsets */
+typedef struct {
+  size_t offsets[512];
+  int n;
+} offsets_t;
+static void note_offset(void *ctx, size_t off) {
+  offsets_t *o = ctx;
+  if (o->n < 512) o->offsets[o->n++] = off;
+}
+
+TEST(gpt_recompute_gives_the_same_gradient_bits_with_less_memory) {
+  cddp_gpt_spec_t s = {.n_layer = 3, .n_head = 2, .d_model = 32, .context = 16, .vocab = 40};
+  int B = 3;
+  gnet_t ref = gnet_make(s, B, 16, 9);
+  size_t bytes_none = cddp__gpt_activation_bytes(ref.m), bytes_attn = 0;
+  for (int mode = CDDP_GPT_RECOMPUTE_ATTN; mode <= CDDP_GPT_RECOMPUTE_BLOCK; mode++) {
+    s.recompute = mode;
+    gnet_t t = gnet_make(s, B, 16, 9);
+    CHECK(memcmp(t.params, ref.params, t.np * sizeof(float)) == 0);
+    size_t bytes = cddp__gpt_activation_bytes(t.m);
+    if (mode == CDDP_GPT_RECOMPUTE_ATTN) { /* 2 of the 3 blocks' [B, heads, T, T] fewer */
+      CHECK_EQ(bytes_none - bytes, 2 * (size_t)B * 2 * 16 * 16 * sizeof(float));
+      bytes_attn = bytes;
+    } else {
+      CHECK(bytes < bytes_attn && bytes < bytes_none * 6 / 10);
+    }
+    for (int T = 16; T >= 7; T -= 9) {
+      for (int acc = 0; acc < 2; acc++) { /* two micro-steps: overwrite, then add */
+        offsets_t o_ref = {0}, o = {0};
+        double l_ref = cddp__gpt_forward(ref.m, ref.tok, ref.tgt, B, T);
+        cddp__gpt_backward(ref.m, 0.5f, acc, note_offset, &o_ref);
+        double l = cddp__gpt_forward(t.m, t.tok, t.tgt, B, T);
+        cddp__gpt_backward(t.m, 0.5f, acc, note_offset, &o);
+        CHECK(l == l_ref);
+        if (memcmp(t.grads, ref.grads, t.np * sizeof(float)) != 0)
+          TEST_FAIL("recompute %d, T %d, accumulate %d: gradients differ from none's", mode, T, acc);
+        CHECK_EQ(o.n, o_ref.n);
+        CHECK(memcmp(o.offsets, o_ref.offsets, (size_t)o.n * sizeof(size_t)) == 0);
+      }
+      /* the logits of a forward without targets (eval) are the same bits too */
+      cddp__gpt_forward(ref.m, ref.tok, NULL, B, T);
+      cddp__gpt_forward(t.m, t.tok, NULL, B, T);
+      CHECK(memcmp(cddp__gpt_logits(t.m), cddp__gpt_logits(ref.m),
+                   (size_t)B * T * s.vocab * sizeof(float)) == 0);
+    }
+    gnet_free(&t);
+  }
+  s.recompute = 3;
+  cddp_gpt_t *m;
+  CHECK_RESULT(cddp__gpt_create(&s, 1, &m), CDDP_INVALID_ARG);
+  CHECK(strstr(cddp_last_error(), "recompute") != NULL);
+  gnet_free(&ref);
 }

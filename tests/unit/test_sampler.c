@@ -231,3 +231,35 @@ TEST(generator_is_pinned) {
   for (int i = 0; i < 10; i++) CHECK_EQ(s.perm[i], want10[i]);
   cddp__sampler_free(&s);
 }
+
+/* micro_next gives what micro gives after an advance, within the epoch; -1 at its end */
+TEST(micro_next_is_the_next_batch_until_the_epoch_ends) {
+  for (int drop_last = 0; drop_last < 2; drop_last++) {
+    cddp_sampler_t s;
+    CHECK_OK(cddp__sampler_init(&s, 3, 50, 12, drop_last)); /* 4 full batches, then 2 */
+    uint32_t want[3], got[3], keep[3] = {7, 7, 7};
+    int steps = (int)cddp__sampler_steps_per_epoch(&s);
+    for (int b = 0; b < steps; b++) {
+      if (b == steps - 1) /* the next batch is the next epoch's */
+        for (int m = 0; m < 2; m++) {
+          memcpy(got, keep, sizeof got);
+          CHECK_EQ(cddp__sampler_micro_next(&s, 1, 2, m, 3, got), -1);
+          CHECK(memcmp(got, keep, sizeof got) == 0);
+        }
+      uint64_t epoch = s.epoch;
+      cddp__sampler_advance(&s);
+      if (b == steps - 1) {
+        CHECK_EQ(s.epoch, epoch + 1);
+        continue;
+      }
+      for (int m = 0; m < 2; m++) {
+        int n = cddp__sampler_micro(&s, 1, 2, m, 3, want);
+        cddp_sampler_t back = s; /* the state one batch earlier */
+        back.consumed -= 12;
+        CHECK_EQ(cddp__sampler_micro_next(&back, 1, 2, m, 3, got), n);
+        CHECK(memcmp(got, want, sizeof want) == 0);
+      }
+    }
+    cddp__sampler_free(&s);
+  }
+}

@@ -24,9 +24,11 @@ typedef struct cddp_train_config {
   char data_dir[256];        /* data.dir (default CDDP_FMNIST_DIR) */
   char dataset[32];          /* data.name: fashion-mnist */
   int drop_last;             /* data.drop_last */
+  int prefetch;              /* data.prefetch: the next micro-batch gathered by a thread */
   uint64_t seed;             /* train.seed */
   int epochs;                /* train.epochs */
   int64_t max_steps;         /* train.max_steps (0 = epochs decide) */
+  int precision;             /* train.precision: fp32|bf16 (cddp_precision_t) */
   int device;                /* train.device: cpu|cuda|auto, a cddp_device_kind_t (trainer/device.h) */
   int global_batch;          /* batch.global */
   int micro_batch;           /* batch.micro (per rank per micro-step) */

@@ -2,7 +2,6 @@
  * (nanoGPT's), GPT-2 init, forward, and a backward that reports finished gradients to DDP. */
 #include "trainer/gpt.h"
 
-#include <cblas.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,6 +9,7 @@
 
 #include "common/check.h"
 #include "common/log.h"
+#include "trainer/gemm.h"
 #include "trainer/layers.h"
 #include "trainer/layers_gpt.h"
 #include "trainer/vmath.h"
@@ -48,6 +48,7 @@ struct cddp_gpt {
   size_t param_count;
   float *params, *grads;
   float *arena;
+  size_t arena_floats;
   float *x0;                    /* embeddings [rows, C] */
   float *lnf, *meanf, *rstdf;   /* final LayerNorm */
   float *logits, *prob;         /* [rows, V] */
@@ -74,6 +75,8 @@ static cddp_result_t check_spec(const cddp_gpt_spec_t *s, int max_batch) {
                       s->n_head);
   CDDP_CHECK(check_range("context", s->context, 1, 1 << 16));
   CDDP_CHECK(check_range("vocab", s->vocab, 2, CDDP_GPT_VOCAB));
+  CDDP_CHECK(check_range("recompute", s->recompute, CDDP_GPT_RECOMPUTE_NONE,
+                         CDDP_GPT_RECOMPUTE_BLOCK));
   CDDP_CHECK(check_range("max_batch", max_batch, 1, 1 << 20));
   double C = s->d_model, rows = (double)max_batch * s->context;
   double params = s->vocab * C + s->context * C + s->n_layer * (12.0 * C * C + 13.0 * C) + 2 * C;
@@ -136,15 +139,23 @@ static float *carve(float **cursor, size_t count) {
   return p;
 }
 
+/* Under model.recompute the blocks share what backward rebuilds: attn, one att for all blocks;
+ * block, one set of everything but res2 (each block's output, the next one's input). */
 static void plan_acts(cddp_gpt_t *m, float *base, size_t *total) {
   const cddp_gpt_spec_t *s = &m->spec;
   size_t C = (size_t)s->d_model, rows = (size_t)m->max_batch * s->context, V = (size_t)s->vocab;
+  size_t att = (size_t)m->max_batch * s->n_head * s->context * s->context;
   float *cur = base;
   for (int l = 0; l < s->n_layer; l++) {
     block_a_t *a = &m->ba[l];
+    if (l > 0 && s->recompute == CDDP_GPT_RECOMPUTE_BLOCK) {
+      *a = m->ba[0];
+      a->res2 = carve(&cur, rows * C);
+      continue;
+    }
     a->ln1 = carve(&cur, rows * C), a->mean1 = carve(&cur, rows), a->rstd1 = carve(&cur, rows);
     a->qkv = carve(&cur, rows * 3 * C);
-    a->att = carve(&cur, (size_t)m->max_batch * s->n_head * s->context * s->context);
+    a->att = l > 0 && s->recompute == CDDP_GPT_RECOMPUTE_ATTN ? m->ba[0].att : carve(&cur, att);
     a->y = carve(&cur, rows * C), a->res1 = carve(&cur, rows * C);
     a->ln2 = carve(&cur, rows * C), a->mean2 = carve(&cur, rows), a->rstd2 = carve(&cur, rows);
     a->fc = carve(&cur, rows * 4 * C), a->gelu = carve(&cur, rows * 4 * C);
@@ -177,6 +188,7 @@ cddp_result_t cddp__gpt_create(const cddp_gpt_spec_t *spec, int max_batch, cddp_
   if (!m->arena) goto oom;
   memset(m->arena, 0, total * sizeof(float));
   plan_acts(m, m->arena, &total);
+  m->arena_floats = total;
   *out = m;
   return CDDP_OK;
 oom:
@@ -197,6 +209,8 @@ int cddp__gpt_n_params(const cddp_gpt_t *m) { return m->n_params; }
 const cddp_param_info_t *cddp__gpt_param(const cddp_gpt_t *m, int i) {
   return i >= 0 && i < m->n_params ? &m->info[i] : NULL;
 }
+
+size_t cddp__gpt_activation_bytes(const cddp_gpt_t *m) { return m->arena_floats * sizeof(float); }
 
 double cddp__gpt_flops_per_token(const cddp_gpt_t *m) {
   const cddp_gpt_spec_t *s = &m->spec;
@@ -262,8 +276,26 @@ static void linear_into(float *y, const float *x, const float *w, const float *b
       memcpy(yr, bias, sizeof(float) * (size_t)out);
     }
   }
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, out, in, 1.0f, x, in, w, in, 1.0f, y,
+  cddp__gemm(CblasNoTrans, CblasTrans, n, out, in, 1.0f, x, in, w, in, 1.0f, y,
               out);
+}
+
+/* Block l's forward from its input (x0 or block l - 1's res2) into m->ba[l]; backward calls it
+ * again under model.recompute block, with the same inputs, so the same bits. */
+static void block_forward(cddp_gpt_t *m, int l, int B, int T) {
+  const cddp_gpt_spec_t *s = &m->spec;
+  int n = B * T, C = s->d_model;
+  const float *P = m->params, *x = l ? m->ba[l - 1].res2 : m->x0;
+  const block_p_t *b = &m->bp[l];
+  const block_a_t *a = &m->ba[l];
+  cddp__layernorm_forward(a->ln1, a->mean1, a->rstd1, x, P + b->ln1_w, P + b->ln1_b, n, C);
+  linear_into(a->qkv, a->ln1, P + b->attn_w, P + b->attn_b, NULL, n, C, 3 * C);
+  cddp__attn_forward(a->y, a->att, a->qkv, B, T, C, s->n_head);
+  linear_into(a->res1, a->y, P + b->aproj_w, P + b->aproj_b, x, n, C, C);
+  cddp__layernorm_forward(a->ln2, a->mean2, a->rstd2, a->res1, P + b->ln2_w, P + b->ln2_b, n, C);
+  linear_into(a->fc, a->ln2, P + b->fc_w, P + b->fc_b, NULL, n, C, 4 * C);
+  cddp__bias_gelu_forward(a->gelu, a->fc, NULL, n, 4 * C);
+  linear_into(a->res2, a->gelu, P + b->mproj_w, P + b->mproj_b, a->res1, n, 4 * C, C);
 }
 
 double cddp__gpt_forward(cddp_gpt_t *m, const uint8_t *tokens, const uint8_t *targets, int B,
@@ -287,20 +319,8 @@ double cddp__gpt_forward(cddp_gpt_t *m, const uint8_t *tokens, const uint8_t *ta
   if (targets) memcpy(m->tgt, targets, (size_t)n);
   const float *P = m->params;
   cddp__embed_forward(m->x0, m->tok, P + m->wte, P + m->wpe, B, T, C);
-  const float *x = m->x0;
-  for (int l = 0; l < s->n_layer; l++) {
-    const block_p_t *b = &m->bp[l];
-    block_a_t *a = &m->ba[l];
-    cddp__layernorm_forward(a->ln1, a->mean1, a->rstd1, x, P + b->ln1_w, P + b->ln1_b, n, C);
-    linear_into(a->qkv, a->ln1, P + b->attn_w, P + b->attn_b, NULL, n, C, 3 * C);
-    cddp__attn_forward(a->y, a->att, a->qkv, B, T, C, s->n_head);
-    linear_into(a->res1, a->y, P + b->aproj_w, P + b->aproj_b, x, n, C, C);
-    cddp__layernorm_forward(a->ln2, a->mean2, a->rstd2, a->res1, P + b->ln2_w, P + b->ln2_b, n, C);
-    linear_into(a->fc, a->ln2, P + b->fc_w, P + b->fc_b, NULL, n, C, 4 * C);
-    cddp__bias_gelu_forward(a->gelu, a->fc, NULL, n, 4 * C);
-    linear_into(a->res2, a->gelu, P + b->mproj_w, P + b->mproj_b, a->res1, n, 4 * C, C);
-    x = a->res2;
-  }
+  for (int l = 0; l < s->n_layer; l++) block_forward(m, l, B, T);
+  const float *x = s->n_layer ? m->ba[s->n_layer - 1].res2 : m->x0;
   cddp__layernorm_forward(m->lnf, m->meanf, m->rstdf, x, P + m->lnf_w, P + m->lnf_b, n, C);
   cddp__head_forward(m->logits, m->lnf, P + m->wte, n, C, V);
   return targets ? cddp__softmax_xent(m->prob, m->logits, m->tgt, n, V) : 0.0;
@@ -343,6 +363,11 @@ void cddp__gpt_backward(cddp_gpt_t *m, float grad_scale, int accumulate, cddp_gr
     const block_p_t *b = &m->bp[l];
     const block_a_t *a = &m->ba[l];
     const float *xin = l ? m->ba[l - 1].res2 : m->x0;
+    /* what the shared buffers lost to later blocks (the last block's are still there); the
+     * attention's y is rebuilt with its probabilities, the same bits as forward's */
+    if (l < s->n_layer - 1 && s->recompute == CDDP_GPT_RECOMPUTE_BLOCK) block_forward(m, l, B, T);
+    if (l < s->n_layer - 1 && s->recompute == CDDP_GPT_RECOMPUTE_ATTN)
+      cddp__attn_forward(a->y, a->att, a->qkv, B, T, C, s->n_head);
     /* mlp: res2 = res1 + c_proj(gelu(c_fc(ln_2(res1)))); dres is d res2 */
     linear_params(m, b->mproj_w, b->mproj_b, m->dres, a->gelu, n, 4 * C, C, acc, ready, ready_ctx);
     cddp__linear_backward_input(m->dbig, m->dres, P + b->mproj_w, NULL, n, 4 * C, C, 0);

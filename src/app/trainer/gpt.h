@@ -15,12 +15,24 @@
 
 #define CDDP_GPT_VOCAB 256 /* bytes */
 
+/* model.recompute: none keeps every block's activations for backward; attn keeps one
+ * [B, n_head, T, T] buffer of attention probabilities for all blocks and rebuilds each block's
+ * in backward; block keeps only each block's input and output and reruns the whole block's
+ * forward in backward. Gradients are bitwise those of none (the same calls on the same
+ * inputs). */
+typedef enum cddp_gpt_recompute {
+  CDDP_GPT_RECOMPUTE_NONE = 0,
+  CDDP_GPT_RECOMPUTE_ATTN = 1,
+  CDDP_GPT_RECOMPUTE_BLOCK = 2
+} cddp_gpt_recompute_t;
+
 typedef struct cddp_gpt_spec {
   int n_layer;  /* blocks, 1..64 */
   int n_head;   /* heads; must divide d_model */
   int d_model;  /* embedding width C */
   int context;  /* T: the longest sequence (positions of wpe) */
   int vocab;    /* 2..256; tokens are bytes < vocab (256 for the byte-level model) */
+  int recompute; /* cddp_gpt_recompute_t: what backward rebuilds instead of forward keeping it */
 } cddp_gpt_spec_t;
 
 typedef struct cddp_gpt cddp_gpt_t;
@@ -33,6 +45,8 @@ const cddp_gpt_spec_t *cddp__gpt_spec(const cddp_gpt_t *m);
 size_t cddp__gpt_param_count(const cddp_gpt_t *m);
 int cddp__gpt_n_params(const cddp_gpt_t *m); /* number of tensors */
 const cddp_param_info_t *cddp__gpt_param(const cddp_gpt_t *m, int i);
+/* Bytes of the activation buffers (forward's and backward's), as model.recompute sized them. */
+size_t cddp__gpt_activation_bytes(const cddp_gpt_t *m);
 /* GEMM FLOPs of one token's forward + backward at T = context (attention counted over the
  * full T x T, as computed). */
 double cddp__gpt_flops_per_token(const cddp_gpt_t *m);

@@ -2,10 +2,10 @@
  * head) S = q k^T / sqrt(hs) (sgemm), a causal softmax (vector exp; AVX-512, AVX2 or SSE loops
  * from layer_attn_body.h, picked at run time), y = P v (sgemm); backward in four more sgemm and
  * one pass of softmax backward. */
-#include <cblas.h>
 #include <math.h>
 #include <string.h>
 
+#include "trainer/gemm.h"
 #include "trainer/layers_gpt.h"
 #include "trainer/vmath.h"
 
@@ -44,10 +44,10 @@ void cddp__attn_forward(float *y, float *att, const float *qkv, int B, int T, in
       float *yh = y + (size_t)b * T * C + (size_t)h * hs;
       for (int r0 = 0; r0 < T; r0 += ATTN_BLOCK) {
         int r1 = r0 + ATTN_BLOCK < T ? r0 + ATTN_BLOCK : T;
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, r1 - r0, r1, hs, scale,
+        cddp__gemm(CblasNoTrans, CblasTrans, r1 - r0, r1, hs, scale,
                     q + (size_t)r0 * ld, ld, k, ld, 0.0f, s + (size_t)r0 * T, T);
         softmax_rows(s, r0, r1, T);
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, r1 - r0, hs, r1, 1.0f,
+        cddp__gemm(CblasNoTrans, CblasNoTrans, r1 - r0, hs, r1, 1.0f,
                     s + (size_t)r0 * T, T, v, ld, 0.0f, yh + (size_t)r0 * C, C);
       }
     }
@@ -67,13 +67,13 @@ void cddp__attn_backward(float *dqkv, const float *dy, const float *qkv, const f
       /* dP = dy v^T (row block [r0, r1) against columns [0, r1)) */
       for (int r0 = 0; r0 < T; r0 += ATTN_BLOCK) {
         int r1 = r0 + ATTN_BLOCK < T ? r0 + ATTN_BLOCK : T;
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, r1 - r0, r1, hs, 1.0f,
+        cddp__gemm(CblasNoTrans, CblasTrans, r1 - r0, r1, hs, 1.0f,
                     dyh + (size_t)r0 * C, C, v, ld, 0.0f, ds + (size_t)r0 * T, T);
       }
       /* dv = P^T dy: row block [c0, c1) of dv takes rows [c0, T) of P (the rest are zero) */
       for (int c0 = 0; c0 < T; c0 += ATTN_BLOCK) {
         int c1 = c0 + ATTN_BLOCK < T ? c0 + ATTN_BLOCK : T;
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, c1 - c0, hs, T - c0, 1.0f,
+        cddp__gemm(CblasTrans, CblasNoTrans, c1 - c0, hs, T - c0, 1.0f,
                     p + (size_t)c0 * T + c0, T, dyh + (size_t)c0 * C, C, 0.0f,
                     dv + (size_t)c0 * ld, ld);
       }
@@ -82,9 +82,9 @@ void cddp__attn_backward(float *dqkv, const float *dy, const float *qkv, const f
       /* dq = dS k scale, dk = dS^T q scale, blocked as dP and dv */
       for (int r0 = 0; r0 < T; r0 += ATTN_BLOCK) {
         int r1 = r0 + ATTN_BLOCK < T ? r0 + ATTN_BLOCK : T;
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, r1 - r0, hs, r1, scale,
+        cddp__gemm(CblasNoTrans, CblasNoTrans, r1 - r0, hs, r1, scale,
                     ds + (size_t)r0 * T, T, k, ld, 0.0f, dq + (size_t)r0 * ld, ld);
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, r1 - r0, hs, T - r0, scale,
+        cddp__gemm(CblasTrans, CblasNoTrans, r1 - r0, hs, T - r0, scale,
                     ds + (size_t)r0 * T + r0, T, q + (size_t)r0 * ld, ld, 0.0f,
                     dk + (size_t)r0 * ld, ld);
       }

@@ -1,9 +1,9 @@
 /* layer_conv.c - 2-D convolution, stride 1, padding k/2 (k odd), by im2col of one sample at a
  * time and one sgemm per sample (weight [c_out, c_in*k*k] times columns [c_in*k*k, h*w]). */
-#include <cblas.h>
 #include <stddef.h>
 #include <string.h>
 
+#include "trainer/gemm.h"
 #include "trainer/layers.h"
 
 size_t cddp__conv2d_col_floats(int c_in, int h, int w, int k) {
@@ -89,7 +89,7 @@ void cddp__conv2d_forward(float *y, const float *x, const float *wt, const float
     float *ys = y + (size_t)s * c_out * hw;
     im2col(col, xs, c_in, h, w, k);
     /* ys[c_out, hw] = W[c_out, ckk] col[ckk, hw] */
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, c_out, hw, ckk, 1.0f, wt, ckk, col, hw,
+    cddp__gemm(CblasNoTrans, CblasNoTrans, c_out, hw, ckk, 1.0f, wt, ckk, col, hw,
                 0.0f, ys, hw);
     for (int c = 0; c < c_out; c++) cddp__bias_scalar(ys + (size_t)c * hw, b[c], (size_t)hw, relu);
   }
@@ -107,12 +107,12 @@ void cddp__conv2d_backward(float *dx, float *dw, float *db, const float *dy, con
     const float *dys = dy + (size_t)s * c_out * hw;
     im2col(col, x + (size_t)s * c_in * hw, c_in, h, w, k);
     /* dw[c_out, ckk] += dys[c_out, hw] col^T[hw, ckk] */
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, c_out, ckk, hw, 1.0f, dys, hw, col, hw,
+    cddp__gemm(CblasNoTrans, CblasTrans, c_out, ckk, hw, 1.0f, dys, hw, col, hw,
                 1.0f, dw, ckk);
     for (int c = 0; c < c_out; c++) db[c] += cddp__sum(dys + (size_t)c * hw, (size_t)hw);
     if (dx) {
       /* dcol[ckk, hw] = W^T[ckk, c_out] dys[c_out, hw], into col (no longer needed). */
-      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, ckk, hw, c_out, 1.0f, wt, ckk, dys, hw,
+      cddp__gemm(CblasTrans, CblasNoTrans, ckk, hw, c_out, 1.0f, wt, ckk, dys, hw,
                   0.0f, col, hw);
       col2im(dx + (size_t)s * c_in * hw, col, c_in, h, w, k);
     }

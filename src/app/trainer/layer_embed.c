@@ -1,9 +1,9 @@
 /* layer_embed.c - token + position embeddings, the output head tied to the token embedding
  * (logits = h wte^T, two sgemm for its backward), and a vectorised softmax cross-entropy. */
-#include <cblas.h>
 #include <math.h>
 #include <string.h>
 
+#include "trainer/gemm.h"
 #include "trainer/layers.h"
 #include "trainer/layers_gpt.h"
 #include "trainer/vmath.h"
@@ -35,7 +35,7 @@ void cddp__embed_backward(float *dwte, float *dwpe, const float *dx, const uint8
 
 void cddp__head_forward(float *logits, const float *h, const float *wte, int n, int C, int V) {
   if (n <= 0) return;
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, V, C, 1.0f, h, C, wte, C, 0.0f, logits,
+  cddp__gemm(CblasNoTrans, CblasTrans, n, V, C, 1.0f, h, C, wte, C, 0.0f, logits,
               V);
 }
 
@@ -45,9 +45,9 @@ void cddp__head_backward(float *dh, float *dwte, const float *dlogits, const flo
     if (!accumulate) memset(dwte, 0, sizeof(float) * (size_t)V * C);
     return;
   }
-  cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, V, C, n, 1.0f, dlogits, V, h, C,
+  cddp__gemm(CblasTrans, CblasNoTrans, V, C, n, 1.0f, dlogits, V, h, C,
               accumulate ? 1.0f : 0.0f, dwte, C);
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, C, V, 1.0f, dlogits, V, wte, C, 0.0f,
+  cddp__gemm(CblasNoTrans, CblasNoTrans, n, C, V, 1.0f, dlogits, V, wte, C, 0.0f,
               dh, C);
 }
 

@@ -1,8 +1,8 @@
 /* layer_linear.c - fully connected layer (y = x W^T + b, optional fused ReLU) and its backward,
  * three sgemm calls in the orientations OpenBLAS runs fastest for [n, features] activations. */
-#include <cblas.h>
 #include <string.h>
 
+#include "trainer/gemm.h"
 #include "trainer/layers.h"
 
 /* y[n,out] = x[n,in] W^T: RowMajor (N,T) measured as fast as any other orientation here
@@ -10,7 +10,7 @@
 void cddp__linear_forward(float *y, const float *x, const float *w, const float *b, int n,
                           int in, int out, int relu) {
   if (n <= 0) return;
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, out, in, 1.0f, x, in, w, in, 0.0f, y,
+  cddp__gemm(CblasNoTrans, CblasTrans, n, out, in, 1.0f, x, in, w, in, 0.0f, y,
               out);
   cddp__bias_rows(y, b, n, out, relu);
 }
@@ -25,7 +25,7 @@ void cddp__linear_backward_weight_rows(float *dw, const float *dy, const float *
   }
   /* dw[r0:r1, :] (+)= dy[:, r0:r1]^T x: RowMajor (T,N) measured fastest (docs/model.md);
    * beta=1 skips OpenBLAS's zeroing pass over dw. */
-  cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, r1 - r0, in, n, 1.0f, dy + r0, out, x, in,
+  cddp__gemm(CblasTrans, CblasNoTrans, r1 - r0, in, n, 1.0f, dy + r0, out, x, in,
               accumulate ? 1.0f : 0.0f, rows, in);
 }
 
@@ -39,7 +39,7 @@ void cddp__linear_backward_input(float *dx, const float *dy, const float *w, con
                                  int n, int in, int out, int relu_in) {
   if (n <= 0) return;
   /* dx[n,in] = dy[n,out] W[out,in] */
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, in, out, 1.0f, dy, out, w, in, 0.0f,
+  cddp__gemm(CblasNoTrans, CblasNoTrans, n, in, out, 1.0f, dy, out, w, in, 0.0f,
               dx, in);
   if (relu_in) cddp__relu_backward(dx, dx, x, (size_t)n * in);
 }

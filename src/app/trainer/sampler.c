@@ -119,6 +119,14 @@ int cddp__sampler_micro(cddp_sampler_t *s, int rank, int world, int micro, int m
   return count;
 }
 
+int cddp__sampler_micro_next(const cddp_sampler_t *s, int rank, int world, int micro,
+                             int micro_batch, uint32_t *idx) {
+  cddp_sampler_t next = *s; /* shares perm: micro only reads it while the epoch is the same */
+  next.consumed += (uint64_t)cddp__sampler_batch_size(s);
+  if (next.consumed >= epoch_end(s) || next.perm_epoch != next.epoch) return -1;
+  return cddp__sampler_micro(&next, rank, world, micro, micro_batch, idx);
+}
+
 int cddp__sampler_advance(cddp_sampler_t *s) {
   s->consumed += (uint64_t)cddp__sampler_batch_size(s);
   if (s->consumed < epoch_end(s)) return 0;

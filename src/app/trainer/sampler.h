@@ -38,6 +38,10 @@ cddp_result_t cddp__sampler_restore(cddp_sampler_t *s, uint64_t epoch, uint64_t 
  * (micro * world + rank) * micro_batch + k. Does not advance. */
 int cddp__sampler_micro(cddp_sampler_t *s, int rank, int world, int micro, int micro_batch,
                        uint32_t *idx);
+/* cddp__sampler_micro of the next global batch, without advancing; -1 (idx untouched) when
+ * that batch is in the next epoch, whose permutation is not made yet. */
+int cddp__sampler_micro_next(const cddp_sampler_t *s, int rank, int world, int micro,
+                             int micro_batch, uint32_t *idx);
 /* Real samples in the current global batch (global_batch, or fewer for the padded last). */
 int cddp__sampler_batch_size(const cddp_sampler_t *s);
 /* Moves past the current global batch; rolls to the next epoch at the end. Returns 1 when

@@ -19,10 +19,12 @@ typedef struct cddp_task_ops {
   const cddp_param_info_t *(*param)(cddp_task_t *t, int i);
   void (*bind)(cddp_task_t *t, float *params, float *grads);
   void (*init_params)(cddp_task_t *t, uint64_t seed);
-  /* Copies training samples idx[0..n) into the task's input buffers. */
-  void (*gather)(cddp_task_t *t, const uint32_t *idx, int n);
-  /* Loss SUM over the n gathered samples (over every token for text). */
-  double (*forward)(cddp_task_t *t, int n);
+  /* Copies training samples idx[0..n) into input slot `slot` (0 or 1): one slot fills (the
+   * prefetch thread, prefetch.h) while forward and backward read the other. */
+  void (*gather)(cddp_task_t *t, int slot, const uint32_t *idx, int n);
+  /* Loss SUM over the n samples gathered into slot (over every token for text); backward
+   * reads the slot too. */
+  double (*forward)(cddp_task_t *t, int slot, int n);
   void (*backward)(cddp_task_t *t, float grad_scale, int accumulate, cddp_grad_ready_fn ready, void *ctx);
   /* Evaluation samples [lo, hi): acc[0] += correct predictions, acc[1] += loss sum. */
   void (*eval)(cddp_task_t *t, size_t lo, size_t hi, double acc[2]);

@@ -16,7 +16,8 @@ typedef struct gpt_task {
   cddp_text_t train, val;
   cddp_gpt_t *model;
   int T, max_batch;
-  uint8_t *tokens, *targets;
+  uint8_t *tokens[2], *targets[2]; /* input slots [micro, T] */
+  uint8_t *eval_tokens, *eval_targets; /* [EVAL_BATCH, T]: eval leaves the slots alone */
 } gpt_task_t;
 
 static size_t param_count(cddp_task_t *t) { return cddp__gpt_param_count(((gpt_task_t *)t)->model); }
@@ -25,14 +26,14 @@ static const cddp_param_info_t *param(cddp_task_t *t, int i) { return cddp__gpt_
 static void bind(cddp_task_t *t, float *p, float *g) { cddp__gpt_bind(((gpt_task_t *)t)->model, p, g); }
 static void init_params(cddp_task_t *t, uint64_t seed) { cddp__gpt_init_params(((gpt_task_t *)t)->model, seed); }
 
-static void gather(cddp_task_t *t, const uint32_t *idx, int n) {
+static void gather(cddp_task_t *t, int slot, const uint32_t *idx, int n) {
   gpt_task_t *m = (gpt_task_t *)t;
-  cddp__text_gather(&m->train, idx, n, m->tokens, m->targets);
+  cddp__text_gather(&m->train, idx, n, m->tokens[slot], m->targets[slot]);
 }
 
-static double forward(cddp_task_t *t, int n) {
+static double forward(cddp_task_t *t, int slot, int n) {
   gpt_task_t *m = (gpt_task_t *)t;
-  return cddp__gpt_forward(m->model, m->tokens, m->targets, n, m->T);
+  return cddp__gpt_forward(m->model, m->tokens[slot], m->targets[slot], n, m->T);
 }
 
 static void backward(cddp_task_t *t, float scale, int accumulate, cddp_grad_ready_fn ready, void *ctx) {
@@ -46,15 +47,15 @@ static void eval(cddp_task_t *t, size_t lo, size_t hi, double acc[2]) {
   for (size_t i = lo; i < hi; i += EVAL_BATCH) {
     int n = (int)CDDP_MIN((size_t)EVAL_BATCH, hi - i);
     for (int k = 0; k < n; k++) idx[k] = (uint32_t)(i + (size_t)k);
-    cddp__text_gather(&m->val, idx, n, m->tokens, m->targets);
-    acc[1] += cddp__gpt_forward(m->model, m->tokens, m->targets, n, m->T);
+    cddp__text_gather(&m->val, idx, n, m->eval_tokens, m->eval_targets);
+    acc[1] += cddp__gpt_forward(m->model, m->eval_tokens, m->eval_targets, n, m->T);
     const float *logits = cddp__gpt_logits(m->model);
     for (size_t p = 0; p < (size_t)n * (size_t)m->T; p++) {
       const float *row = logits + p * CDDP_GPT_VOCAB;
       int best = 0;
       for (int v = 1; v < CDDP_GPT_VOCAB; v++)
         if (row[v] > row[best]) best = v;
-      acc[0] += best == m->targets[p];
+      acc[0] += best == m->eval_targets[p];
     }
   }
 }
@@ -64,7 +65,8 @@ static void destroy(cddp_task_t *t) {
   cddp__gpt_destroy(m->model);
   cddp__text_free(&m->train);
   cddp__text_free(&m->val);
-  free(m->tokens), free(m->targets);
+  for (int s = 0; s < 2; s++) free(m->tokens[s]), free(m->targets[s]);
+  free(m->eval_tokens), free(m->eval_targets);
   free(m);
 }
 
@@ -79,8 +81,11 @@ cddp_result_t cddp__task_gpt_create(const cddp_train_config_t *c, int micro, cdd
   m->base = (cddp_task_t){&gpt_ops, "GPT", 0, 0, m->T, "tokens", 1};
   cddp_result_t r = cddp__text_load_kjv(m->T, &m->train, &m->val);
   if (r == CDDP_OK) r = cddp__gpt_create(&c->gpt, m->max_batch, &m->model);
-  size_t bytes = (size_t)m->max_batch * (size_t)m->T;
-  if (r == CDDP_OK && (!(m->tokens = malloc(bytes)) || !(m->targets = malloc(bytes))))
+  size_t bytes = (size_t)micro * (size_t)m->T, eval_bytes = (size_t)EVAL_BATCH * (size_t)m->T;
+  for (int s = 0; s < 2 && r == CDDP_OK; s++)
+    if (!(m->tokens[s] = malloc(bytes)) || !(m->targets[s] = malloc(bytes)))
+      r = cddp__fail(CDDP_SYSTEM, "out of memory");
+  if (r == CDDP_OK && (!(m->eval_tokens = malloc(eval_bytes)) || !(m->eval_targets = malloc(eval_bytes))))
     r = cddp__fail(CDDP_SYSTEM, "out of memory");
   if (r != CDDP_OK) {
     destroy(&m->base);

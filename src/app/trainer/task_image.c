@@ -5,6 +5,7 @@
 
 #include "common/check.h"
 #include "trainer/data.h"
+#include "trainer/gemm.h"
 #include "trainer/task.h"
 
 #define EVAL_BATCH 500
@@ -13,8 +14,8 @@ typedef struct image_task {
   cddp_task_t base;
   cddp_dataset_t train, test;
   cddp_model_t *model;
-  float *x;
-  uint8_t *y;
+  float *x[2];   /* input slots */
+  uint8_t *y[2];
 } image_task_t;
 
 static size_t param_count(cddp_task_t *t) { return cddp__model_param_count(((image_task_t *)t)->model); }
@@ -23,14 +24,14 @@ static const cddp_param_info_t *param(cddp_task_t *t, int i) { return cddp__mode
 static void bind(cddp_task_t *t, float *p, float *g) { cddp__model_bind(((image_task_t *)t)->model, p, g); }
 static void init_params(cddp_task_t *t, uint64_t seed) { cddp__model_init_params(((image_task_t *)t)->model, seed); }
 
-static void gather(cddp_task_t *t, const uint32_t *idx, int n) {
+static void gather(cddp_task_t *t, int slot, const uint32_t *idx, int n) {
   image_task_t *m = (image_task_t *)t;
-  cddp__dataset_gather(&m->train, idx, n, m->x, m->y);
+  cddp__dataset_gather(&m->train, idx, n, m->x[slot], m->y[slot]);
 }
 
-static double forward(cddp_task_t *t, int n) {
+static double forward(cddp_task_t *t, int slot, int n) {
   image_task_t *m = (image_task_t *)t;
-  return cddp__model_forward(m->model, m->x, m->y, n, NULL);
+  return cddp__model_forward(m->model, m->x[slot], m->y[slot], n, NULL);
 }
 
 static void backward(cddp_task_t *t, float scale, int accumulate, cddp_grad_ready_fn ready, void *ctx) {
@@ -52,7 +53,7 @@ static void destroy(cddp_task_t *t) {
   cddp__model_destroy(m->model);
   cddp__dataset_free(&m->train);
   cddp__dataset_free(&m->test);
-  free(m->x), free(m->y);
+  for (int s = 0; s < 2; s++) free(m->x[s]), free(m->y[s]);
   free(m);
 }
 
@@ -88,8 +89,9 @@ cddp_result_t cddp__task_image_create(const cddp_train_config_t *c, int micro, c
   if (r == CDDP_OK && job.r != CDDP_OK) r = cddp__fail(job.r, "%s", job.err);
   if (r == CDDP_OK) r = cddp__model_create(&c->model, CDDP_MAX(micro, EVAL_BATCH), &m->model);
   size_t d = (size_t)m->train.c * m->train.h * m->train.w;
-  if (r == CDDP_OK && (!(m->x = malloc((size_t)micro * d * sizeof(float))) || !(m->y = malloc((size_t)micro))))
-    r = cddp__fail(CDDP_SYSTEM, "out of memory");
+  for (int s = 0; s < 2 && r == CDDP_OK; s++)
+    if (!(m->x[s] = malloc((size_t)micro * d * sizeof(float))) || !(m->y[s] = malloc((size_t)micro)))
+      r = cddp__fail(CDDP_SYSTEM, "out of memory");
   if (r != CDDP_OK) {
     destroy(&m->base);
     return r;
@@ -100,6 +102,7 @@ cddp_result_t cddp__task_image_create(const cddp_train_config_t *c, int micro, c
 }
 
 cddp_result_t cddp__task_create(const cddp_train_config_t *c, int micro, cddp_task_t **out) {
+  CDDP_CHECK(cddp__gemm_set_precision((cddp_precision_t)c->precision)); /* before any data loads */
   if (c->model.kind == CDDP_MODEL_GPT) return cddp__task_gpt_create(c, micro, out);
   return cddp__task_image_create(c, micro, out);
 }

@@ -18,6 +18,7 @@
 #include "common/log.h"
 #include "cddp/ckpt.h"
 #include "trainer/device.h"
+#include "trainer/gemm.h"
 #include "trainer/trainer.h"
 
 volatile sig_atomic_t cddp__train_stop = 0;
@@ -64,6 +65,38 @@ static void add_ready(void *ctx, size_t offset) {
   if (t->ddp_after_add) cddp_ddp_grad_ready(t->ddp, offset);
 }
 
+/* The key of micro-step j's batch of the current global batch (+ ahead samples consumed). */
+static void batch_key(const trainer_t *t, int j, uint64_t ahead, uint64_t key[CDDP_PREFETCH_KEY]) {
+  key[0] = t->sampler.epoch, key[1] = t->sampler.consumed + ahead, key[2] = (uint64_t)j;
+  key[3] = (uint64_t)t->rank, key[4] = (uint64_t)t->world;
+}
+
+/* Micro-step j's n samples (t->idx) into a slot, which it returns: the prefetch thread's when
+ * it gathered this very batch, else the other slot, here. Then the next micro-step's batch
+ * (the next global batch's first, unless that is in the next epoch) is asked of the thread,
+ * into the slot this one does not read. */
+static int gather_micro(trainer_t *t, int j, int n) {
+  uint64_t key[CDDP_PREFETCH_KEY];
+  batch_key(t, j, 0, key);
+  int busy = -1, slot = t->cfg.prefetch ? cddp__prefetch_take(&t->prefetch, key, &busy) : -1;
+  if (slot < 0) { /* any slot the thread is not writing: the last micro-step is done with its own */
+    slot = busy >= 0 ? busy ^ 1 : t->slot ^ 1;
+    t->task->ops->gather(t->task, slot, t->idx, n);
+  }
+  t->slot = slot;
+  if (!t->cfg.prefetch) return slot;
+  int micro = t->cfg.micro_batch, next_n;
+  if (j + 1 < t->accum) {
+    next_n = cddp__sampler_micro(&t->sampler, t->rank, t->world, j + 1, micro, t->next_idx);
+    batch_key(t, j + 1, 0, key);
+  } else {
+    next_n = cddp__sampler_micro_next(&t->sampler, t->rank, t->world, 0, micro, t->next_idx);
+    batch_key(t, 0, (uint64_t)cddp__sampler_batch_size(&t->sampler), key);
+  }
+  if (next_n >= 0) cddp__prefetch_request(&t->prefetch, key, slot ^ 1, t->next_idx, next_n);
+  return slot;
+}
+
 /* One optimizer step: accum micro-steps, the last one's backward overlapped with the
  * all-reduce. Returns the step's record; *stop is the ranks' joint decision to stop. */
 static cddp_result_t train_step(trainer_t *t, cddp_step_record_t *rec, int *stop, int *reform) {
@@ -85,14 +118,14 @@ static cddp_result_t train_step(trainer_t *t, cddp_step_record_t *rec, int *stop
     cddp__flight_beat(); /* alive between collectives: a long accumulation is not a hang */
     uint64_t td = cddp__now_ns();
     int n = cddp__sampler_micro(&t->sampler, t->rank, t->world, j, micro, t->idx);
-    t->task->ops->gather(t->task, t->idx, n);
+    int slot = gather_micro(t, j, n);
     if (t->sample_log) log_samples(t, t->idx, n), fflush(t->sample_log); /* a SIGKILL keeps them */
     data_ns += cddp__now_ns() - td;
     int last = j == t->accum - 1;
     if (last) cddp_ddp_begin(t->ddp);
     /* micro-steps after the first write their own gradient and add it (see add_ready) */
     t->task->ops->bind(t->task, t->params, j == 0 ? t->grads : t->scratch);
-    stats[0] += t->task->ops->forward(t->task, n);
+    stats[0] += t->task->ops->forward(t->task, slot, n);
     if (j == 0) {
       t->task->ops->backward(t->task, scale, 0, last ? cddp_ddp_grad_ready : NULL, t->ddp);
     } else {
@@ -150,12 +183,17 @@ static cddp_result_t setup(trainer_t *t) {
   t->same_error_everywhere = 0;
   int threads = cddp__train_blas_threads(t);
   openblas_set_num_threads(threads);
+  if (c->precision == CDDP_PRECISION_BF16 && threads > 1 && t->rank == 0) /* gemm_bf16.c */
+    fprintf(stderr, "cddp train: warning: train.precision bf16 multiplies on one thread per rank; "
+                    "its %d BLAS threads (ddp.threads) serve only what stays fp32\n", threads);
   CDDP_CHECK(cddp__train_make_run_dir(t));
   CDDP_CHECK(cddp__task_create(c, c->micro_batch, &t->task));
   t->n_params = t->task->ops->param_count(t->task);
   t->params = aligned_alloc(64, (t->n_params * sizeof(float) + 63) / 64 * 64);
   t->idx = malloc((size_t)c->micro_batch * sizeof *t->idx);
-  if (!t->params || !t->idx) return cddp__fail(CDDP_SYSTEM, "out of memory");
+  t->next_idx = malloc((size_t)c->micro_batch * sizeof *t->next_idx);
+  if (!t->params || !t->idx || !t->next_idx) return cddp__fail(CDDP_SYSTEM, "out of memory");
+  if (c->prefetch) CDDP_CHECK(cddp__prefetch_start(&t->prefetch, t->task, c->micro_batch));
   t->overlap = cddp__train_overlap(t, threads);
   CDDP_CHECK(cddp__optim_init(&t->opt, &c->optim, t->n_params)); /* before the DDP: sign + vsync writes its v */
   if (!lost) CDDP_CHECK(tolerate_lost_peer(t, cddp__train_make_ddp(t), &lost)); /* no ddp: recovery builds it */
@@ -215,9 +253,13 @@ static void teardown(trainer_t *t, int clean) {
   cddp__ranks_free(&t->ranks);
   cddp_ddp_destroy(t->ddp);
   cddp__optim_free(&t->opt);
+  if (t->cfg.prefetch)
+    CDDP_INFO(CDDP_SUB_TRAIN, "data.prefetch: %" PRIu64 " of %" PRIu64 " micro-batches were gathered ahead by the thread",
+              t->prefetch.hits, t->prefetch.takes);
+  cddp__prefetch_stop(&t->prefetch); /* before the task its thread gathers into */
   cddp__sampler_free(&t->sampler);
   if (t->task) t->task->ops->destroy(t->task);
-  free(t->params), free(t->scratch), free(t->idx);
+  free(t->params), free(t->scratch), free(t->idx), free(t->next_idx);
   cddp_world_leave(&t->w, clean);
 }
 

@@ -13,6 +13,7 @@
 #include "trainer/ranks.h"
 #include "trainer/model.h"
 #include "trainer/optim.h"
+#include "trainer/prefetch.h"
 #include "trainer/sampler.h"
 #include "trainer/task.h"
 
@@ -53,6 +54,9 @@ typedef struct trainer {
   cddp__ranks_t ranks;       /* every rank's timings, gathered every log.rank_every steps */
   FILE *sample_log;
   uint32_t *idx;
+  uint32_t *next_idx;        /* the batch asked of the prefetch thread (data.prefetch) */
+  cddp_prefetch_t prefetch;
+  int slot;                  /* the task's input slot the current micro-step reads */
   int eval_batch;
   char last_ckpt[600];
   int same_error_everywhere; /* the failing check gives every rank the same verdict */

@@ -1,0 +1,30 @@
+/* gemm.h - the models' matrix products: row-major C = alpha op(A) op(B) + beta C, computed by
+ * OpenBLAS's sgemm (fp32) or, under train.precision bf16, by gemm_bf16.c (inputs rounded to
+ * bfloat16, products accumulated in fp32; C, the weights and the optimizer stay fp32). */
+#ifndef CDDP_TRAIN_GEMM_H
+#define CDDP_TRAIN_GEMM_H
+
+#include <cblas.h>
+
+#include "cddp/cddp.h"
+
+typedef enum cddp_precision { CDDP_PRECISION_FP32 = 0, CDDP_PRECISION_BF16 = 1 } cddp_precision_t;
+
+/* cblas_sgemm(CblasRowMajor, ...) in the process's precision. */
+void cddp__gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K, float alpha,
+                const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc);
+
+/* Sets the precision of every later cddp__gemm in this process (one model per process; call
+ * it before any model work, from one thread). bf16 on a CPU without AVX512-BF16, or with
+ * CDDP_CPU_BF16=0 (tests), fails with one line naming train.precision. */
+cddp_result_t cddp__gemm_set_precision(cddp_precision_t p);
+cddp_precision_t cddp__gemm_precision(void);
+/* 1 when this CPU runs AVX512-BF16 and CDDP_CPU_BF16 is not 0. */
+int cddp__cpu_has_bf16(void);
+
+/* The bf16 product itself (gemm_bf16.c); only on a CPU with AVX512-BF16. trans_a/trans_b
+ * are 0 or 1. */
+void cddp__gemm_bf16(int trans_a, int trans_b, int M, int N, int K, float alpha, const float *A,
+                     int lda, const float *B, int ldb, float beta, float *C, int ldc);
+
+#endif /* CDDP_TRAIN_GEMM_H */

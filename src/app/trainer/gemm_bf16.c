@@ -1,0 +1,182 @@
+/* gemm_bf16.c - row-major C = alpha op(A) op(B) + beta C with bfloat16 inputs and fp32
+ * accumulation on AVX512-BF16 (VDPBF16PS). Debian's OpenBLAS 0.3.21 declares cblas_sbgemm but
+ * is built without it, hence this kernel. Goto/BLIS blocking: for each block of KC values of k,
+ * op(B) is packed (rounded to bf16) in panels of NR columns, op(A) in panels of MR rows for
+ * each MC rows; a MR x NR tile of C lives in 24 zmm registers while k runs. A packed element
+ * is a pair of bf16 (k even in the low half, k + 1 in the high), the unit VDPBF16PS consumes.
+ * Runs on the calling thread. */
+#include <immintrin.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "trainer/gemm.h"
+
+#define MR 12          /* rows of a C tile */
+#define NRV 2          /* zmm vectors (16 floats) across a C tile */
+#define NR (16 * NRV)  /* columns of a C tile */
+#ifndef KC
+#define KC 192 /* k per packed block (even): a B panel of NR x KC bf16 stays in L1 */
+#endif
+#ifndef MC
+#define MC 96 /* rows of A packed at once (a multiple of MR) */
+#endif
+
+#define BF16_ATTR __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
+
+/* Per-thread packing buffers, grown on demand and kept (the trainer calls with few shapes). */
+static __thread uint32_t *pack_a, *pack_b;
+static __thread size_t cap_a, cap_b;
+
+static uint32_t *grow(uint32_t **buf, size_t *cap, size_t n) {
+  if (n > *cap) {
+    free(*buf);
+    *buf = aligned_alloc(64, (n * sizeof(uint32_t) + 63) & ~(size_t)63);
+    *cap = *buf ? n : 0;
+  }
+  return *buf;
+}
+
+static inline __mmask16 lanes(int n) {
+  return n >= 16 ? (__mmask16)0xffff : n <= 0 ? 0 : (__mmask16)((1u << n) - 1);
+}
+
+/* r[i] lane j becomes r[j] lane i (16 x 16 dwords): 32-bit, 64-bit, then 128-bit lane swaps. */
+BF16_ATTR static inline void transpose16(__m512i r[16]) {
+  __m512i t[16];
+  for (int i = 0; i < 16; i += 2) {
+    t[i] = _mm512_unpacklo_epi32(r[i], r[i + 1]);
+    t[i + 1] = _mm512_unpackhi_epi32(r[i], r[i + 1]);
+  }
+  for (int i = 0; i < 16; i += 4) {
+    r[i] = _mm512_unpacklo_epi64(t[i], t[i + 2]);
+    r[i + 1] = _mm512_unpackhi_epi64(t[i], t[i + 2]);
+    r[i + 2] = _mm512_unpacklo_epi64(t[i + 1], t[i + 3]);
+    r[i + 3] = _mm512_unpackhi_epi64(t[i + 1], t[i + 3]);
+  }
+  /* r[4a + b], 128-bit lane L, holds rows 4a..4a+3 of column 4L + b */
+  for (int b = 0; b < 4; b++) {
+    t[b] = _mm512_shuffle_i32x4(r[b], r[4 + b], 0x88);       /* L0 L2 of r[b], L0 L2 of r[4+b] */
+    t[4 + b] = _mm512_shuffle_i32x4(r[b], r[4 + b], 0xdd);   /* L1 L3 ... */
+    t[8 + b] = _mm512_shuffle_i32x4(r[8 + b], r[12 + b], 0x88);
+    t[12 + b] = _mm512_shuffle_i32x4(r[8 + b], r[12 + b], 0xdd);
+  }
+  for (int b = 0; b < 4; b++) {
+    r[b] = _mm512_shuffle_i32x4(t[b], t[8 + b], 0x88);         /* column b */
+    r[8 + b] = _mm512_shuffle_i32x4(t[b], t[8 + b], 0xdd);     /* column 8 + b */
+    r[4 + b] = _mm512_shuffle_i32x4(t[4 + b], t[12 + b], 0x88); /* column 4 + b */
+    r[12 + b] = _mm512_shuffle_i32x4(t[4 + b], t[12 + b], 0xdd);
+  }
+}
+
+/* Packs W lanes x kc values of k into dst[p * W + i] = (bf16 x(i, 2p), bf16 x(i, 2p + 1)),
+ * x(i, k) = src[i * si + k * sk]; lanes i >= w and an odd kc's last high half are zero. */
+BF16_ATTR static void pack_panel(uint32_t *dst, int W, const float *src, long si, long sk, int w,
+                                 int kc) {
+  int kp = (kc + 1) / 2;
+  if (sk == 1) { /* k contiguous: 16 lanes x 16 pairs at a time, converted then transposed */
+    for (int i0 = 0; i0 < W; i0 += 16) {
+      int nl = W - i0 < 16 ? W - i0 : 16;
+      for (int p0 = 0; p0 < kp; p0 += 16) {
+        int k0 = 2 * p0;
+        __m512i r[16];
+        for (int i = 0; i < 16; i++) {
+          r[i] = _mm512_setzero_si512();
+          if (i0 + i < w) {
+            const float *row = src + (long)(i0 + i) * si + k0;
+            __m512 lo = _mm512_maskz_loadu_ps(lanes(kc - k0), row);
+            __m512 hi = _mm512_maskz_loadu_ps(lanes(kc - k0 - 16), row + 16);
+            r[i] = (__m512i)_mm512_cvtne2ps_pbh(hi, lo);
+          }
+        }
+        transpose16(r);
+        int np = kp - p0 < 16 ? kp - p0 : 16;
+        for (int q = 0; q < np; q++)
+          _mm512_mask_storeu_epi32(dst + (size_t)(p0 + q) * W + i0, lanes(nl), r[q]);
+      }
+    }
+    return;
+  }
+  /* lanes contiguous: rows k and k + 1 side by side, interleaved into pairs */
+  for (int p = 0; p < kp; p++) {
+    const float *r0 = src + (long)(2 * p) * sk, *r1 = r0 + sk;
+    int has1 = 2 * p + 1 < kc;
+    for (int i0 = 0; i0 < W; i0 += 16) {
+      __mmask16 m = lanes(w - i0);
+      __m512 lo = _mm512_maskz_loadu_ps(m, r0 + i0);
+      __m512 hi = has1 ? _mm512_maskz_loadu_ps(m, r1 + i0) : _mm512_setzero_ps();
+      __m256i b0 = (__m256i)_mm512_cvtneps_pbh(lo), b1 = (__m256i)_mm512_cvtneps_pbh(hi);
+      __m512i v = _mm512_or_si512(_mm512_cvtepu16_epi32(b0),
+                                  _mm512_slli_epi32(_mm512_cvtepu16_epi32(b1), 16));
+      _mm512_mask_storeu_epi32(dst + (size_t)p * W + i0, lanes(W - i0), v);
+    }
+  }
+}
+
+/* C[mv, nv] tile = alpha * (A panel . B panel) + beta * C (beta 0: C is not read). */
+BF16_ATTR static void tile(const uint32_t *a, const uint32_t *b, int kp, float *c, int ldc, int mv,
+                           int nv, float alpha, float beta) {
+  __m512 acc[MR][NRV];
+  for (int r = 0; r < MR; r++)
+    for (int v = 0; v < NRV; v++) acc[r][v] = _mm512_setzero_ps();
+  for (int p = 0; p < kp; p++) {
+    __m512bh bv[NRV];
+    for (int v = 0; v < NRV; v++) bv[v] = (__m512bh)_mm512_load_si512(b + (size_t)p * NR + 16 * v);
+    const uint32_t *ap = a + (size_t)p * MR;
+#pragma GCC unroll 12
+    for (int r = 0; r < MR; r++) {
+      __m512bh av = (__m512bh)_mm512_set1_epi32((int)ap[r]);
+      for (int v = 0; v < NRV; v++) acc[r][v] = _mm512_dpbf16_ps(acc[r][v], av, bv[v]);
+    }
+  }
+  __m512 al = _mm512_set1_ps(alpha), be = _mm512_set1_ps(beta);
+  for (int r = 0; r < mv; r++)
+    for (int v = 0; v < NRV; v++) {
+      __mmask16 m = lanes(nv - 16 * v);
+      if (!m) break;
+      float *cp = c + (size_t)r * ldc + 16 * v;
+      __m512 x = _mm512_mul_ps(acc[r][v], al);
+      if (beta != 0.0f) x = _mm512_fmadd_ps(be, _mm512_maskz_loadu_ps(m, cp), x);
+      _mm512_mask_storeu_ps(cp, m, x);
+    }
+}
+
+BF16_ATTR void cddp__gemm_bf16(int trans_a, int trans_b, int M, int N, int K, float alpha,
+                               const float *A, int lda, const float *B, int ldb, float beta,
+                               float *C, int ldc) {
+  if (M <= 0 || N <= 0) return;
+  if (K <= 0) { /* C = beta C */
+    for (int i = 0; i < M; i++)
+      for (int j = 0; j < N; j++) C[(size_t)i * ldc + j] = beta == 0.0f ? 0.0f : beta * C[(size_t)i * ldc + j];
+    return;
+  }
+  /* element (m, k) of op(A) at A[m * a_m + k * a_k], (k, n) of op(B) at B[k * b_k + n * b_n] */
+  long a_m = trans_a ? 1 : lda, a_k = trans_a ? lda : 1;
+  long b_k = trans_b ? 1 : ldb, b_n = trans_b ? ldb : 1;
+  int n_panels = (N + NR - 1) / NR;
+  int kc_max = K < KC ? K : KC, kp_max = (kc_max + 1) / 2;
+  uint32_t *bp = grow(&pack_b, &cap_b, (size_t)n_panels * NR * kp_max);
+  uint32_t *ap = grow(&pack_a, &cap_a, (size_t)MC * kp_max);
+  if (!bp || !ap) abort(); /* out of memory for a few hundred KiB: nothing sensible is left */
+  for (int k0 = 0; k0 < K; k0 += KC) {
+    int kc = K - k0 < KC ? K - k0 : KC, kp = (kc + 1) / 2;
+    float be = k0 == 0 ? beta : 1.0f;
+    for (int j = 0; j < n_panels; j++) {
+      int j0 = j * NR;
+      pack_panel(bp + (size_t)j * NR * kp, NR, B + k0 * b_k + j0 * b_n, b_n, b_k,
+                 N - j0 < NR ? N - j0 : NR, kc);
+    }
+    for (int m0 = 0; m0 < M; m0 += MC) {
+      int mc = M - m0 < MC ? M - m0 : MC;
+      for (int i0 = 0; i0 < mc; i0 += MR)
+        pack_panel(ap + (size_t)(i0 / MR) * MR * kp, MR, A + (m0 + i0) * a_m + k0 * a_k, a_m,
+                   a_k, mc - i0 < MR ? mc - i0 : MR, kc);
+      for (int j = 0; j < n_panels; j++) {
+        int j0 = j * NR, nv = N - j0 < NR ? N - j0 : NR;
+        for (int i0 = 0; i0 < mc; i0 += MR)
+          tile(ap + (size_t)(i0 / MR) * MR * kp, bp + (size_t)j * NR * kp, kp,
+               C + (size_t)(m0 + i0) * ldc + j0, ldc, mc - i0 < MR ? mc - i0 : MR, nv, alpha, be);
+      }
+    }
+  }
+}

@@ -1,0 +1,88 @@
+/* test_gemm.c - the bf16 matrix product (gemm_bf16.c) against a double-precision product of
+ * the same bf16-rounded inputs, over every orientation, ragged shapes, strides, several k
+ * blocks and beta; and train.precision's refusal on a CPU without AVX512-BF16. */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "test.h"
+#include "trainer/gemm.h"
+
+static float bf16_round(float x) { /* round to nearest even, as VCVTNEPS2BF16 */
+  uint32_t u;
+  memcpy(&u, &x, 4);
+  u = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+  memcpy(&x, &u, 4);
+  return x;
+}
+
+static float *rnd(size_t n, uint64_t *s) {
+  float *p = malloc(n * sizeof *p);
+  for (size_t i = 0; i < n; i++) {
+    *s = *s * 6364136223846793005ull + 1442695040888963407ull;
+    p[i] = (float)(*s >> 40) / 16777216.0f - 0.5f;
+  }
+  return p;
+}
+
+static void check_case(int ta, int tb, int M, int N, int K, float alpha, float beta, int pad) {
+  uint64_t s = (uint64_t)(M * 131 + N * 7 + K + ta * 3 + tb);
+  int lda = (ta ? M : K) + pad, ldb = (tb ? K : N) + pad, ldc = N + pad;
+  size_t na = (size_t)(ta ? K : M) * lda, nb = (size_t)(tb ? N : K) * ldb, nc = (size_t)M * ldc;
+  float *A = rnd(na, &s), *B = rnd(nb, &s), *C = rnd(nc, &s), *C0 = malloc(nc * sizeof *C0);
+  memcpy(C0, C, nc * sizeof *C);
+  cddp__gemm_bf16(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  for (int i = 0; i < M; i++) {
+    for (int j = 0; j < N; j++) {
+      double sum = 0, mag = 0;
+      for (int k = 0; k < K; k++) {
+        double a = bf16_round(ta ? A[(size_t)k * lda + i] : A[(size_t)i * lda + k]);
+        double b = bf16_round(tb ? B[(size_t)j * ldb + k] : B[(size_t)k * ldb + j]);
+        sum += a * b, mag += fabs(a * b);
+      }
+      double want = alpha * sum + (beta != 0 ? beta * C0[(size_t)i * ldc + j] : 0);
+      double tol = 1e-6 * (mag + 1) * (K / 64 + 1);
+      if (!(fabs(C[(size_t)i * ldc + j] - want) <= tol))
+        TEST_FAIL("ta %d tb %d %dx%dx%d beta %g: C[%d,%d] = %.8g, want %.8g", ta, tb, M, N, K,
+                  beta, i, j, C[(size_t)i * ldc + j], want);
+    }
+    for (int j = N; j < ldc; j++) /* padding beyond N is never written */
+      CHECK(C[(size_t)i * ldc + j] == C0[(size_t)i * ldc + j]);
+  }
+  free(A), free(B), free(C), free(C0);
+}
+
+TEST(gemm_bf16_matches_rounded_reference) {
+  if (!cddp__cpu_has_bf16()) { /* the refusal is what this CPU can test */
+    CHECK_RESULT(cddp__gemm_set_precision(CDDP_PRECISION_BF16), CDDP_INVALID_ARG);
+    return;
+  }
+  int shapes[][3] = {{1, 1, 1}, {13, 37, 7}, {12, 32, 2}, {97, 70, 385}, {25, 9, 800}, {5, 130, 33}};
+  for (size_t c = 0; c < sizeof shapes / sizeof shapes[0]; c++)
+    for (int ta = 0; ta < 2; ta++)
+      for (int tb = 0; tb < 2; tb++) {
+        int M = shapes[c][0], N = shapes[c][1], K = shapes[c][2];
+        check_case(ta, tb, M, N, K, 1.0f, 0.0f, 0);
+        check_case(ta, tb, M, N, K, 0.5f, 1.0f, 3);
+        check_case(ta, tb, M, N, K, 1.0f, 0.25f, 1);
+      }
+}
+
+TEST(gemm_precision_switches_and_refuses) {
+  CHECK_EQ(cddp__gemm_precision(), CDDP_PRECISION_FP32);
+  float a[4] = {1.001f, 2, 3, 4}, b[4] = {1, 0, 0, 1}, c[4];
+  cddp__gemm(CblasNoTrans, CblasNoTrans, 2, 2, 2, 1.0f, a, 2, b, 2, 0.0f, c, 2);
+  CHECK(c[0] == 1.001f); /* fp32: no rounding of the inputs */
+  if (cddp__cpu_has_bf16()) {
+    CHECK_OK(cddp__gemm_set_precision(CDDP_PRECISION_BF16));
+    cddp__gemm(CblasNoTrans, CblasNoTrans, 2, 2, 2, 1.0f, a, 2, b, 2, 0.0f, c, 2);
+    CHECK(c[0] == 1.0f && c[3] == 4.0f); /* 1.001 has no bf16 of its own */
+    CHECK_OK(cddp__gemm_set_precision(CDDP_PRECISION_FP32));
+  }
+  setenv("CDDP_CPU_BF16", "0", 1);
+  CHECK(!cddp__cpu_has_bf16());
+  CHECK_RESULT(cddp__gemm_set_precision(CDDP_PRECISION_BF16), CDDP_INVALID_ARG);
+  CHECK(strstr(cddp_last_error(), "train.precision") != NULL);
+  CHECK(strchr(cddp_last_error(), '\n') == NULL);
+  CHECK_EQ(cddp__gemm_precision(), CDDP_PRECISION_FP32);
+}
