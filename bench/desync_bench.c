@@ -8,7 +8,8 @@
  * the check's own work in one process instead: the shm side (fingerprint, hash, two slots
  * written, a peer's compared) per call, and the tcp side as 4 KiB send+recv over a loopback
  * connection against the same with the 24-byte header, sent as the transport does (header and
- * chunk copied into one buffer below 16 KiB), in turns. */
+ * chunk copied into one buffer below 16 KiB), in turns. -f times the flight recorder's own
+ * records per collective the same way (bench/observe_bench.sh runs both). */
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <signal.h>
@@ -23,6 +24,7 @@
 #include "cddp/comm.h"
 #include "cddp/store.h"
 #include "comm/desync.h"
+#include "comm/flight.h"
 
 enum { MAXR = 201 };
 
@@ -157,6 +159,22 @@ static double micro_tcp(int fd[2], int header, size_t bytes, int calls, int roun
   return t[round_i];
 }
 
+/* -f: what the flight recorder adds to a collective, start and end records (CDDP_FLIGHT=1, the
+ * page in this process's memory): ns per collective, median of rounds. */
+static int micro_flight(int rounds) {
+  enum { N = 1000000 };
+  double t[MAXR];
+  setenv("CDDP_FLIGHT", "1", 1);
+  for (int r = 0; r < rounds; r++) {
+    double t0 = now();
+    for (uint64_t i = 1; i <= N; i++) cddp__flight_end(cddp__flight_start(0, 0, 0, 0, 1024, 0, 2, 0, i), 1);
+    t[r] = (now() - t0) / N * 1e9;
+  }
+  printf("flight recorder per collective (its start and end records): %.1f ns (median of %d x 1M)\n", median(t, rounds),
+         rounds);
+  return 0;
+}
+
 static int micro(size_t bytes, int calls, int rounds) {
   printf("fingerprint work per collective (shm: fingerprint, hash, slot written, peer's compared): %.1f ns "
          "(median of %d x 1M)\n", micro_shm(rounds), rounds);
@@ -175,8 +193,8 @@ static int micro(size_t bytes, int calls, int rounds) {
 int main(int argc, char **argv) {
   const char *tp = "shm";
   size_t bytes = 4096;
-  int calls = 2000, rounds = 31, world = 2, opt, micro_only = 0;
-  while ((opt = getopt(argc, argv, "t:b:n:r:w:m")) != -1) {
+  int calls = 2000, rounds = 31, world = 2, opt, micro_only = 0, flight_only = 0;
+  while ((opt = getopt(argc, argv, "t:b:n:r:w:mf")) != -1) {
     switch (opt) {
       case 't': tp = optarg; break;
       case 'b': bytes = (size_t)strtoull(optarg, NULL, 10); break;
@@ -184,8 +202,9 @@ int main(int argc, char **argv) {
       case 'r': rounds = atoi(optarg); break;
       case 'w': world = atoi(optarg); break;
       case 'm': micro_only = 1; break;
+      case 'f': flight_only = 1; break;
       default:
-        fprintf(stderr, "usage: desync_bench [-t shm|tcp] [-b BYTES] [-n CALLS] [-r ROUNDS] [-w WORLD] [-m]\n");
+        fprintf(stderr, "usage: desync_bench [-t shm|tcp] [-b BYTES] [-n CALLS] [-r ROUNDS] [-w WORLD] [-m] [-f]\n");
         return 2;
     }
   }
@@ -194,6 +213,7 @@ int main(int argc, char **argv) {
     return 2;
   }
   if (micro_only) return micro(bytes, calls, rounds);
+  if (flight_only) return micro_flight(rounds);
   cddp_store_server_t *srv;
   cddp_result_t r = cddp_store_server_start(&srv, "127.0.0.1", 0, "");
   if (r) die("store server", r);
