@@ -65,7 +65,25 @@ if [ -n "$t0" ] && [ $rc0 = 137 ] && [ $rc1 = 137 ] && [ "$l0" = "$l1" ] &&
   ok "restart-all, no restarts: both nodes end with the same line naming the hung rank (exit 137)"
 else fail "restart-all hang" "exits $rc0/$rc1: '$l0' / '$l1'"; fi
 
-# 3. bad input, and off
+# 3. alone on its node: 2 launchers x 1 worker, rank 1 stalls outside any collective (60 s in
+# debug.slow_ms) while rank 0, on the other node, waits in the gradients' allreduce; node 1's
+# agent learns that from node 0's status record and names it
+P=$(free_port)
+for n in 0 1; do
+  TMPDIR=$T timeout 150 "$CDDP" run --nnodes 2 --nproc-per-node 1 --rdzv-backend c10d --rdzv-endpoint 127.0.0.1:$P \
+    --rdzv-id "lone$P" --hang-timeout 3 --grace-period 1 "$CDDP" train --name lone "${TR[@]}" --set ddp.overlap=false \
+    --set debug.slow_rank=1 --set debug.slow_ms=60000 --set train.max_steps=20 >"$T/lone.n$n.out" 2>&1 &
+  eval "pid_$n=\$!"
+done
+t0=$(date +%s.%N)
+wait $pid_0; rc0=$?; wait $pid_1; rc1=$?
+dt=$(echo "$(date +%s.%N) - $t0" | bc)
+l1=$(grep '^cddp run:' "$T/lone.n1.out" | tail -1)
+if [ $rc1 = 137 ] && [[ "$l1" == "cddp run: rank 1 "*"by the watchdog: hung: no progress for "*"outside any collective while ranks on other nodes wait inside one"* ]] &&
+   [ "$(echo "$dt < 30" | bc)" = 1 ]; then ok "alone on its node: a stalled rank named from the other node's status record (job ended in ${dt}s)"
+else fail "lone worker hang" "exits $rc0/$rc1 in ${dt}s: '$l1' $(tail -2 "$T/lone.n0.out" | tr '\n' ' ')"; fi
+
+# 4. bad input, and off
 out=$(timeout 10 "$CDDP" run --hang-timeout x true 2>&1); rc=$?
 [ $rc = 2 ] && grep -q "^cddp run: --hang-timeout must be a number of seconds (0 = off), got 'x'$" <<<"$out" &&
   ok "--hang-timeout x: one line, exit 2" || fail "bad --hang-timeout" "rc=$rc: $out"

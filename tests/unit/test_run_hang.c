@@ -29,14 +29,14 @@ TEST(hang_outside_a_collective_while_a_peer_waits) {
   pid_t pid[2] = {getpid(), getpid()};
   char why[320];
   setup(p, 5, 5, 6, 5);
-  CHECK_EQ(cddp__hang_find(p, pid, 2, 1 * S, 5000, why, sizeof why), -1); /* first look: pages just read */
-  CHECK_EQ(cddp__hang_find(p, pid, 2, 4 * S, 5000, why, sizeof why), -1); /* 4 s: not yet */
-  CHECK_EQ(cddp__hang_find(p, pid, 2, 7 * S, 5000, why, sizeof why), 0);
+  CHECK_EQ(cddp__hang_find(p, pid, 2, 1 * S, 5000, 0, why, sizeof why), -1); /* first look: pages just read */
+  CHECK_EQ(cddp__hang_find(p, pid, 2, 4 * S, 5000, 0, why, sizeof why), -1); /* 4 s: not yet */
+  CHECK_EQ(cddp__hang_find(p, pid, 2, 7 * S, 5000, 0, why, sizeof why), 0);
   if (!strstr(why, "no progress for 6.0 s since allreduce #5") || !strstr(why, "outside any collective"))
     TEST_FAIL("why: %s", why);
   /* its page moves: not hung any more */
   pages[0].beat++;
-  CHECK_EQ(cddp__hang_find(p, pid, 2, 8 * S, 5000, why, sizeof why), -1);
+  CHECK_EQ(cddp__hang_find(p, pid, 2, 8 * S, 5000, 0, why, sizeof why), -1);
 }
 
 TEST(hang_not_when_all_wait_or_all_work) {
@@ -44,20 +44,20 @@ TEST(hang_not_when_all_wait_or_all_work) {
   pid_t pid[2] = {getpid(), getpid()};
   char why[320];
   setup(p, 6, 5, 6, 5); /* both inside, both stalled: a peer elsewhere, not ours to name */
-  CHECK_EQ(cddp__hang_find(p, pid, 2, 0, 5000, why, sizeof why), -1);
-  CHECK_EQ(cddp__hang_find(p, pid, 2, 60 * S, 5000, why, sizeof why), -1);
+  CHECK_EQ(cddp__hang_find(p, pid, 2, 0, 5000, 0, why, sizeof why), -1);
+  CHECK_EQ(cddp__hang_find(p, pid, 2, 60 * S, 5000, 0, why, sizeof why), -1);
   setup(p, 5, 5, 5, 5); /* both outside (computing, an eval): nobody waits */
-  CHECK_EQ(cddp__hang_find(p, pid, 2, 0, 5000, why, sizeof why), -1);
-  CHECK_EQ(cddp__hang_find(p, pid, 2, 60 * S, 5000, why, sizeof why), -1);
+  CHECK_EQ(cddp__hang_find(p, pid, 2, 0, 5000, 0, why, sizeof why), -1);
+  CHECK_EQ(cddp__hang_find(p, pid, 2, 60 * S, 5000, 0, why, sizeof why), -1);
   setup(p, 5, 5, 6, 5); /* the peer that waits has exited: nobody waits */
   pid[1] = 0;
-  CHECK_EQ(cddp__hang_find(p, pid, 2, 0, 5000, why, sizeof why), -1);
-  CHECK_EQ(cddp__hang_find(p, pid, 2, 60 * S, 5000, why, sizeof why), -1);
+  CHECK_EQ(cddp__hang_find(p, pid, 2, 0, 5000, 0, why, sizeof why), -1);
+  CHECK_EQ(cddp__hang_find(p, pid, 2, 60 * S, 5000, 0, why, sizeof why), -1);
   setup(p, 5, 5, 6, 5); /* a program without libcddp's collectives (no magic) is never judged */
   pages[0].magic = 0;
   pid[1] = getpid();
-  CHECK_EQ(cddp__hang_find(p, pid, 2, 0, 5000, why, sizeof why), -1);
-  CHECK_EQ(cddp__hang_find(p, pid, 2, 60 * S, 5000, why, sizeof why), -1);
+  CHECK_EQ(cddp__hang_find(p, pid, 2, 0, 5000, 0, why, sizeof why), -1);
+  CHECK_EQ(cddp__hang_find(p, pid, 2, 60 * S, 5000, 0, why, sizeof why), -1);
 }
 
 TEST(hang_stopped_worker_inside_a_collective) {
@@ -72,8 +72,8 @@ TEST(hang_stopped_worker_inside_a_collective) {
   pid_t pid[2] = {getpid(), child};
   char why[320];
   setup(p, 6, 5, 6, 5); /* both inside the same collective; worker 1 is stopped */
-  CHECK_EQ(cddp__hang_find(p, pid, 2, 0, 5000, why, sizeof why), -1);
-  int h = cddp__hang_find(p, pid, 2, 6 * S, 5000, why, sizeof why);
+  CHECK_EQ(cddp__hang_find(p, pid, 2, 0, 5000, 0, why, sizeof why), -1);
+  int h = cddp__hang_find(p, pid, 2, 6 * S, 5000, 0, why, sizeof why);
   kill(child, SIGKILL);
   waitpid(child, NULL, 0);
   CHECK_EQ(h, 1);
@@ -102,4 +102,21 @@ TEST(flight_records_start_and_end) {
   if (!strstr(buf, "\"op\": \"allreduce\"") || !strstr(buf, "\"count\": 123") || !strstr(buf, "\"state\": \"done\"") ||
       !strstr(buf, "\"cseq\": 7"))
     TEST_FAIL("dump: %s", buf);
+}
+
+/* alone on its node (no local peer): outside any collective while a rank of another node has
+ * waited inside one for the timeout (the nodes' status records say since when) */
+TEST(hang_alone_while_another_node_waits) {
+  cddp__progress_t p[2];
+  pid_t pid[2] = {getpid(), 0}; /* one worker on this node */
+  char why[320];
+  setup(p, 5, 5, 5, 5);
+  CHECK_EQ(cddp__hang_find(p, pid, 2, 1 * S, 5000, 0, why, sizeof why), -1);
+  CHECK_EQ(cddp__hang_find(p, pid, 2, 9 * S, 5000, 0, why, sizeof why), -1); /* nobody waits: computing */
+  CHECK_EQ(cddp__hang_find(p, pid, 2, 9 * S, 5000, 6 * S, why, sizeof why), -1); /* a wait of 3 s: not yet */
+  CHECK_EQ(cddp__hang_find(p, pid, 2, 9 * S, 5000, 3 * S, why, sizeof why), 0);
+  if (!strstr(why, "no progress for 8.0 s since allreduce #5") || !strstr(why, "ranks on other nodes wait"))
+    TEST_FAIL("why: %s", why);
+  pages[0].seq = 6; /* it went into the next collective: not idle, not hung */
+  CHECK_EQ(cddp__hang_find(p, pid, 2, 10 * S, 5000, 3 * S, why, sizeof why), -1);
 }

@@ -465,6 +465,8 @@ static int run_round(agent_t *a, cddp__workers_t *ws, int first) {
     sn->world = cddp__members_world(&a->ms.cur), sn->node_rank = cddp__members_find(&a->ms.cur, a->id, NULL, NULL);
   ws->tick = cddp__status_pub_tick;
   ws->tick_arg = &a->status;
+  ws->remote_wanted = &a->status.remote_wanted;
+  ws->remote_since = &a->status.remote_since;
   if (ok && cddp__workers_start(ws, n, rank_base, a->prog, (char **const *)envs, a->o->log_dir, first) != CDDP_OK) {
     fprintf(stderr, "cddp run: %s\n", cddp_last_error());
     ok = 0;

@@ -50,8 +50,8 @@ static int live(const cddp__progress_t *p) {
   return p->page && __atomic_load_n(&p->page->magic, __ATOMIC_ACQUIRE) == CDDP__FLIGHT_MAGIC;
 }
 
-int cddp__hang_find(cddp__progress_t *p, const pid_t *pid, int n, uint64_t now_ns, int timeout_ms, char *why,
-                    size_t size) {
+int cddp__hang_find(cddp__progress_t *p, const pid_t *pid, int n, uint64_t now_ns, int timeout_ms,
+                    uint64_t remote_since, char *why, size_t size) {
   for (int i = 0; i < n; i++) {
     if (!pid[i] || !live(&p[i])) continue;
     uint64_t seq = __atomic_load_n(&p[i].page->seq, __ATOMIC_ACQUIRE), done = __atomic_load_n(&p[i].page->done, __ATOMIC_ACQUIRE);
@@ -69,6 +69,8 @@ int cddp__hang_find(cddp__progress_t *p, const pid_t *pid, int n, uint64_t now_n
     for (int j = 0; j < n && !how && p[i].done == p[i].seq; j++)
       if (j != i && pid[j] && live(&p[j]) && p[j].done < p[j].seq && now_ns - p[j].since_ns >= limit)
         how = "outside any collective while its local peers wait for it inside one";
+    if (!how && p[i].done == p[i].seq && remote_since && now_ns > remote_since && now_ns - remote_since >= limit)
+      how = "outside any collective while ranks on other nodes wait inside one";
     if (!how) continue;
     const cddp__flight_rec_t *r = &p[i].page->ring[(p[i].seq - 1) % CDDP__FLIGHT_RING];
     char coll[160];

@@ -26,10 +26,11 @@ void cddp__progress_close(cddp__progress_t *p);
 
 /* Reads every page, then names a hung worker: one whose page has not moved for timeout_ms and
  * that is stopped (SIGSTOP, a debugger: /proc state T), or outside any collective while a local
- * peer waits, stalled, inside one. pid[i] 0:
- * exited (skipped). Returns its index and why ("no progress for 5.0 s in allreduce #12 (...),
- * stopped"), or -1. A hang of a peer on another node is that node's agent's to find. */
-int cddp__hang_find(cddp__progress_t *p, const pid_t *pid, int n, uint64_t now_ns, int timeout_ms, char *why,
-                    size_t size);
+ * peer waits, stalled, inside one, or while a rank on another node does (remote_since: since
+ * when, monotonic, some rank of another node has been inside the same collective, from the
+ * nodes' status records; 0: none). pid[i] 0: exited (skipped). Returns its index and why ("no
+ * progress for 5.0 s in allreduce #12 (...), stopped"), or -1. */
+int cddp__hang_find(cddp__progress_t *p, const pid_t *pid, int n, uint64_t now_ns, int timeout_ms,
+                    uint64_t remote_since, char *why, size_t size);
 
 #endif /* CDDP_LAUNCHER_HANG_H */

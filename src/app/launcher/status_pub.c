@@ -65,6 +65,40 @@ static void place(cddp__status_pub_t *p, cddp__status_node_t *rec, placed_t *pl)
   for (int i = 0; i < rec->nranks; i++) rec->ranks[i].rank = pl->rank_base + i;
 }
 
+/* While the watchdog wants them: the other nodes' fresh records, and since when the longest
+ * waiting of their ranks has been inside one collective. */
+static void track_remote(cddp__status_pub_t *p, int my_slot) {
+  if (!__atomic_load_n(&p->remote_wanted, __ATOMIC_ACQUIRE)) {
+    __atomic_store_n(&p->remote_since, 0, __ATOMIC_RELEASE);
+    return;
+  }
+  size_t cells = (size_t)CDDP__STATUS_NODES * CDDP__STATUS_RANKS;
+  if (!p->seen_coll) p->seen_coll = calloc(cells, sizeof *p->seen_coll), p->seen_ns = calloc(cells, sizeof *p->seen_ns);
+  cddp__status_node_t *all = NULL;
+  int n = 0;
+  if (!p->seen_coll || !p->seen_ns || cddp__status_read(p->store, &all, &n) != CDDP_OK) return;
+  struct timespec real;
+  clock_gettime(CLOCK_REALTIME, &real);
+  uint64_t wall_ms = (uint64_t)real.tv_sec * 1000 + (uint64_t)real.tv_nsec / 1000000, now = cddp__now_ns(), oldest = 0;
+  for (int k = 0; k < n; k++) {
+    const cddp__status_node_t *nd = &all[k];
+    int fresh = nd->wall_ms + 3000 > wall_ms && !strcmp(nd->state, "running"); /* a silent node says nothing */
+    if (nd->slot == my_slot || nd->slot < 0 || nd->slot >= CDDP__STATUS_NODES || !fresh) continue;
+    for (int i = 0; i < nd->nranks && i < CDDP__STATUS_RANKS; i++) {
+      size_t c = (size_t)nd->slot * CDDP__STATUS_RANKS + (size_t)i;
+      const cddp__status_rank_t *r = &nd->ranks[i];
+      if (!r->in_coll) {
+        p->seen_ns[c] = 0;
+        continue;
+      }
+      if (!p->seen_ns[c] || p->seen_coll[c] != r->coll) p->seen_coll[c] = r->coll, p->seen_ns[c] = now;
+      if (!oldest || p->seen_ns[c] < oldest) oldest = p->seen_ns[c];
+    }
+  }
+  free(all);
+  __atomic_store_n(&p->remote_since, oldest, __ATOMIC_RELEASE);
+}
+
 static void *poster_main(void *arg) {
   cddp__status_pub_t *p = arg;
   placed_t placed = {.gen = -1};
@@ -96,10 +130,13 @@ static void *poster_main(void *arg) {
     }
     if (have && cddp__status_post(p->store, rec) != CDDP_OK)
       CDDP_INFO(CDDP_SUB_RUN, "status record not posted: %s", cddp_last_error());
+    if (have) track_remote(p, slot);
     pthread_mutex_lock(&p->mu);
   }
   pthread_mutex_unlock(&p->mu);
   free(rec);
+  free(p->seen_coll), free(p->seen_ns);
+  p->seen_coll = p->seen_ns = NULL;
   return NULL;
 }
 

@@ -34,6 +34,13 @@ typedef struct cddp__status_pub {
   int64_t gen_seen;         /* the poster's: the last generation it read (-1: none yet) */
   uint64_t loss_ns;         /* atomic: the poster saw a generation that lost a node, at (monotonic) */
   uint64_t loss_seen;       /* the agent's: the last loss_ns whose recovery clock it started */
+  /* the other nodes, for the watchdog: while it wants them (a local worker has been idle outside
+   * any collective for half the hang timeout), the poster reads their records and tracks how long
+   * each of their ranks has been inside the same collective */
+  int remote_wanted;        /* atomic: set by the agent's watchdog */
+  uint64_t remote_since;    /* atomic: since when (monotonic) some rank of another node has been inside
+                               the same collective; 0: none */
+  uint64_t *seen_coll, *seen_ns; /* the poster's: per (slot, rank), the collective and since when */
 } cddp__status_pub_t;
 
 /* Connects (host, port, token, the job's run id) and starts the poster, which takes the agent's

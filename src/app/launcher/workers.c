@@ -370,8 +370,16 @@ static void watchdog(cddp__workers_t *ws) {
   for (int i = 0; i < ws->n; i++) pr[i] = ws->w[i].progress, pid[i] = ws->w[i].exited ? 0 : ws->w[i].pid;
   char why[320];
   uint64_t now = cddp__now_ns();
-  int h = cddp__hang_find(pr, pid, ws->n, now, ws->hang_ms, why, sizeof why);
+  uint64_t remote = ws->remote_since ? __atomic_load_n(ws->remote_since, __ATOMIC_ACQUIRE) : 0;
+  int h = cddp__hang_find(pr, pid, ws->n, now, ws->hang_ms, remote, why, sizeof why);
   for (int i = 0; i < ws->n; i++) ws->w[i].progress = pr[i];
+  if (ws->remote_wanted) { /* a worker idle outside any collective: are the other nodes waiting on it? */
+    int want = 0;
+    for (int i = 0; i < ws->n; i++)
+      want |= pid[i] && pr[i].page && pr[i].seq > 0 && pr[i].done == pr[i].seq &&
+              now - pr[i].since_ns >= (uint64_t)ws->hang_ms * 500000ull;
+    __atomic_store_n(ws->remote_wanted, want, __ATOMIC_RELEASE);
+  }
   if (h < 0) goto exit;
   cddp__worker_t *w = &ws->w[h];
   char path[4300], where[4200] = "";

@@ -66,6 +66,11 @@ typedef struct cddp__workers {
   void (*tick)(struct cddp__workers *ws, void *arg); /* NULL, or called about every second while
                                                        the workers run (the agent's status record) */
   void *tick_arg;
+  int *remote_wanted;           /* NULL, or (atomic) set while a local worker has been idle outside
+                                   any collective for half the hang timeout: look at the others */
+  const uint64_t *remote_since; /* NULL, or (atomic) since when a rank of another node has been
+                                   inside the same collective (0: none): the watchdog's view of
+                                   the other nodes, from their status records (status_pub.h) */
   cddp__warm_t *warm; /* NULL, or the warm spares (launcher/warm.h): a slot's spare becomes its
                          next worker; new ones start when the pool says */
   /* results of cddp__workers_watch */
