@@ -1,0 +1,76 @@
+/* zero1.c - ZeRO-1 (ddp.shard_optimizer): each rank keeps 1/world of the optimizer state and
+ * updates 1/world of the parameters. The reduce-scatter and all-gather together move the
+ * bytes of one all-reduce; over shared memory both sum in rank order as the all-reduce does,
+ * so the parameters are bitwise those of the unsharded run (docs/zero1.md). */
+#include "trainer/zero1.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/check.h"
+#include "common/clock.h"
+#include "trainer/trainer.h"
+
+#define SHARD_ALIGN 16 /* floats: 64 bytes */
+
+cddp_result_t cddp__zero1_layout(cddp__zero1_t *z, size_t n, int world, int rank) {
+  size_t w = (size_t)world, per = ((n + w - 1) / w + SHARD_ALIGN - 1) / SHARD_ALIGN * SHARD_ALIGN;
+  if ((w - 1) * per >= n)
+    return cddp__fail(CDDP_INVALID_ARG, "ddp.shard_optimizer: %zu parameters are too few to give each of %d ranks a "
+                      "shard of %d-float lines", n, world, SHARD_ALIGN);
+  z->n = n, z->per = per, z->padded = w * per;
+  z->len = cddp__zero1_shard(z, rank, &z->lo);
+  return CDDP_OK;
+}
+
+size_t cddp__zero1_shard(const cddp__zero1_t *z, int q, size_t *lo) {
+  size_t a = CDDP_MIN((size_t)q * z->per, z->n);
+  *lo = a;
+  return CDDP_MIN(z->per, z->n - a);
+}
+
+cddp_result_t cddp__zero1_step(trainer_t *t, float lr, double *norm, uint64_t *comm_ns, uint64_t *optim_ns) {
+  cddp__zero1_t *z = &t->zero1;
+  float *g = t->grads + z->lo, *p = t->params + z->lo;
+  uint64_t t0 = cddp__now_ns();
+  /* in place (NCCL's form): this rank's block of the buffer receives the sum, zero copy over shm */
+  CDDP_CHECK(cddp_reduce_scatter(t->w.comm, t->grads, g, z->per, CDDP_F32, CDDP_SUM));
+  double ss = cddp__optim_sumsq(g, z->len);
+  CDDP_CHECK(cddp_allreduce(t->w.comm, &ss, &ss, 1, CDDP_F64, CDDP_SUM)); /* the global norm */
+  uint64_t t1 = cddp__now_ns();
+  *norm = sqrt(ss);
+  cddp__optim_step_shard(&t->opt, p, g, lr, *norm);
+  uint64_t t2 = cddp__now_ns();
+  CDDP_CHECK(cddp_allgather(t->w.comm, p, t->params, z->per, CDDP_F32)); /* in place */
+  *optim_ns = t2 - t1;
+  *comm_ns = (t1 - t0) + (cddp__now_ns() - t2);
+  return CDDP_OK;
+}
+
+/* Rank q's shard crosses as a broadcast from q: a rank other than 0 and q takes it into a
+ * shard-sized scratch and drops it, so no rank but 0 ever holds the whole state. */
+static cddp_result_t move_shards(trainer_t *t, float *shard, float *full, int to_root) {
+  const cddp__zero1_t *z = &t->zero1;
+  float *scratch = t->rank == 0 ? NULL : malloc(z->per * sizeof *scratch);
+  if (t->rank != 0 && !scratch) return cddp__fail(CDDP_SYSTEM, "out of memory");
+  cddp_result_t r = CDDP_OK;
+  for (int q = 0; q < t->world && r == CDDP_OK; q++) {
+    size_t lo, len = cddp__zero1_shard(z, q, &lo);
+    int root = to_root ? q : 0;
+    float *buf = t->rank == 0 ? full + lo : t->rank == q ? shard : scratch;
+    if (t->rank == 0 && q == 0 && to_root) memcpy(full, shard, len * sizeof *full);
+    r = cddp_broadcast(t->w.comm, buf, len, CDDP_F32, root);
+    if (r == CDDP_OK && t->rank == 0 && q == 0 && !to_root) memcpy(shard, full, len * sizeof *full);
+  }
+  free(scratch);
+  return r;
+}
+
+cddp_result_t cddp__zero1_gather(trainer_t *t, const float *shard, float *full) {
+  return move_shards(t, (float *)shard, full, 1); /* only the roots read their shard: never written */
+}
+
+cddp_result_t cddp__zero1_scatter(trainer_t *t, const float *full, float *shard) {
+  return move_shards(t, shard, (float *)full, 0); /* only rank 0 reads full */
+}
