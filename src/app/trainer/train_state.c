@@ -54,28 +54,19 @@ static float *gather_residuals(trainer_t *t, int healthy, cddp_result_t *r) {
   return all;
 }
 
-/* ZeRO-1: the moments (NULL when the optimizer has none) whole on rank 0, m and v (n floats
- * each); a checkpoint holds them as the unsharded run writes them, for any world to resume. */
-static cddp_result_t gather_moments(trainer_t *t, int healthy, float **m, float **v) {
-  *m = *v = NULL;
-  if (!healthy) return cddp__fail(CDDP_REMOTE, "no checkpoint: a peer is gone, and with ddp.shard_optimizer its shard "
-                                  "of the optimizer state with it");
-  size_t n = t->rank == 0 ? t->n_params : 0;
-  if ((t->opt.m && !(*m = malloc(n * sizeof **m + 1))) || (t->opt.v && !(*v = malloc(n * sizeof **v + 1))))
-    return cddp__fail(CDDP_SYSTEM, "checkpoint: out of memory");
-  if (t->opt.m) CDDP_CHECK(cddp__zero1_gather(t, t->opt.m, *m));
-  if (t->opt.v) CDDP_CHECK(cddp__zero1_gather(t, t->opt.v, *v));
-  return CDDP_OK;
-}
-
 cddp_result_t cddp__train_save(trainer_t *t, int healthy) {
   cddp_result_t r;
   float *residuals = gather_residuals(t, healthy, &r);
-  float *full_m = NULL, *full_v = NULL; /* ZeRO-1: the moments gathered */
-  if (r == CDDP_OK && t->zero1.on) r = gather_moments(t, healthy, &full_m, &full_v);
-  float *opt_m = t->zero1.on ? full_m : t->opt.m, *opt_v = t->zero1.on ? full_v : t->opt.v;
+  /* ZeRO-1: the moments whole on rank 0, as the unsharded run saves them, for any world to resume */
+  if (r == CDDP_OK && t->zero1.on && !healthy)
+    r = cddp__fail(CDDP_REMOTE, "no checkpoint: a peer is gone, and with ddp.shard_optimizer its shard of the "
+                   "optimizer state with it");
+  else if (r == CDDP_OK && t->zero1.on)
+    r = cddp__zero1_hold_whole(t);
+  float *opt_m = t->zero1.on ? t->zero1.whole_m : t->opt.m, *opt_v = t->zero1.on ? t->zero1.whole_v : t->opt.v;
   if (r != CDDP_OK || t->rank != 0) {
-    free(residuals), free(full_m), free(full_v);
+    free(residuals);
+    cddp__zero1_drop_whole(t);
     return r;
   }
   int n = t->task->ops->n_params(t->task), nres = residuals ? t->world : 0;
@@ -121,7 +112,8 @@ cddp_result_t cddp__train_save(trainer_t *t, int healthy) {
   r = cddp_ckpt_save(root, t->step, &p, t->cfg.ckpt_keep, t->last_ckpt, sizeof t->last_ckpt);
   if (r == CDDP_OK) CDDP_INFO(CDDP_SUB_TRAIN, "checkpoint %s", t->last_ckpt);
 out:
-  free(names), free(w), free(m), free(v), free(state), free(residuals), free(full_m), free(full_v);
+  free(names), free(w), free(m), free(v), free(state), free(residuals);
+  cddp__zero1_drop_whole(t);
   return r;
 }
 
@@ -286,8 +278,8 @@ static cddp_result_t restore_from(trainer_t *t, const char *want, const char *or
   CDDP_CHECK(cddp_broadcast(t->w.comm, hdr, 5, CDDP_I64, 0));
   CDDP_CHECK(cddp_broadcast(t->w.comm, t->params, t->n_params, CDDP_F32, 0));
   if (t->zero1.on) {
-    if (t->opt.m) CDDP_CHECK(cddp__zero1_scatter(t, opt_m, t->opt.m));
-    if (t->opt.v) CDDP_CHECK(cddp__zero1_scatter(t, opt_v, t->opt.v));
+    if (t->opt.m) CDDP_CHECK(cddp__zero1_scatter(t, opt_m, t->opt.m, 0));
+    if (t->opt.v) CDDP_CHECK(cddp__zero1_scatter(t, opt_v, t->opt.v, 0));
   } else {
     if (t->opt.m) CDDP_CHECK(cddp_broadcast(t->w.comm, t->opt.m, t->n_params, CDDP_F32, 0));
     if (t->opt.v) CDDP_CHECK(cddp_broadcast(t->w.comm, t->opt.v, t->n_params, CDDP_F32, 0));

@@ -161,9 +161,6 @@ static cddp_result_t setup(trainer_t *t) {
   if ((t->zero1.on = c->shard_optimizer)) {
     t->same_error_everywhere = 1;
     CDDP_CHECK(cddp__zero1_layout(&t->zero1, t->n_params, t->world, t->rank));
-    if (cddp_world_can_recover(&t->w)) /* a lost rank takes its shard of the state with it */
-      return cddp__fail(CDDP_INVALID_ARG, "ddp.shard_optimizer: true cannot be combined with cddp run --restart-mode "
-                        "replace yet: run without it and resume with --resume-from latest");
     t->same_error_everywhere = 0;
   }
   /* ZeRO-1 all-gathers into it: one shard per rank, the last padded */

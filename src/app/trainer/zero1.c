@@ -48,29 +48,69 @@ cddp_result_t cddp__zero1_step(trainer_t *t, float lr, double *norm, uint64_t *c
   return CDDP_OK;
 }
 
-/* Rank q's shard crosses as a broadcast from q: a rank other than 0 and q takes it into a
- * shard-sized scratch and drops it, so no rank but 0 ever holds the whole state. */
-static cddp_result_t move_shards(trainer_t *t, float *shard, float *full, int to_root) {
+/* Rank q's shard crosses as a broadcast from q (to root) or from root (to q): a rank that is
+ * neither root nor q takes it into a shard-sized scratch and drops it, so no rank but root
+ * ever holds the whole state. */
+static cddp_result_t move_shards(trainer_t *t, float *shard, float *full, int root, int to_root) {
   const cddp__zero1_t *z = &t->zero1;
-  float *scratch = t->rank == 0 ? NULL : malloc(z->per * sizeof *scratch);
-  if (t->rank != 0 && !scratch) return cddp__fail(CDDP_SYSTEM, "out of memory");
+  float *scratch = t->rank == root ? NULL : malloc(z->per * sizeof *scratch);
+  if (t->rank != root && !scratch) return cddp__fail(CDDP_SYSTEM, "out of memory");
   cddp_result_t r = CDDP_OK;
   for (int q = 0; q < t->world && r == CDDP_OK; q++) {
     size_t lo, len = cddp__zero1_shard(z, q, &lo);
-    int root = to_root ? q : 0;
-    float *buf = t->rank == 0 ? full + lo : t->rank == q ? shard : scratch;
-    if (t->rank == 0 && q == 0 && to_root) memcpy(full, shard, len * sizeof *full);
-    r = cddp_broadcast(t->w.comm, buf, len, CDDP_F32, root);
-    if (r == CDDP_OK && t->rank == 0 && q == 0 && !to_root) memcpy(shard, full, len * sizeof *full);
+    float *buf = t->rank == root ? full + lo : t->rank == q ? shard : scratch;
+    if (t->rank == root && q == root && to_root) memcpy(buf, shard, len * sizeof *buf);
+    r = cddp_broadcast(t->w.comm, buf, len, CDDP_F32, to_root ? q : root);
+    if (r == CDDP_OK && t->rank == root && q == root && !to_root) memcpy(shard, buf, len * sizeof *buf);
   }
   free(scratch);
   return r;
 }
 
-cddp_result_t cddp__zero1_gather(trainer_t *t, const float *shard, float *full) {
-  return move_shards(t, (float *)shard, full, 1); /* only the roots read their shard: never written */
+cddp_result_t cddp__zero1_gather(trainer_t *t, const float *shard, float *full, int root) {
+  return move_shards(t, (float *)shard, full, root, 1); /* only the senders read their shard: never written */
 }
 
-cddp_result_t cddp__zero1_scatter(trainer_t *t, const float *full, float *shard) {
-  return move_shards(t, shard, (float *)full, 0); /* only rank 0 reads full */
+cddp_result_t cddp__zero1_scatter(trainer_t *t, const float *full, float *shard, int root) {
+  return move_shards(t, shard, (float *)full, root, 0); /* only root reads full */
+}
+
+cddp_result_t cddp__zero1_relayout(trainer_t *t) {
+  cddp__zero1_t *z = &t->zero1;
+  CDDP_CHECK(cddp__zero1_layout(z, t->n_params, t->world, t->rank));
+  float *p = aligned_alloc(64, (z->padded * sizeof(float) + 63) / 64 * 64);
+  cddp_optim_t o;
+  if (!p) return cddp__fail(CDDP_SYSTEM, "out of memory");
+  cddp_result_t r = cddp__optim_init(&o, &t->opt.spec, z->len);
+  if (r != CDDP_OK) return free(p), r;
+  memcpy(p, t->params, t->n_params * sizeof *p); /* the weights stay; the shards come from the state's holder */
+  memset(p + t->n_params, 0, (z->padded - t->n_params) * sizeof *p);
+  free(t->params);
+  t->params = p;
+  o.t = t->opt.t;
+  cddp__optim_free(&t->opt);
+  t->opt = o;
+  return CDDP_OK;
+}
+
+cddp_result_t cddp__zero1_hold_whole(trainer_t *t) {
+  cddp__zero1_t *z = &t->zero1;
+  size_t n = t->rank == 0 ? t->n_params : 0;
+  cddp__zero1_drop_whole(t);
+  if ((t->opt.m && !(z->whole_m = malloc(n * sizeof(float) + 1))) ||
+      (t->opt.v && !(z->whole_v = malloc(n * sizeof(float) + 1))))
+    return cddp__zero1_drop_whole(t), cddp__fail(CDDP_SYSTEM, "out of memory");
+  cddp_result_t r = CDDP_OK;
+  if (t->opt.m) r = cddp__zero1_gather(t, t->opt.m, z->whole_m, 0);
+  if (r == CDDP_OK && t->opt.v) r = cddp__zero1_gather(t, t->opt.v, z->whole_v, 0);
+  if (r != CDDP_OK) return cddp__zero1_drop_whole(t), r;
+  z->whole = t->rank == 0;
+  return CDDP_OK;
+}
+
+void cddp__zero1_drop_whole(trainer_t *t) {
+  cddp__zero1_t *z = &t->zero1;
+  free(z->whole_m), free(z->whole_v);
+  z->whole_m = z->whole_v = NULL;
+  z->whole = 0;
 }
