@@ -42,7 +42,14 @@ cddp_result_t cddp__zero1_step(trainer_t *t, float lr, double *norm, uint64_t *c
   *norm = sqrt(ss);
   cddp__optim_step_shard(&t->opt, p, g, lr, *norm);
   uint64_t t2 = cddp__now_ns();
-  CDDP_CHECK(cddp_allgather(t->w.comm, p, t->params, z->per, CDDP_F32)); /* in place */
+  /* through the gradient buffer, which is comm memory: the all-gather then copies straight from
+   * the peers' buffers (an ordinary buffer goes through the staging slots, 4.5x slower at 7 MiB) */
+  memcpy(g, p, z->len * sizeof *g);
+  CDDP_CHECK(cddp_allgather(t->w.comm, g, t->grads, z->per, CDDP_F32)); /* in place */
+  for (int q = 0; q < t->world; q++) {
+    size_t lo, len = cddp__zero1_shard(z, q, &lo);
+    if (q != t->rank) memcpy(t->params + lo, t->grads + lo, len * sizeof *t->params);
+  }
   *optim_ns = t2 - t1;
   *comm_ns = (t1 - t0) + (cddp__now_ns() - t2);
   return CDDP_OK;
