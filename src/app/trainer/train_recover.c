@@ -277,6 +277,8 @@ static cddp_result_t recover_as(trainer_t *t, uint64_t t_fail, int join) {
     if (r != CDDP_OK) break;
     if ((r = adopt_world(t)) != CDDP_OK) break;
     r = cddp__train_make_ddp(t);
+    /* ZeRO-1 moved the parameters (relayout): an evaluation redone before the next step reads them */
+    if (r == CDDP_OK && t->zero1.on) t->task->ops->bind(t->task, t->params, t->grads);
     if (r == CDDP_OK && kept) memcpy(cddp_ddp_residual(t->ddp), kept, res_len * sizeof *kept);
     if (r == CDDP_OK) r = sync_state(t, t_fail, old_world, old_accum, join, gen0);
     if (r == CDDP_OK || !cddp__train_recoverable(t, r)) break;

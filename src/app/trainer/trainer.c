@@ -298,7 +298,12 @@ static int run_loop(trainer_t *t) {
     cddp__metrics_step(&t->metrics, &rec);
     int epoch_done = t->sampler.epoch != epoch_before || t->step == t->total_steps;
     int due = (t->cfg.ckpt_every > 0 && t->step % t->cfg.ckpt_every == 0) || t->step == t->total_steps || stop;
-    if (due && cddp__train_save(t, 1) != CDDP_OK) {
+    cddp_result_t sr = due ? cddp__train_save(t, 1) : CDDP_OK;
+    /* ZeRO-1's save gathers the shards: a rank lost in it took its shard, and the recovery goes
+     * back to the newest checkpoint (earlier than this step), from where the loop goes on */
+    if (sr != CDDP_OK && t->zero1.on && cddp__train_recoverable(t, sr) && cddp__train_recover(t, cddp__now_ns()) == CDDP_OK)
+      continue;
+    if (sr != CDDP_OK) {
       cddp__metrics_break_line(&t->metrics);
       fprintf(stderr, "cddp train: rank 0: checkpoint at step %" PRId64 ": %s\n", t->step, cddp_last_error());
       return 1;
