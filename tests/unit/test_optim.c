@@ -225,6 +225,43 @@ TEST(clip_leaves_small_grads_alone) {
   cddp__optim_free(&o);
 }
 
+static double ss_of(const float *g, int n) {
+  double s = 0;
+  for (int i = 0; i < n; i++) s += (double)g[i] * g[i];
+  return s;
+}
+
+/* ZeRO-1: shards updated one by one (each from a 16-float line, the last shorter) with the
+ * norm of the whole give the bits of one update of the whole, for SGD momentum and AdamW, with
+ * and without clipping, over three steps. */
+TEST(shard_updates_equal_the_whole) {
+  enum { N = 1000, PER = 336 }; /* 336 + 336 + 328 */
+  const cddp_optim_spec_t specs[] = {
+      {.kind = CDDP_OPTIM_SGD, .momentum = 0.9f, .weight_decay = 0.01f, .grad_clip = 0.5f},
+      {.kind = CDDP_OPTIM_ADAMW, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f, .weight_decay = 0.1f, .grad_clip = 0.5f},
+      {.kind = CDDP_OPTIM_ADAMW, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f},
+  };
+  static float p[N], g[N], ps[N], gs[N];
+  for (size_t c = 0; c < sizeof specs / sizeof specs[0]; c++) {
+    cddp_optim_t whole, part[3];
+    CHECK_OK(cddp__optim_init(&whole, &specs[c], N));
+    for (int q = 0; q < 3; q++) CHECK_OK(cddp__optim_init(&part[q], &specs[c], q < 2 ? PER : N - 2 * PER));
+    for (int i = 0; i < N; i++) p[i] = ps[i] = (float)((i * 37) % 101) / 101.0f - 0.5f;
+    for (int step = 0; step < 3; step++) {
+      for (int i = 0; i < N; i++) g[i] = gs[i] = (float)((i * 53 + step * 7) % 97) / 970.0f - 0.05f;
+      double norm = cddp__optim_step(&whole, p, g, 0.01f), ss = 0;
+      for (int q = 0; q < 3; q++) ss += cddp__optim_sumsq(gs + q * PER, part[q].n);
+      /* without clipping the whole's norm is the log's, summed in float lanes per block */
+      CHECK_NEAR(sqrt(ss), norm, (specs[c].grad_clip > 0 ? 1e-12 : 1e-6) * norm);
+      for (int q = 0; q < 3; q++) cddp__optim_step_shard(&part[q], ps + q * PER, gs + q * PER, 0.01f, sqrt(ss));
+      CHECK(memcmp(p, ps, sizeof p) == 0);
+    }
+    if (specs[c].grad_clip > 0) CHECK(sqrt(ss_of(g, N)) < 0.5 + 1e-5); /* the clip took effect */
+    cddp__optim_free(&whole);
+    for (int q = 0; q < 3; q++) cddp__optim_free(&part[q]);
+  }
+}
+
 static double now_s(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);

@@ -46,6 +46,7 @@ typedef struct cddp_train_config {
   int compress;              /* ddp.compress: none|bf16|sign|fp16|powersgd (cddp_compress_t order) */
   int powersgd_rank;         /* ddp.powersgd_rank: PowerSGD's rank (1..256) */
   int sign_adam;             /* ddp.sign_adam: sign-Adam's variance sync every N steps; 0 = off */
+  int shard_optimizer;       /* ddp.shard_optimizer: ZeRO-1 (trainer/zero1.c) */
   int threads;               /* ddp.threads: BLAS threads per rank; 0 = cores / local ranks */
   int64_t ckpt_every;        /* checkpoint.every_steps (0 = only at the end) */
   int ckpt_keep;             /* checkpoint.keep */

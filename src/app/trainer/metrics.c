@@ -76,8 +76,9 @@ static void write_ranks(FILE *f, const cddp__ranks_t *rk) {
   fprintf(f, ",\"slowest_rank\":%d,\"rank_spread\":%.3f,\"straggler\":%d,\"ranks\":[", rk->slowest, rk->spread,
           rk->straggler);
   for (int i = 0; i < rk->world; i++)
-    fprintf(f, "%s{\"rank\":%d,\"compute_ms\":%.3f,\"data_ms\":%.3f,\"optim_ms\":%.3f,\"comm_ms\":%.3f}", i ? "," : "",
-            i, rk->all[i].compute_ms, rk->all[i].data_ms, rk->all[i].optim_ms, rk->all[i].comm_ms);
+    fprintf(f, "%s{\"rank\":%d,\"compute_ms\":%.3f,\"data_ms\":%.3f,\"optim_ms\":%.3f,\"comm_ms\":%.3f,\"peak_rss_mb\":%.1f}",
+            i ? "," : "", i, rk->all[i].compute_ms, rk->all[i].data_ms, rk->all[i].optim_ms, rk->all[i].comm_ms,
+            rk->all[i].peak_rss_mb);
   fputc(']', f);
 }
 

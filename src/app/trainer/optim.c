@@ -187,19 +187,43 @@ static void update_range(cddp_optim_t *o, float *params, float *grads, size_t i0
  * gradients are still in L1 when the update reads them (16 KiB of each buffer). */
 #define FUSE_BLOCK 4096
 
-double cddp__optim_step(cddp_optim_t *o, float *params, float *grads, float lr) {
+/* Counts the step and returns AdamW's per-step scalars (decay factor, step size, 1/sqrt(bc2)). */
+static void begin_step(cddp_optim_t *o, float lr, float adam[4]) {
   const cddp_optim_spec_t *s = &o->spec;
-  const size_t n = o->n;
   o->t++;
+  if (s->kind != CDDP_OPTIM_ADAMW) return;
+  double bc1 = 1.0 - pow((double)s->beta1, (double)o->t);
+  double bc2 = 1.0 - pow((double)s->beta2, (double)o->t);
+  adam[0] = (float)(1.0 - (double)lr * s->weight_decay); /* decoupled decay factor */
+  adam[1] = (float)((double)lr / bc1);                    /* step size */
+  adam[2] = o->v_external ? 1.0f : (float)(1.0 / sqrt(bc2)); /* 1 / sqrt(bias correction 2) */
+}
+
+double cddp__optim_sumsq(const float *grads, size_t n) { return sum_squares(grads, n); }
+
+/* torch.nn.utils.clip_grad_norm_, in float32 as torch computes it: the update scales (and
+ * stores) the gradients in its pass. A non-finite norm gives a NaN scale there too, so the
+ * caller must check the norm. */
+static void clipped_update(cddp_optim_t *o, float *params, float *grads, float lr, double norm,
+                           const float adam[4]) {
+  float coef = o->spec.grad_clip / ((float)norm + 1e-6f), cs = 1.0f;
+  int clipped = 0;
+  if (!(coef >= 1.0f)) cs = coef, clipped = 1;
+  update_range(o, params, grads, 0, o->n, lr, cs, clipped, adam);
+}
+
+void cddp__optim_step_shard(cddp_optim_t *o, float *params, float *grads, float lr, double norm) {
   float adam[4] = {0};
-  if (s->kind == CDDP_OPTIM_ADAMW) {
-    double bc1 = 1.0 - pow((double)s->beta1, (double)o->t);
-    double bc2 = 1.0 - pow((double)s->beta2, (double)o->t);
-    adam[0] = (float)(1.0 - (double)lr * s->weight_decay); /* decoupled decay factor */
-    adam[1] = (float)((double)lr / bc1);                    /* step size */
-    adam[2] = o->v_external ? 1.0f : (float)(1.0 / sqrt(bc2)); /* 1 / sqrt(bias correction 2) */
-  }
-  if (s->grad_clip <= 0) {
+  begin_step(o, lr, adam);
+  if (o->spec.grad_clip <= 0) update_range(o, params, grads, 0, o->n, lr, 1.0f, 0, adam);
+  else clipped_update(o, params, grads, lr, norm, adam);
+}
+
+double cddp__optim_step(cddp_optim_t *o, float *params, float *grads, float lr) {
+  const size_t n = o->n;
+  float adam[4] = {0};
+  begin_step(o, lr, adam);
+  if (o->spec.grad_clip <= 0) {
     /* No clipping: the norm (for the caller's log) rides along with the update, one pass. */
     double ss = 0;
     for (size_t i = 0; i < n; i += FUSE_BLOCK) {
@@ -209,13 +233,7 @@ double cddp__optim_step(cddp_optim_t *o, float *params, float *grads, float lr) 
     }
     return sqrt(ss);
   }
-  /* torch.nn.utils.clip_grad_norm_, in float32 as torch computes it: the whole norm first,
-   * then the update scales (and stores) the gradients in its pass. A non-finite norm gives
-   * a NaN scale there too, so the caller must check the returned norm. */
-  double norm = sqrt(sum_squares(grads, n));
-  float coef = s->grad_clip / ((float)norm + 1e-6f), cs = 1.0f;
-  int clipped = 0;
-  if (!(coef >= 1.0f)) cs = coef, clipped = 1;
-  update_range(o, params, grads, 0, n, lr, cs, clipped, adam);
+  double norm = sqrt(sum_squares(grads, n)); /* the whole norm first, then the update */
+  clipped_update(o, params, grads, lr, norm, adam);
   return norm;
 }

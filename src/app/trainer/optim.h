@@ -33,6 +33,12 @@ void cddp__optim_free(cddp_optim_t *o);
 /* One update with learning rate lr. Clips grads in place first when spec.grad_clip > 0.
  * Returns the global gradient L2 norm before clipping. Matches torch.optim semantics. */
 double cddp__optim_step(cddp_optim_t *o, float *params, float *grads, float lr);
+/* The exact sum of squares (in double) that clipping takes its norm from. */
+double cddp__optim_sumsq(const float *grads, size_t n);
+/* ZeRO-1: one update of the o->n elements of this rank's shard (params and grads point at its
+ * start). norm is the global gradient norm, the square root of every shard's cddp__optim_sumsq
+ * summed over the ranks; clipping (spec.grad_clip > 0) scales by it as cddp__optim_step does. */
+void cddp__optim_step_shard(cddp_optim_t *o, float *params, float *grads, float lr, double norm);
 
 typedef enum cddp_sched_kind {
   CDDP_SCHED_CONSTANT = 0, CDDP_SCHED_COSINE = 1, CDDP_SCHED_LINEAR = 2

@@ -2,6 +2,7 @@
  * (metrics came from rank 0 alone, so a slow rank was invisible). */
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 
 #include "common/check.h"
 #include "trainer/ranks.h"
@@ -32,13 +33,16 @@ static int cmp_double(const void *a, const void *b) {
 
 cddp_result_t cddp__ranks_gather(cddp__ranks_t *r, cddp_comm_t *comm) {
   int world = cddp_comm_world(comm);
-  double mine[5] = {r->sum[0], r->sum[1], r->sum[2], r->sum[3], (double)r->steps};
-  double *got = calloc((size_t)world * 5, sizeof *got), *others = calloc((size_t)world, sizeof *others);
+  enum { F = 6 };
+  struct rusage ru;
+  double rss_mb = getrusage(RUSAGE_SELF, &ru) == 0 ? (double)ru.ru_maxrss / 1024.0 : 0; /* KiB on Linux */
+  double mine[F] = {r->sum[0], r->sum[1], r->sum[2], r->sum[3], (double)r->steps, rss_mb};
+  double *got = calloc((size_t)world * F, sizeof *got), *others = calloc((size_t)world, sizeof *others);
   if (!got || !others) {
     free(got), free(others);
     return cddp__fail(CDDP_SYSTEM, "out of memory gathering per-rank timings");
   }
-  cddp_result_t ret = cddp_allgather(comm, mine, got, 5, CDDP_F64);
+  cddp_result_t ret = cddp_allgather(comm, mine, got, F, CDDP_F64);
   memset(r->sum, 0, sizeof r->sum), r->steps = 0;
   if (ret != CDDP_OK) goto exit;
   if (world != r->world) { /* a re-formed job: its ranks are others */
@@ -51,9 +55,9 @@ cddp_result_t cddp__ranks_gather(cddp__ranks_t *r, cddp_comm_t *comm) {
     r->world = world, r->straggler = -1;
   }
   for (int i = 0; i < world; i++) {
-    double n = got[5 * i + 4] > 0 ? got[5 * i + 4] : 1;
-    r->all[i] = (cddp__rank_times_t){got[5 * i] / n * 1e3, got[5 * i + 1] / n * 1e3, got[5 * i + 2] / n * 1e3,
-                                     got[5 * i + 3] / n * 1e3};
+    const double *g = got + F * i;
+    double n = g[4] > 0 ? g[4] : 1;
+    r->all[i] = (cddp__rank_times_t){g[0] / n * 1e3, g[1] / n * 1e3, g[2] / n * 1e3, g[3] / n * 1e3, g[5]};
   }
   int lo = 0, hi = 0;
   for (int i = 1; i < world; i++) {

@@ -8,6 +8,7 @@
  * the time it waited for the others (comm, the exposed all-reduce). */
 typedef struct cddp__rank_times {
   double compute_ms, data_ms, optim_ms, comm_ms;
+  double peak_rss_mb; /* the process's peak resident memory so far (getrusage ru_maxrss) */
 } cddp__rank_times_t;
 
 typedef struct cddp__ranks {
@@ -28,7 +29,7 @@ void cddp__ranks_init(cddp__ranks_t *r, int every, int pct, int windows);
 void cddp__ranks_free(cddp__ranks_t *r);
 /* This rank's figures of one step (seconds). */
 void cddp__ranks_add(cddp__ranks_t *r, double compute_s, double data_s, double optim_s, double comm_s);
-/* Every rank calls it at the same steps (step % every == 0): one all-gather of 5 doubles a rank;
+/* Every rank calls it at the same steps (step % every == 0): one all-gather of 6 doubles a rank;
  * then all, slowest, spread and the straggler rule are up to date on every rank. A rank whose
  * busy time is more than pct % above the median of the others' for `windows` gathers in a row
  * is the straggler (fresh the first time). Errors are the all-gather's. */

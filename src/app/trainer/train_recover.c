@@ -70,8 +70,8 @@ static cddp_result_t restart_from_init(trainer_t *t) {
   t->task->ops->bind(t->task, t->params, t->grads);
   t->task->ops->init_params(t->task, t->cfg.seed);
   CDDP_CHECK(cddp_broadcast(t->w.comm, t->params, t->n_params, CDDP_F32, 0)); /* as setup does */
-  if (t->opt.m) memset(t->opt.m, 0, t->n_params * sizeof *t->opt.m);
-  if (t->opt.v) memset(t->opt.v, 0, t->n_params * sizeof *t->opt.v);
+  if (t->opt.m) memset(t->opt.m, 0, t->opt.n * sizeof *t->opt.m); /* ZeRO-1: the shard */
+  if (t->opt.v) memset(t->opt.v, 0, t->opt.n * sizeof *t->opt.v);
   float *res = t->ddp ? cddp_ddp_residual(t->ddp) : NULL;
   if (res) memset(res, 0, cddp__ddp_residual_len(t->ddp) * sizeof *res);
   t->opt.t = 0;
@@ -79,13 +79,14 @@ static cddp_result_t restart_from_init(trainer_t *t) {
   return cddp__sampler_restore(&t->sampler, 0, 0);
 }
 
-/* Every worker of the job died at once (each rank here is a replacement): the state comes back
+/* Every worker of the job died at once (each rank here is a replacement), or under ZeRO-1 one
+ * rank's shard of the optimizer state went with it (why says which): the state comes back
  * from the newest checkpoint of the run exactly as --resume-from latest loads it; with none yet,
  * from the checkpoint an explicit --resume-from PATH started the run from, else from step 0 of
  * the config's init (same seed, same sample order: the job trains what a fresh start would).
  * The sample logs and rank 0's metrics are cut back to that step, so every sample is still
  * trained exactly once and no step is logged twice. */
-static cddp_result_t restore_whole_job(trainer_t *t) {
+static cddp_result_t restore_whole_job(trainer_t *t, const char *why_disk) {
   CDDP_CHECK(cddp__train_check_configs(t));
   const char *given = t->opts->resume;
   int explicit_path = given && strcmp(given, "latest") && strcmp(given, "none");
@@ -114,8 +115,8 @@ static cddp_result_t restore_whole_job(trainer_t *t) {
     else snprintf(from, sizeof from, "the config's init (no checkpoint in %s/checkpoints yet)", t->run_dir);
     if (last >= t->step) snprintf(redone, sizeof redone, ", %" PRId64 " steps redone", last + 1 - t->step);
     cddp__metrics_break_line(&t->metrics);
-    fprintf(stderr, "cddp train: no survivor holds the state: restored step %" PRId64 " from %s%s (generation %d, "
-            "world %d)\n", t->step, from, redone, cddp_world_generation(&t->w), t->world);
+    fprintf(stderr, "cddp train: %s: restored step %" PRId64 " from %s%s (generation %d, world %d)\n", why_disk, t->step,
+            from, redone, cddp_world_generation(&t->w), t->world);
   }
   return CDDP_OK;
 }
@@ -145,9 +146,10 @@ static cddp_result_t sync_state(trainer_t *t, uint64_t t_fail, int old_world, in
   /* per rank: has state, step, config hash, ms since its failure, the world and accumulation
    * it trained with (the source's are the job's: a replacement born into the new world has
    * seen no change), the generation it trained in */
-  enum { F = 7 };
+  enum { F = 8 }; /* ... and whether it holds the whole ZeRO-1 moments (gathered before a join) */
   int64_t mine[F] = {t->has_state, t->has_state ? t->step : -1, (int64_t)cddp__config_hash(&t->cfg),
-                     t_fail ? (int64_t)((cddp__now_ns() - t_fail) / 1000000) : 0, old_world, old_accum, gen0};
+                     t_fail ? (int64_t)((cddp__now_ns() - t_fail) / 1000000) : 0, old_world, old_accum, gen0,
+                     t->zero1.whole};
   int64_t *all = calloc((size_t)t->world * F, sizeof *all);
   if (!all) return cddp__fail(CDDP_SYSTEM, "out of memory");
   cddp_result_t r = cddp_allgather(t->w.comm, mine, all, F, CDDP_I64);
@@ -158,13 +160,19 @@ static cddp_result_t sync_state(trainer_t *t, uint64_t t_fail, int old_world, in
     ms = CDDP_MAX(ms, all[F * q + 3]);
     gen0 = (int)CDDP_MIN(gen0, all[F * q + 6]); /* a replacement knows only its own generation */
   }
+  int whole = -1; /* ZeRO-1: the rank holding every shard of the newest state */
+  for (int q = 0; r == CDDP_OK && src >= 0 && q < t->world && whole < 0; q++)
+    if (all[F * q + 7] && all[F * q + 1] == best) whole = q;
+  if (t->zero1.on && src >= 0 && whole < 0) src = -2; /* a lost rank's shard exists only on disk */
+  if (t->zero1.on && whole >= 0) src = whole;
   if (src >= 0) old_world = (int)all[F * src + 4], old_accum = (int)all[F * src + 5];
   int bad = -1; /* a rank whose config differs from the source's: every rank says so */
   for (int q = 0; r == CDDP_OK && src >= 0 && q < t->world && bad < 0; q++)
     if (all[F * q + 2] != all[F * src + 2]) bad = q;
   free(all);
   CDDP_CHECK(r);
-  if (src < 0) return restore_whole_job(t); /* every worker died at once: from disk */
+  if (src == -1) return restore_whole_job(t, "no survivor holds the state"); /* every worker died at once */
+  if (src == -2) return restore_whole_job(t, "a lost rank took its shard of the optimizer state (ddp.shard_optimizer)");
   if (bad >= 0)
     return cddp__fail(CDDP_INVALID_ARG, "in-place recovery: the config of rank %d differs from rank %d's (the state's "
                       "source)", bad, src);
@@ -172,8 +180,14 @@ static cddp_result_t sync_state(trainer_t *t, uint64_t t_fail, int old_world, in
   uint64_t hdr[4] = {(uint64_t)t->step, (uint64_t)t->opt.t, t->sampler.epoch, t->sampler.consumed};
   CDDP_CHECK(cddp_broadcast(t->w.comm, hdr, 4, CDDP_I64, src));
   CDDP_CHECK(cddp_broadcast(t->w.comm, t->params, t->n_params, CDDP_F32, src));
-  if (t->opt.m) CDDP_CHECK(cddp_broadcast(t->w.comm, t->opt.m, t->n_params, CDDP_F32, src));
-  if (t->opt.v) CDDP_CHECK(cddp_broadcast(t->w.comm, t->opt.v, t->n_params, CDDP_F32, src));
+  if (t->zero1.on) { /* re-sharded over the new world from the whole state */
+    if (t->opt.m) CDDP_CHECK(cddp__zero1_scatter(t, t->zero1.whole_m, t->opt.m, src));
+    if (t->opt.v) CDDP_CHECK(cddp__zero1_scatter(t, t->zero1.whole_v, t->opt.v, src));
+    cddp__zero1_drop_whole(t);
+  } else {
+    if (t->opt.m) CDDP_CHECK(cddp_broadcast(t->w.comm, t->opt.m, t->n_params, CDDP_F32, src));
+    if (t->opt.v) CDDP_CHECK(cddp_broadcast(t->w.comm, t->opt.v, t->n_params, CDDP_F32, src));
+  }
   t->step = (int64_t)hdr[0];
   t->opt.t = (int64_t)hdr[1];
   CDDP_CHECK(cddp__sampler_restore(&t->sampler, hdr[2], hdr[3]));
@@ -225,6 +239,7 @@ static cddp_result_t adopt_world(trainer_t *t) {
     cddp_world_stop(&t->w, line);
     return cddp__fail(CDDP_INVALID_ARG, "%s", line);
   }
+  if (t->zero1.on) CDDP_CHECK(cddp__zero1_relayout(t)); /* before the ddp: its buffer is world x shard */
   if (t->accum > 1 && !t->scratch && !(t->scratch = aligned_alloc(64, (t->n_params * sizeof(float) + 63) / 64 * 64)))
     return cddp__fail(CDDP_SYSTEM, "out of memory");
   if (t->rank == 0 && old_rank != 0) { /* rank 0 writes the metrics from now on */
@@ -246,6 +261,10 @@ static cddp_result_t recover_as(trainer_t *t, uint64_t t_fail, int join) {
   cddp__train_recovering = 1;
   /* taken once: a recovery interrupted by another loss goes on from the world it started in */
   int old_world = t->world, old_accum = t->accum, gen0 = cddp_world_generation(&t->w);
+  /* ZeRO-1 and a node taken in: no rank is lost, so rank 0 gathers the whole moments while the
+   * old communicator still works, and the new world re-shards them (else: from disk) */
+  if (join && t->zero1.on && cddp__zero1_hold_whole(t) != CDDP_OK)
+    CDDP_INFO(CDDP_SUB_TRAIN, "gathering the optimizer shards before re-forming failed (%s): from the checkpoint", cddp_last_error());
   for (;;) {
     cddp_comm_abort(t->w.comm); /* ends the buckets still in flight */
     cddp_ddp_destroy(t->ddp);
@@ -254,12 +273,15 @@ static cddp_result_t recover_as(trainer_t *t, uint64_t t_fail, int join) {
     if (r != CDDP_OK) break;
     if ((r = adopt_world(t)) != CDDP_OK) break;
     r = cddp__train_make_ddp(t);
+    /* ZeRO-1 moved the parameters (relayout): an evaluation redone before the next step reads them */
+    if (r == CDDP_OK && t->zero1.on) t->task->ops->bind(t->task, t->params, t->grads);
     if (r == CDDP_OK && kept) memcpy(cddp_ddp_residual(t->ddp), kept, res_len * sizeof *kept);
     if (r == CDDP_OK) r = sync_state(t, t_fail, old_world, old_accum, join, gen0);
     if (r == CDDP_OK || !cddp__train_recoverable(t, r)) break;
     CDDP_INFO(CDDP_SUB_TRAIN, "recovery interrupted (%s): again", cddp_last_error());
   }
   cddp__train_recovering = 0;
+  cddp__zero1_drop_whole(t);
   free(kept);
   return r;
 }

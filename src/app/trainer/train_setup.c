@@ -219,6 +219,8 @@ cddp_result_t cddp__train_write_config(const trainer_t *t) {
   return r;
 }
 
+size_t cddp__train_param_slots(const trainer_t *t) { return t->zero1.on ? t->zero1.padded : t->n_params; }
+
 /* ddp.compress powersgd: the model's tensors as matrices (shape[0] rows x the rest). */
 static cddp_result_t set_powersgd(trainer_t *t) {
   int n = t->task->ops->n_params(t->task);
@@ -235,7 +237,7 @@ static cddp_result_t set_powersgd(trainer_t *t) {
 }
 
 cddp_result_t cddp__train_make_ddp(trainer_t *t) {
-  CDDP_CHECK(cddp_ddp_create(&t->ddp, t->w.comm, t->n_params, (size_t)(t->cfg.bucket_mb * 1048576.0), CDDP_SUM));
+  CDDP_CHECK(cddp_ddp_create(&t->ddp, t->w.comm, cddp__train_param_slots(t), (size_t)(t->cfg.bucket_mb * 1048576.0), CDDP_SUM));
   t->grads = cddp_ddp_grads(t->ddp);
   cddp_ddp_set_overlap(t->ddp, t->overlap);
   if (t->cfg.compress == CDDP_COMPRESS_POWERSGD) return set_powersgd(t);

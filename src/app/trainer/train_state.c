@@ -57,15 +57,23 @@ static float *gather_residuals(trainer_t *t, int healthy, cddp_result_t *r) {
 cddp_result_t cddp__train_save(trainer_t *t, int healthy) {
   cddp_result_t r;
   float *residuals = gather_residuals(t, healthy, &r);
+  /* ZeRO-1: the moments whole on rank 0, as the unsharded run saves them, for any world to resume */
+  if (r == CDDP_OK && t->zero1.on && !healthy)
+    r = cddp__fail(CDDP_REMOTE, "no checkpoint: a peer is gone, and with ddp.shard_optimizer its shard of the "
+                   "optimizer state with it");
+  else if (r == CDDP_OK && t->zero1.on)
+    r = cddp__zero1_hold_whole(t);
+  float *opt_m = t->zero1.on ? t->zero1.whole_m : t->opt.m, *opt_v = t->zero1.on ? t->zero1.whole_v : t->opt.v;
   if (r != CDDP_OK || t->rank != 0) {
     free(residuals);
+    cddp__zero1_drop_whole(t);
     return r;
   }
   int n = t->task->ops->n_params(t->task), nres = residuals ? t->world : 0;
   char(*names)[96] = calloc((size_t)n * 3 + (size_t)nres, sizeof *names);
   cddp_tensor_view_t *w = names ? views(t, t->params, "", names) : NULL;
-  cddp_tensor_view_t *m = t->opt.m && names ? views(t, t->opt.m, "optim.m.", names + n) : NULL;
-  cddp_tensor_view_t *v = t->opt.v && names ? views(t, t->opt.v, "optim.v.", names + 2 * n) : NULL;
+  cddp_tensor_view_t *m = opt_m && names ? views(t, opt_m, "optim.m.", names + n) : NULL;
+  cddp_tensor_view_t *v = opt_v && names ? views(t, opt_v, "optim.v.", names + 2 * n) : NULL;
   cddp_tensor_view_t *state = calloc((size_t)n * 2 + (size_t)nres + 1, sizeof *state);
   if (!names || !w || !state || (t->opt.m && !m) || (t->opt.v && !v)) {
     r = cddp__fail(CDDP_SYSTEM, "checkpoint: out of memory");
@@ -105,6 +113,7 @@ cddp_result_t cddp__train_save(trainer_t *t, int healthy) {
   if (r == CDDP_OK) CDDP_INFO(CDDP_SUB_TRAIN, "checkpoint %s", t->last_ckpt);
 out:
   free(names), free(w), free(m), free(v), free(state), free(residuals);
+  cddp__zero1_drop_whole(t);
   return r;
 }
 
@@ -147,8 +156,9 @@ static cddp_result_t read_residuals(trainer_t *t, const cddp_ckpt_t *c, const ch
   return r;
 }
 
-/* Rank 0: reads checkpoint dir into params, moments and the header words. */
-static cddp_result_t read_ckpt(trainer_t *t, const char *dir, uint64_t hdr[5]) {
+/* Rank 0: reads checkpoint dir into params, the moments m and v (n floats each, NULL when the
+ * optimizer has none) and the header words. */
+static cddp_result_t read_ckpt(trainer_t *t, const char *dir, uint64_t hdr[5], float *opt_m, float *opt_v) {
   cddp_ckpt_t *c;
   CDDP_CHECK(cddp_ckpt_load(dir, &c));
   cddp_result_t r = CDDP_OK;
@@ -172,13 +182,13 @@ static cddp_result_t read_ckpt(trainer_t *t, const char *dir, uint64_t hdr[5]) {
     const cddp_param_info_t *p = t->task->ops->param(t->task, i);
     char name[96];
     r = cddp_ckpt_tensor(c, "model", p->name, t->params + p->offset, p->count);
-    if (r == CDDP_OK && t->opt.m) {
+    if (r == CDDP_OK && opt_m) {
       snprintf(name, sizeof name, "optim.m.%s", p->name);
-      r = cddp_ckpt_tensor(c, "state", name, t->opt.m + p->offset, p->count);
+      r = cddp_ckpt_tensor(c, "state", name, opt_m + p->offset, p->count);
     }
-    if (r == CDDP_OK && t->opt.v) {
+    if (r == CDDP_OK && opt_v) {
       snprintf(name, sizeof name, "optim.v.%s", p->name);
-      r = cddp_ckpt_tensor(c, "state", name, t->opt.v + p->offset, p->count);
+      r = cddp_ckpt_tensor(c, "state", name, opt_v + p->offset, p->count);
     }
   }
   if (r == CDDP_OK) r = read_residuals(t, c, dir);
@@ -218,12 +228,14 @@ static void trim_sample_logs(const trainer_t *t, int64_t step) {
   }
 }
 
-cddp_result_t cddp__train_restore(trainer_t *t, const char *want, const char *origin, int *resumed) {
-  *resumed = 0;
+/* The restore into opt_m and opt_v (rank 0's whole moments; oom: it has none to read into). */
+static cddp_result_t restore_from(trainer_t *t, const char *want, const char *origin, uint64_t hdr[5], float *opt_m,
+                                  float *opt_v, int oom, int *resumed) {
   int64_t status = 0; /* rank 0 says: 0 fresh start, 1 restored, -result failed */
-  uint64_t hdr[5] = {0};
   cddp_result_t r = CDDP_OK;
-  if (t->rank == 0 && t->refused[0]) {
+  if (t->rank == 0 && oom) {
+    r = cddp__fail(CDDP_SYSTEM, "out of memory for the optimizer state");
+  } else if (t->rank == 0 && t->refused[0]) {
     r = cddp__fail(CDDP_INVALID_ARG, "%s", t->refused);
   } else if (t->rank == 0 && want && strcmp(want, "none")) {
     char dir[600];
@@ -244,7 +256,7 @@ cddp_result_t cddp__train_restore(trainer_t *t, const char *want, const char *or
     } else {
       snprintf(dir, sizeof dir, "%s", want);
     }
-    if (r == CDDP_OK && dir[0]) r = read_ckpt(t, dir, hdr);
+    if (r == CDDP_OK && dir[0]) r = read_ckpt(t, dir, hdr, opt_m, opt_v);
     if (r == CDDP_OK && dir[0]) {
       status = 1;
       snprintf(t->last_ckpt, sizeof t->last_ckpt, "%s", dir);
@@ -265,8 +277,13 @@ cddp_result_t cddp__train_restore(trainer_t *t, const char *want, const char *or
   if (status == 0) return CDDP_OK;
   CDDP_CHECK(cddp_broadcast(t->w.comm, hdr, 5, CDDP_I64, 0));
   CDDP_CHECK(cddp_broadcast(t->w.comm, t->params, t->n_params, CDDP_F32, 0));
-  if (t->opt.m) CDDP_CHECK(cddp_broadcast(t->w.comm, t->opt.m, t->n_params, CDDP_F32, 0));
-  if (t->opt.v) CDDP_CHECK(cddp_broadcast(t->w.comm, t->opt.v, t->n_params, CDDP_F32, 0));
+  if (t->zero1.on) {
+    if (t->opt.m) CDDP_CHECK(cddp__zero1_scatter(t, opt_m, t->opt.m, 0));
+    if (t->opt.v) CDDP_CHECK(cddp__zero1_scatter(t, opt_v, t->opt.v, 0));
+  } else {
+    if (t->opt.m) CDDP_CHECK(cddp_broadcast(t->w.comm, t->opt.m, t->n_params, CDDP_F32, 0));
+    if (t->opt.v) CDDP_CHECK(cddp_broadcast(t->w.comm, t->opt.v, t->n_params, CDDP_F32, 0));
+  }
   t->step = (int64_t)hdr[0];
   t->opt.t = (int64_t)hdr[3];
   CDDP_CHECK(cddp__sampler_restore(&t->sampler, hdr[1], hdr[2]));
@@ -286,4 +303,20 @@ cddp_result_t cddp__train_restore(trainer_t *t, const char *want, const char *or
   }
   *resumed = 1;
   return CDDP_OK;
+}
+
+cddp_result_t cddp__train_restore(trainer_t *t, const char *want, const char *origin, int *resumed) {
+  *resumed = 0;
+  uint64_t hdr[5] = {0};
+  /* ZeRO-1: rank 0 reads the whole moments, then cuts them into the ranks' shards */
+  float *opt_m = t->opt.m, *opt_v = t->opt.v;
+  int oom = 0;
+  if (t->zero1.on && t->rank == 0) {
+    opt_m = t->opt.m ? malloc(t->n_params * sizeof *opt_m) : NULL;
+    opt_v = t->opt.v ? malloc(t->n_params * sizeof *opt_v) : NULL;
+    oom = (t->opt.m && !opt_m) || (t->opt.v && !opt_v);
+  }
+  cddp_result_t r = restore_from(t, want, origin, hdr, opt_m, opt_v, oom, resumed);
+  if (t->zero1.on && t->rank == 0) free(opt_m), free(opt_v);
+  return r;
 }

@@ -122,27 +122,34 @@ static cddp_result_t train_step(trainer_t *t, cddp_step_record_t *rec, int *stop
     if (t->sample_log) log_samples(t, t->idx, n), fflush(t->sample_log); /* a SIGKILL keeps them */
     data_ns += cddp__now_ns() - td;
     int last = j == t->accum - 1;
-    if (last) cddp_ddp_begin(t->ddp);
+    /* ZeRO-1 reduce-scatters the whole buffer after backward: no buckets */
+    int buckets = last && !t->zero1.on;
+    if (buckets) cddp_ddp_begin(t->ddp);
     /* micro-steps after the first write their own gradient and add it (see add_ready) */
     t->task->ops->bind(t->task, t->params, j == 0 ? t->grads : t->scratch);
     stats[0] += t->task->ops->forward(t->task, slot, n);
     if (j == 0) {
-      t->task->ops->backward(t->task, scale, 0, last ? cddp_ddp_grad_ready : NULL, t->ddp);
+      t->task->ops->backward(t->task, scale, 0, buckets ? cddp_ddp_grad_ready : NULL, t->ddp);
     } else {
       t->added_to = t->n_params;
-      t->ddp_after_add = last;
+      t->ddp_after_add = buckets;
       t->task->ops->backward(t->task, scale, 0, add_ready, t);
     }
   }
   if (t->cfg.slow_rank == t->rank && t->cfg.slow_ms > 0) usleep((useconds_t)t->cfg.slow_ms * 1000u); /* a test's straggler */
   uint64_t tc = cddp__now_ns();
-  CDDP_CHECK(cddp_ddp_finish(t->ddp));
+  if (!t->zero1.on) CDDP_CHECK(cddp_ddp_finish(t->ddp));
   CDDP_CHECK(cddp_allreduce(t->w.comm, stats, stats, 3, CDDP_F64, CDDP_SUM));
   comm_ns = cddp__now_ns() - tc;
   float lr = cddp__sched_lr(&t->sched, t->step);
-  uint64_t to = cddp__now_ns();
-  rec->grad_norm = cddp__optim_step(&t->opt, t->params, t->grads, lr);
-  uint64_t optim_ns = cddp__now_ns() - to;
+  uint64_t to = cddp__now_ns(), optim_ns, zero1_comm_ns = 0;
+  if (t->zero1.on) {
+    CDDP_CHECK(cddp__zero1_step(t, lr, &rec->grad_norm, &zero1_comm_ns, &optim_ns));
+    comm_ns += zero1_comm_ns;
+  } else {
+    rec->grad_norm = cddp__optim_step(&t->opt, t->params, t->grads, lr);
+    optim_ns = cddp__now_ns() - to;
+  }
   cddp__sampler_advance(&t->sampler);
   t->step++;
   cddp__flight_step((uint64_t)t->step); /* its agent tells `cddp status` */
@@ -156,6 +163,8 @@ static cddp_result_t train_step(trainer_t *t, cddp_step_record_t *rec, int *stop
   cddp_ddp_stats(t->ddp, &st, 1);
   rec->bytes_sent = st.wire_bytes;
   rec->compression = st.bytes ? (double)t->n_params * sizeof(float) / (double)st.bytes : 1.0;
+  if (t->zero1.on) /* reduce-scatter and all-gather: each rank sends world-1 shards in each */
+    rec->bytes_sent = 2 * (uint64_t)(t->world - 1) * t->zero1.per * sizeof(float), rec->compression = 1.0;
   *stop = stats[1] > 0;
   *reform = stats[2] > 0;
   return CDDP_OK;
@@ -189,13 +198,21 @@ static cddp_result_t setup(trainer_t *t) {
   CDDP_CHECK(cddp__train_make_run_dir(t));
   CDDP_CHECK(cddp__task_create(c, c->micro_batch, &t->task));
   t->n_params = t->task->ops->param_count(t->task);
-  t->params = aligned_alloc(64, (t->n_params * sizeof(float) + 63) / 64 * 64);
+  if ((t->zero1.on = c->shard_optimizer)) {
+    t->same_error_everywhere = 1;
+    CDDP_CHECK(cddp__zero1_layout(&t->zero1, t->n_params, t->world, t->rank));
+    t->same_error_everywhere = 0;
+  }
+  /* ZeRO-1 all-gathers into it: one shard per rank, the last padded */
+  t->params = aligned_alloc(64, (cddp__train_param_slots(t) * sizeof(float) + 63) / 64 * 64);
   t->idx = malloc((size_t)c->micro_batch * sizeof *t->idx);
   t->next_idx = malloc((size_t)c->micro_batch * sizeof *t->next_idx);
   if (!t->params || !t->idx || !t->next_idx) return cddp__fail(CDDP_SYSTEM, "out of memory");
+  memset(t->params + t->n_params, 0, (cddp__train_param_slots(t) - t->n_params) * sizeof(float));
   if (c->prefetch) CDDP_CHECK(cddp__prefetch_start(&t->prefetch, t->task, c->micro_batch));
   t->overlap = cddp__train_overlap(t, threads);
-  CDDP_CHECK(cddp__optim_init(&t->opt, &c->optim, t->n_params)); /* before the DDP: sign + vsync writes its v */
+  /* before the DDP: sign + vsync writes its v; ZeRO-1: this rank's shard only */
+  CDDP_CHECK(cddp__optim_init(&t->opt, &c->optim, t->zero1.on ? t->zero1.len : t->n_params));
   if (!lost) CDDP_CHECK(tolerate_lost_peer(t, cddp__train_make_ddp(t), &lost)); /* no ddp: recovery builds it */
   if (t->accum > 1 && !(t->scratch = aligned_alloc(64, (t->n_params * sizeof(float) + 63) / 64 * 64)))
     return cddp__fail(CDDP_SYSTEM, "out of memory");
@@ -233,12 +250,13 @@ static cddp_result_t setup(trainer_t *t) {
     fprintf(stderr,
             "cddp train: %s, %zu parameters; world %d (%s), global batch %d = micro %d x %d ranks x %d accumulation; "
             "lr %.4g (%s scaling from batch %d); %" PRId64 " steps (%" PRId64 "/epoch); %d BLAS thread(s)/rank; "
-            "all-reduce %s; run %s\n",
+            "%s %s; run %s\n",
             t->task->name, t->n_params, t->world, cddp_comm_transport(t->w.comm),
             c->global_batch, c->micro_batch, t->world, t->accum, t->sched.lr,
             c->lr_scaling == CDDP_LR_SCALE_NONE ? "no" : c->lr_scaling == CDDP_LR_SCALE_LINEAR ? "linear" : "sqrt",
             c->ref_batch > 0 ? c->ref_batch : c->global_batch, t->total_steps, per_epoch, threads,
-            t->overlap ? "overlapped with backward" : "after backward", t->run_dir);
+            t->zero1.on ? "ZeRO-1 (optimizer state sharded): reduce-scatter + all-gather" : "all-reduce",
+            t->overlap && !t->zero1.on ? "overlapped with backward" : "after backward", t->run_dir);
   if (replacement) return cddp__train_join_as_replacement(t);
   if (lost) {
     CDDP_INFO(CDDP_SUB_TRAIN, "a peer was lost while the job started (%s): recovering", cddp_last_error());
@@ -326,7 +344,12 @@ static int run_loop(trainer_t *t) {
     cddp__metrics_step(&t->metrics, &rec);
     int epoch_done = t->sampler.epoch != epoch_before || t->step == t->total_steps;
     int due = (t->cfg.ckpt_every > 0 && t->step % t->cfg.ckpt_every == 0) || t->step == t->total_steps || stop;
-    if (due && cddp__train_save(t, 1) != CDDP_OK) {
+    cddp_result_t sr = due ? cddp__train_save(t, 1) : CDDP_OK;
+    /* ZeRO-1's save gathers the shards: a rank lost in it took its shard, and the recovery goes
+     * back to the newest checkpoint (earlier than this step), from where the loop goes on */
+    if (sr != CDDP_OK && t->zero1.on && cddp__train_recoverable(t, sr) && cddp__train_recover(t, cddp__now_ns()) == CDDP_OK)
+      continue;
+    if (sr != CDDP_OK) {
       cddp__metrics_break_line(&t->metrics);
       fprintf(stderr, "cddp train: rank 0: checkpoint at step %" PRId64 ": %s\n", t->step, cddp_last_error());
       return 1;

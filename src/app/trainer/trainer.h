@@ -16,6 +16,7 @@
 #include "trainer/prefetch.h"
 #include "trainer/sampler.h"
 #include "trainer/task.h"
+#include "trainer/zero1.h"
 
 typedef struct cddp_train_opts {
   const char *config_path;
@@ -44,6 +45,7 @@ typedef struct trainer {
   int overlap;      /* buckets start during backward */
   size_t n_params;
   cddp_ddp_t *ddp;
+  cddp__zero1_t zero1; /* ddp.shard_optimizer: this rank's shard of the optimizer state */
   cddp_optim_t opt;
   cddp_sched_spec_t sched;
   cddp_sampler_t sampler;
@@ -90,6 +92,8 @@ float cddp__train_scaled_lr(const cddp_train_config_t *c);
 /* The DDP object on the current communicator (its gradient buffer is comm memory), with
  * ddp.overlap and ddp.compress applied. */
 cddp_result_t cddp__train_make_ddp(trainer_t *t);
+/* Floats in the parameter and gradient buffers: n_params, or ZeRO-1's world x shard. */
+size_t cddp__train_param_slots(const trainer_t *t);
 
 /* train_state.c */
 /* Collective when ddp.compress is sign and healthy (the residuals are gathered); rank 0
