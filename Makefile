@@ -92,7 +92,7 @@ EXAMPLE_BINS := $(EXAMPLE_SRCS:examples/%.c=$(BUILD)/examples/%)
 # the device tests (tests/gpu/run.sh runs them on a GPU machine): compiled whenever CUDA is
 GPU_TEST_BINS := $(if $(filter 1,$(HAVE_CUDA)),$(GPU_TEST_SRCS:tests/gpu/%.c=$(BUILD)/tests/gpu/%))
 
-.PHONY: all lib cli tests gpu-tests examples report clean help asan tsan fuzz check-asan check-tsan bench install uninstall
+.PHONY: all lib cli tests gpu-tests examples report clean help asan tsan fuzz check-asan check-tsan bench install uninstall print-ldlibs
 .SECONDARY:
 all: report lib cli tests gpu-tests examples
 
@@ -211,6 +211,10 @@ fuzz:
 	    -Isrc/app -DCDDP_HAVE_MPI=0 -DCDDP_HAVE_CUDA=0 -DCDDP_HAVE_NCCL=0 $$f $(LIB_SRCS) $(APP_SRCS) -o $(BUILD)/fuzz/$$(basename $$f .c) \
 	    $(filter-out $(MPI_LIBS),$(LDLIBS)) || exit 1; \
 	done
+
+# what a program linking libcddp-app.a and libcddp.a (not MPI) needs after them: for tests that link one
+print-ldlibs:
+	@echo $(filter-out $(MPI_LIBS),$(LDLIBS))
 
 clean:
 	rm -rf build build-asan build-tsan

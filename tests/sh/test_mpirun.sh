@@ -105,7 +105,7 @@ fi
 
 # a build without MPI: mpi.c compiled as in `make NO_MPI=1`, linked in place of the real one
 if gcc -std=gnu11 -Iinclude -Isrc -Isrc/app -D_GNU_SOURCE -DCDDP_HAVE_MPI=0 -DCDDP_HAVE_NCCL=0 -c src/comm/mpi.c -o "$T/mpi_off.o" &&
-   gcc -o "$T/cddp-nompi" "$T/mpi_off.o" "$B"/obj/src/app/cli/main.o "$B/libcddp-app.a" "$B/libcddp.a" -lopenblas -lyaml -lz -pthread -lcrypto -lm -lrt; then
+   gcc -o "$T/cddp-nompi" "$T/mpi_off.o" "$B"/obj/src/app/cli/main.o "$B/libcddp-app.a" "$B/libcddp.a" $(make -s print-ldlibs); then
   out=$("$T/cddp-nompi" train --backend mpi --name nompi2 "${TR[@]}" 2>&1); rc=$?
   if [ $rc -ne 0 ] && [ "$(grep -c . <<<"$out")" = 1 ] && [ ! -e "$T/nompi2" ] &&
      grep -q "backend 'mpi' is not built into this cddp (install libopenmpi-dev and rebuild)" <<<"$out"
