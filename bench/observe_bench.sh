@@ -44,8 +44,10 @@ median_step() { sed -n 's/.*"step":\([0-9]*\),.*"step_ms":\([0-9.]*\),.*/\1 \2/p
   awk '{ v[NR] = $1 } END { print NR ? (NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2) : "nan" }'; }
 # run NAME ENV...: one MLP run with those variables (and, for "off", no per-rank gather)
 declare -A ms
+order=(on nocheck off)
 for p in $(seq "$PAIRS"); do
-  for c in on nocheck off; do
+  for k in 0 1 2; do # the order turns each round: the first run of a round is often the slowest
+    c=${order[$(( (p + k) % 3 ))]}
     name=r$p-$c extra=()
     case $c in
       on) envs=() ;;
