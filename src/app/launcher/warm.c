@@ -119,8 +119,9 @@ static void renice_all(pid_t pid) {
   else setpriority(PRIO_PROCESS, (id_t)pid, 0);
 }
 
-const char *cddp__warm_preload(char *const *argv, const char *preload, char *why, size_t why_size) {
-  int at = cddp__program_python_args(argv, why, why_size);
+/* What a spare of argv preloads (warm_new says when), and where SCRIPT or -m is in argv (*at). */
+static const char *preload_of(char *const *argv, const char *preload, int *at_out, char *why, size_t why_size) {
+  int at = *at_out = cddp__program_python_args(argv, why, why_size);
   if (at < 0) return NULL;
   if (preload) {
     if (!*preload) snprintf(why, why_size, "nothing to preload (--warm-preload '')");
@@ -132,10 +133,10 @@ const char *cddp__warm_preload(char *const *argv, const char *preload, char *why
 }
 
 cddp__warm_t *cddp__warm_new(char *const *argv, const char *preload, int delay_ms, char *why, size_t why_size) {
-  const char *what = cddp__warm_preload(argv, preload, why, why_size);
+  int at;
+  const char *what = preload_of(argv, preload, &at, why, why_size);
   if (!what) return NULL;
   cddp__warm_t *wp = calloc(1, sizeof *wp);
-  int at = cddp__program_python_args(argv, why, why_size);
   if (!wp || !(wp->argv = calloc((size_t)at + 3, sizeof *wp->argv))) {
     free(wp);
     snprintf(why, why_size, "out of memory");
@@ -222,12 +223,6 @@ void cddp__warm_plan(cddp__warm_t *wp, int n, char **const *env, int cpu_bind) {
 }
 
 uint64_t cddp__warm_due(const cddp__warm_t *wp) { return wp ? wp->due : UINT64_MAX; }
-
-int cddp__warm_ready(const cddp__warm_t *wp) {
-  int k = 0;
-  for (int i = 0; wp && i < wp->n; i++) k += wp->s[i].pid > 0;
-  return k;
-}
 
 static void start_spare(cddp__warm_t *wp, int i) {
   spare_t *s = &wp->s[i];

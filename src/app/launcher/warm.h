@@ -10,13 +10,10 @@
 
 typedef struct cddp__warm cddp__warm_t;
 
-/* What a spare of argv preloads: preload when given ("" = nothing: no spares), else
- * torch,torch.distributed when argv is INTERPRETER [-u...] SCRIPT.py ... and the script imports
- * torch, else NULL (no spares). argv must be a Python interpreter running a script or -m with
- * only flags a spare can reproduce; anything else gives NULL. why says why not, when NULL. */
-const char *cddp__warm_preload(char *const *argv, const char *preload, char *why, size_t why_size);
-/* A pool for argv (see cddp__warm_preload), spares started delay_ms after each round starts.
- * NULL: no spares for this program (why says so). */
+/* A pool for argv, spares started delay_ms after each round starts. argv must be a Python
+ * interpreter running a script or -m with only flags a spare can reproduce (-u -B -s -E -I -q).
+ * A spare preloads preload when given ("" = nothing: no spares), else torch,torch.distributed
+ * when the script imports torch. NULL: no spares for this program (why says so). */
 cddp__warm_t *cddp__warm_new(char *const *argv, const char *preload, int delay_ms, char *why, size_t why_size);
 /* Kills and reaps the spares. NULL is fine. */
 void cddp__warm_free(cddp__warm_t *wp);
@@ -32,7 +29,5 @@ void cddp__warm_tick(cddp__warm_t *wp);
  * stdout/stderr; 0 when there is none (start a fresh one). */
 int cddp__warm_take(cddp__warm_t *wp, int slot, char *const *argv, char **env, const cpu_set_t *cpus, pid_t *pid,
                     int fd[2]);
-/* How many spares are alive now (for tests and the log). */
-int cddp__warm_ready(const cddp__warm_t *wp);
 
 #endif /* CDDP_RUN_WARM_H */
