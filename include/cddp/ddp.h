@@ -82,6 +82,11 @@ cddp_result_t cddp_world_recover(cddp_world_t *w);
  * have one, 1 = its node was dropped from the job, 2 = the job stopped (too few nodes left, or
  * cddp_world_stop), 3 = the job finished before this newcomer was taken in. */
 int cddp_world_gone(const cddp_world_t *w);
+/* 1 when the job has gone past w->comm's generation by more than a join (a node was lost or
+ * dropped): whatever failed on w->comm, even what looks like a desync (a rank frozen through
+ * the re-forming reads its peers' last words), is the re-forming's doing, and
+ * cddp_world_recover is the answer. Asks the store. */
+int cddp_world_superseded(const cddp_world_t *w);
 /* The job cannot go on (e.g. its global batch does not split over the world it shrank to):
  * tells every agent, which then replaces nobody and stops, and marks this worker gone (2).
  * line is what the job prints. */

@@ -211,6 +211,17 @@ int cddp_world_replacement(const cddp_world_t *w) { return w->env.replacement ||
 
 int cddp_world_gone(const cddp_world_t *w) { return w->state ? w->state->gone : 0; }
 
+int cddp_world_superseded(const cddp_world_t *w) {
+  int64_t latest;
+  if (!cddp_world_can_recover(w) || !w->store || cddp__gen_latest(w->store, &latest) != CDDP_OK) {
+    cddp__clear_error();
+    return 0;
+  }
+  for (int64_t g = (int64_t)w->env.gen + 1; g <= latest; g++)
+    if (!is_join(w->store, g)) return 1;
+  return 0;
+}
+
 cddp_result_t cddp_world_allow_sizes(const cddp_world_t *w, const int *sizes, int n) {
   if (!w->store) return cddp__fail(CDDP_INVALID_USAGE, "cddp_world_allow_sizes: the world has no store (join first)");
   return cddp__job_worlds_publish(w->store, sizes, n);

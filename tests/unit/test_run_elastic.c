@@ -2,10 +2,12 @@
  * the in-memory store: announce and wait, a bootstrap that gives up when a later generation
  * appears, convergence on the latest of two close failures, a bounded wait. */
 #include <pthread.h>
+#include <stdio.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "cddp/comm.h"
+#include "cddp/ddp.h"
 #include "common/clock.h"
 #include "comm/transport.h"
 #include "world/elastic.h"
@@ -380,4 +382,28 @@ TEST(members_next_below_min_waits_then_takes_enough_joiners_in_or_stops) {
   c.expired = 0, c.wait_ms = 0, c.lost = 2, c.why = "x", c.ncand = 0;
   CHECK_EQ(cddp__members_next(cur, &next, &c), 0);
   CHECK(next.stop && c.proposed_stop && !c.proposed_wait);
+}
+
+/* A rank frozen through a loss reads its old peers' last words when thawed, which can look
+ * like a desync: past a non-join generation the failure is the re-forming's, not the job's. */
+TEST(world_superseded_by_a_loss_not_by_a_join) {
+  cddp_world_t w;
+  memset(&w, 0, sizeof w);
+  w.env.source = CDDP_ENV_AGENT, w.env.replace_mode = 1, w.world = 3;
+  CHECK_OK(cddp_store_mem_create(&w.store));
+  CHECK_EQ(cddp_world_superseded(&w), 0);
+  int64_t g;
+  char what[128];
+  CHECK_OK(cddp__gen_bump(w.store, "join node vm (agent 3)", &g));
+  CHECK(cddp__job_what_is_join("join node vm (agent 3)", 22, NULL));
+  CHECK_EQ(cddp_world_superseded(&w), 0); /* a join: w->comm keeps working */
+  CHECK(cddp__job_what_replace(1, 42, what, sizeof what) > 0);
+  CHECK_OK(cddp__gen_bump(w.store, what, &g));
+  CHECK_EQ(cddp_world_superseded(&w), 1);
+  w.env.gen = 2; /* re-formed into the latest */
+  CHECK_EQ(cddp_world_superseded(&w), 0);
+  w.env.replace_mode = 0; /* no in-place recovery: nothing to re-form into */
+  w.env.gen = 0;
+  CHECK_EQ(cddp_world_superseded(&w), 0);
+  cddp_store_close(w.store);
 }

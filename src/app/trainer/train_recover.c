@@ -224,7 +224,7 @@ static cddp_result_t sync_state(trainer_t *t, uint64_t t_fail, int old_world, in
 
 int cddp__train_recoverable(const trainer_t *t, cddp_result_t r) {
   return cddp_world_can_recover(&t->w) && !cddp__train_stop &&
-         (r == CDDP_REMOTE || r == CDDP_TIMEOUT || r == CDDP_ABORTED);
+         (r == CDDP_REMOTE || r == CDDP_TIMEOUT || r == CDDP_ABORTED || cddp_world_superseded(&t->w));
 }
 
 /* The world after a membership change: new rank and size, accumulation steps re-derived so
