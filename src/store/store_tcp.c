@@ -5,11 +5,15 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include "common/check.h"
 #include "common/clock.h"
+#include "common/knobs.h"
+#include "common/log.h"
 #include "common/sock.h"
+#include "store/failover.h"
 #include "store/wire.h"
 
 typedef struct tcp_store {
@@ -19,11 +23,69 @@ typedef struct tcp_store {
   int broken; /* a failed call left the stream in an unknown state */
   int has_will; /* a WILL is registered: close says BYE first */
   char ep[300]; /* "host:port" for messages */
+  char host[256];
+  int port;
   cddp__wire_buf_t out, in;
+  /* failover (store/failover.h): the epoch of the peers list the server published (-1: none,
+   * so a lost server is an error as before), when to read it again, and what a new server
+   * needs: the token and the will */
+  int64_t epoch;
+  uint64_t peek_at;
+  char *token;
+  char *will_key, *will_val;
+  size_t will_len;
+  /* the registry of the process's clients (below): its copies of fd and epoch, and the link */
+  int reg_fd;
+  int64_t reg_epoch;
+  struct tcp_store *reg_next;
 } tcp_store_t;
+
+/* Every client of the process, so that when one of them moves to a later epoch the others still
+ * connected to an earlier host are cut (shutdown): none of them goes on with a host the job
+ * left, even one that was idle while that host was frozen or cut off, and wakes up answering. */
+static pthread_mutex_t reg_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct tcp_store *reg_head;
+
+static void reg_update(tcp_store_t *t) {
+  __atomic_store_n(&t->reg_fd, t->fd, __ATOMIC_RELEASE);
+  __atomic_store_n(&t->reg_epoch, t->epoch, __ATOMIC_RELEASE);
+}
+
+static void reg_add(tcp_store_t *t) {
+  reg_update(t);
+  pthread_mutex_lock(&reg_mu);
+  t->reg_next = reg_head, reg_head = t;
+  pthread_mutex_unlock(&reg_mu);
+}
+
+static void reg_del(tcp_store_t *t) {
+  pthread_mutex_lock(&reg_mu);
+  for (tcp_store_t **p = &reg_head; *p; p = &(*p)->reg_next)
+    if (*p == t) {
+      *p = t->reg_next;
+      break;
+    }
+  pthread_mutex_unlock(&reg_mu);
+}
+
+static void cut_stale(int64_t epoch) {
+  pthread_mutex_lock(&reg_mu);
+  for (tcp_store_t *t = reg_head; t; t = t->reg_next) {
+    int64_t e = __atomic_load_n(&t->reg_epoch, __ATOMIC_ACQUIRE);
+    int fd = __atomic_load_n(&t->reg_fd, __ATOMIC_ACQUIRE);
+    if (e >= 0 && e < epoch && fd >= 0) shutdown(fd, SHUT_RDWR);
+  }
+  pthread_mutex_unlock(&reg_mu);
+}
 
 #define T(s) ((tcp_store_t *)(s))
 #define SLACK_MS 1000 /* a parked GET/WAIT is answered by the server at its timeout; allow this */
+#define PEEK_EVERY_MS 2000 /* how often a failover client reads the peers list again */
+#define PROBE_MS 500       /* connecting to one peer while failing over */
+#define PROBE_WAIT_MS 200  /* a peer that is not serving yet: how long to wait for its list */
+
+static cddp_result_t failover(tcp_store_t *t);
+static void epoch_from_view(tcp_store_t *t);
 
 static cddp_result_t lost(tcp_store_t *t, const char *what, const char *why) {
   t->broken = 1;
@@ -80,12 +142,16 @@ static cddp_result_t recv_msg(tcp_store_t *t, uint32_t max_len, uint64_t deadlin
 static uint64_t call_deadline(tcp_store_t *t, int req_timeout_ms) {
   int64_t b = t->base.timeout_ms;
   if (req_timeout_ms > 0) b = CDDP_MAX(b, (int64_t)req_timeout_ms + SLACK_MS);
+  /* a store that may move answers within two heartbeat timeouts or is taken for lost (a host
+   * frozen or cut off keeps its connections open): the call goes to its successor */
+  if (t->epoch >= 0)
+    b = CDDP_MIN(b, (int64_t)CDDP_MAX(req_timeout_ms, 0) + 2 * cddp__knob_int(CDDP_KNOB_HEARTBEAT_TIMEOUT_MS) + SLACK_MS);
   return cddp__deadline_ms(b);
 }
 
 /* Sends t->out and receives the answer; maps ERROR answers to their code. Call locked. */
-static cddp_result_t roundtrip(tcp_store_t *t, int req_timeout_ms, const char *what,
-                               cddp__wire_msg_t *m) {
+static cddp_result_t roundtrip_once(tcp_store_t *t, int req_timeout_ms, const char *what,
+                                    cddp__wire_msg_t *m) {
   uint64_t deadline = call_deadline(t, req_timeout_ms);
   CDDP_CHECK(send_out(t, deadline, what));
   CDDP_CHECK(recv_msg(t, CDDP__WIRE_MAX_LEN, deadline, what, m));
@@ -97,6 +163,24 @@ static cddp_result_t roundtrip(tcp_store_t *t, int req_timeout_ms, const char *w
   return CDDP_OK;
 }
 
+/* roundtrip_once, and when the connection broke under a store that may move: the same
+ * request again at the store's new host. */
+/* A client that connected before its server published a peers list (and has not read it
+ * since: a long wait) takes the process's list when its server is on it. */
+static void epoch_from_view(tcp_store_t *t) {
+  if (t->epoch < 0) t->epoch = cddp__failover_epoch_of(t->host, t->port), reg_update(t);
+}
+
+static cddp_result_t roundtrip(tcp_store_t *t, int req_timeout_ms, const char *what,
+                               cddp__wire_msg_t *m) {
+  for (int moves = 0;; moves++) {
+    cddp_result_t r = roundtrip_once(t, req_timeout_ms, what, m);
+    if (r != CDDP_OK && t->broken) epoch_from_view(t);
+    if (r == CDDP_OK || !t->broken || t->epoch < 0 || moves == 4) return r;
+    CDDP_CHECK(failover(t));
+  }
+}
+
 static cddp_result_t expect(tcp_store_t *t, const cddp__wire_msg_t *m, uint8_t op, const char *what) {
   if (m->op == op) return CDDP_OK;
   t->broken = 1;
@@ -104,11 +188,29 @@ static cddp_result_t expect(tcp_store_t *t, const cddp__wire_msg_t *m, uint8_t o
 }
 
 /* Locks and starts a request frame; REMOTE (unlocked) when the connection is unusable. */
+static cddp_result_t peek_peers(tcp_store_t *t, int wait_ms, uint64_t deadline, cddp__peers_t *p);
+
 static cddp_result_t begin(tcp_store_t *t, uint8_t op, size_t *start) {
   pthread_mutex_lock(&t->mu);
+  if (t->epoch >= 0 && cddp__failover_epoch() > t->epoch) t->broken = 1; /* the job's store moved on */
+  if (t->broken) epoch_from_view(t);
+  if (t->broken && t->epoch >= 0) {
+    t->out.len = 0;
+    (void)failover(t);
+  }
   if (t->broken) {
     pthread_mutex_unlock(&t->mu);
     return cddp__fail(CDDP_REMOTE, "store %s: connection unusable after an earlier failure", t->ep);
+  }
+  if (cddp__now_ns() >= t->peek_at) { /* members come and go (and a list may appear): keep it fresh */
+    cddp__peers_t *p = malloc(sizeof *p);
+    if (p && peek_peers(t, 0, call_deadline(t, 0), p) == CDDP_OK) {
+      if (p->epoch > t->epoch) t->epoch = p->epoch, reg_update(t);
+      cddp__failover_note(p);
+    }
+    free(p);
+    cddp__clear_error();
+    t->peek_at = cddp__now_ns() + PEEK_EVERY_MS * 1000000ull;
   }
   t->out.len = 0;
   t->out.oom = 0;
@@ -237,19 +339,23 @@ static cddp_result_t c_num_keys(cddp_store_t *s, int64_t *n) {
 #define BYE_MS 1000 /* how long close waits for the server to take the goodbye */
 
 static void c_close(cddp_store_t *s) {
+  reg_del(T(s));
   if (T(s)->has_will && !T(s)->broken) { /* a proper goodbye: the server drops the will */
     size_t st = 0;
     cddp__wire_msg_t m;
     if (begin(T(s), CDDP__OP_BYE, &st) == CDDP_OK) {
       cddp__wire_end(&T(s)->out, st);
       T(s)->base.timeout_ms = CDDP_MIN(T(s)->base.timeout_ms, BYE_MS);
-      (void)roundtrip(T(s), 0, "goodbye", &m);
+      (void)roundtrip_once(T(s), 0, "goodbye", &m);
       pthread_mutex_unlock(&T(s)->mu);
     }
   }
   if (T(s)->fd >= 0) close(T(s)->fd);
   cddp__wire_buf_free(&T(s)->out);
   cddp__wire_buf_free(&T(s)->in);
+  free(T(s)->token);
+  free(T(s)->will_key);
+  free(T(s)->will_val);
   pthread_mutex_destroy(&T(s)->mu);
   free(s);
 }
@@ -266,11 +372,24 @@ cddp_result_t cddp__store_tcp_will(cddp_store_t *s, const char *key, const void 
     return cddp__fail(CDDP_INVALID_ARG, "store will: bad key or value");
   size_t st = 0;
   cddp__wire_msg_t m;
-  CDDP_CHECK(begin(T(s), CDDP__OP_WILL, &st));
+  char *k = strndup(key, kn), *v = malloc(len + 1);
+  if (!k || !v) {
+    free(k), free(v);
+    return cddp__fail(CDDP_SYSTEM, "store will: out of memory");
+  }
+  if (len) memcpy(v, val, len);
+  cddp_result_t r = begin(T(s), CDDP__OP_WILL, &st);
+  if (r != CDDP_OK) {
+    free(k), free(v);
+    return r;
+  }
   cddp__wire_str(&T(s)->out, key, kn);
   cddp__wire_str(&T(s)->out, val, len);
   cddp__wire_end(&T(s)->out, st);
-  cddp_result_t r = roundtrip(T(s), 0, "will", &m);
+  /* kept first: a move inside the call registers it at the new host */
+  free(T(s)->will_key), free(T(s)->will_val);
+  T(s)->will_key = k, T(s)->will_val = v, T(s)->will_len = len;
+  r = roundtrip(T(s), 0, "will", &m);
   if (r == CDDP_OK) r = expect(T(s), &m, CDDP__OP_OK, "will");
   if (r == CDDP_OK) T(s)->has_will = 1;
   pthread_mutex_unlock(&T(s)->mu);
@@ -365,6 +484,112 @@ static cddp_result_t handshake(tcp_store_t *t, const char *token, uint64_t deadl
   return CDDP_OK;
 }
 
+/* ---- failover: the store's host is lost; another listed server takes over ---- */
+
+/* GET of the peers list (waiting up to wait_ms for it): OK with *p, NOT_FOUND when the server
+ * publishes none, or the call's error. Uses t->out. */
+static cddp_result_t peek_peers(tcp_store_t *t, int wait_ms, uint64_t deadline, cddp__peers_t *p) {
+  cddp__wire_msg_t m;
+  t->out.len = 0, t->out.oom = 0;
+  size_t st = cddp__wire_begin(&t->out, CDDP__OP_GET);
+  cddp__wire_u32(&t->out, (uint32_t)wait_ms);
+  cddp__wire_str(&t->out, CDDP__PEERS_KEY, strlen(CDDP__PEERS_KEY));
+  cddp__wire_end(&t->out, st);
+  CDDP_CHECK(send_out(t, deadline, "peers"));
+  CDDP_CHECK(recv_msg(t, CDDP__WIRE_MAX_LEN, deadline, "peers", &m));
+  if (m.op != CDDP__OP_VALUE) return cddp__fail(CDDP_NOT_FOUND, "store %s publishes no peers list", t->ep);
+  if (cddp__peers_parse(m.val.p, m.val.n, p) != 0)
+    return cddp__fail(CDDP_INVALID_ARG, "store %s: malformed %s", t->ep, CDDP__PEERS_KEY);
+  return CDDP_OK;
+}
+
+/* The will again, at a new host (t->out is free). */
+static cddp_result_t will_again(tcp_store_t *t, uint64_t deadline) {
+  cddp__wire_msg_t m;
+  t->out.len = 0, t->out.oom = 0;
+  size_t st = cddp__wire_begin(&t->out, CDDP__OP_WILL);
+  cddp__wire_str(&t->out, t->will_key, strlen(t->will_key));
+  cddp__wire_str(&t->out, t->will_val, t->will_len);
+  cddp__wire_end(&t->out, st);
+  CDDP_CHECK(send_out(t, deadline, "will"));
+  CDDP_CHECK(recv_msg(t, CDDP__WIRE_MAX_LEN, deadline, "will", &m));
+  return m.op == CDDP__OP_OK ? CDDP_OK : cddp__fail(CDDP_REMOTE, "store %s refused the will", t->ep);
+}
+
+/* Takes the server peer when it publishes a later epoch than the one lost: OK with t connected
+ * there (the will registered again), or an error with t->fd closed. */
+static cddp_result_t probe(tcp_store_t *t, const cddp__peer_t *peer, uint64_t deadline) {
+  uint64_t d = CDDP_MIN(deadline, cddp__deadline_ms(PROBE_MS + PROBE_WAIT_MS));
+  int fd = -1;
+  if (cddp__sock_connect(peer->host, peer->port, CDDP__SOCK_NONBLOCK, d, &fd) != CDDP_OK) return CDDP_REMOTE;
+  cddp__sock_nodelay(fd);
+  t->fd = fd, t->broken = 0;
+  t->out.len = 0, t->out.oom = 0; /* the handshake starts a fresh stream */
+  snprintf(t->ep, sizeof t->ep, "%s:%d", peer->host, peer->port);
+  cddp__peers_t *p = malloc(sizeof *p);
+  cddp_result_t r = p ? handshake(t, t->token, d) : CDDP_SYSTEM;
+  if (r == CDDP_OK) r = peek_peers(t, PROBE_WAIT_MS, d, p);
+  if (r == CDDP_OK && p->epoch <= t->epoch)
+    r = cddp__fail(CDDP_REMOTE, "store %s is at epoch %lld, not past %lld", t->ep, (long long)p->epoch,
+                   (long long)t->epoch);
+  if (r == CDDP_OK && t->has_will) r = will_again(t, d);
+  if (r == CDDP_OK) {
+    t->epoch = p->epoch;
+    snprintf(t->host, sizeof t->host, "%s", peer->host);
+    t->port = peer->port;
+    t->peek_at = cddp__now_ns() + PEEK_EVERY_MS * 1000000ull;
+    cddp__failover_note(p);
+  } else {
+    CDDP_TRACE(CDDP_SUB_STORE, "store: failover: not %s: %s", t->ep, cddp_last_error());
+    close(fd);
+    t->fd = -1;
+  }
+  free(p);
+  return r;
+}
+
+/* The connection broke and the store may move: polls the listed peers until one publishes an
+ * epoch past the lost one, bounded by CDDP_STORE_FAILOVER_MS. The request in t->out is kept.
+ * Call locked. */
+static cddp_result_t failover(tcp_store_t *t) {
+  char lost[300];
+  snprintf(lost, sizeof lost, "%s", t->ep);
+  int lost_port = t->port;
+  char lost_host[256];
+  snprintf(lost_host, sizeof lost_host, "%s", t->host);
+  cddp__failover_lost(lost_host, lost_port, t->epoch);
+  cddp__wire_buf_t req = t->out;
+  memset(&t->out, 0, sizeof t->out);
+  reg_update(t); /* ... with fd -1 first: nobody shuts down an fd number being reused */
+  __atomic_store_n(&t->reg_fd, -1, __ATOMIC_RELEASE);
+  if (t->fd >= 0) close(t->fd);
+  t->fd = -1;
+  int ms = (int)cddp__knob_int(CDDP_KNOB_STORE_FAILOVER_MS);
+  uint64_t t0 = cddp__now_ns(), deadline = cddp__deadline_ms(ms);
+  cddp__peers_t *p = malloc(sizeof *p);
+  cddp_result_t r = CDDP_TIMEOUT;
+  while (p && r != CDDP_OK && !cddp__failover_given_up() && cddp__failover_view(p) == 0) {
+    for (int i = 0; i < p->n && r != CDDP_OK; i++)
+      if (!(p->p[i].port == lost_port && !strcmp(p->p[i].host, lost_host))) r = probe(t, &p->p[i], deadline);
+    if (r == CDDP_OK || cddp__ms_left(deadline) == 0) break;
+    usleep(100000);
+  }
+  free(p);
+  cddp__wire_buf_free(&t->out);
+  t->out = req;
+  if (r != CDDP_OK) {
+    t->broken = 1;
+    snprintf(t->ep, sizeof t->ep, "%s", lost);
+    return cddp__fail(CDDP_REMOTE, "store %s lost, and no listed peer took the store over within %.1f s "
+                      "(CDDP_STORE_FAILOVER_MS)", lost, ms / 1e3);
+  }
+  reg_update(t);
+  cut_stale(t->epoch);
+  CDDP_INFO(CDDP_SUB_STORE, "store: %s lost; the store is now at %s (epoch %lld; %.2f s to find it%s)", lost, t->ep,
+            (long long)t->epoch, (cddp__now_ns() - t0) / 1e9, t->has_will ? "; the will moved with it" : "");
+  return CDDP_OK;
+}
+
 cddp_result_t cddp_store_tcp_connect(cddp_store_t **out, const char *host, int port,
                                      const char *token, int timeout_ms) {
   if (!out || !host || !*host)
@@ -377,9 +602,28 @@ cddp_result_t cddp_store_tcp_connect(cddp_store_t **out, const char *host, int p
   cddp__store_init(&t->base, &tcp_ops);
   pthread_mutex_init(&t->mu, NULL);
   t->fd = -1;
+  t->epoch = -1;
   snprintf(t->ep, sizeof t->ep, "%s:%d", host, port);
+  snprintf(t->host, sizeof t->host, "%s", host);
+  t->port = port;
+  if (!(t->token = strdup(token ? token : ""))) {
+    c_close(&t->base);
+    return cddp__fail(CDDP_SYSTEM, "store tcp: out of memory");
+  }
   if (timeout_ms < 0) timeout_ms = t->base.timeout_ms;
   uint64_t deadline = cddp__deadline_ms(timeout_ms);
+  int64_t left_at = cddp__failover_epoch_of(host, port);
+  if (left_at >= 0 && cddp__failover_epoch() > left_at) { /* the job's store moved on from there */
+    t->epoch = left_at;
+    cddp_result_t r = failover(t);
+    if (r != CDDP_OK) {
+      c_close(&t->base);
+      return r;
+    }
+    reg_add(t);
+    *out = &t->base;
+    return CDDP_OK;
+  }
   char why[200] = "no attempt";
   int backoff_ms = 5, tries = 0;
   int tc;
@@ -406,7 +650,21 @@ cddp_result_t cddp_store_tcp_connect(cddp_store_t **out, const char *host, int p
     return r;
   }
   t->broken = 0;
-  CDDP_INFO(CDDP_SUB_STORE, "store: connected to %s", t->ep);
+  cddp__peers_t *p = malloc(sizeof *p);
+  if (p && peek_peers(t, 0, deadline, p) == CDDP_OK) {
+    t->epoch = p->epoch;
+    cddp__failover_note(p);
+  }
+  t->peek_at = cddp__now_ns() + PEEK_EVERY_MS * 1000000ull;
+  free(p);
+  cddp__clear_error();
+  if (t->broken) { /* the server went away between the handshake and the list */
+    r = cddp__fail(CDDP_REMOTE, "store %s closed the connection just after the handshake", t->ep);
+    c_close(&t->base);
+    return r;
+  }
+  reg_add(t);
+  CDDP_INFO(CDDP_SUB_STORE, "store: connected to %s%s", t->ep, t->epoch >= 0 ? " (it may move: failover on)" : "");
   *out = &t->base;
   return CDDP_OK;
 }
