@@ -109,6 +109,14 @@ out:
   return r;
 }
 
+cddp_result_t cddp__gen_restore(cddp_store_t *s, int64_t gen, const char *what, const cddp__members_t *m) {
+  int64_t now;
+  CDDP_CHECK(cddp__members_write(s, gen, m));
+  if (gen > 0) CDDP_CHECK(cddp_store_set(s, announce_key(gen).s, what, strlen(what)));
+  CDDP_CHECK(cddp_store_add(s, KEY(GEN, 0), 0, &now));
+  return now < gen ? cddp_store_add(s, KEY(GEN, 0), gen - now, &now) : CDDP_OK;
+}
+
 cddp_result_t cddp__gen_bump(cddp_store_t *s, const char *what, int64_t *gen) {
   return cddp__gen_change(s, what, -1, NULL, NULL, gen);
 }

@@ -63,6 +63,9 @@ cddp_result_t cddp__gen_change(cddp_store_t *s, const char *what, int self_id,
                                void *ctx, int64_t *gen);
 /* Agent: announces the next generation for a replacement (same members); *gen = its number. */
 cddp_result_t cddp__gen_bump(cddp_store_t *s, const char *what, int64_t *gen);
+/* A fresh store (the store's new host) gets generation gen back: its member record, its
+ * announcement what, and the counter at gen, so the next change makes gen + 1. */
+cddp_result_t cddp__gen_restore(cddp_store_t *s, int64_t gen, const char *what, const cddp__members_t *m);
 /* What made generation g (elastic/gen/<g>, the agents' words) into buf; its length, 0 when g
  * was not announced. *is_join = 1 when it only took nodes in. */
 size_t cddp__gen_what(cddp_store_t *s, int64_t g, char *buf, size_t size, int *is_join);

@@ -41,6 +41,7 @@ static const keyshape_t shapes[CDDP__JK_COUNT] = {
     [CDDP__JK_WORLDS] = {{"elastic/worlds"}, 0},
     [CDDP__JK_STOP] = {{"elastic/stop"}, 0},
     [CDDP__JK_COMPLETE] = {{"elastic/complete"}, 0},
+    [CDDP__JK_STORE_VOTE] = {{"elastic/vote/", "/", ""}, 2},
     [CDDP__JK_WORLD_DONE] = {{"world/r", "/g", "/done/", ""}, 3},
 };
 
@@ -239,6 +240,29 @@ size_t cddp__members_format(const cddp__members_t *m, char *buf, size_t size) {
     o += (size_t)n;
   }
   return o;
+}
+
+size_t cddp__job_vote_format(const cddp__job_vote_t *v, char *buf, size_t size) {
+  int n = snprintf(buf, size, "gen %lld\n", (long long)v->gen);
+  if (n < 0 || (size_t)n >= size) return 0;
+  size_t m = cddp__members_format(&v->members, buf + n, size - (size_t)n);
+  return m ? (size_t)n + m : 0;
+}
+
+int cddp__job_vote_parse(const void *text, size_t len, cddp__job_vote_t *out) {
+  const char *t = text, *nl = t ? memchr(t, '\n', len) : NULL;
+  char head[40];
+  long long g;
+  int used = 0;
+  if (!nl || (size_t)(nl - t) >= sizeof head) return -1;
+  copy_text(head, sizeof head, t, (size_t)(nl - t));
+  if (sscanf(head, "gen %lld%n", &g, &used) != 1 || head[used] || g < 0) return -1;
+  out->gen = g;
+  return cddp__members_parse(nl + 1, len - (size_t)(nl + 1 - t), &out->members);
+}
+
+size_t cddp__job_what_store_moved(int agent_id, char *buf, size_t size) {
+  return fitted(snprintf(buf, size, "store moved to agent %d", agent_id), size);
 }
 
 size_t cddp__job_pending_format(const cddp__member_t *v, char *buf, size_t size) {

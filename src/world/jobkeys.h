@@ -39,6 +39,8 @@ typedef enum cddp__jobkey_kind {
   CDDP__JK_WORLDS,        /* elastic/worlds           int list: world sizes the batch splits over */
   CDDP__JK_STOP,          /* elastic/stop             text: a worker stopped the job; why */
   CDDP__JK_COMPLETE,      /* elastic/complete         flag: training is over */
+  CDDP__JK_STORE_VOTE,    /* elastic/vote/<E>/<A>     cddp__job_vote_t: agent A asks the next in line to
+                             host the store at epoch E (launcher/store_move.c) */
   /* the workers (world/world.c) */
   CDDP__JK_WORLD_DONE,    /* world/r<R>/g<G>/done/<r> flag: rank r is done with the store */
   CDDP__JK_COUNT
@@ -168,6 +170,17 @@ size_t cddp__job_what_replace(int rank, int pid, char *buf, size_t size);
 /* 1 when the announcement is a join only (nobody lost: "join node H (agent A)[, ...]"); *who
  * gets what follows "join " (NULL: not wanted). */
 int cddp__job_what_is_join(const char *text, size_t len, const char **who);
+
+/* elastic/vote/<E>/<A>: "gen <G>\n" and the member record of G, the latest generation agent A
+ * saw before the store's host was lost */
+typedef struct cddp__job_vote {
+  int64_t gen;
+  cddp__members_t members;
+} cddp__job_vote_t;
+size_t cddp__job_vote_format(const cddp__job_vote_t *v, char *buf, size_t size);
+int cddp__job_vote_parse(const void *text, size_t len, cddp__job_vote_t *out);
+/* elastic/gen/<G> of a generation rebuilt by the store's new host: "store moved to agent A" */
+size_t cddp__job_what_store_moved(int agent_id, char *buf, size_t size);
 
 /* elastic/worlds: the world sizes the global batch splits over, "1 2 3 6 ..." */
 size_t cddp__job_worlds_format(const int *sizes, int n, char *buf, size_t size);

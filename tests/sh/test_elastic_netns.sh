@@ -4,8 +4,10 @@
 # (netns.sh linkdown): the other two declare it lost by its heartbeat, re-form with world 2 and
 # finish; exactly-once and accuracy hold; host 3's processes end with one line each. (part) the
 # same with host 3 partitioned from hosts 1 and 2 (nftables drops). (rejoin) the link restored:
-# host 3 joins again (skipped until scale-up is on the branch). Prints cut -> detection and
-# cut -> the survivors' next completed step.
+# host 3 joins again (skipped until scale-up is on the branch). (storekill) host 1, the store's
+# host, kill -9'd whole: host 2 takes the store over, hosts 2 and 3 finish. (storecut) host 1's
+# cable pulled: taken over after its lease; host 1 stops by itself (docs/store.md, "Failover").
+# Prints cut -> detection and cut -> the survivors' next completed step.
 cd "$(dirname "$0")/../.." && source tests/sh/lib.sh
 NS=tests/cluster/netns.sh
 T=$(mktemp -d /tmp/cddp-elastic-netns.XXXXXX)
@@ -29,7 +31,7 @@ if ! timeout 30 "$NS" up 3 >"$T/up.log" 2>&1; then
   fail netns_up "$(tail -2 "$T/up.log" | tr '\n' ' ')"; finish
 fi
 
-ONLY=${1:-all} # cut | part | rejoin: that case alone
+ONLY=${1:-all} # cut | part | rejoin | storekill | storecut: that case alone
 CFG=configs/fmnist_mlp.yaml
 # 192 = 32 x 3 ranks x 2 = 32 x 2 ranks x 3: the batch splits over 3 and over 2 ranks; 312 steps
 ONE=(--set debug.sample_log=true --set checkpoint.every_steps=1000 --set ddp.threads=1
@@ -84,7 +86,7 @@ reference() {
   [ -n "$ref" ] && ok "$1: reference run (world 3, $STEPS steps): test accuracy $ref" || fail "$1: reference run" "$(tail -3 "$T/$1.out")"
 }
 want() { [ "$ONLY" = all ] || [ "$ONLY" = "$1" ]; }
-want cut || want part && reference ref
+want cut || want part || want storekill || want storecut && reference ref
 
 # cut_case NAME HOW: host 3 cut off at step ~80 by HOW (linkdown | partition); the checks
 cut_case() {
@@ -133,13 +135,65 @@ cut_case() {
     ok "$name: test accuracy $acc vs $ref uninterrupted (within 0.5 points)"
   else fail "$name: accuracy" "$acc vs $ref"; fi
   local o3=$T/${name}3.out
-  if [ "$r3" != 0 ] && [ "$r3" != 137 ] && [ "$(grep -c '^cddp run: node .* is cut off from the job' "$o3")" = 1 ]; then
+  # cut off: its monitor says so, or (the store may move) it finds nobody to take the store over with
+  if [ "$r3" != 0 ] && [ "$r3" != 137 ] &&
+     [ "$(grep -c '^cddp run: node .* is cut off from the job\|^cddp run: node .* carrying on needs a majority' "$o3")" = 1 ]; then
     ok "$name: host 3 ends by itself (exit $r3) $t3 s after the cut: $(grep -h '^cddp run: ' "$o3" | tail -1 | cut -c1-120)"
   else fail "$name: host 3" "rc=$r3 after $t3 s: $(tail -3 "$o3" | tr '\n' ' ')"; fi
   echo "# $name: cut ($how) at step $before: declared lost after $det s, next step after $dt s, survivors done after $t_surv s, host 3 out after $t3 s (exit $r3); test time so far ${SECONDS} s"
 }
 
+# store_case NAME HOW: host 1, the store's host (and rank 0, the metrics writer), lost at step ~60
+# by HOW: crash (kill -9 of everything on it: its port refuses, so the next host takes over at
+# once) or linkdown (a host that may be alive: the others take over after its lease; it finds
+# it hears from a minority and stops; its link back, nobody goes back to it)
+store_case() {
+  local name=$1 how=$2 m=$T/$1/metrics.jsonl
+  hosts "$name"
+  wait_step "$m" 60 || fail "$name: no progress" "$(tail -3 "$T/${name}1.out" | tr '\n' ' ')"
+  local before; before=$(last_step "$m")
+  local t0; t0=$(date +%s.%N)
+  if [ "$how" = crash ]; then "$NS" crash 1; else "$NS" linkdown 1; fi
+  wait_all 90 "${A[2]}" "${A[3]}"
+  local r2=${RC[0]} r3=${RC[1]} t_surv; t_surv=$(since "$t0")
+  [ "$how" = linkdown ] && { wait_all 60 "${A[1]}"; "$NS" linkup 1; }
+  local r1=${RC[0]}
+  cat "$T/$name"?.out >"$T/$name.out"
+  [ "$r2" = 0 ] && [ "$r3" = 0 ] && ok "$name: the store's host ($how) at step $before: hosts 2 and 3 finish (exit 0) $t_surv s later" ||
+    fail "$name: survivors' exit codes" "$r2 $r3; $(grep -hv 'epoch 1/1' "$T/${name}2.out" "$T/${name}3.out" | tail -4 | tr '\n' ' ')"
+  local took; took=$(grep -h -m1 "^cddp run: the store's host (agent 0 at .*) is lost; agent [12] took the store over" "$T/$name.out")
+  [ -n "$took" ] && ok "$name: ${took#cddp run: }" || fail "$name: no take-over" "$(grep -h 'store' "$T/$name.out" | head -3 | tr '\n' ' ')"
+  local rline redone first dt
+  rline=$(grep -h -m1 'cddp train: recovered from the loss of node .* (agent 0, .*world 3 -> 2' "$T/$name.out")
+  redone=$(echo "$rline" | sed -n 's/.* step \([0-9]*\) redone.*/\1/p')
+  read -r first dt < <(grep -v '"eval"' "$m" | sed -n 's/.*"step":\([0-9]*\).*"time":\([0-9.]*\).*/\1 \2/p' |
+    awk -v k="$t0" -v s="${redone:-0}" '$1 >= s && $2 > k { printf "%d %.2f\n", $1, $2 - k; exit }')
+  local bound=5; [ "$how" = linkdown ] && bound=20 # a silent host: two heartbeat timeouts to tell, then its lease
+  if [ -n "$rline" ] && [ -n "$dt" ] && awk -v d="$dt" -v b=$bound 'BEGIN { exit !(d <= b) }'; then
+    ok "$name: $how -> step $first completed by world 2 in $dt s (<= $bound s): ${rline#*cddp train: }"
+  else fail "$name: $how -> next step" "first=$first dt=$dt; $(grep -h 'recovered\|lost' "$T/$name.out" | tr '\n' ' ')"; fi
+  local steps uniq
+  steps=$(grep -vc '"eval"' "$m"); uniq=$(grep -v '"eval"' "$m" | sed -n 's/.*"step":\([0-9]*\).*/\1/p' | sort -u | wc -l)
+  [ "$steps" = $STEPS ] && [ "$uniq" = $STEPS ] && ok "$name: $STEPS step lines, none twice (step $redone redone)" ||
+    fail "$name: steps" "lines=$steps unique=$uniq redone=$redone"
+  local v; v=$(samples "$name")
+  [ "$v" = clean ] && ok "$name: every sample of the epoch exactly once" || fail "$name: samples" "$v"
+  local acc; acc=$(acc_of "$m")
+  if [ -n "$acc" ] && [ -n "$ref" ] && awk -v a="$acc" -v b="$ref" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(d <= 0.005) }'; then
+    ok "$name: test accuracy $acc vs $ref uninterrupted (within 0.5 points)"
+  else fail "$name: accuracy" "$acc vs $ref"; fi
+  if [ "$how" = linkdown ]; then # the old host, cut off, ends by itself and never goes on alone
+    local o1=$T/${name}1.out
+    if [ "$r1" != 0 ] && [ "$r1" != 137 ] && grep -q "hears from only 1 of its 3 nodes: it stops\|is cut off from the job" "$o1"; then
+      ok "$name: the old host ends by itself (exit $r1): $(grep -h '^cddp run: ' "$o1" | tail -1 | cut -c1-140)"
+    else fail "$name: the old host" "rc=$r1: $(tail -3 "$o1" | tr '\n' ' ')"; fi
+  fi
+  echo "# $name: store's host $how at step $before: next step after $dt s, survivors done after $t_surv s; test time so far ${SECONDS} s"
+}
+
 want cut && { cut_case cut linkdown; "$NS" linkup 3; }
+want storekill && store_case storekill crash
+want storecut && store_case storecut linkdown
 want part && { cut_case part partition; "$NS" heal; }
 
 # rejoin NAME: host 3 cut at step ~40, dropped; its link restored: its agent comes back as a

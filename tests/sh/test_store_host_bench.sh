@@ -1,15 +1,23 @@
 #!/usr/bin/env bash
 # test_store_host_bench.sh - bench/store_host_bench.sh runs small: the store-hosting launcher is
-# killed, and the row says what the survivor did (today: it ends, naming the lost store), and
-# bad flags get one line.
+# killed; with 3 nodes cddp's survivors finish every step left (the store moves), with 2 the
+# survivor ends naming the store (no majority); the row says so, and bad flags get one line.
 cd "$(dirname "$0")/../.." && source tests/sh/lib.sh
 T=$(mktemp -d /tmp/cddp-store-host-test.XXXXXX)
 trap 'rm -rf "$T"' EXIT
-timeout 300 bench/store_host_bench.sh --kill-at 10 --rows cddp --out "$T" >"$T/out" 2>"$T/err"; rc=$?
-row=$(grep '^cddp ' "$T/out")
-if [ $rc = 0 ] && [[ "$row" =~ ^cddp\ +[0-9]+\ +[0-9]+\ of\ 224\ +[0-9.]+\ +cddp\ run: ]] && grep -q 'store' <<<"$row"
-then ok "the store's host killed: the row gives the survivor's exit, steps, time and its line about the store"
-else fail "store host bench" "rc $rc: $(cat "$T/out" "$T/err" | tail -4 | tr '\n' ' ')"; fi
+timeout 300 bench/store_host_bench.sh --nodes 3 --kill-at 10 --rows cddp --out "$T/3" >"$T/out3" 2>"$T/err3"; rc=$?
+row=$(grep '^cddp ' "$T/out3")
+if [ $rc = 0 ] && [[ "$row" =~ ^cddp\ +0,0\ +([0-9]+)\ of\ ([0-9]+)\ +[0-9.]+\ +[0-9.]+ ]] &&
+   [ "${BASH_REMATCH[1]}" = "${BASH_REMATCH[2]}" ]
+then ok "3 nodes, the store's host killed: both survivors finish every step left: $row"
+else fail "store host bench, 3 nodes" "rc $rc: $(cat "$T/out3" "$T/err3" | tail -4 | tr '\n' ' ')"; fi
+timeout 300 bench/store_host_bench.sh --nodes 2 --kill-at 10 --rows cddp --out "$T/2" >"$T/out2" 2>"$T/err2"; rc=$?
+row=$(grep '^cddp ' "$T/out2")
+if [ $rc = 0 ] && [[ "$row" =~ ^cddp\ +[1-9][0-9]*\ +[0-9]+\ of\ [0-9]+\  ]] && grep -q 'store' <<<"$row"
+then ok "2 nodes: the survivor ends, naming the store: $row"
+else fail "store host bench, 2 nodes" "rc $rc: $(cat "$T/out2" "$T/err2" | tail -4 | tr '\n' ' ')"; fi
 bench/store_host_bench.sh --kill-at 0 >"$T/bad" 2>&1; rc=$?
 [ $rc = 2 ] && [ "$(grep -c . "$T/bad")" = 1 ] && grep -q -- '--kill-at' "$T/bad" && ok "bad input: --kill-at 0" || fail "bad --kill-at" "rc $rc: $(cat "$T/bad")"
+bench/store_host_bench.sh --nodes 4 >"$T/bad" 2>&1; rc=$?
+[ $rc = 2 ] && [ "$(grep -c . "$T/bad")" = 1 ] && grep -q -- '--nodes' "$T/bad" && ok "bad input: --nodes 4" || fail "bad --nodes" "rc $rc: $(cat "$T/bad")"
 finish

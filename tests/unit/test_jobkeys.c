@@ -39,6 +39,7 @@ TEST(jobkeys_spell_every_key_of_the_table) {
   KEYIS(WORLDS, 0, 0, "elastic/worlds");
   KEYIS(STOP, 0, 0, "elastic/stop");
   KEYIS(COMPLETE, 0, 0, "elastic/complete");
+  KEYIS(STORE_VOTE, 2, 5, "elastic/vote/2/5");
   CHECK(!strcmp(cddp__job_key3(CDDP__JK_WORLD_DONE, 1, 4, 3).s, "world/r1/g4/done/3"));
   CHECK(!strcmp(cddp__job_key_in("job7", CDDP__JK_DEAD, 2).s, "job7/elastic/dead/2"));
   CHECK(!strcmp(cddp__job_key(CDDP__JK_GEN_ANNOUNCE, INT64_MAX, 0).s, "elastic/gen/9223372036854775807"));
@@ -117,6 +118,17 @@ TEST(jobkeys_membership_values_round_trip) {
   CHECK(!strcmp(buf, "rank 1 pid 3") && n == 12);
   n = cddp__job_claim_format(4, "rank 1 pid 3", buf, sizeof buf);
   CHECK(!strcmp(buf, "4 rank 1 pid 3"));
+  /* a vote for the store's next host: the generation and its members */
+  cddp__job_vote_t v = {.gen = 3}, w;
+  CHECK_EQ(cddp__members_parse("0 2 a\n4 1 b", 11, &v.members), 0);
+  n = cddp__job_vote_format(&v, buf, sizeof buf);
+  CHECK(!strcmp(buf, "gen 3\n0 2 a\n4 1 b"));
+  CHECK(!cddp__job_vote_parse(buf, n, &w) && w.gen == 3 && w.members.n == 2 && w.members.m[1].id == 4);
+  CHECK_EQ(cddp__job_vote_parse("gen x\n0 2 a", 11, &w), -1);
+  CHECK_EQ(cddp__job_vote_parse("gen 3", 5, &w), -1);
+  CHECK_EQ(cddp__job_vote_format(&v, buf, 8), 0);
+  n = cddp__job_what_store_moved(2, buf, sizeof buf);
+  CHECK(!strcmp(buf, "store moved to agent 2") && n == 22);
 }
 
 /* The state machine of generations, on the in-memory store, with no threads: a replacement, a

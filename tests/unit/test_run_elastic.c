@@ -407,3 +407,27 @@ TEST(world_superseded_by_a_loss_not_by_a_join) {
   CHECK_EQ(cddp_world_superseded(&w), 0);
   cddp_store_close(w.store);
 }
+
+/* The store's new host writes the latest generation back into its fresh store: the next change
+ * makes the one after it, over the restored members. */
+TEST(gen_restore_puts_a_generation_back_in_a_fresh_store) {
+  cddp_store_t *s;
+  CHECK_OK(cddp_store_mem_create(&s));
+  cddp__members_t m, got;
+  CHECK_EQ(cddp__members_parse("0 1 a\n1 1 b\n2 1 c", 17, &m), 0);
+  CHECK_OK(cddp__gen_restore(s, 4, "store moved to agent 1", &m));
+  int64_t g = -1;
+  CHECK_OK(cddp__gen_latest(s, &g));
+  CHECK_EQ(g, 4);
+  CHECK_OK(cddp__members_read(s, 4, &got));
+  CHECK(got.n == 3 && got.m[2].id == 2);
+  char what[64];
+  int join = 1;
+  CHECK(cddp__gen_what(s, 4, what, sizeof what, &join) > 0 && !join && !strcmp(what, "store moved to agent 1"));
+  CHECK_OK(cddp__gen_restore(s, 4, "again", &m)); /* twice: the counter stays */
+  CHECK_OK(cddp__gen_latest(s, &g));
+  CHECK_EQ(g, 4);
+  CHECK_OK(cddp__gen_bump(s, "rank 0 pid 9", &g));
+  CHECK_EQ(g, 5);
+  cddp_store_close(s);
+}

@@ -28,6 +28,7 @@
 #include "launcher/sigguard.h"
 #include "launcher/status_pub.h"
 #include "launcher/task_exec.h"
+#include "store/failover.h"
 #include "launcher/torchstore.h"
 #include "launcher/warm.h"
 #include "launcher/workers.h"
@@ -265,6 +266,11 @@ static int setup_store(agent_t *a) {
       usleep(20000 + 10000 * (getpid() % 5)); /* apart, so the next tries do not meet again */
     }
   }
+  if (a->server && cddp__store_move_wanted(o->replace, o->max_nodes, o->standalone) &&
+      cddp__store_move_list_host(a->store_host, a->store_port, a->token) != CDDP_OK) {
+    fprintf(stderr, "cddp run: the store's failover: %s\n", cddp_last_error());
+    return -1;
+  }
   if (connect_store(a, &a->store) != 0 || connect_store(a, &a->watch_store) != 0) return -1;
   return 0;
 }
@@ -292,9 +298,13 @@ static char **worker_env(agent_t *a, int local_rank, int64_t gen, int replacemen
    * when this round formed, never the store's (static: the store is on --master-port) */
   const char *maddr = o->backend == CDDP_RDZV_STATIC ? o->master_addr : rz->nodes[0].addr;
   int mport = rz->nodes[0].master_port;
-  int v6 = strchr(a->store_host, ':') != NULL;
+  char shost[256];
+  int sport = a->store_port;
+  snprintf(shost, sizeof shost, "%s", a->store_host);
+  (void)cddp__failover_current(shost, sizeof shost, &sport); /* the store moved: where it is now */
+  int v6 = strchr(shost, ':') != NULL;
   char store[300];
-  snprintf(store, sizeof store, "%s%s%s:%d", v6 ? "[" : "", a->store_host, v6 ? "]" : "", a->store_port);
+  snprintf(store, sizeof store, "%s%s%s:%d", v6 ? "[" : "", shost, v6 ? "]" : "", sport);
   int nproc = rz->nodes[rz->node_rank].nproc, rank_base = rz->rank_base, world = rz->world_size;
   if (a->elastic && cddp__members_find(&a->ms.cur, a->id, &rank_base, &world) < 0)
     rank_base = rz->rank_base, world = rz->world_size;
@@ -525,13 +535,15 @@ static int finish(agent_t *a, int code) {
     cddp__rdzv_release(&a->rz);
   } else if (a->rz.nodes) {
     if (a->elastic) a->rz.nnodes = a->ms.cur.n; /* count out the nodes still in the job */
-    cddp__rdzv_exit(a->store, &a->rz, a->server != NULL && !(a->elastic && a->ms.ending), a->o->grace_ms);
+    int hosting = a->server != NULL || cddp__store_move_hosting(a->ms.mv); /* the others need it to count out */
+    cddp__rdzv_exit(a->store, &a->rz, hosting && !(a->elastic && a->ms.ending), a->o->grace_ms);
     cddp__rdzv_release(&a->rz);
   }
   /* the watcher may still be blocked on the connection: leave it to process exit */
   if (!a->watcher_running) cddp_store_close(a->watch_store);
   cddp_store_close(a->store);
   cddp_store_server_stop(a->server);
+  cddp__store_move_stop(a->ms.mv);
   return code;
 }
 
@@ -618,6 +630,8 @@ static int start_membership(agent_t *a) {
     fprintf(stderr, "cddp run: cannot start the heartbeat: %s\n", cddp_last_error());
     return -1;
   }
+  cddp__store_move_notify(ms->mv, ms->pipe[1]);
+  cddp__monitor_lease(ms->mon, cddp__store_move_hosting_flag(ms->mv));
   cddp_result_t r = a->rz.late ? cddp__membership_pend(ms, a->o->nproc_per_node)
                                 : cddp__membership_begin(ms, a->rz.nodes, a->rz.nnodes);
   if (r != CDDP_OK) {
@@ -715,6 +729,9 @@ static int come_back(agent_t *a) {
     fprintf(stderr, "cddp run: node %s cannot come back into the job: %s\n", a->host, cddp_last_error());
     return -1;
   }
+  if (ms->mv && cddp__store_move_rejoin(ms->mv, a->id) != CDDP_OK)
+    fprintf(stderr, "cddp run: node %s comes back without a standby store: %s\n", a->host, cddp_last_error());
+  cddp__monitor_lease(ms->mon, cddp__store_move_hosting_flag(ms->mv));
   fprintf(stderr, "cddp run: node %s (agent %d) comes back as agent %d\n", a->host, old, a->id);
   return 0;
 }
@@ -740,6 +757,17 @@ static int agent_main(agent_t *a) {
       return finish(a, 1);
     }
     a->id = cfg.self.id = (int)n - 1;
+    /* no single point of failure: this agent's standby is listed before it joins, so every
+     * member knows every standby of the round it forms */
+    if (cddp__store_move_wanted(o->replace, o->max_nodes, o->standalone)) {
+      cddp__store_move_cfg_t mc = {.run_id = o->run_id, .token = a->token, .self = a->id, .store_host = a->store_host,
+                                   .store_port = a->store_port, .hosting = a->server != NULL,
+                                   .hb_timeout_ms = (int)cddp__knob_int(CDDP_KNOB_HEARTBEAT_TIMEOUT_MS), .notify_fd = -1};
+      if (cddp__store_move_start(&a->ms.mv, &mc) != CDDP_OK) {
+        fprintf(stderr, "cddp run: %s\n", cddp_last_error());
+        return finish(a, 1);
+      }
+    }
   }
   cddp__status_pub_begin(&a->status, a->store_host, a->store_port, a->token, o->run_id, a->host, o->replace ? a->id : -1,
                          o->replace);

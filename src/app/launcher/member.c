@@ -32,6 +32,8 @@ struct cddp__monitor {
   int self, hb_ms, timeout_ms, fd, stop;
   int64_t gen, gen_seen;
   uint64_t deadline; /* "waited" after this (0: none) */
+  const int *hosting; /* cddp__monitor_lease */
+  int minority_said;
   int n;
   watched_t w[CDDP__MAX_MEMBERS];
   unsigned char said[MAX_AGENT_IDS]; /* a pending agent reported since the last watch */
@@ -99,9 +101,19 @@ static cddp_result_t beat(cddp__monitor_t *m, uint64_t now) {
     if (still < (uint64_t)m->timeout_ms) continue;
     if (exists(m->s, KEY(LEFT, w->id))) continue; /* it left properly */
     w->reported = 1;
+    CDDP_INFO(CDDP_SUB_RUN, "agent %d: heartbeat counter stood at %lld for %llu ms", w->id, (long long)v,
+              (unsigned long long)still);
     say(m, "lost %d no heartbeat for %llu ms", w->id, (unsigned long long)still);
   }
+  int alive = m->n + 1;
+  for (int i = 0; i < m->n; i++)
+    if ((now - m->w[i].changed_at) / 1000000ull >= (uint64_t)m->timeout_ms) alive--;
+  int minority = m->hosting && __atomic_load_n(m->hosting, __ATOMIC_ACQUIRE) && 2 * alive < m->n + 1 &&
+                 !m->minority_said;
+  if (minority) m->minority_said = 1;
+  int members = m->n + 1;
   pthread_mutex_unlock(&m->mu);
+  if (minority) say(m, "minority %d %d", alive, members);
   if (exists(m->s, KEY(STOP, 0))) say(m, "stop");
   return scan_pending(m);
 }
@@ -207,6 +219,13 @@ void cddp__monitor_watch(cddp__monitor_t *m, const cddp__members_t *members, int
   pthread_mutex_unlock(&m->mu);
 }
 
+void cddp__monitor_lease(cddp__monitor_t *m, const int *hosting) {
+  if (!m) return;
+  pthread_mutex_lock(&m->mu);
+  m->hosting = hosting;
+  pthread_mutex_unlock(&m->mu);
+}
+
 void cddp__monitor_deadline(cddp__monitor_t *m, uint64_t deadline_ns) {
   if (!m) return;
   pthread_mutex_lock(&m->mu);
@@ -287,6 +306,7 @@ void cddp__membership_refresh(cddp__membership_t *ms) {
     }
     ms->cur = *m, ms->gen = g;
     cddp__monitor_watch(ms->mon, &ms->cur, g);
+    cddp__store_move_note(ms->mv, &ms->cur, g);
     if (m->wait_ms > 0 && ms->wait_gen != g) /* below MIN: the wait starts when this agent sees it */
       cddp__monitor_deadline(ms->mon, cddp__now_ns() + (uint64_t)m->wait_ms * 1000000ull);
     else if (m->wait_ms <= 0 && ms->wait_gen >= 0)
@@ -442,6 +462,14 @@ void cddp__membership_events(cddp__membership_t *ms) {
       ms->ending = 1;
       LINE_OF("node %s (agent %d) is cut off from the job (%s): the others go on without it after "
               "CDDP_HEARTBEAT_TIMEOUT_MS; its workers stop", ms->host, ms->self, line + 4);
+    } else if (!strcmp(line, "store-stop") && !ms->ending) {
+      ms->ending = 2;
+      LINE_OF("node %s (agent %d) %s", ms->host, ms->self, cddp__store_move_line(ms->mv));
+    } else if (sscanf(line, "minority %d %d", &id, &used) == 2 && !ms->ending) {
+      ms->ending = 2;
+      LINE_OF("node %s (agent %d) hosts the job's store but hears from only %d of its %d nodes: it stops, so that "
+              "the others, a majority, may take the store over and go on (split-brain guard)", ms->host, ms->self, id,
+              used);
     } else if (!strcmp(line, "stop") && !ms->ending) {
       void *v = NULL;
       size_t len = 0;

@@ -8,6 +8,7 @@
 
 #include "world/elastic.h"
 #include "launcher/rdzv.h"
+#include "launcher/store_move.h"
 
 typedef struct cddp__monitor cddp__monitor_t;
 
@@ -30,6 +31,10 @@ cddp_result_t cddp__monitor_start(cddp__monitor_t **out, const char *host, int p
 void cddp__monitor_watch(cddp__monitor_t *m, const cddp__members_t *members, int64_t gen);
 /* Reports "waited" once the monotonic time passes deadline_ns (0: none). */
 void cddp__monitor_deadline(cddp__monitor_t *m, uint64_t deadline_ns);
+/* Split-brain guard of the store's host (docs/store.md, "Failover"): while *hosting, a beat that
+ * finds fewer than half of the members (this one included) alive reports "minority <alive>
+ * <members>" once: the others, a majority, may take the store over after the lease. NULL: off. */
+void cddp__monitor_lease(cddp__monitor_t *m, const int *hosting);
 /* Stops the thread; goodbye = 1 marks elastic/left/<self> and closes with a goodbye (the
  * will is dropped); 0 leaves the connection to die with the process. NULL is a no-op. */
 void cddp__monitor_stop(cddp__monitor_t *m, int goodbye);
@@ -46,6 +51,7 @@ typedef struct cddp__membership {
   cddp__members_t cur;  /* the members of generation gen */
   int64_t gen;
   cddp__monitor_t *mon;
+  cddp__store_move_t *mv; /* the store's failover (NULL: off): told each generation seen */
   int pipe[2];          /* the monitor's reports */
   int ending;           /* 0 running; 1 this node was dropped; 2 the job stops */
   int pending;          /* 1 while this agent waits in elastic/pending/<self> to be taken in */

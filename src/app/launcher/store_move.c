@@ -1,0 +1,365 @@
+/* store_move.c - the job's store outlives its host: standby, vote, take-over (store_move.h). */
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common/check.h"
+#include "common/clock.h"
+#include "common/knobs.h"
+#include "common/log.h"
+#include "common/sock.h"
+#include "launcher/store_move.h"
+#include "store/failover.h"
+
+#define VOTE_CONNECT_MS 1000 /* reaching the next in line to vote */
+#define LEASE_MARGIN_MS 1000 /* past the heartbeat timeout: a cut-off host has stopped by then */
+#define POLL_MS 50
+
+struct cddp__store_move {
+  pthread_mutex_t mu; /* guards cur, gen and line */
+  char run_id[160], token[256];
+  int self, hb_timeout_ms, notify_fd;
+  char store_host[256];
+  int store_port;
+  cddp_store_server_t *standby; /* this agent's server until it takes over (NULL: it hosts) */
+  char host[256];               /* where the others reach this agent's server */
+  int port;
+  int hosting;                  /* atomic */
+  cddp__members_t cur;
+  int64_t gen;
+  int running;                  /* atomic: the vote thread was started */
+  cddp_store_t *raw;            /* reads the peers list again at each generation (main thread) */
+  int64_t read_at_gen;
+  char lost_host[256];
+  int lost_port;
+  int64_t lost_epoch;
+  uint64_t lost_at;
+  char line[512];
+};
+
+int cddp__store_move_wanted(int replace, int max_nodes, int standalone) {
+  return replace && max_nodes >= 3 && !standalone && cddp__knob_int(CDDP_KNOB_STORE_FAILOVER) != 0;
+}
+
+/* A raw client of host:port (the token's), and the job's view over it when view is wanted. */
+static cddp_result_t open_store(const cddp__store_move_t *mv, const char *host, int port, int ms, cddp_store_t **raw,
+                                cddp_store_t **view) {
+  CDDP_CHECK(cddp_store_tcp_connect(raw, host, port, mv->token, ms));
+  if (!view) return CDDP_OK;
+  char prefix[170];
+  snprintf(prefix, sizeof prefix, "%s/", mv->run_id);
+  cddp_result_t r = cddp_store_prefix_create(view, *raw, prefix, 1);
+  if (r != CDDP_OK) cddp_store_close(*raw);
+  return r;
+}
+
+/* Adds (id, host, port) to the peers list (or renames an entry of host:port to id). */
+static cddp_result_t list_self(cddp_store_t *raw, int id, const char *host, int port) {
+  for (int tries = 0; tries < 100; tries++) {
+    void *v = NULL, *won = NULL;
+    size_t len = 0, wl = 0;
+    cddp__peers_t *p = calloc(1, sizeof *p);
+    if (!p) return cddp__fail(CDDP_SYSTEM, "out of memory");
+    cddp_result_t r = cddp_store_get(raw, CDDP__PEERS_KEY, &v, &len, 0);
+    if (r == CDDP_OK && cddp__peers_parse(v, len, p) != 0) r = cddp__fail(CDDP_REMOTE, "malformed %s", CDDP__PEERS_KEY);
+    if (r == CDDP_TIMEOUT) r = CDDP_OK, v = NULL; /* none yet: epoch 0 */
+    int at = r == CDDP_OK ? cddp__peers_find(p, host, port) : -1;
+    if (r == CDDP_OK && at < 0 && p->n == CDDP__MAX_PEERS) r = cddp__fail(CDDP_INVALID_ARG, "more than %d nodes to list", CDDP__MAX_PEERS);
+    char buf[CDDP__MAX_PEERS * 300];
+    size_t bl = 0;
+    if (r == CDDP_OK) {
+      if (at < 0) at = p->n++;
+      p->p[at].id = id, p->p[at].port = port;
+      snprintf(p->p[at].host, sizeof p->p[at].host, "%s", host);
+      if (!(bl = cddp__peers_format(p, buf, sizeof buf))) r = cddp__fail(CDDP_INVALID_ARG, "peers list too long");
+    }
+    if (r == CDDP_OK) r = cddp_store_compare_set(raw, CDDP__PEERS_KEY, v, v ? len : 0, buf, bl, &won, &wl);
+    int done = r == CDDP_OK && wl == bl && !memcmp(won, buf, bl);
+    if (done) cddp__failover_note(p); /* this process's clients may not have read it yet */
+    free(v), free(won), free(p);
+    if (r != CDDP_OK || done) return r;
+  }
+  return cddp__fail(CDDP_TIMEOUT, "could not add this node to %s (too much contention)", CDDP__PEERS_KEY);
+}
+
+/* ---- the vote (a thread started by the first client that finds the store gone) ---- */
+
+static void say_stop(cddp__store_move_t *mv) {
+  cddp__failover_give_up(); /* the agent's calls end now instead of waiting out CDDP_STORE_FAILOVER_MS */
+  ssize_t w = write(mv->notify_fd, "store-stop\n", 11);
+  (void)w;
+}
+
+/* 1 when host:port refuses connections: its host is up and nothing listens there, so the
+ * store's process is gone for sure (a cut-off host cannot be told from a dead one otherwise). */
+static int refused(const char *host, int port) {
+  int fd = -1;
+  errno = 0;
+  cddp_result_t r = cddp__sock_connect(host, port, 0, cddp__deadline_ms(300), &fd);
+  if (r == CDDP_OK) close(fd);
+  cddp__clear_error();
+  return r != CDDP_OK && errno == ECONNREFUSED;
+}
+
+/* The votes in this agent's server: *best = the vote of the latest generation, *n_for = how
+ * many of best's members voted, *max_id = the highest agent id seen. */
+static void count_votes(cddp_store_t *view, int64_t epoch, cddp__job_vote_t *best, int *n_for, int *max_id) {
+  cddp__job_vote_t *v = malloc(sizeof *v);
+  int ids[2 * CDDP__MAX_MEMBERS], nids = 0, voted[2 * CDDP__MAX_MEMBERS] = {0};
+  if (!v) return;
+  for (int i = 0; i < best->members.n; i++) ids[nids++] = best->members.m[i].id;
+  for (int k = 0; k < nids; k++) { /* ids grows when a later generation brings members in */
+    void *t = NULL;
+    size_t len = 0;
+    if (cddp_store_get(view, cddp__job_key(CDDP__JK_STORE_VOTE, epoch, ids[k]).s, &t, &len, 0) != CDDP_OK ||
+        cddp__job_vote_parse(t, len, v) != 0) {
+      free(t);
+      continue;
+    }
+    free(t);
+    voted[k] = 1;
+    if (ids[k] > *max_id) *max_id = ids[k];
+    if (v->gen > best->gen) {
+      *best = *v;
+      for (int i = 0; i < best->members.n && nids < 2 * CDDP__MAX_MEMBERS; i++) {
+        int known = 0;
+        for (int j = 0; j < nids && !known; j++) known = ids[j] == best->members.m[i].id;
+        if (!known) ids[nids++] = best->members.m[i].id;
+      }
+    }
+  }
+  cddp__clear_error();
+  *n_for = 0;
+  for (int k = 0; k < nids; k++)
+    if (voted[k] && cddp__members_find(&best->members, ids[k], NULL, NULL) >= 0) (*n_for)++;
+  for (int i = 0; i < best->members.n; i++)
+    if (best->members.m[i].id > *max_id) *max_id = best->members.m[i].id;
+  free(v);
+}
+
+/* This agent is next in line: waits for a majority of the latest generation's members (and
+ * for the lost host's lease unless its process is gone for sure), rebuilds the job's state in
+ * its own server, then publishes the next epoch's peers list. */
+static void take_over(cddp__store_move_t *mv, const cddp__job_vote_t *mine, const cddp__peers_t *peers, int lost_id) {
+  cddp_store_t *raw = NULL, *view = NULL;
+  int64_t epoch = mv->lost_epoch + 1;
+  cddp__job_vote_t *best = malloc(sizeof *best);
+  char buf[CDDP__MAX_MEMBERS * 80 + 64];
+  cddp_result_t r = best ? open_store(mv, "127.0.0.1" /* own server */, mv->port, 2000, &raw, &view) : CDDP_SYSTEM;
+  if (r != CDDP_OK && best) r = open_store(mv, mv->host, mv->port, 2000, &raw, &view);
+  size_t bl = r == CDDP_OK ? cddp__job_vote_format(mine, buf, sizeof buf) : 0;
+  if (r == CDDP_OK && bl) r = cddp_store_set(view, cddp__job_key(CDDP__JK_STORE_VOTE, epoch, mv->self).s, buf, bl);
+  uint64_t lease = mv->lost_at + (uint64_t)(mv->hb_timeout_ms + LEASE_MARGIN_MS) * 1000000ull;
+  uint64_t deadline = mv->lost_at + (uint64_t)(3 * mv->hb_timeout_ms + LEASE_MARGIN_MS) * 1000000ull;
+  int dead = 0, n_for = 0, max_id = mv->self;
+  for (; r == CDDP_OK;) {
+    *best = *mine;
+    count_votes(view, epoch, best, &n_for, &max_id);
+    if (!dead) dead = refused(mv->lost_host, mv->lost_port);
+    uint64_t now = cddp__now_ns();
+    if (2 * n_for > best->members.n && (dead || now >= lease)) break;
+    if (now >= deadline) {
+      pthread_mutex_lock(&mv->mu);
+      snprintf(mv->line, sizeof mv->line, "lost the store at %s:%d, and only %d of the %d nodes of generation %lld "
+               "reached agent %d, next in line to host it: carrying on needs a majority (split-brain guard)",
+               mv->lost_host, mv->lost_port, n_for, best->members.n, (long long)best->gen, mv->self);
+      pthread_mutex_unlock(&mv->mu);
+      r = CDDP_TIMEOUT;
+      break;
+    }
+    usleep(POLL_MS * 1000);
+  }
+  /* the rebuild: the generation, the agent ids handed out, the lost host's will */
+  char what[64];
+  cddp__job_what_store_moved(mv->self, what, sizeof what);
+  int64_t had = 0;
+  if (r == CDDP_OK) r = cddp__gen_restore(view, best->gen, what, &best->members);
+  if (r == CDDP_OK) r = cddp_store_add(view, cddp__job_key(CDDP__JK_AGENTS, 0, 0).s, 0, &had);
+  if (r == CDDP_OK && had <= max_id) r = cddp_store_add(view, cddp__job_key(CDDP__JK_AGENTS, 0, 0).s, max_id + 1 - had, &had);
+  if (r == CDDP_OK && lost_id >= 0 && cddp__members_find(&best->members, lost_id, NULL, NULL) >= 0)
+    r = cddp_store_set(view, cddp__job_key(CDDP__JK_DEAD, lost_id, 0).s, CDDP__JOB_WILL, strlen(CDDP__JOB_WILL));
+  if (r == CDDP_OK) { /* open for business: the clients take the first server past the lost epoch */
+    cddp__peers_t *next = malloc(sizeof *next);
+    char text[CDDP__MAX_PEERS * 300];
+    size_t tl = 0;
+    if (next) {
+      *next = *peers;
+      next->epoch = epoch, next->n = 1; /* the host first: where a new client goes */
+      next->p[0].id = mv->self, next->p[0].port = mv->port;
+      snprintf(next->p[0].host, sizeof next->p[0].host, "%s", mv->host);
+      for (int i = 0; i < peers->n; i++)
+        if (!(peers->p[i].port == mv->lost_port && !strcmp(peers->p[i].host, mv->lost_host)) &&
+            !(peers->p[i].port == mv->port && !strcmp(peers->p[i].host, mv->host)))
+          next->p[next->n++] = peers->p[i];
+      tl = cddp__peers_format(next, text, sizeof text);
+    }
+    r = tl ? cddp_store_set(raw, CDDP__PEERS_KEY, text, tl) : cddp__fail(CDDP_SYSTEM, "out of memory");
+    free(next);
+  }
+  if (r == CDDP_OK) {
+    __atomic_store_n(&mv->hosting, 1, __ATOMIC_RELEASE);
+    fprintf(stderr, "cddp run: the store's host (agent %d at %s:%d) is lost; agent %d took the store over at %s:%d "
+            "(epoch %lld, %d of the %d nodes of generation %lld voted, %.1f s after the loss)\n", lost_id, mv->lost_host,
+            mv->lost_port, mv->self, mv->host, mv->port, (long long)epoch, n_for, best->members.n, (long long)best->gen,
+            (cddp__now_ns() - mv->lost_at) / 1e9);
+  } else {
+    pthread_mutex_lock(&mv->mu);
+    if (!mv->line[0])
+      snprintf(mv->line, sizeof mv->line, "lost the store at %s:%d, and could not take it over: %s", mv->lost_host,
+               mv->lost_port, cddp_last_error());
+    pthread_mutex_unlock(&mv->mu);
+    say_stop(mv);
+  }
+  if (view) cddp_store_close(view);
+  free(best);
+}
+
+/* Votes for the first member in line (the latest generation's order) that is reachable, or
+ * takes over when that is this agent. */
+static void *vote_main(void *arg) {
+  cddp__store_move_t *mv = arg;
+  cddp__job_vote_t *mine = malloc(sizeof *mine);
+  cddp__peers_t *peers = malloc(sizeof *peers);
+  if (!mine || !peers || cddp__failover_view(peers) != 0) goto out;
+  pthread_mutex_lock(&mv->mu);
+  mine->gen = mv->gen, mine->members = mv->cur;
+  pthread_mutex_unlock(&mv->mu);
+  int at = cddp__peers_find(peers, mv->lost_host, mv->lost_port), lost_id = at >= 0 ? peers->p[at].id : -1;
+  char buf[CDDP__MAX_MEMBERS * 80 + 64];
+  size_t bl = cddp__job_vote_format(mine, buf, sizeof buf);
+  for (int i = 0; i < mine->members.n && bl; i++) {
+    int id = mine->members.m[i].id, k = -1;
+    for (int j = 0; j < peers->n && k < 0; j++)
+      if (peers->p[j].id == id && j != at) k = j;
+    if (id == lost_id || k < 0) continue;
+    if (id == mv->self) {
+      take_over(mv, mine, peers, lost_id);
+      goto out;
+    }
+    cddp_store_t *raw, *view;
+    if (open_store(mv, peers->p[k].host, peers->p[k].port, VOTE_CONNECT_MS, &raw, &view) != CDDP_OK) continue;
+    cddp_result_t r = cddp_store_set(view, cddp__job_key(CDDP__JK_STORE_VOTE, mv->lost_epoch + 1, mv->self).s, buf, bl);
+    cddp_store_close(view);
+    if (r == CDDP_OK) {
+      CDDP_INFO(CDDP_SUB_RUN, "store at %s:%d lost: voted for agent %d at %s:%d to take it over", mv->lost_host,
+                mv->lost_port, id, peers->p[k].host, peers->p[k].port);
+      goto out;
+    }
+  }
+  pthread_mutex_lock(&mv->mu);
+  snprintf(mv->line, sizeof mv->line, "lost the store at %s:%d, and no member next in line to host it could be reached",
+           mv->lost_host, mv->lost_port);
+  pthread_mutex_unlock(&mv->mu);
+  say_stop(mv);
+out:
+  cddp__clear_error();
+  free(mine), free(peers);
+  return NULL;
+}
+
+static void on_lost(const char *host, int port, int64_t epoch, void *arg) {
+  cddp__store_move_t *mv = arg;
+  if (__atomic_load_n(&mv->hosting, __ATOMIC_ACQUIRE) && port == mv->port) return; /* ours: not lost */
+  if (__atomic_exchange_n(&mv->running, 1, __ATOMIC_ACQ_REL)) return;
+  snprintf(mv->lost_host, sizeof mv->lost_host, "%s", host);
+  mv->lost_port = port, mv->lost_epoch = epoch, mv->lost_at = cddp__now_ns();
+  pthread_t th;
+  if (pthread_create(&th, NULL, vote_main, mv) == 0) pthread_detach(th);
+}
+
+/* ---- set-up ---- */
+
+cddp_result_t cddp__store_move_list_host(const char *host, int port, const char *token) {
+  cddp_store_t *raw;
+  CDDP_CHECK(cddp_store_tcp_connect(&raw, host, port, token, 10000));
+  cddp_result_t r = list_self(raw, -1, host, port);
+  cddp_store_close(raw);
+  return r;
+}
+
+cddp_result_t cddp__store_move_start(cddp__store_move_t **out, const cddp__store_move_cfg_t *cfg) {
+  *out = NULL;
+  cddp__store_move_t *mv = calloc(1, sizeof *mv);
+  if (!mv) return cddp__fail(CDDP_SYSTEM, "out of memory");
+  pthread_mutex_init(&mv->mu, NULL);
+  snprintf(mv->run_id, sizeof mv->run_id, "%s", cfg->run_id);
+  snprintf(mv->token, sizeof mv->token, "%s", cfg->token ? cfg->token : "");
+  snprintf(mv->store_host, sizeof mv->store_host, "%s", cfg->store_host);
+  mv->self = cfg->self, mv->store_port = cfg->store_port, mv->hb_timeout_ms = cfg->hb_timeout_ms;
+  mv->notify_fd = cfg->notify_fd, mv->gen = -1, mv->read_at_gen = -1;
+  cddp_result_t r = CDDP_OK;
+  if (cfg->hosting) { /* listed as the clients reach it */
+    snprintf(mv->host, sizeof mv->host, "%s", cfg->store_host);
+    mv->port = cfg->store_port, mv->hosting = 1;
+  } else {
+    r = cddp_store_server_start(&mv->standby, NULL, 0, mv->token);
+    if (r == CDDP_OK) {
+      mv->port = cddp_store_server_port(mv->standby);
+      cddp__sock_addr_toward(cfg->store_host, cfg->store_port, mv->host, sizeof mv->host);
+    }
+  }
+  if (r == CDDP_OK) r = open_store(mv, cfg->store_host, cfg->store_port, 10000, &mv->raw, NULL);
+  if (r == CDDP_OK) r = list_self(mv->raw, mv->self, mv->host, mv->port);
+  if (r != CDDP_OK) {
+    cddp__store_move_stop(mv);
+    return cddp__fail(r, "the store's failover: %s", cddp_last_error());
+  }
+  cddp__failover_set_hook(on_lost, mv);
+  CDDP_INFO(CDDP_SUB_RUN, "store failover on: agent %d %s %s:%d", mv->self, cfg->hosting ? "hosts the store at" :
+            "serves a standby at", mv->host, mv->port);
+  *out = mv;
+  return CDDP_OK;
+}
+
+void cddp__store_move_note(cddp__store_move_t *mv, const cddp__members_t *m, int64_t gen) {
+  if (!mv || m->stop || m->n == 0) return;
+  pthread_mutex_lock(&mv->mu);
+  int fresh = gen > mv->read_at_gen || mv->gen < 0;
+  if (gen >= mv->gen) mv->cur = *m, mv->gen = gen;
+  pthread_mutex_unlock(&mv->mu);
+  if (!fresh) return;
+  /* a generation's members listed their standbys before they joined it: read the list again,
+   * so that the vote knows where each of them is */
+  void *v = NULL;
+  size_t len = 0;
+  cddp__peers_t *p = malloc(sizeof *p);
+  if (p && cddp_store_get(mv->raw, CDDP__PEERS_KEY, &v, &len, 0) == CDDP_OK && cddp__peers_parse(v, len, p) == 0) {
+    cddp__failover_note(p);
+    mv->read_at_gen = gen;
+  }
+  free(v), free(p);
+  cddp__clear_error();
+}
+
+void cddp__store_move_notify(cddp__store_move_t *mv, int fd) {
+  if (mv) mv->notify_fd = fd;
+}
+
+cddp_result_t cddp__store_move_rejoin(cddp__store_move_t *mv, int new_id) {
+  if (!mv) return CDDP_OK;
+  mv->self = new_id;
+  return list_self(mv->raw, mv->self, mv->host, mv->port); /* mv->raw follows the store where it moves */
+}
+
+int cddp__store_move_hosting(const cddp__store_move_t *mv) {
+  return mv ? __atomic_load_n(&mv->hosting, __ATOMIC_ACQUIRE) : 0;
+}
+
+const int *cddp__store_move_hosting_flag(const cddp__store_move_t *mv) { return mv ? &mv->hosting : NULL; }
+
+const char *cddp__store_move_line(const cddp__store_move_t *mv) { return mv ? mv->line : ""; }
+
+void cddp__store_move_stop(cddp__store_move_t *mv) {
+  if (!mv) return;
+  cddp__failover_set_hook(NULL, NULL);
+  if (mv->raw) cddp_store_close(mv->raw);
+  cddp_store_server_stop(mv->standby);
+  /* a vote thread may still run (detached): the process ends next, so mv stays */
+  if (!__atomic_load_n(&mv->running, __ATOMIC_ACQUIRE)) {
+    pthread_mutex_destroy(&mv->mu);
+    free(mv);
+  }
+}

@@ -1,0 +1,51 @@
+/* store_move.h - the job's store outlives its host (cddp run --restart-mode replace, --nnodes
+ * MAX >= 3): every member agent serves a standby store and lists it in the store's peers list
+ * (store/failover.h); when the host is lost, the next member in line takes the store over with
+ * the votes of a majority of the latest generation's members, rebuilds it from what they hold,
+ * and drops the lost host's node through the will it writes for it. The design and its
+ * split-brain argument: docs/store.md, "Failover". */
+#ifndef CDDP_RUN_STORE_MOVE_H
+#define CDDP_RUN_STORE_MOVE_H
+
+#include <stdint.h>
+
+#include "world/elastic.h"
+
+typedef struct cddp__store_move cddp__store_move_t;
+
+typedef struct cddp__store_move_cfg {
+  const char *run_id, *token;
+  int self;                    /* this agent's id */
+  const char *store_host;      /* the store as this agent reaches it */
+  int store_port;
+  int hosting;                 /* this agent's process serves that store */
+  int hb_timeout_ms;           /* CDDP_HEARTBEAT_TIMEOUT_MS: the lease of a host cut off */
+  int notify_fd;               /* "store-stop\n" is written here when this node must stop (-1: later) */
+} cddp__store_move_cfg_t;
+
+/* 1 when the job's store should be able to move: the knob CDDP_STORE_FAILOVER is on, replace
+ * mode, room for 3 or more nodes, not --standalone. */
+int cddp__store_move_wanted(int replace, int max_nodes, int standalone);
+/* The store's host lists itself (agent id not known yet: -1) the moment it serves, so that
+ * every client reads a list naming it from its first connection. */
+cddp_result_t cddp__store_move_list_host(const char *host, int port, const char *token);
+/* Starts this agent's standby (unless it hosts the store), lists it in the peers list and
+ * hooks the process's store clients: a lost store starts the vote. */
+cddp_result_t cddp__store_move_start(cddp__store_move_t **out, const cddp__store_move_cfg_t *cfg);
+/* Where "store-stop\n" goes (the membership's pipe, made after the start). */
+void cddp__store_move_notify(cddp__store_move_t *mv, int fd);
+/* The latest generation this agent saw: what it votes with. */
+void cddp__store_move_note(cddp__store_move_t *mv, const cddp__members_t *m, int64_t gen);
+/* This agent came back under a new id: listed again under it. */
+cddp_result_t cddp__store_move_rejoin(cddp__store_move_t *mv, int new_id);
+/* 1 while this agent's process serves the job's store (from the start, or since it took over):
+ * it holds the lease (the monitor's minority check) and waits for the others at exit. The
+ * address stays valid for cddp__monitor_lease. NULL: 0. */
+int cddp__store_move_hosting(const cddp__store_move_t *mv);
+const int *cddp__store_move_hosting_flag(const cddp__store_move_t *mv);
+/* Why this node stops (after "store-stop"). */
+const char *cddp__store_move_line(const cddp__store_move_t *mv);
+/* Stops the standby (after the agent's last store call) and frees. NULL is a no-op. */
+void cddp__store_move_stop(cddp__store_move_t *mv);
+
+#endif /* CDDP_RUN_STORE_MOVE_H */

@@ -1,0 +1,72 @@
+# lib_elastic.sh - helpers of the tests that run agents x 1 worker of `cddp run --restart-mode
+# replace` on this host (test_elastic_join.sh, test_store_failover.sh). Source after lib.sh, then
+# call elastic_setup; `agent` puts its pid in A[I] (killed at exit); reference_run sets $ref.
+
+# elastic_setup NAME: the work folder T (/tmp/NAME.XXXXXX; KEEP=1 keeps it), its cleanup, the
+# job (CFG, ONE: 192 = 32 x 2 ranks x 3 = 32 x 3 ranks x 2, so the batch splits over 2 and 3
+# ranks) and fast heartbeats
+elastic_setup() {
+  T=$(mktemp -d "/tmp/$1.XXXXXX")
+  bg=()
+  trap 'for p in "${bg[@]}"; do kill -CONT "$p" 2>/dev/null; kill -KILL "$p" 2>/dev/null; done; wait 2>/dev/null; [ -n "$KEEP" ] || rm -rf "$T"' EXIT
+  CFG=configs/fmnist_mlp.yaml
+  ONE=(--set debug.sample_log=true --set train.epochs=1 --set checkpoint.every_steps=1000 --set ddp.threads=1
+       --set batch.global=192 --set batch.micro=32 --set 'model.hidden=[256]')
+  export CDDP_HEARTBEAT_MS=250 CDDP_HEARTBEAT_TIMEOUT_MS=2000
+}
+acc_of() { grep '"eval"' "$1" | tail -1 | sed -n 's/.*"accuracy":\([0-9.]*\).*/\1/p'; }
+last_step() { grep -v '"eval"' "$1" 2>/dev/null | tail -1 | sed -n 's/.*"step":\([0-9]*\).*/\1/p'; }
+wait_step() { # FILE N: until metrics FILE reaches step N (bounded: 60 s)
+  for _ in $(seq 3000); do [ "$(last_step "$1")" -ge "$2" ] 2>/dev/null && return 0; sleep 0.02; done; return 1
+}
+wait_line() { # SECS PATTERN FILE...: until a line matches (bounded)
+  local secs=$1 pat=$2; shift 2
+  for _ in $(seq $((secs * 50))); do grep -q "$pat" "$@" 2>/dev/null && return 0; sleep 0.02; done; return 1
+}
+RUNX=() # more `cddp run` options
+# agent NAME I NNODES [--set ...]: starts agent I (pid in A[I], output $T/NAME<I>.out); port in $P
+agent() {
+  "$CDDP" run --nnodes "$3" --nproc-per-node 1 --rdzv-backend c10d --rdzv-endpoint 127.0.0.1:$P --rdzv-id "$1$P" \
+    --rdzv-last-call 1 --max-restarts 3 --restart-mode replace "${RUNX[@]}" \
+    "$CDDP" train --config $CFG --work-dir "$T" --name "$1" "${ONE[@]}" "${@:4}" >"$T/$1$2.out" 2>&1 &
+  A[$2]=$!; bg+=($!)
+}
+# wait_all SECS PID...: waits for each (killing what is left after SECS); codes in RC[]
+wait_all() {
+  local secs=$1; shift; local p; RC=()
+  ( sleep "$secs"; for p in "$@"; do kill -KILL "$p" 2>/dev/null; done ) & local dog=$!
+  for p in "$@"; do wait "$p"; RC+=($?); done
+  kill "$dog" 2>/dev/null; wait "$dog" 2>/dev/null
+}
+worker_of() { pgrep -P "$1" | head -1; }
+rank_of() { tr '\0' '\n' <"/proc/$1/environ" 2>/dev/null | sed -n 's/^RANK=//p'; }
+# exactly_once NAME [EPOCHS]: every sample of each epoch once across all files of samples/
+exactly_once() {
+  local e seen uniqs bad=
+  for e in $(seq 0 $((${2:-1} - 1))); do
+    seen=$(cat "$T/$1"/samples/rank*.txt | awk -v e=$e '$1 == e' | wc -l)
+    uniqs=$(cat "$T/$1"/samples/rank*.txt | awk -v e=$e '$1 == e { print $3 }' | sort -u | wc -l)
+    [ "$seen" = 59904 ] && [ "$uniqs" = 59904 ] || bad="$bad epoch $e: $seen lines, $uniqs distinct;"
+  done
+  [ -z "$bad" ] && ok "$1: sample logs ($(ls "$T/$1/samples" | tr '\n' ' ')): each of the ${2:-1} epoch(s)' 59904 samples exactly once" ||
+    fail "$1: sample log" "$bad"
+}
+# steps_once NAME: 312 step lines in metrics.jsonl, none twice (no step redone)
+steps_once() {
+  local m=$T/$1/metrics.jsonl steps uniq
+  steps=$(grep -vc '"eval"' "$m"); uniq=$(grep -v '"eval"' "$m" | sed -n 's/.*"step":\([0-9]*\).*/\1/p' | sort -u | wc -l)
+  [ "$steps" = 312 ] && [ "$uniq" = 312 ] && ok "$1: 312 step lines, none twice${2:+ ($2)}" || fail "$1: steps" "lines=$steps unique=$uniq"
+}
+acc_near() { # NAME: the accuracy within 0.5 points of the reference
+  local acc; acc=$(acc_of "$T/$1/metrics.jsonl")
+  if [ -n "$acc" ] && awk -v a="$acc" -v b="$ref" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(d <= 0.005) }'; then
+    ok "$1: test accuracy $acc vs $ref uninterrupted (within 0.5 points)"
+  else fail "$1: accuracy" "$acc vs $ref"; fi
+}
+
+# reference_run: the same job uninterrupted (world 2); its accuracy in $ref
+reference_run() {
+  timeout 120 "$CDDP" run --standalone --nproc-per-node 2 "$CDDP" train --config $CFG --work-dir "$T" --name ref "${ONE[@]}" >"$T/ref.out" 2>&1
+  ref=$(acc_of "$T/ref/metrics.jsonl")
+  [ -n "$ref" ] && ok "reference run (world 2): test accuracy $ref" || fail "reference run" "$(tail -3 "$T/ref.out")"
+}

@@ -1,0 +1,122 @@
+#!/usr/bin/env bash
+# test_store_failover.sh - the job's store survives its host (cddp run --restart-mode replace,
+# --nnodes 2:3, agents x 1 worker on this host; docs/store.md, "Failover"). (m) the store's
+# host, agent and worker, SIGKILLed mid-epoch: the next agent in line takes the store over, the
+# two survivors drop the lost node and finish: one step redone at most, kill -> next step < 5 s,
+# every sample once, the accuracy of an uninterrupted run. (n) with 2 nodes the survivor is no
+# majority: it stops with one line, in bounded time. (f) the store's host frozen (SIGSTOP: a
+# host cut off, not known dead): the others take the store over only after its lease; thawed,
+# it stops (it hears from a minority) and writes nothing the others see: the run's metrics
+# and sample logs hold every step and sample once. (o) CDDP_STORE_FAILOVER=0: the job ends with
+# its store's host, as before.
+cd "$(dirname "$0")/../.." && source tests/sh/lib.sh
+source tests/sh/lib_elastic.sh
+elastic_setup cddp-store-failover
+# kill_to_step NAME KT REDONE: seconds from the kill (wall clock KT) to the first step >= REDONE completed after it
+kill_to_step() {
+  grep -v '"eval"' "$T/$1/metrics.jsonl" | sed -n 's/.*"step":\([0-9]*\).*"time":\([0-9.]*\).*/\1 \2/p' |
+    awk -v k="$2" -v s="${3:-0}" '$1 >= s && $2 > k { printf "%.2f", $2 - k; exit }'
+}
+# store_host: the index (1..3) of the agent that hosts the store: the one whose port is the endpoint
+store_host() { local i; for i in "$@"; do ss -ltnp 2>/dev/null | grep ":$P " | grep -q "pid=${A[$i]}," && { echo "$i"; return; }; done; echo 1; }
+
+reference_run
+
+case_m() {
+  P=$(free_port); A=()
+  agent m 1 2:3; sleep 0.3; agent m 2 2:3; agent m 3 2:3
+  wait_step "$T/m/metrics.jsonl" 40 || fail "m: no progress" "$(tail -3 "$T/m1.out")"
+  local h; h=$(store_host 1 2 3)
+  local w; w=$(worker_of "${A[$h]}")
+  local before kt; before=$(last_step "$T/m/metrics.jsonl"); kt=$(date +%s.%N)
+  kill -KILL "${A[$h]}" $w; wait "${A[$h]}" 2>/dev/null
+  local surv=() i; for i in 1 2 3; do [ "$i" != "$h" ] && surv+=("${A[$i]}"); done
+  wait_all 90 "${surv[@]}"
+  cat "$T"/m?.out >"$T/m.out"
+  [ "${RC[*]}" = "0 0" ] && ok "m: the store's host (agent and worker) SIGKILLed at step $before: both survivors finish (exit 0)" ||
+    fail "m: exit codes" "${RC[*]}; $(grep -v 'epoch 1/1' "$T/m.out" | tail -5 | tr '\n' ' ')"
+  local took lost rline
+  took=$(grep -m1 "^cddp run: the store's host (agent 0 at 127.0.0.1:$P) is lost; agent [12] took the store over at .* (epoch 1, [23] of the 3 nodes of generation 0 voted" "$T/m.out")
+  lost=$(grep -m1 '^cddp run: node .* (agent 0) lost: its connection closed; generation 1: world 3 -> 2' "$T/m.out")
+  rline=$(grep -m1 'cddp train: recovered from the loss of node .* (agent 0, its connection closed) in .* generation 1, world 3 -> 2 .* step [0-9]* redone' "$T/m.out")
+  [ -n "$took" ] && ok "m: ${took#cddp run: }" || fail "m: no take-over line" "$(grep -h 'store' "$T/m.out" | head -3 | tr '\n' ' ')"
+  [ -n "$lost" ] && [ -n "$rline" ] && ok "m: the lost host's node is dropped and the workers re-form: ${rline#*cddp train: }" ||
+    fail "m: no re-forming" "$(grep -hE 'lost|recovered' "$T/m.out" | tr '\n' ' ')"
+  local redone dt; redone=$(echo "$rline" | sed -n 's/.* step \([0-9]*\) redone.*/\1/p')
+  dt=$(kill_to_step m "$kt" "${redone:-0}")
+  [ -n "$dt" ] && awk -v d="$dt" 'BEGIN { exit !(d < 5) }' && ok "m: kill -> step $redone (redone) completed in $dt s (< 5 s)" ||
+    fail "m: kill -> next step" "dt=$dt redone=$redone"
+  steps_once m
+  exactly_once m
+  acc_near m
+}
+
+case_n() {
+  P=$(free_port); A=()
+  agent n 1 2:3; sleep 0.3; agent n 2 2:3
+  wait_step "$T/n/metrics.jsonl" 20 || fail "n: no progress" "$(tail -3 "$T/n1.out")"
+  local h o; h=$(store_host 1 2); o=$((3 - h))
+  local w; w=$(worker_of "${A[$h]}")
+  local t0; t0=$(date +%s.%N)
+  kill -KILL "${A[$h]}" $w; wait "${A[$h]}" 2>/dev/null
+  wait_all 60 "${A[$o]}"
+  local el; el=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }')
+  local line; line=$(grep -m1 "lost the store at 127.0.0.1:$P, and only 1 of the 2 nodes of generation 0 reached agent 1, next in line to host it: carrying on needs a majority" "$T/n$o.out")
+  [ "${RC[0]}" != 0 ] && [ -n "$line" ] && ok "n: 1 of 2 nodes is no majority: exit ${RC[0]} in $el s: ${line#cddp run: }" ||
+    fail "n: the lone survivor" "rc=${RC[0]}; $(grep -v 'epoch 1/1' "$T/n$o.out" | tail -3 | tr '\n' ' ')"
+  awk -v e="$el" 'BEGIN { exit !(e < 40) }' && ok "n: it stopped in $el s (bounded: no hang)" || fail "n: too slow" "$el s"
+}
+
+case_f() {
+  P=$(free_port); A=()
+  agent f 1 2:3; sleep 0.3; agent f 2 2:3; agent f 3 2:3
+  wait_step "$T/f/metrics.jsonl" 40 || fail "f: no progress" "$(tail -3 "$T/f1.out")"
+  local h; h=$(store_host 1 2 3)
+  local w; w=$(worker_of "${A[$h]}")
+  local kt; kt=$(date +%s.%N)
+  kill -STOP "${A[$h]}" $w
+  local surv=() outs=() i; for i in 1 2 3; do [ "$i" != "$h" ] && surv+=("${A[$i]}") && outs+=("$T/f$i.out"); done
+  if wait_line 20 "took the store over" "${outs[@]}"; then
+    local took dt; took=$(grep -h "took the store over" "${outs[@]}" | head -1)
+    dt=$(echo "$took" | sed -n 's/.*, \([0-9.]*\) s after the loss.*/\1/p')
+    # lost = the first call unanswered for the heartbeat timeout (2 s); then the lease (2 s + 1 s)
+    awk -v d="$dt" 'BEGIN { exit !(d >= 2.9) }' && ok "f: a frozen host is not known dead: taken over after its lease ($dt s after the loss was seen)" ||
+      fail "f: taken over before the lease ran out" "$took"
+  else fail "f: nobody took the store over" "$(tail -2 "${outs[0]}" | tr '\n' ' ')"; fi
+  wait_line 20 'cddp train: recovered from the loss' "${outs[@]}" || fail "f: no re-forming" ""
+  kill -CONT "${A[$h]}" $w
+  wait_all 90 "${surv[@]}" "${A[$h]}"
+  cat "$T"/f?.out >"$T/f.out"
+  [ "${RC[0]} ${RC[1]}" = "0 0" ] && ok "f: both survivors finish (exit 0)" || fail "f: exit codes" "${RC[*]}"
+  # thawed, the old host either finds it hears from a minority and stops, or its calls time out
+  # first and follow the store to its new host, where it learns it was dropped and comes back
+  local stop back; stop=$(grep -m1 "hosts the job's store but hears from only 1 of its 3 nodes: it stops" "$T/f$h.out")
+  back=$(grep -m1 "^cddp run: node .* (agent 0) comes back as agent [0-9]*" "$T/f$h.out")
+  if [ -n "$stop" ] && [ "${RC[2]}" != 0 ]; then ok "f: thawed, the old host stops (exit ${RC[2]}): ${stop#cddp run: }"
+  elif [ -n "$back" ]; then ok "f: thawed, the old host follows the store to its new host: ${back#cddp run: } (exit ${RC[2]})"
+  else fail "f: the thawed host" "rc=${RC[2]}; $(grep -v 'epoch 1/1' "$T/f$h.out" | tail -3 | tr '\n' ' ')"; fi
+  steps_once f
+  exactly_once f
+}
+
+case_o() {
+  P=$(free_port); A=()
+  export CDDP_STORE_FAILOVER=0; RUNX=(--rdzv-timeout 5) # a cut-off node tries to come back that long
+  agent o 1 2:3; sleep 0.3; agent o 2 2:3; agent o 3 2:3
+  unset CDDP_STORE_FAILOVER; RUNX=()
+  wait_step "$T/o/metrics.jsonl" 20 || fail "o: no progress" "$(tail -3 "$T/o1.out")"
+  local h; h=$(store_host 1 2 3)
+  kill -KILL "${A[$h]}" $(worker_of "${A[$h]}"); wait "${A[$h]}" 2>/dev/null
+  local surv=() i; for i in 1 2 3; do [ "$i" != "$h" ] && surv+=("${A[$i]}"); done
+  wait_all 60 "${surv[@]}"
+  local n; n=$(grep -l "127.0.0.1:$P" "$T"/o?.out | wc -l)
+  [ "${RC[0]}" != 0 ] && [ "${RC[1]}" != 0 ] && [ "${RC[*]}" != "137 137" ] && [ "$n" = 2 ] && ! grep -q "took the store over" "$T"/o?.out &&
+    ok "o: CDDP_STORE_FAILOVER=0: both survivors end with the store (exit ${RC[*]}), naming it, as before" ||
+    fail "o: off switch" "${RC[*]}; $n files name the store"
+}
+
+case "${1:-all}" in
+  m) case_m ;; n) case_n ;; f) case_f ;; o) case_o ;;
+  *) case_m; case_n; case_f; case_o ;;
+esac
+finish
