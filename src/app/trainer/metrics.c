@@ -82,6 +82,30 @@ static void write_ranks(FILE *f, const cddp__ranks_t *rk) {
   fputc(']', f);
 }
 
+/* One step's line of metrics.jsonl. */
+static void write_step(FILE *f, const cddp_step_record_t *r) {
+  double rate = r->step_s > 0 ? r->samples / r->step_s : 0;
+  fprintf(f,
+          "{\"step\":%lld,\"epoch\":%llu,\"loss\":%.7g,\"lr\":%.7g,\"grad_norm\":%.7g,"
+          "\"samples\":%d,\"samples_per_s\":%.1f,\"tokens_per_s\":%.1f,\"step_ms\":%.3f,\"compute_ms\":%.3f,"
+          "\"comm_ms\":%.3f,\"data_ms\":%.3f,\"bytes_sent\":%llu,\"compression\":%.2f,\"time\":%.3f",
+          (long long)r->step, (unsigned long long)r->epoch + 1, r->loss, r->lr, r->grad_norm,
+          r->samples, rate, rate * (r->units > 0 ? r->units : 1), r->step_s * 1e3, r->compute_s * 1e3, r->comm_s * 1e3,
+          r->data_s * 1e3, (unsigned long long)r->bytes_sent, r->compression, wall_s());
+  if (r->ranks) write_ranks(f, r->ranks);
+  fputs("}\n", f);
+  /* fflush, not fsync: a crash may lose the last lines, never the checkpoints */
+  fflush(f);
+}
+
+cddp_result_t cddp__metrics_take_over(cddp_metrics_t *m, const char *jsonl_path, int64_t step) {
+  int64_t logged = -1;
+  CDDP_CHECK(cddp__metrics_trim(jsonl_path, step, &logged));
+  CDDP_CHECK(cddp__metrics_reopen(m, jsonl_path));
+  if (logged < step && m->have_last && m->last.step == step) write_step(m->jsonl, &m->last);
+  return CDDP_OK;
+}
+
 void cddp__metrics_step(cddp_metrics_t *m, const cddp_step_record_t *r) {
   double t = now_s();
   if (m->first_step < 0) m->first_step = r->step - 1, m->started_s = t - r->step_s;
@@ -89,19 +113,9 @@ void cddp__metrics_step(cddp_metrics_t *m, const cddp_step_record_t *r) {
   m->samples += r->samples;
   m->comm_s += r->comm_s;
   m->step_s += r->step_s;
-  double rate = r->step_s > 0 ? r->samples / r->step_s : 0;
+  m->last = *r, m->last.ranks = NULL, m->have_last = 1;
   if (m->jsonl) {
-    fprintf(m->jsonl,
-            "{\"step\":%lld,\"epoch\":%llu,\"loss\":%.7g,\"lr\":%.7g,\"grad_norm\":%.7g,"
-            "\"samples\":%d,\"samples_per_s\":%.1f,\"tokens_per_s\":%.1f,\"step_ms\":%.3f,\"compute_ms\":%.3f,"
-            "\"comm_ms\":%.3f,\"data_ms\":%.3f,\"bytes_sent\":%llu,\"compression\":%.2f,\"time\":%.3f",
-            (long long)r->step, (unsigned long long)r->epoch + 1, r->loss, r->lr, r->grad_norm,
-            r->samples, rate, rate * (r->units > 0 ? r->units : 1), r->step_s * 1e3, r->compute_s * 1e3, r->comm_s * 1e3,
-            r->data_s * 1e3, (unsigned long long)r->bytes_sent, r->compression, wall_s());
-    if (r->ranks) write_ranks(m->jsonl, r->ranks);
-    fputs("}\n", m->jsonl);
-    /* fflush, not fsync: a crash may lose the last lines, never the checkpoints */
-    fflush(m->jsonl);
+    write_step(m->jsonl, r);
     double avg = cddp__metrics_rate(m);
     double per_step = (t - m->started_s) / (double)(r->step - m->first_step);
     char eta[32];

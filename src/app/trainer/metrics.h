@@ -35,6 +35,8 @@ typedef struct cddp_metrics {
   int64_t samples;     /* samples trained by this process */
   double comm_s, step_s;
   int pending_newline;
+  cddp_step_record_t last; /* this rank's last step (every rank keeps it: it may become rank 0) */
+  int have_last;
 } cddp_metrics_t;
 
 /* Rank 0 passes the jsonl path (appended to when resuming); others pass NULL. */
@@ -47,6 +49,10 @@ cddp_result_t cddp__metrics_reopen(cddp_metrics_t *m, const char *jsonl_path);
  * NULL) gets the highest step it had logged, -1 when there is no file (not an error). */
 cddp_result_t cddp__metrics_trim(const char *path, int64_t step, int64_t *last);
 void cddp__metrics_step(cddp_metrics_t *m, const cddp_step_record_t *r);
+/* A rank that became rank 0 when the old one was lost: cuts jsonl_path back to the lines of
+ * steps <= step (the old rank 0 may have logged a step the others redo), appends from now on,
+ * and logs step from its own record when the old rank 0 died before logging it. */
+cddp_result_t cddp__metrics_take_over(cddp_metrics_t *m, const char *jsonl_path, int64_t step);
 /* epoch: the sampler's index (from 0); epoch_end: the evaluation closes that epoch (else it
  * comes after the run's last step, inside it). */
 void cddp__metrics_eval(cddp_metrics_t *m, uint64_t epoch, int epoch_end, int64_t step, double accuracy,

@@ -260,7 +260,7 @@ static cddp_result_t recover_as(trainer_t *t, uint64_t t_fail, int join) {
   if (cddp__train_stop) return cddp__fail(CDDP_ABORTED, "stopped by signal %d", (int)cddp__train_stop);
   cddp__train_recovering = 1;
   /* taken once: a recovery interrupted by another loss goes on from the world it started in */
-  int old_world = t->world, old_accum = t->accum, gen0 = cddp_world_generation(&t->w);
+  int old_world = t->world, old_accum = t->accum, gen0 = cddp_world_generation(&t->w), was_rank0 = t->rank == 0;
   /* ZeRO-1 and a node taken in: no rank is lost, so rank 0 gathers the whole moments while the
    * old communicator still works, and the new world re-shards them (else: from disk) */
   if (join && t->zero1.on && cddp__zero1_hold_whole(t) != CDDP_OK)
@@ -283,6 +283,11 @@ static cddp_result_t recover_as(trainer_t *t, uint64_t t_fail, int join) {
   cddp__train_recovering = 0;
   cddp__zero1_drop_whole(t);
   free(kept);
+  if (r == CDDP_OK && t->rank == 0 && !was_rank0) { /* the metrics writer was lost: its log ends at the committed step */
+    char path[700];
+    snprintf(path, sizeof path, "%s/metrics.jsonl", t->run_dir);
+    r = cddp__metrics_take_over(&t->metrics, path, t->step);
+  }
   return r;
 }
 

@@ -1,0 +1,83 @@
+/* test_metrics.c - metrics.jsonl when its writer, rank 0, is lost: the rank that takes over cuts
+ * the file back to the committed step (a step the old rank 0 logged and the others redo is
+ * logged once) and logs the committed step itself when the old rank 0 died before logging it. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "trainer/metrics.h"
+#include "test.h"
+
+static void log_steps(const char *path, int from, int to) {
+  cddp_metrics_t m;
+  memset(&m, 0, sizeof m);
+  CHECK_OK(cddp__metrics_open(&m, path, 1, 1000000));
+  m.first_step = -1;
+  for (int s = from; s <= to; s++) {
+    cddp_step_record_t r = {.step = s, .total = 100, .epochs = 1, .loss = 1.0 / s, .samples = 8, .step_s = 0.01};
+    cddp__metrics_step(&m, &r);
+  }
+  cddp__metrics_close(&m);
+}
+
+/* The steps of path's step lines, "1 2 3". */
+static void steps_of(const char *path, char *buf, size_t size) {
+  FILE *f = fopen(path, "r");
+  char line[2048];
+  size_t o = 0;
+  buf[0] = '\0';
+  while (f && fgets(line, sizeof line, f) && o < size) {
+    const char *k = strstr(line, "\"step\":");
+    if (k) o += (size_t)snprintf(buf + o, size - o, "%s%lld", o ? " " : "", strtoll(k + 7, NULL, 10));
+  }
+  if (f) fclose(f);
+}
+
+/* A rank that is not rank 0: no file, but it keeps its last step's record. */
+static void follower(cddp_metrics_t *m, int last) {
+  memset(m, 0, sizeof *m);
+  CHECK_OK(cddp__metrics_open(m, NULL, 0, 1000000));
+  m->first_step = -1;
+  for (int s = 1; s <= last; s++) {
+    cddp_step_record_t r = {.step = s, .total = 100, .epochs = 1, .loss = 1.0 / s, .samples = 8, .step_s = 0.01};
+    cddp__metrics_step(m, &r);
+  }
+}
+
+TEST(a_new_rank0_cuts_a_step_the_old_one_logged_and_the_others_redo) {
+  char path[] = "/tmp/cddp-metrics-test.XXXXXX", file[64], got[256];
+  CHECK(mkdtemp(path) != NULL);
+  snprintf(file, sizeof file, "%s/metrics.jsonl", path);
+  log_steps(file, 1, 4); /* the old rank 0 logged step 4; the others had committed 3 */
+  cddp_metrics_t m;
+  follower(&m, 3);
+  CHECK_OK(cddp__metrics_take_over(&m, file, 3));
+  cddp_step_record_t r = {.step = 4, .total = 100, .epochs = 1, .loss = 0.25, .samples = 8, .step_s = 0.01};
+  cddp__metrics_step(&m, &r); /* step 4 redone */
+  cddp__metrics_close(&m);
+  steps_of(file, got, sizeof got);
+  CHECK(!strcmp(got, "1 2 3 4"));
+  unlink(file), rmdir(path);
+}
+
+TEST(a_new_rank0_logs_the_committed_step_the_old_one_died_before_logging) {
+  char path[] = "/tmp/cddp-metrics-test.XXXXXX", file[64], got[256];
+  CHECK(mkdtemp(path) != NULL);
+  snprintf(file, sizeof file, "%s/metrics.jsonl", path);
+  log_steps(file, 1, 2); /* every rank committed step 3; the old rank 0 died before its line */
+  cddp_metrics_t m;
+  follower(&m, 3);
+  CHECK_OK(cddp__metrics_take_over(&m, file, 3));
+  cddp__metrics_close(&m);
+  steps_of(file, got, sizeof got);
+  CHECK(!strcmp(got, "1 2 3"));
+  /* a rank that did not run the committed step itself (it got the state from another) logs nothing it does not know */
+  log_steps(file, 4, 4);
+  follower(&m, 2);
+  CHECK_OK(cddp__metrics_take_over(&m, file, 5));
+  cddp__metrics_close(&m);
+  steps_of(file, got, sizeof got);
+  CHECK(!strcmp(got, "1 2 3 4"));
+  unlink(file), rmdir(path);
+}
