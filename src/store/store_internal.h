@@ -64,6 +64,10 @@ cddp_result_t cddp__store_tcp_wait_end(cddp_store_t *s, const char *const *keys,
  * The key is the server's full key (no prefix view applies). INVALID_ARG on a store that is
  * not a TCP client. */
 cddp_result_t cddp__store_tcp_will(cddp_store_t *s, const char *key, const void *val, size_t len);
+/* A client of this one server, whatever peers list it publishes: it neither follows a list to
+ * another server nor fails over (the store's failover talks to each standby itself). */
+cddp_result_t cddp__store_tcp_connect_here(cddp_store_t **out, const char *host, int port, const char *token,
+                                           int timeout_ms);
 /* Test hook: frees the client without a goodbye, as a crash would (the will fires). */
 void cddp__store_tcp_abandon(cddp_store_t *s);
 

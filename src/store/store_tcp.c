@@ -30,7 +30,7 @@ typedef struct tcp_store {
    * so a lost server is an error as before), when to read it again, and what a new server
    * needs: the token and the will */
   int64_t epoch;
-  uint64_t peek_at;
+  uint64_t peek_at;   /* UINT64_MAX: never (a connection to this one server: cddp__store_tcp_connect_here) */
   char *token;
   char *will_key, *will_val;
   size_t will_len;
@@ -205,7 +205,8 @@ static cddp_result_t begin(tcp_store_t *t, uint8_t op, size_t *start) {
   if (cddp__now_ns() >= t->peek_at) { /* members come and go (and a list may appear): keep it fresh */
     cddp__peers_t *p = malloc(sizeof *p);
     if (p && peek_peers(t, 0, call_deadline(t, 0), p) == CDDP_OK) {
-      if (p->epoch > t->epoch) t->epoch = p->epoch, reg_update(t);
+      int host = p->n > 0 && p->p[0].port == t->port && !strcmp(p->p[0].host, t->host); /* not a standby's copy */
+      if (host && p->epoch > t->epoch) t->epoch = p->epoch, reg_update(t);
       cddp__failover_note(p);
     }
     free(p);
@@ -516,9 +517,10 @@ static cddp_result_t will_again(tcp_store_t *t, uint64_t deadline) {
   return m.op == CDDP__OP_OK ? CDDP_OK : cddp__fail(CDDP_REMOTE, "store %s refused the will", t->ep);
 }
 
-/* Takes the server peer when it publishes a later epoch than the one lost: OK with t connected
- * there (the will registered again), or an error with t->fd closed. */
-static cddp_result_t probe(tcp_store_t *t, const cddp__peer_t *peer, uint64_t deadline) {
+/* Takes the server peer when it is the store of an epoch >= min_epoch (its list's epoch, and
+ * its list names it first: a standby keeps a copy that names the host first): OK with t
+ * connected there (the will registered again), or an error with t->fd closed. */
+static cddp_result_t probe(tcp_store_t *t, const cddp__peer_t *peer, uint64_t deadline, int64_t min_epoch) {
   uint64_t d = CDDP_MIN(deadline, cddp__deadline_ms(PROBE_MS + PROBE_WAIT_MS));
   int fd = -1;
   if (cddp__sock_connect(peer->host, peer->port, CDDP__SOCK_NONBLOCK, d, &fd) != CDDP_OK) return CDDP_REMOTE;
@@ -529,9 +531,11 @@ static cddp_result_t probe(tcp_store_t *t, const cddp__peer_t *peer, uint64_t de
   cddp__peers_t *p = malloc(sizeof *p);
   cddp_result_t r = p ? handshake(t, t->token, d) : CDDP_SYSTEM;
   if (r == CDDP_OK) r = peek_peers(t, PROBE_WAIT_MS, d, p);
-  if (r == CDDP_OK && p->epoch <= t->epoch)
-    r = cddp__fail(CDDP_REMOTE, "store %s is at epoch %lld, not past %lld", t->ep, (long long)p->epoch,
-                   (long long)t->epoch);
+  if (r == CDDP_OK && p->epoch < min_epoch)
+    r = cddp__fail(CDDP_REMOTE, "store %s is at epoch %lld, not %lld", t->ep, (long long)p->epoch, (long long)min_epoch);
+  if (r == CDDP_OK && (p->n == 0 || p->p[0].port != peer->port || strcmp(p->p[0].host, peer->host)))
+    r = cddp__fail(CDDP_REMOTE, "store %s is a standby (the store is at %s:%d)", t->ep, p->n ? p->p[0].host : "?",
+                   p->n ? p->p[0].port : 0);
   if (r == CDDP_OK && t->has_will) r = will_again(t, d);
   if (r == CDDP_OK) {
     t->epoch = p->epoch;
@@ -570,7 +574,7 @@ static cddp_result_t failover(tcp_store_t *t) {
   cddp_result_t r = CDDP_TIMEOUT;
   while (p && r != CDDP_OK && !cddp__failover_given_up() && cddp__failover_view(p) == 0) {
     for (int i = 0; i < p->n && r != CDDP_OK; i++)
-      if (!(p->p[i].port == lost_port && !strcmp(p->p[i].host, lost_host))) r = probe(t, &p->p[i], deadline);
+      if (!(p->p[i].port == lost_port && !strcmp(p->p[i].host, lost_host))) r = probe(t, &p->p[i], deadline, t->epoch + 1);
     if (r == CDDP_OK || cddp__ms_left(deadline) == 0) break;
     usleep(100000);
   }
@@ -590,8 +594,21 @@ static cddp_result_t failover(tcp_store_t *t) {
   return CDDP_OK;
 }
 
+static cddp_result_t connect_as(cddp_store_t **out, const char *host, int port, const char *token, int timeout_ms,
+                                int here);
+
 cddp_result_t cddp_store_tcp_connect(cddp_store_t **out, const char *host, int port,
                                      const char *token, int timeout_ms) {
+  return connect_as(out, host, port, token, timeout_ms, 0);
+}
+
+cddp_result_t cddp__store_tcp_connect_here(cddp_store_t **out, const char *host, int port, const char *token,
+                                           int timeout_ms) {
+  return connect_as(out, host, port, token, timeout_ms, 1);
+}
+
+static cddp_result_t connect_as(cddp_store_t **out, const char *host, int port, const char *token, int timeout_ms,
+                                int here) {
   if (!out || !host || !*host)
     return cddp__fail(CDDP_INVALID_ARG, "store tcp: NULL output or empty host");
   *out = NULL;
@@ -612,7 +629,7 @@ cddp_result_t cddp_store_tcp_connect(cddp_store_t **out, const char *host, int p
   }
   if (timeout_ms < 0) timeout_ms = t->base.timeout_ms;
   uint64_t deadline = cddp__deadline_ms(timeout_ms);
-  int64_t left_at = cddp__failover_epoch_of(host, port);
+  int64_t left_at = here ? -1 : cddp__failover_epoch_of(host, port);
   if (left_at >= 0 && cddp__failover_epoch() > left_at) { /* the job's store moved on from there */
     t->epoch = left_at;
     cddp_result_t r = failover(t);
@@ -650,12 +667,37 @@ cddp_result_t cddp_store_tcp_connect(cddp_store_t **out, const char *host, int p
     return r;
   }
   t->broken = 0;
-  cddp__peers_t *p = malloc(sizeof *p);
+  cddp__peers_t *p = here ? NULL : malloc(sizeof *p);
   if (p && peek_peers(t, 0, deadline, p) == CDDP_OK) {
-    t->epoch = p->epoch;
     cddp__failover_note(p);
+    if (p->n > 0 && (p->p[0].port != port || strcmp(p->p[0].host, host))) {
+      /* a member's standby (any live member may be named as the endpoint): to the store it names.
+       * A server the list does not name (the host, before it listed itself; another name for
+       * it) stays the store when the one named does not answer. */
+      cddp__peer_t to = p->p[0];
+      int listed = cddp__peers_find(p, host, port) >= 0;
+      int keep = t->fd;
+      t->fd = -1;
+      r = probe(t, &to, cddp__deadline_ms(CDDP_MAX(cddp__ms_left(deadline), PROBE_MS + PROBE_WAIT_MS)), p->epoch);
+      if (r == CDDP_OK || listed) close(keep);
+      if (r != CDDP_OK && !listed) {
+        t->fd = keep, t->broken = 0, r = CDDP_OK;
+        t->out.len = 0;
+        snprintf(t->ep, sizeof t->ep, "%s:%d", host, port);
+        t->epoch = p->epoch;
+      } else if (r != CDDP_OK) {
+        r = cddp__fail(r, "store %s:%d is a standby; the store it names, %s:%d, does not answer: %s", host, port,
+                       to.host, to.port, cddp_last_error());
+        free(p);
+        c_close(&t->base);
+        return r;
+      }
+      if (t->fd != keep) CDDP_INFO(CDDP_SUB_STORE, "store: %s:%d is a standby; the store is at %s", host, port, t->ep);
+    } else {
+      t->epoch = p->epoch;
+    }
   }
-  t->peek_at = cddp__now_ns() + PEEK_EVERY_MS * 1000000ull;
+  t->peek_at = here ? UINT64_MAX : cddp__now_ns() + PEEK_EVERY_MS * 1000000ull;
   free(p);
   cddp__clear_error();
   if (t->broken) { /* the server went away between the handshake and the list */

@@ -197,3 +197,51 @@ TEST(an_idle_client_leaves_an_old_host_that_still_answers) {
   cddp_store_server_stop(a);
   cddp_store_server_stop(b);
 }
+
+TEST(a_client_pointed_at_a_standby_goes_to_the_store_it_names) {
+  cddp_store_server_t *a, *b, *c;
+  CHECK_OK(cddp_store_server_start(&a, "127.0.0.1", 0, TOKEN));
+  CHECK_OK(cddp_store_server_start(&b, "127.0.0.1", 0, TOKEN));
+  CHECK_OK(cddp_store_server_start(&c, "127.0.0.1", 0, TOKEN));
+  int pa = cddp_store_server_port(a), pb = cddp_store_server_port(b), pc = cddp_store_server_port(c);
+  int ids[] = {0, 1}, ports[] = {pa, pb};
+  cddp_store_t *admin_a, *admin_b, *cl, *here;
+  CHECK_OK(cddp__store_tcp_connect_here(&admin_a, "127.0.0.1", pa, TOKEN, 5000));
+  CHECK_OK(cddp__store_tcp_connect_here(&admin_b, "127.0.0.1", pb, TOKEN, 5000));
+  publish(admin_a, 40, ids, ports, 2);
+  publish(admin_b, 40, ids, ports, 2); /* b's copy names a first */
+  CHECK_OK(cddp_store_tcp_connect(&cl, "127.0.0.1", pb, TOKEN, 5000));
+  CHECK_OK(cddp_store_set(cl, "via-b", "1", 1));
+  void *v = NULL;
+  size_t n = 0;
+  CHECK_OK(cddp_store_get(admin_a, "via-b", &v, &n, 0)); /* it landed at the store, a */
+  free(v);
+  CHECK_OK(cddp__store_tcp_connect_here(&here, "127.0.0.1", pb, TOKEN, 5000)); /* this one stays at b */
+  CHECK_OK(cddp_store_set(here, "at-b", "1", 1));
+  CHECK_OK(cddp_store_get(admin_b, "at-b", &v, &n, 0));
+  free(v);
+  cddp_store_close(here);
+  cddp_store_close(cl);
+  /* a listed standby whose store does not answer: one line, no silent use of the standby */
+  cddp_store_server_stop(a);
+  cddp_store_t *bad = NULL;
+  CHECK_RESULT(cddp_store_tcp_connect(&bad, "127.0.0.1", pb, TOKEN, 2000), CDDP_REMOTE);
+  CHECK(bad == NULL && strstr(cddp_last_error(), "is a standby"));
+  /* the store names b first although it is not b (the store's host lists itself just after a
+   * standby did; or another name for it): b does not answer as the store, so c stays the store */
+  cddp_store_t *admin_c, *cc;
+  CHECK_OK(cddp__store_tcp_connect_here(&admin_c, "127.0.0.1", pc, TOKEN, 5000));
+  int ids2[] = {1}, ports2[] = {pb};
+  cddp_store_set(admin_b, CDDP__PEERS_KEY, "epoch 50", 8); /* b: a standby with no copy yet */
+  publish(admin_c, 50, ids2, ports2, 1); /* later than any list this process read */
+  CHECK_OK(cddp_store_tcp_connect(&cc, "127.0.0.1", pc, TOKEN, 5000));
+  CHECK_OK(cddp_store_set(cc, "at-c", "1", 1));
+  CHECK_OK(cddp_store_get(admin_c, "at-c", &v, &n, 0));
+  free(v);
+  cddp_store_close(cc);
+  cddp_store_close(admin_a);
+  cddp_store_close(admin_b);
+  cddp_store_close(admin_c);
+  cddp_store_server_stop(b);
+  cddp_store_server_stop(c);
+}

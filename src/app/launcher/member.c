@@ -12,6 +12,7 @@
 #include "common/clock.h"
 #include "common/log.h"
 #include "launcher/member.h"
+#include "store/failover.h"
 #include "store/store_internal.h"
 
 #define KEY(kind, a) cddp__job_key(CDDP__JK_##kind, a, 0).s
@@ -33,6 +34,7 @@ struct cddp__monitor {
   int64_t gen, gen_seen;
   uint64_t deadline; /* "waited" after this (0: none) */
   const int *hosting; /* cddp__monitor_lease */
+  int64_t epoch;      /* the store's epoch at the last beat (store/failover.h) */
   int minority_said;
   int n;
   watched_t w[CDDP__MAX_MEMBERS];
@@ -89,6 +91,11 @@ static cddp_result_t beat(cddp__monitor_t *m, uint64_t now) {
   int64_t v;
   CDDP_CHECK(cddp_store_add(m->s, KEY(HEARTBEAT, m->self), 1, &v));
   pthread_mutex_lock(&m->mu);
+  int64_t epoch = cddp__failover_epoch();
+  if (epoch != m->epoch) { /* the store moved: nobody could beat while it did; every member starts afresh */
+    m->epoch = epoch;
+    for (int i = 0; i < m->n; i++) m->w[i].changed_at = now;
+  }
   for (int i = 0; i < m->n; i++) {
     watched_t *w = &m->w[i];
     if (w->reported) continue;
@@ -127,10 +134,22 @@ static void say_cut(cddp__monitor_t *m, const char *first) {
 
 static void *monitor_main(void *arg) {
   cddp__monitor_t *m = arg;
-  uint64_t next_beat = 0;
+  uint64_t next_beat = 0, last_turn = cddp__now_ns();
+  int hosted = 0; /* at the last turn (a monitor that just took the store over was busy doing so) */
   char first[200] = "";
   while (!__atomic_load_n(&m->stop, __ATOMIC_ACQUIRE)) {
     uint64_t now = cddp__now_ns();
+    /* the store's host stood still past the heartbeat timeout (SIGSTOP, starved): the others may
+     * have taken the store over meanwhile, and requests they sent before may land now and look
+     * like heartbeats, so its lease is gone whatever they say */
+    pthread_mutex_lock(&m->mu);
+    int hosting = m->hosting && __atomic_load_n(m->hosting, __ATOMIC_ACQUIRE);
+    int froze = hosted && hosting && !m->minority_said && now - last_turn >= (uint64_t)m->timeout_ms * 1000000ull;
+    if (froze) m->minority_said = 1;
+    pthread_mutex_unlock(&m->mu);
+    hosted = hosting;
+    if (froze) say(m, "froze %llu", (unsigned long long)((now - last_turn) / 1000000ull));
+    last_turn = now;
     if (now >= next_beat) {
       if (beat(m, now) != CDDP_OK) { /* no answer within timeout_ms: the others drop this node */
         say_cut(m, first);
@@ -465,6 +484,11 @@ void cddp__membership_events(cddp__membership_t *ms) {
     } else if (!strcmp(line, "store-stop") && !ms->ending) {
       ms->ending = 2;
       LINE_OF("node %s (agent %d) %s", ms->host, ms->self, cddp__store_move_line(ms->mv));
+    } else if (sscanf(line, "froze %d", &id) == 1 && !ms->ending) {
+      ms->ending = 2;
+      LINE_OF("node %s (agent %d) hosts the job's store but stood still for %d ms (frozen or starved, past the "
+              "heartbeat timeout): the others may have taken the store over, so it stops (split-brain guard)",
+              ms->host, ms->self, id);
     } else if (sscanf(line, "minority %d %d", &id, &used) == 2 && !ms->ending) {
       ms->ending = 2;
       LINE_OF("node %s (agent %d) hosts the job's store but hears from only %d of its %d nodes: it stops, so that "

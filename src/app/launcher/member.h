@@ -33,7 +33,9 @@ void cddp__monitor_watch(cddp__monitor_t *m, const cddp__members_t *members, int
 void cddp__monitor_deadline(cddp__monitor_t *m, uint64_t deadline_ns);
 /* Split-brain guard of the store's host (docs/store.md, "Failover"): while *hosting, a beat that
  * finds fewer than half of the members (this one included) alive reports "minority <alive>
- * <members>" once: the others, a majority, may take the store over after the lease. NULL: off. */
+ * <members>", and a turn of the thread that comes the heartbeat timeout or more after the last
+ * (the process was frozen) reports "froze <ms>", once: the others, a majority, may take the
+ * store over after the lease. NULL: off. */
 void cddp__monitor_lease(cddp__monitor_t *m, const int *hosting);
 /* Stops the thread; goodbye = 1 marks elastic/left/<self> and closes with a goodbye (the
  * will is dropped); 0 leaves the connection to die with the process. NULL is a no-op. */

@@ -13,6 +13,7 @@
 #include "common/sock.h"
 #include "launcher/store_move.h"
 #include "store/failover.h"
+#include "store/store_internal.h"
 
 #define VOTE_CONNECT_MS 1000 /* reaching the next in line to vote */
 #define LEASE_MARGIN_MS 1000 /* past the heartbeat timeout: a cut-off host has stopped by then */
@@ -32,6 +33,8 @@ struct cddp__store_move {
   int64_t gen;
   int running;                  /* atomic: the vote thread was started */
   cddp_store_t *raw;            /* reads the peers list again at each generation (main thread) */
+  cddp_store_t *own;            /* this agent's standby: it keeps a copy of the list, so a node
+                                   pointed at this member finds the store's host */
   int64_t read_at_gen;
   char lost_host[256];
   int lost_port;
@@ -44,10 +47,12 @@ int cddp__store_move_wanted(int replace, int max_nodes, int standalone) {
   return replace && max_nodes >= 3 && !standalone && cddp__knob_int(CDDP_KNOB_STORE_FAILOVER) != 0;
 }
 
-/* A raw client of host:port (the token's), and the job's view over it when view is wanted. */
-static cddp_result_t open_store(const cddp__store_move_t *mv, const char *host, int port, int ms, cddp_store_t **raw,
-                                cddp_store_t **view) {
-  CDDP_CHECK(cddp_store_tcp_connect(raw, host, port, mv->token, ms));
+/* A raw client of host:port (the token's), and the job's view over it when view is wanted;
+ * here: of that server only (a standby: it neither follows the list there nor fails over). */
+static cddp_result_t open_store(const cddp__store_move_t *mv, const char *host, int port, int ms, int here,
+                                cddp_store_t **raw, cddp_store_t **view) {
+  CDDP_CHECK(here ? cddp__store_tcp_connect_here(raw, host, port, mv->token, ms)
+                  : cddp_store_tcp_connect(raw, host, port, mv->token, ms));
   if (!view) return CDDP_OK;
   char prefix[170];
   snprintf(prefix, sizeof prefix, "%s/", mv->run_id);
@@ -56,8 +61,9 @@ static cddp_result_t open_store(const cddp__store_move_t *mv, const char *host, 
   return r;
 }
 
-/* Adds (id, host, port) to the peers list (or renames an entry of host:port to id). */
-static cddp_result_t list_self(cddp_store_t *raw, int id, const char *host, int port) {
+/* Adds (id, host, port) to the peers list (or renames an entry of host:port to id); first: the
+ * store's host, listed first (clients go to the first entry), whoever listed before it. */
+static cddp_result_t list_self(cddp_store_t *raw, int id, const char *host, int port, int first) {
   for (int tries = 0; tries < 100; tries++) {
     void *v = NULL, *won = NULL;
     size_t len = 0, wl = 0;
@@ -72,6 +78,10 @@ static cddp_result_t list_self(cddp_store_t *raw, int id, const char *host, int 
     size_t bl = 0;
     if (r == CDDP_OK) {
       if (at < 0) at = p->n++;
+      if (first && at > 0) { /* move it to the front */
+        memmove(&p->p[1], &p->p[0], sizeof p->p[0] * (size_t)at);
+        at = 0;
+      }
       p->p[at].id = id, p->p[at].port = port;
       snprintf(p->p[at].host, sizeof p->p[at].host, "%s", host);
       if (!(bl = cddp__peers_format(p, buf, sizeof buf))) r = cddp__fail(CDDP_INVALID_ARG, "peers list too long");
@@ -148,8 +158,8 @@ static void take_over(cddp__store_move_t *mv, const cddp__job_vote_t *mine, cons
   int64_t epoch = mv->lost_epoch + 1;
   cddp__job_vote_t *best = malloc(sizeof *best);
   char buf[CDDP__MAX_MEMBERS * 80 + 64];
-  cddp_result_t r = best ? open_store(mv, "127.0.0.1" /* own server */, mv->port, 2000, &raw, &view) : CDDP_SYSTEM;
-  if (r != CDDP_OK && best) r = open_store(mv, mv->host, mv->port, 2000, &raw, &view);
+  cddp_result_t r = best ? open_store(mv, "127.0.0.1" /* own server */, mv->port, 2000, 1, &raw, &view) : CDDP_SYSTEM;
+  if (r != CDDP_OK && best) r = open_store(mv, mv->host, mv->port, 2000, 1, &raw, &view);
   size_t bl = r == CDDP_OK ? cddp__job_vote_format(mine, buf, sizeof buf) : 0;
   if (r == CDDP_OK && bl) r = cddp_store_set(view, cddp__job_key(CDDP__JK_STORE_VOTE, epoch, mv->self).s, buf, bl);
   uint64_t lease = mv->lost_at + (uint64_t)(mv->hb_timeout_ms + LEASE_MARGIN_MS) * 1000000ull;
@@ -240,7 +250,7 @@ static void *vote_main(void *arg) {
       goto out;
     }
     cddp_store_t *raw, *view;
-    if (open_store(mv, peers->p[k].host, peers->p[k].port, VOTE_CONNECT_MS, &raw, &view) != CDDP_OK) continue;
+    if (open_store(mv, peers->p[k].host, peers->p[k].port, VOTE_CONNECT_MS, 1, &raw, &view) != CDDP_OK) continue;
     cddp_result_t r = cddp_store_set(view, cddp__job_key(CDDP__JK_STORE_VOTE, mv->lost_epoch + 1, mv->self).s, buf, bl);
     cddp_store_close(view);
     if (r == CDDP_OK) {
@@ -262,7 +272,18 @@ out:
 
 static void on_lost(const char *host, int port, int64_t epoch, void *arg) {
   cddp__store_move_t *mv = arg;
-  if (__atomic_load_n(&mv->hosting, __ATOMIC_ACQUIRE) && port == mv->port) return; /* ours: not lost */
+  if (__atomic_load_n(&mv->hosting, __ATOMIC_ACQUIRE) && port == mv->port && !strcmp(host, mv->host)) {
+    /* this node's own calls to the store it serves went unanswered: it was frozen or starved
+     * for longer than the others wait, and they may have taken the store over. It must not
+     * follow them as if nothing happened (its workers' state is stale): it stops. */
+    pthread_mutex_lock(&mv->mu);
+    snprintf(mv->line, sizeof mv->line, "hosted the job's store but its own calls to it went unanswered for two "
+             "heartbeat timeouts (it was frozen or starved): the others may have taken the store over, so it stops "
+             "(split-brain guard)");
+    pthread_mutex_unlock(&mv->mu);
+    say_stop(mv);
+    return;
+  }
   if (__atomic_exchange_n(&mv->running, 1, __ATOMIC_ACQ_REL)) return;
   snprintf(mv->lost_host, sizeof mv->lost_host, "%s", host);
   mv->lost_port = port, mv->lost_epoch = epoch, mv->lost_at = cddp__now_ns();
@@ -275,7 +296,7 @@ static void on_lost(const char *host, int port, int64_t epoch, void *arg) {
 cddp_result_t cddp__store_move_list_host(const char *host, int port, const char *token) {
   cddp_store_t *raw;
   CDDP_CHECK(cddp_store_tcp_connect(&raw, host, port, token, 10000));
-  cddp_result_t r = list_self(raw, -1, host, port);
+  cddp_result_t r = list_self(raw, -1, host, port, 1);
   cddp_store_close(raw);
   return r;
 }
@@ -295,14 +316,17 @@ cddp_result_t cddp__store_move_start(cddp__store_move_t **out, const cddp__store
     snprintf(mv->host, sizeof mv->host, "%s", cfg->store_host);
     mv->port = cfg->store_port, mv->hosting = 1;
   } else {
-    r = cddp_store_server_start(&mv->standby, NULL, 0, mv->token);
+    /* the store's port when this host has it free: a node started later may name any member */
+    r = cddp_store_server_start(&mv->standby, NULL, cfg->store_port, mv->token);
+    if (r != CDDP_OK) r = cddp_store_server_start(&mv->standby, NULL, 0, mv->token);
     if (r == CDDP_OK) {
       mv->port = cddp_store_server_port(mv->standby);
       cddp__sock_addr_toward(cfg->store_host, cfg->store_port, mv->host, sizeof mv->host);
     }
   }
-  if (r == CDDP_OK) r = open_store(mv, cfg->store_host, cfg->store_port, 10000, &mv->raw, NULL);
-  if (r == CDDP_OK) r = list_self(mv->raw, mv->self, mv->host, mv->port);
+  if (r == CDDP_OK) r = open_store(mv, cfg->store_host, cfg->store_port, 10000, 0, &mv->raw, NULL);
+  if (r == CDDP_OK && mv->standby) r = open_store(mv, "127.0.0.1", mv->port, 10000, 1, &mv->own, NULL);
+  if (r == CDDP_OK) r = list_self(mv->raw, mv->self, mv->host, mv->port, cfg->hosting);
   if (r != CDDP_OK) {
     cddp__store_move_stop(mv);
     return cddp__fail(r, "the store's failover: %s", cddp_last_error());
@@ -329,6 +353,8 @@ void cddp__store_move_note(cddp__store_move_t *mv, const cddp__members_t *m, int
   if (p && cddp_store_get(mv->raw, CDDP__PEERS_KEY, &v, &len, 0) == CDDP_OK && cddp__peers_parse(v, len, p) == 0) {
     cddp__failover_note(p);
     mv->read_at_gen = gen;
+    if (mv->own && !__atomic_load_n(&mv->hosting, __ATOMIC_ACQUIRE)) /* a copy: it names the host first */
+      (void)cddp_store_set(mv->own, CDDP__PEERS_KEY, v, len);
   }
   free(v), free(p);
   cddp__clear_error();
@@ -341,7 +367,8 @@ void cddp__store_move_notify(cddp__store_move_t *mv, int fd) {
 cddp_result_t cddp__store_move_rejoin(cddp__store_move_t *mv, int new_id) {
   if (!mv) return CDDP_OK;
   mv->self = new_id;
-  return list_self(mv->raw, mv->self, mv->host, mv->port); /* mv->raw follows the store where it moves */
+  /* mv->raw follows the store where it moves */
+  return list_self(mv->raw, mv->self, mv->host, mv->port, __atomic_load_n(&mv->hosting, __ATOMIC_ACQUIRE));
 }
 
 int cddp__store_move_hosting(const cddp__store_move_t *mv) {
@@ -356,6 +383,7 @@ void cddp__store_move_stop(cddp__store_move_t *mv) {
   if (!mv) return;
   cddp__failover_set_hook(NULL, NULL);
   if (mv->raw) cddp_store_close(mv->raw);
+  if (mv->own) cddp_store_close(mv->own);
   cddp_store_server_stop(mv->standby);
   /* a vote thread may still run (detached): the process ends next, so mv stays */
   if (!__atomic_load_n(&mv->running, __ATOMIC_ACQUIRE)) {
