@@ -121,8 +121,8 @@ void cddp__failover_lost(const char *host, int port, int64_t epoch) {
   if (fn) fn(host, port, epoch, arg);
 }
 
-static int given_up;
+static int64_t era;
 
-void cddp__failover_give_up(void) { __atomic_store_n(&given_up, 1, __ATOMIC_RELEASE); }
+void cddp__failover_give_up(void) { __atomic_add_fetch(&era, 1, __ATOMIC_ACQ_REL); }
 
-int cddp__failover_given_up(void) { return __atomic_load_n(&given_up, __ATOMIC_ACQUIRE); }
+int64_t cddp__failover_era(void) { return __atomic_load_n(&era, __ATOMIC_ACQUIRE); }

@@ -57,9 +57,11 @@ typedef void (*cddp__failover_hook_t)(const char *lost_host, int lost_port, int6
 void cddp__failover_set_hook(cddp__failover_hook_t fn, void *arg);
 void cddp__failover_lost(const char *host, int port, int64_t epoch);
 
-/* Nobody will take the store over (this node stops): every client's failover of this process
- * ends at once, now and later. */
+/* Nobody takes the store over with this node (it stops, or it was cut off): every client the
+ * process made before fails at once instead of failing over, now and later; clients made after
+ * (a node that comes back connects afresh) may fail over again. cddp__failover_era() counts the
+ * give-ups: a client fails over only in the era it was made in. */
 void cddp__failover_give_up(void);
-int cddp__failover_given_up(void);
+int64_t cddp__failover_era(void);
 
 #endif /* CDDP_STORE_FAILOVER_H */

@@ -35,6 +35,7 @@ typedef struct tcp_store {
   char *will_key, *will_val;
   size_t will_len;
   /* the registry of the process's clients (below): its copies of fd and epoch, and the link */
+  int64_t era;         /* cddp__failover_era() when it was made: it fails over in that era only */
   int reg_fd;
   int64_t reg_epoch;
   struct tcp_store *reg_next;
@@ -572,7 +573,7 @@ static cddp_result_t failover(tcp_store_t *t) {
   uint64_t t0 = cddp__now_ns(), deadline = cddp__deadline_ms(ms);
   cddp__peers_t *p = malloc(sizeof *p);
   cddp_result_t r = CDDP_TIMEOUT;
-  while (p && r != CDDP_OK && !cddp__failover_given_up() && cddp__failover_view(p) == 0) {
+  while (p && r != CDDP_OK && t->era == cddp__failover_era() && cddp__failover_view(p) == 0) {
     for (int i = 0; i < p->n && r != CDDP_OK; i++)
       if (!(p->p[i].port == lost_port && !strcmp(p->p[i].host, lost_host))) r = probe(t, &p->p[i], deadline, t->epoch + 1);
     if (r == CDDP_OK || cddp__ms_left(deadline) == 0) break;
@@ -584,6 +585,9 @@ static cddp_result_t failover(tcp_store_t *t) {
   if (r != CDDP_OK) {
     t->broken = 1;
     snprintf(t->ep, sizeof t->ep, "%s", lost);
+    if (t->era != cddp__failover_era())
+      return cddp__fail(CDDP_REMOTE, "store %s lost, and this node gave up on it (nobody takes it over with this node)",
+                        lost);
     return cddp__fail(CDDP_REMOTE, "store %s lost, and no listed peer took the store over within %.1f s "
                       "(CDDP_STORE_FAILOVER_MS)", lost, ms / 1e3);
   }
@@ -620,6 +624,7 @@ static cddp_result_t connect_as(cddp_store_t **out, const char *host, int port, 
   pthread_mutex_init(&t->mu, NULL);
   t->fd = -1;
   t->epoch = -1;
+  t->era = cddp__failover_era();
   snprintf(t->ep, sizeof t->ep, "%s:%d", host, port);
   snprintf(t->host, sizeof t->host, "%s", host);
   t->port = port;

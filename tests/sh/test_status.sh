@@ -49,7 +49,7 @@ sleep 1.2 # every agent posted since step 10
 out=$("$CDDP" status 127.0.0.1:$P --rdzv-id "st$P" 2>&1); rc=$?
 nodes=$(grep -cE '^node [01] .* running +ranks [0-9]-[0-9]' <<<"$out")
 if [ $rc = 0 ] && [ "$nodes" = 2 ] && [ "$(ranks_with_steps "$out")" = 4 ] &&
-   grep -q "^job st$P at 127.0.0.1:$P: 2 nodes, 4 ranks running" <<<"$out" && grep -q 'last allreduce #' <<<"$out"; then
+   grep -q "^job st$P at 127.0.0.1:$P: 2 nodes, 4 ranks running" <<<"$out" && grep -qE 'last (allreduce|allgather|broadcast|barrier) #' <<<"$out"; then
   ok "status ENDPOINT: 2 nodes, 4 ranks alive with their step and last collective"
 else fail "status ENDPOINT" "rc=$rc: $out"; fi
 out=$("$CDDP" status "$T/st" 2>&1); rc=$?

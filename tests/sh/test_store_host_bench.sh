@@ -7,8 +7,9 @@ T=$(mktemp -d /tmp/cddp-store-host-test.XXXXXX)
 trap 'rm -rf "$T"' EXIT
 timeout 300 bench/store_host_bench.sh --nodes 3 --kill-at 10 --rows cddp --out "$T/3" >"$T/out3" 2>"$T/err3"; rc=$?
 row=$(grep '^cddp ' "$T/out3")
+# (a step may complete between the bench reading the last step and its kill: "left" is within 1)
 if [ $rc = 0 ] && [[ "$row" =~ ^cddp\ +0,0\ +([0-9]+)\ of\ ([0-9]+)\ +[0-9.]+\ +[0-9.]+ ]] &&
-   [ "${BASH_REMATCH[1]}" = "${BASH_REMATCH[2]}" ]
+   [ "${BASH_REMATCH[1]}" -ge $((BASH_REMATCH[2] - 1)) ]
 then ok "3 nodes, the store's host killed: both survivors finish every step left: $row"
 else fail "store host bench, 3 nodes" "rc $rc: $(cat "$T/out3" "$T/err3" | tail -4 | tr '\n' ' ')"; fi
 timeout 300 bench/store_host_bench.sh --nodes 2 --kill-at 10 --rows cddp --out "$T/2" >"$T/out2" 2>"$T/err2"; rc=$?

@@ -23,11 +23,11 @@ else fail "2x2 grid" "rc $rc, $rows rows: $(cat "$T/a.out" "$T/a.err" | tr '\n' 
   fail "same loss" "$(grep -E '^ +[12] ' "$T/a.out" | tr '\n' ' ')"
 
 # 2. a slow setting named against the run that differs only there
-"$CDDP" bench train --sweep --config $C --steps 8 --nproc 1 --set debug.slow_rank=0 --set debug.slow_ms=0,40 \
+"$CDDP" bench train --sweep --config $C --steps 8 --nproc 1 --set debug.slow_rank=0 --set debug.slow_ms=0,250 \
   --set model.hidden=[32] --out "$T/b" >"$T/b.out" 2>"$T/b.err"; rc=$?
-if [ $rc = 0 ] && grep -qE '^slow: nproc=1 debug.slow_rank=0 debug.slow_ms=40 model.hidden=\[32\] runs at [0-9.]+ samples/s, [0-9.]+x below debug.slow_ms=0 with all else equal$' "$T/b.out" &&
+if [ $rc = 0 ] && grep -qE '^slow: nproc=1 debug.slow_rank=0 debug.slow_ms=250 model.hidden=\[32\] runs at [0-9.]+ samples/s, [0-9.]+x below debug.slow_ms=0 with all else equal$' "$T/b.out" &&
    ! grep -q 'slow_ms=0 model.hidden=\[32\] runs at' "$T/b.out"
-then ok "a 40 ms stall per step named: slow against debug.slow_ms=0, all else equal"
+then ok "a 250 ms stall per step named: slow against debug.slow_ms=0, all else equal"
 else fail "slow named" "rc $rc: $(cat "$T/b.out" | tr '\n' ' ')"; fi
 
 # 3. cddp plot draws the sweep

@@ -484,6 +484,10 @@ void cddp__membership_events(cddp__membership_t *ms) {
     } else if (!strcmp(line, "store-stop") && !ms->ending) {
       ms->ending = 2;
       LINE_OF("node %s (agent %d) %s", ms->host, ms->self, cddp__store_move_line(ms->mv));
+    } else if (!strcmp(line, "store-cut") && !ms->ending) {
+      ms->ending = 1;
+      LINE_OF("node %s (agent %d) is cut off from the job (%s): the others go on without it; its workers stop",
+              ms->host, ms->self, cddp__store_move_line(ms->mv));
     } else if (sscanf(line, "froze %d", &id) == 1 && !ms->ending) {
       ms->ending = 2;
       LINE_OF("node %s (agent %d) hosts the job's store but stood still for %d ms (frozen or starved, past the "

@@ -18,6 +18,7 @@
 #define VOTE_CONNECT_MS 1000 /* reaching the next in line to vote */
 #define LEASE_MARGIN_MS 1000 /* past the heartbeat timeout: a cut-off host has stopped by then */
 #define POLL_MS 50
+#define PEERS_WAIT_MS 1000 /* for the host's list: an agent that hosts the store lists itself at once */
 
 struct cddp__store_move {
   pthread_mutex_t mu; /* guards cur, gen and line */
@@ -97,9 +98,15 @@ static cddp_result_t list_self(cddp_store_t *raw, int id, const char *host, int 
 
 /* ---- the vote (a thread started by the first client that finds the store gone) ---- */
 
+/* Nobody takes the store over with this node: "store-stop" when the store is gone for good (its
+ * port refuses: its process died), else "store-cut" (this node may be the one cut off: it waits
+ * for the store to come back, as a node cut off does). Either way the agent's calls end now
+ * instead of waiting out CDDP_STORE_FAILOVER_MS. */
+static int refused(const char *host, int port);
 static void say_stop(cddp__store_move_t *mv) {
-  cddp__failover_give_up(); /* the agent's calls end now instead of waiting out CDDP_STORE_FAILOVER_MS */
-  ssize_t w = write(mv->notify_fd, "store-stop\n", 11);
+  int gone = !mv->lost_host[0] || refused(mv->lost_host, mv->lost_port);
+  cddp__failover_give_up();
+  ssize_t w = gone ? write(mv->notify_fd, "store-stop\n", 11) : write(mv->notify_fd, "store-cut\n", 10);
   (void)w;
 }
 
@@ -112,6 +119,15 @@ static int refused(const char *host, int port) {
   if (r == CDDP_OK) close(fd);
   cddp__clear_error();
   return r != CDDP_OK && errno == ECONNREFUSED;
+}
+
+/* 1 when host:port accepts a connection within 300 ms. */
+static int reachable(const char *host, int port) {
+  int fd = -1;
+  cddp_result_t r = cddp__sock_connect(host, port, 0, cddp__deadline_ms(300), &fd);
+  if (r == CDDP_OK) close(fd);
+  cddp__clear_error();
+  return r == CDDP_OK;
 }
 
 /* The votes in this agent's server: *best = the vote of the latest generation, *n_for = how
@@ -246,6 +262,22 @@ static void *vote_main(void *arg) {
       if (peers->p[j].id == id && j != at) k = j;
     if (id == lost_id || k < 0) continue;
     if (id == mv->self) {
+      /* next in line because no one before answered: if no other member answers at all, this
+       * node is the one cut off, and waiting for votes that cannot come only delays saying so */
+      int others = 0, reached = 0;
+      for (int j = 0; j < peers->n; j++)
+        if (j != at && j != k && cddp__members_find(&mine->members, peers->p[j].id, NULL, NULL) >= 0) {
+          others++;
+          reached += reachable(peers->p[j].host, peers->p[j].port);
+        }
+      if (others > 0 && reached == 0) {
+        pthread_mutex_lock(&mv->mu);
+        snprintf(mv->line, sizeof mv->line, "lost the store at %s:%d, and reaches none of the other %d members",
+                 mv->lost_host, mv->lost_port, others);
+        pthread_mutex_unlock(&mv->mu);
+        say_stop(mv);
+        goto out;
+      }
       take_over(mv, mine, peers, lost_id);
       goto out;
     }
@@ -267,6 +299,7 @@ static void *vote_main(void *arg) {
 out:
   cddp__clear_error();
   free(mine), free(peers);
+  __atomic_store_n(&mv->running, 0, __ATOMIC_RELEASE); /* last: a later move is voted on again */
   return NULL;
 }
 
@@ -312,10 +345,25 @@ cddp_result_t cddp__store_move_start(cddp__store_move_t **out, const cddp__store
   mv->self = cfg->self, mv->store_port = cfg->store_port, mv->hb_timeout_ms = cfg->hb_timeout_ms;
   mv->notify_fd = cfg->notify_fd, mv->gen = -1, mv->read_at_gen = -1;
   cddp_result_t r = CDDP_OK;
-  if (cfg->hosting) { /* listed as the clients reach it */
+  if (!cfg->hosting) { /* only a store an agent hosts can move: it lists itself as it starts serving */
+    void *v = NULL;
+    size_t len = 0;
+    r = open_store(mv, cfg->store_host, cfg->store_port, 10000, 0, &mv->raw, NULL);
+    cddp_result_t g = r == CDDP_OK ? cddp_store_get(mv->raw, CDDP__PEERS_KEY, &v, &len, PEERS_WAIT_MS) : r;
+    free(v);
+    if (g == CDDP_TIMEOUT) {
+      CDDP_INFO(CDDP_SUB_RUN, "the store at %s:%d is not an agent's (it lists no peers): it cannot move", cfg->store_host,
+                cfg->store_port);
+      cddp__clear_error();
+      cddp__store_move_stop(mv);
+      return CDDP_OK;
+    }
+    if (r == CDDP_OK) r = g;
+  }
+  if (r == CDDP_OK && cfg->hosting) { /* listed as the clients reach it */
     snprintf(mv->host, sizeof mv->host, "%s", cfg->store_host);
     mv->port = cfg->store_port, mv->hosting = 1;
-  } else {
+  } else if (r == CDDP_OK) {
     /* the store's port when this host has it free: a node started later may name any member */
     r = cddp_store_server_start(&mv->standby, NULL, cfg->store_port, mv->token);
     if (r != CDDP_OK) r = cddp_store_server_start(&mv->standby, NULL, 0, mv->token);
@@ -324,7 +372,7 @@ cddp_result_t cddp__store_move_start(cddp__store_move_t **out, const cddp__store
       cddp__sock_addr_toward(cfg->store_host, cfg->store_port, mv->host, sizeof mv->host);
     }
   }
-  if (r == CDDP_OK) r = open_store(mv, cfg->store_host, cfg->store_port, 10000, 0, &mv->raw, NULL);
+  if (r == CDDP_OK && !mv->raw) r = open_store(mv, cfg->store_host, cfg->store_port, 10000, 0, &mv->raw, NULL);
   if (r == CDDP_OK && mv->standby) r = open_store(mv, "127.0.0.1", mv->port, 10000, 1, &mv->own, NULL);
   if (r == CDDP_OK) r = list_self(mv->raw, mv->self, mv->host, mv->port, cfg->hosting);
   if (r != CDDP_OK) {
@@ -367,6 +415,16 @@ void cddp__store_move_notify(cddp__store_move_t *mv, int fd) {
 cddp_result_t cddp__store_move_rejoin(cddp__store_move_t *mv, int new_id) {
   if (!mv) return CDDP_OK;
   mv->self = new_id;
+  __atomic_store_n(&mv->running, 0, __ATOMIC_RELEASE); /* it reached the store again: a later loss is voted on */
+  /* the old connection broke with the cut: a fresh one, where the store is now */
+  char host[256];
+  int port = mv->store_port;
+  snprintf(host, sizeof host, "%s", mv->store_host);
+  (void)cddp__failover_current(host, sizeof host, &port);
+  cddp_store_t *fresh;
+  CDDP_CHECK(open_store(mv, host, port, 10000, 0, &fresh, NULL));
+  cddp_store_close(mv->raw);
+  mv->raw = fresh;
   /* mv->raw follows the store where it moves */
   return list_self(mv->raw, mv->self, mv->host, mv->port, __atomic_load_n(&mv->hosting, __ATOMIC_ACQUIRE));
 }

@@ -30,7 +30,8 @@ int cddp__store_move_wanted(int replace, int max_nodes, int standalone);
  * every client reads a list naming it from its first connection. */
 cddp_result_t cddp__store_move_list_host(const char *host, int port, const char *token);
 /* Starts this agent's standby (unless it hosts the store), lists it in the peers list and
- * hooks the process's store clients: a lost store starts the vote. */
+ * hooks the process's store clients: a lost store starts the vote. *out stays NULL (and OK)
+ * when no agent hosts the store (`cddp store` elsewhere: it lists no peers), which cannot move. */
 cddp_result_t cddp__store_move_start(cddp__store_move_t **out, const cddp__store_move_cfg_t *cfg);
 /* Where "store-stop\n" goes (the membership's pipe, made after the start). */
 void cddp__store_move_notify(cddp__store_move_t *mv, int fd);
