@@ -15,7 +15,6 @@
 #include <stddef.h>
 #include <stdint.h>
 
-
 #define CDDP__PEERS_KEY "cddp/peers"
 #define CDDP__MAX_PEERS 64
 

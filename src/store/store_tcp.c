@@ -86,7 +86,6 @@ static void cut_stale(int64_t epoch) {
 #define PROBE_WAIT_MS 200  /* a peer that is not serving yet: how long to wait for its list */
 
 static cddp_result_t failover(tcp_store_t *t);
-static void epoch_from_view(tcp_store_t *t);
 
 static cddp_result_t lost(tcp_store_t *t, const char *what, const char *why) {
   t->broken = 1;
@@ -164,14 +163,14 @@ static cddp_result_t roundtrip_once(tcp_store_t *t, int req_timeout_ms, const ch
   return CDDP_OK;
 }
 
-/* roundtrip_once, and when the connection broke under a store that may move: the same
- * request again at the store's new host. */
 /* A client that connected before its server published a peers list (and has not read it
  * since: a long wait) takes the process's list when its server is on it. */
 static void epoch_from_view(tcp_store_t *t) {
   if (t->epoch < 0) t->epoch = cddp__failover_epoch_of(t->host, t->port), reg_update(t);
 }
 
+/* roundtrip_once, and when the connection broke under a store that may move: the same
+ * request again at the store's new host. */
 static cddp_result_t roundtrip(tcp_store_t *t, int req_timeout_ms, const char *what,
                                cddp__wire_msg_t *m) {
   for (int moves = 0;; moves++) {
@@ -611,6 +610,36 @@ cddp_result_t cddp__store_tcp_connect_here(cddp_store_t **out, const char *host,
   return connect_as(out, host, port, token, timeout_ms, 1);
 }
 
+/* Just connected to host:port, whose peers list is p: takes the store it names. A member's
+ * standby (any live member may be named as the endpoint) names the store's host first: the
+ * client goes there. A server the list does not name (the host before it listed itself;
+ * another name for it) stays the store when the one named does not answer. */
+static cddp_result_t settle(tcp_store_t *t, const cddp__peers_t *p, const char *host, int port, uint64_t deadline) {
+  cddp__failover_note(p);
+  if (p->n == 0 || (p->p[0].port == port && !strcmp(p->p[0].host, host))) {
+    t->epoch = p->epoch;
+    return CDDP_OK;
+  }
+  cddp__peer_t to = p->p[0];
+  int listed = cddp__peers_find(p, host, port) >= 0, keep = t->fd;
+  t->fd = -1;
+  cddp_result_t r = probe(t, &to, cddp__deadline_ms(CDDP_MAX(cddp__ms_left(deadline), PROBE_MS + PROBE_WAIT_MS)),
+                          p->epoch);
+  if (r == CDDP_OK) {
+    close(keep);
+    CDDP_INFO(CDDP_SUB_STORE, "store: %s:%d is a standby; the store is at %s", host, port, t->ep);
+    return CDDP_OK;
+  }
+  if (listed) {
+    close(keep);
+    return cddp__fail(r, "store %s:%d is a standby; the store it names, %s:%d, does not answer: %s", host, port,
+                      to.host, to.port, cddp_last_error());
+  }
+  t->fd = keep, t->broken = 0, t->out.len = 0, t->epoch = p->epoch;
+  snprintf(t->ep, sizeof t->ep, "%s:%d", host, port);
+  return CDDP_OK;
+}
+
 static cddp_result_t connect_as(cddp_store_t **out, const char *host, int port, const char *token, int timeout_ms,
                                 int here) {
   if (!out || !host || !*host)
@@ -673,34 +702,10 @@ static cddp_result_t connect_as(cddp_store_t **out, const char *host, int port, 
   }
   t->broken = 0;
   cddp__peers_t *p = here ? NULL : malloc(sizeof *p);
-  if (p && peek_peers(t, 0, deadline, p) == CDDP_OK) {
-    cddp__failover_note(p);
-    if (p->n > 0 && (p->p[0].port != port || strcmp(p->p[0].host, host))) {
-      /* a member's standby (any live member may be named as the endpoint): to the store it names.
-       * A server the list does not name (the host, before it listed itself; another name for
-       * it) stays the store when the one named does not answer. */
-      cddp__peer_t to = p->p[0];
-      int listed = cddp__peers_find(p, host, port) >= 0;
-      int keep = t->fd;
-      t->fd = -1;
-      r = probe(t, &to, cddp__deadline_ms(CDDP_MAX(cddp__ms_left(deadline), PROBE_MS + PROBE_WAIT_MS)), p->epoch);
-      if (r == CDDP_OK || listed) close(keep);
-      if (r != CDDP_OK && !listed) {
-        t->fd = keep, t->broken = 0, r = CDDP_OK;
-        t->out.len = 0;
-        snprintf(t->ep, sizeof t->ep, "%s:%d", host, port);
-        t->epoch = p->epoch;
-      } else if (r != CDDP_OK) {
-        r = cddp__fail(r, "store %s:%d is a standby; the store it names, %s:%d, does not answer: %s", host, port,
-                       to.host, to.port, cddp_last_error());
-        free(p);
-        c_close(&t->base);
-        return r;
-      }
-      if (t->fd != keep) CDDP_INFO(CDDP_SUB_STORE, "store: %s:%d is a standby; the store is at %s", host, port, t->ep);
-    } else {
-      t->epoch = p->epoch;
-    }
+  if (p && peek_peers(t, 0, deadline, p) == CDDP_OK && (r = settle(t, p, host, port, deadline)) != CDDP_OK) {
+    free(p);
+    c_close(&t->base);
+    return r;
   }
   t->peek_at = here ? UINT64_MAX : cddp__now_ns() + PEEK_EVERY_MS * 1000000ull;
   free(p);

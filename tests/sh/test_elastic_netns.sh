@@ -88,6 +88,32 @@ reference() {
 want() { [ "$ONLY" = all ] || [ "$ONLY" = "$1" ]; }
 want cut || want part || want storekill || want storecut && reference ref
 
+# after_fault NAME T0 WHAT BOUND RLINE: the checks after a fault at wall clock T0: the survivors'
+# recovery line (pattern RLINE) and the redone step completed within BOUND s (in DT), every step
+# line once, every sample once, the accuracy of the uninterrupted reference
+after_fault() {
+  local name=$1 t0=$2 what=$3 bound=$4 m=$T/$1/metrics.jsonl rline redone first dt
+  rline=$(grep -h -m1 "$5" "$T/$name.out")
+  redone=$(echo "$rline" | sed -n 's/.* step \([0-9]*\) redone.*/\1/p')
+  read -r first dt < <(grep -v '"eval"' "$m" | sed -n 's/.*"step":\([0-9]*\).*"time":\([0-9.]*\).*/\1 \2/p' |
+    awk -v k="$t0" -v s="${redone:-0}" '$1 >= s && $2 > k { printf "%d %.2f\n", $1, $2 - k; exit }')
+  DT=$dt
+  if [ -n "$rline" ] && [ -n "$dt" ] && awk -v d="$dt" -v b="$bound" 'BEGIN { exit !(d <= b) }'; then
+    ok "$name: $what -> step $first completed by world 2 in $dt s (<= $bound s): ${rline#*cddp train: }"
+  else fail "$name: $what -> next step" "first=$first dt=$dt; $(grep -h 'recovered\|lost' "$T/$name.out" | tr '\n' ' ')"; fi
+  local steps uniq
+  steps=$(grep -vc '"eval"' "$m"); uniq=$(grep -v '"eval"' "$m" | sed -n 's/.*"step":\([0-9]*\).*/\1/p' | sort -u | wc -l)
+  [ "$steps" = $STEPS ] && [ "$uniq" = $STEPS ] && ok "$name: $STEPS step lines, none twice (step $redone redone)" ||
+    fail "$name: steps" "lines=$steps unique=$uniq redone=$redone"
+  local v; v=$(samples "$name")
+  [ "$v" = clean ] && ok "$name: every sample of the epoch exactly once ($(ls "$T/$name/samples" | tr '\n' ' '))" ||
+    fail "$name: samples" "$v"
+  local acc; acc=$(acc_of "$m")
+  if [ -n "$acc" ] && [ -n "$ref" ] && awk -v a="$acc" -v b="$ref" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(d <= 0.005) }'; then
+    ok "$name: test accuracy $acc vs $ref uninterrupted (within 0.5 points)"
+  else fail "$name: accuracy" "$acc vs $ref"; fi
+}
+
 # cut_case NAME HOW: host 3 cut off at step ~80 by HOW (linkdown | partition); the checks
 cut_case() {
   local name=$1 how=$2 m=$T/$1/metrics.jsonl
@@ -115,25 +141,8 @@ cut_case() {
   if [ -n "$det" ] && awk -v d="$det" 'BEGIN { exit !(d < 5) }'; then
     ok "$name: host 3 declared lost ${det} s after the cut (< 5 s): ${line#*cddp run: }"
   else fail "$name: host 3 not declared lost within 5 s" "det=$det $(tail -2 "$T/${name}1.out" | tr '\n' ' ')"; fi
-  local rline redone first dt
-  rline=$(grep -h -m1 'cddp train: recovered from the loss of node .* no heartbeat for .*world 3 -> 2' "$T/$name.out")
-  redone=$(echo "$rline" | sed -n 's/.* step \([0-9]*\) redone.*/\1/p')
-  read -r first dt < <(grep -v '"eval"' "$m" | sed -n 's/.*"step":\([0-9]*\).*"time":\([0-9.]*\).*/\1 \2/p' |
-    awk -v k="$t0" -v s="${redone:-0}" '$1 >= s && $2 > k { printf "%d %.2f\n", $1, $2 - k; exit }')
-  if [ -n "$rline" ] && [ -n "$dt" ] && awk -v d="$dt" 'BEGIN { exit !(d <= 5) }'; then
-    ok "$name: cut -> step $first completed by world 2 in $dt s (<= 5 s): ${rline#*cddp train: }"
-  else fail "$name: cut -> next step" "first=$first dt=$dt; $(grep -h 'recovered\|lost' "$T/$name.out" | tr '\n' ' ')"; fi
-  local steps uniq
-  steps=$(grep -vc '"eval"' "$m"); uniq=$(grep -v '"eval"' "$m" | sed -n 's/.*"step":\([0-9]*\).*/\1/p' | sort -u | wc -l)
-  [ "$steps" = $STEPS ] && [ "$uniq" = $STEPS ] && ok "$name: $STEPS step lines, none twice (step $redone redone)" ||
-    fail "$name: steps" "lines=$steps unique=$uniq redone=$redone"
-  local v; v=$(samples "$name")
-  [ "$v" = clean ] && ok "$name: every sample of the epoch exactly once ($(ls "$T/$name/samples" | tr '\n' ' '))" ||
-    fail "$name: samples" "$v"
-  local acc; acc=$(acc_of "$m")
-  if [ -n "$acc" ] && [ -n "$ref" ] && awk -v a="$acc" -v b="$ref" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(d <= 0.005) }'; then
-    ok "$name: test accuracy $acc vs $ref uninterrupted (within 0.5 points)"
-  else fail "$name: accuracy" "$acc vs $ref"; fi
+  after_fault "$name" "$t0" cut 5 'cddp train: recovered from the loss of node .* no heartbeat for .*world 3 -> 2'
+  local dt=$DT
   local o3=$T/${name}3.out
   # cut off: its monitor says so, or (the store may move) it finds nobody to take the store over with
   if [ "$r3" != 0 ] && [ "$r3" != 137 ] &&
@@ -163,25 +172,9 @@ store_case() {
     fail "$name: survivors' exit codes" "$r2 $r3; $(grep -hv 'epoch 1/1' "$T/${name}2.out" "$T/${name}3.out" | tail -4 | tr '\n' ' ')"
   local took; took=$(grep -h -m1 "^cddp run: the store's host (agent 0 at .*) is lost; agent [12] took the store over" "$T/$name.out")
   [ -n "$took" ] && ok "$name: ${took#cddp run: }" || fail "$name: no take-over" "$(grep -h 'store' "$T/$name.out" | head -3 | tr '\n' ' ')"
-  local rline redone first dt
-  rline=$(grep -h -m1 'cddp train: recovered from the loss of node .* (agent 0, .*world 3 -> 2' "$T/$name.out")
-  redone=$(echo "$rline" | sed -n 's/.* step \([0-9]*\) redone.*/\1/p')
-  read -r first dt < <(grep -v '"eval"' "$m" | sed -n 's/.*"step":\([0-9]*\).*"time":\([0-9.]*\).*/\1 \2/p' |
-    awk -v k="$t0" -v s="${redone:-0}" '$1 >= s && $2 > k { printf "%d %.2f\n", $1, $2 - k; exit }')
   local bound=5; [ "$how" = linkdown ] && bound=20 # a silent host: two heartbeat timeouts to tell, then its lease
-  if [ -n "$rline" ] && [ -n "$dt" ] && awk -v d="$dt" -v b=$bound 'BEGIN { exit !(d <= b) }'; then
-    ok "$name: $how -> step $first completed by world 2 in $dt s (<= $bound s): ${rline#*cddp train: }"
-  else fail "$name: $how -> next step" "first=$first dt=$dt; $(grep -h 'recovered\|lost' "$T/$name.out" | tr '\n' ' ')"; fi
-  local steps uniq
-  steps=$(grep -vc '"eval"' "$m"); uniq=$(grep -v '"eval"' "$m" | sed -n 's/.*"step":\([0-9]*\).*/\1/p' | sort -u | wc -l)
-  [ "$steps" = $STEPS ] && [ "$uniq" = $STEPS ] && ok "$name: $STEPS step lines, none twice (step $redone redone)" ||
-    fail "$name: steps" "lines=$steps unique=$uniq redone=$redone"
-  local v; v=$(samples "$name")
-  [ "$v" = clean ] && ok "$name: every sample of the epoch exactly once" || fail "$name: samples" "$v"
-  local acc; acc=$(acc_of "$m")
-  if [ -n "$acc" ] && [ -n "$ref" ] && awk -v a="$acc" -v b="$ref" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(d <= 0.005) }'; then
-    ok "$name: test accuracy $acc vs $ref uninterrupted (within 0.5 points)"
-  else fail "$name: accuracy" "$acc vs $ref"; fi
+  after_fault "$name" "$t0" "$how" $bound 'cddp train: recovered from the loss of node .* (agent 0, .*world 3 -> 2'
+  local dt=$DT
   if [ "$how" = linkdown ]; then # the old host, cut off, ends by itself and never goes on alone
     local o1=$T/${name}1.out
     if [ "$r1" != 0 ] && [ "$r1" != 137 ] && grep -q "hears from only 1 of its 3 nodes: it stops\|is cut off from the job" "$o1"; then

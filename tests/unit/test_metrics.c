@@ -52,7 +52,7 @@ TEST(a_new_rank0_cuts_a_step_the_old_one_logged_and_the_others_redo) {
   log_steps(file, 1, 4); /* the old rank 0 logged step 4; the others had committed 3 */
   cddp_metrics_t m;
   follower(&m, 3);
-  CHECK_OK(cddp__metrics_take_over(&m, file, 3));
+  CHECK_OK(cddp__metrics_take_over(&m, file, 3, NULL));
   cddp_step_record_t r = {.step = 4, .total = 100, .epochs = 1, .loss = 0.25, .samples = 8, .step_s = 0.01};
   cddp__metrics_step(&m, &r); /* step 4 redone */
   cddp__metrics_close(&m);
@@ -68,14 +68,14 @@ TEST(a_new_rank0_logs_the_committed_step_the_old_one_died_before_logging) {
   log_steps(file, 1, 2); /* every rank committed step 3; the old rank 0 died before its line */
   cddp_metrics_t m;
   follower(&m, 3);
-  CHECK_OK(cddp__metrics_take_over(&m, file, 3));
+  CHECK_OK(cddp__metrics_take_over(&m, file, 3, NULL));
   cddp__metrics_close(&m);
   steps_of(file, got, sizeof got);
   CHECK(!strcmp(got, "1 2 3"));
   /* a rank that did not run the committed step itself (it got the state from another) logs nothing it does not know */
   log_steps(file, 4, 4);
   follower(&m, 2);
-  CHECK_OK(cddp__metrics_take_over(&m, file, 5));
+  CHECK_OK(cddp__metrics_take_over(&m, file, 5, NULL));
   cddp__metrics_close(&m);
   steps_of(file, got, sizeof got);
   CHECK(!strcmp(got, "1 2 3 4"));

@@ -35,7 +35,7 @@ struct cddp__monitor {
   uint64_t deadline; /* "waited" after this (0: none) */
   const int *hosting; /* cddp__monitor_lease */
   int64_t epoch;      /* the store's epoch at the last beat (store/failover.h) */
-  int minority_said;
+  int lease_gone; /* "minority" or "froze" was said: once */
   int n;
   watched_t w[CDDP__MAX_MEMBERS];
   unsigned char said[MAX_AGENT_IDS]; /* a pending agent reported since the last watch */
@@ -108,16 +108,14 @@ static cddp_result_t beat(cddp__monitor_t *m, uint64_t now) {
     if (still < (uint64_t)m->timeout_ms) continue;
     if (exists(m->s, KEY(LEFT, w->id))) continue; /* it left properly */
     w->reported = 1;
-    CDDP_INFO(CDDP_SUB_RUN, "agent %d: heartbeat counter stood at %lld for %llu ms", w->id, (long long)v,
-              (unsigned long long)still);
     say(m, "lost %d no heartbeat for %llu ms", w->id, (unsigned long long)still);
   }
   int alive = m->n + 1;
   for (int i = 0; i < m->n; i++)
     if ((now - m->w[i].changed_at) / 1000000ull >= (uint64_t)m->timeout_ms) alive--;
   int minority = m->hosting && __atomic_load_n(m->hosting, __ATOMIC_ACQUIRE) && 2 * alive < m->n + 1 &&
-                 !m->minority_said;
-  if (minority) m->minority_said = 1;
+                 !m->lease_gone;
+  if (minority) m->lease_gone = 1;
   int members = m->n + 1;
   pthread_mutex_unlock(&m->mu);
   if (minority) say(m, "minority %d %d", alive, members);
@@ -144,8 +142,8 @@ static void *monitor_main(void *arg) {
      * like heartbeats, so its lease is gone whatever they say */
     pthread_mutex_lock(&m->mu);
     int hosting = m->hosting && __atomic_load_n(m->hosting, __ATOMIC_ACQUIRE);
-    int froze = hosted && hosting && !m->minority_said && now - last_turn >= (uint64_t)m->timeout_ms * 1000000ull;
-    if (froze) m->minority_said = 1;
+    int froze = hosted && hosting && !m->lease_gone && now - last_turn >= (uint64_t)m->timeout_ms * 1000000ull;
+    if (froze) m->lease_gone = 1;
     pthread_mutex_unlock(&m->mu);
     hosted = hosting;
     if (froze) say(m, "froze %llu", (unsigned long long)((now - last_turn) / 1000000ull));

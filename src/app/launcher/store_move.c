@@ -1,6 +1,7 @@
 /* store_move.c - the job's store outlives its host: standby, vote, take-over (store_move.h). */
 #include <errno.h>
 #include <pthread.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -98,36 +99,39 @@ static cddp_result_t list_self(cddp_store_t *raw, int id, const char *host, int 
 
 /* ---- the vote (a thread started by the first client that finds the store gone) ---- */
 
+/* What a connection to host:port finds within 300 ms: 1 a listener, 0 a refusal (its host is up
+ * and nothing listens there, so a store's process there is gone for sure: a cut-off host cannot
+ * be told from a dead one otherwise), -1 no answer. */
+static int knock(const char *host, int port) {
+  int fd = -1;
+  errno = 0;
+  cddp_result_t r = cddp__sock_connect(host, port, 0, cddp__deadline_ms(300), &fd);
+  int why = errno;
+  if (r == CDDP_OK) close(fd);
+  cddp__clear_error();
+  return r == CDDP_OK ? 1 : why == ECONNREFUSED ? 0 : -1;
+}
+
+/* Why this node gives up, one line (the agent prints it after "node H (agent A) "). */
+static void set_line(cddp__store_move_t *mv, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void set_line(cddp__store_move_t *mv, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  pthread_mutex_lock(&mv->mu);
+  vsnprintf(mv->line, sizeof mv->line, fmt, ap);
+  pthread_mutex_unlock(&mv->mu);
+  va_end(ap);
+}
+
 /* Nobody takes the store over with this node: "store-stop" when the store is gone for good (its
  * port refuses: its process died), else "store-cut" (this node may be the one cut off: it waits
  * for the store to come back, as a node cut off does). Either way the agent's calls end now
  * instead of waiting out CDDP_STORE_FAILOVER_MS. */
-static int refused(const char *host, int port);
 static void say_stop(cddp__store_move_t *mv) {
-  int gone = !mv->lost_host[0] || refused(mv->lost_host, mv->lost_port);
+  int gone = !mv->lost_host[0] || knock(mv->lost_host, mv->lost_port) == 0;
   cddp__failover_give_up();
   ssize_t w = gone ? write(mv->notify_fd, "store-stop\n", 11) : write(mv->notify_fd, "store-cut\n", 10);
   (void)w;
-}
-
-/* 1 when host:port refuses connections: its host is up and nothing listens there, so the
- * store's process is gone for sure (a cut-off host cannot be told from a dead one otherwise). */
-static int refused(const char *host, int port) {
-  int fd = -1;
-  errno = 0;
-  cddp_result_t r = cddp__sock_connect(host, port, 0, cddp__deadline_ms(300), &fd);
-  if (r == CDDP_OK) close(fd);
-  cddp__clear_error();
-  return r != CDDP_OK && errno == ECONNREFUSED;
-}
-
-/* 1 when host:port accepts a connection within 300 ms. */
-static int reachable(const char *host, int port) {
-  int fd = -1;
-  cddp_result_t r = cddp__sock_connect(host, port, 0, cddp__deadline_ms(300), &fd);
-  if (r == CDDP_OK) close(fd);
-  cddp__clear_error();
-  return r == CDDP_OK;
 }
 
 /* The votes in this agent's server: *best = the vote of the latest generation, *n_for = how
@@ -180,20 +184,18 @@ static void take_over(cddp__store_move_t *mv, const cddp__job_vote_t *mine, cons
   if (r == CDDP_OK && bl) r = cddp_store_set(view, cddp__job_key(CDDP__JK_STORE_VOTE, epoch, mv->self).s, buf, bl);
   uint64_t lease = mv->lost_at + (uint64_t)(mv->hb_timeout_ms + LEASE_MARGIN_MS) * 1000000ull;
   uint64_t deadline = mv->lost_at + (uint64_t)(3 * mv->hb_timeout_ms + LEASE_MARGIN_MS) * 1000000ull;
-  int dead = 0, n_for = 0, max_id = mv->self;
+  int dead = 0, n_for = 0, max_id = mv->self, said = 0;
   for (; r == CDDP_OK;) {
     *best = *mine;
     count_votes(view, epoch, best, &n_for, &max_id);
-    if (!dead) dead = refused(mv->lost_host, mv->lost_port);
+    if (!dead) dead = knock(mv->lost_host, mv->lost_port) == 0;
     uint64_t now = cddp__now_ns();
     if (2 * n_for > best->members.n && (dead || now >= lease)) break;
     if (now >= deadline) {
-      pthread_mutex_lock(&mv->mu);
-      snprintf(mv->line, sizeof mv->line, "lost the store at %s:%d, and only %d of the %d nodes of generation %lld "
-               "reached agent %d, next in line to host it: carrying on needs a majority (split-brain guard)",
-               mv->lost_host, mv->lost_port, n_for, best->members.n, (long long)best->gen, mv->self);
-      pthread_mutex_unlock(&mv->mu);
-      r = CDDP_TIMEOUT;
+      set_line(mv, "lost the store at %s:%d, and only %d of the %d nodes of generation %lld reached agent %d, next "
+               "in line to host it: carrying on needs a majority (split-brain guard)", mv->lost_host, mv->lost_port,
+               n_for, best->members.n, (long long)best->gen, mv->self);
+      r = CDDP_TIMEOUT, said = 1;
       break;
     }
     usleep(POLL_MS * 1000);
@@ -232,11 +234,9 @@ static void take_over(cddp__store_move_t *mv, const cddp__job_vote_t *mine, cons
             mv->lost_port, mv->self, mv->host, mv->port, (long long)epoch, n_for, best->members.n, (long long)best->gen,
             (cddp__now_ns() - mv->lost_at) / 1e9);
   } else {
-    pthread_mutex_lock(&mv->mu);
-    if (!mv->line[0])
-      snprintf(mv->line, sizeof mv->line, "lost the store at %s:%d, and could not take it over: %s", mv->lost_host,
-               mv->lost_port, cddp_last_error());
-    pthread_mutex_unlock(&mv->mu);
+    if (!said)
+      set_line(mv, "lost the store at %s:%d, and could not take it over: %s", mv->lost_host, mv->lost_port,
+               cddp_last_error());
     say_stop(mv);
   }
   if (view) cddp_store_close(view);
@@ -268,13 +268,11 @@ static void *vote_main(void *arg) {
       for (int j = 0; j < peers->n; j++)
         if (j != at && j != k && cddp__members_find(&mine->members, peers->p[j].id, NULL, NULL) >= 0) {
           others++;
-          reached += reachable(peers->p[j].host, peers->p[j].port);
+          reached += knock(peers->p[j].host, peers->p[j].port) == 1;
         }
       if (others > 0 && reached == 0) {
-        pthread_mutex_lock(&mv->mu);
-        snprintf(mv->line, sizeof mv->line, "lost the store at %s:%d, and reaches none of the other %d members",
-                 mv->lost_host, mv->lost_port, others);
-        pthread_mutex_unlock(&mv->mu);
+        set_line(mv, "lost the store at %s:%d, and reaches none of the other %d members", mv->lost_host,
+                 mv->lost_port, others);
         say_stop(mv);
         goto out;
       }
@@ -291,10 +289,8 @@ static void *vote_main(void *arg) {
       goto out;
     }
   }
-  pthread_mutex_lock(&mv->mu);
-  snprintf(mv->line, sizeof mv->line, "lost the store at %s:%d, and no member next in line to host it could be reached",
-           mv->lost_host, mv->lost_port);
-  pthread_mutex_unlock(&mv->mu);
+  set_line(mv, "lost the store at %s:%d, and no member next in line to host it could be reached", mv->lost_host,
+           mv->lost_port);
   say_stop(mv);
 out:
   cddp__clear_error();
@@ -309,11 +305,8 @@ static void on_lost(const char *host, int port, int64_t epoch, void *arg) {
     /* this node's own calls to the store it serves went unanswered: it was frozen or starved
      * for longer than the others wait, and they may have taken the store over. It must not
      * follow them as if nothing happened (its workers' state is stale): it stops. */
-    pthread_mutex_lock(&mv->mu);
-    snprintf(mv->line, sizeof mv->line, "hosted the job's store but its own calls to it went unanswered for two "
-             "heartbeat timeouts (it was frozen or starved): the others may have taken the store over, so it stops "
-             "(split-brain guard)");
-    pthread_mutex_unlock(&mv->mu);
+    set_line(mv, "hosted the job's store but its own calls to it went unanswered for two heartbeat timeouts (it "
+             "was frozen or starved): the others may have taken the store over, so it stops (split-brain guard)");
     say_stop(mv);
     return;
   }
@@ -325,6 +318,15 @@ static void on_lost(const char *host, int port, int64_t epoch, void *arg) {
 }
 
 /* ---- set-up ---- */
+
+/* Closes what mv holds; mv itself stays (a vote thread, or a client's hook called just before
+ * it was unset, may still read it; the process ends next). */
+static void release(cddp__store_move_t *mv) {
+  if (mv->raw) cddp_store_close(mv->raw);
+  if (mv->own) cddp_store_close(mv->own);
+  cddp_store_server_stop(mv->standby);
+  mv->raw = mv->own = NULL, mv->standby = NULL;
+}
 
 cddp_result_t cddp__store_move_list_host(const char *host, int port, const char *token) {
   cddp_store_t *raw;
@@ -355,7 +357,8 @@ cddp_result_t cddp__store_move_start(cddp__store_move_t **out, const cddp__store
       CDDP_INFO(CDDP_SUB_RUN, "the store at %s:%d is not an agent's (it lists no peers): it cannot move", cfg->store_host,
                 cfg->store_port);
       cddp__clear_error();
-      cddp__store_move_stop(mv);
+      release(mv);
+      free(mv);
       return CDDP_OK;
     }
     if (r == CDDP_OK) r = g;
@@ -376,7 +379,8 @@ cddp_result_t cddp__store_move_start(cddp__store_move_t **out, const cddp__store
   if (r == CDDP_OK && mv->standby) r = open_store(mv, "127.0.0.1", mv->port, 10000, 1, &mv->own, NULL);
   if (r == CDDP_OK) r = list_self(mv->raw, mv->self, mv->host, mv->port, cfg->hosting);
   if (r != CDDP_OK) {
-    cddp__store_move_stop(mv);
+    release(mv);
+    free(mv);
     return cddp__fail(r, "the store's failover: %s", cddp_last_error());
   }
   cddp__failover_set_hook(on_lost, mv);
@@ -425,7 +429,6 @@ cddp_result_t cddp__store_move_rejoin(cddp__store_move_t *mv, int new_id) {
   CDDP_CHECK(open_store(mv, host, port, 10000, 0, &fresh, NULL));
   cddp_store_close(mv->raw);
   mv->raw = fresh;
-  /* mv->raw follows the store where it moves */
   return list_self(mv->raw, mv->self, mv->host, mv->port, __atomic_load_n(&mv->hosting, __ATOMIC_ACQUIRE));
 }
 
@@ -440,12 +443,5 @@ const char *cddp__store_move_line(const cddp__store_move_t *mv) { return mv ? mv
 void cddp__store_move_stop(cddp__store_move_t *mv) {
   if (!mv) return;
   cddp__failover_set_hook(NULL, NULL);
-  if (mv->raw) cddp_store_close(mv->raw);
-  if (mv->own) cddp_store_close(mv->own);
-  cddp_store_server_stop(mv->standby);
-  /* a vote thread may still run (detached): the process ends next, so mv stays */
-  if (!__atomic_load_n(&mv->running, __ATOMIC_ACQUIRE)) {
-    pthread_mutex_destroy(&mv->mu);
-    free(mv);
-  }
+  release(mv);
 }

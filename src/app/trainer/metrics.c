@@ -98,11 +98,12 @@ static void write_step(FILE *f, const cddp_step_record_t *r) {
   fflush(f);
 }
 
-cddp_result_t cddp__metrics_take_over(cddp_metrics_t *m, const char *jsonl_path, int64_t step) {
-  int64_t logged = -1;
-  CDDP_CHECK(cddp__metrics_trim(jsonl_path, step, &logged));
+cddp_result_t cddp__metrics_take_over(cddp_metrics_t *m, const char *jsonl_path, int64_t step, int64_t *logged) {
+  int64_t had = -1;
+  CDDP_CHECK(cddp__metrics_trim(jsonl_path, step, &had));
   CDDP_CHECK(cddp__metrics_reopen(m, jsonl_path));
-  if (logged < step && m->have_last && m->last.step == step) write_step(m->jsonl, &m->last);
+  if (had < step && m->have_last && m->last.step == step) write_step(m->jsonl, &m->last);
+  if (logged) *logged = had;
   return CDDP_OK;
 }
 

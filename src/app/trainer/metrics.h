@@ -49,10 +49,11 @@ cddp_result_t cddp__metrics_reopen(cddp_metrics_t *m, const char *jsonl_path);
  * NULL) gets the highest step it had logged, -1 when there is no file (not an error). */
 cddp_result_t cddp__metrics_trim(const char *path, int64_t step, int64_t *last);
 void cddp__metrics_step(cddp_metrics_t *m, const cddp_step_record_t *r);
-/* A rank that became rank 0 when the old one was lost: cuts jsonl_path back to the lines of
- * steps <= step (the old rank 0 may have logged a step the others redo), appends from now on,
- * and logs step from its own record when the old rank 0 died before logging it. */
-cddp_result_t cddp__metrics_take_over(cddp_metrics_t *m, const char *jsonl_path, int64_t step);
+/* Rank 0 after a recovery or a restore: cuts jsonl_path back to the lines of steps <= step (an
+ * old rank 0 may have logged a step the others redo) and appends from now on; when the file
+ * has no line for step and this rank ran it, logs it from its own record (the old rank 0 died
+ * before logging it). *logged (may be NULL): the highest step the file had, -1: no file. */
+cddp_result_t cddp__metrics_take_over(cddp_metrics_t *m, const char *jsonl_path, int64_t step, int64_t *logged);
 /* epoch: the sampler's index (from 0); epoch_end: the evaluation closes that epoch (else it
  * comes after the run's last step, inside it). */
 void cddp__metrics_eval(cddp_metrics_t *m, uint64_t epoch, int epoch_end, int64_t step, double accuracy,

@@ -56,13 +56,12 @@ static cddp_result_t reopen_logs(trainer_t *t) {
 /* ---- the whole job lost: no rank holds the state, so it comes back from disk ---- */
 
 /* Rank 0: cuts metrics.jsonl back to the lines of steps <= step and appends to it again, so
- * the redone steps are not logged twice. *last gets the highest step it had logged, -1 when
- * there is no file. */
+ * the redone steps are not logged twice (cddp__metrics_take_over). *last (may be NULL) gets the
+ * highest step it had logged, -1 when there is no file. */
 static cddp_result_t trim_metrics(trainer_t *t, int64_t step, int64_t *last) {
   char path[700];
   snprintf(path, sizeof path, "%s/metrics.jsonl", t->run_dir);
-  CDDP_CHECK(cddp__metrics_trim(path, step, last));
-  return cddp__metrics_reopen(&t->metrics, path);
+  return cddp__metrics_take_over(&t->metrics, path, step, last);
 }
 
 /* Back to step 0 of the config's init: what a fresh start of the job trains first. */
@@ -228,10 +227,10 @@ int cddp__train_recoverable(const trainer_t *t, cddp_result_t r) {
 }
 
 /* The world after a membership change: new rank and size, accumulation steps re-derived so
- * the global batch stays, rank 0's metrics file. A batch the new world cannot split stops
+ * the global batch stays (a new rank 0 takes the metrics file over once the state is synced:
+ * recover_as). A batch the new world cannot split stops
  * the job (elastic/stop tells the agents not to replace anyone). */
 static cddp_result_t adopt_world(trainer_t *t) {
-  int old_rank = t->rank;
   t->rank = t->w.rank, t->world = t->w.world;
   if (cddp__train_batch_split(t) != CDDP_OK) {
     char line[600];
@@ -242,11 +241,6 @@ static cddp_result_t adopt_world(trainer_t *t) {
   if (t->zero1.on) CDDP_CHECK(cddp__zero1_relayout(t)); /* before the ddp: its buffer is world x shard */
   if (t->accum > 1 && !t->scratch && !(t->scratch = aligned_alloc(64, (t->n_params * sizeof(float) + 63) / 64 * 64)))
     return cddp__fail(CDDP_SYSTEM, "out of memory");
-  if (t->rank == 0 && old_rank != 0) { /* rank 0 writes the metrics from now on */
-    char path[700];
-    snprintf(path, sizeof path, "%s/metrics.jsonl", t->run_dir);
-    CDDP_CHECK(cddp__metrics_reopen(&t->metrics, path));
-  }
   return CDDP_OK;
 }
 
@@ -283,11 +277,8 @@ static cddp_result_t recover_as(trainer_t *t, uint64_t t_fail, int join) {
   cddp__train_recovering = 0;
   cddp__zero1_drop_whole(t);
   free(kept);
-  if (r == CDDP_OK && t->rank == 0 && !was_rank0) { /* the metrics writer was lost: its log ends at the committed step */
-    char path[700];
-    snprintf(path, sizeof path, "%s/metrics.jsonl", t->run_dir);
-    r = cddp__metrics_take_over(&t->metrics, path, t->step);
-  }
+  if (r == CDDP_OK && t->rank == 0 && !was_rank0) /* the metrics writer was lost: its log ends at the committed step */
+    r = trim_metrics(t, t->step, NULL);
   return r;
 }
 
