@@ -66,16 +66,17 @@ int main(int argc, char **argv) {
   const char *out = argv[1];
   long steps = argc > 2 ? atol(argv[2]) : 60;
   long delay_us = argc > 3 ? atol(argv[3]) : 0; /* slows steps down, for tests that kill mid-run */
-  cddp_world_t w;
+  cddp_world_t *w;
   if (cddp_world_join(&w, NULL) != CDDP_OK) {
     fprintf(stderr, "train_linear: %s\n", cddp_last_error());
+    cddp_world_leave(w, 0); /* a failed join holds only why */
     return 1;
   }
   cddp_ddp_t *ddp;
   /* small buckets so even this model is reduced in several pieces */
-  if (cddp_ddp_create(&ddp, w.comm, NPARAM, 1024, CDDP_SUM) != CDDP_OK) {
+  if (cddp_ddp_create(&ddp, cddp_world_comm(w), NPARAM, 1024, CDDP_SUM) != CDDP_OK) {
     fprintf(stderr, "train_linear: %s\n", cddp_last_error());
-    cddp_world_leave(&w, 0);
+    cddp_world_leave(w, 0);
     return 1;
   }
   float *g = cddp_ddp_grads(ddp), *wt = calloc(NPARAM, sizeof(float));
@@ -83,7 +84,7 @@ int main(int argc, char **argv) {
   long start = 0;
   char dir[512];
   /* resume: rank 0 finds and reads the newest checkpoint, the broadcast below shares it */
-  if (w.rank == 0 && cddp_ckpt_find_latest(out, dir, sizeof dir) == CDDP_OK) {
+  if (cddp_world_rank(w) == 0 && cddp_ckpt_find_latest(out, dir, sizeof dir) == CDDP_OK) {
     cddp_ckpt_t *c;
     if (cddp_ckpt_load(dir, &c) == CDDP_OK) {
       const char *s = cddp_ckpt_meta(c, "step");
@@ -93,10 +94,10 @@ int main(int argc, char **argv) {
     }
   }
   int64_t st = start;
-  cddp_broadcast(w.comm, &st, 1, CDDP_I64, 0);
+  cddp_broadcast(cddp_world_comm(w), &st, 1, CDDP_I64, 0);
   start = st;
   cddp_ddp_broadcast(ddp, wt, 0); /* every rank starts from rank 0's weights */
-  int batch = PER_RANK * w.world;
+  int batch = PER_RANK * cddp_world_size(w);
   float x[DIM], loss = 0;
   for (long s = start; s < steps; s++) {
     if (delay_us > 0) usleep((useconds_t)delay_us);
@@ -105,17 +106,17 @@ int main(int argc, char **argv) {
     loss = 0;
     for (int k = 0; k < PER_RANK; k++) {
       int y = 0;
-      sample((uint64_t)s * (uint64_t)batch + (uint64_t)(w.rank * PER_RANK + k), x, &y);
+      sample((uint64_t)s * (uint64_t)batch + (uint64_t)(cddp_world_rank(w) * PER_RANK + k), x, &y);
       loss += step_sample(wt, g, x, y, 1.0f / (float)batch);
     }
     cddp_ddp_grad_ready(ddp, 0); /* a one-layer "backward": everything is ready at once */
     if (cddp_ddp_finish(ddp) != CDDP_OK) {
-      fprintf(stderr, "train_linear: rank %d: step %ld: %s\n", w.rank, s, cddp_last_error());
-      cddp_world_leave(&w, 0);
+      fprintf(stderr, "train_linear: rank %d: step %ld: %s\n", cddp_world_rank(w), s, cddp_last_error());
+      cddp_world_leave(w, 0);
       return 1;
     }
     for (int i = 0; i < NPARAM; i++) wt[i] -= 0.5f * g[i];
-    if (w.rank == 0 && ((s + 1) % CKPT_EVERY == 0 || s + 1 == steps)) {
+    if (cddp_world_rank(w) == 0 && ((s + 1) % CKPT_EVERY == 0 || s + 1 == steps)) {
       char step_s[32];
       snprintf(step_s, sizeof step_s, "%ld", s + 1);
       cddp_tensor_view_t t = {"weight", 1, {NPARAM}, wt};
@@ -127,9 +128,9 @@ int main(int argc, char **argv) {
   }
   double sum = 0;
   for (int i = 0; i < NPARAM; i++) sum += wt[i] * (double)(i + 1);
-  if (w.rank == 0) printf("train_linear: %ld steps, last local loss %.4f, weights checksum %.9e\n", steps, loss / PER_RANK, sum);
+  if (cddp_world_rank(w) == 0) printf("train_linear: %ld steps, last local loss %.4f, weights checksum %.9e\n", steps, loss / PER_RANK, sum);
   cddp_ddp_destroy(ddp);
   free(wt);
-  cddp_world_leave(&w, 1);
+  cddp_world_leave(w, 1);
   return 0;
 }

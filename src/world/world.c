@@ -12,6 +12,7 @@
 #include "common/knobs.h"
 #include "common/log.h"
 #include "world/elastic.h"
+#include "world/world_internal.h"
 
 #define WATCH_SLICE_MS 250 /* how often the watcher looks at its stop flag */
 
@@ -20,32 +21,16 @@
  * ABORTED at once (a frozen or cut-off peer would otherwise hold it until the comm's
  * timeout). A join generation (nobody lost: "join node ...") only raises join_gen: the ranks
  * agree to re-form at a step boundary (cddp_world_should_reform). */
-typedef struct gen_watch {
+typedef struct cddp__gen_watch {
   pthread_t th;
   pthread_mutex_t mu; /* guards gen and comm against the main thread's changes */
   cddp_store_t *store;
   int64_t gen;        /* the world's generation and communicator, kept here (not a pointer to */
-  cddp_comm_t *comm;  /* the world) so that the caller's cddp_world_t may move */
+  cddp_comm_t *comm;  /* the world), guarded by mu */
   int rank;           /* for the log lines */
   int stop;
   int64_t join_gen; /* the latest join generation seen (atomic) */
 } gen_watch_t;
-
-/* What a worker's world keeps beyond its public fields. */
-struct cddp__world_state {
-  cddp_store_t *gen_view; /* the store view the current communicator was built on */
-  gen_watch_t *watch;     /* aborts comm when a new generation is announced */
-  int late;               /* a first start whose communicator formed past the generation it was
-                             started in (see cddp_world_replacement) */
-  int gone;               /* see cddp_world_gone */
-};
-
-/* A failed join holds nothing: its world points at one of these, which say only why. */
-static struct cddp__world_state gone_for[4] = {{.gone = 0}, {.gone = 1}, {.gone = 2}, {.gone = 3}};
-
-static int is_static_state(const struct cddp__world_state *st) {
-  return st >= gone_for && st < gone_for + CDDP_ARRAY_LEN(gone_for);
-}
 
 static int64_t watch_gen(gen_watch_t *f) {
   pthread_mutex_lock(&f->mu);
@@ -110,23 +95,23 @@ static void watch_start(cddp_world_t *w) {
     free(f);
     return;
   }
-  w->state->watch = f;
+  w->watch = f;
 }
 
 static void watch_stop(cddp_world_t *w) {
-  gen_watch_t *f = w->state ? w->state->watch : NULL;
+  gen_watch_t *f = w->watch;
   if (!f) return;
   __atomic_store_n(&f->stop, 1, __ATOMIC_RELEASE);
   pthread_join(f->th, NULL);
   cddp_store_close(f->store);
   pthread_mutex_destroy(&f->mu);
   free(f);
-  w->state->watch = NULL;
+  w->watch = NULL;
 }
 
 /* The world's communicator and generation change: the watcher's copies change with them. */
 static void watch_set(cddp_world_t *w, cddp_comm_t *comm, int gen) {
-  gen_watch_t *f = w->state ? w->state->watch : NULL;
+  gen_watch_t *f = w->watch;
   if (f) pthread_mutex_lock(&f->mu);
   w->comm = comm, w->env.gen = gen;
   if (f) f->comm = comm, f->gen = gen, f->rank = w->rank;
@@ -142,19 +127,18 @@ static cddp_result_t form(cddp_world_t *w, uint64_t deadline, int64_t min_gen) {
   cddp_result_t r = cddp__gen_form(w->store, w->rank, w->world, w->env.round, &w->cfg, g, deadline, &place, &comm,
                                    &view, &g);
   if (r != CDDP_OK) {
-    w->state->gone = place.gone;
+    w->gone = place.gone;
     return r;
   }
-  w->state->gen_view = view;
+  w->gen_view = view;
   if (place.agent_id >= 0) w->rank = place.rank, w->world = place.world;
   watch_set(w, comm, (int)g);
   cddp__log_set_rank(w->rank);
   return CDDP_OK;
 }
 
-cddp_result_t cddp_world_join(cddp_world_t *w, const cddp_comm_config_t *cfg) {
-  memset(w, 0, sizeof *w);
-  w->state = &gone_for[0];
+/* The join itself: on failure w holds nothing but why (w->gone). */
+static cddp_result_t join(cddp_world_t *w, const cddp_comm_config_t *cfg) {
   CDDP_CHECK(cddp_env_read(&w->env));
   w->rank = w->env.rank, w->world = w->env.world_size;
   cddp__log_set_rank(w->rank);
@@ -168,12 +152,6 @@ cddp_result_t cddp_world_join(cddp_world_t *w, const cddp_comm_config_t *cfg) {
   }
   if (cfg) w->cfg = *cfg;
   else cddp_comm_config_default(&w->cfg);
-  if (!(w->state = calloc(1, sizeof *w->state))) {
-    w->state = &gone_for[0];
-    cddp_env_disconnect(w->store, w->hosted);
-    w->store = NULL, w->hosted = NULL;
-    return cddp__fail(CDDP_SYSTEM, "rank %d: out of memory", w->rank);
-  }
   if (cddp_world_can_recover(w)) {
     cddp_comm_config_t full;
     cddp_comm_config_default(&full);
@@ -183,7 +161,7 @@ cddp_result_t cddp_world_join(cddp_world_t *w, const cddp_comm_config_t *cfg) {
     if (r == CDDP_OK) {
       /* its peers of that generation include a replacement, which goes straight to the
        * state sync: so must this rank, or it would run the first start's collectives alone */
-      w->state->late = w->env.gen > spawned_in;
+      w->late = w->env.gen > spawned_in;
       watch_start(w);
     }
   } else {
@@ -194,22 +172,35 @@ cddp_result_t cddp_world_join(cddp_world_t *w, const cddp_comm_config_t *cfg) {
     snprintf(why, sizeof why, "%s", cddp_last_error());
     cddp_env_disconnect(w->store, w->hosted);
     w->store = NULL, w->hosted = NULL;
-    int gone = w->state->gone;
-    free(w->state);
-    w->state = &gone_for[gone >= 0 && gone < 4 ? gone : 0];
-    if (gone) return cddp__fail(r, "rank %d: %s", w->rank, why);
+    if (w->gone) return cddp__fail(r, "rank %d: %s", w->rank, why);
     return cddp__fail(r, "rank %d: communicator: %s", w->rank, why);
   }
   return CDDP_OK;
 }
 
-int cddp_world_can_recover(const cddp_world_t *w) {
-  return w->env.source == CDDP_ENV_AGENT && w->env.replace_mode && w->world > 1;
+cddp_result_t cddp_world_join(cddp_world_t **out, const cddp_comm_config_t *cfg) {
+  cddp_world_t *w = calloc(1, sizeof *w);
+  *out = w;
+  if (!w) return cddp__fail(CDDP_SYSTEM, "cddp_world_join: out of memory");
+  return join(w, cfg);
 }
 
-int cddp_world_replacement(const cddp_world_t *w) { return w->env.replacement || (w->state && w->state->late); }
+int cddp_world_rank(const cddp_world_t *w) { return w ? w->rank : 0; }
+int cddp_world_size(const cddp_world_t *w) { return w ? w->world : 0; }
+cddp_comm_t *cddp_world_comm(const cddp_world_t *w) { return w ? w->comm : NULL; }
+cddp_store_t *cddp_world_store(const cddp_world_t *w) { return w ? w->store : NULL; }
+const cddp_env_t *cddp_world_env(const cddp_world_t *w) {
+  static const cddp_env_t none;
+  return w ? &w->env : &none;
+}
 
-int cddp_world_gone(const cddp_world_t *w) { return w->state ? w->state->gone : 0; }
+int cddp_world_can_recover(const cddp_world_t *w) {
+  return w && w->env.source == CDDP_ENV_AGENT && w->env.replace_mode && w->world > 1;
+}
+
+int cddp_world_replacement(const cddp_world_t *w) { return w && (w->env.replacement || w->late); }
+
+int cddp_world_gone(const cddp_world_t *w) { return w ? w->gone : 0; }
 
 int cddp_world_superseded(const cddp_world_t *w) {
   int64_t latest;
@@ -223,19 +214,20 @@ int cddp_world_superseded(const cddp_world_t *w) {
 }
 
 cddp_result_t cddp_world_allow_sizes(const cddp_world_t *w, const int *sizes, int n) {
-  if (!w->store) return cddp__fail(CDDP_INVALID_USAGE, "cddp_world_allow_sizes: the world has no store (join first)");
+  if (!w || !w->store) return cddp__fail(CDDP_INVALID_USAGE, "cddp_world_allow_sizes: the world has no store (join first)");
   return cddp__job_worlds_publish(w->store, sizes, n);
 }
 
 void cddp_world_stop(cddp_world_t *w, const char *line) {
+  if (!w) return;
   if (w->store) (void)cddp__job_stop(w->store, line);
-  if (w->state && !is_static_state(w->state)) w->state->gone = 2;
+  w->gone = 2;
 }
 
-int cddp_world_generation(const cddp_world_t *w) { return w->env.gen; }
+int cddp_world_generation(const cddp_world_t *w) { return w ? w->env.gen : 0; }
 
 int cddp_world_should_reform(const cddp_world_t *w) {
-  gen_watch_t *f = w->state ? w->state->watch : NULL;
+  gen_watch_t *f = w ? w->watch : NULL;
   return f && __atomic_load_n(&f->join_gen, __ATOMIC_ACQUIRE) > (int64_t)w->env.gen;
 }
 
@@ -244,13 +236,12 @@ static void drop_comm(cddp_world_t *w) {
   watch_set(w, NULL, w->env.gen);
   if (c) cddp_comm_abort(c);
   cddp_comm_destroy(c);
-  if (w->state && !is_static_state(w->state)) {
-    cddp_store_close(w->state->gen_view);
-    w->state->gen_view = NULL;
-  }
+  cddp_store_close(w->gen_view);
+  w->gen_view = NULL;
 }
 
 cddp_result_t cddp_world_recover(cddp_world_t *w) {
+  if (!w) return cddp__fail(CDDP_INVALID_USAGE, "cddp_world_recover: no world (join first)");
   if (!cddp_world_can_recover(w)) {
     drop_comm(w);
     return cddp__fail(CDDP_INVALID_USAGE, "rank %d: no in-place recovery here (it needs `cddp run --restart-mode "
@@ -280,16 +271,13 @@ static void done_barrier(cddp_world_t *w) {
 }
 
 void cddp_world_leave(cddp_world_t *w, int clean) {
+  if (!w) return;
   watch_stop(w);
   if (!clean && w->comm) cddp_comm_abort(w->comm);
   cddp_comm_destroy(w->comm);
   w->comm = NULL;
-  if (w->state && !is_static_state(w->state)) {
-    cddp_store_close(w->state->gen_view);
-    free(w->state);
-  }
-  w->state = NULL;
+  cddp_store_close(w->gen_view);
   if (clean && w->store) done_barrier(w);
   cddp_env_disconnect(w->store, w->hosted);
-  w->store = NULL, w->hosted = NULL;
+  free(w);
 }

@@ -322,14 +322,14 @@ TEST(world_join_alone_without_launcher) {
   /* no launcher variables: a world of one, as a plain `cddp train` run */
   unsetenv("RANK"), unsetenv("WORLD_SIZE"), unsetenv("CDDP_STORE"), unsetenv("SLURM_PROCID");
   unsetenv("OMPI_COMM_WORLD_RANK"), unsetenv("PMI_RANK");
-  cddp_world_t w;
+  cddp_world_t *w;
   CHECK_OK(cddp_world_join(&w, NULL));
-  CHECK_EQ(w.rank, 0);
-  CHECK_EQ(w.world, 1);
+  CHECK_EQ(cddp_world_rank(w), 0);
+  CHECK_EQ(cddp_world_size(w), 1);
   float x = 2;
-  CHECK_OK(cddp_allreduce(w.comm, &x, &x, 1, CDDP_F32, CDDP_SUM));
+  CHECK_OK(cddp_allreduce(cddp_world_comm(w), &x, &x, 1, CDDP_F32, CDDP_SUM));
   CHECK(x == 2);
-  cddp_world_leave(&w, 1);
+  cddp_world_leave(w, 1);
 }
 
 /* A first start whose communicator forms past the generation it was started in: rank 1 died
@@ -352,15 +352,15 @@ static void late_rank(int rank, int world, void *arg) {
   setenv("CDDP_REPLACEMENT", rank == 0 ? "0" : "1", 1);
   setenv("CDDP_TIMEOUT_MS", "20000", 1);
   unsetenv("CDDP_AGENT_ID");
-  cddp_world_t w;
+  cddp_world_t *w;
   CHECK_OK(cddp_world_join(&w, NULL));
-  if (cddp_world_generation(&w) != 1 || !cddp_world_replacement(&w))
-    TEST_FAIL("rank %d: generation %d, replacement %d (want 1, 1)", rank, cddp_world_generation(&w),
-              cddp_world_replacement(&w));
+  if (cddp_world_generation(w) != 1 || !cddp_world_replacement(w))
+    TEST_FAIL("rank %d: generation %d, replacement %d (want 1, 1)", rank, cddp_world_generation(w),
+              cddp_world_replacement(w));
   float x = (float)(rank + 1);
-  CHECK_OK(cddp_allreduce(w.comm, &x, &x, 1, CDDP_F32, CDDP_SUM));
+  CHECK_OK(cddp_allreduce(cddp_world_comm(w), &x, &x, 1, CDDP_F32, CDDP_SUM));
   CHECK(x == 3);
-  cddp_world_leave(&w, 1);
+  cddp_world_leave(w, 1);
 }
 TEST_TIMEOUT(world_join_late_first_start_syncs_state, 60) {
   cddp_test_store_child_t srv;

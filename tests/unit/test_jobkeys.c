@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "cddp/ddp.h"
+#include "world/world_internal.h"
 #include "world/elastic.h"
 #include "world/jobkeys.h"
 #include "test.h"
@@ -212,5 +213,12 @@ TEST(jobkeys_world_says_sizes_and_stop_in_the_jobs_keys) {
   CHECK(len == 37 && !memcmp(v, "job stopped: the batch does not split", 37));
   free(v);
   CHECK_EQ(cddp_world_gone(&none), 0);
+  /* no world at all (a join out of memory): every reader answers, nothing crashes */
+  CHECK_EQ(cddp_world_gone(NULL), 0);
+  CHECK(cddp_world_comm(NULL) == NULL && cddp_world_store(NULL) == NULL);
+  CHECK_EQ(cddp_world_rank(NULL), 0);
+  CHECK_EQ(cddp_world_env(NULL)->world_size, 0);
+  CHECK_RESULT(cddp_world_recover(NULL), CDDP_INVALID_USAGE);
+  cddp_world_leave(NULL, 1);
   cddp_store_close(s);
 }

@@ -10,6 +10,7 @@
 #include "cddp/ddp.h"
 #include "common/clock.h"
 #include "comm/transport.h"
+#include "world/world_internal.h"
 #include "world/elastic.h"
 #include "test.h"
 

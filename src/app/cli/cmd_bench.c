@@ -275,12 +275,13 @@ int cddp__cmd_bench(int argc, char **argv) {
     fprintf(stderr, "cddp bench: root %d is not a rank of this world of %d\n", o->root, env.world_size);
     return 2;
   }
-  cddp_world_t W;
+  cddp_world_t *W;
   if (cddp_world_join(&W, &cfg) != CDDP_OK) {
     fprintf(stderr, "cddp bench: %s\n", cddp_last_error());
+    cddp_world_leave(W, 0);
     return 1;
   }
-  B.rank = W.rank, B.world = W.world, B.comm = W.comm;
+  B.rank = cddp_world_rank(W), B.world = cddp_world_size(W), B.comm = cddp_world_comm(W);
   CDDP_INFO(CDDP_SUB_BENCH, "bench %s: rank %d of %d, transport %s", cddp__bench_coll_name(o->coll), B.rank,
             B.world, cddp_comm_transport(B.comm));
   B.esz = cddp_dtype_size(o->dt);
@@ -316,7 +317,7 @@ out:
   if (B.broken) cddp_comm_abort(B.comm);
   if (B.a) release(&B, B.a);
   if (B.b) release(&B, B.b);
-  cddp_world_leave(&W, !B.broken);
+  cddp_world_leave(W, !B.broken);
   free(B.reqs);
   free(ids);
   return rc;

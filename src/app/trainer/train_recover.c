@@ -45,7 +45,7 @@ static cddp_result_t reopen_logs(trainer_t *t) {
   int64_t bad = r != CDDP_OK;
   char why[512];
   snprintf(why, sizeof why, "%s", bad ? cddp_last_error() : "");
-  CDDP_CHECK(cddp_allreduce(t->w.comm, &bad, &bad, 1, CDDP_I64, CDDP_MAX)); /* no rank appends before the trim */
+  CDDP_CHECK(cddp_allreduce(cddp_world_comm(t->w), &bad, &bad, 1, CDDP_I64, CDDP_MAX)); /* no rank appends before the trim */
   if (bad) return cddp__fail(CDDP_SYSTEM, "rank 0 could not cut the sample logs back: %s", t->rank == 0 ? why : "see its log");
   char path[700];
   snprintf(path, sizeof path, "%s/samples/rank%d.txt", t->run_dir, t->rank);
@@ -68,7 +68,7 @@ static cddp_result_t trim_metrics(trainer_t *t, int64_t step, int64_t *last) {
 static cddp_result_t restart_from_init(trainer_t *t) {
   t->task->ops->bind(t->task, t->params, t->grads);
   t->task->ops->init_params(t->task, t->cfg.seed);
-  CDDP_CHECK(cddp_broadcast(t->w.comm, t->params, t->n_params, CDDP_F32, 0)); /* as setup does */
+  CDDP_CHECK(cddp_broadcast(cddp_world_comm(t->w), t->params, t->n_params, CDDP_F32, 0)); /* as setup does */
   if (t->opt.m) memset(t->opt.m, 0, t->opt.n * sizeof *t->opt.m); /* ZeRO-1: the shard */
   if (t->opt.v) memset(t->opt.v, 0, t->opt.n * sizeof *t->opt.v);
   float *res = t->ddp ? cddp_ddp_residual(t->ddp) : NULL;
@@ -103,7 +103,7 @@ static cddp_result_t restore_whole_job(trainer_t *t, const char *why_disk) {
   } else if (bad) {
     snprintf(why, sizeof why, "%s", cddp_last_error());
   }
-  CDDP_CHECK(cddp_allreduce(t->w.comm, &bad, &bad, 1, CDDP_I64, CDDP_MAX));
+  CDDP_CHECK(cddp_allreduce(cddp_world_comm(t->w), &bad, &bad, 1, CDDP_I64, CDDP_MAX));
   if (bad) return cddp__fail(CDDP_INVALID_USAGE, "in-place recovery: %s", t->rank == 0 ? why : "rank 0 could not restore the run");
   CDDP_CHECK(reopen_logs(t));
   t->has_state = 1;
@@ -115,7 +115,7 @@ static cddp_result_t restore_whole_job(trainer_t *t, const char *why_disk) {
     if (last >= t->step) snprintf(redone, sizeof redone, ", %" PRId64 " steps redone", last + 1 - t->step);
     cddp__metrics_break_line(&t->metrics);
     fprintf(stderr, "cddp train: %s: restored step %" PRId64 " from %s%s (generation %d, world %d)\n", why_disk, t->step,
-            from, redone, cddp_world_generation(&t->w), t->world);
+            from, redone, cddp_world_generation(t->w), t->world);
   }
   return CDDP_OK;
 }
@@ -124,13 +124,13 @@ static cddp_result_t restore_whole_job(trainer_t *t, const char *why_disk) {
  * recovery may take in several (a worker killed while the job re-formed after a node's loss),
  * and the line names each loss, oldest first. Joins are left out but for a join alone. */
 static void gen_causes(const trainer_t *t, int gen0, char *buf, size_t size) {
-  int now = cddp_world_generation(&t->w);
+  int now = cddp_world_generation(t->w);
   size_t o = 0;
   buf[0] = '\0';
   for (int g = CDDP_MAX(gen0 + 1, 1); g <= now && o + 8 < size; g++) {
     char what[400];
     int join = 0;
-    size_t len = cddp__gen_what(t->w.store, g, what, sizeof what, &join);
+    size_t len = cddp__gen_what(cddp_world_store(t->w), g, what, sizeof what, &join);
     if (len && (!join || (g == now && !o)))
       o += (size_t)snprintf(buf + o, size - o, "%s%s", o ? ", then " : "", what);
   }
@@ -151,7 +151,7 @@ static cddp_result_t sync_state(trainer_t *t, uint64_t t_fail, int old_world, in
                      t->zero1.whole};
   int64_t *all = calloc((size_t)t->world * F, sizeof *all);
   if (!all) return cddp__fail(CDDP_SYSTEM, "out of memory");
-  cddp_result_t r = cddp_allgather(t->w.comm, mine, all, F, CDDP_I64);
+  cddp_result_t r = cddp_allgather(cddp_world_comm(t->w), mine, all, F, CDDP_I64);
   int src = -1;
   int64_t best = -1, ms = 0;
   for (int q = 0; r == CDDP_OK && q < t->world; q++) {
@@ -177,15 +177,15 @@ static cddp_result_t sync_state(trainer_t *t, uint64_t t_fail, int old_world, in
                       "source)", bad, src);
   int64_t before = t->has_state ? t->step : -1;
   uint64_t hdr[4] = {(uint64_t)t->step, (uint64_t)t->opt.t, t->sampler.epoch, t->sampler.consumed};
-  CDDP_CHECK(cddp_broadcast(t->w.comm, hdr, 4, CDDP_I64, src));
-  CDDP_CHECK(cddp_broadcast(t->w.comm, t->params, t->n_params, CDDP_F32, src));
+  CDDP_CHECK(cddp_broadcast(cddp_world_comm(t->w), hdr, 4, CDDP_I64, src));
+  CDDP_CHECK(cddp_broadcast(cddp_world_comm(t->w), t->params, t->n_params, CDDP_F32, src));
   if (t->zero1.on) { /* re-sharded over the new world from the whole state */
     if (t->opt.m) CDDP_CHECK(cddp__zero1_scatter(t, t->zero1.whole_m, t->opt.m, src));
     if (t->opt.v) CDDP_CHECK(cddp__zero1_scatter(t, t->zero1.whole_v, t->opt.v, src));
     cddp__zero1_drop_whole(t);
   } else {
-    if (t->opt.m) CDDP_CHECK(cddp_broadcast(t->w.comm, t->opt.m, t->n_params, CDDP_F32, src));
-    if (t->opt.v) CDDP_CHECK(cddp_broadcast(t->w.comm, t->opt.v, t->n_params, CDDP_F32, src));
+    if (t->opt.m) CDDP_CHECK(cddp_broadcast(cddp_world_comm(t->w), t->opt.m, t->n_params, CDDP_F32, src));
+    if (t->opt.v) CDDP_CHECK(cddp_broadcast(cddp_world_comm(t->w), t->opt.v, t->n_params, CDDP_F32, src));
   }
   t->step = (int64_t)hdr[0];
   t->opt.t = (int64_t)hdr[1];
@@ -206,7 +206,7 @@ static cddp_result_t sync_state(trainer_t *t, uint64_t t_fail, int old_world, in
       fprintf(stderr,
               "cddp train: %s joined: generation %d, world %d -> %d, accumulation %d -> %d (global batch %d kept), "
               "state from rank %d, no step redone (re-formed at step %" PRId64 " in %" PRId64 " ms)\n",
-              joined, cddp_world_generation(&t->w), old_world, t->world, old_accum, t->accum, t->cfg.global_batch, src,
+              joined, cddp_world_generation(t->w), old_world, t->world, old_accum, t->accum, t->cfg.global_batch, src,
               t->step, ms);
       return CDDP_OK;
     }
@@ -216,14 +216,14 @@ static cddp_result_t sync_state(trainer_t *t, uint64_t t_fail, int old_world, in
     fprintf(stderr,
             "cddp train: recovered from the loss of %s in %" PRId64 " ms: generation %d%s, state from rank %d, step %" PRId64
             " redone (%s)\n",
-            who, ms, cddp_world_generation(&t->w), resized, src, t->step + 1, mine0);
+            who, ms, cddp_world_generation(t->w), resized, src, t->step + 1, mine0);
   }
   return CDDP_OK;
 }
 
 int cddp__train_recoverable(const trainer_t *t, cddp_result_t r) {
-  return cddp_world_can_recover(&t->w) && !cddp__train_stop &&
-         (r == CDDP_REMOTE || r == CDDP_TIMEOUT || r == CDDP_ABORTED || cddp_world_superseded(&t->w));
+  return cddp_world_can_recover(t->w) && !cddp__train_stop &&
+         (r == CDDP_REMOTE || r == CDDP_TIMEOUT || r == CDDP_ABORTED || cddp_world_superseded(t->w));
 }
 
 /* The world after a membership change: new rank and size, accumulation steps re-derived so
@@ -231,11 +231,11 @@ int cddp__train_recoverable(const trainer_t *t, cddp_result_t r) {
  * recover_as). A batch the new world cannot split stops
  * the job (elastic/stop tells the agents not to replace anyone). */
 static cddp_result_t adopt_world(trainer_t *t) {
-  t->rank = t->w.rank, t->world = t->w.world;
+  t->rank = cddp_world_rank(t->w), t->world = cddp_world_size(t->w);
   if (cddp__train_batch_split(t) != CDDP_OK) {
     char line[600];
     snprintf(line, sizeof line, "job stopped: the world shrank to %d ranks: %s", t->world, cddp_last_error());
-    cddp_world_stop(&t->w, line);
+    cddp_world_stop(t->w, line);
     return cddp__fail(CDDP_INVALID_ARG, "%s", line);
   }
   if (t->zero1.on) CDDP_CHECK(cddp__zero1_relayout(t)); /* before the ddp: its buffer is world x shard */
@@ -254,16 +254,16 @@ static cddp_result_t recover_as(trainer_t *t, uint64_t t_fail, int join) {
   if (cddp__train_stop) return cddp__fail(CDDP_ABORTED, "stopped by signal %d", (int)cddp__train_stop);
   cddp__train_recovering = 1;
   /* taken once: a recovery interrupted by another loss goes on from the world it started in */
-  int old_world = t->world, old_accum = t->accum, gen0 = cddp_world_generation(&t->w), was_rank0 = t->rank == 0;
+  int old_world = t->world, old_accum = t->accum, gen0 = cddp_world_generation(t->w), was_rank0 = t->rank == 0;
   /* ZeRO-1 and a node taken in: no rank is lost, so rank 0 gathers the whole moments while the
    * old communicator still works, and the new world re-shards them (else: from disk) */
   if (join && t->zero1.on && cddp__zero1_hold_whole(t) != CDDP_OK)
     CDDP_INFO(CDDP_SUB_TRAIN, "gathering the optimizer shards before re-forming failed (%s): from the checkpoint", cddp_last_error());
   for (;;) {
-    cddp_comm_abort(t->w.comm); /* ends the buckets still in flight */
+    cddp_comm_abort(cddp_world_comm(t->w)); /* ends the buckets still in flight */
     cddp_ddp_destroy(t->ddp);
     t->ddp = NULL, t->grads = NULL;
-    r = cddp_world_recover(&t->w);
+    r = cddp_world_recover(t->w);
     if (r != CDDP_OK) break;
     if ((r = adopt_world(t)) != CDDP_OK) break;
     r = cddp__train_make_ddp(t);
@@ -287,19 +287,19 @@ cddp_result_t cddp__train_recover(trainer_t *t, uint64_t t_fail) { return recove
 cddp_result_t cddp__train_reform(trainer_t *t) { return recover_as(t, cddp__now_ns(), 1); }
 
 void cddp__train_publish_worlds(trainer_t *t) {
-  if (t->rank != 0 || !cddp_world_can_recover(&t->w)) return;
+  if (t->rank != 0 || !cddp_world_can_recover(t->w)) return;
   const cddp_train_config_t *c = &t->cfg;
   long units = c->micro_batch > 0 ? c->global_batch / c->micro_batch : 0;
   int sizes[1024], n = 0;
   for (long w = 1; w <= units && n < (int)CDDP_ARRAY_LEN(sizes); w++)
     if (units % w == 0 && (long)c->micro_batch * units == c->global_batch) sizes[n++] = (int)w;
-  (void)cddp_world_allow_sizes(&t->w, sizes, n);
+  (void)cddp_world_allow_sizes(t->w, sizes, n);
 }
 
 cddp_result_t cddp__train_join_as_replacement(trainer_t *t) {
   /* no ddp: a peer died while setup built it (see setup): straight to the next generation */
   cddp_result_t r =
-      t->ddp ? sync_state(t, 0, t->world, t->accum, 0, cddp_world_generation(&t->w) - 1) : CDDP_ABORTED;
+      t->ddp ? sync_state(t, 0, t->world, t->accum, 0, cddp_world_generation(t->w) - 1) : CDDP_ABORTED;
   if (r != CDDP_OK && cddp__train_recoverable(t, r)) r = cddp__train_recover(t, 0);
   return r;
 }

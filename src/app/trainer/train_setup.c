@@ -24,7 +24,7 @@ cddp_result_t cddp__train_check_configs(trainer_t *t) {
   mine[0] = (uint64_t)n;
   uint64_t *all = calloc((size_t)t->world * (MAX_KEYS + 1), sizeof *all);
   if (!all) return cddp__fail(CDDP_SYSTEM, "out of memory");
-  cddp_result_t r = cddp_allgather(t->w.comm, mine, all, MAX_KEYS + 1, CDDP_I64);
+  cddp_result_t r = cddp_allgather(cddp_world_comm(t->w), mine, all, MAX_KEYS + 1, CDDP_I64);
   if (r != CDDP_OK) {
     free(all);
     return r;
@@ -65,7 +65,7 @@ cddp_result_t cddp__train_batch_split(trainer_t *t) {
 int cddp__train_blas_threads(const trainer_t *t) {
   if (t->cfg.threads > 0) return t->cfg.threads;
   long cores = sysconf(_SC_NPROCESSORS_ONLN);
-  int local = t->w.env.local_world_size > 0 ? t->w.env.local_world_size : 1;
+  int local = cddp_world_env(t->w)->local_world_size > 0 ? cddp_world_env(t->w)->local_world_size : 1;
   long per = cores / local;
   return per > 0 ? (int)per : 1;
 }
@@ -76,9 +76,9 @@ int cddp__train_blas_threads(const trainer_t *t) {
  * Across hosts it is mostly waiting on the network, which backward can hide. */
 int cddp__train_overlap(const trainer_t *t, int threads) {
   if (t->cfg.overlap != CDDP_OVERLAP_AUTO) return t->cfg.overlap == CDDP_OVERLAP_ON;
-  if (strcmp(cddp_comm_transport(t->w.comm), "shm") != 0) return 1;
+  if (strcmp(cddp_comm_transport(cddp_world_comm(t->w)), "shm") != 0) return 1;
   long cores = sysconf(_SC_NPROCESSORS_ONLN);
-  int local = t->w.env.local_world_size > 0 ? t->w.env.local_world_size : 1;
+  int local = cddp_world_env(t->w)->local_world_size > 0 ? cddp_world_env(t->w)->local_world_size : 1;
   return (long)threads * local < cores;
 }
 
@@ -112,8 +112,8 @@ static cddp_result_t auto_name(trainer_t *t, const char *work, const char *base,
   static const char key[] = "train/run_name";
   void *v = NULL;
   size_t len = 0;
-  cddp_result_t r = cddp_store_get(t->w.store, key, &v, &len, 0);
-  if (r != CDDP_OK && t->rank != 0) r = cddp_store_get(t->w.store, key, &v, &len, 60000);
+  cddp_result_t r = cddp_store_get(cddp_world_store(t->w), key, &v, &len, 0);
+  if (r != CDDP_OK && t->rank != 0) r = cddp_store_get(cddp_world_store(t->w), key, &v, &len, 60000);
   if (r != CDDP_OK && t->rank != 0)
     return cddp__fail(r, "--name auto: rank 0 did not name the run folder: %s", cddp_last_error());
   if (r == CDDP_OK) {
@@ -137,7 +137,7 @@ static cddp_result_t auto_name(trainer_t *t, const char *work, const char *base,
   }
   char saved[512];
   snprintf(saved, sizeof saved, "%s", r == CDDP_OK ? "" : cddp_last_error());
-  cddp_result_t s = cddp_store_set(t->w.store, key, name, r == CDDP_OK ? strlen(name) : 0);
+  cddp_result_t s = cddp_store_set(cddp_world_store(t->w), key, name, r == CDDP_OK ? strlen(name) : 0);
   if (r != CDDP_OK) return cddp__fail(r, "%s", saved);
   return s;
 }
@@ -148,7 +148,7 @@ static cddp_result_t auto_name(trainer_t *t, const char *work, const char *base,
  * t->refused for the restore to refuse on every rank. */
 static void check_reuse(trainer_t *t) {
   const char *resume = t->opts->resume;
-  if ((resume && strcmp(resume, "none")) || cddp_world_replacement(&t->w) || t->w.env.restart_count > 0) return;
+  if ((resume && strcmp(resume, "none")) || cddp_world_replacement(t->w) || cddp_world_env(t->w)->restart_count > 0) return;
   char path[700], newest[700], what[800] = "";
   struct stat st;
   snprintf(path, sizeof path, "%s/checkpoints", t->run_dir);
@@ -209,7 +209,7 @@ cddp_result_t cddp__train_write_config(const trainer_t *t) {
   if (r == CDDP_OK) r = cddp__durable_save(path, 0666, text, len); /* a crash leaves the old one or this */
   free(text);
   if (r == CDDP_OK && getenv("CDDP_STORE")) { /* under cddp run: `cddp status RUN_DIR` finds the job */
-    const cddp_env_t *e = &t->w.env;
+    const cddp_env_t *e = cddp_world_env(t->w);
     cddp__endpoint_t ep = {.port = e->master_port};
     snprintf(ep.host, sizeof ep.host, "%s", e->master_addr);
     snprintf(ep.run_id, sizeof ep.run_id, "%s", e->run_id);
@@ -237,7 +237,7 @@ static cddp_result_t set_powersgd(trainer_t *t) {
 }
 
 cddp_result_t cddp__train_make_ddp(trainer_t *t) {
-  CDDP_CHECK(cddp_ddp_create(&t->ddp, t->w.comm, cddp__train_param_slots(t), (size_t)(t->cfg.bucket_mb * 1048576.0), CDDP_SUM));
+  CDDP_CHECK(cddp_ddp_create(&t->ddp, cddp_world_comm(t->w), cddp__train_param_slots(t), (size_t)(t->cfg.bucket_mb * 1048576.0), CDDP_SUM));
   t->grads = cddp_ddp_grads(t->ddp);
   cddp_ddp_set_overlap(t->ddp, t->overlap);
   if (t->cfg.compress == CDDP_COMPRESS_POWERSGD) return set_powersgd(t);

@@ -49,7 +49,7 @@ static float *gather_residuals(trainer_t *t, int healthy, cddp_result_t *r) {
     *r = cddp__fail(CDDP_SYSTEM, "checkpoint: out of memory");
     return NULL;
   }
-  *r = cddp_allgather(t->w.comm, res, all, len, CDDP_F32);
+  *r = cddp_allgather(cddp_world_comm(t->w), res, all, len, CDDP_F32);
   if (*r != CDDP_OK) free(all), all = NULL;
   return all;
 }
@@ -267,22 +267,22 @@ static cddp_result_t restore_from(trainer_t *t, const char *want, const char *or
   if (r != CDDP_OK) status = -(int64_t)r;
   int64_t err[96]; /* rank 0's line, sent to every rank with its verdict */
   snprintf((char *)err, sizeof err, "%s", r != CDDP_OK ? cddp_last_error() : "");
-  CDDP_CHECK(cddp_broadcast(t->w.comm, &status, 1, CDDP_I64, 0));
+  CDDP_CHECK(cddp_broadcast(cddp_world_comm(t->w), &status, 1, CDDP_I64, 0));
   if (status < 0) {
-    CDDP_CHECK(cddp_broadcast(t->w.comm, err, CDDP_ARRAY_LEN(err), CDDP_I64, 0));
+    CDDP_CHECK(cddp_broadcast(cddp_world_comm(t->w), err, CDDP_ARRAY_LEN(err), CDDP_I64, 0));
     ((char *)err)[sizeof err - 1] = '\0';
     t->same_error_everywhere = 1;
     return cddp__fail((cddp_result_t)-status, "%s", (char *)err);
   }
   if (status == 0) return CDDP_OK;
-  CDDP_CHECK(cddp_broadcast(t->w.comm, hdr, 5, CDDP_I64, 0));
-  CDDP_CHECK(cddp_broadcast(t->w.comm, t->params, t->n_params, CDDP_F32, 0));
+  CDDP_CHECK(cddp_broadcast(cddp_world_comm(t->w), hdr, 5, CDDP_I64, 0));
+  CDDP_CHECK(cddp_broadcast(cddp_world_comm(t->w), t->params, t->n_params, CDDP_F32, 0));
   if (t->zero1.on) {
     if (t->opt.m) CDDP_CHECK(cddp__zero1_scatter(t, opt_m, t->opt.m, 0));
     if (t->opt.v) CDDP_CHECK(cddp__zero1_scatter(t, opt_v, t->opt.v, 0));
   } else {
-    if (t->opt.m) CDDP_CHECK(cddp_broadcast(t->w.comm, t->opt.m, t->n_params, CDDP_F32, 0));
-    if (t->opt.v) CDDP_CHECK(cddp_broadcast(t->w.comm, t->opt.v, t->n_params, CDDP_F32, 0));
+    if (t->opt.m) CDDP_CHECK(cddp_broadcast(cddp_world_comm(t->w), t->opt.m, t->n_params, CDDP_F32, 0));
+    if (t->opt.v) CDDP_CHECK(cddp_broadcast(cddp_world_comm(t->w), t->opt.v, t->n_params, CDDP_F32, 0));
   }
   t->step = (int64_t)hdr[0];
   t->opt.t = (int64_t)hdr[3];
@@ -292,14 +292,14 @@ static cddp_result_t restore_from(trainer_t *t, const char *want, const char *or
     size_t len = cddp__ddp_residual_len(t->ddp);
     if (!t->residuals && !(t->residuals = calloc((size_t)t->world * len, sizeof(float))))
       return cddp__fail(CDDP_SYSTEM, "out of memory");
-    CDDP_CHECK(cddp_broadcast(t->w.comm, t->residuals, (size_t)t->world * len, CDDP_F32, 0));
+    CDDP_CHECK(cddp_broadcast(cddp_world_comm(t->w), t->residuals, (size_t)t->world * len, CDDP_F32, 0));
     memcpy(res, t->residuals + (size_t)t->rank * len, len * sizeof *res);
   }
   free(t->residuals);
   t->residuals = NULL;
   if (t->cfg.sample_log) {
     if (t->rank == 0) trim_sample_logs(t, t->step);
-    CDDP_CHECK(cddp_barrier(t->w.comm)); /* no rank appends before the trim is done */
+    CDDP_CHECK(cddp_barrier(cddp_world_comm(t->w))); /* no rank appends before the trim is done */
   }
   *resumed = 1;
   return CDDP_OK;

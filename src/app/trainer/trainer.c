@@ -42,7 +42,7 @@ static cddp_result_t evaluate(trainer_t *t, uint64_t epoch, int epoch_end) {
          hi = n * (size_t)(t->rank + 1) / (size_t)t->world;
   double acc[2] = {0, 0}; /* correct, loss sum */
   t->task->ops->eval(t->task, lo, hi, acc);
-  CDDP_CHECK(cddp_allreduce(t->w.comm, acc, acc, 2, CDDP_F64, CDDP_SUM));
+  CDDP_CHECK(cddp_allreduce(cddp_world_comm(t->w), acc, acc, 2, CDDP_F64, CDDP_SUM));
   double units = (double)n * t->task->units;
   cddp__metrics_eval(&t->metrics, epoch, epoch_end, t->step, t->task->has_accuracy ? acc[0] / units : -1, acc[1] / units, (int)n);
   return CDDP_OK;
@@ -105,13 +105,13 @@ static cddp_result_t train_step(trainer_t *t, cddp_step_record_t *rec, int *stop
   double units = (double)batch * t->task->units; /* loss terms in the global batch */
   float scale = (float)(1.0 / units); /* SUM over ranks of (sum over terms)/units = the mean */
   /* loss sum, stop votes, votes to re-form at this step's end (a node waits to be taken in) */
-  double stats[3] = {0, cddp__train_stop ? 1 : 0, cddp_world_should_reform(&t->w) ? 1 : 0};
+  double stats[3] = {0, cddp__train_stop ? 1 : 0, cddp_world_should_reform(t->w) ? 1 : 0};
   rec->epoch = t->sampler.epoch;
   /* every rank's timings of the last log.rank_every steps, at the start of a step: a peer lost
    * in this all-gather fails a step that has not begun (it is redone), never one that is done */
   rec->ranks = NULL;
   if (t->step > 0 && t->step % t->ranks.every == 0) { /* the same steps on every rank */
-    CDDP_CHECK(cddp__ranks_gather(&t->ranks, t->w.comm));
+    CDDP_CHECK(cddp__ranks_gather(&t->ranks, cddp_world_comm(t->w)));
     rec->ranks = &t->ranks;
   }
   for (int j = 0; j < t->accum; j++) {
@@ -139,7 +139,7 @@ static cddp_result_t train_step(trainer_t *t, cddp_step_record_t *rec, int *stop
   if (t->cfg.slow_rank == t->rank && t->cfg.slow_ms > 0) usleep((useconds_t)t->cfg.slow_ms * 1000u); /* a test's straggler */
   uint64_t tc = cddp__now_ns();
   if (!t->zero1.on) CDDP_CHECK(cddp_ddp_finish(t->ddp));
-  CDDP_CHECK(cddp_allreduce(t->w.comm, stats, stats, 3, CDDP_F64, CDDP_SUM));
+  CDDP_CHECK(cddp_allreduce(cddp_world_comm(t->w), stats, stats, 3, CDDP_F64, CDDP_SUM));
   comm_ns = cddp__now_ns() - tc;
   float lr = cddp__sched_lr(&t->sched, t->step);
   uint64_t to = cddp__now_ns(), optim_ns, zero1_comm_ns = 0;
@@ -181,7 +181,7 @@ static cddp_result_t tolerate_lost_peer(const trainer_t *t, cddp_result_t r, int
 static cddp_result_t setup(trainer_t *t) {
   cddp_train_config_t *c = &t->cfg;
   /* these two fail alike on every rank: only rank 0 need say so */
-  int replacement = cddp_world_replacement(&t->w); /* its peers are mid-run: only the state sync */
+  int replacement = cddp_world_replacement(t->w); /* its peers are mid-run: only the state sync */
   /* a peer lost during the first start's collectives (--restart-mode replace): the rest of
    * the set-up is local, then this rank recovers as it would mid-run (from disk or the init
    * when no rank got as far as holding the state) instead of dying and costing a restart */
@@ -246,12 +246,12 @@ static cddp_result_t setup(trainer_t *t) {
   if (t->rank == 0 && !replacement && !t->refused[0]) CDDP_CHECK(cddp__train_write_config(t));
   cddp__train_publish_worlds(t);
   /* a first start that formed late (cddp_world_replacement) still opens the job's log */
-  if (t->rank == 0 && !t->w.env.replacement)
+  if (t->rank == 0 && !cddp_world_env(t->w)->replacement)
     fprintf(stderr,
             "cddp train: %s, %zu parameters; world %d (%s), global batch %d = micro %d x %d ranks x %d accumulation; "
             "lr %.4g (%s scaling from batch %d); %" PRId64 " steps (%" PRId64 "/epoch); %d BLAS thread(s)/rank; "
             "%s %s; run %s\n",
-            t->task->name, t->n_params, t->world, cddp_comm_transport(t->w.comm),
+            t->task->name, t->n_params, t->world, cddp_comm_transport(cddp_world_comm(t->w)),
             c->global_batch, c->micro_batch, t->world, t->accum, t->sched.lr,
             c->lr_scaling == CDDP_LR_SCALE_NONE ? "no" : c->lr_scaling == CDDP_LR_SCALE_LINEAR ? "linear" : "sqrt",
             c->ref_batch > 0 ? c->ref_batch : c->global_batch, t->total_steps, per_epoch, threads,
@@ -278,7 +278,7 @@ static void teardown(trainer_t *t, int clean) {
   cddp__sampler_free(&t->sampler);
   if (t->task) t->task->ops->destroy(t->task);
   free(t->params), free(t->scratch), free(t->idx), free(t->next_idx);
-  cddp_world_leave(&t->w, clean);
+  cddp_world_leave(t->w, clean);
 }
 
 /* rank 0's last line: this process's own steps (a resumed run's earlier ones are not), its
@@ -310,8 +310,8 @@ static int run_loop(trainer_t *t) {
       cddp_result_t rr = cddp__train_reform(t);
       if (rr != CDDP_OK) {
         cddp__metrics_break_line(&t->metrics);
-        if (cddp_world_gone(&t->w) == 1) fprintf(stderr, "cddp train: rank %d: %s\n", t->rank, cddp_last_error());
-        else if (cddp_world_gone(&t->w)) fprintf(stderr, "cddp train: %s\n", cddp_last_error());
+        if (cddp_world_gone(t->w) == 1) fprintf(stderr, "cddp train: rank %d: %s\n", t->rank, cddp_last_error());
+        else if (cddp_world_gone(t->w)) fprintf(stderr, "cddp train: %s\n", cddp_last_error());
         else fprintf(stderr, "cddp train: rank %d: re-forming after step %" PRId64 ": %s\n", t->rank, t->step,
                      cddp_last_error());
         return 1;
@@ -325,8 +325,8 @@ static int run_loop(trainer_t *t) {
       CDDP_INFO(CDDP_SUB_TRAIN, "step %" PRId64 " failed (%s): recovering in place", t->step + 1, why);
       if (cddp__train_recover(t, t_fail) == CDDP_OK) continue; /* redo the interrupted step */
       cddp__metrics_break_line(&t->metrics);
-      if (cddp_world_gone(&t->w)) { /* dropped, or the job stops: the one line that says why */
-        if (cddp_world_gone(&t->w) == 1) fprintf(stderr, "cddp train: rank %d: %s\n", t->rank, cddp_last_error());
+      if (cddp_world_gone(t->w)) { /* dropped, or the job stops: the one line that says why */
+        if (cddp_world_gone(t->w) == 1) fprintf(stderr, "cddp train: rank %d: %s\n", t->rank, cddp_last_error());
         else fprintf(stderr, "cddp train: %s\n", cddp_last_error());
         return 1;
       }
@@ -360,7 +360,7 @@ static int run_loop(trainer_t *t) {
     while (er != CDDP_OK && cddp__train_recoverable(t, er) && (er = cddp__train_recover(t, cddp__now_ns())) == CDDP_OK)
       er = evaluate(t, epoch_before, epoch_end); /* every survivor failed in it: all redo it */
     if (er != CDDP_OK) {
-      if (cddp_world_gone(&t->w)) fprintf(stderr, "cddp train: %s\n", cddp_last_error());
+      if (cddp_world_gone(t->w)) fprintf(stderr, "cddp train: %s\n", cddp_last_error());
       else fprintf(stderr, "cddp train: rank %d: evaluation: %s\n", t->rank, cddp_last_error());
       return 1;
     }
@@ -408,11 +408,12 @@ int cddp__train_main(const cddp_train_opts_t *o) {
   }
   if (cddp_world_join(&t->w, &cc) != CDDP_OK) {
     say(cddp_last_error());
-    int rc = cddp_world_gone(&t->w) == 3 ? 0 : 1; /* a newcomer that came after the last step: nothing to do */
+    int rc = cddp_world_gone(t->w) == 3 ? 0 : 1; /* a newcomer that came after the last step: nothing to do */
+    cddp_world_leave(t->w, 0);
     free(t);
     return rc;
   }
-  t->rank = t->w.rank, t->world = t->w.world;
+  t->rank = cddp_world_rank(t->w), t->world = cddp_world_size(t->w);
   struct sigaction sa = {.sa_handler = on_stop};
   sigemptyset(&sa.sa_mask);
   sigaction(SIGTERM, &sa, NULL);
@@ -422,7 +423,7 @@ int cddp__train_main(const cddp_train_opts_t *o) {
   if (r != CDDP_OK) {
     /* an error every rank shares is said once: by rank 0, and under `cddp run` also by each
      * node's local rank 0, as each agent's log is its own (srun and mpirun merge theirs) */
-    int node_says = t->w.env.source == CDDP_ENV_AGENT && t->w.env.local_rank == 0;
+    int node_says = cddp_world_env(t->w)->source == CDDP_ENV_AGENT && cddp_world_env(t->w)->local_rank == 0;
     if (t->rank == 0 || node_says || !t->same_error_everywhere) say(cddp_last_error());
     else usleep(200000); /* the rank that says it fails first: its launcher names it, with its line */
     rc = r == CDDP_INVALID_ARG || r == CDDP_NOT_FOUND ? 2 : 1;

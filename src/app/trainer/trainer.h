@@ -34,7 +34,7 @@ typedef struct trainer {
   const cddp_train_opts_t *opts;
   cddp_train_config_t cfg;
   char run_dir[512];
-  cddp_world_t w;
+  cddp_world_t *w;
   int rank, world, accum;
   cddp_task_t *task;   /* the data set and the model */
   float *params, *grads;

@@ -35,9 +35,9 @@ cddp_result_t cddp__zero1_step(trainer_t *t, float lr, double *norm, uint64_t *c
   float *g = t->grads + z->lo, *p = t->params + z->lo;
   uint64_t t0 = cddp__now_ns();
   /* in place (NCCL's form): this rank's block of the buffer receives the sum, zero copy over shm */
-  CDDP_CHECK(cddp_reduce_scatter(t->w.comm, t->grads, g, z->per, CDDP_F32, CDDP_SUM));
+  CDDP_CHECK(cddp_reduce_scatter(cddp_world_comm(t->w), t->grads, g, z->per, CDDP_F32, CDDP_SUM));
   double ss = cddp__optim_sumsq(g, z->len);
-  CDDP_CHECK(cddp_allreduce(t->w.comm, &ss, &ss, 1, CDDP_F64, CDDP_SUM)); /* the global norm */
+  CDDP_CHECK(cddp_allreduce(cddp_world_comm(t->w), &ss, &ss, 1, CDDP_F64, CDDP_SUM)); /* the global norm */
   uint64_t t1 = cddp__now_ns();
   *norm = sqrt(ss);
   cddp__optim_step_shard(&t->opt, p, g, lr, *norm);
@@ -45,7 +45,7 @@ cddp_result_t cddp__zero1_step(trainer_t *t, float lr, double *norm, uint64_t *c
   /* through the gradient buffer, which is comm memory: the all-gather then copies straight from
    * the peers' buffers (an ordinary buffer goes through the staging slots, 4.5x slower at 7 MiB) */
   memcpy(g, p, z->len * sizeof *g);
-  CDDP_CHECK(cddp_allgather(t->w.comm, g, t->grads, z->per, CDDP_F32)); /* in place */
+  CDDP_CHECK(cddp_allgather(cddp_world_comm(t->w), g, t->grads, z->per, CDDP_F32)); /* in place */
   for (int q = 0; q < t->world; q++) {
     size_t lo, len = cddp__zero1_shard(z, q, &lo);
     if (q != t->rank) memcpy(t->params + lo, t->grads + lo, len * sizeof *t->params);
@@ -67,7 +67,7 @@ static cddp_result_t move_shards(trainer_t *t, float *shard, float *full, int ro
     size_t lo, len = cddp__zero1_shard(z, q, &lo);
     float *buf = t->rank == root ? full + lo : t->rank == q ? shard : scratch;
     if (t->rank == root && q == root && to_root) memcpy(buf, shard, len * sizeof *buf);
-    r = cddp_broadcast(t->w.comm, buf, len, CDDP_F32, to_root ? q : root);
+    r = cddp_broadcast(cddp_world_comm(t->w), buf, len, CDDP_F32, to_root ? q : root);
     if (r == CDDP_OK && t->rank == root && q == root && !to_root) memcpy(shard, buf, len * sizeof *buf);
   }
   free(scratch);
