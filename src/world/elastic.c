@@ -12,6 +12,12 @@
 /* elastic/gen/<gen>: set once generation gen is announced */
 static cddp__jobkey_t announce_key(int64_t gen) { return cddp__job_key(CDDP__JK_GEN_ANNOUNCE, gen, 0); }
 
+static cddp_result_t announce(cddp_store_t *s, int64_t gen, const cddp__job_announce_t *ann) {
+  char text[480];
+  size_t len = cddp__job_announce_format(ann, text, sizeof text);
+  return cddp_store_set(s, announce_key(gen).s, text, len);
+}
+
 cddp_result_t cddp__members_read(cddp_store_t *s, int64_t gen, cddp__members_t *out) {
   cddp__jobkey_t k = cddp__job_key(CDDP__JK_GEN_MEMBERS, gen, 0);
   const char *key = k.s;
@@ -54,7 +60,7 @@ cddp_result_t cddp__gen_latest(cddp_store_t *s, int64_t *gen) {
 
 #define CLAIM_WAIT_MS 10000 /* a claimer that never announces: give up after this */
 
-cddp_result_t cddp__gen_change(cddp_store_t *s, const char *what, int self_id,
+cddp_result_t cddp__gen_change(cddp_store_t *s, const cddp__job_announce_t *ann, int self_id,
                                int (*edit)(const cddp__members_t *cur, cddp__members_t *next, void *ctx),
                                void *ctx, int64_t *gen) {
   cddp__members_t *cur = malloc(sizeof *cur), *next = malloc(sizeof *next);
@@ -86,7 +92,7 @@ cddp_result_t cddp__gen_change(cddp_store_t *s, const char *what, int self_id,
       *next = *cur;
     }
     char me[160];
-    size_t ml = cddp__job_claim_format(self_id, what, me, sizeof me); /* unique: what names a pid or node */
+    size_t ml = cddp__job_claim_format(self_id, ann, me, sizeof me); /* unique: it names a pid or node */
     void *won = NULL;
     size_t wl = 0;
     CDDP_CHECK_GOTO(cddp_store_compare_set(s, KEY(GEN_CLAIM, g + 1), NULL, 0, me, ml, &won, &wl), r, out);
@@ -98,7 +104,7 @@ cddp_result_t cddp__gen_change(cddp_store_t *s, const char *what, int self_id,
       continue;
     }
     if (have || edit) CDDP_CHECK_GOTO(cddp__members_write(s, g + 1, next), r, out);
-    CDDP_CHECK_GOTO(cddp_store_set(s, announce_key(g + 1).s, what, strlen(what)), r, out);
+    CDDP_CHECK_GOTO(announce(s, g + 1, ann), r, out);
     int64_t counter;
     CDDP_CHECK_GOTO(cddp_store_add(s, KEY(GEN, 0), 1, &counter), r, out);
     *gen = g + 1;
@@ -109,31 +115,30 @@ out:
   return r;
 }
 
-cddp_result_t cddp__gen_restore(cddp_store_t *s, int64_t gen, const char *what, const cddp__members_t *m) {
+cddp_result_t cddp__gen_restore(cddp_store_t *s, int64_t gen, const cddp__job_announce_t *ann,
+                                const cddp__members_t *m) {
   int64_t now;
   CDDP_CHECK(cddp__members_write(s, gen, m));
-  if (gen > 0) CDDP_CHECK(cddp_store_set(s, announce_key(gen).s, what, strlen(what)));
+  if (gen > 0) CDDP_CHECK(announce(s, gen, ann));
   CDDP_CHECK(cddp_store_add(s, KEY(GEN, 0), 0, &now));
   return now < gen ? cddp_store_add(s, KEY(GEN, 0), gen - now, &now) : CDDP_OK;
 }
 
-cddp_result_t cddp__gen_bump(cddp_store_t *s, const char *what, int64_t *gen) {
-  return cddp__gen_change(s, what, -1, NULL, NULL, gen);
+cddp_result_t cddp__gen_bump(cddp_store_t *s, const cddp__job_announce_t *ann, int64_t *gen) {
+  return cddp__gen_change(s, ann, -1, NULL, NULL, gen);
 }
 
-size_t cddp__gen_what(cddp_store_t *s, int64_t g, char *buf, size_t size, int *is_join) {
+int cddp__gen_what(cddp_store_t *s, int64_t g, cddp__job_announce_t *out) {
   void *v = NULL;
   size_t len = 0;
-  *is_join = 0;
-  if (size) buf[0] = '\0';
+  memset(out, 0, sizeof *out);
   if (cddp_store_get(s, announce_key(g).s, &v, &len, 0) != CDDP_OK) {
     cddp__clear_error();
     return 0;
   }
-  *is_join = cddp__job_what_is_join(v, len, NULL);
-  int n = snprintf(buf, size, "%.*s", (int)len, (char *)v);
+  int ok = !cddp__job_announce_parse(v, len, out);
   free(v);
-  return n < 0 ? 0 : CDDP_MIN((size_t)n, size ? size - 1 : 0);
+  return ok;
 }
 
 cddp_result_t cddp__job_worlds_publish(cddp_store_t *s, const int *sizes, int n) {

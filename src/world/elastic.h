@@ -41,10 +41,11 @@ typedef struct cddp__change {
   int ncand;
   const char *worlds;          /* elastic/worlds, or NULL */
   /* results of the last call */
-  char what[400];              /* the announcement: "node H (agent A, why)[; spare node H2 (agent
-                                  B) takes its place]" or "join node H (agent A)[, node ...]" */
+  cddp__job_announce_t ann;    /* the announcement: loss "node H (agent A, why)[; spare node H2
+                                  (agent B) takes its place]", join "node H (agent A)[, node ...]",
+                                  wait, or stop */
   int added, proposed_stop, proposed_wait, ended_wait;
-  int spare_at;                /* where "; spare node ..." starts in what (-1: no spare) */
+  int spare_at;                /* where "; spare node ..." starts in ann.what (-1: no spare) */
   int refused_id;              /* a candidate not taken (-1: none) and why, one line */
   char refused[240];
 } cddp__change_t;
@@ -54,21 +55,23 @@ int cddp__members_next(const cddp__members_t *cur, cddp__members_t *next, void *
 
 /* Announces the next generation: claims latest+1 (compare_set on elastic/claim/<G>, so
  * exactly one caller makes each generation), writes its member record, its announcement
- * text `what`, then bumps elastic/gen. edit builds the next record from the latest one (NULL:
- * the same members); it returns 1 when no change is needed any more (a peer already made
- * it), then *gen = 0. what is read after edit (edit may rewrite it). A caller that loses the claim waits for the winner's announcement and
- * tries again on top of it. *gen = the generation announced. */
-cddp_result_t cddp__gen_change(cddp_store_t *s, const char *what, int self_id,
+ * ann, then bumps elastic/gen. edit builds the next record from the latest one (NULL: the
+ * same members); it returns 1 when no change is needed any more (a peer already made it),
+ * then *gen = 0. ann is read after edit (edit may rewrite it). A caller that loses the claim
+ * waits for the winner's announcement and tries again on top of it. *gen = the generation
+ * announced. */
+cddp_result_t cddp__gen_change(cddp_store_t *s, const cddp__job_announce_t *ann, int self_id,
                                int (*edit)(const cddp__members_t *cur, cddp__members_t *next, void *ctx),
                                void *ctx, int64_t *gen);
 /* Agent: announces the next generation for a replacement (same members); *gen = its number. */
-cddp_result_t cddp__gen_bump(cddp_store_t *s, const char *what, int64_t *gen);
+cddp_result_t cddp__gen_bump(cddp_store_t *s, const cddp__job_announce_t *ann, int64_t *gen);
 /* A fresh store (the store's new host) gets generation gen back: its member record, its
- * announcement what, and the counter at gen, so the next change makes gen + 1. */
-cddp_result_t cddp__gen_restore(cddp_store_t *s, int64_t gen, const char *what, const cddp__members_t *m);
-/* What made generation g (elastic/gen/<g>, the agents' words) into buf; its length, 0 when g
- * was not announced. *is_join = 1 when it only took nodes in. */
-size_t cddp__gen_what(cddp_store_t *s, int64_t g, char *buf, size_t size, int *is_join);
+ * announcement ann, and the counter at gen, so the next change makes gen + 1. */
+cddp_result_t cddp__gen_restore(cddp_store_t *s, int64_t gen, const cddp__job_announce_t *ann,
+                                const cddp__members_t *m);
+/* What made generation g (elastic/gen/<g>): 1 with *out set, 0 when g was not announced
+ * (or its announcement is not one: out->kind = CDDP__GEN_NONE). */
+int cddp__gen_what(cddp_store_t *s, int64_t g, cddp__job_announce_t *out);
 /* The trainer's world sizes (elastic/worlds): a joiner that would make another is kept pending. */
 cddp_result_t cddp__job_worlds_publish(cddp_store_t *s, const int *sizes, int n);
 /* The job cannot go on (elastic/stop = line): the agents replace nobody and stop. */

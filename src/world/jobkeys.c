@@ -261,10 +261,6 @@ int cddp__job_vote_parse(const void *text, size_t len, cddp__job_vote_t *out) {
   return cddp__members_parse(nl + 1, len - (size_t)(nl + 1 - t), &out->members);
 }
 
-size_t cddp__job_what_store_moved(int agent_id, char *buf, size_t size) {
-  return fitted(snprintf(buf, size, "store moved to agent %d", agent_id), size);
-}
-
 size_t cddp__job_pending_format(const cddp__member_t *v, char *buf, size_t size) {
   return fitted(snprintf(buf, size, "%d %s", v->nproc, v->host), size);
 }
@@ -275,18 +271,43 @@ int cddp__job_pending_parse(const void *text, size_t len, cddp__member_t *out) {
   return sscanf(t, "%d %63s", &out->nproc, out->host) == 2 && out->nproc >= 1 ? 0 : -1;
 }
 
-size_t cddp__job_claim_format(int agent_id, const char *what, char *buf, size_t size) {
-  return fitted(snprintf(buf, size, "%d %.140s", agent_id, what), size);
+size_t cddp__job_claim_format(int agent_id, const cddp__job_announce_t *what, char *buf, size_t size) {
+  char ann[440];
+  cddp__job_announce_format(what, ann, sizeof ann);
+  return fitted(snprintf(buf, size, "%d %.140s", agent_id, ann), size);
 }
 
-size_t cddp__job_what_replace(int rank, int pid, char *buf, size_t size) {
-  return fitted(snprintf(buf, size, "rank %d pid %d", rank, pid), size);
+static const char *const gen_kind_word[CDDP__GEN_KINDS] = {
+    [CDDP__GEN_REPLACE] = "replace", [CDDP__GEN_LOSS] = "loss", [CDDP__GEN_JOIN] = "join",
+    [CDDP__GEN_WAIT] = "wait",       [CDDP__GEN_STOP] = "stop", [CDDP__GEN_MOVED] = "moved",
+};
+
+size_t cddp__job_announce_format(const cddp__job_announce_t *v, char *buf, size_t size) {
+  const char *word = v->kind > CDDP__GEN_NONE && v->kind < CDDP__GEN_KINDS ? gen_kind_word[v->kind] : "?";
+  return fitted(snprintf(buf, size, "%s %s", word, v->what), size);
 }
 
-int cddp__job_what_is_join(const char *text, size_t len, const char **who) {
-  int j = len >= 5 && !memcmp(text, "join ", 5);
-  if (who) *who = j ? text + 5 : NULL;
-  return j;
+int cddp__job_announce_parse(const void *text, size_t len, cddp__job_announce_t *out) {
+  const char *t = text, *sp = t ? memchr(t, ' ', len) : NULL;
+  size_t wl = sp ? (size_t)(sp - t) : len;
+  memset(out, 0, sizeof *out);
+  for (int k = CDDP__GEN_NONE + 1; t && k < CDDP__GEN_KINDS; k++)
+    if (strlen(gen_kind_word[k]) == wl && !memcmp(t, gen_kind_word[k], wl)) out->kind = (cddp__gen_kind_t)k;
+  if (out->kind == CDDP__GEN_NONE) return -1;
+  if (sp) copy_text(out->what, sizeof out->what, sp + 1, len - wl - 1);
+  return 0;
+}
+
+cddp__job_announce_t cddp__job_announce_replace(int rank, int pid) {
+  cddp__job_announce_t a = {.kind = CDDP__GEN_REPLACE};
+  snprintf(a.what, sizeof a.what, "rank %d pid %d", rank, pid);
+  return a;
+}
+
+cddp__job_announce_t cddp__job_announce_moved(int agent_id) {
+  cddp__job_announce_t a = {.kind = CDDP__GEN_MOVED};
+  snprintf(a.what, sizeof a.what, "store moved to agent %d", agent_id);
+  return a;
 }
 
 size_t cddp__job_worlds_format(const int *sizes, int n, char *buf, size_t size) {

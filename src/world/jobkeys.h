@@ -25,8 +25,8 @@ typedef enum cddp__jobkey_kind {
   CDDP__JK_RDZV_DONE,     /* rdzv/<R>/done/<A>        flag: member agent A's workers succeeded */
   /* the generations of replace mode (world/elastic*.c, launcher/member.c, launcher/agent.c) */
   CDDP__JK_GEN,           /* elastic/gen              add(): the latest announced generation */
-  CDDP__JK_GEN_ANNOUNCE,  /* elastic/gen/<G>          text: what made generation G (job_what) */
-  CDDP__JK_GEN_CLAIM,     /* elastic/claim/<G>        text: "<agent> <what>", the one making G */
+  CDDP__JK_GEN_ANNOUNCE,  /* elastic/gen/<G>          cddp__job_announce_t: what made generation G */
+  CDDP__JK_GEN_CLAIM,     /* elastic/claim/<G>        text: "<agent> <announcement>", the one making G */
   CDDP__JK_GEN_MEMBERS,   /* elastic/members/<G>      cddp__members_t */
   CDDP__JK_GEN_COMM,      /* elastic/g<G>/            prefix: generation G's communicator */
   CDDP__JK_RESTARTS,      /* elastic/restarts         add(): worker replacements so far */
@@ -161,15 +161,32 @@ size_t cddp__members_format(const cddp__members_t *m, char *buf, size_t size);
 size_t cddp__job_pending_format(const cddp__member_t *v, char *buf, size_t size);
 int cddp__job_pending_parse(const void *text, size_t len, cddp__member_t *out);
 
-/* elastic/claim/<G>: the claimer and what it announces (unique: what names a pid or a node) */
-size_t cddp__job_claim_format(int agent_id, const char *what, char *buf, size_t size);
+/* elastic/gen/<G>: what made generation G - its kind, which the protocol acts on, and the
+ * words the agents and the trainer print. Text: "<kind> <what>". */
+typedef enum cddp__gen_kind {
+  CDDP__GEN_NONE,    /* not an announcement (parse fails with it) */
+  CDDP__GEN_REPLACE, /* a worker replaced in place, the members unchanged: "rank R pid P" */
+  CDDP__GEN_LOSS,    /* a node lost (a spare may take its place), or the wait for one ended */
+  CDDP__GEN_JOIN,    /* nodes taken in, nobody lost: the ranks re-form at a step boundary;
+                        what: "node H (agent A)[, node ...]" */
+  CDDP__GEN_WAIT,    /* below MIN after a loss: the survivors wait for a node */
+  CDDP__GEN_STOP,    /* the job stops (the member record says why) */
+  CDDP__GEN_MOVED,   /* the store's new host wrote the generation back: "store moved to agent A" */
+  CDDP__GEN_KINDS
+} cddp__gen_kind_t;
+typedef struct cddp__job_announce {
+  cddp__gen_kind_t kind;
+  char what[400];
+} cddp__job_announce_t;
+size_t cddp__job_announce_format(const cddp__job_announce_t *v, char *buf, size_t size);
+int cddp__job_announce_parse(const void *text, size_t len, cddp__job_announce_t *out);
+/* The announcement of a worker replaced in place, and of a generation written back by the
+ * store's new host. */
+cddp__job_announce_t cddp__job_announce_replace(int rank, int pid);
+cddp__job_announce_t cddp__job_announce_moved(int agent_id);
 
-/* elastic/gen/<G>: what made the generation, in words (the trainer prints them). A worker
- * replaced in place: "rank R pid P"; the rest come from the member change (cddp__change_t). */
-size_t cddp__job_what_replace(int rank, int pid, char *buf, size_t size);
-/* 1 when the announcement is a join only (nobody lost: "join node H (agent A)[, ...]"); *who
- * gets what follows "join " (NULL: not wanted). */
-int cddp__job_what_is_join(const char *text, size_t len, const char **who);
+/* elastic/claim/<G>: the claimer and what it announces (unique: what names a pid or a node) */
+size_t cddp__job_claim_format(int agent_id, const cddp__job_announce_t *what, char *buf, size_t size);
 
 /* elastic/vote/<E>/<A>: "gen <G>\n" and the member record of G, the latest generation agent A
  * saw before the store's host was lost */
@@ -179,8 +196,6 @@ typedef struct cddp__job_vote {
 } cddp__job_vote_t;
 size_t cddp__job_vote_format(const cddp__job_vote_t *v, char *buf, size_t size);
 int cddp__job_vote_parse(const void *text, size_t len, cddp__job_vote_t *out);
-/* elastic/gen/<G> of a generation rebuilt by the store's new host: "store moved to agent A" */
-size_t cddp__job_what_store_moved(int agent_id, char *buf, size_t size);
 
 /* elastic/worlds: the world sizes the global batch splits over, "1 2 3 6 ..." */
 size_t cddp__job_worlds_format(const int *sizes, int n, char *buf, size_t size);

@@ -24,7 +24,8 @@ int cddp__members_find(const cddp__members_t *m, int agent_id, int *rank_base, i
 
 int cddp__members_next(const cddp__members_t *cur, cddp__members_t *next, void *ctx) {
   cddp__change_t *c = ctx;
-  c->what[0] = c->refused[0] = '\0';
+  c->ann.what[0] = c->refused[0] = '\0';
+  c->ann.kind = CDDP__GEN_LOSS;
   c->added = c->proposed_stop = c->proposed_wait = c->ended_wait = 0, c->refused_id = -1, c->spare_at = -1;
   if (cddp__members_find(cur, c->self, NULL, NULL) < 0) return 1; /* not ours to change */
   if (c->expired) { /* the wait is over: nobody (enough) came */
@@ -33,7 +34,8 @@ int cddp__members_next(const cddp__members_t *cur, cddp__members_t *next, void *
     next->stop = 1, c->proposed_stop = 1;
     snprintf(next->line, sizeof next->line, "job stopped: %d of at least %d nodes left after losing %.200s; no node "
              "joined within %.1f s (--rdzv-timeout)", cur->n, c->min_nodes, cur->line, cur->wait_ms / 1e3);
-    snprintf(c->what, sizeof c->what, "stop: no node joined within %.1f s", cur->wait_ms / 1e3);
+    c->ann.kind = CDDP__GEN_STOP;
+    snprintf(c->ann.what, sizeof c->ann.what, "no node joined within %.1f s", cur->wait_ms / 1e3);
     return 0;
   }
   int at = c->lost >= 0 ? cddp__members_find(cur, c->lost, NULL, NULL) : -1;
@@ -42,7 +44,7 @@ int cddp__members_next(const cddp__members_t *cur, cddp__members_t *next, void *
     if (i != at) next->m[next->n++] = cur->m[i];
   size_t o = 0;
   if (at >= 0)
-    o = (size_t)snprintf(c->what, sizeof c->what, "node %s (agent %d, %s)", cur->m[at].host, c->lost, c->why);
+    o = (size_t)snprintf(c->ann.what, sizeof c->ann.what, "node %s (agent %d, %s)", cur->m[at].host, c->lost, c->why);
   for (int k = 0; k < c->ncand && next->n < CDDP__MAX_MEMBERS; k++) {
     const cddp__member_t *p = &c->cand[k];
     if (cddp__members_find(next, p->id, NULL, NULL) >= 0 || p->id == c->lost) continue;
@@ -60,15 +62,16 @@ int cddp__members_next(const cddp__members_t *cur, cddp__members_t *next, void *
       continue;
     }
     next->m[next->n++] = *p;
-    if (at >= 0 && !c->added && o < sizeof c->what) c->spare_at = (int)o;
-    if (o < sizeof c->what)
-      o += (size_t)snprintf(c->what + o, sizeof c->what - o, "%s%s node %s (agent %d)",
-                            at >= 0 ? (c->added ? "," : "; spare") : (c->added ? "," : "join"), "", p->host, p->id);
+    if (at >= 0 && !c->added && o < sizeof c->ann.what) c->spare_at = (int)o;
+    if (o < sizeof c->ann.what)
+      o += (size_t)snprintf(c->ann.what + o, sizeof c->ann.what - o, "%snode %s (agent %d)",
+                            c->added ? ", " : at >= 0 ? "; spare " : "", p->host, p->id);
     c->added++;
   }
-  if (at >= 0 && c->added && o < sizeof c->what)
-    snprintf(c->what + o, sizeof c->what - o, " takes its place");
+  if (at >= 0 && c->added && o < sizeof c->ann.what)
+    snprintf(c->ann.what + o, sizeof c->ann.what - o, " takes its place");
   if (at < 0 && !c->added) return 1;
+  if (at < 0) c->ann.kind = CDDP__GEN_JOIN;
   if (next->n < c->min_nodes && at < 0) { /* waiting below MIN: too few pending yet */
     c->refused_id = -1;
     return 1;
@@ -82,20 +85,20 @@ int cddp__members_next(const cddp__members_t *cur, cddp__members_t *next, void *
     }
     next->wait_ms = c->wait_ms, c->proposed_wait = 1;
     snprintf(next->line, sizeof next->line, "%s (agent %d, %s)", cur->m[at].host, c->lost, c->why);
-    snprintf(c->what, sizeof c->what, "node %s (agent %d, %s); below MIN, waiting up to %.1f s for a node to join",
+    c->ann.kind = CDDP__GEN_WAIT;
+    snprintf(c->ann.what, sizeof c->ann.what, "node %s (agent %d, %s); below MIN, waiting up to %.1f s for a node to join",
              cur->m[at].host, c->lost, c->why, c->wait_ms / 1e3);
   } else if (next->n < c->min_nodes) {
     memset(next, 0, sizeof *next);
     next->stop = 1, c->proposed_stop = 1;
+    c->ann.kind = CDDP__GEN_STOP; /* what names the loss */
     snprintf(next->line, sizeof next->line, "job stopped: %d of at least %d nodes left after losing %s (agent %d, %s)",
              cur->n - 1, c->min_nodes, cur->m[at].host, c->lost, c->why);
   } else if (cur->wait_ms > 0 && at < 0) { /* the wait ends: the lost node's loss, then the joiners */
-    c->ended_wait = 1;
+    c->ended_wait = 1, c->ann.kind = CDDP__GEN_LOSS; /* the loss the wait was for, complete */
     char joined[400];
-    const char *who = NULL;
-    cddp__job_what_is_join(c->what, strlen(c->what), &who);
-    snprintf(joined, sizeof joined, "%s", who ? who : c->what);
-    snprintf(c->what, sizeof c->what, "node %.200s; %.170s joined in time", cur->line, joined);
+    snprintf(joined, sizeof joined, "%s", c->ann.what);
+    snprintf(c->ann.what, sizeof c->ann.what, "node %.200s; %.170s joined in time", cur->line, joined);
   }
   return 0;
 }

@@ -41,13 +41,8 @@ static int64_t watch_gen(gen_watch_t *f) {
 
 /* 1 when elastic/gen/<g> announces a join only. */
 static int is_join(cddp_store_t *s, int64_t g) {
-  cddp__jobkey_t key = cddp__job_key(CDDP__JK_GEN_ANNOUNCE, g, 0);
-  void *v = NULL;
-  size_t len = 0;
-  int j = cddp_store_get(s, key.s, &v, &len, 0) == CDDP_OK && cddp__job_what_is_join(v, len, NULL);
-  free(v);
-  cddp__clear_error();
-  return j;
+  cddp__job_announce_t a;
+  return cddp__gen_what(s, g, &a) && a.kind == CDDP__GEN_JOIN;
 }
 
 static void *watch_main(void *arg) {

@@ -369,7 +369,8 @@ TEST_TIMEOUT(world_join_late_first_start_syncs_state, 60) {
   CHECK_OK(cddp_store_tcp_connect(&base, "127.0.0.1", late_port, NULL, 5000));
   CHECK_OK(cddp_store_prefix_create(&s, base, "late/", 1));
   int64_t g;
-  CHECK_OK(cddp__gen_bump(s, "rank 1 pid 1 (test)", &g));
+  cddp__job_announce_t a = cddp__job_announce_replace(1, 1);
+  CHECK_OK(cddp__gen_bump(s, &a, &g));
   CHECK_EQ(g, 1);
   cddp_store_close(s);
   int failed = cddp_test_fork_ranks(2, late_rank, NULL, 45);

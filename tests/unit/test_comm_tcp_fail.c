@@ -205,7 +205,8 @@ TEST(tcp_sigkilled_peer_is_named_within_2s) {
 static void *bump_after_300ms(void *arg) {
   usleep(300 * 1000);
   int64_t g;
-  cddp__gen_bump(arg, "rank 0 pid 1 (test)", &g);
+  cddp__job_announce_t a = cddp__job_announce_replace(0, 1);
+  cddp__gen_bump(arg, &a, &g);
   return NULL;
 }
 

@@ -112,13 +112,24 @@ TEST(jobkeys_membership_values_round_trip) {
   CHECK(!strcmp(buf, "1 2 3 6") && n == 7);
   CHECK(cddp__job_worlds_allow(buf, 3) && !cddp__job_worlds_allow(buf, 4) && cddp__job_worlds_allow(NULL, 4));
   CHECK(cddp__job_worlds_allow("", 5));
-  const char *who;
-  CHECK(cddp__job_what_is_join("join node b (agent 4)", 21, &who) && !strcmp(who, "node b (agent 4)"));
-  CHECK(!cddp__job_what_is_join("rank 1 pid 3", 12, &who) && who == NULL);
-  n = cddp__job_what_replace(1, 3, buf, sizeof buf);
-  CHECK(!strcmp(buf, "rank 1 pid 3") && n == 12);
-  n = cddp__job_claim_format(4, "rank 1 pid 3", buf, sizeof buf);
-  CHECK(!strcmp(buf, "4 rank 1 pid 3"));
+  /* a generation's announcement: its kind, then its words; every kind both ways */
+  cddp__job_announce_t an = cddp__job_announce_replace(1, 3), back;
+  n = cddp__job_announce_format(&an, buf, sizeof buf);
+  CHECK(!strcmp(buf, "replace rank 1 pid 3") && n == 20);
+  CHECK(!cddp__job_announce_parse(buf, n, &back) && back.kind == CDDP__GEN_REPLACE && !strcmp(back.what, "rank 1 pid 3"));
+  for (int k = CDDP__GEN_NONE + 1; k < CDDP__GEN_KINDS; k++) {
+    an = (cddp__job_announce_t){.kind = (cddp__gen_kind_t)k, .what = "node b (agent 4)"};
+    n = cddp__job_announce_format(&an, buf, sizeof buf);
+    CHECK(!cddp__job_announce_parse(buf, n, &back) && back.kind == an.kind && !strcmp(back.what, an.what));
+  }
+  CHECK(!cddp__job_announce_parse("join", 4, &back) && back.kind == CDDP__GEN_JOIN && !back.what[0]);
+  CHECK_EQ(cddp__job_announce_parse("rank 1 pid 3", 12, &back), -1); /* the old words alone: no kind */
+  CHECK_EQ(back.kind, CDDP__GEN_NONE);
+  CHECK_EQ(cddp__job_announce_parse("", 0, &back), -1);
+  CHECK_EQ(cddp__job_announce_parse("joined x", 8, &back), -1);
+  an = cddp__job_announce_replace(1, 3);
+  n = cddp__job_claim_format(4, &an, buf, sizeof buf);
+  CHECK(!strcmp(buf, "4 replace rank 1 pid 3"));
   /* a vote for the store's next host: the generation and its members */
   cddp__job_vote_t v = {.gen = 3}, w;
   CHECK_EQ(cddp__members_parse("0 2 a\n4 1 b", 11, &v.members), 0);
@@ -128,16 +139,17 @@ TEST(jobkeys_membership_values_round_trip) {
   CHECK_EQ(cddp__job_vote_parse("gen x\n0 2 a", 11, &w), -1);
   CHECK_EQ(cddp__job_vote_parse("gen 3", 5, &w), -1);
   CHECK_EQ(cddp__job_vote_format(&v, buf, 8), 0);
-  n = cddp__job_what_store_moved(2, buf, sizeof buf);
-  CHECK(!strcmp(buf, "store moved to agent 2") && n == 22);
+  an = cddp__job_announce_moved(2);
+  CHECK(an.kind == CDDP__GEN_MOVED && !strcmp(an.what, "store moved to agent 2"));
 }
 
 /* The state machine of generations, on the in-memory store, with no threads: a replacement, a
  * loss with a spare taking its place, a join, a wait below MIN that expires into a stop. */
 static int64_t change(cddp_store_t *s, cddp__change_t *c) {
   int64_t g = -1;
-  snprintf(c->what, sizeof c->what, "node ? (agent %d, %s)", c->lost, c->why ? c->why : "");
-  return cddp__gen_change(s, c->what, c->self, cddp__members_next, c, &g) == CDDP_OK ? g : -1;
+  c->ann.kind = CDDP__GEN_LOSS;
+  snprintf(c->ann.what, sizeof c->ann.what, "node ? (agent %d, %s)", c->lost, c->why ? c->why : "");
+  return cddp__gen_change(s, &c->ann, c->self, cddp__members_next, c, &g) == CDDP_OK ? g : -1;
 }
 
 TEST(jobkeys_generation_state_machine_on_the_in_memory_store) {
@@ -149,13 +161,12 @@ TEST(jobkeys_generation_state_machine_on_the_in_memory_store) {
   CHECK_OK(cddp__members_write(s, 0, m));
   /* a worker replaced in place: the same members, announced in words */
   int64_t g = -1;
-  char what[64], buf[400];
-  int join = -1;
-  cddp__job_what_replace(1, 77, what, sizeof what);
-  CHECK_OK(cddp__gen_change(s, what, 0, NULL, NULL, &g));
+  cddp__job_announce_t what = cddp__job_announce_replace(1, 77), got;
+  CHECK_OK(cddp__gen_change(s, &what, 0, NULL, NULL, &g));
   CHECK_EQ(g, 1);
-  CHECK_EQ(cddp__gen_what(s, 1, buf, sizeof buf, &join), 13);
-  CHECK(!strcmp(buf, "rank 1 pid 77") && !join);
+  CHECK_EQ(cddp__gen_what(s, 1, &got), 1);
+  CHECK(!strcmp(got.what, "rank 1 pid 77") && got.kind == CDDP__GEN_REPLACE);
+  CHECK_EQ(cddp__gen_what(s, 2, &got), 0); /* not announced yet */
   CHECK_OK(cddp__members_read(s, 1, m));
   CHECK(m->n == 2 && m->m[1].id == 1);
   /* agent 1 is lost; pending agent 2 takes its place in one generation */
@@ -165,8 +176,8 @@ TEST(jobkeys_generation_state_machine_on_the_in_memory_store) {
   CHECK_EQ(change(s, &c), 2);
   CHECK_OK(cddp__members_read(s, 2, m));
   CHECK(m->n == 2 && m->m[0].id == 0 && m->m[1].id == 2);
-  CHECK(cddp__gen_what(s, 2, buf, sizeof buf, &join) && !join && strstr(buf, "spare node c (agent 2)"));
-  CHECK(c.spare_at > 0 && !strcmp(c.what + c.spare_at, "; spare node c (agent 2) takes its place"));
+  CHECK(cddp__gen_what(s, 2, &got) && got.kind == CDDP__GEN_LOSS && strstr(got.what, "spare node c (agent 2)"));
+  CHECK(c.spare_at > 0 && !strcmp(c.ann.what + c.spare_at, "; spare node c (agent 2) takes its place"));
   /* agent 3 joins: appended, nobody's rank moves; the announcement is a join */
   c = (cddp__change_t){.self = 0, .lost = -1, .min_nodes = 2, .max_nodes = 3, .cand = cand, .ncand = 2,
                        .refused_id = -1};
@@ -174,7 +185,7 @@ TEST(jobkeys_generation_state_machine_on_the_in_memory_store) {
   CHECK_EQ(c.spare_at, -1);
   CHECK_OK(cddp__members_read(s, 3, m));
   CHECK(m->n == 3 && m->m[2].id == 3 && cddp__members_world(m) == 4);
-  CHECK(cddp__gen_what(s, 3, buf, sizeof buf, &join) && join);
+  CHECK(cddp__gen_what(s, 3, &got) && got.kind == CDDP__GEN_JOIN && !strcmp(got.what, "node d (agent 3)"));
   /* a proposer that is not a member changes nothing */
   c = (cddp__change_t){.self = 9, .lost = 0, .why = "x", .min_nodes = 1, .max_nodes = 3, .refused_id = -1};
   CHECK_EQ(change(s, &c), 0);
@@ -184,10 +195,12 @@ TEST(jobkeys_generation_state_machine_on_the_in_memory_store) {
   CHECK_EQ(change(s, &c), 4);
   CHECK_OK(cddp__members_read(s, 4, m));
   CHECK(m->wait_ms == 1000 && m->n == 2 && !m->stop && c.proposed_wait);
+  CHECK(cddp__gen_what(s, 4, &got) && got.kind == CDDP__GEN_WAIT);
   c = (cddp__change_t){.self = 0, .lost = -1, .min_nodes = 3, .max_nodes = 3, .expired = 1, .refused_id = -1};
   CHECK_EQ(change(s, &c), 5);
   CHECK_OK(cddp__members_read(s, 5, m));
   CHECK(m->stop && strstr(m->line, "job stopped"));
+  CHECK(cddp__gen_what(s, 5, &got) && got.kind == CDDP__GEN_STOP);
   CHECK_EQ(change(s, &c), -1); /* ABORTED: the job is stopping */
   CHECK_OK(cddp__gen_latest(s, &g));
   CHECK_EQ(g, 5);

@@ -27,16 +27,18 @@ TEST(gen_bump_announces_and_wakes_waiters) {
   CHECK_EQ(g, 0);
   CHECK_RESULT(cddp__gen_wait_past(s, 0, 0), CDDP_TIMEOUT);
   CHECK(strstr(cddp_last_error(), "elastic/gen/1") != NULL);
-  CHECK_OK(cddp__gen_bump(s, "rank 1 pid 42", &g));
+  cddp__job_announce_t a = cddp__job_announce_replace(1, 42);
+  CHECK_OK(cddp__gen_bump(s, &a, &g));
   CHECK_EQ(g, 1);
   CHECK_OK(cddp__gen_wait_past(s, 0, 0));
   CHECK_RESULT(cddp__gen_wait_past(s, 1, 0), CDDP_TIMEOUT);
   void *v = NULL;
   size_t len = 0;
   CHECK_OK(cddp_store_get(s, "elastic/gen/1", &v, &len, 0));
-  CHECK(len == 13 && !memcmp(v, "rank 1 pid 42", 13));
+  CHECK(len == 21 && !memcmp(v, "replace rank 1 pid 42", 21)); /* the kind, then the words */
   free(v);
-  CHECK_OK(cddp__gen_bump(s, "rank 0 pid 43", &g));
+  a = cddp__job_announce_replace(0, 43);
+  CHECK_OK(cddp__gen_bump(s, &a, &g));
   CHECK_EQ(g, 2);
   CHECK_OK(cddp__gen_latest(s, &g));
   CHECK_EQ(g, 2);
@@ -53,7 +55,8 @@ static void *bump_later(void *arg) {
   for (int i = 0; i < l->n; i++) {
     usleep((useconds_t)l->delay_ms * 1000);
     int64_t g;
-    cddp__gen_bump(l->s, "test", &g);
+    cddp__job_announce_t a = cddp__job_announce_replace(i, 1);
+    cddp__gen_bump(l->s, &a, &g);
   }
   return NULL;
 }
@@ -204,7 +207,8 @@ static int drop_one(const cddp__members_t *cur, cddp__members_t *next, void *ctx
 
 static void *drop_main(void *arg) {
   dropper_t *d = arg;
-  d->rc = cddp__gen_change(d->s, "node h (agent 1, test)", d->self, drop_one, NULL, &d->gen);
+  cddp__job_announce_t a = {.kind = CDDP__GEN_LOSS, .what = "node h (agent 1, test)"};
+  d->rc = cddp__gen_change(d->s, &a, d->self, drop_one, NULL, &d->gen);
   return NULL;
 }
 
@@ -232,7 +236,8 @@ TEST(gen_change_makes_each_change_once) {
   CHECK_EQ(base, 1);
   CHECK_EQ(world, 2);
   /* a replacement (no edit) copies the members into its generation */
-  CHECK_OK(cddp__gen_bump(s, "rank 1 pid 9", &g));
+  cddp__job_announce_t a = cddp__job_announce_replace(1, 9);
+  CHECK_OK(cddp__gen_bump(s, &a, &g));
   CHECK_EQ(g, 2);
   CHECK_OK(cddp__members_read(s, 2, &now));
   CHECK_EQ(now.n, 2);
@@ -289,8 +294,7 @@ TEST(members_next_takes_joiners_up_to_max_and_keeps_ranks) {
   CHECK_EQ(w, 4);
   CHECK_EQ(cddp__members_find(&next, 4, &base, NULL), 2);
   CHECK_EQ(base, 3);
-  CHECK(!strcmp(c.what, "join node c (agent 4)"));
-  CHECK(cddp__job_what_is_join(c.what, strlen(c.what), NULL));
+  CHECK(!strcmp(c.ann.what, "node c (agent 4)") && c.ann.kind == CDDP__GEN_JOIN);
   CHECK_EQ(c.added, 1);
   CHECK_EQ(c.refused_id, 5);
   CHECK(strstr(c.refused, "maximum of 3") != NULL);
@@ -325,8 +329,8 @@ TEST(members_next_a_spare_takes_a_lost_nodes_place_in_one_generation) {
   CHECK(!next.stop);
   CHECK_EQ(next.m[0].id, 1); /* ranks shift down past the lost node, the spare comes last */
   CHECK_EQ(next.m[1].id, 2);
-  CHECK(!strcmp(c.what, "node a (agent 0, x); spare node c (agent 2) takes its place"));
-  CHECK(!cddp__job_what_is_join(c.what, strlen(c.what), NULL));
+  CHECK(!strcmp(c.ann.what, "node a (agent 0, x); spare node c (agent 2) takes its place"));
+  CHECK_EQ(c.ann.kind, CDDP__GEN_LOSS);
   /* no spare: below min, the record says stop */
   c.ncand = 0;
   CHECK_EQ(cddp__members_next(cur, &next, &c), 0);
@@ -349,7 +353,7 @@ TEST(members_next_below_min_waits_then_takes_enough_joiners_in_or_stops) {
   CHECK_EQ(next.n, 2);
   CHECK_EQ(next.wait_ms, 4000);
   CHECK(!strcmp(next.line, "c (agent 2, x)"));
-  CHECK(!cddp__job_what_is_join(c.what, strlen(c.what), NULL));
+  CHECK_EQ(c.ann.kind, CDDP__GEN_WAIT);
   char buf[512];
   size_t len = cddp__members_format(&next, buf, sizeof buf);
   CHECK(!strcmp(buf, "wait 4000 c (agent 2, x)\n0 1 a\n1 1 b"));
@@ -363,8 +367,8 @@ TEST(members_next_below_min_waits_then_takes_enough_joiners_in_or_stops) {
   CHECK(!next.stop && next.wait_ms == 0 && c.ended_wait && !c.proposed_wait);
   CHECK_EQ(next.n, 3);
   CHECK_EQ(next.m[2].id, 3);
-  CHECK(!strcmp(c.what, "node c (agent 2, x); node d (agent 3) joined in time"));
-  CHECK(!cddp__job_what_is_join(c.what, strlen(c.what), NULL)); /* the survivors redo the interrupted step */
+  CHECK(!strcmp(c.ann.what, "node c (agent 2, x); node d (agent 3) joined in time"));
+  CHECK_EQ(c.ann.kind, CDDP__GEN_LOSS); /* not a join: the survivors redo the interrupted step */
   /* min 4: one is not enough, it stays pending (no generation) */
   c.min_nodes = 4, c.max_nodes = 4;
   CHECK_EQ(cddp__members_next(wait, &next, &c), 1);
@@ -394,12 +398,11 @@ TEST(world_superseded_by_a_loss_not_by_a_join) {
   CHECK_OK(cddp_store_mem_create(&w.store));
   CHECK_EQ(cddp_world_superseded(&w), 0);
   int64_t g;
-  char what[128];
-  CHECK_OK(cddp__gen_bump(w.store, "join node vm (agent 3)", &g));
-  CHECK(cddp__job_what_is_join("join node vm (agent 3)", 22, NULL));
+  cddp__job_announce_t a = {.kind = CDDP__GEN_JOIN, .what = "node vm (agent 3)"};
+  CHECK_OK(cddp__gen_bump(w.store, &a, &g));
   CHECK_EQ(cddp_world_superseded(&w), 0); /* a join: w->comm keeps working */
-  CHECK(cddp__job_what_replace(1, 42, what, sizeof what) > 0);
-  CHECK_OK(cddp__gen_bump(w.store, what, &g));
+  a = cddp__job_announce_replace(1, 42);
+  CHECK_OK(cddp__gen_bump(w.store, &a, &g));
   CHECK_EQ(cddp_world_superseded(&w), 1);
   w.env.gen = 2; /* re-formed into the latest */
   CHECK_EQ(cddp_world_superseded(&w), 0);
@@ -416,19 +419,19 @@ TEST(gen_restore_puts_a_generation_back_in_a_fresh_store) {
   CHECK_OK(cddp_store_mem_create(&s));
   cddp__members_t m, got;
   CHECK_EQ(cddp__members_parse("0 1 a\n1 1 b\n2 1 c", 17, &m), 0);
-  CHECK_OK(cddp__gen_restore(s, 4, "store moved to agent 1", &m));
+  cddp__job_announce_t a = cddp__job_announce_moved(1), got_a;
+  CHECK_OK(cddp__gen_restore(s, 4, &a, &m));
   int64_t g = -1;
   CHECK_OK(cddp__gen_latest(s, &g));
   CHECK_EQ(g, 4);
   CHECK_OK(cddp__members_read(s, 4, &got));
   CHECK(got.n == 3 && got.m[2].id == 2);
-  char what[64];
-  int join = 1;
-  CHECK(cddp__gen_what(s, 4, what, sizeof what, &join) > 0 && !join && !strcmp(what, "store moved to agent 1"));
-  CHECK_OK(cddp__gen_restore(s, 4, "again", &m)); /* twice: the counter stays */
+  CHECK(cddp__gen_what(s, 4, &got_a) && got_a.kind == CDDP__GEN_MOVED && !strcmp(got_a.what, "store moved to agent 1"));
+  CHECK_OK(cddp__gen_restore(s, 4, &a, &m)); /* twice: the counter stays */
   CHECK_OK(cddp__gen_latest(s, &g));
   CHECK_EQ(g, 4);
-  CHECK_OK(cddp__gen_bump(s, "rank 0 pid 9", &g));
+  a = cddp__job_announce_replace(0, 9);
+  CHECK_OK(cddp__gen_bump(s, &a, &g));
   CHECK_EQ(g, 5);
   cddp_store_close(s);
 }

@@ -384,9 +384,9 @@ static int describe_failure(const agent_t *a, int rank, int status, const char *
 /* --restart-mode replace: worker ws->fail_index died; start its replacement in the job's next
  * generation (the others keep running and re-form by themselves). -1: restarts used up. */
 static int replace_failed(agent_t *a, cddp__workers_t *ws) {
-  char desc[320], what[128];
+  char desc[320];
   describe_failure(a, ws->fail_rank, ws->fail_status, ws->w[ws->fail_index].hang, desc, sizeof desc);
-  cddp__job_what_replace(ws->fail_rank, (int)ws->fail_pid, what, sizeof what);
+  cddp__job_announce_t what = cddp__job_announce_replace(ws->fail_rank, (int)ws->fail_pid);
   if (a->elastic) { /* a worker of a dropped node or of a stopping job is not replaced */
     cddp__membership_refresh(&a->ms);
     if (!a->ms.ending) {
@@ -407,7 +407,7 @@ static int replace_failed(agent_t *a, cddp__workers_t *ws) {
   if (cddp_store_add(a->store, cddp__job_key(CDDP__JK_RESTARTS, 0, 0).s, 1, &restarts) != CDDP_OK ||
       restarts > a->o->max_restarts)
     return -1;
-  if (cddp__gen_change(a->store, what, a->id, NULL, NULL, &gen) != CDDP_OK) {
+  if (cddp__gen_change(a->store, &what, a->id, NULL, NULL, &gen) != CDDP_OK) {
     fprintf(stderr, "cddp run: cannot announce a new generation in the store: %s\n", cddp_last_error());
     return -1;
   }

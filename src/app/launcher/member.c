@@ -414,10 +414,11 @@ static void propose(cddp__membership_t *ms, int lost, const char *why, int expir
   char host[64] = "?";
   int at = lost >= 0 ? cddp__members_find(&ms->cur, lost, NULL, NULL) : -1;
   if (at >= 0) snprintf(host, sizeof host, "%s", ms->cur.m[at].host);
-  snprintf(c.what, sizeof c.what, "node %s (agent %d, %s)", host, lost, why ? why : "");
+  c.ann.kind = CDDP__GEN_LOSS;
+  snprintf(c.ann.what, sizeof c.ann.what, "node %s (agent %d, %s)", host, lost, why ? why : "");
   int64_t g = 0;
   cddp__members_t before = ms->cur;
-  cddp_result_t r = cddp__gen_change(ms->store, c.what, ms->self, cddp__members_next, &c, &g);
+  cddp_result_t r = cddp__gen_change(ms->store, &c.ann, ms->self, cddp__members_next, &c, &g);
   if (r != CDDP_OK && r != CDDP_ABORTED) {
     if (lost >= 0)
       fprintf(stderr, "cddp run: node %s (agent %d) lost (%s) but no new generation could be made: %s\n", host, lost,
@@ -433,20 +434,20 @@ static void propose(cddp__membership_t *ms, int lost, const char *why, int expir
   } else if (g > 0 && c.ended_wait) {
     char map[300];
     rank_map(&before, &ms->cur, map, sizeof map);
-    fprintf(stderr, "cddp run: %s: generation %lld: world %d -> %d, ranks %s (the job goes on)\n", c.what, (long long)g,
+    fprintf(stderr, "cddp run: %s: generation %lld: world %d -> %d, ranks %s (the job goes on)\n", c.ann.what, (long long)g,
             cddp__members_world(&before), cddp__members_world(&ms->cur), map);
   } else if (g > 0 && !c.proposed_stop) {
     char map[300];
     rank_map(&before, &ms->cur, map, sizeof map);
-    char *spare = c.spare_at >= 0 ? c.what + c.spare_at : NULL; /* "; spare node H (agent B) takes its place" */
+    char *spare = c.spare_at >= 0 ? c.ann.what + c.spare_at : NULL; /* "; spare node H (agent B) takes its place" */
     if (spare) *spare = '\0';
     if (lost >= 0)
       fprintf(stderr, "cddp run: node %s (agent %d) lost: %s%s%s; generation %lld: world %d -> %d, ranks %s\n", host, lost,
               why, spare ? "; " : "", spare ? spare + 2 : "", (long long)g, cddp__members_world(&before),
               cddp__members_world(&ms->cur), map);
     else
-      fprintf(stderr, "cddp run: %s: generation %lld: world %d -> %d, ranks %s (taken in at the workers' next step "
-              "boundary)\n", c.what, (long long)g, cddp__members_world(&before), cddp__members_world(&ms->cur), map);
+      fprintf(stderr, "cddp run: join %s: generation %lld: world %d -> %d, ranks %s (taken in at the workers' next step "
+              "boundary)\n", c.ann.what, (long long)g, cddp__members_world(&before), cddp__members_world(&ms->cur), map);
   }
   free(cand), free(worlds);
   if (!ms->ending) cddp__membership_done(ms, 0);

@@ -201,10 +201,9 @@ static void take_over(cddp__store_move_t *mv, const cddp__job_vote_t *mine, cons
     usleep(POLL_MS * 1000);
   }
   /* the rebuild: the generation, the agent ids handed out, the lost host's will */
-  char what[64];
-  cddp__job_what_store_moved(mv->self, what, sizeof what);
+  cddp__job_announce_t what = cddp__job_announce_moved(mv->self);
   int64_t had = 0;
-  if (r == CDDP_OK) r = cddp__gen_restore(view, best->gen, what, &best->members);
+  if (r == CDDP_OK) r = cddp__gen_restore(view, best->gen, &what, &best->members);
   if (r == CDDP_OK) r = cddp_store_add(view, cddp__job_key(CDDP__JK_AGENTS, 0, 0).s, 0, &had);
   if (r == CDDP_OK && had <= max_id) r = cddp_store_add(view, cddp__job_key(CDDP__JK_AGENTS, 0, 0).s, max_id + 1 - had, &had);
   if (r == CDDP_OK && lost_id >= 0 && cddp__members_find(&best->members, lost_id, NULL, NULL) >= 0)

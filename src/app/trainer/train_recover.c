@@ -122,19 +122,22 @@ static cddp_result_t restore_whole_job(trainer_t *t, const char *why_disk) {
 
 /* What made generations gen0+1 .. the current one (elastic/gen/<g>, the agents' words): one
  * recovery may take in several (a worker killed while the job re-formed after a node's loss),
- * and the line names each loss, oldest first. Joins are left out but for a join alone. */
-static void gen_causes(const trainer_t *t, int gen0, char *buf, size_t size) {
-  int now = cddp_world_generation(t->w);
+ * and the line names each loss, oldest first. Joins are left out but for a join alone: then
+ * the result is 1 and buf names the nodes taken in. */
+static int gen_causes(const trainer_t *t, int gen0, char *buf, size_t size) {
+  int now = cddp_world_generation(t->w), join_alone = 0;
   size_t o = 0;
   buf[0] = '\0';
   for (int g = CDDP_MAX(gen0 + 1, 1); g <= now && o + 8 < size; g++) {
-    char what[400];
-    int join = 0;
-    size_t len = cddp__gen_what(cddp_world_store(t->w), g, what, sizeof what, &join);
-    if (len && (!join || (g == now && !o)))
-      o += (size_t)snprintf(buf + o, size - o, "%s%s", o ? ", then " : "", what);
+    cddp__job_announce_t a;
+    if (cddp__gen_what(cddp_world_store(t->w), g, &a) && a.what[0] &&
+        (a.kind != CDDP__GEN_JOIN || (g == now && !o))) {
+      join_alone = a.kind == CDDP__GEN_JOIN;
+      o += (size_t)snprintf(buf + o, size - o, "%s%s", o ? ", then " : "", a.what);
+    }
   }
   if (!o) snprintf(buf, size, "?");
+  return join_alone;
 }
 
 /* Every rank reports (has state, step, config hash, ms since its failure); the lowest rank
@@ -195,18 +198,17 @@ static cddp_result_t sync_state(trainer_t *t, uint64_t t_fail, int old_world, in
   t->recoveries++;
   if (t->rank == 0) {
     char who[400];
-    gen_causes(t, gen0, who, sizeof who);
+    int join_alone = gen_causes(t, gen0, who, sizeof who);
     cddp__metrics_break_line(&t->metrics);
     char mine0[64];
     if (before < 0) snprintf(mine0, sizeof mine0, "rank 0 is the replacement");
     else snprintf(mine0, sizeof mine0, "rank 0 had committed step %" PRId64, before);
     char resized[160] = "";
-    const char *joined;
-    if (join && cddp__job_what_is_join(who, strlen(who), &joined)) {
+    if (join && join_alone) {
       fprintf(stderr,
               "cddp train: %s joined: generation %d, world %d -> %d, accumulation %d -> %d (global batch %d kept), "
               "state from rank %d, no step redone (re-formed at step %" PRId64 " in %" PRId64 " ms)\n",
-              joined, cddp_world_generation(t->w), old_world, t->world, old_accum, t->accum, t->cfg.global_batch, src,
+              who, cddp_world_generation(t->w), old_world, t->world, old_accum, t->accum, t->cfg.global_batch, src,
               t->step, ms);
       return CDDP_OK;
     }
