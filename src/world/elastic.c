@@ -115,6 +115,29 @@ out:
   return r;
 }
 
+cddp_result_t cddp__gen_open_restart(cddp_store_t *s, int64_t from, int self) {
+  cddp__job_announce_t ann = {.kind = CDDP__GEN_RESTART};
+  snprintf(ann.what, sizeof ann.what, "restart %lld", (long long)from + 1);
+  char me[160];
+  size_t ml = cddp__job_claim_format(self, &ann, me, sizeof me);
+  void *won = NULL;
+  size_t wl = 0;
+  CDDP_CHECK(cddp_store_compare_set(s, KEY(GEN_CLAIM, from + 1), NULL, 0, me, ml, &won, &wl));
+  int mine = wl == ml && !memcmp(won, me, wl);
+  free(won);
+  if (!mine) return cddp__gen_wait_past(s, from, CLAIM_WAIT_MS); /* another agent opens it */
+  CDDP_CHECK(announce(s, from + 1, &ann));
+  int64_t counter;
+  return cddp_store_add(s, KEY(GEN, 0), 1, &counter);
+}
+
+cddp_result_t cddp__gen_gathering(cddp_store_t *s, int64_t *gen) {
+  CDDP_CHECK(cddp__gen_latest(s, gen));
+  for (cddp__job_announce_t a; *gen > 0; --*gen)
+    if (cddp__gen_what(s, *gen, &a) && a.kind == CDDP__GEN_RESTART) break;
+  return CDDP_OK;
+}
+
 cddp_result_t cddp__gen_restore(cddp_store_t *s, int64_t gen, const cddp__job_announce_t *ann,
                                 const cddp__members_t *m) {
   int64_t now;

@@ -63,6 +63,14 @@ int cddp__members_next(const cddp__members_t *cur, cddp__members_t *next, void *
 cddp_result_t cddp__gen_change(cddp_store_t *s, const cddp__job_announce_t *ann, int self_id,
                                int (*edit)(const cddp__members_t *cur, cddp__members_t *next, void *ctx),
                                void *ctx, int64_t *gen);
+/* restart-all: opens generation from + 1, in which every member is new: the rendezvous round
+ * of the same number gathers them (round from + 1), and the first of them writes its member
+ * record. Every agent of generation from may call it (self: its node rank there): exactly
+ * one claim makes it, the others wait (bounded) for that one's announcement. */
+cddp_result_t cddp__gen_open_restart(cddp_store_t *s, int64_t from, int self);
+/* The generation the rendezvous gathered last: the latest restart generation, or 0 (replace
+ * mode gathers generation 0 only; a node that comes later is taken in as pending). */
+cddp_result_t cddp__gen_gathering(cddp_store_t *s, int64_t *gen);
 /* Agent: announces the next generation for a replacement (same members); *gen = its number. */
 cddp_result_t cddp__gen_bump(cddp_store_t *s, const cddp__job_announce_t *ann, int64_t *gen);
 /* A fresh store (the store's new host) gets generation gen back: its member record, its

@@ -13,10 +13,8 @@ typedef struct keyshape {
 } keyshape_t;
 
 static const keyshape_t shapes[CDDP__JK_COUNT] = {
-    [CDDP__JK_RDZV_ROUND] = {{"rdzv/round"}, 0},
     [CDDP__JK_RDZV_SETTINGS] = {{"rdzv/settings"}, 0},
     [CDDP__JK_RDZV_MISMATCH] = {{"rdzv/mismatch"}, 0},
-    [CDDP__JK_RDZV_OPEN] = {{"rdzv/", "/open"}, 1},
     [CDDP__JK_RDZV_JOINED] = {{"rdzv/", "/joined"}, 1},
     [CDDP__JK_RDZV_NODE] = {{"rdzv/", "/node/", ""}, 2},
     [CDDP__JK_RDZV_CLOSED] = {{"rdzv/", "/closed"}, 1},
@@ -42,7 +40,7 @@ static const keyshape_t shapes[CDDP__JK_COUNT] = {
     [CDDP__JK_STOP] = {{"elastic/stop"}, 0},
     [CDDP__JK_COMPLETE] = {{"elastic/complete"}, 0},
     [CDDP__JK_STORE_VOTE] = {{"elastic/vote/", "/", ""}, 2},
-    [CDDP__JK_WORLD_DONE] = {{"world/r", "/g", "/done/", ""}, 3},
+    [CDDP__JK_WORLD_DONE] = {{"world/g", "/done/", ""}, 2},
 };
 
 cddp__jobkey_t cddp__job_key3(cddp__jobkey_kind_t kind, int64_t a, int64_t b, int64_t c) {
@@ -280,6 +278,7 @@ size_t cddp__job_claim_format(int agent_id, const cddp__job_announce_t *what, ch
 static const char *const gen_kind_word[CDDP__GEN_KINDS] = {
     [CDDP__GEN_REPLACE] = "replace", [CDDP__GEN_LOSS] = "loss", [CDDP__GEN_JOIN] = "join",
     [CDDP__GEN_WAIT] = "wait",       [CDDP__GEN_STOP] = "stop", [CDDP__GEN_MOVED] = "moved",
+    [CDDP__GEN_RESTART] = "restart",
 };
 
 size_t cddp__job_announce_format(const cddp__job_announce_t *v, char *buf, size_t size) {

@@ -9,11 +9,10 @@
 
 /* ---- keys ---- */
 typedef enum cddp__jobkey_kind {
-  /* the rendezvous of restart-all: rounds (launcher/rdzv.c, launcher/agent.c) */
-  CDDP__JK_RDZV_ROUND,    /* rdzv/round               int: the latest opened round */
+  /* the rendezvous (launcher/rdzv.c, launcher/agent.c): round R gathers the members of
+   * generation R - generation 0, and in restart-all each restart generation */
   CDDP__JK_RDZV_SETTINGS, /* rdzv/settings            cddp__job_settings_t: the first node's --nnodes */
   CDDP__JK_RDZV_MISMATCH, /* rdzv/mismatch            text: the line of a node that disagrees */
-  CDDP__JK_RDZV_OPEN,     /* rdzv/<R>/open            int: round R is open; its restart count */
   CDDP__JK_RDZV_JOINED,   /* rdzv/<R>/joined          add(): join slots */
   CDDP__JK_RDZV_NODE,     /* rdzv/<R>/node/<S>        cddp__job_node_rec_t, or the mismatch word */
   CDDP__JK_RDZV_CLOSED,   /* rdzv/<R>/closed          cddp__job_closed_t: node count, or mismatch */
@@ -23,7 +22,8 @@ typedef enum cddp__jobkey_kind {
   CDDP__JK_RDZV_NEXIT,    /* rdzv/<R>/nexit           add(): agents counted out */
   CDDP__JK_RDZV_ALLEXIT,  /* rdzv/<R>/allexit         flag: every agent is out */
   CDDP__JK_RDZV_DONE,     /* rdzv/<R>/done/<A>        flag: member agent A's workers succeeded */
-  /* the generations of replace mode (world/elastic*.c, launcher/member.c, launcher/agent.c) */
+  /* the generations (world/elastic*.c, launcher/member.c, launcher/agent.c): restart-all makes
+   * one per restart (every member new, gathered by round G); replace mode one per change */
   CDDP__JK_GEN,           /* elastic/gen              add(): the latest announced generation */
   CDDP__JK_GEN_ANNOUNCE,  /* elastic/gen/<G>          cddp__job_announce_t: what made generation G */
   CDDP__JK_GEN_CLAIM,     /* elastic/claim/<G>        text: "<agent> <announcement>", the one making G */
@@ -42,7 +42,7 @@ typedef enum cddp__jobkey_kind {
   CDDP__JK_STORE_VOTE,    /* elastic/vote/<E>/<A>     cddp__job_vote_t: agent A asks the next in line to
                              host the store at epoch E (launcher/store_move.c) */
   /* the workers (world/world.c) */
-  CDDP__JK_WORLD_DONE,    /* world/r<R>/g<G>/done/<r> flag: rank r is done with the store */
+  CDDP__JK_WORLD_DONE,    /* world/g<G>/done/<r>      flag: rank r is done with the store */
   CDDP__JK_COUNT
 } cddp__jobkey_kind_t;
 
@@ -69,7 +69,7 @@ cddp__jobkey_t cddp__job_key_in(const char *run_id, cddp__jobkey_kind_t kind, in
 /* the will's value: what elastic/dead/<A> holds */
 #define CDDP__JOB_WILL "connection closed"
 
-/* ints: rdzv/round, rdzv/<R>/open, elastic/spare/<A> */
+/* ints: elastic/spare/<A> */
 size_t cddp__job_int_format(int64_t v, char *buf, size_t size);
 int cddp__job_int_parse(const void *text, size_t len, int64_t *out);
 
@@ -172,6 +172,8 @@ typedef enum cddp__gen_kind {
   CDDP__GEN_WAIT,    /* below MIN after a loss: the survivors wait for a node */
   CDDP__GEN_STOP,    /* the job stops (the member record says why) */
   CDDP__GEN_MOVED,   /* the store's new host wrote the generation back: "store moved to agent A" */
+  CDDP__GEN_RESTART, /* restart-all: every worker restarts and every member is new, gathered
+                        by the rendezvous round of the same number: "restart N" */
   CDDP__GEN_KINDS
 } cddp__gen_kind_t;
 typedef struct cddp__job_announce {

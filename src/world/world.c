@@ -160,7 +160,7 @@ static cddp_result_t join(cddp_world_t *w, const cddp_comm_config_t *cfg) {
       watch_start(w);
     }
   } else {
-    r = cddp_comm_init(&w->comm, w->store, w->rank, w->world, w->env.round, &w->cfg);
+    r = cddp_comm_init(&w->comm, w->store, w->rank, w->world, w->env.gen, &w->cfg); /* restart-all: one per restart */
   }
   if (r != CDDP_OK) {
     char why[512];
@@ -255,11 +255,11 @@ cddp_result_t cddp_world_recover(cddp_world_t *w) {
 
 /* Every rank says it is done; rank 0, which may host the store, waits for the others. */
 static void done_barrier(cddp_world_t *w) {
-  cddp__jobkey_t key = cddp__job_key3(CDDP__JK_WORLD_DONE, w->env.round, w->env.gen, w->rank);
+  cddp__jobkey_t key = cddp__job_key(CDDP__JK_WORLD_DONE, w->env.gen, w->rank);
   if (cddp_store_set(w->store, key.s, CDDP__JOB_FLAG, CDDP__JOB_FLAG_LEN) != CDDP_OK || w->rank != 0) return;
   uint64_t deadline = cddp__deadline_ms(10000);
   for (int r = 1; r < w->world; r++) {
-    key = cddp__job_key3(CDDP__JK_WORLD_DONE, w->env.round, w->env.gen, r);
+    key = cddp__job_key(CDDP__JK_WORLD_DONE, w->env.gen, r);
     const char *keys[1] = {key.s};
     if (cddp_store_wait(w->store, keys, 1, cddp__ms_left(deadline)) != CDDP_OK) return;
   }

@@ -12,10 +12,8 @@
 #define KEYIS(kind, a, b, text) CHECK(!strcmp(cddp__job_key(CDDP__JK_##kind, a, b).s, text))
 
 TEST(jobkeys_spell_every_key_of_the_table) {
-  KEYIS(RDZV_ROUND, 0, 0, "rdzv/round");
   KEYIS(RDZV_SETTINGS, 0, 0, "rdzv/settings");
   KEYIS(RDZV_MISMATCH, 0, 0, "rdzv/mismatch");
-  KEYIS(RDZV_OPEN, 3, 0, "rdzv/3/open");
   KEYIS(RDZV_JOINED, 3, 0, "rdzv/3/joined");
   KEYIS(RDZV_NODE, 3, 7, "rdzv/3/node/7");
   KEYIS(RDZV_CLOSED, 3, 0, "rdzv/3/closed");
@@ -41,7 +39,7 @@ TEST(jobkeys_spell_every_key_of_the_table) {
   KEYIS(STOP, 0, 0, "elastic/stop");
   KEYIS(COMPLETE, 0, 0, "elastic/complete");
   KEYIS(STORE_VOTE, 2, 5, "elastic/vote/2/5");
-  CHECK(!strcmp(cddp__job_key3(CDDP__JK_WORLD_DONE, 1, 4, 3).s, "world/r1/g4/done/3"));
+  KEYIS(WORLD_DONE, 4, 3, "world/g4/done/3");
   CHECK(!strcmp(cddp__job_key_in("job7", CDDP__JK_DEAD, 2).s, "job7/elastic/dead/2"));
   CHECK(!strcmp(cddp__job_key(CDDP__JK_GEN_ANNOUNCE, INT64_MAX, 0).s, "elastic/gen/9223372036854775807"));
   CHECK_EQ(cddp__job_key(CDDP__JK_COUNT, 1, 2).s[0], '\0'); /* not a kind: no key */
@@ -204,8 +202,42 @@ TEST(jobkeys_generation_state_machine_on_the_in_memory_store) {
   CHECK_EQ(change(s, &c), -1); /* ABORTED: the job is stopping */
   CHECK_OK(cddp__gen_latest(s, &g));
   CHECK_EQ(g, 5);
+  /* replace mode gathered generation 0 only: a later node starts at round 0 (and is pending) */
+  CHECK_OK(cddp__gen_gathering(s, &g));
+  CHECK_EQ(g, 0);
   cddp_store_close(s);
   free(m);
+}
+
+/* restart-all: each restart is a generation in which every member is new, gathered by the
+ * round of its number; every agent opens it, exactly one generation comes of it. */
+TEST(jobkeys_restart_all_generations_on_the_in_memory_store) {
+  cddp_store_t *s;
+  CHECK_OK(cddp_store_mem_create(&s));
+  int64_t g = -1;
+  CHECK_OK(cddp__gen_gathering(s, &g));
+  CHECK_EQ(g, 0); /* generation 0, open from the start */
+  for (int node = 0; node < 3; node++) CHECK_OK(cddp__gen_open_restart(s, 0, node));
+  CHECK_OK(cddp__gen_latest(s, &g));
+  CHECK_EQ(g, 1);
+  cddp__job_announce_t a;
+  CHECK(cddp__gen_what(s, 1, &a) && a.kind == CDDP__GEN_RESTART && !strcmp(a.what, "restart 1"));
+  CHECK_OK(cddp__gen_gathering(s, &g));
+  CHECK_EQ(g, 1);
+  CHECK_OK(cddp__gen_open_restart(s, 1, 2));
+  CHECK_OK(cddp__gen_open_restart(s, 1, 0)); /* late: generation 2 is there, nothing more */
+  CHECK_OK(cddp__gen_latest(s, &g));
+  CHECK_EQ(g, 2);
+  CHECK_OK(cddp__gen_gathering(s, &g));
+  CHECK_EQ(g, 2);
+  /* a generation of another kind after it (replace mode never restarts; a test may): the
+   * latest restart is still the one gathered */
+  cddp__job_announce_t rep = cddp__job_announce_replace(0, 9);
+  CHECK_OK(cddp__gen_bump(s, &rep, &g));
+  CHECK_EQ(g, 3);
+  CHECK_OK(cddp__gen_gathering(s, &g));
+  CHECK_EQ(g, 2);
+  cddp_store_close(s);
 }
 
 /* What a trainer says to the agents through its world: the sizes it splits over, a stop. */

@@ -8,6 +8,7 @@
 #include "common/clock.h"
 #include "launcher/rdzv.h"
 #include "launcher/rdzv_watch.h"
+#include "world/elastic.h"
 #include "test.h"
 
 typedef struct agent {
@@ -154,15 +155,15 @@ TEST(rdzv_late_joiner_goes_to_next_round) {
   CHECK_OK(cddp_store_prefix_create(&v, s, "job/", 0));
   cddp__job_event_t restart = {.kind = CDDP__EV_RESTART};
   CHECK_OK(cddp__rdzv_post(v, 0, &restart, NULL));
-  CHECK_OK(cddp__rdzv_open_next(v, 0, 1));
-  CHECK_OK(cddp__rdzv_open_next(v, 0, 1)); /* idempotent */
+  CHECK_OK(cddp__gen_open_restart(v, 0, 0));
+  CHECK_OK(cddp__gen_open_restart(v, 0, 1)); /* every agent opens it: one generation */
   cddp_store_close(v);
   for (int i = 0; i < 2; i++) {
     cddp__rdzv_release(&a[i].out);
     start(&a[i], s, 2, 3, -1, 100, 5000, 1, i);
     a[i].min_round = 1;
   }
-  /* start() launched the threads already with min_round 0; rdzv/round = 1 takes them to round 1 */
+  /* start() launched the threads already with min_round 0; restart generation 1 takes them to round 1 */
   agent_t *m[3] = {&a[0], &a[1], &a[2]};
   for (int i = 0; i < 3; i++) {
     pthread_join(a[i].th, NULL);

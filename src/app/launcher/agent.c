@@ -442,7 +442,7 @@ static void begin_ending(agent_t *a, cddp__workers_t *ws) {
 
 static int run_round(agent_t *a, cddp__workers_t *ws, int first) {
   int n = a->rz.nodes[a->rz.node_rank].nproc;
-  int64_t gen = 0;
+  int64_t gen = a->rz.round; /* restart-all: the round gathered this generation */
   if (a->o->replace && cddp__gen_latest(a->store, &gen) != CDDP_OK) {
     fprintf(stderr, "cddp run: %s\n", cddp_last_error());
     return -1;
@@ -574,8 +574,9 @@ static int follow_event(agent_t *a, const cddp__job_event_t *ev, int *exit_code)
     *exit_code = 0;
     return 1;
   }
-  if (ev->kind == CDDP__EV_RESTART) {
-    cddp__rdzv_open_next(a->store, a->rz.round, a->rz.restart_count + 1);
+  if (ev->kind == CDDP__EV_RESTART) { /* the next generation, every member new: gathered by its round */
+    if (cddp__gen_open_restart(a->store, a->rz.round, a->rz.node_rank) != CDDP_OK)
+      CDDP_WARN("restart generation %d: %s (joining its round anyway)", a->rz.round + 1, cddp_last_error());
     return -1;
   }
   /* fail */
@@ -609,6 +610,21 @@ static int follow_value(agent_t *a, const char *value, int *exit_code) {
           !strncmp(value, "lost ", 5) ? value + 5 : value);
   *exit_code = 1;
   return 1;
+}
+
+/* restart-all: the member record of the generation a round gathered (every member new), in
+ * node-rank order; written once, by node 0. Read by `cddp status` and people, not by workers. */
+static void gathered(agent_t *a) {
+  cddp__members_t *m = calloc(1, sizeof *m);
+  if (!m) return;
+  for (int i = 0; i < a->rz.nnodes && m->n < CDDP__MAX_MEMBERS; i++) {
+    cddp__member_t *p = &m->m[m->n++];
+    p->id = a->rz.nodes[i].id, p->nproc = a->rz.nodes[i].nproc;
+    snprintf(p->host, sizeof p->host, "%s", a->rz.nodes[i].host);
+  }
+  if (cddp__members_write(a->store, a->rz.round, m) != CDDP_OK)
+    CDDP_WARN("generation %d: no member record: %s", a->rz.round, cddp_last_error());
+  free(m);
 }
 
 /* Replace mode: generation 0's members, and the monitor (heartbeat, will, peers' health). */
@@ -750,13 +766,15 @@ static int agent_main(agent_t *a) {
   /* replace mode, c10d, room to grow: a node that comes after the round closed waits to be
    * taken into the running job instead of waiting for a round that never opens */
   cfg.late_ok = o->replace && o->backend == CDDP_RDZV_C10D && !o->standalone && o->max_nodes > 1;
-  if (o->replace) { /* a stable id for this agent's life: its heartbeat, its will, its workers' place */
-    int64_t n;
-    if (cddp_store_add(a->store, cddp__job_key(CDDP__JK_AGENTS, 0, 0).s, 1, &n) != CDDP_OK) {
-      fprintf(stderr, "cddp run: %s\n", cddp_last_error());
-      return finish(a, 1);
-    }
-    a->id = cfg.self.id = (int)n - 1;
+  /* a stable id for this agent's life: its place in every generation's member record (and in
+   * replace mode its heartbeat, its will, its workers' place) */
+  int64_t n_agents;
+  if (cddp_store_add(a->store, cddp__job_key(CDDP__JK_AGENTS, 0, 0).s, 1, &n_agents) != CDDP_OK) {
+    fprintf(stderr, "cddp run: %s\n", cddp_last_error());
+    return finish(a, 1);
+  }
+  a->id = cfg.self.id = (int)n_agents - 1;
+  if (o->replace) {
     /* no single point of failure: this agent's standby is listed before it joins, so every
      * member knows every standby of the round it forms */
     if (cddp__store_move_wanted(o->replace, o->max_nodes, o->standalone)) {
@@ -807,6 +825,7 @@ static int agent_main(agent_t *a) {
     if (first && cddp__rdzv_nproc_line(&a->rz, nproc_line, sizeof nproc_line))
       fprintf(stderr, "cddp run: %s\n", nproc_line);
     watch_start(a, a->rz.round);
+    if (!o->replace && a->rz.node_rank == 0) gathered(a); /* restart-all: this generation's members */
     if (o->replace && !a->elastic && start_membership(a) != 0) return finish(a, 1);
     if (a->elastic && a->ms.pending) {
       int code = wait_taken_in(a);

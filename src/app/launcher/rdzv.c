@@ -6,18 +6,9 @@
 #include "common/check.h"
 #include "common/clock.h"
 #include "launcher/rdzv.h"
+#include "world/elastic.h"
 
 #define KEY(kind, a, b) cddp__job_key(CDDP__JK_##kind, a, b).s
-
-static cddp_result_t get_int(cddp_store_t *s, const char *key, int timeout_ms, int64_t *out) {
-  void *v = NULL;
-  size_t len;
-  CDDP_CHECK(cddp_store_get(s, key, &v, &len, timeout_ms));
-  if (cddp__job_int_parse(v, len, out)) *out = -1;
-  free(v);
-  if (*out < 0) return cddp__fail(CDDP_REMOTE, "store key %s holds '%.*s', not a count", key, (int)len, "");
-  return CDDP_OK;
-}
 
 static cddp_result_t publish(cddp_store_t *s, int round, int slot, const cddp__rdzv_cfg_t *cfg) {
   char val[256];
@@ -210,26 +201,30 @@ static cddp_result_t join_late(cddp_store_t *s, const cddp__rdzv_cfg_t *cfg, int
   return CDDP_OK;
 }
 
+/* Round R > 0 opens with restart generation R: waits for its announcement. */
+static cddp_result_t wait_open(cddp_store_t *s, int round, uint64_t deadline, int timeout_ms) {
+  cddp_result_t r = cddp__gen_wait_past(s, round - 1, cddp__ms_left(deadline));
+  cddp__job_announce_t a;
+  if (r == CDDP_OK && (!cddp__gen_what(s, round, &a) || a.kind != CDDP__GEN_RESTART))
+    r = CDDP_TIMEOUT; /* a generation of replace mode: no round ever opens */
+  if (r == CDDP_TIMEOUT)
+    return cddp__fail(CDDP_TIMEOUT, "rendezvous: round %d did not open within %.1f s (the job runs without this "
+                      "node; it would join at the next restart)", round, timeout_ms / 1e3);
+  return r;
+}
+
 cddp_result_t cddp__rdzv_join(cddp_store_t *s, const cddp__rdzv_cfg_t *cfg, int min_round, cddp__rdzv_t *out) {
   uint64_t deadline = cddp__deadline_ms(cfg->timeout_ms);
   int64_t cur;
   int round = min_round;
   cddp__jobkey_t key;
   memset(out, 0, sizeof *out);
-  if (get_int(s, KEY(RDZV_ROUND, 0, 0), 0, &cur) == CDDP_OK && cur > round)
-    round = (int)cur;
-  cddp__clear_error();
+  CDDP_CHECK(cddp__gen_gathering(s, &cur));
+  if (cur > round) round = (int)cur;
   for (;;) {
-    int64_t restarts = 0;
-    if (round > 0) {
-      cddp_result_t r = get_int(s, KEY(RDZV_OPEN, round, 0), cddp__ms_left(deadline), &restarts);
-      if (r == CDDP_TIMEOUT)
-        return cddp__fail(CDDP_TIMEOUT, "rendezvous: round %d did not open within %.1f s (the job runs without this "
-                          "node; it would join at the next restart)", round, cfg->timeout_ms / 1e3);
-      CDDP_CHECK(r);
-    }
+    if (round > 0) CDDP_CHECK(wait_open(s, round, deadline, cfg->timeout_ms));
     out->round = round;
-    out->restart_count = (int)restarts;
+    out->restart_count = round; /* every generation a round gathers after 0 is a restart */
     if (cfg->node_rank >= 0) { /* static: ranks are given */
       out->node_rank = cfg->node_rank;
       CDDP_CHECK(check_settings(s, cfg, round));
@@ -336,33 +331,6 @@ exit:
   free(kp);
   free(f);
   return found;
-}
-
-cddp_result_t cddp__rdzv_open_next(cddp_store_t *s, int round, int restart_count) {
-  char val[32], want[32];
-  size_t len = cddp__job_int_format(restart_count, val, sizeof val);
-  CDDP_CHECK(cddp_store_set(s, KEY(RDZV_OPEN, round + 1, 0), val, len));
-  size_t wlen = cddp__job_int_format(round + 1, want, sizeof want);
-  cddp__jobkey_t rkey = cddp__job_key(CDDP__JK_RDZV_ROUND, 0, 0);
-  const char *rk = rkey.s;
-  for (int tries = 0; tries < 100; tries++) { /* rdzv/round = max(rdzv/round, round + 1) */
-    void *cur = NULL, *now = NULL;
-    size_t clen = 0, nlen = 0;
-    int64_t have = -1, v = -1;
-    cddp_result_t r = cddp_store_get(s, rk, &cur, &clen, 0);
-    if (r != CDDP_OK && r != CDDP_TIMEOUT && r != CDDP_NOT_FOUND) return r;
-    if (r == CDDP_OK && !cddp__job_int_parse(cur, clen, &have) && have >= round + 1) {
-      free(cur);
-      return CDDP_OK;
-    }
-    r = cddp_store_compare_set(s, rk, r == CDDP_OK ? cur : NULL, r == CDDP_OK ? clen : 0, want, wlen, &now, &nlen);
-    free(cur);
-    if (cddp__job_int_parse(now, nlen, &v)) v = -1;
-    free(now);
-    CDDP_CHECK(r);
-    if (v >= round + 1) return CDDP_OK;
-  }
-  return cddp__fail(CDDP_INTERNAL, "rendezvous: could not advance %s to %d", rk, round + 1);
 }
 
 cddp_result_t cddp__rdzv_node_done(cddp_store_t *s, const cddp__rdzv_t *r) {

@@ -1,4 +1,6 @@
-/* rdzv.h - the round-based rendezvous of node agents, in the store under "rdzv/". */
+/* rdzv.h - the rendezvous of node agents, in the store under "rdzv/": round R gathers the
+ * members of generation R (0, and in restart-all each restart generation, in which every
+ * member is new; world/elastic.h). */
 #ifndef CDDP_RUN_RDZV_H
 #define CDDP_RUN_RDZV_H
 
@@ -29,9 +31,9 @@ typedef struct cddp__rdzv {
 } cddp__rdzv_t;
 
 /* Joins the first open round >= min_round and returns when it closed with this node in
- * it. Keys (relative to s): rdzv/round (latest opened round), rdzv/R/open (value =
- * restart count; round 0 is open from the start), rdzv/R/joined (add(): slot = join
- * order), rdzv/R/node/<slot>, rdzv/R/closed (compare_set from absent to the node count:
+ * it. Round R > 0 is open once generation R is announced as a restart (cddp__gen_open_restart;
+ * round 0 is open from the start); the latest such round is where a node starts. Keys
+ * (relative to s): rdzv/R/joined (add(): slot = join order), rdzv/R/node/<slot>, rdzv/R/closed (compare_set from absent to the node count:
  * exactly one agent decides). The round closes at max_nodes, or last_call_ms after a
  * node saw at least min_nodes joined. A node whose slot is past the close waits for the
  * next round. The static backend publishes rdzv/R/node/<node_rank> and waits for all.
@@ -60,8 +62,6 @@ cddp_result_t cddp__rdzv_failure_post(cddp_store_t *s, int round, int node_rank,
 /* The earliest failure posted in the round, waiting at most wait_ms for every node's record
  * (a node that is gone never posts). 1 with *code and line set, 0 when none was posted. */
 int cddp__rdzv_failure_first(cddp_store_t *s, int round, int nnodes, int wait_ms, int *code, char *line, size_t size);
-/* Opens round+1 with the given restart count (idempotent; every agent may call it). */
-cddp_result_t cddp__rdzv_open_next(cddp_store_t *s, int round, int restart_count);
 /* This node's workers all succeeded; the last node to say so posts "done". */
 cddp_result_t cddp__rdzv_node_done(cddp_store_t *s, const cddp__rdzv_t *r);
 /* Exit barrier: counts this agent out; with wait = 1 (the agent hosting the store)
