@@ -241,7 +241,7 @@ size_t cddp__members_format(const cddp__members_t *m, char *buf, size_t size) {
 }
 
 size_t cddp__job_vote_format(const cddp__job_vote_t *v, char *buf, size_t size) {
-  int n = snprintf(buf, size, "gen %lld\n", (long long)v->gen);
+  int n = snprintf(buf, size, "gen %lld restarts %lld\n", (long long)v->gen, (long long)v->restarts);
   if (n < 0 || (size_t)n >= size) return 0;
   size_t m = cddp__members_format(&v->members, buf + n, size - (size_t)n);
   return m ? (size_t)n + m : 0;
@@ -249,13 +249,13 @@ size_t cddp__job_vote_format(const cddp__job_vote_t *v, char *buf, size_t size) 
 
 int cddp__job_vote_parse(const void *text, size_t len, cddp__job_vote_t *out) {
   const char *t = text, *nl = t ? memchr(t, '\n', len) : NULL;
-  char head[40];
-  long long g;
+  char head[64];
+  long long g, n = 0;
   int used = 0;
   if (!nl || (size_t)(nl - t) >= sizeof head) return -1;
   copy_text(head, sizeof head, t, (size_t)(nl - t));
-  if (sscanf(head, "gen %lld%n", &g, &used) != 1 || head[used] || g < 0) return -1;
-  out->gen = g;
+  if (sscanf(head, "gen %lld restarts %lld%n", &g, &n, &used) != 2 || head[used] || g < 0 || n < 0) return -1;
+  out->gen = g, out->restarts = n;
   return cddp__members_parse(nl + 1, len - (size_t)(nl + 1 - t), &out->members);
 }
 

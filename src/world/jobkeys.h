@@ -190,10 +190,12 @@ cddp__job_announce_t cddp__job_announce_moved(int agent_id);
 /* elastic/claim/<G>: the claimer and what it announces (unique: what names a pid or a node) */
 size_t cddp__job_claim_format(int agent_id, const cddp__job_announce_t *what, char *buf, size_t size);
 
-/* elastic/vote/<E>/<A>: "gen <G>\n" and the member record of G, the latest generation agent A
- * saw before the store's host was lost */
+/* elastic/vote/<E>/<A>: "gen <G> restarts <N>\n" and the member record of G, the latest
+ * generation agent A saw before the store's host was lost, and the most worker replacements
+ * (elastic/restarts) it saw counted, so that the budget survives the move */
 typedef struct cddp__job_vote {
   int64_t gen;
+  int64_t restarts;
   cddp__members_t members;
 } cddp__job_vote_t;
 size_t cddp__job_vote_format(const cddp__job_vote_t *v, char *buf, size_t size);

@@ -8,7 +8,8 @@
 # host cut off, not known dead): the others take the store over only after its lease; thawed,
 # it stops (it hears from a minority, or its own store went unanswered) and writes nothing the
 # others see: the run's metrics and sample logs hold every step and sample once. (o) CDDP_STORE_FAILOVER=0: the job ends with
-# its store's host, as before.
+# its store's host, as before. (s) a spare waiting when the host is lost is taken in by the new host, and
+# the restart budget used before the move still counts after it.
 cd "$(dirname "$0")/../.." && source tests/sh/lib.sh
 source tests/sh/lib_elastic.sh
 elastic_setup cddp-store-failover
@@ -113,8 +114,41 @@ case_o() {
     fail "o: off switch" "${RC[*]}; $n files name the store"
 }
 
+# (s) what the survivors hold moves with the store: a worker replaced before the move counts
+# against --max-restarts after it too (the votes carry the count), and a spare that waited to be
+# taken in when the host was lost is taken in by the new host (it lists itself again).
+case_s() {
+  P=$(free_port); A=()
+  local slow=(--set debug.slow_rank=0 --set debug.slow_ms=40) # ~13 s of steps: room for three faults
+  agent s 1 2:3 "${slow[@]}"; sleep 0.3; agent s 2 2:3 "${slow[@]}"; agent s 3 2:3 "${slow[@]}"
+  wait_step "$T/s/metrics.jsonl" 10 || fail "s: no progress" "$(tail -3 "$T/s1.out")"
+  agent s 4 2:3 "${slow[@]}"
+  wait_line 20 'waits as a spare' "$T"/s?.out || fail "s: the 4th agent is no spare" "$(tail -2 "$T/s4.out" | tr '\n' ' ')"
+  local h; h=$(store_host 1 2 3)
+  local o=() i; for i in 1 2 3; do [ "$i" != "$h" ] && o+=("$i"); done
+  kill -KILL "$(worker_of "${A[${o[0]}]}")"
+  wait_line 20 'replaced in place .* (restart 1 of 3)' "$T"/s?.out || fail "s: the first replacement" ""
+  wait_step "$T/s/metrics.jsonl" $(( $(last_step "$T/s/metrics.jsonl") + 20 ))
+  kill -KILL "${A[$h]}" $(worker_of "${A[$h]}"); wait "${A[$h]}" 2>/dev/null
+  if wait_line 30 'taken into the job in generation' "$T/s4.out"; then
+    ok "s: the spare waiting when the store's host was lost is taken in by the new host: $(grep -m1 -o 'node .* taken into the job in generation .*' "$T/s4.out")"
+  else fail "s: the spare was forgotten" "$(grep -v 'epoch 1/1' "$T/s4.out" | tail -3 | tr '\n' ' ')"; fi
+  wait_step "$T/s/metrics.jsonl" $(( $(last_step "$T/s/metrics.jsonl") + 20 ))
+  kill -KILL "$(worker_of "${A[${o[1]}]}")"
+  local second
+  if wait_line 20 'replaced in place .* (restart [0-9]* of 3)' "$T/s${o[1]}.out"; then
+    second=$(grep -h -o 'replaced in place .* (restart [0-9]* of 3)' "$T/s${o[1]}.out" | tail -1)
+    case "$second" in *"(restart 2 of 3)"*) ok "s: after the move the budget goes on: $second" ;;
+      *) fail "s: the restart budget started over after the move" "$second" ;; esac
+  else fail "s: the second replacement" "$(tail -3 "$T/s${o[1]}.out" | tr '\n' ' ')"; fi
+  wait_all 90 "${A[${o[0]}]}" "${A[${o[1]}]}" "${A[4]}"
+  [ "${RC[*]}" = "0 0 0" ] && ok "s: the two survivors and the spare finish (exit 0)" || fail "s: exit codes" "${RC[*]}"
+  steps_once s
+  exactly_once s
+}
+
 case "${1:-all}" in
-  m) case_m ;; n) case_n ;; f) case_f ;; o) case_o ;;
-  *) case_m; case_n; case_f; case_o ;;
+  m) case_m ;; n) case_n ;; f) case_f ;; o) case_o ;; s) case_s ;;
+  *) case_m; case_n; case_f; case_o; case_s ;;
 esac
 finish

@@ -128,13 +128,16 @@ TEST(jobkeys_membership_values_round_trip) {
   an = cddp__job_announce_replace(1, 3);
   n = cddp__job_claim_format(4, &an, buf, sizeof buf);
   CHECK(!strcmp(buf, "4 replace rank 1 pid 3"));
-  /* a vote for the store's next host: the generation and its members */
-  cddp__job_vote_t v = {.gen = 3}, w;
+  /* a vote for the store's next host: the generation, the restarts counted, the members */
+  cddp__job_vote_t v = {.gen = 3, .restarts = 2}, w;
   CHECK_EQ(cddp__members_parse("0 2 a\n4 1 b", 11, &v.members), 0);
   n = cddp__job_vote_format(&v, buf, sizeof buf);
-  CHECK(!strcmp(buf, "gen 3\n0 2 a\n4 1 b"));
-  CHECK(!cddp__job_vote_parse(buf, n, &w) && w.gen == 3 && w.members.n == 2 && w.members.m[1].id == 4);
+  CHECK(!strcmp(buf, "gen 3 restarts 2\n0 2 a\n4 1 b"));
+  CHECK(!cddp__job_vote_parse(buf, n, &w) && w.gen == 3 && w.restarts == 2 && w.members.n == 2 &&
+        w.members.m[1].id == 4);
   CHECK_EQ(cddp__job_vote_parse("gen x\n0 2 a", 11, &w), -1);
+  CHECK_EQ(cddp__job_vote_parse("gen 3\n0 2 a", 11, &w), -1); /* no restarts counted */
+  CHECK_EQ(cddp__job_vote_parse("gen 3 restarts -1\n0 2 a", 23, &w), -1);
   CHECK_EQ(cddp__job_vote_parse("gen 3", 5, &w), -1);
   CHECK_EQ(cddp__job_vote_format(&v, buf, 8), 0);
   an = cddp__job_announce_moved(2);

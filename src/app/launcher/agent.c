@@ -309,7 +309,8 @@ static char **worker_env(agent_t *a, int local_rank, int64_t gen, int replacemen
   if (a->elastic && cddp__members_find(&a->ms.cur, a->id, &rank_base, &world) < 0)
     rank_base = rz->rank_base, world = rz->world_size;
   int64_t restarts = 0;
-  if (o->replace) cddp_store_add(a->store, cddp__job_key(CDDP__JK_RESTARTS, 0, 0).s, 0, &restarts);
+  if (o->replace && cddp_store_add(a->store, cddp__job_key(CDDP__JK_RESTARTS, 0, 0).s, 0, &restarts) == CDDP_OK)
+    cddp__store_move_restarts(a->ms.mv, restarts);
 #define PUT(name, ...)                                         \
   do {                                                         \
     if (asprintf(&env[k], name "=" __VA_ARGS__) >= 0) k++;     \
@@ -404,9 +405,10 @@ static int replace_failed(agent_t *a, cddp__workers_t *ws) {
   if ((a->not_retried = cddp__failure_deterministic(w->replaced ? &w->prev : NULL, &ws->failure, w->start_ns)))
     return -1; /* it would fail the same way again: the budget stays for failures a restart cures */
   int64_t restarts = 0, gen = 0; /* membership changes are free; failures count */
-  if (cddp_store_add(a->store, cddp__job_key(CDDP__JK_RESTARTS, 0, 0).s, 1, &restarts) != CDDP_OK ||
-      restarts > a->o->max_restarts)
+  if (cddp_store_add(a->store, cddp__job_key(CDDP__JK_RESTARTS, 0, 0).s, 1, &restarts) != CDDP_OK)
     return -1;
+  cddp__store_move_restarts(a->ms.mv, restarts);
+  if (restarts > a->o->max_restarts) return -1;
   if (cddp__gen_change(a->store, &what, a->id, NULL, NULL, &gen) != CDDP_OK) {
     fprintf(stderr, "cddp run: cannot announce a new generation in the store: %s\n", cddp_last_error());
     return -1;

@@ -35,6 +35,8 @@ struct cddp__monitor {
   uint64_t deadline; /* "waited" after this (0: none) */
   const int *hosting; /* cddp__monitor_lease */
   int64_t epoch;      /* the store's epoch at the last beat (store/failover.h) */
+  char pending[96];   /* this agent's pending record while it waits to be taken in ("": none): */
+  size_t pending_len; /* published again when the store moves (its new host never saw it) */
   int lease_gone; /* "minority" or "froze" was said: once */
   int n;
   watched_t w[CDDP__MAX_MEMBERS];
@@ -92,9 +94,13 @@ static cddp_result_t beat(cddp__monitor_t *m, uint64_t now) {
   CDDP_CHECK(cddp_store_add(m->s, KEY(HEARTBEAT, m->self), 1, &v));
   pthread_mutex_lock(&m->mu);
   int64_t epoch = cddp__failover_epoch();
+  char pending[sizeof m->pending];
+  size_t pending_len = 0;
   if (epoch != m->epoch) { /* the store moved: nobody could beat while it did; every member starts afresh */
     m->epoch = epoch;
     for (int i = 0; i < m->n; i++) m->w[i].changed_at = now;
+    pending_len = m->pending_len;
+    memcpy(pending, m->pending, pending_len);
   }
   for (int i = 0; i < m->n; i++) {
     watched_t *w = &m->w[i];
@@ -119,6 +125,12 @@ static cddp_result_t beat(cddp__monitor_t *m, uint64_t now) {
   int members = m->n + 1;
   pthread_mutex_unlock(&m->mu);
   if (minority) say(m, "minority %d %d", alive, members);
+  if (pending_len) { /* the new host knows the agent ids of the members only: ours too, so it is scanned */
+    int64_t ids = 0;
+    if (cddp_store_add(m->s, KEY(AGENTS, 0), 0, &ids) == CDDP_OK && ids <= m->self)
+      (void)cddp_store_add(m->s, KEY(AGENTS, 0), m->self + 1 - ids, &ids);
+    (void)cddp_store_set(m->s, KEY(PENDING, m->self), pending, pending_len);
+  }
   if (exists(m->s, KEY(STOP, 0))) say(m, "stop");
   return scan_pending(m);
 }
@@ -236,6 +248,14 @@ void cddp__monitor_watch(cddp__monitor_t *m, const cddp__members_t *members, int
   pthread_mutex_unlock(&m->mu);
 }
 
+void cddp__monitor_pending(cddp__monitor_t *m, const char *rec, size_t len) {
+  if (!m) return;
+  pthread_mutex_lock(&m->mu);
+  m->pending_len = rec && len <= sizeof m->pending ? len : 0;
+  if (m->pending_len) memcpy(m->pending, rec, len);
+  pthread_mutex_unlock(&m->mu);
+}
+
 void cddp__monitor_lease(cddp__monitor_t *m, const int *hosting) {
   if (!m) return;
   pthread_mutex_lock(&m->mu);
@@ -292,6 +312,7 @@ cddp_result_t cddp__membership_pend(cddp__membership_t *ms, int nproc) {
   ms->pending = 1, ms->joined = 0, ms->ending = 0;
   memset(&ms->cur, 0, sizeof ms->cur);
   CDDP_CHECK(cddp_store_set(ms->store, KEY(PENDING, ms->self), val, len));
+  cddp__monitor_pending(ms->mon, val, len);
   cddp__membership_refresh(ms);
   return CDDP_OK;
 }
@@ -319,6 +340,7 @@ void cddp__membership_refresh(cddp__membership_t *ms) {
   } else if (r == CDDP_OK) {
     if (ms->pending) { /* taken in */
       (void)cddp_store_delete(ms->store, KEY(PENDING, ms->self), NULL);
+      cddp__monitor_pending(ms->mon, NULL, 0);
       ms->pending = 0, ms->joined = 1;
     }
     ms->cur = *m, ms->gen = g;

@@ -31,6 +31,9 @@ cddp_result_t cddp__monitor_start(cddp__monitor_t **out, const char *host, int p
 void cddp__monitor_watch(cddp__monitor_t *m, const cddp__members_t *members, int64_t gen);
 /* Reports "waited" once the monotonic time passes deadline_ns (0: none). */
 void cddp__monitor_deadline(cddp__monitor_t *m, uint64_t deadline_ns);
+/* This agent waits to be taken in with this pending record (NULL: not any more): after the
+ * store moves, the monitor publishes it again in the new store, whose host never saw it. */
+void cddp__monitor_pending(cddp__monitor_t *m, const char *rec, size_t len);
 /* Split-brain guard of the store's host (docs/store.md, "Failover"): while *hosting, a beat that
  * finds fewer than half of the members (this one included) alive reports "minority <alive>
  * <members>", and a turn of the thread that comes the heartbeat timeout or more after the last

@@ -38,6 +38,7 @@ struct cddp__store_move {
   cddp_store_t *own;            /* this agent's standby: it keeps a copy of the list, so a node
                                    pointed at this member finds the store's host */
   int64_t read_at_gen;
+  int64_t restarts;             /* the most worker replacements seen counted (elastic/restarts) */
   char lost_host[256];
   int lost_port;
   int64_t lost_epoch;
@@ -134,8 +135,9 @@ static void say_stop(cddp__store_move_t *mv) {
   (void)w;
 }
 
-/* The votes in this agent's server: *best = the vote of the latest generation, *n_for = how
- * many of best's members voted, *max_id = the highest agent id seen. */
+/* The votes in this agent's server: *best = the vote of the latest generation (its restarts:
+ * the most any vote saw), *n_for = how many of best's members voted, *max_id = the highest
+ * agent id seen. */
 static void count_votes(cddp_store_t *view, int64_t epoch, cddp__job_vote_t *best, int *n_for, int *max_id) {
   cddp__job_vote_t *v = malloc(sizeof *v);
   int ids[2 * CDDP__MAX_MEMBERS], nids = 0, voted[2 * CDDP__MAX_MEMBERS] = {0};
@@ -152,6 +154,7 @@ static void count_votes(cddp_store_t *view, int64_t epoch, cddp__job_vote_t *bes
     free(t);
     voted[k] = 1;
     if (ids[k] > *max_id) *max_id = ids[k];
+    int64_t restarts = CDDP_MAX(v->restarts, best->restarts);
     if (v->gen > best->gen) {
       *best = *v;
       for (int i = 0; i < best->members.n && nids < 2 * CDDP__MAX_MEMBERS; i++) {
@@ -160,6 +163,7 @@ static void count_votes(cddp_store_t *view, int64_t epoch, cddp__job_vote_t *bes
         if (!known) ids[nids++] = best->members.m[i].id;
       }
     }
+    best->restarts = restarts;
   }
   cddp__clear_error();
   *n_for = 0;
@@ -200,10 +204,14 @@ static void take_over(cddp__store_move_t *mv, const cddp__job_vote_t *mine, cons
     }
     usleep(POLL_MS * 1000);
   }
-  /* the rebuild: the generation, the agent ids handed out, the lost host's will */
+  /* the rebuild: the generation, the restart budget used, the agent ids handed out, the lost
+   * host's will */
   cddp__job_announce_t what = cddp__job_announce_moved(mv->self);
   int64_t had = 0;
   if (r == CDDP_OK) r = cddp__gen_restore(view, best->gen, &what, &best->members);
+  if (r == CDDP_OK) r = cddp_store_add(view, cddp__job_key(CDDP__JK_RESTARTS, 0, 0).s, 0, &had);
+  if (r == CDDP_OK && had < best->restarts)
+    r = cddp_store_add(view, cddp__job_key(CDDP__JK_RESTARTS, 0, 0).s, best->restarts - had, &had);
   if (r == CDDP_OK) r = cddp_store_add(view, cddp__job_key(CDDP__JK_AGENTS, 0, 0).s, 0, &had);
   if (r == CDDP_OK && had <= max_id) r = cddp_store_add(view, cddp__job_key(CDDP__JK_AGENTS, 0, 0).s, max_id + 1 - had, &had);
   if (r == CDDP_OK && lost_id >= 0 && cddp__members_find(&best->members, lost_id, NULL, NULL) >= 0)
@@ -250,8 +258,15 @@ static void *vote_main(void *arg) {
   cddp__peers_t *peers = malloc(sizeof *peers);
   if (!mine || !peers || cddp__failover_view(peers) != 0) goto out;
   pthread_mutex_lock(&mv->mu);
-  mine->gen = mv->gen, mine->members = mv->cur;
+  mine->gen = mv->gen, mine->members = mv->cur, mine->restarts = mv->restarts;
   pthread_mutex_unlock(&mv->mu);
+  if (cddp__members_find(&mine->members, mv->self, NULL, NULL) < 0) {
+    /* not a member (a node waiting to be taken in): its vote would not count, and the move is
+     * not its to judge; its clients follow the store to its new host by themselves */
+    CDDP_INFO(CDDP_SUB_RUN, "store at %s:%d lost: agent %d waits to be taken in, and waits for the new host",
+              mv->lost_host, mv->lost_port, mv->self);
+    goto out;
+  }
   int at = cddp__peers_find(peers, mv->lost_host, mv->lost_port), lost_id = at >= 0 ? peers->p[at].id : -1;
   char buf[CDDP__MAX_MEMBERS * 80 + 64];
   size_t bl = cddp__job_vote_format(mine, buf, sizeof buf);
@@ -387,6 +402,13 @@ cddp_result_t cddp__store_move_start(cddp__store_move_t **out, const cddp__store
             "serves a standby at", mv->host, mv->port);
   *out = mv;
   return CDDP_OK;
+}
+
+void cddp__store_move_restarts(cddp__store_move_t *mv, int64_t restarts) {
+  if (!mv) return;
+  pthread_mutex_lock(&mv->mu);
+  if (restarts > mv->restarts) mv->restarts = restarts;
+  pthread_mutex_unlock(&mv->mu);
 }
 
 void cddp__store_move_note(cddp__store_move_t *mv, const cddp__members_t *m, int64_t gen) {

@@ -37,6 +37,9 @@ cddp_result_t cddp__store_move_start(cddp__store_move_t **out, const cddp__store
 void cddp__store_move_notify(cddp__store_move_t *mv, int fd);
 /* The latest generation this agent saw: what it votes with. */
 void cddp__store_move_note(cddp__store_move_t *mv, const cddp__members_t *m, int64_t gen);
+/* The count of worker replacements (elastic/restarts) this agent saw: the most any voter saw
+ * is the count the store's new host starts from, so a move does not reset the budget. */
+void cddp__store_move_restarts(cddp__store_move_t *mv, int64_t restarts);
 /* This agent came back under a new id: listed again under it. */
 cddp_result_t cddp__store_move_rejoin(cddp__store_move_t *mv, int new_id);
 /* 1 while this agent's process serves the job's store (from the start, or since it took over):
