@@ -1,5 +1,4 @@
 /* store_move.c - the job's store outlives its host: standby, vote, take-over (store_move.h). */
-#include <errno.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -99,18 +98,10 @@ static cddp_result_t list_self(cddp_store_t *raw, int id, const char *host, int 
 
 /* ---- the vote (a thread started by the first client that finds the store gone) ---- */
 
-/* What a connection to host:port finds within 300 ms: 1 a listener, 0 a refusal (its host is up
- * and nothing listens there, so a store's process there is gone for sure: a cut-off host cannot
- * be told from a dead one otherwise), -1 no answer. */
-static int knock(const char *host, int port) {
-  int fd = -1;
-  errno = 0;
-  cddp_result_t r = cddp__sock_connect(host, port, 0, cddp__deadline_ms(300), &fd);
-  int why = errno;
-  if (r == CDDP_OK) close(fd);
-  cddp__clear_error();
-  return r == CDDP_OK ? 1 : why == ECONNREFUSED ? 0 : -1;
-}
+/* Within 300 ms: 1 a listener, 0 a refusal (its host is up and nothing listens there, so a
+ * store's process there is gone for sure: a cut-off host cannot be told from a dead one
+ * otherwise), -1 no answer. */
+static int knock(const char *host, int port) { return cddp__sock_knock(host, port, 300); }
 
 /* Why this node gives up, one line (the agent prints it after "node H (agent A) "). */
 static void set_line(cddp__store_move_t *mv, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
