@@ -747,9 +747,10 @@ static int agent_main(agent_t *a) {
   else cddp__sock_addr_toward(a->store_host, a->store_port, cfg.self.addr, sizeof cfg.self.addr);
   cfg.self.nproc = o->nproc_per_node;
   cfg.self.id = -1;
-  /* replace mode, c10d, room to grow: a node that comes after the round closed waits to be
-   * taken into the running job instead of waiting for a round that never opens */
-  cfg.late_ok = o->replace && o->backend == CDDP_RDZV_C10D && !o->standalone && o->max_nodes > 1;
+  /* replace mode, room to grow: a node that comes after the round closed (static: after its
+   * slot was filled, a restarted node) waits to be taken into the running job instead of
+   * waiting for a round that never opens */
+  cfg.late_ok = o->replace && !o->standalone && o->max_nodes > 1;
   if (o->replace) { /* a stable id for this agent's life: its heartbeat, its will, its workers' place */
     int64_t n;
     if (cddp_store_add(a->store, cddp__job_key(CDDP__JK_AGENTS, 0, 0).s, 1, &n) != CDDP_OK) {
@@ -803,6 +804,7 @@ static int agent_main(agent_t *a) {
     }
     CDDP_INFO(CDDP_SUB_RDZV, "round %d closed: node %d of %d, world %d", a->rz.round, a->rz.node_rank, a->rz.nnodes,
               a->rz.world_size);
+    cddp__store_move_round(a->ms.mv, &cfg, &a->rz);
     char nproc_line[400];
     if (first && cddp__rdzv_nproc_line(&a->rz, nproc_line, sizeof nproc_line))
       fprintf(stderr, "cddp run: %s\n", nproc_line);

@@ -32,6 +32,8 @@ struct cddp__store_move {
   int hosting;                  /* atomic */
   cddp__members_t cur;
   int64_t gen;
+  cddp__rdzv_cfg_t rcfg;        /* the round this agent is in (rz.nodes: a copy; NULL: none yet) */
+  cddp__rdzv_t rz;
   int running;                  /* atomic: the vote thread was started */
   cddp_store_t *raw;            /* reads the peers list again at each generation (main thread) */
   cddp_store_t *own;            /* this agent's standby: it keeps a copy of the list, so a node
@@ -200,6 +202,9 @@ static void take_over(cddp__store_move_t *mv, const cddp__job_vote_t *mine, cons
   if (r == CDDP_OK && had <= max_id) r = cddp_store_add(view, cddp__job_key(CDDP__JK_AGENTS, 0, 0).s, max_id + 1 - had, &had);
   if (r == CDDP_OK && lost_id >= 0 && cddp__members_find(&best->members, lost_id, NULL, NULL) >= 0)
     r = cddp_store_set(view, cddp__job_key(CDDP__JK_DEAD, lost_id, 0).s, CDDP__JOB_WILL, strlen(CDDP__JOB_WILL));
+  pthread_mutex_lock(&mv->mu);
+  if (r == CDDP_OK && mv->rz.nodes) r = cddp__rdzv_restore(view, &mv->rcfg, &mv->rz); /* late nodes come in */
+  pthread_mutex_unlock(&mv->mu);
   if (r == CDDP_OK) { /* open for business: the clients take the first server past the lost epoch */
     cddp__peers_t *next = malloc(sizeof *next);
     char text[CDDP__MAX_PEERS * 300];
@@ -401,6 +406,17 @@ void cddp__store_move_note(cddp__store_move_t *mv, const cddp__members_t *m, int
   }
   free(v), free(p);
   cddp__clear_error();
+}
+
+void cddp__store_move_round(cddp__store_move_t *mv, const cddp__rdzv_cfg_t *cfg, const cddp__rdzv_t *rz) {
+  if (!mv || !rz->nodes || rz->nnodes <= 0) return;
+  cddp__rdzv_node_t *copy = malloc((size_t)rz->nnodes * sizeof *copy);
+  if (!copy) return;
+  memcpy(copy, rz->nodes, (size_t)rz->nnodes * sizeof *copy);
+  pthread_mutex_lock(&mv->mu);
+  free(mv->rz.nodes);
+  mv->rcfg = *cfg, mv->rz = *rz, mv->rz.nodes = copy;
+  pthread_mutex_unlock(&mv->mu);
 }
 
 void cddp__store_move_notify(cddp__store_move_t *mv, int fd) {
