@@ -740,7 +740,7 @@ static int agent_main(agent_t *a) {
   cddp_run_opts_t *o = a->o;
   if (setup_store(a) != 0) return finish(a, 1);
   cddp__rdzv_cfg_t cfg = {.min_nodes = o->min_nodes, .max_nodes = o->max_nodes,
-                          .node_rank = o->backend == CDDP_RDZV_STATIC ? o->node_rank : -1,
+                          .node_rank = o->backend == CDDP_RDZV_STATIC ? o->node_rank : -1, .static_nodes = o->static_nodes,
                           .last_call_ms = o->last_call_ms, .timeout_ms = o->rdzv_timeout_ms};
   snprintf(cfg.self.host, sizeof cfg.self.host, "%s", a->host);
   if (o->local_addr[0]) snprintf(cfg.self.addr, sizeof cfg.self.addr, "%.63s", o->local_addr);
@@ -791,7 +791,7 @@ static int agent_main(agent_t *a) {
     /* the first join of a multi-node job: another --rdzv-id or a refused token said in one line */
     cddp__rdzv_watch_t rw = {0};
     if (first && !o->standalone && o->max_nodes > 1) {
-      cddp__rdzv_waiter_t me = {.node_records = cfg.node_rank >= 0 ? cfg.max_nodes : 0};
+      cddp__rdzv_waiter_t me = {.node_records = cfg.node_rank >= 0 ? o->static_nodes : 0};
       snprintf(me.run_id, sizeof me.run_id, "%s", o->run_id);
       snprintf(me.host, sizeof me.host, "%s", a->host);
       cddp__rdzv_watch_start(&rw, a->store_host, a->store_port, a->token, &me);
@@ -966,7 +966,7 @@ int cddp__run_main(int argc, char **argv) {
     fprintf(stderr, "cddp run: %s\n", cddp_last_error());
     return 2;
   }
-  if (o.mode == CDDP_RUN_SLURM_BATCH) return cddp__slurm_exec_srun(argc, argv);
+  if (o.mode == CDDP_RUN_SLURM_BATCH) return cddp__slurm_exec_srun(argc, argv, o.replace);
   cddp__program_t prog;
   if (cddp__program_resolve(&o, argv + o.prog_index, &prog) != CDDP_OK) {
     fprintf(stderr, "cddp run: %s\n", cddp_last_error());
