@@ -280,6 +280,16 @@ if wait_line 60 "recovered from the loss of node node1" "$F/job.out"; then
     fail store_follows_step_below_min "$(tail -3 "$F/job.out" | tr '\n' ' ')"
 fi
 J=$(sed -n 's/^SLURM_JOB_ID=//p' "$F/step1.env")
+mapfile -t ov < <(grep -E '^SLURM_(STEP_ID|STEP_NODELIST|STEP_NUM_NODES|STEP_NUM_TASKS|STEP_TASKS_PER_NODE|NODEID|PROCID|LOCALID|JOB_ID)=' "$F/step3.env")
+# another job's agent on the same port (run id "other"): node2's store is not its job's, so it is
+# not taken; the one line names the nodes tried
+env -u MASTER_ADDR -u MASTER_PORT timeout 60 "$SL" run env "${ov[@]}" "$CDDP" run --launcher slurm --restart-mode replace \
+  --nnodes 2:3 --rdzv-id other --rdzv-timeout 3 true >"$F/other.out" 2>&1
+rc=$?
+if [ $rc = 1 ] && [ "$(wc -l <"$F/other.out")" = 1 ] &&
+   grep -q "cannot reach the rendezvous store at node1:[0-9]*, nor through node2, node3 (the step's other nodes)" "$F/other.out"; then
+  ok store_follows_step_not_another_jobs_store
+else fail store_follows_step_not_another_jobs_store "exit $rc: $(head -3 "$F/other.out" | tr '\n' ' ')"; fi
 for i in 3 1; do # the step's view of node i again: its node id, the step's node list and counts
   mapfile -t ov < <(grep -E '^SLURM_(STEP_ID|STEP_NODELIST|STEP_NUM_NODES|STEP_NUM_TASKS|STEP_TASKS_PER_NODE|NODEID|PROCID|LOCALID)=' "$F/step$i.env")
   env -u MASTER_ADDR -u MASTER_PORT timeout "$T" "$SL" run srun --jobid="$J" --overlap -N1 -n1 -w node$i env "${ov[@]}" \

@@ -217,6 +217,21 @@ static int serves_peers(cddp_store_t *base) {
   return ok;
 }
 
+/* A node of the step other than the endpoint counts only when this job lives in the store it
+ * leads to (its agent counter, which a take-over writes back): at the start, while the endpoint
+ * is slow, and when another job's store holds the same port there, it does not. */
+static int job_here(agent_t *a, cddp_store_t *base) {
+  char prefix[160];
+  cddp_store_t *v = NULL;
+  snprintf(prefix, sizeof prefix, "%s/", a->o->run_id);
+  cddp__jobkey_t key = cddp__job_key(CDDP__JK_AGENTS, 0, 0);
+  const char *k = key.s;
+  int ok = cddp_store_prefix_create(&v, base, prefix, 0) == CDDP_OK && cddp_store_wait(v, &k, 1, 0) == CDDP_OK;
+  if (v) cddp_store_close(v);
+  cddp__clear_error();
+  return ok;
+}
+
 /* A raw connection to the job's store, within timeout_ms. Without other candidates: its
  * endpoint, as cddp_store_tcp_connect. A Slurm step's store may have moved off the step's first
  * node (failover): the endpoint is tried for up to 1 s, then each other node of the step in
@@ -239,10 +254,10 @@ static cddp_result_t reach_store(agent_t *a, int timeout_ms, int probe, cddp_sto
       int ms = probe ? 1000 : CDDP_MAX(1, CDDP_MIN(1000, cddp__ms_left(deadline)));
       cddp_result_t r = cddp_store_tcp_connect(base, h, a->store_port, a->token, ms);
       if (r == CDDP_AUTH) return r;
-      if (r == CDDP_OK && !serves_peers(*base)) {
+      if (r == CDDP_OK && (!serves_peers(*base) || (i >= 0 && !job_here(a, *base)))) {
         cddp_store_close(*base);
-        r = cddp__fail(CDDP_NOT_FOUND, "%s:%d serves no peers list (a standby that does not know the store yet)", h,
-                       a->store_port);
+        r = cddp__fail(CDDP_NOT_FOUND, "%s:%d leads to no store of job %s (a standby that does not know the store yet, "
+                       "or another job's)", h, a->store_port, a->o->run_id);
       }
       if (r == CDDP_OK) {
         if (i >= 0 && !probe)
