@@ -373,6 +373,16 @@ int cddp__sock_port_in_use(int port) {
   return bind_any4(port, CDDP__SOCK_REUSEADDR, &bound) != 0 && errno == EADDRINUSE;
 }
 
+int cddp__sock_knock(const char *host, int port, int ms) {
+  int fd = -1;
+  errno = 0;
+  cddp_result_t r = cddp__sock_connect(host, port, 0, cddp__deadline_ms(ms), &fd);
+  int why = errno;
+  if (r == CDDP_OK) close(fd);
+  cddp__clear_error();
+  return r == CDDP_OK ? 1 : why == ECONNREFUSED ? 0 : -1;
+}
+
 int cddp__sock_free_port(void) {
   int port = 0;
   return bind_any4(0, 0, &port) == 0 ? port : 0;

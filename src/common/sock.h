@@ -134,6 +134,9 @@ const char *cddp__sockaddr_text(const struct sockaddr *sa, char *buf, size_t siz
 int cddp__sock_host_is_local(const char *host);
 /* 1 when nothing may bind port on all IPv4 interfaces because it is in use (EADDRINUSE). */
 int cddp__sock_port_in_use(int port);
+/* What a connection to host:port finds within ms: 1 a listener, 0 a refusal (the host is up and
+ * nothing listens there: a process there is gone for sure), -1 no answer. Clears the error. */
+int cddp__sock_knock(const char *host, int port, int ms);
 /* A port free right now on all IPv4 interfaces (0 on failure). */
 int cddp__sock_free_port(void);
 /* The local address toward host:port as text (cddp__sock_route_src); "127.0.0.1" when there is

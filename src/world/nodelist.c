@@ -190,6 +190,28 @@ cddp_result_t cddp__nodelist_first(const char *list, char *buf, size_t size) {
   return CDDP_OK;
 }
 
+cddp_result_t cddp__nodelist_candidates(const char *list, const char *first, char ***hosts, int *n) {
+  char **h;
+  int k;
+  CDDP_CHECK(cddp__nodelist_expand(list, &h, &k));
+  int at = 0;
+  while (at < k && strcmp(h[at], first)) at++;
+  if (at == k) { /* not in the list: one more in front */
+    char **more = realloc(h, (size_t)(k + 1) * sizeof *h);
+    char *dup = more ? strdup(first) : NULL;
+    if (!dup) {
+      cddp__nodelist_free(more ? more : h, k);
+      return cddp__fail(CDDP_SYSTEM, "out of memory");
+    }
+    h = more, h[k++] = dup;
+  }
+  char *front = h[at];
+  memmove(&h[1], &h[0], (size_t)at * sizeof *h);
+  h[0] = front;
+  *hosts = h, *n = k;
+  return CDDP_OK;
+}
+
 cddp_result_t cddp__tasks_per_node(const char *spec, int index, int *ntasks) {
   const char *s = spec ? spec : "";
   int node = 0;

@@ -19,6 +19,12 @@ void cddp__nodelist_free(char **hosts, int n);
 /* The first host of list, without expanding the rest. */
 cddp_result_t cddp__nodelist_first(const char *list, char *buf, size_t size);
 
+/* Where a Slurm step's store may be, in the order to try: first (the endpoint the step gave),
+ * then every other host of list in the list's order (the order of SLURM_NODEID, which is the
+ * order of the job's members, so the next in line to take the store over comes next). first
+ * is not repeated; it need not be in list. *hosts as for cddp__nodelist_expand. */
+cddp_result_t cddp__nodelist_candidates(const char *list, const char *first, char ***hosts, int *n);
+
 /* Slurm's tasks-per-node form "2(x2),1": the count of node index (0-based).
  * INVALID_ARG when malformed or index out of range. */
 cddp_result_t cddp__tasks_per_node(const char *spec, int index, int *ntasks);

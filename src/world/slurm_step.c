@@ -68,6 +68,7 @@ cddp_result_t cddp__slurm_step_read(char **envp, cddp__slurm_step_t *s) {
   } else if (list) {
     CDDP_CHECK(cddp__nodelist_first(list, s->master_addr, sizeof s->master_addr));
     s->master_var = nl;
+    if (strlen(list) < sizeof s->nodes) snprintf(s->nodes, sizeof s->nodes, "%s", list);
   } else {
     return cddp__fail(CDDP_INVALID_ARG, "Slurm step without SLURM_STEP_NODELIST (or MASTER_ADDR)");
   }

@@ -10,6 +10,8 @@ typedef struct cddp__slurm_step {
   char master_addr[256]; /* MASTER_ADDR when set (test clusters whose names don't resolve),
                             else the first host of the step's node list */
   int master_port;       /* MASTER_PORT when set, else derived from job and step ids */
+  char nodes[4096];      /* the step's node list when it gave master_addr ("" under MASTER_ADDR,
+                            or a list too long to keep): where else its store may be */
   char run_id[64];       /* "slurm-<job>.<step>" */
   const char *nnodes_var, *master_var, *port_var; /* the variables that gave them, for messages */
 } cddp__slurm_step_t;

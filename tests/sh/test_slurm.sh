@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# test_slurm.sh - `cddp bench` and `cddp train` on a real local Slurm cluster: srun tasks as ranks, one cddp run agent per node (loopback nodes), and two namespace hosts over TCP.
+# test_slurm.sh - `cddp bench` and `cddp train` on a real local Slurm cluster: srun tasks as ranks, one cddp run agent per node (loopback nodes), namespace hosts over TCP, and a 3-node step whose store follows its first live node when nodes are killed and started again.
 set -u
 cd "$(dirname "$0")/../.." || exit 1
 . tests/sh/lib.sh
+. tests/sh/lib_elastic.sh # wait_line, last_step
 SL=tests/cluster/slurm-local.sh
 T=${CDDP_SLURM_TEST_TIMEOUT:-120}
 export CDDP_SLURM_STATE
@@ -28,6 +29,12 @@ one_line_error bad_nodelist_run "malformed node list 'node[1-'" \
   env -u MASTER_ADDR "${STEP[@]}" SLURM_STEP_NODELIST='node[1-' "$CDDP" run true
 one_line_error bad_nodelist_train "malformed node list 'node[3-1]'" \
   env -u MASTER_ADDR "${STEP[@]}" SLURM_STEP_NODELIST='node[3-1]' "$CDDP" train --launcher slurm --config configs/fmnist_mlp.yaml
+# an agent of a replace-mode step whose store answers on none of the step's nodes (the step's
+# first node, then the others in order: docs/store.md, "Under Slurm") names every one of them
+P0=$(free_port)
+one_line_error store_candidates_none_answer "cannot reach the rendezvous store at 127.0.0.1:$P0, nor through 127.0.0.2, 127.0.0.3 (the step's other nodes)" \
+  env -u MASTER_ADDR SLURM_JOB_ID=77 SLURM_STEP_ID=0 SLURM_PROCID=1 SLURM_LOCALID=0 SLURM_NODEID=1 SLURM_STEP_NUM_NODES=3 \
+  SLURM_STEP_NUM_TASKS=3 SLURM_STEP_NODELIST='127.0.0.[1-3]' MASTER_PORT=$P0 "$CDDP" run --restart-mode replace --rdzv-timeout 2 true
 
 if ! timeout 900 "$SL" install >"$CDDP_SLURM_STATE/install.log" 2>&1 || ! command -v srun >/dev/null; then
   echo "ok $((t_n + 1)) - test_slurm # SKIP Slurm cannot be installed here: $(tail -1 "$CDDP_SLURM_STATE/install.log")"
@@ -239,6 +246,77 @@ out=$CDDP_SLURM_STATE/subset.out
 if grep -q "^JOB node\[1-3\]" "$out" && [ "$(grep -c "^MASTER node\[2-3\] node2$" "$out")" = 4 ]; then ok step_master_first_host_of_step_not_job
 else fail step_master_first_host_of_step_not_job "$(grep "^JOB\|^MASTER" "$out" | sort -u | tr '\n' ' ')"; fi
 trained step_subset_train_world_4 "$out" $rc subset
+
+# 4b. the store follows the first live node of the step (docs/store.md, "Failover"): 3 agents,
+# --restart-mode replace --nnodes 2:3. Kill -9 node1's agent and worker (the store's host): node2,
+# next in the step's node order, takes the store over and the job goes on. Kill node3 too: node2
+# alone is below MIN and waits. Then the user starts both agents again into the same job and step
+# (srun --jobid --overlap, the step's variables as the killed agents had them): node3's endpoint
+# (node1) is dead, so it reaches the store through node2; node1, the step's first node, finds the
+# store alive on node2 and joins there instead of hosting a new one. Both are taken in; all exit 0.
+F=$CDDP_SLURM_STATE/follow; mkdir -p "$F"
+FRUN=(run --launcher slurm --restart-mode replace --nnodes 2:3 --nproc-per-node 1 "$CDDP" train --config configs/fmnist_mlp.yaml
+      --work-dir "$W" --name follow --set train.epochs=8 --set checkpoint.every_steps=1000 --set ddp.threads=1
+      --set batch.global=192 --set batch.micro=32 --set 'model.hidden=[256]' --set eval.every_epoch=false)
+export CDDP_HEARTBEAT_MS=250 CDDP_HEARTBEAT_TIMEOUT_MS=2000
+env -u MASTER_ADDR -u MASTER_PORT timeout "$T" "$SL" run srun -N3 --ntasks-per-node=1 \
+  sh -c '"$@"; rc=$?; echo "EXIT $(hostname) $rc"' sh "$CDDP" "${FRUN[@]}" >"$F/job.out" 2>&1 &
+fjob=$!
+fm=$W/follow/metrics.jsonl
+host_agent() { # I: host I's agent of the job (AG) and every cddp process of it there (PIDS)
+  PIDS=$(ip netns pids "$(tests/cluster/netns.sh name "$1")" | while read -r p; do
+    [ "$(tr '\0' '\n' <"/proc/$p/cmdline" 2>/dev/null | head -1)" = "$CDDP" ] && echo "$p"; done)
+  AG=$(for p in $PIDS; do [ "$(tr '\0' '\n' <"/proc/$p/cmdline" | sed -n 2p)" = run ] && echo "$p"; done | head -1)
+}
+for _ in $(seq 1200); do [ "$(grep -vc '"eval"' "$fm" 2>/dev/null)" -ge 30 ] 2>/dev/null && break; sleep 0.1; done
+for i in 1 3; do host_agent $i; tr '\0' '\n' <"/proc/$AG/environ" 2>/dev/null | grep '^SLURM_' >"$F/step$i.env"; done
+host_agent 1
+kt=$(date +%s.%N)
+kill -KILL $PIDS
+n2=$(tests/cluster/netns.sh addr 2)
+if wait_line 60 "recovered from the loss of node node1" "$F/job.out"; then
+  host_agent 3; kill -KILL $PIDS
+  wait_line 60 "job below MIN: 1 of at least 2 nodes after losing node3" "$F/job.out" ||
+    fail store_follows_step_below_min "$(tail -3 "$F/job.out" | tr '\n' ' ')"
+fi
+J=$(sed -n 's/^SLURM_JOB_ID=//p' "$F/step1.env")
+mapfile -t ov < <(grep -E '^SLURM_(STEP_ID|STEP_NODELIST|STEP_NUM_NODES|STEP_NUM_TASKS|STEP_TASKS_PER_NODE|NODEID|PROCID|LOCALID|JOB_ID)=' "$F/step3.env")
+# another job's agent on the same port (run id "other"): node2's store is not its job's, so it is
+# not taken; the one line names the nodes tried
+env -u MASTER_ADDR -u MASTER_PORT timeout 60 "$SL" run env "${ov[@]}" "$CDDP" run --launcher slurm --restart-mode replace \
+  --nnodes 2:3 --rdzv-id other --rdzv-timeout 3 true >"$F/other.out" 2>&1
+rc=$?
+if [ $rc = 1 ] && [ "$(wc -l <"$F/other.out")" = 1 ] &&
+   grep -q "cannot reach the rendezvous store at node1:[0-9]*, nor through node2, node3 (the step's other nodes)" "$F/other.out"; then
+  ok store_follows_step_not_another_jobs_store
+else fail store_follows_step_not_another_jobs_store "exit $rc: $(head -3 "$F/other.out" | tr '\n' ' ')"; fi
+for i in 3 1; do # the step's view of node i again: its node id, the step's node list and counts
+  mapfile -t ov < <(grep -E '^SLURM_(STEP_ID|STEP_NODELIST|STEP_NUM_NODES|STEP_NUM_TASKS|STEP_TASKS_PER_NODE|NODEID|PROCID|LOCALID)=' "$F/step$i.env")
+  env -u MASTER_ADDR -u MASTER_PORT timeout "$T" "$SL" run srun --jobid="$J" --overlap -N1 -n1 -w node$i env "${ov[@]}" \
+    "$CDDP" "${FRUN[@]}" >"$F/again$i.out" 2>&1 &
+  again[$i]=$!
+done
+wait "${again[3]}"; rc3=$?; wait "${again[1]}"; rc1=$?; wait $fjob
+took=$(grep -m1 "the store's host (agent [0-9]* at node1:[0-9]*) is lost; agent [0-9]* took the store over at $n2:" "$F/job.out")
+regen=$(grep -m1 "node node1 (agent [0-9]*) lost: .*generation 1: world 3 -> 2, ranks 1 -> 0, 2 -> 1" "$F/job.out")
+if [ -n "$took" ] && [ -n "$regen" ]; then ok "store_follows_step_next_node: ${took#cddp run: }"
+else fail store_follows_step_next_node "$(grep -hE 'store|lost' "$F/job.out" | head -4 | tr '\n' ' ')"; fi
+redone=$(grep -m1 -o 'step [0-9]* redone' "$F/job.out" | grep -o '[0-9]*')
+dt=$(grep -v '"eval"' "$fm" | sed -n 's/.*"step":\([0-9]*\).*"time":\([0-9.]*\).*/\1 \2/p' |
+     awk -v k="$kt" -v s="${redone:-0}" '$1 >= s && $2 > k { printf "%.2f", $2 - k; exit }')
+if [ -n "$dt" ] && awk -v d="$dt" 'BEGIN { exit !(d < 30) }'; then ok "store_follows_step_kill_to_step: kill -> step $redone (redone) done in $dt s"
+else fail store_follows_step_kill_to_step "dt='$dt' redone='$redone'"; fi
+if [ "$rc3" = 0 ] && grep -q "the store's endpoint node1:[0-9]* does not answer: reached the job's store through node2" "$F/again3.out" &&
+   grep -q "node node3 (agent [0-9]*) taken into the job" "$F/again3.out"; then ok store_follows_step_late_node_through_next_node
+else fail store_follows_step_late_node_through_next_node "exit $rc3: $(grep -v 'epoch ./' "$F/again3.out" | head -4 | tr '\n' ' ')"; fi
+if [ "$rc1" = 0 ] && grep -q "node node1 is the step's first node, but the job's store lives on at $n2:[0-9]*: it joins there" "$F/again1.out" &&
+   grep -q "node node1 (agent [0-9]*) taken into the job" "$F/again1.out"; then ok store_follows_step_first_node_back_joins
+else fail store_follows_step_first_node_back_joins "exit $rc1: $(grep -v 'epoch ./' "$F/again1.out" | head -4 | tr '\n' ' ')"; fi
+steps=$(grep -vc '"eval"' "$fm" 2>/dev/null); last=$(last_step "$fm")
+if grep -q "^EXIT node2 0$" "$F/job.out" && grep -q "cddp train: done: 2496 steps" "$F"/*.out && [ "$last" = 2496 ] &&
+   "$CDDP" ckpt verify "$W/follow/checkpoints" >/dev/null 2>&1; then ok "store_follows_step_job_finishes: node2 exit 0, 2496 steps ($steps step lines), checkpoint verified"
+else fail store_follows_step_job_finishes "last step $last, $(grep '^EXIT' "$F/job.out" | tr '\n' ' ')"; fi
+unset CDDP_HEARTBEAT_MS CDDP_HEARTBEAT_TIMEOUT_MS
 
 if timeout 30 "$SL" down >/dev/null 2>&1 && ! ip netns list | grep -q "^$CDDP_NETNS_PREFIX-"; then ok netns_down
 else fail netns_down "namespaces left: $(ip netns list | tr '\n' ' ')"; fi

@@ -5,17 +5,22 @@
 #include "world/nodelist.h"
 #include "test.h"
 
-static void expect(const char *list, const char *joined) {
-  char **h;
-  int n;
-  CHECK_OK(cddp__nodelist_expand(list, &h, &n));
-  char buf[4096] = "";
+/* The hosts space-separated into buf; frees them. */
+static const char *join_free(char **h, int n, char *buf) {
+  buf[0] = '\0';
   for (int i = 0; i < n; i++) {
     if (i) strcat(buf, " ");
     strcat(buf, h[i]);
   }
   cddp__nodelist_free(h, n);
-  if (strcmp(buf, joined)) TEST_FAIL("'%s' expanded to '%s', expected '%s'", list, buf, joined);
+  return buf;
+}
+
+static void expect(const char *list, const char *joined) {
+  char **h, buf[4096];
+  int n;
+  CHECK_OK(cddp__nodelist_expand(list, &h, &n));
+  if (strcmp(join_free(h, n, buf), joined)) TEST_FAIL("'%s' expanded to '%s', expected '%s'", list, buf, joined);
 }
 
 static void expect_bad(const char *list, const char *what, int pos) {
@@ -49,6 +54,30 @@ TEST(nodelist_first_host) {
   char b[64];
   CHECK_OK(cddp__nodelist_first("node[07-09],x", b, sizeof b));
   CHECK(strcmp(b, "node07") == 0);
+}
+
+static void expect_candidates(const char *list, const char *first, const char *joined) {
+  char **h, buf[4096];
+  int n;
+  CHECK_OK(cddp__nodelist_candidates(list, first, &h, &n));
+  if (strcmp(join_free(h, n, buf), joined))
+    TEST_FAIL("candidates of '%s' from '%s': '%s', expected '%s'", list, first, buf, joined);
+}
+
+TEST(nodelist_store_candidates_in_step_order) {
+  /* the step's first host is the endpoint; the others follow in SLURM_NODEID order */
+  expect_candidates("node[1-3]", "node1", "node1 node2 node3");
+  expect_candidates("node[01-02,7],gpu-a[1-2]", "node01", "node01 node02 node07 gpu-a1 gpu-a2");
+  /* an endpoint from the middle of the list comes first, the rest keep their order, no repeat */
+  expect_candidates("node[1-4]", "node3", "node3 node1 node2 node4");
+  expect_candidates("node[1-3]", "node3", "node3 node1 node2");
+  /* one not in the list is put in front of all of them */
+  expect_candidates("node[1-2]", "10.0.0.9", "10.0.0.9 node1 node2");
+  expect_candidates("node1", "node1", "node1");
+  char **h;
+  int n;
+  CHECK_RESULT(cddp__nodelist_candidates("node[1-", "node1", &h, &n), CDDP_INVALID_ARG);
+  CHECK(strstr(cddp_last_error(), "malformed node list 'node[1-'") != NULL);
 }
 
 TEST(nodelist_rejects_malformed) {

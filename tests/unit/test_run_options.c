@@ -303,6 +303,35 @@ TEST(run_opts_slurm_agent_per_node) {
   CHECK(!strcmp(o.run_id, "slurm-31.2"));
 }
 
+/* srun -N3: --nnodes MIN:MAX in replace mode; the step's node list kept for the store's candidates */
+TEST(run_opts_slurm_agent_range_replace) {
+  cddp_run_opts_t o;
+#define STEP3 "SLURM_PROCID=2", "SLURM_STEP_ID=0", "SLURM_JOB_ID=31", "SLURM_LOCALID=0", "SLURM_NODEID=2", \
+              "SLURM_STEP_NUM_NODES=3", "SLURM_STEP_NUM_TASKS=3", "SLURM_STEP_NODELIST=node[1-3]"
+  CHECK_OK(parse(ARGV("--nnodes", "2:3", "--restart-mode", "replace", "p"), ENVP(STEP3), &o));
+  CHECK_EQ(o.backend, CDDP_RDZV_STATIC);
+  CHECK_EQ(o.min_nodes, 2);
+  CHECK_EQ(o.max_nodes, 3);
+  CHECK_EQ(o.static_nodes, 3); /* the round waits for the step's nodes */
+  CHECK_EQ(o.node_rank, 2);
+  CHECK(!strcmp(o.store_nodes, "node[1-3]"));
+  CHECK_OK(parse(ARGV("--restart-mode", "replace", "p"), ENVP(STEP3), &o));
+  CHECK_EQ(o.min_nodes, 3);
+  CHECK_EQ(o.static_nodes, 3);
+  /* MASTER_ADDR names the store: no other candidates */
+  CHECK_OK(parse(ARGV("--restart-mode", "replace", "p"), ENVP(STEP3, "MASTER_ADDR=10.0.0.1"), &o));
+  CHECK(!strcmp(o.store_nodes, ""));
+  /* a range in restart-all, or one that leaves out the step's nodes, is named */
+  expect_error(ARGV("--nnodes", "2:3", "p"), ENVP(STEP3), CDDP_INVALID_ARG, "--nnodes 2:3 is a range",
+               "needs --restart-mode replace");
+  expect_error(ARGV("--nnodes", "1:2", "--restart-mode", "replace", "p"), ENVP(STEP3), CDDP_INVALID_ARG,
+               "--nnodes 1:2 does not hold the step's 3 nodes", NULL);
+#undef STEP3
+  /* outside Slurm the static rendezvous still needs a fixed count */
+  expect_error(ARGV("--nnodes", "2:3", "--restart-mode", "replace", "--rdzv-backend", "static", "--node-rank", "0", "p"),
+               ENVP(NULL), CDDP_INVALID_ARG, "needs a fixed node count", NULL);
+}
+
 /* srun -N3 -n5: one task per rank */
 TEST(run_opts_slurm_task_per_rank) {
   cddp_run_opts_t o;
@@ -336,6 +365,10 @@ TEST(run_opts_slurm_batch_step) {
   CHECK_EQ(o.standalone, 1);
   CHECK_OK(parse(ARGV("--launcher", "slurm", "p"), batch, &o));
   CHECK_EQ(o.mode, CDDP_RUN_SLURM_BATCH);
+  CHECK_EQ(o.replace, 0); /* srun --kill-on-bad-exit=1: a failed node ends the step */
+  CHECK_OK(parse(ARGV("--launcher", "slurm", "--restart-mode", "replace", "p"), batch, &o));
+  CHECK_EQ(o.mode, CDDP_RUN_SLURM_BATCH);
+  CHECK_EQ(o.replace, 1); /* --kill-on-bad-exit=0: the other nodes go on */
   expect_error(ARGV("--launcher", "slurm", "p"), ENVP(NULL), CDDP_INVALID_ARG, "not inside a Slurm job", NULL);
   expect_error(ARGV("--launcher", "pbs", "p"), ENVP(NULL), CDDP_INVALID_ARG, "--launcher", "'pbs'");
   /* inside a step, an explicit rendezvous wins over detection */

@@ -37,12 +37,16 @@ static void *agent_main(void *arg) {
   return NULL;
 }
 
+static int next_static_nodes, next_late_ok; /* the next start's (then back to 0) */
+
 static void start(agent_t *a, cddp_store_t *base, int minn, int maxn, int node_rank, int last_call_ms, int timeout_ms,
                   int nproc, int id) {
   memset(a, 0, sizeof *a);
   a->base = base;
   a->cfg = (cddp__rdzv_cfg_t){.min_nodes = minn, .max_nodes = maxn, .node_rank = node_rank,
-                              .last_call_ms = last_call_ms, .timeout_ms = timeout_ms};
+                              .last_call_ms = last_call_ms, .timeout_ms = timeout_ms,
+                              .static_nodes = next_static_nodes, .late_ok = next_late_ok};
+  next_static_nodes = next_late_ok = 0;
   snprintf(a->cfg.self.host, sizeof a->cfg.self.host, "host%d", id);
   snprintf(a->cfg.self.addr, sizeof a->cfg.self.addr, "10.0.0.%d", id);
   a->cfg.self.nproc = nproc;
@@ -198,6 +202,45 @@ TEST(rdzv_static_node_ranks_and_timeout) {
   pthread_join(a[0].th, NULL);
   CHECK_EQ(a[0].rc, CDDP_TIMEOUT);
   if (!strstr(a[0].err, "1 of 2 nodes joined") || !strstr(a[0].err, "node 1 missing")) TEST_FAIL("error: %s", a[0].err);
+  cddp_store_close(s);
+}
+
+/* A Slurm step's agents (static, --nnodes 2:3, replace): a restarted node finds its slot taken
+ * and joins late; after the store was rebuilt elsewhere (cddp__rdzv_restore from a member's
+ * round) it does the same instead of waiting for a round that never fills. */
+TEST(rdzv_static_late_node_and_restore) {
+  cddp_store_t *s, *fresh, *v;
+  CHECK_OK(cddp_store_mem_create(&s));
+  agent_t a[4];
+  for (int i = 0; i < 3; i++) {
+    next_static_nodes = 3, next_late_ok = 1;
+    start(&a[i], s, 2, 3, i, 0, 5000, 1, i);
+  }
+  for (int i = 0; i < 3; i++) {
+    pthread_join(a[i].th, NULL);
+    if (a[i].rc != CDDP_OK) TEST_FAIL("agent %d: %s", i, a[i].err);
+    CHECK_EQ(a[i].out.late, 0);
+  }
+  for (int pass = 0; pass < 2; pass++) { /* the first store, then one rebuilt from node 1's round */
+    CHECK_OK(cddp_store_mem_create(&fresh));
+    if (pass == 1) {
+      CHECK_OK(cddp_store_prefix_create(&v, fresh, "job/", 0));
+      CHECK_OK(cddp__rdzv_restore(v, &a[1].cfg, &a[1].out));
+      cddp_store_close(v);
+    }
+    next_static_nodes = 3, next_late_ok = 1;
+    start(&a[3], pass ? fresh : s, 2, 3, 0, 0, 2000, 4, 9); /* node 0 again, a new agent */
+    pthread_join(a[3].th, NULL);
+    if (a[3].rc != CDDP_OK) TEST_FAIL("pass %d, the restarted node: %s", pass, a[3].err);
+    CHECK_EQ(a[3].out.late, 1);
+    CHECK_EQ(a[3].out.node_rank, 3); /* appended after the step's 3 nodes */
+    CHECK_EQ(a[3].out.world_size, 3 + 4);
+    CHECK(!strcmp(a[3].out.nodes[0].host, "host0")); /* the round as it closed, in node order */
+    CHECK(!strcmp(a[3].out.nodes[2].host, "host2"));
+    cddp__rdzv_release(&a[3].out);
+    cddp_store_close(fresh);
+  }
+  for (int i = 0; i < 3; i++) cddp__rdzv_release(&a[i].out);
   cddp_store_close(s);
 }
 

@@ -30,6 +30,7 @@
 #include "launcher/task_exec.h"
 #include "store/failover.h"
 #include "launcher/torchstore.h"
+#include "world/nodelist.h"
 #include "launcher/warm.h"
 #include "launcher/workers.h"
 
@@ -58,6 +59,8 @@ typedef struct agent {
   char host[64];
   char store_host[256];
   int store_port;
+  char **cand;            /* Slurm: the step's nodes, where the store may be (nodelist.h); ncand < 2: none */
+  int ncand;
   cddp_store_server_t *server;
   cddp_store_t *store, *watch_store; /* "<run_id>/" views; the watcher has its own connection */
   int sig_fd;
@@ -202,13 +205,95 @@ static void random_token(char *buf, size_t size) {
   for (size_t i = 0; i < sizeof b && 2 * i + 2 < size; i++) snprintf(buf + 2 * i, 3, "%02x", b[i]);
 }
 
+/* A server counts only when it serves the job's peers list: an agent's store, or a standby
+ * that named the store's host (the client went there). An idle standby (one just started, by a
+ * restarted node on the step's first node too, before it saw a generation) does not. */
+static int serves_peers(cddp_store_t *base) {
+  void *v = NULL;
+  size_t len = 0;
+  int ok = cddp_store_get(base, CDDP__PEERS_KEY, &v, &len, 0) == CDDP_OK;
+  free(v);
+  cddp__clear_error();
+  return ok;
+}
+
+/* A node of the step other than the endpoint counts only when this job lives in the store it
+ * leads to (its agent counter, which a take-over writes back): at the start, while the endpoint
+ * is slow, and when another job's store holds the same port there, it does not. */
+static int job_here(agent_t *a, cddp_store_t *base) {
+  char prefix[160];
+  cddp_store_t *v = NULL;
+  snprintf(prefix, sizeof prefix, "%s/", a->o->run_id);
+  cddp__jobkey_t key = cddp__job_key(CDDP__JK_AGENTS, 0, 0);
+  const char *k = key.s;
+  int ok = cddp_store_prefix_create(&v, base, prefix, 0) == CDDP_OK && cddp_store_wait(v, &k, 1, 0) == CDDP_OK;
+  if (v) cddp_store_close(v);
+  cddp__clear_error();
+  return ok;
+}
+
+/* A raw connection to the job's store, within timeout_ms. Without other candidates: its
+ * endpoint, as cddp_store_tcp_connect. A Slurm step's store may have moved off the step's first
+ * node (failover): the endpoint is tried for up to 1 s, then each other node of the step in
+ * order (a knock first, so a node where nothing listens costs nothing), round after round;
+ * only a server with the job's peers list is taken (the host lists itself as it starts).
+ * probe: one round over the other nodes only, at once (the first node asks whether the job's
+ * store lives on before it hosts one). Where it lands becomes a->store_host. */
+static cddp_result_t reach_store(agent_t *a, int timeout_ms, int probe, cddp_store_t **base) {
+  if (a->ncand < 2) return cddp_store_tcp_connect(base, a->store_host, a->store_port, a->token, timeout_ms);
+  uint64_t deadline = cddp__deadline_ms(timeout_ms);
+  char why[320] = "no attempt", tried[512] = "";
+  size_t n = 0;
+  for (int i = 0; i < a->ncand && n < sizeof tried; i++)
+    if (strcmp(a->cand[i], a->store_host))
+      n += (size_t)snprintf(tried + n, sizeof tried - n, "%s%s", n ? ", " : "", a->cand[i]);
+  for (;;) {
+    for (int i = probe ? 0 : -1; i < a->ncand; i++) {
+      const char *h = i < 0 ? a->store_host : a->cand[i];
+      if (i >= 0 && (!strcmp(h, a->store_host) || cddp__sock_knock(h, a->store_port, 300) != 1)) continue;
+      int ms = probe ? 1000 : CDDP_MAX(1, CDDP_MIN(1000, cddp__ms_left(deadline)));
+      cddp_result_t r = cddp_store_tcp_connect(base, h, a->store_port, a->token, ms);
+      if (r == CDDP_AUTH) return r;
+      if (r == CDDP_OK && (!serves_peers(*base) || (i >= 0 && !job_here(a, *base)))) {
+        cddp_store_close(*base);
+        r = cddp__fail(CDDP_NOT_FOUND, "%s:%d leads to no store of job %s (a standby that does not know the store yet, "
+                       "or another job's)", h, a->store_port, a->o->run_id);
+      }
+      if (r == CDDP_OK) {
+        if (i >= 0 && !probe)
+          fprintf(stderr, "cddp run: the store's endpoint %s:%d does not answer: reached the job's store through %s, "
+                  "the step's next node that answers\n", a->store_host, a->store_port, h);
+        cddp__peers_t *p = malloc(sizeof *p); /* where the client landed: the host its list names first */
+        if (p && cddp__failover_view(p) == 0 && p->n > 0) {
+          snprintf(a->store_host, sizeof a->store_host, "%s", p->p[0].host);
+          a->store_port = p->p[0].port;
+        } else if (i >= 0) {
+          snprintf(a->store_host, sizeof a->store_host, "%s", h);
+        }
+        free(p);
+        return CDDP_OK;
+      }
+      snprintf(why, sizeof why, "%s", cddp_last_error());
+    }
+    if (probe || cddp__ms_left(deadline) == 0) break;
+    usleep(50000); /* a server that answers without a list: not in a tight loop */
+  }
+  return cddp__fail(CDDP_TIMEOUT, "%s:%d, nor through %s (the step's other nodes): %s", a->store_host, a->store_port,
+                    tried, why);
+}
+
 static int connect_store(agent_t *a, cddp_store_t **out) {
   cddp_store_t *base;
   const char *h = a->store_host;
-  cddp_result_t r = cddp_store_tcp_connect(&base, h, a->store_port, a->token, a->o->rdzv_timeout_ms);
+  cddp_result_t r = reach_store(a, a->o->rdzv_timeout_ms, 0, &base);
   if (r == CDDP_AUTH) {
     fprintf(stderr, "cddp run: the store at %s:%d refused our token (check CDDP_TOKEN / CDDP_TOKEN_FILE): %s\n", h,
             a->store_port, cddp_last_error());
+    return -1;
+  }
+  if (r != CDDP_OK && a->ncand >= 2) {
+    fprintf(stderr, "cddp run: cannot reach the rendezvous store at %s (within --rdzv-timeout %.1f s)\n", cddp_last_error(),
+            a->o->rdzv_timeout_ms / 1e3);
     return -1;
   }
   if (r != CDDP_OK) {
@@ -238,6 +323,22 @@ static int setup_store(agent_t *a) {
     snprintf(a->store_host, sizeof a->store_host, "%s", o->master_addr);
     a->store_port = o->master_port;
     host_it = o->node_rank == 0;
+    /* a Slurm step's store follows the first live node of the step: any node may reach it
+     * through the others, and the first node hosts it only when no other node serves it (a
+     * restarted first node joins the job that went on without it) */
+    if (o->store_nodes[0] && cddp__store_move_wanted(o->replace, o->max_nodes, o->standalone) &&
+        cddp__nodelist_candidates(o->store_nodes, a->store_host, &a->cand, &a->ncand) != CDDP_OK) {
+      fprintf(stderr, "cddp run: %s\n", cddp_last_error());
+      return -1;
+    }
+    cddp_store_t *there;
+    if (host_it && a->ncand > 1 && reach_store(a, 0, 1, &there) == CDDP_OK) {
+      fprintf(stderr, "cddp run: node %s is the step's first node, but the job's store lives on at %s:%d: it joins "
+              "there\n", a->host, a->store_host, a->store_port);
+      cddp_store_close(there);
+      host_it = 0;
+    }
+    cddp__clear_error();
   } else {
     snprintf(a->store_host, sizeof a->store_host, "%s", o->rdzv_host);
     a->store_port = o->rdzv_port;
@@ -546,6 +647,8 @@ static int finish(agent_t *a, int code) {
   cddp_store_close(a->store);
   cddp_store_server_stop(a->server);
   cddp__store_move_stop(a->ms.mv);
+  cddp__nodelist_free(a->cand, a->ncand);
+  a->cand = NULL, a->ncand = 0;
   return code;
 }
 
@@ -758,16 +861,17 @@ static int agent_main(agent_t *a) {
   cddp_run_opts_t *o = a->o;
   if (setup_store(a) != 0) return finish(a, 1);
   cddp__rdzv_cfg_t cfg = {.min_nodes = o->min_nodes, .max_nodes = o->max_nodes,
-                          .node_rank = o->backend == CDDP_RDZV_STATIC ? o->node_rank : -1,
+                          .node_rank = o->backend == CDDP_RDZV_STATIC ? o->node_rank : -1, .static_nodes = o->static_nodes,
                           .last_call_ms = o->last_call_ms, .timeout_ms = o->rdzv_timeout_ms};
   snprintf(cfg.self.host, sizeof cfg.self.host, "%s", a->host);
   if (o->local_addr[0]) snprintf(cfg.self.addr, sizeof cfg.self.addr, "%.63s", o->local_addr);
   else cddp__sock_addr_toward(a->store_host, a->store_port, cfg.self.addr, sizeof cfg.self.addr);
   cfg.self.nproc = o->nproc_per_node;
   cfg.self.id = -1;
-  /* replace mode, c10d, room to grow: a node that comes after the round closed waits to be
-   * taken into the running job instead of waiting for a round that never opens */
-  cfg.late_ok = o->replace && o->backend == CDDP_RDZV_C10D && !o->standalone && o->max_nodes > 1;
+  /* replace mode, room to grow: a node that comes after the round closed (static: after its
+   * slot was filled, a restarted node) waits to be taken into the running job instead of
+   * waiting for a round that never opens */
+  cfg.late_ok = o->replace && !o->standalone && o->max_nodes > 1;
   /* a stable id for this agent's life: its place in every generation's member record (and in
    * replace mode its heartbeat, its will, its workers' place) */
   int64_t n_agents;
@@ -810,7 +914,7 @@ static int agent_main(agent_t *a) {
     /* the first join of a multi-node job: another --rdzv-id or a refused token said in one line */
     cddp__rdzv_watch_t rw = {0};
     if (first && !o->standalone && o->max_nodes > 1) {
-      cddp__rdzv_waiter_t me = {.node_records = cfg.node_rank >= 0 ? cfg.max_nodes : 0};
+      cddp__rdzv_waiter_t me = {.node_records = cfg.node_rank >= 0 ? o->static_nodes : 0};
       snprintf(me.run_id, sizeof me.run_id, "%s", o->run_id);
       snprintf(me.host, sizeof me.host, "%s", a->host);
       cddp__rdzv_watch_start(&rw, a->store_host, a->store_port, a->token, &me);
@@ -823,6 +927,7 @@ static int agent_main(agent_t *a) {
     }
     CDDP_INFO(CDDP_SUB_RDZV, "round %d closed: node %d of %d, world %d", a->rz.round, a->rz.node_rank, a->rz.nnodes,
               a->rz.world_size);
+    cddp__store_move_round(a->ms.mv, &cfg, &a->rz);
     char nproc_line[400];
     if (first && cddp__rdzv_nproc_line(&a->rz, nproc_line, sizeof nproc_line))
       fprintf(stderr, "cddp run: %s\n", nproc_line);
@@ -985,7 +1090,7 @@ int cddp__run_main(int argc, char **argv) {
     fprintf(stderr, "cddp run: %s\n", cddp_last_error());
     return 2;
   }
-  if (o.mode == CDDP_RUN_SLURM_BATCH) return cddp__slurm_exec_srun(argc, argv);
+  if (o.mode == CDDP_RUN_SLURM_BATCH) return cddp__slurm_exec_srun(argc, argv, o.replace);
   cddp__program_t prog;
   if (cddp__program_resolve(&o, argv + o.prog_index, &prog) != CDDP_OK) {
     fprintf(stderr, "cddp run: %s\n", cddp_last_error());

@@ -281,6 +281,7 @@ static cddp_result_t fill_slurm(raw_t *r, char **envp, cddp_run_opts_t *o, char 
     if (jobid) { /* batch step or salloc shell: one agent per node through srun */
       o->mode = CDDP_RUN_SLURM_BATCH;
       o->slurm = 1;
+      o->replace = r->val[F_RESTART_MODE] && !strcmp(r->val[F_RESTART_MODE], "replace"); /* a lost node ends no step */
       return CDDP_OK;
     }
     return cddp__fail(CDDP_INVALID_ARG, "%s slurm: not inside a Slurm job (SLURM_JOB_ID is unset)", r->src[F_LAUNCHER]);
@@ -304,7 +305,10 @@ static cddp_result_t fill_slurm(raw_t *r, char **envp, cddp_run_opts_t *o, char 
     o->min_nodes = o->max_nodes = st.nnodes;
     return CDDP_OK;
   }
-  /* one task per node: this task is the node's agent, static rendezvous */
+  /* one task per node: this task is the node's agent, static rendezvous over the step's nodes
+   * (--nnodes MIN:MAX may say how few the job may go on with, and how many it may take in) */
+  o->static_nodes = st.nnodes;
+  snprintf(o->store_nodes, sizeof o->store_nodes, "%s", st.nodes);
   snprintf(bufs[3], 256, "%d", st.node_rank);
   snprintf(bufs[4], 256, "%d", st.nnodes);
   if (!r->val[F_NNODES]) put(r, F_NNODES, bufs[4], st.nnodes_var, 0);
@@ -658,9 +662,15 @@ cddp_result_t cddp__run_parse(int argc, char **argv, char **envp, cddp_run_opts_
       return cddp__fail(CDDP_INVALID_ARG, "%s needs --rdzv-endpoint HOST[:PORT] (the c10d rendezvous store)", o->nnodes_src);
     return CDDP_OK;
   }
-  /* static: master = --master-addr, else the endpoint, else 127.0.0.1 */
-  if (o->min_nodes != o->max_nodes)
-    return cddp__fail(CDDP_INVALID_ARG, "the static rendezvous needs a fixed node count; %s is a range", o->nnodes_src);
+  /* static: master = --master-addr, else the endpoint, else 127.0.0.1; a Slurm step's agents
+   * wait for the step's nodes, and in replace mode MIN:MAX bounds the job around them */
+  if (!o->static_nodes) o->static_nodes = o->max_nodes;
+  if (o->min_nodes != o->max_nodes && !(o->slurm && o->replace))
+    return cddp__fail(CDDP_INVALID_ARG, "the static rendezvous needs a fixed node count; %s is a range%s", o->nnodes_src,
+                      o->slurm ? " (under Slurm, a range needs --restart-mode replace)" : "");
+  if (o->static_nodes < o->min_nodes || o->static_nodes > o->max_nodes)
+    return cddp__fail(CDDP_INVALID_ARG, "%s does not hold the step's %d nodes (SLURM_STEP_NUM_NODES)", o->nnodes_src,
+                      o->static_nodes);
   if (!o->master_addr[0]) snprintf(o->master_addr, sizeof o->master_addr, "%s", o->rdzv_host[0] ? o->rdzv_host : "127.0.0.1");
   if (!o->master_port) o->master_port = o->rdzv_host[0] ? o->rdzv_port : CDDP_RUN_DEFAULT_MASTER_PORT;
   if (o->node_rank < 0) {
@@ -668,7 +678,7 @@ cddp_result_t cddp__run_parse(int argc, char **argv, char **envp, cddp_run_opts_
       return cddp__fail(CDDP_INVALID_ARG, "the static rendezvous with %s needs --node-rank", o->nnodes_src);
     o->node_rank = 0;
   }
-  if (o->node_rank >= o->max_nodes)
+  if (o->node_rank >= o->static_nodes)
     return cddp__fail(CDDP_INVALID_ARG, "%s is not below %s", o->node_rank_src,
                       o->nnodes_src);
   return CDDP_OK;

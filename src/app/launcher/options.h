@@ -35,6 +35,8 @@ typedef struct cddp_run_opts {
   char master_addr[256];     /* static: store host; workers' MASTER_ADDR */
   char master_src[64];       /* what gave master_addr (--master-addr, SLURM_STEP_NODELIST...) */
   int master_port;
+  int static_nodes;          /* static: the nodes a round waits for (Slurm: the step's; else max_nodes) */
+  char store_nodes[4096];    /* Slurm: the step's node list; the store may be at any of them ("": master only) */
   int max_restarts;
   int replace;               /* --restart-mode replace: a failed worker is replaced in place */
   int cpu_bind;              /* --cpu-bind auto (1): workers on disjoint shares of the CPUs; none (0) */

@@ -10,22 +10,35 @@
 
 #define KEY(kind, a, b) cddp__job_key(CDDP__JK_##kind, a, b).s
 
-static cddp_result_t publish(cddp_store_t *s, int round, int slot, const cddp__rdzv_cfg_t *cfg) {
+/* The node's record in its slot; taken (not NULL): only into an empty slot, *taken = 1 when
+ * another record was there first. */
+static cddp_result_t publish(cddp_store_t *s, int round, int slot, const cddp__rdzv_cfg_t *cfg, int *taken) {
   char val[256];
   cddp__job_node_rec_t rec = {.node = cfg->self, .min_nodes = cfg->min_nodes, .max_nodes = cfg->max_nodes};
   size_t len = cddp__job_node_format(&rec, val, sizeof val);
-  return cddp_store_set(s, KEY(RDZV_NODE, round, slot), val, len);
+  if (!taken) return cddp_store_set(s, KEY(RDZV_NODE, round, slot), val, len);
+  void *cur = NULL;
+  size_t cl = 0;
+  CDDP_CHECK(cddp_store_compare_set(s, KEY(RDZV_NODE, round, slot), NULL, 0, val, len, &cur, &cl));
+  *taken = !(cl == len && !memcmp(cur, val, len));
+  free(cur);
+  return CDDP_OK;
+}
+
+/* compare_set from absent: the value of a key unless one is there */
+static cddp_result_t put_absent(cddp_store_t *s, const char *key, const char *val, size_t len) {
+  void *was = NULL;
+  size_t wl = 0;
+  cddp_result_t r = cddp_store_compare_set(s, key, NULL, 0, val, len, &was, &wl);
+  free(was);
+  return r;
 }
 
 /* compare_set from absent to the mismatch word (a node that disagrees wakes the waiting ones) */
 static void set_mismatch(cddp_store_t *s, const char *key) {
   char val[32];
   cddp__job_closed_t m = {.mismatch = 1};
-  size_t len = cddp__job_closed_format(&m, val, sizeof val);
-  void *was = NULL;
-  size_t wlen;
-  (void)cddp_store_compare_set(s, key, NULL, 0, val, len, &was, &wlen);
-  free(was);
+  (void)put_absent(s, key, val, cddp__job_closed_format(&m, val, sizeof val));
 }
 
 /* "MIN" or "MIN:MAX", as --nnodes takes it. */
@@ -180,11 +193,11 @@ static cddp_result_t close_round(cddp_store_t *s, int round, int n, int *closed_
   return CDDP_OK;
 }
 
-/* The round closed without this node: its nodes, then this one appended. */
-static cddp_result_t join_late(cddp_store_t *s, const cddp__rdzv_cfg_t *cfg, int round, uint64_t deadline,
+/* The round closed without this node: its nodes (n of them; c10d, n < 0: as it closed), then
+ * this one appended. */
+static cddp_result_t join_late(cddp_store_t *s, const cddp__rdzv_cfg_t *cfg, int round, int64_t n, uint64_t deadline,
                                cddp__rdzv_t *out) {
-  int64_t n;
-  cddp_result_t r = get_closed(s, KEY(RDZV_CLOSED, round, 0), cddp__ms_left(deadline), &n);
+  cddp_result_t r = n >= 0 ? CDDP_OK : get_closed(s, KEY(RDZV_CLOSED, round, 0), cddp__ms_left(deadline), &n);
   if (r == CDDP_TIMEOUT)
     return cddp__fail(CDDP_TIMEOUT, "rendezvous round %d did not close within %.1f s", round, cfg->timeout_ms / 1e3);
   CDDP_CHECK(r);
@@ -226,21 +239,23 @@ cddp_result_t cddp__rdzv_join(cddp_store_t *s, const cddp__rdzv_cfg_t *cfg, int 
     out->round = round;
     out->restart_count = round; /* every generation a round gathers after 0 is a restart */
     if (cfg->node_rank >= 0) { /* static: ranks are given */
+      int n = cfg->static_nodes > 0 ? cfg->static_nodes : cfg->max_nodes, taken = 0;
       out->node_rank = cfg->node_rank;
       CDDP_CHECK(check_settings(s, cfg, round));
-      CDDP_CHECK(publish(s, round, cfg->node_rank, cfg));
-      return collect(s, cfg, round, cfg->max_nodes, deadline, cfg->timeout_ms, out);
+      CDDP_CHECK(publish(s, round, cfg->node_rank, cfg, cfg->late_ok ? &taken : NULL));
+      if (taken) return join_late(s, cfg, round, n, deadline, out); /* its node was here before */
+      return collect(s, cfg, round, n, deadline, cfg->timeout_ms, out);
     }
     int64_t slot1;
     CDDP_CHECK(cddp_store_add(s, KEY(RDZV_JOINED, round, 0), 1, &slot1));
     int slot = (int)slot1 - 1, n = -1;
-    if (slot >= cfg->max_nodes && cfg->late_ok) return join_late(s, cfg, round, deadline, out);
+    if (slot >= cfg->max_nodes && cfg->late_ok) return join_late(s, cfg, round, -1, deadline, out);
     if (slot >= cfg->max_nodes) { /* full: wait for the next round */
       round++;
       continue;
     }
     CDDP_CHECK(check_settings(s, cfg, round));
-    CDDP_CHECK(publish(s, round, slot, cfg));
+    CDDP_CHECK(publish(s, round, slot, cfg, NULL));
     key = cddp__job_key(CDDP__JK_RDZV_CLOSED, round, 0);
     const char *ck = key.s;
     if (slot + 1 == cfg->max_nodes) {
@@ -270,7 +285,7 @@ cddp_result_t cddp__rdzv_join(cddp_store_t *s, const cddp__rdzv_cfg_t *cfg, int 
     }
     if (slot >= n && cfg->late_ok) {
       out->closed_here = 0;
-      return join_late(s, cfg, round, deadline, out);
+      return join_late(s, cfg, round, -1, deadline, out);
     }
     if (slot >= n) { /* joined after the close: next round */
       out->closed_here = 0;
@@ -280,6 +295,27 @@ cddp_result_t cddp__rdzv_join(cddp_store_t *s, const cddp__rdzv_cfg_t *cfg, int 
     out->node_rank = slot;
     return collect(s, cfg, round, n, deadline, cfg->timeout_ms, out);
   }
+}
+
+cddp_result_t cddp__rdzv_restore(cddp_store_t *s, const cddp__rdzv_cfg_t *cfg, const cddp__rdzv_t *r) {
+  char val[256];
+  size_t len;
+  int n = r->late ? r->nnodes - 1 : r->nnodes; /* a late node's own entry was never a record */
+  cddp__job_settings_t set = {.min_nodes = cfg->min_nodes, .max_nodes = cfg->max_nodes};
+  snprintf(set.host, sizeof set.host, "%s", n > 0 ? r->nodes[0].host : cfg->self.host);
+  len = cddp__job_settings_format(&set, val, sizeof val);
+  CDDP_CHECK(put_absent(s, KEY(RDZV_SETTINGS, 0, 0), val, len));
+  for (int i = 0; i < n; i++) {
+    cddp__job_node_rec_t rec = {.node = r->nodes[i], .min_nodes = cfg->min_nodes, .max_nodes = cfg->max_nodes};
+    len = cddp__job_node_format(&rec, val, sizeof val);
+    CDDP_CHECK(put_absent(s, KEY(RDZV_NODE, r->round, i), val, len));
+  }
+  int64_t joined;
+  CDDP_CHECK(cddp_store_add(s, KEY(RDZV_JOINED, r->round, 0), 0, &joined));
+  if (joined < n) CDDP_CHECK(cddp_store_add(s, KEY(RDZV_JOINED, r->round, 0), n - joined, &joined));
+  cddp__job_closed_t c = {.nnodes = n};
+  len = cddp__job_closed_format(&c, val, sizeof val);
+  return put_absent(s, KEY(RDZV_CLOSED, r->round, 0), val, len);
 }
 
 void cddp__rdzv_release(cddp__rdzv_t *r) {

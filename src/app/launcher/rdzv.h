@@ -13,9 +13,11 @@ typedef cddp__job_node_t cddp__rdzv_node_t;
 typedef struct cddp__rdzv_cfg {
   int min_nodes, max_nodes;
   int node_rank;    /* static backend: this node's rank; -1: c10d (rank = join order) */
+  int static_nodes; /* static: the node records a round waits for (0: max_nodes) */
   int last_call_ms; /* after min_nodes joined, wait this long for more (c10d) */
   int timeout_ms;   /* bound on the whole join */
-  int late_ok;      /* c10d: a node that comes after the round closed (or beyond max_nodes)
+  int late_ok;      /* a node that comes after the round closed (c10d: or beyond max_nodes;
+                       static: its slot holds another agent's record, e.g. a restarted node's)
                        returns with late = 1 instead of waiting for the next round */
   cddp__rdzv_node_t self;
 } cddp__rdzv_cfg_t;
@@ -36,7 +38,8 @@ typedef struct cddp__rdzv {
  * (relative to s): rdzv/R/joined (add(): slot = join order), rdzv/R/node/<slot>, rdzv/R/closed (compare_set from absent to the node count:
  * exactly one agent decides). The round closes at max_nodes, or last_call_ms after a
  * node saw at least min_nodes joined. A node whose slot is past the close waits for the
- * next round. The static backend publishes rdzv/R/node/<node_rank> and waits for all.
+ * next round. The static backend publishes rdzv/R/node/<node_rank> and waits for all
+ * (static_nodes of them); with late_ok, a slot already filled makes this node late.
  * Blocks at most cfg->timeout_ms; TIMEOUT names the round and how many nodes joined.
  * Nodes that disagree on --nnodes fail with INVALID_ARG and one line naming both values, on
  * every node: the first node's setting is kept in rdzv/settings; a node whose own differs
@@ -48,6 +51,11 @@ cddp_result_t cddp__rdzv_join(cddp_store_t *s, const cddp__rdzv_cfg_t *cfg, int 
  * 0..node_records-1 (static: the records the nodes wait for) set to "mismatch" where absent. */
 void cddp__rdzv_mismatch(cddp_store_t *s, int round, int node_records, const char *line);
 void cddp__rdzv_release(cddp__rdzv_t *r);
+/* Writes round r as it closed (its settings, node records, joined count, "closed") into s,
+ * where absent (the generation it gathered comes back with cddp__gen_restore): a store that was
+ * rebuilt after its host was lost (store_move.c) then tells a node started later that the
+ * round closed without it (late_ok) instead of letting it wait for a round that never fills. */
+cddp_result_t cddp__rdzv_restore(cddp_store_t *s, const cddp__rdzv_cfg_t *cfg, const cddp__rdzv_t *r);
 
 /* The round's event (rdzv/R/event): its first value wins (done, restart, fail). Agents watch
  * it to learn about the other nodes. Posts ev; *now (when not NULL) gets the event that won. */

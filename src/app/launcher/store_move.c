@@ -1,5 +1,4 @@
 /* store_move.c - the job's store outlives its host: standby, vote, take-over (store_move.h). */
-#include <errno.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -33,6 +32,8 @@ struct cddp__store_move {
   int hosting;                  /* atomic */
   cddp__members_t cur;
   int64_t gen;
+  cddp__rdzv_cfg_t rcfg;        /* the round this agent is in (rz.nodes: a copy; NULL: none yet) */
+  cddp__rdzv_t rz;
   int running;                  /* atomic: the vote thread was started */
   cddp_store_t *raw;            /* reads the peers list again at each generation (main thread) */
   cddp_store_t *own;            /* this agent's standby: it keeps a copy of the list, so a node
@@ -100,18 +101,10 @@ static cddp_result_t list_self(cddp_store_t *raw, int id, const char *host, int 
 
 /* ---- the vote (a thread started by the first client that finds the store gone) ---- */
 
-/* What a connection to host:port finds within 300 ms: 1 a listener, 0 a refusal (its host is up
- * and nothing listens there, so a store's process there is gone for sure: a cut-off host cannot
- * be told from a dead one otherwise), -1 no answer. */
-static int knock(const char *host, int port) {
-  int fd = -1;
-  errno = 0;
-  cddp_result_t r = cddp__sock_connect(host, port, 0, cddp__deadline_ms(300), &fd);
-  int why = errno;
-  if (r == CDDP_OK) close(fd);
-  cddp__clear_error();
-  return r == CDDP_OK ? 1 : why == ECONNREFUSED ? 0 : -1;
-}
+/* Within 300 ms: 1 a listener, 0 a refusal (its host is up and nothing listens there, so a
+ * store's process there is gone for sure: a cut-off host cannot be told from a dead one
+ * otherwise), -1 no answer. */
+static int knock(const char *host, int port) { return cddp__sock_knock(host, port, 300); }
 
 /* Why this node gives up, one line (the agent prints it after "node H (agent A) "). */
 static void set_line(cddp__store_move_t *mv, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -216,6 +209,9 @@ static void take_over(cddp__store_move_t *mv, const cddp__job_vote_t *mine, cons
   if (r == CDDP_OK && had <= max_id) r = cddp_store_add(view, cddp__job_key(CDDP__JK_AGENTS, 0, 0).s, max_id + 1 - had, &had);
   if (r == CDDP_OK && lost_id >= 0 && cddp__members_find(&best->members, lost_id, NULL, NULL) >= 0)
     r = cddp_store_set(view, cddp__job_key(CDDP__JK_DEAD, lost_id, 0).s, CDDP__JOB_WILL, strlen(CDDP__JOB_WILL));
+  pthread_mutex_lock(&mv->mu);
+  if (r == CDDP_OK && mv->rz.nodes) r = cddp__rdzv_restore(view, &mv->rcfg, &mv->rz); /* late nodes come in */
+  pthread_mutex_unlock(&mv->mu);
   if (r == CDDP_OK) { /* open for business: the clients take the first server past the lost epoch */
     cddp__peers_t *next = malloc(sizeof *next);
     char text[CDDP__MAX_PEERS * 300];
@@ -431,6 +427,17 @@ void cddp__store_move_note(cddp__store_move_t *mv, const cddp__members_t *m, int
   }
   free(v), free(p);
   cddp__clear_error();
+}
+
+void cddp__store_move_round(cddp__store_move_t *mv, const cddp__rdzv_cfg_t *cfg, const cddp__rdzv_t *rz) {
+  if (!mv || !rz->nodes || rz->nnodes <= 0) return;
+  cddp__rdzv_node_t *copy = malloc((size_t)rz->nnodes * sizeof *copy);
+  if (!copy) return;
+  memcpy(copy, rz->nodes, (size_t)rz->nnodes * sizeof *copy);
+  pthread_mutex_lock(&mv->mu);
+  free(mv->rz.nodes);
+  mv->rcfg = *cfg, mv->rz = *rz, mv->rz.nodes = copy;
+  pthread_mutex_unlock(&mv->mu);
 }
 
 void cddp__store_move_notify(cddp__store_move_t *mv, int fd) {

@@ -9,6 +9,7 @@
 
 #include <stdint.h>
 
+#include "launcher/rdzv.h"
 #include "world/elastic.h"
 
 typedef struct cddp__store_move cddp__store_move_t;
@@ -40,6 +41,9 @@ void cddp__store_move_note(cddp__store_move_t *mv, const cddp__members_t *m, int
 /* The count of worker replacements (elastic/restarts) this agent saw: the most any voter saw
  * is the count the store's new host starts from, so a move does not reset the budget. */
 void cddp__store_move_restarts(cddp__store_move_t *mv, int64_t restarts);
+/* The rendezvous round this agent is in (copied): a take-over writes it back, so that a node
+ * started after the move finds the round closed and waits to be taken in. */
+void cddp__store_move_round(cddp__store_move_t *mv, const cddp__rdzv_cfg_t *cfg, const cddp__rdzv_t *rz);
 /* This agent came back under a new id: listed again under it. */
 cddp_result_t cddp__store_move_rejoin(cddp__store_move_t *mv, int new_id);
 /* 1 while this agent's process serves the job's store (from the start, or since it took over):

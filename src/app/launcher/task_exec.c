@@ -35,7 +35,7 @@ int cddp__task_exec_rank(cddp_run_opts_t *o, char **argv) {
   return 127;
 }
 
-int cddp__slurm_exec_srun(int argc, char **argv) {
+int cddp__slurm_exec_srun(int argc, char **argv, int replace) {
   const char *nn = getenv("SLURM_JOB_NUM_NODES");
   if (!nn) nn = getenv("SLURM_NNODES");
   char self[4096], nodes[64];
@@ -51,7 +51,7 @@ int cddp__slurm_exec_srun(int argc, char **argv) {
   av[k++] = "srun";
   av[k++] = nodes;
   av[k++] = "--ntasks-per-node=1";
-  av[k++] = "--kill-on-bad-exit=1";
+  av[k++] = replace ? "--kill-on-bad-exit=0" : "--kill-on-bad-exit=1";
   av[k++] = self;
   av[k++] = "run";
   av[k++] = "--launcher=slurm";

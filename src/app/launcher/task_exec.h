@@ -10,8 +10,9 @@
  * rendezvous on MASTER_PORT (a cddp program's store, torch's TCPStore). Returns only on
  * failure (127, with one line). */
 int cddp__task_exec_rank(cddp_run_opts_t *o, char **argv);
-/* The batch step: re-runs this command under `srun --ntasks-per-node=1`, one agent per node.
- * Returns only on failure (2 or 127, with one line). */
-int cddp__slurm_exec_srun(int argc, char **argv);
+/* The batch step: re-runs this command under `srun --ntasks-per-node=1`, one agent per node;
+ * one failed node ends the step (--kill-on-bad-exit) unless replace (--restart-mode replace:
+ * the others go on without it). Returns only on failure (2 or 127, with one line). */
+int cddp__slurm_exec_srun(int argc, char **argv, int replace);
 
 #endif /* CDDP_RUN_TASK_EXEC_H */
