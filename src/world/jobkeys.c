@@ -40,6 +40,13 @@ static const keyshape_t shapes[CDDP__JK_COUNT] = {
     [CDDP__JK_STOP] = {{"elastic/stop"}, 0},
     [CDDP__JK_COMPLETE] = {{"elastic/complete"}, 0},
     [CDDP__JK_STORE_VOTE] = {{"elastic/vote/", "/", ""}, 2},
+    [CDDP__JK_STATUS_SLOTS] = {{"status/slots"}, 0},
+    [CDDP__JK_STATUS_NODE] = {{"status/node/", ""}, 1},
+    [CDDP__JK_STATUS_EVENTS] = {{"status/events"}, 0},
+    [CDDP__JK_STATUS_EVENT] = {{"status/event/", ""}, 1},
+    [CDDP__JK_STATUS_ONCE] = {{"status/once/", ""}, 1},
+    [CDDP__JK_RDZV_WATCH_N] = {{"rdzv-watch/n"}, 0},
+    [CDDP__JK_RDZV_WATCH] = {{"rdzv-watch/", ""}, 1},
     [CDDP__JK_WORLD_DONE] = {{"world/g", "/done/", ""}, 2},
 };
 

@@ -41,6 +41,16 @@ typedef enum cddp__jobkey_kind {
   CDDP__JK_COMPLETE,      /* elastic/complete         flag: training is over */
   CDDP__JK_STORE_VOTE,    /* elastic/vote/<E>/<A>     cddp__job_vote_t: agent A asks the next in line to
                              host the store at epoch E (launcher/store_move.c) */
+  /* what `cddp status` reads (launcher/status.c; values: cddp__status_node_t, events) */
+  CDDP__JK_STATUS_SLOTS,  /* status/slots             add(): node record slots handed out */
+  CDDP__JK_STATUS_NODE,   /* status/node/<S>          a node's status record */
+  CDDP__JK_STATUS_EVENTS, /* status/events            add(): events posted */
+  CDDP__JK_STATUS_EVENT,  /* status/event/<I>         event I */
+  CDDP__JK_STATUS_ONCE,   /* status/once/<T>          flag: the event tagged T was posted */
+  /* the agents waiting in their first round, at the top of the store (no run id: they find
+   * another --rdzv-id; launcher/rdzv_watch.c, values cddp__rdzv_waiter_t) */
+  CDDP__JK_RDZV_WATCH_N,  /* rdzv-watch/n             add(): waiter slots handed out */
+  CDDP__JK_RDZV_WATCH,    /* rdzv-watch/<I>           waiter I */
   /* the workers (world/world.c) */
   CDDP__JK_WORLD_DONE,    /* world/g<G>/done/<r>      flag: rank r is done with the store */
   CDDP__JK_COUNT

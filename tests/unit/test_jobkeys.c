@@ -40,6 +40,13 @@ TEST(jobkeys_spell_every_key_of_the_table) {
   KEYIS(COMPLETE, 0, 0, "elastic/complete");
   KEYIS(STORE_VOTE, 2, 5, "elastic/vote/2/5");
   KEYIS(WORLD_DONE, 4, 3, "world/g4/done/3");
+  KEYIS(STATUS_SLOTS, 0, 0, "status/slots");
+  KEYIS(STATUS_NODE, 2, 0, "status/node/2");
+  KEYIS(STATUS_EVENTS, 0, 0, "status/events");
+  KEYIS(STATUS_EVENT, 17, 0, "status/event/17");
+  KEYIS(STATUS_ONCE, 9, 0, "status/once/9");
+  KEYIS(RDZV_WATCH_N, 0, 0, "rdzv-watch/n");
+  KEYIS(RDZV_WATCH, 3, 0, "rdzv-watch/3");
   CHECK(!strcmp(cddp__job_key_in("job7", CDDP__JK_DEAD, 2).s, "job7/elastic/dead/2"));
   CHECK(!strcmp(cddp__job_key(CDDP__JK_GEN_ANNOUNCE, INT64_MAX, 0).s, "elastic/gen/9223372036854775807"));
   CHECK_EQ(cddp__job_key(CDDP__JK_COUNT, 1, 2).s[0], '\0'); /* not a kind: no key */

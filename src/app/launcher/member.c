@@ -102,6 +102,7 @@ static cddp_result_t beat(cddp__monitor_t *m, uint64_t now) {
     pending_len = m->pending_len;
     memcpy(pending, m->pending, pending_len);
   }
+  int n_lost = 0, lost[CDDP__MAX_MEMBERS];
   for (int i = 0; i < m->n; i++) {
     watched_t *w = &m->w[i];
     if (w->reported) continue;
@@ -113,15 +114,24 @@ static cddp_result_t beat(cddp__monitor_t *m, uint64_t now) {
     uint64_t still = (now - w->changed_at) / 1000000ull;
     if (still < (uint64_t)m->timeout_ms) continue;
     if (exists(m->s, KEY(LEFT, w->id))) continue; /* it left properly */
-    w->reported = 1;
-    say(m, "lost %d no heartbeat for %llu ms", w->id, (unsigned long long)still);
+    lost[n_lost++] = i;
   }
+  /* the store's host judges its lease before it drops anyone: a host cut off sees the others
+   * go silent one beat apart, and dropping the first would leave it a "majority" of the smaller
+   * generation while they vote with the larger one; so when someone is lost, a member silent
+   * for half the timeout counts as gone too */
   int alive = m->n + 1;
+  uint64_t gone_after = (uint64_t)(n_lost ? m->timeout_ms / 2 : m->timeout_ms);
   for (int i = 0; i < m->n; i++)
-    if ((now - m->w[i].changed_at) / 1000000ull >= (uint64_t)m->timeout_ms) alive--;
+    if ((now - m->w[i].changed_at) / 1000000ull >= gone_after) alive--;
   int minority = m->hosting && __atomic_load_n(m->hosting, __ATOMIC_ACQUIRE) && 2 * alive < m->n + 1 &&
                  !m->lease_gone;
   if (minority) m->lease_gone = 1;
+  for (int k = 0; k < n_lost && !m->lease_gone; k++) {
+    watched_t *w = &m->w[lost[k]];
+    w->reported = 1;
+    say(m, "lost %d no heartbeat for %llu ms", w->id, (unsigned long long)((now - w->changed_at) / 1000000ull));
+  }
   int members = m->n + 1;
   pthread_mutex_unlock(&m->mu);
   if (minority) say(m, "minority %d %d", alive, members);

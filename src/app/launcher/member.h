@@ -36,7 +36,8 @@ void cddp__monitor_deadline(cddp__monitor_t *m, uint64_t deadline_ns);
 void cddp__monitor_pending(cddp__monitor_t *m, const char *rec, size_t len);
 /* Split-brain guard of the store's host (docs/store.md, "Failover"): while *hosting, a beat that
  * finds fewer than half of the members (this one included) alive reports "minority <alive>
- * <members>", and a turn of the thread that comes the heartbeat timeout or more after the last
+ * <members>" instead of any loss (when a member is lost, one silent for half the timeout
+ * counts as gone: the others of a cut go silent a beat apart), and a turn of the thread that comes the heartbeat timeout or more after the last
  * (the process was frozen) reports "froze <ms>", once: the others, a majority, may take the
  * store over after the lease. NULL: off. */
 void cddp__monitor_lease(cddp__monitor_t *m, const int *hosting);

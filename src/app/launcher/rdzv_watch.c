@@ -11,6 +11,7 @@
 #include "common/log.h"
 #include "launcher/rdzv.h"
 #include "launcher/rdzv_watch.h"
+#include "world/jobkeys.h"
 
 #define WATCH_MS 300    /* how often it looks */
 #define GRACE_MS 2000   /* a lone node is normal for this long (the others are starting) */
@@ -78,15 +79,13 @@ static long long refused(cddp_store_t *base, char *addr, size_t size) {
 /* One look at the other waiters: 1 when one of another run id waits too (the job is ended). */
 static int look(cddp__rdzv_watch_t *w, cddp_store_t *base, int my_slot) {
   int64_t n;
-  if (cddp_store_add(base, "rdzv-watch/n", 0, &n) != CDDP_OK) return 0;
+  if (cddp_store_add(base, cddp__job_key(CDDP__JK_RDZV_WATCH_N, 0, 0).s, 0, &n) != CDDP_OK) return 0;
   uint64_t now = wall_ms();
   for (int64_t i = 0; i < n; i++) {
-    char key[48];
     void *v = NULL;
     size_t len = 0;
     cddp__rdzv_waiter_t other;
-    snprintf(key, sizeof key, "rdzv-watch/%lld", (long long)i);
-    int ok = i != my_slot && cddp_store_get(base, key, &v, &len, 0) == CDDP_OK &&
+    int ok = i != my_slot && cddp_store_get(base, cddp__job_key(CDDP__JK_RDZV_WATCH, i, 0).s, &v, &len, 0) == CDDP_OK &&
              cddp__rdzv_waiter_parse(v, len, &other) == 0;
     free(v);
     if (!ok || !other.waiting || other.wall_ms + FRESH_MS < now || !strcmp(other.run_id, w->me.run_id)) continue;
@@ -100,11 +99,10 @@ static int look(cddp__rdzv_watch_t *w, cddp_store_t *base, int my_slot) {
 }
 
 static int post(cddp__rdzv_watch_t *w, cddp_store_t *base, int slot) {
-  char key[48], val[300];
+  char val[300];
   w->me.wall_ms = wall_ms();
   int len = cddp__rdzv_waiter_format(&w->me, val, sizeof val);
-  snprintf(key, sizeof key, "rdzv-watch/%d", slot);
-  return len > 0 && cddp_store_set(base, key, val, (size_t)len) == CDDP_OK ? 0 : -1;
+  return len > 0 && cddp_store_set(base, cddp__job_key(CDDP__JK_RDZV_WATCH, slot, 0).s, val, (size_t)len) == CDDP_OK ? 0 : -1;
 }
 
 static void *watch_main(void *arg) {
@@ -113,7 +111,7 @@ static void *watch_main(void *arg) {
   int64_t slot = -1;
   char addr[160] = "";
   if (cddp_store_tcp_connect(&base, w->host, w->port, w->token, 5000) != CDDP_OK ||
-      cddp_store_add(base, "rdzv-watch/n", 1, &slot) != CDDP_OK) {
+      cddp_store_add(base, cddp__job_key(CDDP__JK_RDZV_WATCH_N, 0, 0).s, 1, &slot) != CDDP_OK) {
     CDDP_INFO(CDDP_SUB_RDZV, "no watch for another --rdzv-id or refused nodes: %s", cddp_last_error());
     goto exit;
   }

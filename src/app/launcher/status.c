@@ -12,9 +12,8 @@
 #include "common/check.h"
 #include "common/durable.h"
 #include "launcher/status.h"
+#include "world/jobkeys.h"
 
-static void node_key(int slot, char *buf, size_t size) { snprintf(buf, size, "status/node/%d", slot); }
-static void event_key(int64_t i, char *buf, size_t size) { snprintf(buf, size, "status/event/%lld", (long long)i); }
 
 static uint64_t wall_ms(void) {
   struct timespec ts;
@@ -70,19 +69,18 @@ int cddp__status_parse(const char *text, size_t len, cddp__status_node_t *out) {
 
 cddp_result_t cddp__status_slot(cddp_store_t *s, int *slot) {
   int64_t n;
-  CDDP_CHECK(cddp_store_add(s, "status/slots", 1, &n));
+  CDDP_CHECK(cddp_store_add(s, cddp__job_key(CDDP__JK_STATUS_SLOTS, 0, 0).s, 1, &n));
   *slot = (int)n - 1;
   return CDDP_OK;
 }
 
 cddp_result_t cddp__status_post(cddp_store_t *s, const cddp__status_node_t *n) {
-  char key[48], *buf = malloc(16384);
+  char *buf = malloc(16384);
   if (!buf) return cddp__fail(CDDP_SYSTEM, "out of memory for a status record");
   cddp__status_node_t copy = *n;
   copy.wall_ms = wall_ms();
   size_t len = cddp__status_format(&copy, buf, 16384);
-  node_key(n->slot, key, sizeof key);
-  cddp_result_t r = len ? cddp_store_set(s, key, buf, len) : cddp__fail(CDDP_INTERNAL, "status record too long");
+  cddp_result_t r = len ? cddp_store_set(s, cddp__job_key(CDDP__JK_STATUS_NODE, n->slot, 0).s, buf, len) : cddp__fail(CDDP_INTERNAL, "status record too long");
   free(buf);
   return r;
 }
@@ -90,16 +88,14 @@ cddp_result_t cddp__status_post(cddp_store_t *s, const cddp__status_node_t *n) {
 cddp_result_t cddp__status_read(cddp_store_t *s, cddp__status_node_t **out, int *n) {
   int64_t slots;
   *out = NULL, *n = 0;
-  CDDP_CHECK(cddp_store_add(s, "status/slots", 0, &slots));
+  CDDP_CHECK(cddp_store_add(s, cddp__job_key(CDDP__JK_STATUS_SLOTS, 0, 0).s, 0, &slots));
   slots = CDDP_MIN(slots, CDDP__STATUS_NODES);
   cddp__status_node_t *v = calloc((size_t)CDDP_MAX(slots, 1), sizeof *v);
   if (!v) return cddp__fail(CDDP_SYSTEM, "out of memory for %lld status records", (long long)slots);
   for (int i = 0; i < slots; i++) {
-    char key[48];
     void *val = NULL;
     size_t len = 0;
-    node_key(i, key, sizeof key);
-    cddp_result_t r = cddp_store_get(s, key, &val, &len, 0);
+    cddp_result_t r = cddp_store_get(s, cddp__job_key(CDDP__JK_STATUS_NODE, i, 0).s, &val, &len, 0);
     if (r == CDDP_OK && cddp__status_parse(val, len, &v[*n]) == 0) (*n)++;
     free(val);
     if (r != CDDP_OK && r != CDDP_NOT_FOUND && r != CDDP_TIMEOUT) { /* absent: a slot not posted yet */
@@ -115,27 +111,26 @@ cddp_result_t cddp__status_read(cddp_store_t *s, cddp__status_node_t **out, int 
 /* ---- events ---- */
 
 cddp_result_t cddp__status_event(cddp_store_t *s, const char *fmt, ...) {
-  char text[300], val[340], key[48];
+  char text[300], val[340];
   va_list ap;
   va_start(ap, fmt);
   vsnprintf(text, sizeof text, fmt, ap);
   va_end(ap);
   int64_t i;
-  CDDP_CHECK(cddp_store_add(s, "status/events", 1, &i));
-  event_key(i, key, sizeof key);
+  CDDP_CHECK(cddp_store_add(s, cddp__job_key(CDDP__JK_STATUS_EVENTS, 0, 0).s, 1, &i));
   int len = snprintf(val, sizeof val, "%llu %s", (unsigned long long)wall_ms(), text);
-  return cddp_store_set(s, key, val, (size_t)CDDP_MIN(len, (int)sizeof val - 1));
+  return cddp_store_set(s, cddp__job_key(CDDP__JK_STATUS_EVENT, i, 0).s, val, (size_t)CDDP_MIN(len, (int)sizeof val - 1));
 }
 
 cddp_result_t cddp__status_event_once(cddp_store_t *s, int64_t tag, const char *text) {
-  char key[48], me[64];
+  char me[64];
   void *won = NULL;
   size_t len = 0;
-  snprintf(key, sizeof key, "status/once/%lld", (long long)tag);
+  cddp__jobkey_t key = cddp__job_key(CDDP__JK_STATUS_ONCE, tag, 0);
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   int n = snprintf(me, sizeof me, "%d %lld.%09ld", (int)getpid(), (long long)ts.tv_sec, ts.tv_nsec); /* ours alone */
-  CDDP_CHECK(cddp_store_compare_set(s, key, NULL, 0, me, (size_t)n, &won, &len));
+  CDDP_CHECK(cddp_store_compare_set(s, key.s, NULL, 0, me, (size_t)n, &won, &len));
   int mine = won && len == (size_t)n && !memcmp(won, me, len);
   free(won);
   return mine ? cddp__status_event(s, "%s", text) : CDDP_OK;
@@ -144,13 +139,11 @@ cddp_result_t cddp__status_event_once(cddp_store_t *s, int64_t tag, const char *
 cddp_result_t cddp__status_events(cddp_store_t *s, cddp__status_event_t *out, int max, int *n) {
   int64_t last;
   *n = 0;
-  CDDP_CHECK(cddp_store_add(s, "status/events", 0, &last));
+  CDDP_CHECK(cddp_store_add(s, cddp__job_key(CDDP__JK_STATUS_EVENTS, 0, 0).s, 0, &last));
   for (int64_t i = CDDP_MAX(1, last - max + 1); i <= last; i++) {
-    char key[48];
     void *val = NULL;
     size_t len = 0;
-    event_key(i, key, sizeof key);
-    if (cddp_store_get(s, key, &val, &len, 0) != CDDP_OK) continue; /* being written */
+    if (cddp_store_get(s, cddp__job_key(CDDP__JK_STATUS_EVENT, i, 0).s, &val, &len, 0) != CDDP_OK) continue; /* being written */
     unsigned long long t;
     int off = 0;
     char *text = strndup(val, len);
