@@ -633,6 +633,7 @@ static int start_membership(agent_t *a) {
   cddp__membership_t *ms = &a->ms;
   ms->store = a->store, ms->self = a->id, ms->min_nodes = a->o->min_nodes, ms->max_nodes = a->o->max_nodes;
   ms->round = a->rz.round;
+  cddp__store_move_keep_round(ms->mv, a->rz.round);
   ms->wait_ms = a->o->rdzv_timeout_ms, ms->wait_gen = -1; /* below MIN: wait for a node as long as a join may take */
   snprintf(ms->host, sizeof ms->host, "%s", a->host);
   if (pipe2(ms->pipe, O_CLOEXEC | O_NONBLOCK) != 0) {

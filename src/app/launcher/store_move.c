@@ -20,6 +20,14 @@
 #define LEASE_MARGIN_MS 1000 /* past the heartbeat timeout: a cut-off host has stopped by then */
 #define POLL_MS 50
 #define PEERS_WAIT_MS 1000 /* for the host's list: an agent that hosts the store lists itself at once */
+#define KEPT_MAX (CDDP__MAX_MEMBERS + 3) /* the round's keys: 3, and a record per node */
+
+/* One key of the rendezvous round as the store held it (its value's bytes, never parsed). */
+typedef struct kept_key {
+  cddp__jobkey_t key;
+  void *v;
+  size_t len;
+} kept_key_t;
 
 struct cddp__store_move {
   pthread_mutex_t mu; /* guards cur, gen and line */
@@ -43,6 +51,8 @@ struct cddp__store_move {
   int64_t lost_epoch;
   uint64_t lost_at;
   char line[512];
+  kept_key_t *kept;             /* the round's keys (keep_round; set once, under mu), rebuilt by a take-over */
+  int n_kept;
 };
 
 int cddp__store_move_wanted(int replace, int max_nodes, int standalone) {
@@ -208,6 +218,13 @@ static void take_over(cddp__store_move_t *mv, const cddp__job_vote_t *mine, cons
   if (r == CDDP_OK && had <= max_id) r = cddp_store_add(view, cddp__job_key(CDDP__JK_AGENTS, 0, 0).s, max_id + 1 - had, &had);
   if (r == CDDP_OK && lost_id >= 0 && cddp__members_find(&best->members, lost_id, NULL, NULL) >= 0)
     r = cddp_store_set(view, cddp__job_key(CDDP__JK_DEAD, lost_id, 0).s, CDDP__JOB_WILL, strlen(CDDP__JOB_WILL));
+  /* the rendezvous round, closed: a node started later finds it so and waits to be taken in
+   * (without it, it would open round 0 again and wait for nodes that never come) */
+  pthread_mutex_lock(&mv->mu);
+  const kept_key_t *kept = mv->kept;
+  int n_kept = mv->n_kept;
+  pthread_mutex_unlock(&mv->mu);
+  for (int i = 0; r == CDDP_OK && i < n_kept; i++) r = cddp_store_set(view, kept[i].key.s, kept[i].v, kept[i].len);
   if (r == CDDP_OK) { /* open for business: the clients take the first server past the lost epoch */
     cddp__peers_t *next = malloc(sizeof *next);
     char text[CDDP__MAX_PEERS * 300];
@@ -409,6 +426,29 @@ void cddp__store_move_note(cddp__store_move_t *mv, const cddp__members_t *m, int
   }
   free(v), free(p);
   cddp__clear_error();
+}
+
+void cddp__store_move_keep_round(cddp__store_move_t *mv, int round) {
+  if (!mv || !mv->raw || mv->kept) return;
+  char prefix[170];
+  snprintf(prefix, sizeof prefix, "%s/", mv->run_id);
+  cddp_store_t *view = NULL;
+  kept_key_t *k = calloc(KEPT_MAX, sizeof *k);
+  int n = 0;
+  if (k && cddp_store_prefix_create(&view, mv->raw, prefix, 0) == CDDP_OK) {
+    const cddp__jobkey_t first[3] = {cddp__job_key(CDDP__JK_RDZV_SETTINGS, 0, 0),
+                                     cddp__job_key(CDDP__JK_RDZV_JOINED, round, 0), cddp__job_key(CDDP__JK_RDZV_CLOSED, round, 0)};
+    for (int i = 0; n < KEPT_MAX; i++) { /* the 3 keys above, then the records of node 0, 1, ... */
+      k[n].key = i < 3 ? first[i] : cddp__job_key(CDDP__JK_RDZV_NODE, round, i - 3);
+      if (cddp_store_get(view, k[n].key.s, &k[n].v, &k[n].len, 0) == CDDP_OK) n++;
+      else if (i >= 3) break;
+    }
+    cddp_store_close(view);
+  }
+  cddp__clear_error();
+  pthread_mutex_lock(&mv->mu);
+  mv->kept = k, mv->n_kept = n; /* freed with the process, as mv is: a vote thread may read it */
+  pthread_mutex_unlock(&mv->mu);
 }
 
 void cddp__store_move_notify(cddp__store_move_t *mv, int fd) {

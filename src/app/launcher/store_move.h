@@ -33,6 +33,11 @@ cddp_result_t cddp__store_move_list_host(const char *host, int port, const char 
  * hooks the process's store clients: a lost store starts the vote. *out stays NULL (and OK)
  * when no agent hosts the store (`cddp store` elsewhere: it lists no peers), which cannot move. */
 cddp_result_t cddp__store_move_start(cddp__store_move_t **out, const cddp__store_move_cfg_t *cfg);
+/* Keeps the keys of the rendezvous round this agent joined (the settings, the round's count,
+ * close and node records), so that if it takes the store over it writes them back: a
+ * node started later then finds the round closed and waits to be taken in. Once; blocks
+ * (store calls). NULL is a no-op. */
+void cddp__store_move_keep_round(cddp__store_move_t *mv, int round);
 /* Where "store-stop\n" goes (the membership's pipe, made after the start). */
 void cddp__store_move_notify(cddp__store_move_t *mv, int fd);
 /* The latest generation this agent saw: what it votes with. */
