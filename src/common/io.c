@@ -3,6 +3,9 @@
 #include "common/io.h"
 
 #include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
 #include <unistd.h>
 
 #define PIECE ((size_t)1 << 30) /* one call moves at most this much (Linux caps a write near 2 GiB) */
@@ -35,3 +38,15 @@ int cddp__write_all(int fd, const void *buf, size_t len) {
 
 ssize_t cddp__read_all(int fd, void *buf, size_t len) { return xfer(fd, buf, len, OP_READ); }
 
+char cddp__proc_state(pid_t pid) {
+  char path[64], buf[512];
+  snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return 0;
+  ssize_t n = cddp__read_all(fd, buf, sizeof buf - 1);
+  close(fd);
+  if (n <= 0) return 0;
+  buf[n] = '\0';
+  const char *close_paren = strrchr(buf, ')'); /* the name may hold spaces and parentheses */
+  return close_paren && close_paren[1] == ' ' ? close_paren[2] : 0;
+}

@@ -1,5 +1,5 @@
 /* io.h - whole-buffer reads and writes on a blocking file or pipe: EINTR is retried here, once.
- * Sockets have theirs, with deadlines, in common/sock.h. */
+ * Sockets have theirs, with deadlines, in common/sock.h. And a process's state from /proc. */
 #ifndef CDDP_COMMON_IO_H
 #define CDDP_COMMON_IO_H
 
@@ -12,5 +12,8 @@ int cddp__write_all(int fd, const void *buf, size_t len);
 /* Reads until len bytes or end of file (read(2)). The bytes read (< len only at end of file),
  * or -1 with errno set. Blocks. */
 ssize_t cddp__read_all(int fd, void *buf, size_t len);
+/* The state letter of process pid on this host, from /proc/PID/stat ('R', 'S', 'T': stopped,
+ * 't': traced, 'Z': a zombie, dead but not yet reaped, ...), or 0 when there is none. */
+char cddp__proc_state(pid_t pid);
 
 #endif /* CDDP_COMMON_IO_H */

@@ -292,7 +292,9 @@ cddp_result_t cddp_ckpt_verify(const char *dir) {
 /* ---- save */
 
 /* Removes .tmp-* directories left by dead processes (and by earlier failed saves of this
- * one): "<anything>-<pid>". One writer per root is assumed (rank 0). */
+ * one): "<anything>-<pid>". One writer per root is assumed (rank 0). A zombie is dead: a
+ * writer whose agent was killed is reparented, and its new parent may reap it only seconds
+ * later (a container's pid 1 often does), while the job saves its next checkpoints. */
 static void clean_stale(const char *root) {
   DIR *d = opendir(root);
   if (!d) return;
@@ -303,7 +305,8 @@ static void clean_stale(const char *root) {
     char *end;
     long pid = strtol(dash + 1, &end, 10);
     if (*end || end == dash + 1 || pid <= 0) continue;
-    if (pid != (long)getpid() && !(kill((pid_t)pid, 0) != 0 && errno == ESRCH)) continue;
+    if (pid != (long)getpid() && !(kill((pid_t)pid, 0) != 0 && errno == ESRCH) && cddp__proc_state((pid_t)pid) != 'Z')
+      continue;
     char path[PATH_MAX];
     if (join(path, sizeof path, root, e->d_name) != CDDP_OK) continue;
     CDDP_INFO(CDDP_SUB_TRAIN, "checkpoint: removing stale %s", path);

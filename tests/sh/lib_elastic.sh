@@ -24,9 +24,10 @@ wait_line() { # SECS PATTERN FILE...: until a line matches (bounded)
   for _ in $(seq $((secs * 50))); do grep -q "$pat" "$@" 2>/dev/null && return 0; sleep 0.02; done; return 1
 }
 RUNX=() # more `cddp run` options
-# agent NAME I NNODES [--set ...]: starts agent I (pid in A[I], output $T/NAME<I>.out); port in $P
+# agent NAME I NNODES [--set ...]: starts agent I (pid in A[I], output $T/NAME<I>.out); port in
+# $P, the endpoint 127.0.0.1:$P unless EP names another (a member's standby)
 agent() {
-  "$CDDP" run --nnodes "$3" --nproc-per-node 1 --rdzv-backend c10d --rdzv-endpoint 127.0.0.1:$P --rdzv-id "$1$P" \
+  "$CDDP" run --nnodes "$3" --nproc-per-node 1 --rdzv-backend c10d --rdzv-endpoint "${EP:-127.0.0.1:$P}" --rdzv-id "$1$P" \
     --rdzv-last-call 1 --max-restarts 3 --restart-mode replace "${RUNX[@]}" \
     "$CDDP" train --config $CFG --work-dir "$T" --name "$1" "${ONE[@]}" "${@:4}" >"$T/$1$2.out" 2>&1 &
   A[$2]=$!; bg+=($!)
@@ -37,6 +38,25 @@ wait_all() {
   ( sleep "$secs"; for p in "$@"; do kill -KILL "$p" 2>/dev/null; done ) & local dog=$!
   for p in "$@"; do wait "$p"; RC+=($?); done
   kill "$dog" 2>/dev/null; wait "$dog" 2>/dev/null
+}
+# all_exit0 NAME SECS WHAT PID...: waits for those agents (wait_all), gathers the outputs of
+# NAME's agents in $T/NAME.out, and checks that each exited 0 ("NAME: WHAT finish (exit 0)")
+all_exit0() {
+  local name=$1 secs=$2 what=$3 want; shift 3
+  wait_all "$secs" "$@"
+  cat "$T/$name"?.out >"$T/$name.out"
+  want=$(printf '0 %.0s' "$@")
+  [ "${RC[*]}" = "${want% }" ] && ok "$name: $what finish (exit 0)" ||
+    fail "$name: exit codes" "${RC[*]}; $(grep -v 'epoch [0-9]*/[0-9]* ' "$T/$name.out" | tail -5 | tr '\n' ' ')"
+}
+# join_seen NAME WHAT: the agent's and rank 0's lines of agent 2's join (generation 1, world 2 ->
+# 3, no step redone) in $T/NAME.out ("NAME: WHAT: ..."); rank 0's line left in $rline
+join_seen() {
+  local line
+  line=$(grep -m1 'cddp run: join node .* (agent 2): generation 1: world 2 -> 3, ranks 0 -> 0, 1 -> 1, new 2' "$T/$1.out")
+  rline=$(grep -m1 'cddp train: node .* (agent 2) joined: generation 1, world 2 -> 3, accumulation 3 -> 2 (global batch 192 kept), state from rank 0, no step redone' "$T/$1.out")
+  [ -n "$line" ] && [ -n "$rline" ] && ok "$1: $2: ${line#*cddp run: } / ${rline#*cddp train: }" ||
+    fail "$1: $2" "$(grep -hE 'join|joined|taken|store' "$T/$1.out" | head -5 | tr '\n' ' ')"
 }
 worker_of() { pgrep -P "$1" | head -1; }
 rank_of() { tr '\0' '\n' <"/proc/$1/environ" 2>/dev/null | sed -n 's/^RANK=//p'; }
@@ -51,11 +71,11 @@ exactly_once() {
   [ -z "$bad" ] && ok "$1: sample logs ($(ls "$T/$1/samples" | tr '\n' ' ')): each of the ${2:-1} epoch(s)' 59904 samples exactly once" ||
     fail "$1: sample log" "$bad"
 }
-# steps_once NAME: 312 step lines in metrics.jsonl, none twice (no step redone)
+# steps_once NAME [NOTE [STEPS]]: STEPS (312) step lines in metrics.jsonl, none twice (no step redone)
 steps_once() {
-  local m=$T/$1/metrics.jsonl steps uniq
+  local m=$T/$1/metrics.jsonl steps uniq n=${3:-312}
   steps=$(grep -vc '"eval"' "$m"); uniq=$(grep -v '"eval"' "$m" | sed -n 's/.*"step":\([0-9]*\).*/\1/p' | sort -u | wc -l)
-  [ "$steps" = 312 ] && [ "$uniq" = 312 ] && ok "$1: 312 step lines, none twice${2:+ ($2)}" || fail "$1: steps" "lines=$steps unique=$uniq"
+  [ "$steps" = "$n" ] && [ "$uniq" = "$n" ] && ok "$1: $n step lines, none twice${2:+ ($2)}" || fail "$1: steps" "lines=$steps unique=$uniq"
 }
 acc_near() { # NAME: the accuracy within 0.5 points of the reference
   local acc; acc=$(acc_of "$T/$1/metrics.jsonl")

@@ -9,6 +9,9 @@
 # recompute no committed step (but those since the checkpoint when the whole job was lost), end
 # within 0.5 points of the uninterrupted run's accuracy, and leave only checkpoints that verify,
 # the newest of which resumes.
+# CHAOS_NODES=3 (tests/sh/test_chaos_store.sh): every run is 3 agents x 1 worker under `--nnodes
+# 2:3` (global batch 192), and the agent killed may be the one that hosts the store (node 0): the
+# store moves to a survivor (docs/store.md, "Failover"), which must say so, and the checks above hold.
 # One TAP line per run, then "chaos: N of N runs completed, ...". The plan (layouts, ranks,
 # steps, delays) comes from CHAOS_SEED (printed; $RANDOM when unset): CHAOS_SEED=S CHAOS_ONLY=I
 # replays run I's plan (the timing of the machine is not replayed).
@@ -16,7 +19,8 @@ cd "$(dirname "$0")/../.." && source tests/sh/lib.sh
 SEED=${CHAOS_SEED:-$RANDOM}
 RUNS=${CHAOS_RUNS:-20}
 ONLY=${CHAOS_ONLY:-}
-STEPS=40  # per run: 40 optimizer steps of 256 samples, a checkpoint every 3
+MAXN=${CHAOS_NODES:-2} # the most nodes a run has: 2 (1 x 2 or 2 x 2) or 3 (3 x 1)
+STEPS=40  # per run: 40 optimizer steps of GB samples, a checkpoint every 3
 T=$(mktemp -d /tmp/cddp-chaos-test.XXXXXX)
 bg=()
 cleanup() {
@@ -26,9 +30,16 @@ cleanup() {
   rm -rf "$T"
 }
 trap cleanup EXIT
-echo "# chaos seed $SEED (replay: CHAOS_SEED=$SEED tests/sh/test_chaos.sh; one run: CHAOS_ONLY=I)"
 JOB=(--config configs/fmnist_mlp.yaml --set debug.sample_log=true --set train.max_steps=$STEPS --set ddp.threads=1
      --set checkpoint.every_steps=3 --set checkpoint.keep=3 --set eval.every_epoch=false)
+# NPROC workers per agent; GB global batch, MICRO micro-batch of a multi-node run (the batch must
+# split over every world the run goes through: 4 and 2, or 3 and 2, and 1 for the resume)
+case $MAXN in
+  2) NPROC=2 GB=256 MICRO=64 ;;
+  3) NPROC=1 GB=192 MICRO=32 t_name=test_chaos_store JOB+=(--set batch.global=$GB --set batch.micro=$MICRO) ;;
+  *) echo "CHAOS_NODES=$MAXN: 2 or 3" >&2; exit 2 ;;
+esac
+echo "# chaos seed $SEED (replay: CHAOS_SEED=$SEED tests/sh/$t_name.sh; one run: CHAOS_ONLY=I)"
 
 last_step() { grep -v '"eval"' "$1" 2>/dev/null | tail -1 | sed -n 's/.*"step":\([0-9]*\).*/\1/p'; }
 acc_of() { grep '"eval"' "$1" 2>/dev/null | tail -1 | sed -n 's/.*"accuracy":\([0-9.]*\).*/\1/p'; }
@@ -48,12 +59,13 @@ writes_metrics() { local p; for p in "$@"; do ls -l "/proc/$p/fd" 2>/dev/null | 
 alive() { local p; for p in "$@"; do kill -0 "$p" 2>/dev/null && return 0; done; return 1; }
 
 # ---- the plan: run I = "NODES K KILL..." with KILL = kind:rank:step:delay_ms; rank R is local
-# rank R%2 of node R/2 (node 0 once node 1's agent is dead). kind worker: wait for the run's
-# metrics to reach step, then delay, then SIGKILL that worker; ckpt: past step, SIGKILL rank 0 as
-# soon as it is writing a checkpoint (the writer's pid ends its .tmp-step-* name); burst: no
-# wait for a step, delay after the previous kill (it lands in that kill's recovery); agent:
-# SIGKILL node 1's `cddp run` (never node 0's: it hosts the store), after its step or, as an
-# agent burst (step "-"), inside the previous kill's recovery; both: after step and delay, SIGKILL
+# rank R%NPROC of node R/NPROC (the next node once that node's agent is dead). kind worker: wait
+# for the run's metrics to reach step, then delay, then SIGKILL that worker; ckpt: past step,
+# SIGKILL rank 0 as soon as it is writing a checkpoint (the writer's pid ends its .tmp-step-*
+# name); burst: no wait for a step, delay after the previous kill (it lands in that kill's
+# recovery); agent: SIGKILL the `cddp run` of node "rank" (2 nodes: node 1, never node 0, whose
+# store cannot move; 3 nodes: node 0, the store's host, too), after its step or, as an agent
+# burst (step "-"), inside the previous kill's recovery; both: after step and delay, SIGKILL
 # rank's worker and, delay % 21 ms later, the other worker of its node (found beforehand).
 # rnd N: X = a number in 0..N-1 from the seeded stream (a 64-bit LCG's high bits; bash's own
 # $RANDOM repeats patterns in its low bits)
@@ -63,19 +75,29 @@ rnd() { R=$((R * 6364136223846793005 + 1442695040888963407)); X=$(((R >> 33 & 0x
 # 2 x 2 run may have one (at most one a run: the other agent hosts the store). Whole-job kills:
 # runs 3, 9, 15, ... are 1 x 2 and start with both workers killed 0-20 ms apart, and a random
 # burst in a 1 x 2 run hits either worker (the other one: the whole job). CHAOS_AGENT_KILLS=0 /
-# CHAOS_WHOLE_JOB_KILLS=0 leave them out.
+# CHAOS_WHOLE_JOB_KILLS=0 leave them out. With CHAOS_NODES=3 every run is 3 x 1 and none loses
+# the whole job; odd runs kill the store's host among their kills, runs 2, 6, 10, ... another
+# agent, and runs 4, 8, ... may kill any one agent (at most one a run: 1 survivor of 2 is no
+# majority to move the store, so a second agent lost could end the job).
 WHOLE_JOB_KILLS=${CHAOS_WHOLE_JOB_KILLS:-1}
 AGENT_KILLS=${CHAOS_AGENT_KILLS:-1}
 declare -a PLAN
 for i in $(seq "$RUNS"); do
   rnd 2; nodes=$((1 + X)); rnd 3; k=$((1 + X)); rnd 10; s=$((3 + X)); plan=""
   rnd 3; aj=$((1 + X)) wj=0 # the agent kill's place among a forced run's kills
-  if [ "$AGENT_KILLS" = 1 ] && [ $((i % 4)) = 2 ]; then nodes=2; [ "$aj" -gt "$k" ] && aj=$k
+  av=1 # the agent an agent kill hits
+  if [ "$MAXN" = 3 ]; then
+    nodes=3; rnd 3; av=$X
+    [ $((i % 2)) = 1 ] && av=0
+    [ $((i % 4)) = 2 ] && av=$((1 + X % 2))
+    [ $((i % 4)) = 0 ] && aj=0
+    [ "$aj" -gt "$k" ] && aj=$k
+  elif [ "$AGENT_KILLS" = 1 ] && [ $((i % 4)) = 2 ]; then nodes=2; [ "$aj" -gt "$k" ] && aj=$k
   elif [ "$WHOLE_JOB_KILLS" = 1 ] && [ $((i % 6)) = 3 ]; then nodes=1 wj=1
   else aj=0; fi
   agent=0
   for j in $(seq "$k"); do
-    rnd $((2 * nodes)); rank=$X; rnd 120; delay=$X; kind=worker
+    rnd $((NPROC * nodes)); rank=$X; rnd 120; delay=$X; kind=worker
     rnd 4; [ "$j" -gt 1 ] && [ "$X" = 0 ] && kind=burst
     rnd 4; [ "$kind" = worker ] && [ "$X" = 0 ] && kind=ckpt rank=0
     # a burst in a 1 x 2 job hits the replacement of the worker just killed or, with
@@ -84,9 +106,9 @@ for i in $(seq "$RUNS"); do
     [ "$wj" = 1 ] && [ "$j" = 1 ] && kind=both
     prev=$rank
     rnd 5; at=$s
-    if [ "$AGENT_KILLS" = 1 ] && [ "$nodes" = 2 ] && [ "$agent" = 0 ] && { [ "$j" = "$aj" ] || { [ "$aj" = 0 ] && [ "$X" = 0 ]; }; }; then
+    if [ "$AGENT_KILLS" = 1 ] && [ "$nodes" -ge 2 ] && [ "$agent" = 0 ] && { [ "$j" = "$aj" ] || { [ "$aj" = 0 ] && [ "$X" = 0 ]; }; }; then
       [ "$kind" = burst ] && at=- # an agent burst: inside the previous kill's recovery
-      kind=agent rank=1 agent=1
+      kind=agent rank=$av agent=1
     fi
     plan+=" $kind:$rank:$at:$delay"
     rnd 8; s=$((s + 4 + X))
@@ -99,10 +121,11 @@ done
 # killer NAME KILL...: carries out a run's kills; one line per kill in $T/NAME.kills:
 # "time last-step-logged who pid kind mid-checkpoint|-", who 0 when the victim was rank 0 (the
 # metrics writer, or for an agent one of its workers), else nNlL (node, local rank) or agent.
-# An agent kill SIGKILLs node 1's `cddp run` (under its `timeout`; its workers follow
-# through PR_SET_PDEATHSIG); node 0 hosts the store, whose loss ends the job (a documented limit).
+# An agent kill SIGKILLs that node's `cddp run` (under its `timeout`; its workers follow
+# through PR_SET_PDEATHSIG) and writes the node to $T/NAME.dead; with 2 nodes node 0 hosts the
+# store, whose loss ends the job (one survivor of two is no majority to move it).
 killer() {
-  local name=$1 m=$T/$1/metrics.jsonl kind rank step delay p i w who node lr d gone=0; shift
+  local name=$1 m=$T/$1/metrics.jsonl kind rank step delay p i w who node lr d gone=-1; shift
   for kill in "$@"; do
     IFS=: read -r kind rank step delay <<<"$kill"
     if [ "$kind" != burst ] && [ "$step" != - ]; then
@@ -116,22 +139,22 @@ killer() {
         sleep 0.003
       done
       if [ -z "$p" ]; then # no checkpoint write seen: rank 0 anyway
-        for d in $(workers_of 0) $(workers_of 1); do writes_metrics "$d" && { p=$d; break; }; done
+        for d in $(for n in "${!AGENTS[@]}"; do workers_of "$n"; done); do writes_metrics "$d" && { p=$d; break; }; done
       fi
     else
       sleep "$(awk -v d="$delay" 'BEGIN { printf "%.3f", d / 1000 }')"
     fi
     w=-
     if [ "$kind" = agent ]; then
-      p=$(run_of 1)
-      [ -n "$p" ] || { echo "# $name: no agent of node 1 to kill" >&2; continue; }
+      p=$(run_of "$rank")
+      [ -n "$p" ] || { echo "# $name: no agent of node $rank to kill" >&2; continue; }
       # shellcheck disable=SC2046
       writes_metrics $(pgrep -P "$p") && who=0 && compgen -G "$T/$name/checkpoints/.tmp-step-*" >/dev/null && w=mid-checkpoint
       echo "$(date +%s.%N) $(last_step "$m") ${who:-agent} $p agent $w" >>"$T/$name.kills"
-      kill -KILL "$p" 2>/dev/null; gone=1
+      kill -KILL "$p" 2>/dev/null; gone=$rank; echo "$rank" >"$T/$name.dead"
       continue
     fi
-    node=$((rank / 2)) lr=$((rank % 2)); [ "$gone" = 1 ] && node=0
+    node=$((rank / NPROC)) lr=$((rank % NPROC)); [ "$node" = "$gone" ] && node=$(((node + 1) % ${#AGENTS[@]}))
     if [ "$kind" = both ]; then # both workers of the node, the second delay % 21 ms after the first
       p=$(worker_pid "$node" "$lr") q=$(worker_pid "$node" $((1 - lr)))
       [ -n "$p" ] && [ -n "$q" ] || { echo "# $name: no two workers of node $node to kill" >&2; continue; }
@@ -194,14 +217,14 @@ episodes() {
 # ---- the uninterrupted reference: its samples and accuracy
 timeout 120 "$CDDP" run --standalone --nproc-per-node 2 "$CDDP" train "${JOB[@]}" --work-dir "$T" --name ref >"$T/ref.out" 2>&1
 REF_ACC=$(acc_of "$T/ref/metrics.jsonl")
-[ -n "$REF_ACC" ] && [ "$(samples_verdict "$T/ref" $STEPS 256)" = clean ] &&
+[ -n "$REF_ACC" ] && [ "$(samples_verdict "$T/ref" $STEPS $GB)" = clean ] &&
   ok "reference: $STEPS steps uninterrupted, test accuracy $REF_ACC" ||
   { fail "reference run" "$(tail -3 "$T/ref.out" | tr '\n' ' ')"; finish; }
 
 # listening PORT: a socket of this host listens on PORT (the store's host has bound it)
 listening() { awk -v p="$(printf ':%04X' "$1")" '$4 == "0A" && substr($2, length($2) - 4) == p { f = 1 } END { exit !f }' /proc/net/tcp /proc/net/tcp6 2>/dev/null; }
 
-completed=0 corrupt=0 ckpts=0 total=0 midckpt=0 nkills=0 nagent=0 nwhole=0
+completed=0 corrupt=0 ckpts=0 total=0 midckpt=0 nkills=0 nagent=0 nwhole=0 nhost=0
 : >"$T/all.ep"
 for i in $(seq "$RUNS"); do
   [ -n "$ONLY" ] && [ "$ONLY" != "$i" ] && continue
@@ -212,49 +235,62 @@ for i in $(seq "$RUNS"); do
   P=$(free_port)
   for n in $(seq 0 $((nodes - 1))); do
     # 2 x 2: --nnodes 1:2, so that losing node 1's agent leaves a job of world 2 (micro 64 x 4
-    # ranks, then 64 x 2 ranks x 2 accumulation: global batch 256 kept). Node 0 starts first and
-    # hosts the store; node 1 starts once the port listens (it then joins as a client).
-    if [ "$nodes" = 1 ]; then launch=(--standalone --nproc-per-node 2)
-    else launch=(--nnodes 1:2 --nproc-per-node 2 --rdzv-backend c10d --rdzv-endpoint 127.0.0.1:$P --rdzv-id C$P); fi
+    # ranks, then 64 x 2 ranks x 2 accumulation: global batch 256 kept); 3 x 1: --nnodes 2:3
+    # (micro 32 x 3 ranks x 2, then 32 x 2 x 3: 192 kept), a last call long enough that all 3
+    # start together on a loaded host. Node 0 starts first and hosts the store; the others start
+    # once the port listens (they then join as clients, each with a standby of its own).
+    if [ "$nodes" = 1 ]; then launch=(--standalone --nproc-per-node 2) micro=()
+    else launch=(--nnodes $((nodes - 1)):$nodes --nproc-per-node $NPROC --rdzv-backend c10d --rdzv-endpoint 127.0.0.1:$P
+                 --rdzv-id C$P --rdzv-last-call 10) micro=(--set batch.micro=$MICRO); fi
     [ "$n" = 1 ] && for _ in $(seq 250); do listening "$P" && break; sleep 0.02; done
     # in a subshell that exits (not execs): a SIGKILLed agent then raises no "Killed" job notice here
     ( timeout 120 "$CDDP" run "${launch[@]}" --max-restarts $((2 * k)) --restart-mode replace \
-      "$CDDP" train "${JOB[@]}" --work-dir "$T" --name "$name" --set batch.micro=64; exit $? ) >"$T/$name.out$n" 2>&1 &
+      "$CDDP" train "${JOB[@]}" --work-dir "$T" --name "$name" "${micro[@]}"; exit $? ) >"$T/$name.out$n" 2>&1 &
     AGENTS[$n]=$!; bg+=($!)
   done
-  : >"$T/$name.kills"
+  : >"$T/$name.kills"; rm -f "$T/$name.dead"
   read -ra kl <<<"$kills"
   killer "$name" "${kl[@]}"
   # every agent exits 0 but a killed one (SIGKILL: 137 from its timeout)
-  ka=$(awk '$5 == "agent"' "$T/$name.kills" | wc -l)
+  ka=$(awk '$5 == "agent"' "$T/$name.kills" | wc -l) dead=$(cat "$T/$name.dead" 2>/dev/null)
   rc=0 rcs=""
   for n in "${!AGENTS[@]}"; do
     wait "${AGENTS[$n]}" 2>/dev/null; r=$?; rcs+=" $r"
-    if [ "$n" = 1 ] && [ "$ka" = 1 ]; then [ "$r" != 0 ] || rc=killed-agent-exit-0; else [ "$r" = 0 ] || rc=$r; fi
+    if [ "$n" = "$dead" ]; then [ "$r" != 0 ] || rc=killed-agent-exit-0; else [ "$r" = 0 ] || rc=$r; fi
   done
   why=()
   [ "$rc" = 0 ] || why+=("exit$rcs: $(cat "$T/$name".out* | grep -v '^\[rank' | grep -v 'epoch 1/1' | tail -2 | tr '\n' ' ')")
-  [ "$nodes" = 1 ] || grep -q 'cddp train: MLP, .* world 4 ' "$T/$name.out0" || why+=("the 2 x 2 job did not start with world 4")
+  w0=$((nodes * NPROC)) w1=$(((nodes - 1) * NPROC))
+  [ "$nodes" = 1 ] || grep -q "cddp train: MLP, .* world $w0 " "$T/$name.out0" || why+=("the ${nodes} x $NPROC job did not start with world $w0")
+  pa=$(echo "$kills" | grep -o 'agent:' | wc -l)
+  [ "$ka" = "$pa" ] || why+=("$ka of the $pa agent kill(s) planned done")
   nk=$(wc -l <"$T/$name.kills")
   nkills=$((nkills + nk)) midckpt=$((midckpt + $(grep -c 'mid-checkpoint' "$T/$name.kills"))) nagent=$((nagent + ka))
   nrec=$(cat "$T/$name".out* | grep -c 'cddp train: recovered from the loss of')
   nw=$(cat "$T/$name".out* | grep -c 'cddp train: no survivor holds the state: restored step')
   nwhole=$((nwhole + nw))
   [ $((nrec + nw)) -ge 1 ] || why+=("no recovery line after $nk kill(s)")
-  # an agent lost: the world shrank 4 -> 2 and the accumulation was re-derived (once)
+  # an agent lost: the world shrank 4 -> 2 (3 -> 2) and the accumulation was re-derived (once)
   # (the node's loss may be folded with a worker's lost just before it: "loss of rank 2 pid P, then node ...")
   if [ "$ka" = 1 ]; then
-    shrink='cddp train: recovered from the loss of .*node .* world 4 -> 2 (accumulation 1 -> 2, global batch 256 kept)'
+    a0=$((GB / (w0 * MICRO))) a1=$((GB / (w1 * MICRO)))
+    shrink="cddp train: recovered from the loss of .*node .* world $w0 -> $w1 (accumulation $a0 -> $a1, global batch $GB kept)"
     [ "$(cat "$T/$name".out* | grep -c "$shrink")" = 1 ] ||
-      why+=("no (single) 'world 4 -> 2 (accumulation 1 -> 2' line: $(cat "$T/$name".out* | grep 'cddp train: recovered' | grep -c 'world 4 -> 2') of the trainer's, $(cat "$T/$name".out* | grep -c 'world 4 -> 2') in all")
+      why+=("no (single) 'world $w0 -> $w1 (accumulation $a0 -> $a1' line: $(cat "$T/$name".out* | grep 'cddp train: recovered' | grep -c "world $w0 -> $w1") of the trainer's, $(cat "$T/$name".out* | grep -c "world $w0 -> $w1") in all")
   fi
+  # 3 nodes: the store's host lost, one survivor took the store over (one line); another agent lost, nobody did
+  took=$(cat "$T/$name".out* | grep -c "^cddp run: the store's host (agent [0-9]* at 127.0.0.1:$P) is lost; agent [0-9]* took the store over")
+  if [ "$nodes" = 3 ] && [ "$dead" = 0 ]; then
+    nhost=$((nhost + 1))
+    [ "$took" = 1 ] || why+=("the store's host killed: $took take-over lines (want 1): $(cat "$T/$name".out* | grep -h 'store' | grep -v '^\[rank' | head -2 | tr '\n' ' ')")
+  else [ "$took" = 0 ] || why+=("$took take-over line(s), but the store's host was not killed"); fi
   # the metrics: no step twice; a step rank 0 committed but died before logging may be missing
   m=$T/$name/metrics.jsonl
   lines=$(grep -vc '"eval"' "$m" 2>/dev/null) uniq=$(grep -v '"eval"' "$m" 2>/dev/null | sed -n 's/.*"step":\([0-9]*\).*/\1/p' | sort -u | wc -l)
   k0=$(awk '$3 == 0' "$T/$name.kills" | wc -l)
   { [ "$lines" = "$uniq" ] && [ "$lines" -le $STEPS ] && [ "$lines" -ge $((STEPS - k0)) ]; } ||
     why+=("metrics: $lines step lines, $uniq distinct (want $STEPS, each once)")
-  s=$(samples_verdict "$T/$name" $STEPS 256 "$T/ref")
+  s=$(samples_verdict "$T/$name" $STEPS $GB "$T/ref")
   [ "$s" = clean ] || why+=("samples: $s")
   acc=$(acc_of "$m")
   awk -v a="$acc" -v b="$REF_ACC" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(a != "" && d <= 0.005) }' ||
@@ -268,8 +304,8 @@ for i in $(seq "$RUNS"); do
   done
   ckpts=$((ckpts + nc)) corrupt=$((corrupt + nbad))
   [ "$nc" -ge 1 ] || why+=("no checkpoint")
-  left=$(find "$T/$name/checkpoints" -maxdepth 1 -name '.tmp-*' 2>/dev/null | wc -l)
-  [ "$left" = 0 ] || why+=("$left half-written checkpoint dir(s) left")
+  left=$(find "$T/$name/checkpoints" -maxdepth 1 -name '.tmp-*' -printf '%f ' 2>/dev/null)
+  [ -z "$left" ] || why+=("half-written checkpoint dir(s) left: $left")
   # recovery times and steps redone (before the resume appends to the logs)
   episodes "$name" >"$T/$name.times"
   cat "$T/$name.times" >>"$T/all.ep"
@@ -284,7 +320,7 @@ for i in $(seq "$RUNS"); do
     --resume-from latest >"$T/$name.resume" 2>&1; r=$?
   { [ $r = 0 ] && grep -q "resuming from .*step-0*$STEPS (step $STEPS," "$T/$name.resume" && grep -q "done: 2 steps (steps $((STEPS + 1))-$((STEPS + 2)) of $((STEPS + 2)))" "$T/$name.resume"; } ||
     why+=("resume from latest: exit $r: $(grep -v 'epoch' "$T/$name.resume" | tail -1)")
-  desc="$([ "$nodes" = 1 ] && echo "1x2" || echo "2x2"), kills$(for x in "${kl[@]}"; do IFS=: read -r kd rk st dl <<<"$x"; case $kd in both) printf ' r%s+r%s@%s+%sms+%sms' "$rk" "$((1 - rk))" "$st" "$dl" "$((dl % 21))" ;; burst) printf ' r%s+%sms' "$rk" "$dl" ;; ckpt) printf ' r0@%s-in-ckpt' "$st" ;; agent) printf ' agent%s@%s+%sms' "$rk" "$st" "$dl" ;; *) printf ' r%s@%s+%sms' "$rk" "$st" "$dl" ;; esac; done)"
+  desc="$([ "$nodes" = 1 ] && echo "1x2" || echo "${nodes}x$NPROC"), kills$(for x in "${kl[@]}"; do IFS=: read -r kd rk st dl <<<"$x"; case $kd in both) printf ' r%s+r%s@%s+%sms+%sms' "$rk" "$((1 - rk))" "$st" "$dl" "$((dl % 21))" ;; burst) printf ' r%s+%sms' "$rk" "$dl" ;; ckpt) printf ' r0@%s-in-ckpt' "$st" ;; agent) printf ' agent%s%s@%s+%sms' "$rk" "$([ "$nodes" = 3 ] && [ "$rk" = 0 ] && echo '(store)')" "$st" "$dl" ;; *) printf ' r%s@%s+%sms' "$rk" "$st" "$dl" ;; esac; done)"
   times=$(awk '{ printf("%s%d", (NR > 1 ? "," : ""), $1) } END { if (!NR) printf "-" }' "$T/$name.times")
   if [ ${#why[@]} = 0 ]; then
     completed=$((completed + 1))
@@ -297,11 +333,16 @@ for i in $(seq "$RUNS"); do
   rm -rf "${T:?}/$name"
 done
 
-# the whole plan ran its agent kills and lost the whole job at least once (a replay of one run need not)
-if [ -z "$ONLY" ] && [ "$RUNS" -ge 12 ]; then
+# the whole plan ran its agent kills and lost the whole job at least once (a replay of one run need not);
+# 3 nodes: it killed the store's host (run 1 does)
+if [ -z "$ONLY" ] && [ "$RUNS" -ge 12 ] && [ "$MAXN" = 2 ]; then
   [ "$AGENT_KILLS" != 1 ] || [ "$nagent" -ge 3 ] && ok "agent kills: $nagent" || fail "agent kills" "only $nagent in $RUNS runs"
   [ "$WHOLE_JOB_KILLS" != 1 ] || [ "$nwhole" -ge 1 ] && ok "whole job lost and restored from disk: $nwhole" ||
     fail "whole-job kills" "no run lost every worker at once"
+fi
+if [ -z "$ONLY" ] && [ "$MAXN" = 3 ] && [ "$AGENT_KILLS" = 1 ]; then
+  [ "$nhost" -ge $(((RUNS + 1) / 2)) ] && ok "kills of the store's host: $nhost, the store moved each time" ||
+    fail "kills of the store's host" "$nhost in $RUNS runs (want one in each odd run)"
 fi
 
 stats=$(awk '$3 == "i"' "$T/all.ep" | sort -n | awk '{ v[NR] = $1; if ($2 > r) r = $2 } END {
@@ -310,5 +351,5 @@ stats=$(awk '$3 == "i"' "$T/all.ep" | sort -n | awk '{ v[NR] = $1; if ($2 > r) r
 read -r med max red <<<"$stats"
 wstats=$(awk '$3 == "w" { n++; if ($1 > t) t = $1; if ($2 > r) r = $2 } END { printf "%d %d\n", t, r }' "$T/all.ep")
 read -r wmax wred <<<"$wstats"
-echo "chaos: $completed of $total runs completed, $corrupt corrupt checkpoints ($ckpts verified), recovery in place median $med ms, max $max ms, steps redone max $red; whole job from disk $nwhole times, max $wmax ms, $wred steps redone max (seed $SEED; $nkills kills: $nagent of an agent, $midckpt of rank 0 mid-checkpoint-write)"
+echo "chaos: $completed of $total runs completed, $corrupt corrupt checkpoints ($ckpts verified), recovery in place median $med ms, max $max ms, steps redone max $red; whole job from disk $nwhole times, max $wmax ms, $wred steps redone max (seed $SEED; $nkills kills: $nagent of an agent$([ "$MAXN" = 3 ] && echo " ($nhost of the store's host)"), $midckpt of rank 0 mid-checkpoint-write)"
 finish

@@ -22,15 +22,8 @@ case_a() {
   wait_step "$T/j/metrics.jsonl" 60 || fail "j: no progress" "$(tail -3 "$T/j1.out")"
   local t0; t0=$(date +%s.%N)
   agent j 3 2:3
-  wait_all 90 "${A[1]}" "${A[2]}" "${A[3]}"
-  cat "$T"/j?.out >"$T/j.out"
-  [ "${RC[*]}" = "0 0 0" ] && ok "j: all three agents finish (exit 0)" ||
-    fail "j: exit codes" "${RC[*]}; $(grep -v 'epoch 1/1' "$T/j.out" | tail -5 | tr '\n' ' ')"
-  local line rline
-  line=$(grep -m1 'cddp run: join node .* (agent 2): generation 1: world 2 -> 3, ranks 0 -> 0, 1 -> 1, new 2' "$T/j.out")
-  rline=$(grep -m1 'cddp train: node .* (agent 2) joined: generation 1, world 2 -> 3, accumulation 3 -> 2 (global batch 192 kept), state from rank 0, no step redone' "$T/j.out")
-  [ -n "$line" ] && [ -n "$rline" ] && ok "j: the agent and rank 0 log the join: ${line#*cddp run: } / ${rline#*cddp train: }" ||
-    fail "j: event lines" "$(grep -E 'join|joined|taken' "$T/j.out" | tr '\n' ' ')"
+  all_exit0 j 90 "all three agents" "${A[1]}" "${A[2]}" "${A[3]}"
+  join_seen j "the agent and rank 0 log the join"
   # join -> first step completed in the new world (the step after the one it re-formed at)
   local at dt
   at=$(echo "$rline" | sed -n 's/.*re-formed at step \([0-9]*\).*/\1/p')
@@ -54,10 +47,7 @@ case_b() {
     fail "s: the spare" "$(tail -2 "$T/s3.out" | tr '\n' ' ')"
   local before kt; before=$(last_step "$T/s/metrics.jsonl"); kt=$(date +%s.%N)
   kill -KILL "${A[2]}"; wait "${A[2]}" 2>/dev/null
-  wait_all 90 "${A[1]}" "${A[3]}"
-  cat "$T"/s?.out >"$T/s.out"
-  [ "${RC[*]}" = "0 0" ] && ok "s: the 2nd agent SIGKILLed at step $before: the member left and the spare finish (exit 0)" ||
-    fail "s: exit codes" "${RC[*]}; $(grep -v 'epoch 1/1' "$T/s.out" | tail -5 | tr '\n' ' ')"
+  all_exit0 s 90 "the 2nd agent SIGKILLed at step $before: the member left and the spare" "${A[1]}" "${A[3]}"
   local line rline
   line=$(grep -m1 'cddp run: node .* (agent 1) lost: its connection closed; spare node .* (agent 2) takes its place; generation 1: world 2 -> 2, ranks 0 -> 0, new 1' "$T/s.out")
   rline=$(grep -m1 'cddp train: recovered from the loss of node .* takes its place in .* generation 1, state from rank 0, step [0-9]* redone' "$T/s.out")

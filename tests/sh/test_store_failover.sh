@@ -8,8 +8,12 @@
 # host cut off, not known dead): the others take the store over only after its lease; thawed,
 # it stops (it hears from a minority, or its own store went unanswered) and writes nothing the
 # others see: the run's metrics and sample logs hold every step and sample once. (o) CDDP_STORE_FAILOVER=0: the job ends with
-# its store's host, as before. (s) a spare waiting when the host is lost is taken in by the new host, and
-# the restart budget used before the move still counts after it.
+# its store's host, as before. (j) a node started later with --rdzv-endpoint naming a member
+# that does not host the store (its standby) is sent on to the store and taken in. (l) after the
+# store moved: a node pointed at the lost host's endpoint fails with one line; two pointed at a
+# standby reach the new host: one is taken in, the other waits as a spare (world 4 cannot split
+# the batch), every step and sample once. (s) a spare waiting when the host is lost is taken in
+# by the new host, and the restart budget used before the move still counts after it.
 cd "$(dirname "$0")/../.." && source tests/sh/lib.sh
 source tests/sh/lib_elastic.sh
 elastic_setup cddp-store-failover
@@ -20,6 +24,8 @@ kill_to_step() {
 }
 # store_host: the index (1..3) of the agent that hosts the store: the one whose port is the endpoint
 store_host() { local i; for i in "$@"; do ss -ltnp 2>/dev/null | grep ":$P " | grep -q "pid=${A[$i]}," && { echo "$i"; return; }; done; echo 1; }
+# listen_port I: the port agent I's store server listens on (the store, or its standby)
+listen_port() { ss -ltnp 2>/dev/null | grep "pid=${A[$1]}," | awk '{ print $4 }' | sed 's/.*://' | head -1; }
 
 reference_run
 
@@ -32,10 +38,7 @@ case_m() {
   local before kt; before=$(last_step "$T/m/metrics.jsonl"); kt=$(date +%s.%N)
   kill -KILL "${A[$h]}" $w; wait "${A[$h]}" 2>/dev/null
   local surv=() i; for i in 1 2 3; do [ "$i" != "$h" ] && surv+=("${A[$i]}"); done
-  wait_all 90 "${surv[@]}"
-  cat "$T"/m?.out >"$T/m.out"
-  [ "${RC[*]}" = "0 0" ] && ok "m: the store's host (agent and worker) SIGKILLed at step $before: both survivors finish (exit 0)" ||
-    fail "m: exit codes" "${RC[*]}; $(grep -v 'epoch 1/1' "$T/m.out" | tail -5 | tr '\n' ' ')"
+  all_exit0 m 90 "the store's host (agent and worker) SIGKILLed at step $before: both survivors" "${surv[@]}"
   local took lost rline
   took=$(grep -m1 "^cddp run: the store's host (agent 0 at 127.0.0.1:$P) is lost; agent [12] took the store over at .* (epoch 1, [23] of the 3 nodes of generation 0 voted" "$T/m.out")
   lost=$(grep -m1 '^cddp run: node .* (agent 0) lost: its connection closed; generation 1: world 3 -> 2' "$T/m.out")
@@ -114,6 +117,71 @@ case_o() {
     fail "o: off switch" "${RC[*]}; $n files name the store"
 }
 
+# (j) a node started later names a member that does not host the store (its standby's port, not
+# the store's: on one host the store holds that port, so the standby took another): the standby
+# sends it on to the store's host, and it is taken into the running job like any late node
+case_j() {
+  P=$(free_port); A=()
+  agent j 1 2:3; sleep 0.3; agent j 2 2:3
+  wait_step "$T/j/metrics.jsonl" 20 || fail "j: no progress" "$(tail -3 "$T/j1.out")"
+  local h o s; h=$(store_host 1 2); o=$((3 - h)); s=$(listen_port "$o")
+  [ -n "$s" ] && [ "$s" != "$P" ] && ok "j: agent $o (not the store's host, at :$P) serves a standby at :$s" ||
+    fail "j: no standby port" "agent $o listens on '$s'"
+  EP=127.0.0.1:$s agent j 3 2:3
+  all_exit0 j 90 "all three agents" "${A[1]}" "${A[2]}" "${A[3]}"
+  join_seen j "the node pointed at the standby is taken in"
+  steps_once j "0 redone"
+  exactly_once j
+  acc_near j
+}
+
+# (l) late nodes after the store moved (--nnodes 2:4, 3 agents, 8 epochs so that the job still
+# runs): the store's host SIGKILLed, a survivor took the store over; a node pointed at the lost
+# host's endpoint (as a client: is_host=false, as on another host) fails with one line in
+# bounded time; two pointed at the survivor that does not host the store (its standby keeps a
+# copy of the new list) are sent on to the new host: the first makes world 3 and is taken in,
+# the second would make world 4, which the batch (192 = 32 x 6) cannot split: it waits as a
+# spare (the world sizes, published again after the move, say so) and exits 0 at the end
+case_l() {
+  P=$(free_port); A=()
+  local e8=(--set train.epochs=8)
+  RUNX=(--rdzv-last-call 5) # 3 of at most 4: the round closes after its last call
+  agent l 1 2:4 "${e8[@]}"; sleep 0.3; agent l 2 2:4 "${e8[@]}"; agent l 3 2:4 "${e8[@]}"
+  RUNX=()
+  wait_step "$T/l/metrics.jsonl" 20 || fail "l: no progress" "$(tail -3 "$T/l1.out")"
+  grep -q 'cddp train: MLP, .* world 3 ' "$T"/l?.out || fail "l: the job did not start with world 3" "$(grep -h 'cddp train: MLP' "$T"/l?.out)"
+  local h; h=$(store_host 1 2 3)
+  kill -KILL "${A[$h]}" $(worker_of "${A[$h]}"); wait "${A[$h]}" 2>/dev/null
+  local surv=() outs=() i nh= ot= np; for i in 1 2 3; do [ "$i" != "$h" ] && surv+=("$i") && outs+=("$T/l$i.out"); done
+  wait_line 30 'cddp train: recovered from the loss' "${outs[@]}" || fail "l: no re-forming" "$(tail -2 "${outs[0]}" | tr '\n' ' ')"
+  np=$(grep -h "took the store over at" "${outs[@]}" | sed -n 's/.* took the store over at 127.0.0.1:\([0-9]*\) .*/\1/p' | head -1)
+  for i in "${surv[@]}"; do if [ "$(listen_port "$i")" = "$np" ]; then nh=$i; else ot=$i; fi; done
+  local s; s=$(listen_port "$ot")
+  [ -n "$np" ] && [ -n "$nh" ] && [ -n "$s" ] && ok "l: agent $nh took the store over at :$np; agent $ot's standby is at :$s" ||
+    fail "l: who hosts the store now" "new port '$np', host '$nh', other '$ot' at '$s'"
+  local t0; t0=$(date +%s.%N)
+  RUNX=(--rdzv-conf is_host=false --rdzv-timeout 5); EP=127.0.0.1:$P agent l 4 2:4 "${e8[@]}"; RUNX=()
+  EP=127.0.0.1:$s agent l 5 2:4 "${e8[@]}"; EP=127.0.0.1:$s agent l 6 2:4 "${e8[@]}"
+  wait_all 60 "${A[4]}"
+  local el; el=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }')
+  local why; why=$(grep -v '^\[rank' "$T/l4.out" | grep -m1 "127.0.0.1:$P")
+  [ "${RC[0]}" != 0 ] && [ "${RC[0]}" != 137 ] && [ -n "$why" ] && ok "l: a node pointed at the lost host fails (exit ${RC[0]}, $el s): ${why#cddp run: }" ||
+    fail "l: the node pointed at the lost host" "rc=${RC[0]} after $el s; $(tail -3 "$T/l4.out" | tr '\n' ' ')"
+  all_exit0 l 120 "both survivors and both nodes pointed at a standby" "${A[${surv[0]}]}" "${A[${surv[1]}]}" "${A[5]}" "${A[6]}"
+  local line spare joins
+  line=$(grep -m1 'cddp run: join node .*: generation [0-9]*: world 2 -> 3' "$T/l.out")
+  joins=$(grep -c 'cddp run: join node' "$T/l.out")
+  [ -n "$line" ] && [ "$joins" = 1 ] && grep -q "cddp train: node .* joined: generation [0-9]*, world 2 -> 3" "$T/l.out" &&
+    ok "l: after the move, a node pointed at a standby is taken in: ${line#*cddp run: }" ||
+    fail "l: not taken in after the move" "$joins join lines: $(grep -hE 'join|joined|taken|spare' "$T/l.out" | head -5 | tr '\n' ' ')"
+  spare=$(grep -m1 'waits as a spare: a world of 4 ranks cannot split the global batch (world sizes that work: 1 2 3 6)' "$T/l.out")
+  [ -n "$spare" ] && grep -q 'the job finished while node .* waited to be taken in' "$T/l5.out" "$T/l6.out" &&
+    ok "l: the other waits (the world sizes outlived the move): ${spare#cddp run: }" ||
+    fail "l: the second late node" "$(grep -hE 'spare|waits|finished' "$T/l5.out" "$T/l6.out" | head -4 | tr '\n' ' ')"
+  steps_once l "one step redone at most, the cut-back metrics" $((8 * 312))
+  exactly_once l 8
+}
+
 # (s) what the survivors hold moves with the store: a worker replaced before the move counts
 # against --max-restarts after it too (the votes carry the count), and a spare that waited to be
 # taken in when the host was lost is taken in by the new host (it lists itself again).
@@ -148,7 +216,7 @@ case_s() {
 }
 
 case "${1:-all}" in
-  m) case_m ;; n) case_n ;; f) case_f ;; o) case_o ;; s) case_s ;;
-  *) case_m; case_n; case_f; case_o; case_s ;;
+  m) case_m ;; n) case_n ;; f) case_f ;; o) case_o ;; j) case_j ;; l) case_l ;; s) case_s ;;
+  *) case_m; case_n; case_f; case_o; case_j; case_l; case_s ;;
 esac
 finish

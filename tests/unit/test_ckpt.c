@@ -14,6 +14,7 @@
 
 #include "test.h"
 #include "cddp/ckpt.h"
+#include "common/io.h"
 #include "ddp/safetensors.h"
 
 #define CHECK_HAS(s, sub)                                                          \
@@ -527,9 +528,18 @@ TEST(ckpt_stale_tmp_dirs_removed) {
   mkdir(p, 0755);
   snprintf(p, sizeof p, "%s/.tmp-step-000000003-%d/model.safetensors", root, (int)pid);
   spit(p, "partial", 7);
+  /* a zombie (dead, not reaped yet: a writer whose agent was killed, before its new parent
+   * reaps it) is dead too */
+  pid_t zombie = fork();
+  if (zombie == 0) _exit(0);
+  for (int i = 0; i < 2000 && cddp__proc_state(zombie) != 'Z'; i++) usleep(1000);
+  CHECK_EQ(cddp__proc_state(zombie), 'Z');
+  snprintf(p, sizeof p, "%s/.tmp-del-step-000000002-%d", root, (int)zombie);
+  mkdir(p, 0755);
   snprintf(p, sizeof p, "%s/.tmp-step-000000004-%d", root, (int)getppid()); /* alive: kept */
   mkdir(p, 0755);
   save_step(root, 5, 0);
+  waitpid(zombie, NULL, 0);
   CHECK_EQ(count_entries(root, ".tmp-"), 1);
   CHECK(access(p, F_OK) == 0);
   remove_tmp();

@@ -342,7 +342,8 @@ static int setup_store(agent_t *a) {
   } else {
     snprintf(a->store_host, sizeof a->store_host, "%s", o->rdzv_host);
     a->store_port = o->rdzv_port;
-    host_it = cddp__sock_host_is_local(o->rdzv_host);
+    /* --rdzv-conf is_host=true/false overrides the address test (torchrun's) */
+    host_it = o->is_host >= 0 ? o->is_host : cddp__sock_host_is_local(o->rdzv_host);
   }
   if (host_it) {
     /* c10d: another agent of this host may serve it already; then we are its client. Two

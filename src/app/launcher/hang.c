@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "common/check.h"
+#include "common/io.h"
 #include "launcher/hang.h"
 
 void cddp__flight_file_path(const char *dir, int rank, char *buf, size_t size) {
@@ -32,20 +33,6 @@ void cddp__progress_close(cddp__progress_t *p) {
   p->page = NULL;
 }
 
-/* /proc/PID/stat's state letter ('T': stopped, 't': traced), or 0. */
-static char proc_state(pid_t pid) {
-  char path[64], buf[512];
-  snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return 0;
-  ssize_t n = read(fd, buf, sizeof buf - 1);
-  close(fd);
-  if (n <= 0) return 0;
-  buf[n] = '\0';
-  const char *close_paren = strrchr(buf, ')'); /* the name may hold spaces and parentheses */
-  return close_paren && close_paren[1] == ' ' ? close_paren[2] : 0;
-}
-
 static int live(const cddp__progress_t *p) {
   return p->page && __atomic_load_n(&p->page->magic, __ATOMIC_ACQUIRE) == CDDP__FLIGHT_MAGIC;
 }
@@ -62,7 +49,7 @@ int cddp__hang_find(cddp__progress_t *p, const pid_t *pid, int n, uint64_t now_n
   uint64_t limit = (uint64_t)timeout_ms * 1000000ull;
   for (int i = 0; i < n; i++) {
     if (!pid[i] || !live(&p[i]) || p[i].seq == 0 || now_ns - p[i].since_ns < limit) continue;
-    char st = proc_state(pid[i]);
+    char st = cddp__proc_state(pid[i]);
     const char *how = st == 'T' || st == 't' ? "stopped (SIGSTOP or a debugger)" : NULL;
     /* collective numbers are each process's own (set-up runs differ by rank), so they are not
      * compared; what is: it is outside any collective while a peer waits, stalled, inside one */

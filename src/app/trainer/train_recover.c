@@ -281,6 +281,9 @@ static cddp_result_t recover_as(trainer_t *t, uint64_t t_fail, int join) {
   free(kept);
   if (r == CDDP_OK && t->rank == 0 && !was_rank0) /* the metrics writer was lost: its log ends at the committed step */
     r = trim_metrics(t, t->step, NULL);
+  /* the world sizes again: the store may have moved, and its new host rebuilt only what the
+   * agents hold (a joiner would then be taken into a world the batch cannot split) */
+  if (r == CDDP_OK) cddp__train_publish_worlds(t);
   return r;
 }
 
