@@ -2,7 +2,7 @@
 # test_sweep.sh - `cddp bench train --sweep` on a tiny grid: one table row per combination with
 # its figures, a combination that cannot run named with the trainer's own line (exit 1), a slow
 # setting named against the one that differs only there, sweep.tsv drawn by `cddp plot`, and one
-# line for each bad input.
+# line for each bad input. Nodes: 1 and 2 agents on the loopback, and 2 namespace hosts over tcp.
 cd "$(dirname "$0")/../.." && source tests/sh/lib.sh
 T=$(mktemp -d /tmp/cddp-sweep-test.XXXXXX)
 trap 'rm -rf "$T"' EXIT
@@ -40,7 +40,26 @@ else
   ok "cddp plot draws a sweep # SKIP gnuplot is not installed"
 fi
 
-# 4. bad input: one line, exit 2
+# 4. nodes: one agent per node on this host's loopback, then each in its namespace host (TCP)
+"$CDDP" bench train --sweep --config $C --steps 10 --nodes 1,2 --nproc 1 --set model.hidden=[32] \
+  --out "$T/n" >"$T/n.out" 2>"$T/n.err"; rc=$?
+rows=$(grep -cE '^ +[12] +1 +\[32\] \| +[0-9]+\.[0-9] +[0-9]+\.[0-9]{2} +[0-9]+\.[0-9]% +[0-9]+\.[0-9] +[0-9]\.[0-9]{4}$' "$T/n.out")
+if [ $rc = 0 ] && [ "$rows" = 2 ] && grep -qE '^ +nodes +nproc +model.hidden \|' "$T/n.out" &&
+   grep -q '^# axes: nodes nproc model.hidden$' "$T/n/sweep.tsv" && grep -q 'world 2 (' "$T/n/runs/s01.log" &&
+   [ -e "$T/n/runs/s01.node1.log" ] && [ "$(grep -E '^ +[12] +1 ' "$T/n.out" | awk '{ print $NF }' | sort -u | wc -l)" = 1 ]
+then ok "--nodes 1,2: a row per node count, 2 agents make a world of 2, the same loss at the end"
+else fail "--nodes 1,2" "rc $rc, $rows rows: $(cat "$T/n.out" "$T/n.err" | tr '\n' ' ')"; fi
+export CDDP_NETNS_PREFIX=cddpsw$$ CDDP_NETNS_STATE=$T/netns
+if timeout 60 tests/cluster/netns.sh up 2 >"$T/netns.log" 2>&1; then
+  "$CDDP" bench train --sweep --config $C --steps 10 --nodes 2 --netns "$CDDP_NETNS_PREFIX" --nproc 1 \
+    --set model.hidden=[32] --out "$T/m" >"$T/m.out" 2>"$T/m.err"; rc=$?
+  if [ $rc = 0 ] && grep -qE '^ +2 +1 +\[32\] \| +[0-9]+\.[0-9] ' "$T/m.out" && grep -q 'world 2 (tcp)' "$T/m/runs/s00.log"
+  then ok "--nodes 2 --netns: each node in its namespace host, the ranks meet over tcp"
+  else fail "--netns" "rc $rc: $(cat "$T/m.out" "$T/m.err" | tr '\n' ' ')"; fi
+else fail "namespace hosts" "$(tail -2 "$T/netns.log" | tr '\n' ' ')"; fi
+timeout 60 tests/cluster/netns.sh down >/dev/null 2>&1
+
+# 5. bad input: one line, exit 2
 bad() { # NAME WANT ARGS...
   local name=$1 want=$2; shift 2
   "$CDDP" bench train "$@" >"$T/bad.out" 2>&1; local r=$?
@@ -51,6 +70,9 @@ bad "no --sweep" "--sweep is needed" --config $C
 bad "missing config" "--config $T/nope.yaml" --sweep --config "$T/nope.yaml"
 bad "--set without =" "--set batch.micro: expected KEY=V1,V2" --sweep --config $C --set batch.micro
 bad "an empty value" "--set batch.micro=32,: an empty value" --sweep --config $C --set batch.micro=32,
+bad "--nodes 0" "--nodes 0: '0' is not a node count 1-8" --sweep --config $C --nodes 0
+bad "--netns without --nodes" "--netns cddpx without --nodes" --sweep --config $C --netns cddpx
+bad "--netns naming no namespace" "no namespace cddpnone-h1 for node 1 of 2" --sweep --config $C --nodes 2 --netns cddpnone
 bad "--nproc 0" "--nproc 1,0: '0' is not a process count" --sweep --config $C --nproc 1,0
 bad "too many runs" "81 combinations; at most 64" --sweep --config $C --nproc 1,2,3 --set a=1,2,3 --set b=1,2,3 --set c=1,2,3
 bad "--steps 1" "--steps" --sweep --config $C --steps 1

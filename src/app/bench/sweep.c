@@ -1,6 +1,7 @@
-/* sweep.c - `cddp bench train --sweep`: runs `cddp run --standalone cddp train` for every
- * combination of the values given (processes per node, and any config key), a bounded number
- * of steps each, and prints one table: samples/s (tokens/s for text), step time, exposed
+/* sweep.c - `cddp bench train --sweep`: runs `cddp run cddp train` for every combination of
+ * the values given (nodes, processes per node, and any config key), a bounded number of steps
+ * each (nodes > 1: one agent per node, on this host's loopback or, --netns PREFIX, each in its
+ * namespace host PREFIX-h<i> of tests/cluster/netns.sh, so the ranks meet over TCP), and prints one table: samples/s (tokens/s for text), step time, exposed
  * communication, peak RSS and the loss at the end. A combination far slower than the rest is
  * named (the seeds' "accumulation 8 on 4 nodes may make training abnormally slow"). The table
  * is also written as sweep.tsv, which `cddp plot` draws. */
@@ -19,14 +20,17 @@
 #include "cli/flags.h"
 #include "trainer/metrics.h"
 #include "common/check.h"
+#include "common/sock.h"
 
 #define AXES_MAX 8
 #define VALUES_MAX 16
 #define RUNS_MAX 64
 #define SLOW_FACTOR 2.0 /* this much slower than a run that differs in one setting only: named */
+#define NODES_MAX 8
+#define NETNS_SUBNET "10.78.0" /* tests/cluster/netns.sh's default: host i is SUBNET.i */
 
 typedef struct axis {
-  char key[128];                 /* "nproc" or a config key */
+  char key[128];                 /* "nodes", "nproc" or a config key */
   char *val[VALUES_MAX];
   int n;
 } axis_t;
@@ -39,20 +43,25 @@ typedef struct result {
 
 static void usage(FILE *f) {
   fprintf(f,
-          "usage: cddp bench train --sweep --config PATH [--steps N] [--nproc LIST] [--set KEY=V1,V2...]... [--out DIR]\n"
+          "usage: cddp bench train --sweep --config PATH [--steps N] [--nodes LIST [--netns PREFIX]] [--nproc LIST]\n"
+          "                     [--set KEY=V1,V2...]... [--out DIR]\n"
           "  --config PATH      the cddp train config every run starts from\n"
           "  --steps N          steps per run (default 30; the first fifth, at most 5, are warm-up)\n"
-          "  --nproc LIST       processes on this node, comma-separated (default 2)\n"
+          "  --nodes LIST       nodes, comma-separated (default 1; at most %d): one `cddp run` agent each\n"
+          "  --netns PREFIX     node i runs in the network namespace PREFIX-h<i> at " NETNS_SUBNET ".<i>\n"
+          "                     (`tests/cluster/netns.sh up N` with CDDP_NETNS_PREFIX=PREFIX makes them);\n"
+          "                     without it the nodes' agents share this host's loopback\n"
+          "  --nproc LIST       processes on each node, comma-separated (default 2)\n"
           "  --set KEY=V1,V2    a config key and its values (repeatable, up to %d keys; a value in [...] may\n"
           "                     hold commas): batch.micro=32,64  batch.accum=1,8  ddp.bucket_mb=1,25\n"
           "                     ddp.overlap=on,off  ddp.compress=none,powersgd  train.precision=fp32,bf16\n"
           "  --out DIR          the runs, their logs and sweep.tsv (default a new /tmp/cddp-sweep-XXXXXX)\n"
-          "Every combination runs `cddp run --standalone --nproc-per-node P cddp train` for N steps, one\n"
+          "Every combination runs `cddp run --nproc-per-node P cddp train` on each node for N steps, one\n"
           "after another (at most %d runs). The table: samples/s (tokens/s for a text model), median\n"
           "step ms, exposed communication in %% of the step, the largest process's peak RSS, and the\n"
           "loss at the end. A run %.0fx slower than one that differs from it in one setting only is\n"
           "named, with that setting. `cddp plot DIR` draws it.\n",
-          AXES_MAX, RUNS_MAX, SLOW_FACTOR);
+          NODES_MAX, AXES_MAX, RUNS_MAX, SLOW_FACTOR);
 }
 
 /* Splits "a,b,[c,d]" at the commas outside brackets into ax (the text is modified). */
@@ -107,45 +116,86 @@ static int read_metrics(const char *path, int steps, result_t *r) {
   return 0;
 }
 
-/* Runs one combination (pick[a] = the value index of axis a), its output to DIR/runs/NAME.log. */
+/* The namespace node i (0-based) of a --netns run lives in, and its address. */
+static void netns_of(const char *prefix, int i, char *ns, size_t ns_size, char *addr, size_t addr_size) {
+  const char *subnet = getenv("CDDP_NETNS_SUBNET");
+  snprintf(ns, ns_size, "%s-h%d", prefix, i + 1);
+  snprintf(addr, addr_size, "%s.%d", subnet && *subnet ? subnet : NETNS_SUBNET, i + 1);
+}
+
+/* Runs one combination (pick[a] = the value index of axis a): one `cddp run` agent per node
+ * (node 0's output to DIR/runs/NAME.log, node i's to NAME.node<i>.log), waited for together. */
 static int run_one(const char *self, const char *config, int steps, const axis_t *ax, int nax, const int *pick,
-                   const char *dir, const char *name, result_t *r) {
-  char steps_set[64], log[4200], runs[4200], *argv[16 + 2 * AXES_MAX];
-  char sets[AXES_MAX][700];
+                   const char *dir, const char *netns, const char *name, result_t *r) {
+  char steps_set[64], runs[4200], *tail[12 + 2 * AXES_MAX];
+  char sets[AXES_MAX + 2][700]; /* indexed by axis: nodes and nproc take none */
   const char *nproc = "2";
-  int k = 0;
+  int nodes = 1, t = 0;
   snprintf(steps_set, sizeof steps_set, "train.max_steps=%d", steps);
   snprintf(runs, sizeof runs, "%s/runs", dir);
-  snprintf(log, sizeof log, "%s/runs/%s.log", dir, name);
-  for (int a = 0; a < nax; a++)
-    if (!strcmp(ax[a].key, "nproc")) nproc = ax[a].val[pick[a]];
-  argv[k++] = (char *)self, argv[k++] = "run", argv[k++] = "--standalone", argv[k++] = "--nproc-per-node";
-  argv[k++] = (char *)nproc, argv[k++] = (char *)self, argv[k++] = "train", argv[k++] = "--config";
-  argv[k++] = (char *)config, argv[k++] = "--work-dir", argv[k++] = runs, argv[k++] = "--name", argv[k++] = (char *)name;
-  argv[k++] = "--set", argv[k++] = steps_set, argv[k++] = "--set", argv[k++] = "eval.every_epoch=false";
   for (int a = 0; a < nax; a++) {
-    if (!strcmp(ax[a].key, "nproc")) continue;
+    if (!strcmp(ax[a].key, "nproc")) nproc = ax[a].val[pick[a]];
+    if (!strcmp(ax[a].key, "nodes")) nodes = atoi(ax[a].val[pick[a]]);
+  }
+  tail[t++] = (char *)self, tail[t++] = "train", tail[t++] = "--config", tail[t++] = (char *)config;
+  tail[t++] = "--work-dir", tail[t++] = runs, tail[t++] = "--name", tail[t++] = (char *)name;
+  tail[t++] = "--set", tail[t++] = steps_set, tail[t++] = "--set", tail[t++] = "eval.every_epoch=false";
+  for (int a = 0; a < nax; a++) {
+    if (!strcmp(ax[a].key, "nproc") || !strcmp(ax[a].key, "nodes")) continue;
     snprintf(sets[a], sizeof sets[a], "%.127s=%.560s", ax[a].key, ax[a].val[pick[a]]);
-    argv[k++] = "--set", argv[k++] = sets[a];
+    tail[t++] = "--set", tail[t++] = sets[a];
   }
-  argv[k] = NULL;
-  pid_t pid = fork();
-  if (pid < 0) return -1;
-  if (pid == 0) {
-    int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    if (fd >= 0) dup2(fd, 1), dup2(fd, 2);
-    execv(self, argv);
-    _exit(127);
-  }
-  int st;
-  struct rusage ru;
-  while (wait4(pid, &st, 0, &ru) < 0)
-    if (errno != EINTR) return -1;
+  int port = nodes > 1 ? cddp__sock_free_port() : 0;
+  pid_t pid[NODES_MAX];
+  int started = 0, all_ok = 1;
   *r = (result_t){0};
-  r->rss_mb = (double)ru.ru_maxrss / 1024.0; /* the largest process of the run's tree */
+  for (int i = 0; i < nodes; i++) {
+    char *argv[48 + 2 * AXES_MAX], ns[200], addr[64], master[64], nn[16], nr[16], mp[16], rid[96], log[4300];
+    int k = 0;
+    netns_of(netns ? netns : "", 0, ns, sizeof ns, master, sizeof master);
+    netns_of(netns ? netns : "", i, ns, sizeof ns, addr, sizeof addr);
+    if (netns) argv[k++] = "ip", argv[k++] = "netns", argv[k++] = "exec", argv[k++] = ns;
+    argv[k++] = (char *)self, argv[k++] = "run";
+    snprintf(nn, sizeof nn, "%d", nodes), snprintf(nr, sizeof nr, "%d", i), snprintf(mp, sizeof mp, "%d", port);
+    snprintf(rid, sizeof rid, "sweep-%d-%s", (int)getpid(), name);
+    if (nodes == 1) {
+      argv[k++] = "--standalone";
+    } else {
+      argv[k++] = "--nnodes", argv[k++] = nn, argv[k++] = "--node-rank", argv[k++] = nr;
+      argv[k++] = "--rdzv-backend", argv[k++] = "static", argv[k++] = "--master-addr";
+      argv[k++] = netns ? master : "127.0.0.1", argv[k++] = "--master-port", argv[k++] = mp;
+      argv[k++] = "--rdzv-id", argv[k++] = rid;
+    }
+    argv[k++] = "--nproc-per-node", argv[k++] = (char *)nproc;
+    for (int x = 0; x < t; x++) argv[k++] = tail[x];
+    argv[k] = NULL;
+    if (i == 0) snprintf(log, sizeof log, "%s/runs/%s.log", dir, name);
+    else snprintf(log, sizeof log, "%s/runs/%s.node%d.log", dir, name, i);
+    pid[i] = fork();
+    if (pid[i] < 0) {
+      all_ok = 0;
+      break;
+    }
+    if (pid[i] == 0) {
+      int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      if (fd >= 0) dup2(fd, 1), dup2(fd, 2);
+      if (netns) execvp("ip", argv);
+      else execv(self, argv);
+      _exit(127);
+    }
+    started++;
+  }
+  for (int i = 0; i < started; i++) {
+    int st;
+    struct rusage ru;
+    while (wait4(pid[i], &st, 0, &ru) < 0)
+      if (errno != EINTR) return -1;
+    r->rss_mb = CDDP_MAX(r->rss_mb, (double)ru.ru_maxrss / 1024.0); /* the largest process of any node */
+    all_ok = all_ok && WIFEXITED(st) && WEXITSTATUS(st) == 0;
+  }
   char metrics[4300];
   snprintf(metrics, sizeof metrics, "%s/runs/%s/metrics.jsonl", dir, name);
-  r->ok = WIFEXITED(st) && WEXITSTATUS(st) == 0 && read_metrics(metrics, steps, r) == 0;
+  r->ok = all_ok && read_metrics(metrics, steps, r) == 0;
   return 0;
 }
 
@@ -166,7 +216,7 @@ static void why_failed(const char *path, char *buf, size_t size) {
 }
 
 int cddp__bench_sweep(int argc, char **argv) {
-  const char *config = NULL, *out = NULL, *nproc = NULL, *sets[AXES_MAX];
+  const char *config = NULL, *out = NULL, *nproc = NULL, *nodes = NULL, *netns = NULL, *sets[AXES_MAX];
   long steps = 30;
   int nsets = 0, sweep = 0, n_pos = 0;
   char *args[64];
@@ -178,11 +228,13 @@ int cddp__bench_sweep(int argc, char **argv) {
   const cddp__flag_t flags[] = {
       CDDP__FLAG_STR_ROW("--config", NULL, &config),
       CDDP__FLAG_LONG_ROW("--steps", &steps, 2, 100000, "a number of steps, 2 or more"),
+      CDDP__FLAG_STR_ROW("--nodes", NULL, &nodes),
+      CDDP__FLAG_STR_ROW("--netns", NULL, &netns),
       CDDP__FLAG_STR_ROW("--nproc", NULL, &nproc),
       CDDP__FLAG_LIST_ROW("--set", sets, &nsets, AXES_MAX, NULL, NULL),
       CDDP__FLAG_STR_ROW("--out", NULL, &out),
   };
-  const cddp__cli_t cli = {.cmd = "bench train", .flags = flags, .n_flags = 5, .usage = usage, .n_positional = &n_pos};
+  const cddp__cli_t cli = {.cmd = "bench train", .flags = flags, .n_flags = 7, .usage = usage, .n_positional = &n_pos};
   int parsed = cddp__flags_parse(&cli, nargs, args);
   if (parsed >= 0) return parsed;
   if (!sweep) {
@@ -194,9 +246,40 @@ int cddp__bench_sweep(int argc, char **argv) {
             config ? strerror(errno) : "the config every run starts from is needed");
     return 2;
   }
-  axis_t ax[AXES_MAX + 1] = {0};
+  axis_t ax[AXES_MAX + 2] = {0};
   int nax = 0;
-  char nproc_buf[256];
+  char nodes_buf[256], nproc_buf[256];
+  if (netns && !nodes) {
+    fprintf(stderr, "cddp bench train: --netns %s without --nodes: the namespaces are for the nodes of a run\n", netns);
+    return 2;
+  }
+  if (nodes) { /* an axis only when asked for: the table of a one-node sweep stays as it was */
+    snprintf(nodes_buf, sizeof nodes_buf, "%s", nodes);
+    snprintf(ax[nax].key, sizeof ax[nax].key, "nodes");
+    if (split_values(nodes_buf, &ax[nax]) != 0) {
+      fprintf(stderr, "cddp bench train: --nodes %s: expected node counts, comma-separated (1,2)\n", nodes);
+      return 2;
+    }
+    for (int i = 0; i < ax[nax].n; i++) {
+      char *end, ns[200], addr[64];
+      long v = strtol(ax[nax].val[i], &end, 10);
+      if (*end || v < 1 || v > NODES_MAX) {
+        fprintf(stderr, "cddp bench train: --nodes %s: '%s' is not a node count 1-%d\n", nodes, ax[nax].val[i], NODES_MAX);
+        return 2;
+      }
+      for (int h = 0; netns && h < v; h++) { /* every namespace a run needs, before any runs */
+        char path[300];
+        netns_of(netns, h, ns, sizeof ns, addr, sizeof addr);
+        snprintf(path, sizeof path, "/run/netns/%s", ns);
+        if (access(path, F_OK) != 0) {
+          fprintf(stderr, "cddp bench train: --netns %s: no namespace %s for node %d of %ld (make them with "
+                  "`CDDP_NETNS_PREFIX=%s tests/cluster/netns.sh up %ld`)\n", netns, ns, h + 1, v, netns, v);
+          return 2;
+        }
+      }
+    }
+    nax++;
+  }
   snprintf(nproc_buf, sizeof nproc_buf, "%s", nproc ? nproc : "2");
   snprintf(ax[nax].key, sizeof ax[nax].key, "nproc");
   if (split_values(nproc_buf, &ax[nax]) != 0) {
@@ -248,7 +331,7 @@ int cddp__bench_sweep(int argc, char **argv) {
   printf("cddp bench train --sweep: %s, %ld steps each (the first %ld warm-up), %ld run(s), in %s\n", config, steps,
          CDDP_MIN(5, steps / 5), runs, dir);
   result_t *res = calloc((size_t)runs, sizeof *res);
-  int (*picks)[AXES_MAX + 1] = calloc((size_t)runs, sizeof *picks);
+  int (*picks)[AXES_MAX + 2] = calloc((size_t)runs, sizeof *picks);
   if (!res || !picks) return fprintf(stderr, "cddp bench train: out of memory\n"), 1;
   int failed = 0;
   for (long i = 0; i < runs; i++) {
@@ -259,7 +342,7 @@ int cddp__bench_sweep(int argc, char **argv) {
     fprintf(stderr, "cddp bench train: run %ld/%ld:", i + 1, runs);
     for (int a = 0; a < nax; a++) fprintf(stderr, " %s=%s", ax[a].key, ax[a].val[picks[i][a]]);
     fputc('\n', stderr);
-    if (run_one(self, config, (int)steps, ax, nax, picks[i], dir, name, &res[i]) != 0 || !res[i].ok) {
+    if (run_one(self, config, (int)steps, ax, nax, picks[i], dir, netns, name, &res[i]) != 0 || !res[i].ok) {
       snprintf(path, sizeof path, "%s/runs/%s.log", dir, name);
       why_failed(path, why, sizeof why);
       fprintf(stderr, "cddp bench train: run %ld failed: %s (log: %s)\n", i + 1, why[0] ? why : "no output", path);
@@ -306,9 +389,9 @@ int cddp__bench_sweep(int argc, char **argv) {
       for (long j = 0; j < runs; j++) {
         int sibling = j != i && res[j].ok;
         for (int b = 0; b < nax && sibling; b++) sibling = b == a ? picks[j][b] != picks[i][b] : picks[j][b] == picks[i][b];
-        /* across process counts, per process: twice the processes, twice the samples is no news */
+        /* across process or node counts, per process: twice the processes, twice the samples is no news */
         double mine = res[i].rate, theirs = res[j].rate;
-        if (sibling && !strcmp(ax[a].key, "nproc"))
+        if (sibling && (!strcmp(ax[a].key, "nproc") || !strcmp(ax[a].key, "nodes")))
           mine /= atof(ax[a].val[picks[i][a]]), theirs /= atof(ax[a].val[picks[j][a]]);
         if (sibling && theirs >= SLOW_FACTOR * mine && (worst_j < 0 || theirs / mine > worst_ratio))
           worst_axis = a, worst_j = j, worst_ratio = theirs / mine;
@@ -318,7 +401,7 @@ int cddp__bench_sweep(int argc, char **argv) {
     for (int a = 0; a < nax; a++) printf("%s%s=%s", a ? " " : "", ax[a].key, ax[a].val[picks[i][a]]);
     printf(" runs at %.1f %s, %.1fx below %s=%s with all else equal%s\n", res[i].rate, tokens ? "tokens/s" : "samples/s",
            worst_ratio, ax[worst_axis].key, ax[worst_axis].val[picks[worst_j][worst_axis]],
-           strcmp(ax[worst_axis].key, "nproc") ? "" : " (per process)");
+           strcmp(ax[worst_axis].key, "nproc") && strcmp(ax[worst_axis].key, "nodes") ? "" : " (per process)");
   }
   if (tsv) fclose(tsv), printf("table: %s (cddp plot %s draws it)\n", path, dir);
   free(res), free(picks);
