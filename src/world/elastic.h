@@ -19,6 +19,9 @@ int cddp__members_find(const cddp__members_t *m, int agent_id, int *rank_base, i
 int cddp__members_world(const cddp__members_t *m);
 /* Reads elastic/members/<gen>: NOT_FOUND when absent, REMOTE when malformed. */
 cddp_result_t cddp__members_read(cddp_store_t *s, int64_t gen, cddp__members_t *out);
+/* The members a rendezvous round gathered (every one new), in node-rank order; -1 when there
+ * are more than CDDP__MAX_MEMBERS (out then holds the first of them). */
+int cddp__members_of_nodes(const cddp__job_node_t *nodes, int n, cddp__members_t *out);
 /* Writes elastic/members/<gen> (the first value wins; generation 0 is written by every agent). */
 cddp_result_t cddp__members_write(cddp_store_t *s, int64_t gen, const cddp__members_t *m);
 

@@ -11,6 +11,16 @@ int cddp__members_world(const cddp__members_t *m) {
   return w;
 }
 
+int cddp__members_of_nodes(const cddp__job_node_t *nodes, int n, cddp__members_t *out) {
+  memset(out, 0, sizeof *out);
+  for (int i = 0; i < n && out->n < CDDP__MAX_MEMBERS; i++) {
+    cddp__member_t *p = &out->m[out->n++];
+    p->id = nodes[i].id, p->nproc = nodes[i].nproc;
+    snprintf(p->host, sizeof p->host, "%s", nodes[i].host);
+  }
+  return n > CDDP__MAX_MEMBERS ? -1 : 0;
+}
+
 int cddp__members_find(const cddp__members_t *m, int agent_id, int *rank_base, int *world) {
   int base = 0, at = -1;
   for (int i = 0; i < m->n; i++) {

@@ -32,6 +32,16 @@ agent() {
     "$CDDP" train --config $CFG --work-dir "$T" --name "$1" "${ONE[@]}" "${@:4}" >"$T/$1$2.out" 2>&1 &
   A[$2]=$!; bg+=($!)
 }
+# agents NAME COUNT NNODES [--set ...]: a fresh port P, then agents 1..COUNT of job NAME (the
+# first 0.3 s ahead of the others: it hosts the store)
+agents() {
+  local name=$1 count=$2 nn=$3 i; shift 3
+  P=$(free_port); A=()
+  agent "$name" 1 "$nn" "$@"; sleep 0.3
+  for i in $(seq 2 "$count"); do agent "$name" "$i" "$nn" "$@"; done
+}
+# progress NAME STEP: until job NAME's metrics reach STEP; else a failure with agent 1's last lines
+progress() { wait_step "$T/$1/metrics.jsonl" "$2" || fail "$1: no progress" "$(tail -3 "$T/${1}1.out")"; }
 # wait_all SECS PID...: waits for each (killing what is left after SECS); codes in RC[]
 wait_all() {
   local secs=$1; shift; local p; RC=()

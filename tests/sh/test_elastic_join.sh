@@ -17,9 +17,8 @@ reference_run
 
 case_a() {
   # (a) a node joins mid-epoch: 2 agents under --nnodes 2:3, a 3rd started at step 60
-  P=$(free_port); A=()
-  agent j 1 2:3; sleep 0.3; agent j 2 2:3
-  wait_step "$T/j/metrics.jsonl" 60 || fail "j: no progress" "$(tail -3 "$T/j1.out")"
+  agents j 2 2:3
+  progress j 60
   local t0; t0=$(date +%s.%N)
   agent j 3 2:3
   all_exit0 j 90 "all three agents" "${A[1]}" "${A[2]}" "${A[3]}"
@@ -38,9 +37,8 @@ case_a() {
 case_b() {
   # (b) a spare: --nnodes 2:2 with 3 agents; the 3rd waits; the agent of rank 1 SIGKILLed -> the
   # spare takes its place in the same generation (world kept at 2)
-  P=$(free_port); A=()
-  agent s 1 2:2; sleep 0.3; agent s 2 2:2
-  wait_step "$T/s/metrics.jsonl" 20 || fail "s: no progress" "$(tail -3 "$T/s1.out")"
+  agents s 2 2:2
+  progress s 20
   agent s 3 2:2
   wait_line 20 'waits to be taken into the running job' "$T/s3.out" && wait_step "$T/s/metrics.jsonl" 80 &&
     ok "s: the 3rd agent waits as a spare: $(grep -h 'waits' "$T"/s?.out | head -2 | sed 's/^cddp run: //' | tr '\n' '/')" ||
@@ -62,9 +60,8 @@ case_b() {
 case_c() {
   # (c) freeze/thaw (3 epochs, so the job still runs when the thawed node is back): the agent of rank 1 and its worker SIGSTOPped -> dropped; SIGCONT -> the
   # agent comes back (a new agent id) and is taken in again (--nnodes 2:3 has room)
-  P=$(free_port); A=()
-  agent f 1 2:3 --set train.epochs=3; sleep 0.3; agent f 2 2:3 --set train.epochs=3; agent f 3 2:3 --set train.epochs=3
-  wait_step "$T/f/metrics.jsonl" 30 || fail "f: no progress" "$(tail -3 "$T/f1.out")"
+  agents f 3 2:3 --set train.epochs=3
+  progress f 30
   local victim= i w
   for i in 2 3; do w=$(worker_of "${A[$i]}"); [ -n "$w" ] && [ "$(rank_of "$w")" = 1 ] && victim=$i; done
   [ -n "$victim" ] || victim=2
@@ -97,9 +94,9 @@ case_c() {
 
 case_d() {
   # (d) below MIN and nobody comes: --nnodes 2:2, the agent of rank 1 SIGKILLed, --rdzv-timeout 4
-  P=$(free_port); A=(); local RUNX=(--rdzv-timeout 4)
-  agent d 1 2:2; sleep 0.3; agent d 2 2:2
-  wait_step "$T/d/metrics.jsonl" 40 || fail "d: no progress" "$(tail -3 "$T/d1.out")"
+  local RUNX=(--rdzv-timeout 4)
+  agents d 2 2:2
+  progress d 40
   local t0 el; t0=$(date +%s.%N)
   kill -KILL "${A[2]}"; wait "${A[2]}" 2>/dev/null
   wait_all 40 "${A[1]}"
@@ -117,9 +114,9 @@ case_f() {
   # (f) SIGTERM to the survivor while it waits below MIN (--rdzv-timeout 60): everything ends
   # within a second, nothing left behind, exit 128+15. Its run folder is t: case c's f holds a
   # run, and a fresh start into it is refused
-  P=$(free_port); A=(); local RUNX=(--rdzv-timeout 60)
-  agent t 1 2:2; sleep 0.3; agent t 2 2:2
-  wait_step "$T/t/metrics.jsonl" 40 || fail "f: no progress" "$(tail -3 "$T/t1.out")"
+  local RUNX=(--rdzv-timeout 60)
+  agents t 2 2:2
+  progress t 40
   local w; w=$(worker_of "${A[1]}")
   kill -KILL "${A[2]}"; wait "${A[2]}" 2>/dev/null
   wait_line 20 '^cddp run: job below MIN' "$T/t1.out" || fail "f: no wait line" "$(tail -3 "$T/t1.out")"
@@ -135,9 +132,9 @@ case_f() {
 
 case_e() {
   # (e) below MIN and a node comes in time: as (d), a 3rd agent started 1.5 s after the kill
-  P=$(free_port); A=(); local RUNX=(--rdzv-timeout 8)
-  agent e 1 2:2; sleep 0.3; agent e 2 2:2
-  wait_step "$T/e/metrics.jsonl" 60 || fail "e: no progress" "$(tail -3 "$T/e1.out")"
+  local RUNX=(--rdzv-timeout 8)
+  agents e 2 2:2
+  progress e 60
   local before kt; before=$(last_step "$T/e/metrics.jsonl"); kt=$(date +%s.%N)
   kill -KILL "${A[2]}"; wait "${A[2]}" 2>/dev/null
   sleep 1.5; agent e 3 2:2

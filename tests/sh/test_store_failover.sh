@@ -30,9 +30,8 @@ listen_port() { ss -ltnp 2>/dev/null | grep "pid=${A[$1]}," | awk '{ print $4 }'
 reference_run
 
 case_m() {
-  P=$(free_port); A=()
-  agent m 1 2:3; sleep 0.3; agent m 2 2:3; agent m 3 2:3
-  wait_step "$T/m/metrics.jsonl" 40 || fail "m: no progress" "$(tail -3 "$T/m1.out")"
+  agents m 3 2:3
+  progress m 40
   local h; h=$(store_host 1 2 3)
   local w; w=$(worker_of "${A[$h]}")
   local before kt; before=$(last_step "$T/m/metrics.jsonl"); kt=$(date +%s.%N)
@@ -56,9 +55,8 @@ case_m() {
 }
 
 case_n() {
-  P=$(free_port); A=()
-  agent n 1 2:3; sleep 0.3; agent n 2 2:3
-  wait_step "$T/n/metrics.jsonl" 20 || fail "n: no progress" "$(tail -3 "$T/n1.out")"
+  agents n 2 2:3
+  progress n 20
   local h o; h=$(store_host 1 2); o=$((3 - h))
   local w; w=$(worker_of "${A[$h]}")
   local t0; t0=$(date +%s.%N)
@@ -72,9 +70,8 @@ case_n() {
 }
 
 case_f() {
-  P=$(free_port); A=()
-  agent f 1 2:3; sleep 0.3; agent f 2 2:3; agent f 3 2:3
-  wait_step "$T/f/metrics.jsonl" 40 || fail "f: no progress" "$(tail -3 "$T/f1.out")"
+  agents f 3 2:3
+  progress f 40
   local h; h=$(store_host 1 2 3)
   local w; w=$(worker_of "${A[$h]}")
   local kt; kt=$(date +%s.%N)
@@ -102,11 +99,10 @@ case_f() {
 }
 
 case_o() {
-  P=$(free_port); A=()
   export CDDP_STORE_FAILOVER=0; RUNX=(--rdzv-timeout 5) # a cut-off node tries to come back that long
-  agent o 1 2:3; sleep 0.3; agent o 2 2:3; agent o 3 2:3
+  agents o 3 2:3
   unset CDDP_STORE_FAILOVER; RUNX=()
-  wait_step "$T/o/metrics.jsonl" 20 || fail "o: no progress" "$(tail -3 "$T/o1.out")"
+  progress o 20
   local h; h=$(store_host 1 2 3)
   kill -KILL "${A[$h]}" $(worker_of "${A[$h]}"); wait "${A[$h]}" 2>/dev/null
   local surv=() i; for i in 1 2 3; do [ "$i" != "$h" ] && surv+=("${A[$i]}"); done
@@ -121,9 +117,8 @@ case_o() {
 # the store's: on one host the store holds that port, so the standby took another): the standby
 # sends it on to the store's host, and it is taken into the running job like any late node
 case_j() {
-  P=$(free_port); A=()
-  agent j 1 2:3; sleep 0.3; agent j 2 2:3
-  wait_step "$T/j/metrics.jsonl" 20 || fail "j: no progress" "$(tail -3 "$T/j1.out")"
+  agents j 2 2:3
+  progress j 20
   local h o s; h=$(store_host 1 2); o=$((3 - h)); s=$(listen_port "$o")
   [ -n "$s" ] && [ "$s" != "$P" ] && ok "j: agent $o (not the store's host, at :$P) serves a standby at :$s" ||
     fail "j: no standby port" "agent $o listens on '$s'"
@@ -143,12 +138,11 @@ case_j() {
 # the second would make world 4, which the batch (192 = 32 x 6) cannot split: it waits as a
 # spare (the world sizes, published again after the move, say so) and exits 0 at the end
 case_l() {
-  P=$(free_port); A=()
   local e8=(--set train.epochs=8)
   RUNX=(--rdzv-last-call 5) # 3 of at most 4: the round closes after its last call
-  agent l 1 2:4 "${e8[@]}"; sleep 0.3; agent l 2 2:4 "${e8[@]}"; agent l 3 2:4 "${e8[@]}"
+  agents l 3 2:4 "${e8[@]}"
   RUNX=()
-  wait_step "$T/l/metrics.jsonl" 20 || fail "l: no progress" "$(tail -3 "$T/l1.out")"
+  progress l 20
   grep -q 'cddp train: MLP, .* world 3 ' "$T"/l?.out || fail "l: the job did not start with world 3" "$(grep -h 'cddp train: MLP' "$T"/l?.out)"
   local h; h=$(store_host 1 2 3)
   kill -KILL "${A[$h]}" $(worker_of "${A[$h]}"); wait "${A[$h]}" 2>/dev/null
@@ -186,10 +180,9 @@ case_l() {
 # against --max-restarts after it too (the votes carry the count), and a spare that waited to be
 # taken in when the host was lost is taken in by the new host (it lists itself again).
 case_s() {
-  P=$(free_port); A=()
   local slow=(--set debug.slow_rank=0 --set debug.slow_ms=40) # ~13 s of steps: room for three faults
-  agent s 1 2:3 "${slow[@]}"; sleep 0.3; agent s 2 2:3 "${slow[@]}"; agent s 3 2:3 "${slow[@]}"
-  wait_step "$T/s/metrics.jsonl" 10 || fail "s: no progress" "$(tail -3 "$T/s1.out")"
+  agents s 3 2:3 "${slow[@]}"
+  progress s 10
   agent s 4 2:3 "${slow[@]}"
   wait_line 20 'waits as a spare' "$T"/s?.out || fail "s: the 4th agent is no spare" "$(tail -2 "$T/s4.out" | tr '\n' ' ')"
   local h; h=$(store_host 1 2 3)

@@ -248,6 +248,17 @@ TEST(jobkeys_restart_all_generations_on_the_in_memory_store) {
   CHECK_OK(cddp__gen_gathering(s, &g));
   CHECK_EQ(g, 2);
   cddp_store_close(s);
+  /* the gathered members: the round's nodes, in node-rank order */
+  cddp__job_node_t nodes[2] = {{.host = "a", .nproc = 2, .id = 5}, {.host = "b", .nproc = 1, .id = 3}};
+  cddp__members_t *m = malloc(sizeof *m);
+  CHECK(m != NULL);
+  CHECK_EQ(cddp__members_of_nodes(nodes, 2, m), 0);
+  CHECK(m->n == 2 && m->m[0].id == 5 && m->m[1].id == 3 && !strcmp(m->m[1].host, "b") && cddp__members_world(m) == 3);
+  cddp__job_node_t *many = calloc(CDDP__MAX_MEMBERS + 1, sizeof *many);
+  CHECK(many != NULL);
+  CHECK_EQ(cddp__members_of_nodes(many, CDDP__MAX_MEMBERS + 1, m), -1);
+  CHECK_EQ(m->n, CDDP__MAX_MEMBERS);
+  free(many), free(m);
 }
 
 /* What a trainer says to the agents through its world: the sizes it splits over, a stop. */

@@ -146,13 +146,14 @@ static int run_one(const char *self, const char *config, int steps, const axis_t
     tail[t++] = "--set", tail[t++] = sets[a];
   }
   int port = nodes > 1 ? cddp__sock_free_port() : 0;
+  char ns[200], master[64]; /* node 0's address: the store's */
+  netns_of(netns ? netns : "", 0, ns, sizeof ns, master, sizeof master);
   pid_t pid[NODES_MAX];
   int started = 0, all_ok = 1;
   *r = (result_t){0};
   for (int i = 0; i < nodes; i++) {
-    char *argv[48 + 2 * AXES_MAX], ns[200], addr[64], master[64], nn[16], nr[16], mp[16], rid[96], log[4300];
+    char *argv[48 + 2 * AXES_MAX], addr[64], nn[16], nr[16], mp[16], rid[96], log[4300];
     int k = 0;
-    netns_of(netns ? netns : "", 0, ns, sizeof ns, master, sizeof master);
     netns_of(netns ? netns : "", i, ns, sizeof ns, addr, sizeof addr);
     if (netns) argv[k++] = "ip", argv[k++] = "netns", argv[k++] = "exec", argv[k++] = ns;
     argv[k++] = (char *)self, argv[k++] = "run";

@@ -718,16 +718,13 @@ static int follow_value(agent_t *a, const char *value, int *exit_code) {
   return 1;
 }
 
-/* restart-all: the member record of the generation a round gathered (every member new), in
- * node-rank order; written once, by node 0. Read by `cddp status` and people, not by workers. */
+/* restart-all: the member record of the generation a round gathered (every member new), so
+ * that every generation of every job has one; written by node 0. Its workers do not read it:
+ * restart-all never changes members in place. */
 static void gathered(agent_t *a) {
-  cddp__members_t *m = calloc(1, sizeof *m);
+  cddp__members_t *m = malloc(sizeof *m);
   if (!m) return;
-  for (int i = 0; i < a->rz.nnodes && m->n < CDDP__MAX_MEMBERS; i++) {
-    cddp__member_t *p = &m->m[m->n++];
-    p->id = a->rz.nodes[i].id, p->nproc = a->rz.nodes[i].nproc;
-    snprintf(p->host, sizeof p->host, "%s", a->rz.nodes[i].host);
-  }
+  cddp__members_of_nodes(a->rz.nodes, a->rz.nnodes, m); /* past CDDP__MAX_MEMBERS: the first of them */
   if (cddp__members_write(a->store, a->rz.round, m) != CDDP_OK)
     CDDP_WARN("generation %d: no member record: %s", a->rz.round, cddp_last_error());
   free(m);

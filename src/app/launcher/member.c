@@ -299,14 +299,9 @@ void cddp__monitor_stop(cddp__monitor_t *m, int goodbye) {
 #define LINE_OF(...) snprintf(ms->line, sizeof ms->line, __VA_ARGS__)
 
 cddp_result_t cddp__membership_begin(cddp__membership_t *ms, const cddp__rdzv_node_t *nodes, int n) {
-  cddp__members_t *m = calloc(1, sizeof *m);
+  cddp__members_t *m = malloc(sizeof *m);
   if (!m) return cddp__fail(CDDP_SYSTEM, "out of memory");
-  for (int i = 0; i < n && i < CDDP__MAX_MEMBERS; i++) {
-    m->m[i].id = nodes[i].id, m->m[i].nproc = nodes[i].nproc;
-    snprintf(m->m[i].host, sizeof m->m[i].host, "%s", nodes[i].host);
-  }
-  m->n = CDDP_MIN(n, CDDP__MAX_MEMBERS);
-  cddp_result_t r = n > CDDP__MAX_MEMBERS
+  cddp_result_t r = cddp__members_of_nodes(nodes, n, m) != 0
                         ? cddp__fail(CDDP_INVALID_ARG, "--restart-mode replace handles at most %d nodes", CDDP__MAX_MEMBERS)
                         : cddp__members_write(ms->store, 0, m);
   free(m);
