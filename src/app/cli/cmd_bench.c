@@ -4,7 +4,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <unistd.h>
 
 #include "cddp/comm.h"
@@ -15,6 +14,7 @@
 #include "cli/commands.h"
 #include "common/check.h"
 #include "common/clock.h"
+#include "common/hugepages.h"
 #include "common/knobs.h"
 #include "common/log.h"
 
@@ -125,15 +125,11 @@ static double bus_factor(bench_coll_t c, int world) {
   return (double)(world - 1) / world;
 }
 
-/* --thp: the data starts on a 2 MiB boundary and is advised to huge pages before it is first
- * touched (what PyTorch's THP_MEM_ALLOC_ENABLE does, and what a large malloc gets where THP
- * is `always`). */
-enum { THP_ALIGN = 2u << 20 };
+/* --thp: the data on transparent huge pages (common/hugepages.h). */
 static void *thp_alloc(size_t bytes) {
-  size_t len = (bytes + THP_ALIGN - 1) & ~(size_t)(THP_ALIGN - 1);
-  void *p = NULL;
-  if (posix_memalign(&p, THP_ALIGN, len) != 0) return NULL;
-  if (madvise(p, len, MADV_HUGEPAGE) != 0)
+  int advised = 1;
+  void *p = cddp__huge_alloc(bytes, &advised);
+  if (p && !advised)
     CDDP_WARN("--thp: madvise(MADV_HUGEPAGE) failed (%s): 4 KiB pages", strerror(errno));
   return p;
 }

@@ -69,46 +69,57 @@ BF16_ATTR static inline void transpose16(__m512i r[16]) {
   }
 }
 
-/* Packs W lanes x kc values of k into dst[p * W + i] = (bf16 x(i, 2p), bf16 x(i, 2p + 1)),
- * x(i, k) = src[i * si + k * sk]; lanes i >= w and an odd kc's last high half are zero. */
-BF16_ATTR static void pack_panel(uint32_t *dst, int W, const float *src, long si, long sk, int w,
-                                 int kc) {
-  int kp = (kc + 1) / 2;
+/* Packs lanes [0, w) x kc values of k into panels of W lanes: panel q at dst + q * W * kp, where
+ * dst[q * W * kp + p * W + i] = (bf16 x(qW + i, 2p), bf16 x(qW + i, 2p + 1)),
+ * x(i, k) = src[i * si + k * sk]; lanes past w and an odd kc's last high half are zero.
+ * All panels in one pass, so that each cache line of src is read once: packed a panel at a time,
+ * a matrix whose lanes are contiguous (si == 1) is read in strips of W floats down rows that are
+ * often 4 KiB apart, which alias in L1 and L2 and go to memory once per panel. */
+BF16_ATTR static void pack_panels(uint32_t *dst, int W, const float *src, long si, long sk, int w,
+                                  int kc) {
+  int kp = (kc + 1) / 2, np = (w + W - 1) / W;
   if (sk == 1) { /* k contiguous: 16 lanes x 16 pairs at a time, converted then transposed */
-    for (int i0 = 0; i0 < W; i0 += 16) {
-      int nl = W - i0 < 16 ? W - i0 : 16;
-      for (int p0 = 0; p0 < kp; p0 += 16) {
-        int k0 = 2 * p0;
-        __m512i r[16];
-        for (int i = 0; i < 16; i++) {
-          r[i] = _mm512_setzero_si512();
-          if (i0 + i < w) {
-            const float *row = src + (long)(i0 + i) * si + k0;
-            __m512 lo = _mm512_maskz_loadu_ps(lanes(kc - k0), row);
-            __m512 hi = _mm512_maskz_loadu_ps(lanes(kc - k0 - 16), row + 16);
-            r[i] = (__m512i)_mm512_cvtne2ps_pbh(hi, lo);
+    for (int q = 0; q < np; q++) {
+      uint32_t *pd = dst + (size_t)q * W * kp;
+      for (int i0 = 0; i0 < W; i0 += 16) {
+        int nl = W - i0 < 16 ? W - i0 : 16, first = q * W + i0;
+        for (int p0 = 0; p0 < kp; p0 += 16) {
+          int k0 = 2 * p0;
+          __m512i r[16];
+          for (int i = 0; i < 16; i++) {
+            r[i] = _mm512_setzero_si512();
+            if (i < nl && first + i < w) {
+              const float *row = src + (long)(first + i) * si + k0;
+              __m512 lo = _mm512_maskz_loadu_ps(lanes(kc - k0), row);
+              __m512 hi = _mm512_maskz_loadu_ps(lanes(kc - k0 - 16), row + 16);
+              r[i] = (__m512i)_mm512_cvtne2ps_pbh(hi, lo);
+            }
           }
+          transpose16(r);
+          int npairs = kp - p0 < 16 ? kp - p0 : 16;
+          for (int t = 0; t < npairs; t++)
+            _mm512_mask_storeu_epi32(pd + (size_t)(p0 + t) * W + i0, lanes(nl), r[t]);
         }
-        transpose16(r);
-        int np = kp - p0 < 16 ? kp - p0 : 16;
-        for (int q = 0; q < np; q++)
-          _mm512_mask_storeu_epi32(dst + (size_t)(p0 + q) * W + i0, lanes(nl), r[q]);
       }
     }
     return;
   }
-  /* lanes contiguous: rows k and k + 1 side by side, interleaved into pairs */
+  /* lanes contiguous: rows k and k + 1 read across every panel, interleaved into pairs */
   for (int p = 0; p < kp; p++) {
     const float *r0 = src + (long)(2 * p) * sk, *r1 = r0 + sk;
     int has1 = 2 * p + 1 < kc;
-    for (int i0 = 0; i0 < W; i0 += 16) {
-      __mmask16 m = lanes(w - i0);
-      __m512 lo = _mm512_maskz_loadu_ps(m, r0 + i0);
-      __m512 hi = has1 ? _mm512_maskz_loadu_ps(m, r1 + i0) : _mm512_setzero_ps();
-      __m256i b0 = (__m256i)_mm512_cvtneps_pbh(lo), b1 = (__m256i)_mm512_cvtneps_pbh(hi);
-      __m512i v = _mm512_or_si512(_mm512_cvtepu16_epi32(b0),
-                                  _mm512_slli_epi32(_mm512_cvtepu16_epi32(b1), 16));
-      _mm512_mask_storeu_epi32(dst + (size_t)p * W + i0, lanes(W - i0), v);
+    for (int q = 0; q < np; q++) {
+      uint32_t *pd = dst + (size_t)q * W * kp + (size_t)p * W;
+      for (int i0 = 0; i0 < W; i0 += 16) {
+        int first = q * W + i0, nl = W - i0 < 16 ? W - i0 : 16;
+        __mmask16 m = lanes(w - first) & lanes(nl);
+        __m512 lo = _mm512_maskz_loadu_ps(m, r0 + first);
+        __m512 hi = has1 ? _mm512_maskz_loadu_ps(m, r1 + first) : _mm512_setzero_ps();
+        __m256i b0 = (__m256i)_mm512_cvtneps_pbh(lo), b1 = (__m256i)_mm512_cvtneps_pbh(hi);
+        __m512i v = _mm512_or_si512(_mm512_cvtepu16_epi32(b0),
+                                    _mm512_slli_epi32(_mm512_cvtepu16_epi32(b1), 16));
+        _mm512_mask_storeu_epi32(pd + i0, lanes(nl), v);
+      }
     }
   }
 }
@@ -161,16 +172,10 @@ BF16_ATTR void cddp__gemm_bf16(int trans_a, int trans_b, int M, int N, int K, fl
   for (int k0 = 0; k0 < K; k0 += KC) {
     int kc = K - k0 < KC ? K - k0 : KC, kp = (kc + 1) / 2;
     float be = k0 == 0 ? beta : 1.0f;
-    for (int j = 0; j < n_panels; j++) {
-      int j0 = j * NR;
-      pack_panel(bp + (size_t)j * NR * kp, NR, B + k0 * b_k + j0 * b_n, b_n, b_k,
-                 N - j0 < NR ? N - j0 : NR, kc);
-    }
+    pack_panels(bp, NR, B + k0 * b_k, b_n, b_k, N, kc);
     for (int m0 = 0; m0 < M; m0 += MC) {
       int mc = M - m0 < MC ? M - m0 : MC;
-      for (int i0 = 0; i0 < mc; i0 += MR)
-        pack_panel(ap + (size_t)(i0 / MR) * MR * kp, MR, A + (m0 + i0) * a_m + k0 * a_k, a_m,
-                   a_k, mc - i0 < MR ? mc - i0 : MR, kc);
+      pack_panels(ap, MR, A + m0 * a_m + k0 * a_k, a_m, a_k, mc, kc);
       for (int j = 0; j < n_panels; j++) {
         int j0 = j * NR, nv = N - j0 < NR ? N - j0 : NR;
         for (int i0 = 0; i0 < mc; i0 += MR)
