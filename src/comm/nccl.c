@@ -3,7 +3,8 @@
  * that cddp's timeout and abort still hold: either one calls ncclCommAbort. NCCL and the CUDA
  * driver are loaded with dlopen, so cddp runs where neither is installed and refuses the
  * backend in one line saying what is missing. Without NCCL's header at build time
- * (CDDP_HAVE_NCCL 0) only the "not built" error. Not yet run on a GPU (docs/gpu.md). */
+ * (CDDP_HAVE_NCCL 0) only the "not built" error. Run at world size 1 on one H100; two ranks
+ * not yet (docs/gpu.md). */
 #include <pthread.h>
 #include <sched.h>
 #include <stdint.h>

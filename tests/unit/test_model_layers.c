@@ -254,6 +254,12 @@ TEST(softmax_xent_matches_definition_and_finite_differences) {
   }
   CHECK_NEAR(loss, want, 1e-5);
   CHECK_EQ(hits, want_hits);
+  /* in place (prob = logits), as the device tests compose the MLP step: same loss, same prob */
+  float *zi = vec(20, 0);
+  memcpy(zi, t.z, 20 * sizeof(float));
+  CHECK_NEAR(cddp__xent_forward(zi, zi, y, 4, 5, NULL), loss, 1e-12);
+  CHECK(memcmp(zi, t.p, 20 * sizeof(float)) == 0);
+  free(zi);
   float *d = vec(20, 0);
   cddp__xent_backward(d, t.p, y, 4, 5, 0.5f);
   double *g = numeric_grad(t.z, 20, 1e-2f, xent_loss, &t);

@@ -41,7 +41,7 @@ int main(int argc, char **argv) {
   if (!strcmp(argv[1], "--version")) {
     printf("cddp %s\n", cddp_version());
     printf("cuda: %s\n", CDDP_HAVE_CUDA ? "device layer built (CUDA runtime static; cuBLAS, NCCL, NVML loaded when used); "
-                                          "not yet run on a GPU (docs/gpu.md)"
+                                          "device tests run on one H100, models not on the GPU yet (docs/gpu.md)"
                                         : "not built (nvcc not found, or NO_CUDA=1)");
     return 0;
   }

@@ -15,6 +15,7 @@ double cddp__xent_forward(float *prob, const float *logits, const uint8_t *y, in
     for (int j = 1; j < k; j++)
       if (z[j] > z[best]) best = j;
     float zmax = z[best];
+    float target = y[i] < k ? z[y[i]] : 0.0f; /* read before prob may overwrite z */
     double sum = 0.0;
     for (int j = 0; j < k; j++) {
       float e = expf(z[j] - zmax);
@@ -28,7 +29,7 @@ double cddp__xent_forward(float *prob, const float *logits, const uint8_t *y, in
       continue;
     }
     /* -log softmax(z)[y] = log(sum exp(z - zmax)) - (z[y] - zmax) */
-    loss += log(sum) - (double)(z[y[i]] - zmax);
+    loss += log(sum) - (double)(target - zmax);
     hits += best == y[i];
   }
   if (n_correct) *n_correct = hits;

@@ -62,7 +62,8 @@ void cddp__maxpool2_backward(float *dx, const float *dy, const uint8_t *arg, con
 /* ---- softmax cross-entropy (layer_xent.c): logits [n,k], labels y[i] < k. */
 /* Writes the softmax probabilities to prob [n,k], returns the SUM of the per-sample losses
  * (log-sum-exp with the row maximum subtracted), counts argmax hits into *n_correct when
- * not NULL. A label >= k contributes NAN (the data loader validates labels). */
+ * not NULL. A label >= k contributes NAN (the data loader validates labels). prob may be
+ * logits (in place), as for the CUDA table's. */
 double cddp__xent_forward(float *prob, const float *logits, const uint8_t *y, int n, int k,
                           int *n_correct);
 /* dlogits [n,k] = scale * (prob - onehot(y)): the gradient of scale * (sum of losses). */
