@@ -78,6 +78,21 @@ if [ $rc1 = 0 ] && [ $rc2 = 0 ] && grep -q "all-reduce overlapped with backward"
 then ok "ddp.overlap=true (5 buckets of 256 KiB during backward) and false: bitwise equal weights"
 else fail "overlap" "rc $rc1/$rc2 $(tail -2 "$T/ovon.out" "$T/ovoff.out" | tr '\n' ' ')"; fi
 
+# 3b'. ddp.overlap auto over shm times both ways in its first steps and keeps the faster; the
+# ranks agree, say it at INFO, and the alternation changes no bit (3 ranks: sums of 3 terms,
+# in rank order over shm whichever way); a forced choice is not timed
+run3() { timeout 300 "$CDDP" run --standalone --nproc-per-node 3 "$CDDP" train --config "$CFG" --work-dir "$T" "$@"; }
+OV3=(--set model.hidden=[64] --set train.max_steps=24 --set eval.every_epoch=false --set batch.global=192
+     --set batch.micro=64 --set ddp.bucket_mb=0.05 --set ddp.threads=1)
+CDDP_DEBUG=INFO CDDP_DEBUG_SUBSYS=TRAIN run3 --name ovauto "${OV3[@]}" >"$T/ovauto.out" 2>&1; rc1=$?
+CDDP_DEBUG=INFO CDDP_DEBUG_SUBSYS=TRAIN run3 --name ovforced "${OV3[@]}" --set ddp.overlap=true >"$T/ovforced.out" 2>&1; rc2=$?
+chosen=$(grep -c "ddp.overlap auto: median step .* ms overlapped with backward, .* ms after it (6 steps each, mean of 3 ranks): \(overlapped\|after backward\)$" "$T/ovauto.out")
+if [ $rc1 = 0 ] && [ $rc2 = 0 ] && [ "$chosen" = 1 ] && grep -q "whichever the first steps time faster" "$T/ovauto.out" &&
+   ! grep -q "ddp.overlap auto:" "$T/ovforced.out" &&
+   cmp -s "$T/ovauto/checkpoints/step-000000024/model.safetensors" "$T/ovforced/checkpoints/step-000000024/model.safetensors"
+then ok "ddp.overlap auto: timed both ways, one choice said once ($(grep -o 'ms after it.*' "$T/ovauto.out" | sed 's/.*: //')), bitwise equal to overlap forced on (3 ranks)"
+else fail "overlap auto" "rc $rc1/$rc2 chosen=$chosen $(grep -h 'overlap\|error' "$T/ovauto.out" "$T/ovforced.out" | tail -3 | tr '\n' ' ')"; fi
+
 # 3c. compressed gradients: bf16 and fp16 halve the bytes, sign cuts them 32x; a sign run stopped and
 # resumed restores every rank's error-feedback residual: the same bits as uninterrupted
 CZ=(--set model.hidden=[256] --set train.max_steps=60 --set eval.every_epoch=false --set checkpoint.every_steps=20)

@@ -71,9 +71,10 @@ int cddp__train_blas_threads(const trainer_t *t) {
 }
 
 /* Over shared memory the all-reduce is CPU work (copies and adds): when the ranks' BLAS
- * threads already fill every core, overlapping it with backward only time-slices the same
- * cores and costs cache (measured: 16.4k vs 17.9k samples/s on 2 ranks x 1 thread, 2 cores).
- * Across hosts it is mostly waiting on the network, which backward can hide. */
+ * threads already fill every core, overlapping it with backward time-slices the same cores,
+ * which may cost more than it hides. That is only the first guess: overlap_trial.c times both
+ * ways in the first steps and keeps the faster. Across hosts it is mostly waiting on the
+ * network, which backward can hide. */
 int cddp__train_overlap(const trainer_t *t, int threads) {
   if (t->cfg.overlap != CDDP_OVERLAP_AUTO) return t->cfg.overlap == CDDP_OVERLAP_ON;
   if (strcmp(cddp_comm_transport(cddp_world_comm(t->w)), "shm") != 0) return 1;
@@ -239,7 +240,9 @@ static cddp_result_t set_powersgd(trainer_t *t) {
 cddp_result_t cddp__train_make_ddp(trainer_t *t) {
   CDDP_CHECK(cddp_ddp_create(&t->ddp, cddp_world_comm(t->w), cddp__train_param_slots(t), (size_t)(t->cfg.bucket_mb * 1048576.0), CDDP_SUM));
   t->grads = cddp_ddp_grads(t->ddp);
+  t->overlap = cddp__train_overlap(t, cddp__train_blas_threads(t)); /* this world's transport */
   cddp_ddp_set_overlap(t->ddp, t->overlap);
+  cddp__overlap_trial_start(t); /* auto over shm: the first steps time both ways */
   if (t->cfg.compress == CDDP_COMPRESS_POWERSGD) return set_powersgd(t);
   CDDP_CHECK(cddp_ddp_set_compress(t->ddp, (cddp_compress_t)t->cfg.compress));
   if (t->cfg.compress != CDDP_COMPRESS_SIGN || t->cfg.sign_adam <= 0) return CDDP_OK;

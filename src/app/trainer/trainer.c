@@ -114,6 +114,7 @@ static cddp_result_t train_step(trainer_t *t, cddp_step_record_t *rec, int *stop
     CDDP_CHECK(cddp__ranks_gather(&t->ranks, cddp_world_comm(t->w)));
     rec->ranks = &t->ranks;
   }
+  CDDP_CHECK(cddp__overlap_trial_begin(t));
   for (int j = 0; j < t->accum; j++) {
     cddp__flight_beat(); /* alive between collectives: a long accumulation is not a hang */
     uint64_t td = cddp__now_ns();
@@ -154,6 +155,7 @@ static cddp_result_t train_step(trainer_t *t, cddp_step_record_t *rec, int *stop
   t->step++;
   cddp__flight_step((uint64_t)t->step); /* its agent tells `cddp status` */
   uint64_t dt = cddp__now_ns() - t0;
+  cddp__overlap_trial_end(t, dt);
   rec->step = t->step, rec->total = t->total_steps, rec->epochs = t->epochs;
   rec->loss = stats[0] / units, rec->lr = lr, rec->samples = batch, rec->units = t->task->units;
   rec->step_s = secs(dt), rec->comm_s = secs(comm_ns), rec->data_s = secs(data_ns);
@@ -210,7 +212,6 @@ static cddp_result_t setup(trainer_t *t) {
   if (!t->params || !t->idx || !t->next_idx) return cddp__fail(CDDP_SYSTEM, "out of memory");
   memset(t->params + t->n_params, 0, (cddp__train_param_slots(t) - t->n_params) * sizeof(float));
   if (c->prefetch) CDDP_CHECK(cddp__prefetch_start(&t->prefetch, t->task, c->micro_batch));
-  t->overlap = cddp__train_overlap(t, threads);
   /* before the DDP: sign + vsync writes its v; ZeRO-1: this rank's shard only */
   CDDP_CHECK(cddp__optim_init(&t->opt, &c->optim, t->zero1.on ? t->zero1.len : t->n_params));
   if (!lost) CDDP_CHECK(tolerate_lost_peer(t, cddp__train_make_ddp(t), &lost)); /* no ddp: recovery builds it */
@@ -256,7 +257,9 @@ static cddp_result_t setup(trainer_t *t) {
             c->lr_scaling == CDDP_LR_SCALE_NONE ? "no" : c->lr_scaling == CDDP_LR_SCALE_LINEAR ? "linear" : "sqrt",
             c->ref_batch > 0 ? c->ref_batch : c->global_batch, t->total_steps, per_epoch, threads,
             t->zero1.on ? "ZeRO-1 (optimizer state sharded): reduce-scatter + all-gather" : "all-reduce",
-            t->overlap && !t->zero1.on ? "overlapped with backward" : "after backward", t->run_dir);
+            t->zero1.on ? "after backward"
+            : t->overlap_trial.active ? "overlapped with backward or after it, whichever the first steps time faster"
+            : t->overlap ? "overlapped with backward" : "after backward", t->run_dir);
   if (replacement) return cddp__train_join_as_replacement(t);
   if (lost) {
     CDDP_INFO(CDDP_SUB_TRAIN, "a peer was lost while the job started (%s): recovering", cddp_last_error());

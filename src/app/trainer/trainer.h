@@ -13,6 +13,7 @@
 #include "trainer/ranks.h"
 #include "trainer/model.h"
 #include "trainer/optim.h"
+#include "trainer/overlap_trial.h"
 #include "trainer/prefetch.h"
 #include "trainer/sampler.h"
 #include "trainer/task.h"
@@ -43,6 +44,7 @@ typedef struct trainer {
   size_t added_to; /* scratch is added into grads at [added_to, n) */
   int ddp_after_add;
   int overlap;      /* buckets start during backward */
+  cddp__overlap_trial_t overlap_trial; /* ddp.overlap auto over shm: timing both ways */
   size_t n_params;
   cddp_ddp_t *ddp;
   cddp__zero1_t zero1; /* ddp.shard_optimizer: this rank's shard of the optimizer state */
@@ -80,7 +82,8 @@ int cddp__train_main(const cddp_train_opts_t *o);
 cddp_result_t cddp__train_check_configs(trainer_t *t);   /* every rank's config equals rank 0's */
 cddp_result_t cddp__train_batch_split(trainer_t *t);     /* accumulation steps for this world */
 int cddp__train_blas_threads(const trainer_t *t);
-/* ddp.overlap resolved: auto overlaps unless the all-reduce would only steal a busy core. */
+/* ddp.overlap resolved: auto overlaps unless the all-reduce would only steal a busy core (over
+ * shm, a first guess that overlap_trial.c then measures). */
 int cddp__train_overlap(const trainer_t *t, int threads);
 /* Names the run folder (--name, "auto", the config's name) and creates it on rank 0; a fresh
  * first start into a folder that holds another run's checkpoints or metrics is noted in
