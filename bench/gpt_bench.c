@@ -66,8 +66,9 @@ int main(int argc, char **argv) {
     return 1;
   }
   openblas_set_num_threads(threads);
+  if (bf16) cddp__gemm_bf16_set_threads(threads);
   printf("# OpenBLAS %s, core %s, %d thread(s); model products in %s\n", openblas_get_config(),
-         openblas_get_corename(), threads, bf16 ? "bf16 (gemm_bf16.c, 1 thread)" : "fp32");
+         openblas_get_corename(), threads, bf16 ? "bf16 (gemm_bf16.c, the same threads)" : "fp32");
   uint64_t s = 7;
   {
     float *A = rnd((size_t)peak_n * peak_n, &s), *Bm = rnd((size_t)peak_n * peak_n, &s),

@@ -1,6 +1,7 @@
 /* test_gemm.c - the bf16 matrix product (gemm_bf16.c) against a double-precision product of
  * the same bf16-rounded inputs, over every orientation, ragged shapes, strides, several k
- * blocks and beta; and train.precision's refusal on a CPU without AVX512-BF16. */
+ * blocks and beta; threads that give the bits of one; and train.precision's refusal on a CPU
+ * without AVX512-BF16. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -66,6 +67,35 @@ TEST(gemm_bf16_matches_rounded_reference) {
         check_case(ta, tb, M, N, K, 0.5f, 1.0f, 3);
         check_case(ta, tb, M, N, K, 1.0f, 0.25f, 1);
       }
+}
+
+/* Products large enough to be split over threads (rows of C, or columns when there are few
+ * row blocks) give the bits of one thread: each element sums the same blocks in the same order. */
+TEST(gemm_bf16_threads_give_the_bits_of_one) {
+  if (!cddp__cpu_has_bf16()) return; /* the refusal is tested below */
+  int shapes[][3] = {{1000, 64, 300}, {400, 300, 160}, {150, 1100, 110}, {2050, 70, 129}};
+  for (size_t c = 0; c < sizeof shapes / sizeof shapes[0]; c++)
+    for (int ta = 0; ta < 2; ta++)
+      for (int tb = 0; tb < 2; tb++)
+        for (int b = 0; b < 2; b++) {
+          int M = shapes[c][0], N = shapes[c][1], K = shapes[c][2], ldc = N + 3;
+          int lda = ta ? M : K, ldb = tb ? K : N;
+          uint64_t s = (uint64_t)(M + N + K + ta + tb);
+          float *A = rnd((size_t)(ta ? K : M) * lda, &s), *B = rnd((size_t)(tb ? N : K) * ldb, &s);
+          float *C1 = rnd((size_t)M * ldc, &s), *C2 = malloc((size_t)M * ldc * sizeof *C2);
+          memcpy(C2, C1, (size_t)M * ldc * sizeof *C2);
+          float beta = b ? 0.5f : 0.0f;
+          cddp__gemm_bf16_set_threads(1);
+          cddp__gemm_bf16(ta, tb, M, N, K, 1.0f, A, lda, B, ldb, beta, C1, ldc);
+          cddp__gemm_bf16_set_threads(3); /* 3: parts that do not divide the blocks evenly */
+          CHECK_EQ(cddp__gemm_bf16_threads(), 3);
+          cddp__gemm_bf16(ta, tb, M, N, K, 1.0f, A, lda, B, ldb, beta, C2, ldc);
+          if (memcmp(C1, C2, (size_t)M * ldc * sizeof *C1) != 0)
+            TEST_FAIL("ta %d tb %d %dx%dx%d beta %g: 3 threads differ from 1", ta, tb, M, N, K, beta);
+          free(A), free(B), free(C1), free(C2);
+        }
+  cddp__gemm_bf16_set_threads(1);
+  CHECK_EQ(cddp__gemm_bf16_threads(), 1);
 }
 
 TEST(gemm_precision_switches_and_refuses) {

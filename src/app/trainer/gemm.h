@@ -23,8 +23,13 @@ cddp_precision_t cddp__gemm_precision(void);
 int cddp__cpu_has_bf16(void);
 
 /* The bf16 product itself (gemm_bf16.c); only on a CPU with AVX512-BF16. trans_a/trans_b
- * are 0 or 1. */
+ * are 0 or 1. Call it from one thread at a time: a large product uses the threads below. */
 void cddp__gemm_bf16(int trans_a, int trans_b, int M, int N, int K, float alpha, const float *A,
                      int lda, const float *B, int ldb, float beta, float *C, int ldc);
+
+/* Threads for the bf16 product, the caller included (ddp.threads, as OpenBLAS gets): workers
+ * are started once and kept. Any split gives the bits of one thread. */
+void cddp__gemm_bf16_set_threads(int threads);
+int cddp__gemm_bf16_threads(void);
 
 #endif /* CDDP_TRAIN_GEMM_H */

@@ -4,8 +4,10 @@
  * op(B) is packed (rounded to bf16) in panels of NR columns, op(A) in panels of MR rows for
  * each MC rows; a MR x NR tile of C lives in 24 zmm registers while k runs. A packed element
  * is a pair of bf16 (k even in the low half, k + 1 in the high), the unit VDPBF16PS consumes.
- * Runs on the calling thread. */
+ * A large product is split over the threads cddp__gemm_bf16_set_threads gives (ddp.threads),
+ * by rows or by columns of C; a small one runs on the calling thread. */
 #include <immintrin.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -152,6 +154,107 @@ BF16_ATTR static void tile(const uint32_t *a, const uint32_t *b, int kp, float *
     }
 }
 
+/* The product restricted to C[m_lo:m_hi, n_lo:n_hi], all of K, with this thread's packing
+ * buffers. Each element's sum runs over the same KC blocks and pairs wherever the region's
+ * edges fall, so any split of C gives the bits of the whole. */
+BF16_ATTR static void gemm_region(int m_lo, int m_hi, int n_lo, int n_hi, int K, float alpha,
+                                  const float *A, long a_m, long a_k, const float *B, long b_k,
+                                  long b_n, float beta, float *C, int ldc) {
+  int N = n_hi - n_lo, n_panels = (N + NR - 1) / NR;
+  int kc_max = K < KC ? K : KC, kp_max = (kc_max + 1) / 2;
+  uint32_t *bp = grow(&pack_b, &cap_b, (size_t)n_panels * NR * kp_max);
+  uint32_t *ap = grow(&pack_a, &cap_a, (size_t)MC * kp_max);
+  if (!bp || !ap) abort(); /* out of memory for a few hundred KiB: nothing sensible is left */
+  for (int k0 = 0; k0 < K; k0 += KC) {
+    int kc = K - k0 < KC ? K - k0 : KC, kp = (kc + 1) / 2;
+    float be = k0 == 0 ? beta : 1.0f;
+    pack_panels(bp, NR, B + k0 * b_k + n_lo * b_n, b_n, b_k, N, kc);
+    for (int m0 = m_lo; m0 < m_hi; m0 += MC) {
+      int mc = m_hi - m0 < MC ? m_hi - m0 : MC;
+      pack_panels(ap, MR, A + m0 * a_m + k0 * a_k, a_m, a_k, mc, kc);
+      for (int j = 0; j < n_panels; j++) {
+        int j0 = j * NR, nv = N - j0 < NR ? N - j0 : NR;
+        for (int i0 = 0; i0 < mc; i0 += MR)
+          tile(ap + (size_t)(i0 / MR) * MR * kp, bp + (size_t)j * NR * kp, kp,
+               C + (size_t)(m0 + i0) * ldc + n_lo + j0, ldc, mc - i0 < MR ? mc - i0 : MR, nv,
+               alpha, be);
+      }
+    }
+  }
+}
+
+/* ---- threads: a fork and a join per product, each thread computing one region of C ---- */
+
+enum { MAX_THREADS = 64 };
+/* Products smaller than this many multiply-adds stay on the calling thread: a wake-up costs
+ * microseconds, and 2^24 of them take ~90 us on one Zen 4 core. */
+#define PARALLEL_MACS (1.0 * (1 << 24))
+
+typedef struct region_call {
+  int M, N, K, parts, split_m; /* split_m: parts are row ranges (MC multiples), else columns */
+  float alpha, beta;
+  const float *A, *B;
+  long a_m, a_k, b_k, b_n;
+  float *C;
+  int ldc;
+} region_call_t;
+
+static pthread_mutex_t pool_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t pool_go = PTHREAD_COND_INITIALIZER, pool_done = PTHREAD_COND_INITIALIZER;
+static int pool_threads = 1, pool_started, pool_pending;
+static unsigned pool_gen, pool_start_gen[MAX_THREADS];
+static region_call_t pool_call;
+
+/* Part p of `parts` of the call (p < parts), [lo, hi) of its split dimension. */
+static void run_part(const region_call_t *c, int p) {
+  if (c->split_m) {
+    int blocks = (c->M + MC - 1) / MC, b0 = blocks * p / c->parts, b1 = blocks * (p + 1) / c->parts;
+    int lo = b0 * MC, hi = b1 * MC < c->M ? b1 * MC : c->M;
+    if (lo < hi)
+      gemm_region(lo, hi, 0, c->N, c->K, c->alpha, c->A, c->a_m, c->a_k, c->B, c->b_k, c->b_n,
+                  c->beta, c->C, c->ldc);
+  } else {
+    int panels = (c->N + NR - 1) / NR, j0 = panels * p / c->parts, j1 = panels * (p + 1) / c->parts;
+    int lo = j0 * NR, hi = j1 * NR < c->N ? j1 * NR : c->N;
+    if (lo < hi)
+      gemm_region(0, c->M, lo, hi, c->K, c->alpha, c->A, c->a_m, c->a_k, c->B, c->b_k, c->b_n,
+                  c->beta, c->C, c->ldc);
+  }
+}
+
+static void *pool_worker(void *arg) {
+  int me = (int)(intptr_t)arg; /* part me; the caller runs part 0 */
+  unsigned seen = pool_start_gen[me]; /* written before this thread was created */
+  for (;;) {
+    pthread_mutex_lock(&pool_mu);
+    while (pool_gen == seen) pthread_cond_wait(&pool_go, &pool_mu);
+    seen = pool_gen;
+    region_call_t c = pool_call;
+    pthread_mutex_unlock(&pool_mu);
+    if (me < c.parts) run_part(&c, me);
+    pthread_mutex_lock(&pool_mu);
+    if (--pool_pending == 0) pthread_cond_signal(&pool_done);
+    pthread_mutex_unlock(&pool_mu);
+  }
+  return NULL;
+}
+
+void cddp__gemm_bf16_set_threads(int threads) {
+  if (threads < 1) threads = 1;
+  if (threads > MAX_THREADS) threads = MAX_THREADS;
+  pthread_mutex_lock(&pool_mu);
+  for (; pool_started < threads - 1; pool_started++) { /* workers stay for the process */
+    pthread_t th;
+    pool_start_gen[pool_started + 1] = pool_gen;
+    if (pthread_create(&th, NULL, pool_worker, (void *)(intptr_t)(pool_started + 1)) != 0) break;
+    pthread_detach(th);
+  }
+  pool_threads = pool_started + 1 < threads ? pool_started + 1 : threads;
+  pthread_mutex_unlock(&pool_mu);
+}
+
+int cddp__gemm_bf16_threads(void) { return pool_threads; }
+
 BF16_ATTR void cddp__gemm_bf16(int trans_a, int trans_b, int M, int N, int K, float alpha,
                                const float *A, int lda, const float *B, int ldb, float beta,
                                float *C, int ldc) {
@@ -164,24 +267,25 @@ BF16_ATTR void cddp__gemm_bf16(int trans_a, int trans_b, int M, int N, int K, fl
   /* element (m, k) of op(A) at A[m * a_m + k * a_k], (k, n) of op(B) at B[k * b_k + n * b_n] */
   long a_m = trans_a ? 1 : lda, a_k = trans_a ? lda : 1;
   long b_k = trans_b ? 1 : ldb, b_n = trans_b ? ldb : 1;
-  int n_panels = (N + NR - 1) / NR;
-  int kc_max = K < KC ? K : KC, kp_max = (kc_max + 1) / 2;
-  uint32_t *bp = grow(&pack_b, &cap_b, (size_t)n_panels * NR * kp_max);
-  uint32_t *ap = grow(&pack_a, &cap_a, (size_t)MC * kp_max);
-  if (!bp || !ap) abort(); /* out of memory for a few hundred KiB: nothing sensible is left */
-  for (int k0 = 0; k0 < K; k0 += KC) {
-    int kc = K - k0 < KC ? K - k0 : KC, kp = (kc + 1) / 2;
-    float be = k0 == 0 ? beta : 1.0f;
-    pack_panels(bp, NR, B + k0 * b_k, b_n, b_k, N, kc);
-    for (int m0 = 0; m0 < M; m0 += MC) {
-      int mc = M - m0 < MC ? M - m0 : MC;
-      pack_panels(ap, MR, A + m0 * a_m + k0 * a_k, a_m, a_k, mc, kc);
-      for (int j = 0; j < n_panels; j++) {
-        int j0 = j * NR, nv = N - j0 < NR ? N - j0 : NR;
-        for (int i0 = 0; i0 < mc; i0 += MR)
-          tile(ap + (size_t)(i0 / MR) * MR * kp, bp + (size_t)j * NR * kp, kp,
-               C + (size_t)(m0 + i0) * ldc + j0, ldc, mc - i0 < MR ? mc - i0 : MR, nv, alpha, be);
-      }
-    }
+  int threads = pool_threads;
+  if (threads <= 1 || (double)M * N * K < PARALLEL_MACS) {
+    gemm_region(0, M, 0, N, K, alpha, A, a_m, a_k, B, b_k, b_n, beta, C, ldc);
+    return;
   }
+  /* rows when there are enough blocks of them to share evenly, else columns (each thread then
+   * packs all of A, which is small when M is) */
+  int m_blocks = (M + MC - 1) / MC, panels = (N + NR - 1) / NR;
+  int split_m = m_blocks >= 4 * threads || m_blocks >= panels;
+  int parts = split_m ? (m_blocks < threads ? m_blocks : threads) : (panels < threads ? panels : threads);
+  region_call_t c = {M, N, K, parts, split_m, alpha, beta, A, B, a_m, a_k, b_k, b_n, C, ldc};
+  pthread_mutex_lock(&pool_mu);
+  pool_call = c;
+  pool_pending = pool_started; /* every worker wakes; those past `parts` do nothing */
+  pool_gen++;
+  pthread_cond_broadcast(&pool_go);
+  pthread_mutex_unlock(&pool_mu);
+  run_part(&c, 0);
+  pthread_mutex_lock(&pool_mu);
+  while (pool_pending > 0) pthread_cond_wait(&pool_done, &pool_mu);
+  pthread_mutex_unlock(&pool_mu);
 }

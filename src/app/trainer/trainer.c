@@ -194,9 +194,7 @@ static cddp_result_t setup(trainer_t *t) {
   t->same_error_everywhere = 0;
   int threads = cddp__train_blas_threads(t);
   openblas_set_num_threads(threads);
-  if (c->precision == CDDP_PRECISION_BF16 && threads > 1 && t->rank == 0) /* gemm_bf16.c */
-    fprintf(stderr, "cddp train: warning: train.precision bf16 multiplies on one thread per rank; "
-                    "its %d BLAS threads (ddp.threads) serve only what stays fp32\n", threads);
+  if (c->precision == CDDP_PRECISION_BF16) cddp__gemm_bf16_set_threads(threads);
   CDDP_CHECK(cddp__train_make_run_dir(t));
   CDDP_CHECK(cddp__task_create(c, c->micro_batch, &t->task));
   t->n_params = t->task->ops->param_count(t->task);
