@@ -4,7 +4,7 @@ byte-level GPT (pre-norm, tanh GELU, tied head, GPT-2 init), the same KJV text a
 DistributedDataParallel over gloo under torchrun (or alone).
 
   torchrun --standalone --nproc_per_node 2 --redirects 1 --tee 1 gpt_kjv.py --max-steps 200
-Prints one final line: "peer gpt: world W, threads T, N tokens/s (steps timed: S), val loss L"
+Prints one final line: "peer gpt: world W, threads T, fp32|bf16, N tokens/s (steps timed: S), val loss L"
 """
 import argparse, math, os, subprocess, time
 
@@ -78,6 +78,8 @@ def main():
     ap.add_argument("--max-steps", type=int, default=0, help="0: one epoch")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--seed", type=int, default=42)
+    ap.add_argument("--precision", choices=["fp32", "bf16"], default="fp32",
+                    help="bf16: torch.autocast on the CPU (oneDNN bf16 matmuls), fp32 master weights")
     ap.add_argument("--powersgd", type=int, default=0, help="rank of PyTorch's PowerSGD hook (0: off)")
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
@@ -111,7 +113,8 @@ def main():
         for g in opt.param_groups:
             g["lr"] = lr_at(step)
         opt.zero_grad(set_to_none=True)
-        loss = model(b[:, :-1], b[:, 1:])
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=a.precision == "bf16"):
+            loss = model(b[:, :-1], b[:, 1:])
         loss.backward()
         nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
@@ -126,12 +129,13 @@ def main():
         tot = torch.tensor([0.0])
         for i in range(lo, hi, 16):
             b = seqs(val, torch.arange(i, min(hi, i + 16)))
-            tot += model(b[:, :-1], b[:, 1:]).item() * b.shape[0]
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=a.precision == "bf16"):
+                tot += model(b[:, :-1], b[:, 1:]).float().item() * b.shape[0]
         if world > 1:
             dist.all_reduce(tot)
     if rank == 0:
         rate = timed_tokens / timed_s if timed_s else 0.0
-        print(f"peer gpt: world {world}, threads {a.threads}, {rate:.0f} tokens/s (steps timed: {max(total - 5, 0)}), "
+        print(f"peer gpt: world {world}, threads {a.threads}, {a.precision}, {rate:.0f} tokens/s (steps timed: {max(total - 5, 0)}), "
               f"val loss {tot.item() / n_val:.4f}", flush=True)
     if world > 1:
         dist.destroy_process_group()
