@@ -50,8 +50,10 @@ for t in tests/sh/test_*.sh; do [ -e "$t" ] && run_tap "$(basename "$t" .sh)" ba
 if [ $quick = 0 ]; then
   for san in asan tsan; do
     if make -j"$(nproc)" WERROR=1 "$san" >"$log/build-$san.log" 2>&1; then
-      # store and comm under both; the trainer's and the launcher's parsers and file formats under ASan+UBSan too
+      # store and comm under both; the trainer's and the launcher's parsers and file formats under
+      # ASan+UBSan too, the bf16 product's threads under TSan
       extra=""
+      [ "$san" = tsan ] && extra="build-tsan/tests/test_gemm" # the bf16 product's thread pool
       [ "$san" = asan ] && extra="build-asan/tests/test_ckpt build-asan/tests/test_config build-asan/tests/test_data build-asan/tests/test_sampler build-asan/tests/test_optim build-asan/tests/test_run_errfile build-asan/tests/test_run_options build-asan/tests/test_run_torchstore"
       for t in build-$san/tests/test_store* build-$san/tests/test_comm* $extra; do
         [ -e "$t" ] || continue

@@ -13,13 +13,15 @@ GPT=(--config configs/gpt_kjv.yaml --set model.n_layer=2 --set model.d_model=64 
      --set model.context=64 --set train.max_steps=40 --set schedule.warmup_steps=10
      --set checkpoint.every_steps=0 --set eval.every_epoch=false --set ddp.threads=1)
 
-# train NAME PRECISION ARGS...: one rank; then prints "first last eval" losses, or the failure
+# train NAME PRECISION ARGS...: one rank; then prints "first last eval" losses (losses NAME), or
+# the failure
 train() {
   local name=$1 p=$2; shift 2
   timeout 300 "$CDDP" train --work-dir "$T" --name "$name" --set train.precision="$p" "$@" >"$T/$name.out" 2>&1 ||
     { echo "rc=$? $(tail -2 "$T/$name.out" | tr '\n' ' ')"; return; }
-  echo "$(field loss "$T/$name/metrics.jsonl" | head -1) $(field loss "$T/$name/metrics.jsonl" | tail -1) $(evl "$T/$name/metrics.jsonl")"
+  losses "$name"
 }
+losses() { echo "$(field loss "$T/$1/metrics.jsonl" | head -1) $(field loss "$T/$1/metrics.jsonl" | tail -1) $(evl "$T/$1/metrics.jsonl")"; }
 # compare MODEL ARGS...: fp32 then bf16, same steps
 compare() {
   local model=$1; shift
@@ -37,11 +39,13 @@ if grep -qw avx512_bf16 /proc/cpuinfo; then
   # the bf16 products round their inputs: the losses differ from fp32's, or the switch did nothing
   [ "$(field loss "$T/MLP-fp32/metrics.jsonl" | tail -1)" != "$(field loss "$T/MLP-bf16/metrics.jsonl" | tail -1)" ] &&
     ok "bf16 computes differently from fp32 (its products round their inputs)" || fail "bf16 changed nothing"
-  # the bf16 kernel runs on the calling thread: more BLAS threads are said to serve fp32 only
-  out=$("$CDDP" train --work-dir "$T" --name thr "${MLP[@]}" --set train.max_steps=2 --set ddp.threads=2 --set train.precision=bf16 2>&1)
-  echo "$out" | grep -q "warning: train.precision bf16 multiplies on one thread per rank; its 2 BLAS threads" &&
-    ! grep -q "warning: train.precision" "$T/MLP-bf16.out" && ok "bf16 with ddp.threads 2 warns that the products use one" ||
-    fail "bf16 threads warning" "$(echo "$out" | grep -i warn)"
+  # the bf16 products of 2^24 multiply-adds or more are split over ddp.threads, with the bits
+  # of one thread: 2 threads train the MLP to the very losses of the run above
+  thr=$(train MLP-bf16-2t bf16 "${MLP[@]}" --set ddp.threads=2)
+  b1=$(losses MLP-bf16)
+  [ -n "$thr" ] && [ "$thr" = "$b1" ] && ! grep -qi "warning" "$T/MLP-bf16-2t.out" &&
+    ok "bf16 on 2 threads: the losses of 1 thread, to the bit ($thr)" ||
+    fail "bf16 threads" "2 threads: $thr; 1 thread: $b1; $(grep -i warn "$T/MLP-bf16-2t.out")"
 else
   echo "# this CPU lacks avx512_bf16: only the refusal is tested"
   out=$("$CDDP" train --work-dir "$T" --name nat "${MLP[@]}" --set train.precision=bf16 2>&1); rc=$?

@@ -92,7 +92,7 @@ const cddp__cfg_key_t cddp__cfg_keys[] = {
     {"ddp.bucket_mb", CDDP__CFG_DOUBLE, F(bucket_mb), 0, "4", 0, 4096, CDDP__CFG_LO_OPEN, NULL,
      "gradient bucket size in MiB (each bucket's allreduce starts when backward fills it)"},
     {"ddp.overlap", CDDP__CFG_ENUM, F(overlap), 0, "auto", NONE, 0, "auto|true|false",
-     "true: each bucket's allreduce starts during backward; false: one allreduce after it; auto: true unless every core already computes and the ranks share memory"},
+     "true: each bucket's allreduce starts during backward; false: one allreduce after it; auto: over shared memory, the first steps time both ways and every rank keeps the faster (`CDDP_DEBUG=INFO` says which; the same bits either way); across hosts, true"},
     {"ddp.compress", CDDP__CFG_ENUM, F(compress), 0, "none", NONE, 0, "none|bf16|sign|fp16|powersgd",
      "gradients on the wire: none (float32), bf16 (half the bytes), fp16 (half the bytes, finer but overflows past 65504), sign (1-bit with error feedback, ~32x fewer), powersgd (low rank with error feedback, ~15x fewer for the GPT at rank 12)"},
     {"ddp.sign_adam", CDDP__CFG_INT, F(sign_adam), 0, "0", 0, 1000000, 0, NULL,
