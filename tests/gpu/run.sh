@@ -3,7 +3,7 @@
 # every CUDA kernel of the device layer against the CPU table (test_kernels: float32 within
 # 1e-4 relative, bf16 within its tolerance), the nccl backend on device buffers (test_nccl: a
 # world of one; two ranks on two GPUs when there are two), then cuBLAS's bf16 GEMM peak
-# (bench_gemm).
+# (bench_gemm) and our kernels at GPT-2 small's block, with the step they compose (bench_ops).
 # Builds what is missing (make gpu-tests). tests/run.sh does not run it: CI has no GPU.
 # Exit: 0 all passed; 1 a test failed; 2 this cddp is built without CUDA (nvcc not found or
 # NO_CUDA=1); 77 no GPU here (the driver or a device is missing): nothing was run.
@@ -22,5 +22,6 @@ if [ $rc = 77 ]; then
 fi
 "$BUILD/tests/gpu/test_nccl" || rc=1
 "$BUILD/tests/gpu/bench_gemm" || rc=1
+"$BUILD/tests/gpu/bench_ops" || rc=1
 [ $rc = 0 ] && echo "tests/gpu/run.sh: all device tests passed" || echo "tests/gpu/run.sh: FAILED"
 exit $rc
