@@ -6,7 +6,9 @@
 #include <string.h>
 
 #include "test.h"
+#include "trainer/gemm.h"
 #include "trainer/layers.h"
+#include "trainer/linear_form.h"
 #include "trainer/model.h"
 #include "unit/test_model_grad.h"
 
@@ -70,6 +72,67 @@ TEST(linear_relu_fused_paths_match_finite_differences) {
     }
   for (int i = 0; i < n * out; i++) CHECK(y[i] >= 0);
   free(x), free(w), free(b), free(y), free(dy), free(dx);
+}
+
+/* The two forms of the product (linear_form.c) give the same bits, with and without bias,
+ * residual and ReLU, on shapes with tails in every direction, in fp32 and (where the CPU has
+ * it) bf16; and auto measures a shape once, on its call after WARM_CALLS. */
+static void forms_match(int n, int in, int out) {
+  float *x = vec(n * in, 1), *w = vec(out * in, 1), *b = vec(out, 1), *res = vec(n * out, 1);
+  float *yd = vec(n * out, 0), *yt = vec(n * out, 0);
+  for (int c = 0; c < 8; c++) {
+    const float *bias = c & 1 ? b : NULL, *r = c & 2 ? res : NULL;
+    int relu = (c & 4) != 0;
+    cddp__linear_form_force(CDDP_LINEAR_FORM_DIRECT);
+    cddp__linear_xwt(yd, x, w, bias, r, n, in, out, relu);
+    cddp__linear_form_force(CDDP_LINEAR_FORM_TRANSPOSED);
+    cddp__linear_xwt(yt, x, w, bias, r, n, in, out, relu);
+    if (memcmp(yd, yt, sizeof(float) * (size_t)n * out) != 0)
+      TEST_FAIL("%dx%d -> %d, bias %d res %d relu %d: the forms differ", n, in, out, bias != NULL,
+                r != NULL, relu);
+    for (int i = 0; i < n; i += n - 1 > 0 ? n - 1 : 1) /* first and last rows against a sum */
+      for (int o = 0; o < out; o++) {
+        double s = (r ? r[i * out + o] : 0) + (bias ? bias[o] : 0);
+        for (int k = 0; k < in; k++) s += (double)x[i * in + k] * w[o * in + k];
+        if (relu && s < 0) s = 0;
+        CHECK_NEAR(yt[i * out + o], s, cddp__gemm_precision() == CDDP_PRECISION_BF16 ? 0.05 : 1e-3);
+      }
+  }
+  cddp__linear_form_force(CDDP_LINEAR_FORM_AUTO);
+  free(x), free(w), free(b), free(res), free(yd), free(yt);
+}
+
+TEST(linear_forms_give_the_same_bits) {
+  static const int shapes[][3] = {{3, 5, 4}, {17, 37, 33}, {128, 70, 40}, {33, 19, 100}, {1, 16, 16}};
+  for (int p = 0; p < 2; p++) {
+    if (p == 1 && !cddp__cpu_has_bf16()) break; /* the refusal is test_gemm's */
+    CHECK_OK(cddp__gemm_set_precision(p ? CDDP_PRECISION_BF16 : CDDP_PRECISION_FP32));
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
+      forms_match(shapes[i][0], shapes[i][1], shapes[i][2]);
+  }
+  CHECK_OK(cddp__gemm_set_precision(CDDP_PRECISION_FP32));
+}
+
+TEST(linear_form_auto_measures_a_shape_once_after_warming_up) {
+  int n = 40, in = 64, out = 48;
+  float *x = vec(n * in, 1), *w = vec(out * in, 1), *b = vec(out, 1), *y = vec(n * out, 0);
+  float *want = vec(n * out, 0);
+  cddp__linear_form_force(CDDP_LINEAR_FORM_DIRECT);
+  cddp__linear_xwt(want, x, w, b, NULL, n, in, out, 1);
+  cddp__linear_form_force(CDDP_LINEAR_FORM_AUTO);
+  for (int call = 0; call < 2; call++) { /* WARM_CALLS: run direct, not yet measured */
+    cddp__linear_xwt(y, x, w, b, NULL, n, in, out, 1);
+    CHECK_EQ(cddp__linear_form_of(n, in, out), CDDP_LINEAR_FORM_AUTO);
+  }
+  memset(y, 0, sizeof(float) * (size_t)n * out);
+  cddp__linear_xwt(y, x, w, b, NULL, n, in, out, 1); /* this one times both forms */
+  cddp__linear_form_t f = cddp__linear_form_of(n, in, out);
+  CHECK(f == CDDP_LINEAR_FORM_DIRECT || f == CDDP_LINEAR_FORM_TRANSPOSED);
+  CHECK(memcmp(y, want, sizeof(float) * (size_t)n * out) == 0); /* the measuring call's result */
+  cddp__linear_xwt(y, x, w, b, NULL, n, in, out, 1);
+  CHECK_EQ(cddp__linear_form_of(n, in, out), f); /* kept */
+  CHECK_EQ(cddp__linear_form_of(n + 1, in, out), CDDP_LINEAR_FORM_AUTO); /* per shape */
+  free(x), free(w), free(b), free(y), free(want);
 }
 
 /* ---- relu */

@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "trainer/gemm.h"
+#include "trainer/transpose16.h"
 
 #define MR 12          /* rows of a C tile */
 #define NRV 2          /* zmm vectors (16 floats) across a C tile */
@@ -43,34 +44,6 @@ static inline __mmask16 lanes(int n) {
   return n >= 16 ? (__mmask16)0xffff : n <= 0 ? 0 : (__mmask16)((1u << n) - 1);
 }
 
-/* r[i] lane j becomes r[j] lane i (16 x 16 dwords): 32-bit, 64-bit, then 128-bit lane swaps. */
-BF16_ATTR static inline void transpose16(__m512i r[16]) {
-  __m512i t[16];
-  for (int i = 0; i < 16; i += 2) {
-    t[i] = _mm512_unpacklo_epi32(r[i], r[i + 1]);
-    t[i + 1] = _mm512_unpackhi_epi32(r[i], r[i + 1]);
-  }
-  for (int i = 0; i < 16; i += 4) {
-    r[i] = _mm512_unpacklo_epi64(t[i], t[i + 2]);
-    r[i + 1] = _mm512_unpackhi_epi64(t[i], t[i + 2]);
-    r[i + 2] = _mm512_unpacklo_epi64(t[i + 1], t[i + 3]);
-    r[i + 3] = _mm512_unpackhi_epi64(t[i + 1], t[i + 3]);
-  }
-  /* r[4a + b], 128-bit lane L, holds rows 4a..4a+3 of column 4L + b */
-  for (int b = 0; b < 4; b++) {
-    t[b] = _mm512_shuffle_i32x4(r[b], r[4 + b], 0x88);       /* L0 L2 of r[b], L0 L2 of r[4+b] */
-    t[4 + b] = _mm512_shuffle_i32x4(r[b], r[4 + b], 0xdd);   /* L1 L3 ... */
-    t[8 + b] = _mm512_shuffle_i32x4(r[8 + b], r[12 + b], 0x88);
-    t[12 + b] = _mm512_shuffle_i32x4(r[8 + b], r[12 + b], 0xdd);
-  }
-  for (int b = 0; b < 4; b++) {
-    r[b] = _mm512_shuffle_i32x4(t[b], t[8 + b], 0x88);         /* column b */
-    r[8 + b] = _mm512_shuffle_i32x4(t[b], t[8 + b], 0xdd);     /* column 8 + b */
-    r[4 + b] = _mm512_shuffle_i32x4(t[4 + b], t[12 + b], 0x88); /* column 4 + b */
-    r[12 + b] = _mm512_shuffle_i32x4(t[4 + b], t[12 + b], 0xdd);
-  }
-}
-
 /* Packs lanes [0, w) x kc values of k into panels of W lanes: panel q at dst + q * W * kp, where
  * dst[q * W * kp + p * W + i] = (bf16 x(qW + i, 2p), bf16 x(qW + i, 2p + 1)),
  * x(i, k) = src[i * si + k * sk]; lanes past w and an odd kc's last high half are zero.
@@ -97,7 +70,7 @@ BF16_ATTR static void pack_panels(uint32_t *dst, int W, const float *src, long s
               r[i] = (__m512i)_mm512_cvtne2ps_pbh(hi, lo);
             }
           }
-          transpose16(r);
+          cddp__transpose16(r);
           int npairs = kp - p0 < 16 ? kp - p0 : 16;
           for (int t = 0; t < npairs; t++)
             _mm512_mask_storeu_epi32(pd + (size_t)(p0 + t) * W + i0, lanes(nl), r[t]);

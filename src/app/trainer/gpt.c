@@ -11,6 +11,7 @@
 #include "common/hugepages.h"
 #include "common/log.h"
 #include "trainer/gemm.h"
+#include "trainer/linear_form.h"
 #include "trainer/layers.h"
 #include "trainer/layers_gpt.h"
 #include "trainer/vmath.h"
@@ -262,25 +263,11 @@ void cddp__gpt_init_params(cddp_gpt_t *m, uint64_t seed) {
   for (size_t j = 0; j < C; j++) P[m->lnf_w + j] = 1.0f;
 }
 
-/* y[n,out] = bias (+ the residual r when not NULL), then y += x[n,in] W^T with beta = 1:
- * OpenBLAS's beta = 0 would zero y in a pass of its own, and the bias pass after it would
- * read y once more. */
+/* y[n,out] = (r +) bias + x[n,in] W^T, in the form measured faster for the shape
+ * (linear_form.c). */
 static void linear_into(float *y, const float *x, const float *w, const float *bias,
                         const float *r, int n, int in, int out) {
-  for (int i = 0; i < n; i++) {
-    float *yr = y + (size_t)i * out;
-    if (r) {
-      const float *rr = r + (size_t)i * out;
-      int j = 0;
-      for (; j + 4 <= out; j += 4)
-        cddp__v4_store(yr + j, cddp__v4_load(rr + j) + cddp__v4_load(bias + j));
-      for (; j < out; j++) yr[j] = rr[j] + bias[j];
-    } else {
-      memcpy(yr, bias, sizeof(float) * (size_t)out);
-    }
-  }
-  cddp__gemm(CblasNoTrans, CblasTrans, n, out, in, 1.0f, x, in, w, in, 1.0f, y,
-              out);
+  cddp__linear_xwt(y, x, w, bias, r, n, in, out, 0);
 }
 
 /* Block l's forward from its input (x0 or block l - 1's res2) into m->ba[l]; backward calls it

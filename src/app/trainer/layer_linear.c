@@ -1,18 +1,16 @@
 /* layer_linear.c - fully connected layer (y = x W^T + b, optional fused ReLU) and its backward,
- * three sgemm calls in the orientations OpenBLAS runs fastest for [n, features] activations. */
+ * three sgemm calls; the forward's form is chosen per shape by measurement (linear_form.c). */
 #include <string.h>
 
 #include "trainer/gemm.h"
+#include "trainer/linear_form.h"
 #include "trainer/layers.h"
 
-/* y[n,out] = x[n,in] W^T: RowMajor (N,T) measured as fast as any other orientation here
- * (docs/model.md). beta=0; bias and ReLU follow in one pass over y. */
+/* y[n,out] = x[n,in] W^T + b, then ReLU: in the form measured faster for the shape
+ * (linear_form.c). */
 void cddp__linear_forward(float *y, const float *x, const float *w, const float *b, int n,
                           int in, int out, int relu) {
-  if (n <= 0) return;
-  cddp__gemm(CblasNoTrans, CblasTrans, n, out, in, 1.0f, x, in, w, in, 0.0f, y,
-              out);
-  cddp__bias_rows(y, b, n, out, relu);
+  cddp__linear_xwt(y, x, w, b, NULL, n, in, out, relu);
 }
 
 void cddp__linear_backward_weight_rows(float *dw, const float *dy, const float *x, int n, int in,
