@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # train_bench.sh - `cddp train` against PyTorch on the same MLP, data and batch, in one run.
 #
-# Usage: bench/train_bench.sh [--steps N] [--out DIR] [--config PATH]
+# Usage: bench/train_bench.sh [--steps N] [--rounds R] [--out DIR] [--config PATH]
 # Rows: cddp 2 ranks x 1 BLAS thread (cddp run) with ddp.overlap auto (which times both ways in
 # its first steps and keeps the faster: the row names its choice), forced on and forced off;
 # PyTorch DDP over gloo 2 ranks x 1 thread (torchrun), and the best single PyTorch process (2 threads, OMP_WAIT_POLICY=PASSIVE), the
@@ -9,19 +9,23 @@
 # Speed is samples/s over the timed steps (the first 5 are warm-up), from each program's own
 # log: cddp's metrics.jsonl, the peer's final line. cddp's row also shows the fraction of
 # step time that was exposed communication (all-reduce not hidden behind backward).
+# --rounds R (default 1) runs the cddp rows and PyTorch DDP R times, interleaved, and prints
+# each round's ratio and the medians: this VM drifts within minutes, so one pair is noisy.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 ROOT=$PWD
 STEPS=400
+ROUNDS=1
 OUT=""
 CONFIG=configs/fmnist_mlp.yaml
 while [ $# -gt 0 ]; do
   case "$1" in
     --steps) STEPS=${2:-}; shift 2; [[ "$STEPS" =~ ^[1-9][0-9]*$ ]] || { echo "train_bench.sh: --steps needs a positive number" >&2; exit 2; } ;;
+    --rounds) ROUNDS=${2:-}; shift 2; [[ "$ROUNDS" =~ ^[1-9][0-9]*$ ]] || { echo "train_bench.sh: --rounds needs a positive number" >&2; exit 2; } ;;
     --out) OUT=${2:?--out needs a directory}; shift 2 ;;
     --config) CONFIG=${2:?--config needs a path}; shift 2 ;;
     -h|--help) sed -n '2,10s/^# \{0,1\}//p' "$0"; exit 0 ;;
-    *) echo "train_bench.sh: unknown argument '$1' (--steps N, --out DIR, --config PATH)" >&2; exit 2 ;;
+    *) echo "train_bench.sh: unknown argument '$1' (--steps N, --rounds R, --out DIR, --config PATH)" >&2; exit 2 ;;
   esac
 done
 [ -r "$CONFIG" ] || { echo "train_bench.sh: cannot read config $CONFIG" >&2; exit 2; }
@@ -49,22 +53,34 @@ cddp_row() {
     s > 5 { N += n; T += t; C += c }
     END { if (T > 0) printf "%.0f %.1f\n", N / T * 1000, 100 * C / T; else print "- -" }' "$OUT/runs/$name/metrics.jsonl"
 }
-read -r ours comm <<<"$(cddp_row overlap-auto)" # not --name auto: that makes a new timestamped folder
-read -r ours_ov comm_ov <<<"$(cddp_row overlap --set ddp.overlap=true)"
-read -r ours_off comm_off <<<"$(cddp_row overlap-off --set ddp.overlap=false)"
-chose=$(sed -n 's/.*ddp.overlap auto: .*: \(overlapped\|after backward\)$/\1/p' "$OUT/cddp-overlap-auto.txt" | head -1)
-
 export OMP_WAIT_POLICY=PASSIVE OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-SkylakeX}
-step "PyTorch DDP (gloo): 2 ranks x 1 thread, $STEPS steps"
-(cd "$OUT" && OMP_NUM_THREADS=1 timeout 900 "$PY" -m torch.distributed.run --standalone --nproc_per_node 2 \
-   --redirects 1 --tee 1 "$PEER" --threads 1 --epochs 1 --max-steps "$STEPS") >"$OUT/peer-ddp.txt" 2>&1
+rate() { sed -n 's/.*peer ddp: .*, \([0-9]*\) samples\/s.*/\1/p' "$1" | tail -1; }
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a + 0 > 0 && b + 0 > 0) printf "%.2fx", a / b; else print "-" }'; }
+median() { tr ' ' '\n' | grep -E '^[0-9.]+$' | sort -n | awk '{ v[NR] = $1 } END { if (NR == 0) print "-"; else if (NR % 2) print v[(NR + 1) / 2]; else printf "%.6g\n", (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
+A="" ON="" OFF="" CA="" CON="" COFF="" D="" rounds_txt=""
+for r in $(seq 1 "$ROUNDS"); do
+  sfx=$([ "$ROUNDS" -gt 1 ] && echo "-r$r" || true)
+  read -r ours comm <<<"$(cddp_row "overlap-auto$sfx")" # not --name auto: that makes a new timestamped folder
+  read -r ours_ov comm_ov <<<"$(cddp_row "overlap$sfx" --set ddp.overlap=true)"
+  read -r ours_off comm_off <<<"$(cddp_row "overlap-off$sfx" --set ddp.overlap=false)"
+  step "PyTorch DDP (gloo): 2 ranks x 1 thread, $STEPS steps (round $r of $ROUNDS)"
+  (cd "$OUT" && OMP_NUM_THREADS=1 timeout 900 "$PY" -m torch.distributed.run --standalone --nproc_per_node 2 \
+     --redirects 1 --tee 1 "$PEER" --threads 1 --epochs 1 --max-steps "$STEPS") >"$OUT/peer-ddp$sfx.txt" 2>&1
+  ddp=$(rate "$OUT/peer-ddp$sfx.txt")
+  A="$A $ours" ON="$ON $ours_ov" OFF="$OFF $ours_off" CA="$CA $comm" CON="$CON $comm_ov" COFF="$COFF $comm_off" D="$D ${ddp:--}"
+  rounds_txt="$rounds_txt$(printf 'round %d: auto %s, forced on %s, forced off %s, PyTorch DDP %s: auto %s PyTorch DDP' "$r" "$ours" "$ours_ov" "$ours_off" "${ddp:--}" "$(ratio "$ours" "$ddp")")
+"
+done
+chose=$(sed -n 's/.*ddp.overlap auto: .*: \(overlapped\|after backward\)$/\1/p' "$OUT"/cddp-overlap-auto*.txt | sort | uniq -c | awk '{ printf "%s%s x%d", (NR > 1 ? ", " : ""), substr($0, index($0, $2)), $1 }')
+ours=$(echo $A | median) ours_ov=$(echo $ON | median) ours_off=$(echo $OFF | median) ddp=$(echo $D | median)
+comm=$(echo $CA | median) comm_ov=$(echo $CON | median) comm_off=$(echo $COFF | median)
+
 step "PyTorch, one process x 2 threads, $STEPS steps"
 OMP_NUM_THREADS=2 timeout 900 "$PY" "$PEER" --threads 2 --epochs 1 --max-steps "$STEPS" >"$OUT/peer-single.txt" 2>&1
-rate() { sed -n 's/.*peer ddp: .*, \([0-9]*\) samples\/s.*/\1/p' "$1" | tail -1; }
-ddp=$(rate "$OUT/peer-ddp.txt"); single=$(rate "$OUT/peer-single.txt")
+single=$(rate "$OUT/peer-single.txt")
 
+[ "$ROUNDS" -gt 1 ] && printf '\n%s' "$rounds_txt" && echo "rows below: medians of $ROUNDS rounds"
 printf '\n%-46s %12s\n' "MLP 784-1024-1024-10, global batch 256" "samples/s"
-ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a + 0 > 0 && b + 0 > 0) printf "%.2fx", a / b; else print "-" }'; }
 printf '%-46s %12s   exposed comm %5s%% of step time, %s PyTorch DDP\n' "cddp train, 2 ranks x 1 thread, overlap auto" "${ours}" "${comm}" "$(ratio "$ours" "$ddp")"
 printf '%-46s %12s   exposed comm %5s%% of step time, %s PyTorch DDP\n' "cddp train, same, overlap forced on" "${ours_ov}" "${comm_ov}" "$(ratio "$ours_ov" "$ddp")"
 printf '%-46s %12s   exposed comm %5s%% of step time, %s PyTorch DDP\n' "cddp train, same, overlap forced off" "${ours_off}" "${comm_off}" "$(ratio "$ours_off" "$ddp")"

@@ -121,4 +121,9 @@ ms=$(( ($(date +%s%N) - t0) / 1000000 ))
 wait $p1 2>/dev/null
 if [ $rc -eq 1 ] && [ $ms -le 2000 ] && grep -q "rank 0: allreduce .* failed: .*rank 1" "$tmp/kill0.out"; then ok peer_killed
 else fail peer_killed "exit $rc after $ms ms: $(tail -1 "$tmp/kill0.out")"; fi
+# bench/train_bench.sh refuses a bad --rounds with one line and exit 2, before installing or building anything
+bench/train_bench.sh --rounds 0 >"$tmp/tb.out" 2>&1
+rc=$?
+[ $rc -eq 2 ] && grep -q -- "--rounds needs a positive number" "$tmp/tb.out" && [ "$(wc -l <"$tmp/tb.out")" -eq 1 ] &&
+  ok "train_bench_bad_rounds" || fail "train_bench_bad_rounds" "exit $rc: $(head -2 "$tmp/tb.out")"
 finish
