@@ -71,6 +71,27 @@ TEST(gemm_bf16_matches_rounded_reference) {
 
 /* Products large enough to be split over threads (rows of C, or columns when there are few
  * row blocks) give the bits of one thread: each element sums the same blocks in the same order. */
+/* A whose k is contiguous is rounded row by row (round_rows), its transpose is packed in panels
+ * (pack_panels): the same pairs summed in the same order, so the same bits, for ragged M (a
+ * partial last tile), odd K and K over several blocks. */
+TEST(gemm_bf16_a_by_rows_gives_the_bits_of_a_packed) {
+  if (!cddp__cpu_has_bf16()) return; /* the refusal is the test above */
+  static const int shapes[][3] = {{13, 40, 31}, {25, 33, 257}, {96, 64, 600}, {1, 17, 2}, {130, 32, 513}};
+  for (size_t c = 0; c < sizeof shapes / sizeof shapes[0]; c++) {
+    int M = shapes[c][0], N = shapes[c][1], K = shapes[c][2];
+    uint64_t s = (uint64_t)(M * 31 + N * 17 + K);
+    float *A = rnd((size_t)M * K, &s), *At = malloc((size_t)M * K * sizeof *At), *B = rnd((size_t)K * N, &s);
+    float *C1 = calloc((size_t)M * N, sizeof *C1), *C2 = calloc((size_t)M * N, sizeof *C2);
+    for (int i = 0; i < M; i++)
+      for (int k = 0; k < K; k++) At[(size_t)k * M + i] = A[(size_t)i * K + k];
+    cddp__gemm_bf16(0, 0, M, N, K, 1.0f, A, K, B, N, 0.0f, C1, N);  /* A rows, k contiguous */
+    cddp__gemm_bf16(1, 0, M, N, K, 1.0f, At, M, B, N, 0.0f, C2, N); /* the same A, lanes contiguous */
+    if (memcmp(C1, C2, (size_t)M * N * sizeof *C1) != 0)
+      TEST_FAIL("%dx%dx%d: A by rows and A packed differ", M, N, K);
+    free(A), free(At), free(B), free(C1), free(C2);
+  }
+}
+
 TEST(gemm_bf16_threads_give_the_bits_of_one) {
   if (!cddp__cpu_has_bf16()) return; /* the refusal is tested below */
   int shapes[][3] = {{1000, 64, 300}, {400, 300, 160}, {150, 1100, 110}, {2050, 70, 129}};
