@@ -113,12 +113,14 @@ if [ "$rh" = 2.00 ] && [ -n "$bn" ] && [ "$((bh * 2))" = "$bn" ] &&
    awk -v a="$h0" -v h="$hl" -v n="$nl" 'BEGIN { d = h - n; exit !(h < a * 0.6 && (d < 0 ? -d : d) <= 0.02 * n) }'
 then ok "ddp.compress: fp16 sends $bh bytes a step (float32: $bn), compression $rh; loss $h0 -> $hl (float32: $nl)"
 else fail "fp16 compression" "compression $rh bytes $bh vs $bn loss $h0 -> $hl (float32 $nl)"; fi
-# stop_resume REF NAME WHAT ARGS...: run NAME with ARGS (one BLAS thread), stop it near step 25,
+# stop_resume REF NAME WHAT ARGS...: run NAME with ARGS (one BLAS thread, rank 0 slowed), stop it near step 25,
 # resume it from latest; ok when it resumed cleanly, had stopped before step 60, found its
 # error-feedback state in the checkpoint, and step 60's weights equal the uninterrupted run REF's
 stop_resume() {
   local ref=$1 name=$2 what=$3 pid stopped rc; shift 3
-  run2 --name "$name" "$@" --set ddp.threads=1 >"$T/$name.1.out" 2>&1 &
+  # rank 0 sleeps 20 ms a step (no bit changes): 60 steps of this small MLP take ~0.3 s, and
+  # without it the run often reached step 60 before the signal
+  run2 --name "$name" "$@" --set ddp.threads=1 --set debug.slow_rank=0 --set debug.slow_ms=20 >"$T/$name.1.out" 2>&1 &
   pid=$!
   wait_step "$T/$name" 25
   pkill -TERM -f "run --standalone --nproc-per-node 2 $CDDP train --config $CFG --work-dir $T --name $name"; wait $pid 2>/dev/null
