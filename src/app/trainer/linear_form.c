@@ -21,6 +21,7 @@
                        * in their buffers and OpenBLAS's, and would time that */
 #define MAX_SHAPES 64 /* a model has a handful (train and eval batch sizes times the layers) */
 #define TILE 16       /* the transpose's square: 16 rows of the scratch stay in L1 across it */
+#define MIN_OUTPUTS 1024 /* fewer outputs than this: x W^T without a trial (see measure) */
 
 typedef struct shape_form {
   int n, in, out;
@@ -202,26 +203,38 @@ static int transposed(float *y, const float *x, const float *w, const float *bia
 
 static const char *const form_names[] = {"auto", "x W^T", "(W x^T)^T"};
 
-/* Both forms TRIALS times, interleaved, on the call's own operands (the last run leaves y
- * right: both give the same bits); the faster by its best run is kept. */
+/* Both forms TRIALS times, interleaved, on the call's own operands; the last run is x W^T, so
+ * y is right. The transposed form is kept only when it was faster and gave the same bits as
+ * x W^T here: OpenBLAS's SkylakeX kernels sum each element in the same order either way, its
+ * Haswell and Prescott kernels do not (392-538 of 1,162 shapes differ there), and a choice
+ * made by a clock must not change a run's bits. Below MIN_OUTPUTS outputs the comparison
+ * proves too little (and there is nothing to gain): x W^T. */
 static cddp__linear_form_t measure(float *y, const float *x, const float *w, const float *bias,
                                    const float *res, int n, int in, int out, int relu) {
   uint64_t best[3] = {UINT64_MAX, UINT64_MAX, UINT64_MAX};
+  size_t count = (size_t)n * out;
+  float *seen = count >= MIN_OUTPUTS ? malloc(count * sizeof *seen) : NULL; /* the transposed form's y */
+  int have = 0;
   for (int t = 0; t < TRIALS; t++)
     for (int f = CDDP_LINEAR_FORM_TRANSPOSED; f >= CDDP_LINEAR_FORM_DIRECT; f--) {
+      if (f == CDDP_LINEAR_FORM_TRANSPOSED && !seen) continue;
       uint64_t t0 = cddp__now_ns();
       if (f == CDDP_LINEAR_FORM_DIRECT) direct(y, x, w, bias, res, n, in, out, relu);
       else if (!transposed(y, x, w, bias, res, n, in, out, relu)) continue; /* no scratch */
       uint64_t dt = cddp__now_ns() - t0;
       if (dt < best[f]) best[f] = dt;
+      if (f == CDDP_LINEAR_FORM_TRANSPOSED && t == TRIALS - 1) memcpy(seen, y, count * sizeof *seen), have = 1;
     }
-  cddp__linear_form_t pick = best[CDDP_LINEAR_FORM_TRANSPOSED] < best[CDDP_LINEAR_FORM_DIRECT]
+  int same = have && memcmp(seen, y, count * sizeof *seen) == 0;
+  free(seen);
+  cddp__linear_form_t pick = same && best[CDDP_LINEAR_FORM_TRANSPOSED] < best[CDDP_LINEAR_FORM_DIRECT]
                                  ? CDDP_LINEAR_FORM_TRANSPOSED : CDDP_LINEAR_FORM_DIRECT;
-  CDDP_INFO(CDDP_SUB_TRAIN, "linear %dx%d -> %d: %s %.3f ms, %s %.3f ms (best of %d): %s", n, in, out,
+  CDDP_INFO(CDDP_SUB_TRAIN, "linear %dx%d -> %d: %s %.3f ms, %s %.3f ms (best of %d)%s: %s", n, in, out,
             form_names[CDDP_LINEAR_FORM_DIRECT], best[CDDP_LINEAR_FORM_DIRECT] / 1e6,
             form_names[CDDP_LINEAR_FORM_TRANSPOSED],
             best[CDDP_LINEAR_FORM_TRANSPOSED] == UINT64_MAX ? -1.0 : best[CDDP_LINEAR_FORM_TRANSPOSED] / 1e6,
-            TRIALS, form_names[pick]);
+            TRIALS, !have ? ", too small to compare" : same ? ", the same bits" : ", different bits on this BLAS",
+            form_names[pick]);
   return pick;
 }
 

@@ -1,8 +1,9 @@
 /* linear_form.h - the fully connected layers' product y[n,out] = x[n,in] W[out,in]^T in the form
  * that runs faster for its shape on this machine: the product itself (x W^T), or the product
- * of the transposes (W x^T into a scratch, transposed into y while the bias is added). The two
- * give the same bits: every element is the same sum over the same k, in the same order. The
- * first call of each shape times both and keeps the faster (docs/model.md, "Which form"). */
+ * of the transposes (W x^T into a scratch, transposed into y while the bias is added). A
+ * shape's third call times both; the transposed form is kept only when it was faster and gave
+ * the same bits (OpenBLAS's AVX-512 kernels sum in the same order either way, its older ones
+ * do not), so the choice never changes a run's bits (docs/model.md, "Which form"). */
 #ifndef CDDP_TRAIN_LINEAR_FORM_H
 #define CDDP_TRAIN_LINEAR_FORM_H
 
