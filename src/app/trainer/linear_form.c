@@ -53,11 +53,17 @@ void cddp__linear_form_force(cddp__linear_form_t form) {
   pthread_mutex_unlock(&mu);
 }
 
-/* The shape's entry (a new one when there is room), under mu. */
-static shape_form_t *entry(int n, int in, int out) {
+/* The shape's entry, or NULL; under mu. */
+static shape_form_t *find(int n, int in, int out) {
   for (int i = 0; i < n_shapes; i++)
     if (shapes[i].n == n && shapes[i].in == in && shapes[i].out == out) return &shapes[i];
-  if (n_shapes == MAX_SHAPES) return NULL;
+  return NULL;
+}
+
+/* The shape's entry (a new one when there is room), under mu. */
+static shape_form_t *entry(int n, int in, int out) {
+  shape_form_t *e = find(n, in, out);
+  if (e || n_shapes == MAX_SHAPES) return e;
   shapes[n_shapes] = (shape_form_t){n, in, out, 0, CDDP_LINEAR_FORM_AUTO};
   return &shapes[n_shapes++];
 }
@@ -70,8 +76,8 @@ cddp__linear_form_t cddp__linear_form_of(int n, int in, int out) {
   pthread_mutex_lock(&mu);
   read_knob();
   cddp__linear_form_t f = forced;
-  for (int i = 0; f == CDDP_LINEAR_FORM_AUTO && i < n_shapes; i++)
-    if (shapes[i].n == n && shapes[i].in == in && shapes[i].out == out) f = shapes[i].form;
+  const shape_form_t *e = f == CDDP_LINEAR_FORM_AUTO ? find(n, in, out) : NULL;
+  if (e) f = e->form;
   pthread_mutex_unlock(&mu);
   return f;
 }
