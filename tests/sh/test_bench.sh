@@ -126,4 +126,16 @@ bench/train_bench.sh --rounds 0 >"$tmp/tb.out" 2>&1
 rc=$?
 [ $rc -eq 2 ] && grep -q -- "--rounds needs a positive number" "$tmp/tb.out" && [ "$(wc -l <"$tmp/tb.out")" -eq 1 ] &&
   ok "train_bench_bad_rounds" || fail "train_bench_bad_rounds" "exit $rc: $(head -2 "$tmp/tb.out")"
+# bench/cpu_peak: the clock and the peaks, then every product's row with a positive rate; a bad
+# argument is one line and exit 2
+if [ -x build/bench/cpu_peak ]; then
+  build/bench/cpu_peak -r 2 >"$tmp/peak.out" 2>&1; rc=$?
+  [ $rc -eq 0 ] && grep -qE '^clock [0-9.]+ GHz; fp32 FMA peak [0-9.]+ GFLOP/s' "$tmp/peak.out" &&
+    [ "$(grep -cE '^(MLP|GPT) .* [0-9]+\.[0-9] +[0-9]+%' "$tmp/peak.out")" -eq 9 ] &&
+    ok "cpu_peak: $(head -1 "$tmp/peak.out")" || fail "cpu_peak" "exit $rc: $(head -3 "$tmp/peak.out")"
+  build/bench/cpu_peak -r 0 >"$tmp/peak_bad.out" 2>&1; rc=$?
+  [ $rc -eq 2 ] && [ "$(wc -l <"$tmp/peak_bad.out")" -eq 1 ] && ok "cpu_peak_bad_reps" || fail "cpu_peak_bad_reps" "exit $rc"
+else
+  fail "cpu_peak" "build/bench/cpu_peak was not built (make bench)"
+fi
 finish
