@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 #include <zlib.h>
 
@@ -291,22 +292,53 @@ cddp_result_t cddp_ckpt_verify(const char *dir) {
 
 /* ---- save */
 
-/* Removes .tmp-* directories left by dead processes (and by earlier failed saves of this
- * one): "<anything>-<pid>". One writer per root is assumed (rank 0). A zombie is dead: a
- * writer whose agent was killed is reparented, and its new parent may reap it only seconds
- * later (a container's pid 1 often does), while the job saves its next checkpoints. */
+/* A temporary name's owner: "<what>@<host>-<pid>". The host is there because a checkpoint root
+ * is often on a file system shared by several hosts (the job's rank 0 moves to another node
+ * when its node is lost): a pid says whether a writer lives only on its own host. */
+#define FOREIGN_STALE_S 600 /* another host's temporary unchanged this long: its writer is gone */
+
+static const char *this_host(void) {
+  static char host[65];
+  if (!host[0] && (gethostname(host, sizeof host - 1) != 0 || !host[0])) strcpy(host, "localhost");
+  return host;
+}
+
+/* "<root>/.tmp-<what>@<host>-<pid>" into buf; 0 when it does not fit. */
+static int tmp_name(char *buf, size_t cap, const char *root, const char *what, int64_t step) {
+  return snprintf(buf, cap, "%s/.tmp-%s" STEP_FMT "@%s-%ld", root, what, step, this_host(), (long)getpid()) <
+         (int)cap;
+}
+
+/* Whether the .tmp- entry `name` in root was left by a writer that is gone: on this host, its
+ * pid is dead (or a zombie, or this process: an earlier failed save of ours); on another host
+ * (the name says which), it has not changed for FOREIGN_STALE_S. A name without "@host"
+ * (written before hosts were named) is judged as this host's. */
+static int stale_tmp(const char *root, const char *name) {
+  const char *dash = strrchr(name, '-'), *at = strrchr(name, '@');
+  char *end;
+  long pid = strtol(dash + 1, &end, 10);
+  if (*end || end == dash + 1 || pid <= 0) return 0;
+  if (at && at < dash && (strlen(this_host()) != (size_t)(dash - at - 1) ||
+                          strncmp(at + 1, this_host(), (size_t)(dash - at - 1)) != 0)) {
+    char path[PATH_MAX];
+    struct stat st;
+    if (join(path, sizeof path, root, name) != CDDP_OK || lstat(path, &st) != 0) return 0;
+    return time(NULL) - st.st_mtime > FOREIGN_STALE_S;
+  }
+  return pid == (long)getpid() || (kill((pid_t)pid, 0) != 0 && errno == ESRCH) ||
+         cddp__proc_state((pid_t)pid) == 'Z';
+}
+
+/* Removes the .tmp-* directories stale_tmp judges left behind. One writer per root is assumed
+ * (rank 0). A zombie is dead: a writer whose agent was killed is reparented, and its new parent
+ * may reap it only seconds later (a container's pid 1 often does), while the job saves its
+ * next checkpoints. */
 static void clean_stale(const char *root) {
   DIR *d = opendir(root);
   if (!d) return;
   struct dirent *e;
   while ((e = readdir(d))) {
-    if (strncmp(e->d_name, ".tmp-", 5) != 0) continue;
-    const char *dash = strrchr(e->d_name, '-');
-    char *end;
-    long pid = strtol(dash + 1, &end, 10);
-    if (*end || end == dash + 1 || pid <= 0) continue;
-    if (pid != (long)getpid() && !(kill((pid_t)pid, 0) != 0 && errno == ESRCH) && cddp__proc_state((pid_t)pid) != 'Z')
-      continue;
+    if (strncmp(e->d_name, ".tmp-", 5) != 0 || !stale_tmp(root, e->d_name)) continue;
     char path[PATH_MAX];
     if (join(path, sizeof path, root, e->d_name) != CDDP_OK) continue;
     CDDP_INFO(CDDP_SUB_TRAIN, "checkpoint: removing stale %s", path);
@@ -379,7 +411,7 @@ static void prune(const char *root, int64_t saved, int keep) {
     if (!drop) continue;
     char from[PATH_MAX], to[PATH_MAX];
     snprintf(from, sizeof from, "%s/" STEP_FMT, root, v[i].step);
-    snprintf(to, sizeof to, "%s/.tmp-del-" STEP_FMT "-%ld", root, v[i].step, (long)getpid());
+    if (!tmp_name(to, sizeof to, root, "del-", v[i].step)) continue;
     if (rename(from, to) != 0) {
       CDDP_WARN("checkpoint: rename %s -> %s (pruning): %s", from, to, strerror(errno));
       continue;
@@ -424,7 +456,7 @@ cddp_result_t cddp_ckpt_save(const char *root, int64_t step, const cddp_ckpt_pay
   CDDP_CHECK(mkdir_p(root));
   cddp__flight_beat(); /* a long save is work, not a hang (its peers may wait at the next collective) */
   clean_stale(root);
-  if (snprintf(tmp, sizeof tmp, "%s/.tmp-" STEP_FMT "-%ld", root, step, (long)getpid()) >= (int)sizeof tmp ||
+  if (!tmp_name(tmp, sizeof tmp, root, "", step) ||
       snprintf(final, sizeof final, "%s/" STEP_FMT, root, step) >= (int)sizeof final)
     return cddp__fail(CDDP_INVALID_ARG, "checkpoint root %s: path too long", root);
   rm_tree(tmp, 2);

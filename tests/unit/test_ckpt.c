@@ -7,6 +7,7 @@
 #include <stdint.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/time.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -538,9 +539,28 @@ TEST(ckpt_stale_tmp_dirs_removed) {
   mkdir(p, 0755);
   snprintf(p, sizeof p, "%s/.tmp-step-000000004-%d", root, (int)getppid()); /* alive: kept */
   mkdir(p, 0755);
+  /* names with the writer's host: this host's dead pid goes, another host's directory goes only
+   * once it has not changed for 10 minutes (a pid says nothing about another host) */
+  char host[65] = "", alive_here[700], fresh_foreign[700], old_foreign[700];
+  gethostname(host, sizeof host - 1);
+  snprintf(alive_here, sizeof alive_here, "%s/.tmp-step-000000006@%s-%d", root, host, (int)getppid());
+  mkdir(alive_here, 0755);
+  snprintf(p, sizeof p, "%s/.tmp-step-000000006@%s-%d", root, host, (int)pid); /* dead here */
+  mkdir(p, 0755);
+  snprintf(fresh_foreign, sizeof fresh_foreign, "%s/.tmp-step-000000007@%s-x-%d", root, host, (int)pid);
+  mkdir(fresh_foreign, 0755); /* dead pid on this host, but the host "<host>-x" is another */
+  snprintf(old_foreign, sizeof old_foreign, "%s/.tmp-del-step-000000001@other-node-%d", root, (int)getpid());
+  mkdir(old_foreign, 0755);
+  struct timeval past[2] = {{time(NULL) - 3600, 0}, {time(NULL) - 3600, 0}};
+  CHECK(utimes(old_foreign, past) == 0);
   save_step(root, 5, 0);
   waitpid(zombie, NULL, 0);
-  CHECK_EQ(count_entries(root, ".tmp-"), 1);
+  CHECK_EQ(count_entries(root, ".tmp-"), 3);
+  CHECK(access(p, F_OK) != 0);
+  CHECK(access(old_foreign, F_OK) != 0);
+  CHECK(access(fresh_foreign, F_OK) == 0);
+  CHECK(access(alive_here, F_OK) == 0);
+  snprintf(p, sizeof p, "%s/.tmp-step-000000004-%d", root, (int)getppid());
   CHECK(access(p, F_OK) == 0);
   remove_tmp();
 }
