@@ -2,7 +2,8 @@
  * accumulation on AVX512-BF16 (VDPBF16PS). Debian's OpenBLAS 0.3.21 declares cblas_sbgemm but
  * is built without it, hence this kernel. Goto/BLIS blocking: for each block of KC values of k,
  * op(B) is packed (rounded to bf16) in panels of NR columns, op(A) in panels of MR rows for
- * each MC rows (or, when A's k is contiguous, rounded row by row and read in place); a MR x NR tile of C lives in 24 zmm registers while k runs. A packed element
+ * each MC rows (or, when A's k is contiguous, rounded row by row and read in place); a MR x NR
+ * tile of C lives in 24 zmm registers while k runs. A packed element
  * is a pair of bf16 (k even in the low half, k + 1 in the high), the unit VDPBF16PS consumes.
  * A large product is split over the threads cddp__gemm_bf16_set_threads gives (ddp.threads),
  * by rows or by columns of C; a small one runs on the calling thread. */
@@ -13,7 +14,7 @@
 #include <string.h>
 
 #include "trainer/gemm.h"
-#include "trainer/transpose16.h"
+#include "trainer/zmm16.h"
 
 #define MR 12          /* rows of a C tile */
 #define NRV 2          /* zmm vectors (16 floats) across a C tile */
@@ -40,10 +41,6 @@ static uint32_t *grow(uint32_t **buf, size_t *cap, size_t n) {
   return *buf;
 }
 
-static inline __mmask16 lanes(int n) {
-  return n >= 16 ? (__mmask16)0xffff : n <= 0 ? 0 : (__mmask16)((1u << n) - 1);
-}
-
 /* Packs lanes [0, w) x kc values of k into panels of W lanes: panel q at dst + q * W * kp, where
  * dst[q * W * kp + p * W + i] = (bf16 x(qW + i, 2p), bf16 x(qW + i, 2p + 1)),
  * x(i, k) = src[i * si + k * sk]; lanes past w and an odd kc's last high half are zero.
@@ -65,15 +62,15 @@ BF16_ATTR static void pack_panels(uint32_t *dst, int W, const float *src, long s
             r[i] = _mm512_setzero_si512();
             if (i < nl && first + i < w) {
               const float *row = src + (long)(first + i) * si + k0;
-              __m512 lo = _mm512_maskz_loadu_ps(lanes(kc - k0), row);
-              __m512 hi = _mm512_maskz_loadu_ps(lanes(kc - k0 - 16), row + 16);
+              __m512 lo = _mm512_maskz_loadu_ps(cddp__lanes16(kc - k0), row);
+              __m512 hi = _mm512_maskz_loadu_ps(cddp__lanes16(kc - k0 - 16), row + 16);
               r[i] = (__m512i)_mm512_cvtne2ps_pbh(hi, lo);
             }
           }
           cddp__transpose16(r);
           int npairs = kp - p0 < 16 ? kp - p0 : 16;
           for (int t = 0; t < npairs; t++)
-            _mm512_mask_storeu_epi32(pd + (size_t)(p0 + t) * W + i0, lanes(nl), r[t]);
+            _mm512_mask_storeu_epi32(pd + (size_t)(p0 + t) * W + i0, cddp__lanes16(nl), r[t]);
         }
       }
     }
@@ -87,13 +84,13 @@ BF16_ATTR static void pack_panels(uint32_t *dst, int W, const float *src, long s
       uint32_t *pd = dst + (size_t)q * W * kp + (size_t)p * W;
       for (int i0 = 0; i0 < W; i0 += 16) {
         int first = q * W + i0, nl = W - i0 < 16 ? W - i0 : 16;
-        __mmask16 m = lanes(w - first) & lanes(nl);
+        __mmask16 m = cddp__lanes16(w - first) & cddp__lanes16(nl);
         __m512 lo = _mm512_maskz_loadu_ps(m, r0 + first);
         __m512 hi = has1 ? _mm512_maskz_loadu_ps(m, r1 + first) : _mm512_setzero_ps();
         __m256i b0 = (__m256i)_mm512_cvtneps_pbh(lo), b1 = (__m256i)_mm512_cvtneps_pbh(hi);
         __m512i v = _mm512_or_si512(_mm512_cvtepu16_epi32(b0),
                                     _mm512_slli_epi32(_mm512_cvtepu16_epi32(b1), 16));
-        _mm512_mask_storeu_epi32(pd + i0, lanes(nl), v);
+        _mm512_mask_storeu_epi32(pd + i0, cddp__lanes16(nl), v);
       }
     }
   }
@@ -109,9 +106,9 @@ BF16_ATTR static void round_rows(uint32_t *dst, const float *src, long si, int r
     const float *row = src + (long)i * si;
     uint32_t *d = dst + (size_t)i * kp;
     for (int k0 = 0; k0 < kc; k0 += 32) {
-      __m512 lo = _mm512_maskz_loadu_ps(lanes(kc - k0), row + k0);
-      __m512 hi = _mm512_maskz_loadu_ps(lanes(kc - k0 - 16), row + k0 + 16);
-      _mm512_mask_storeu_epi32(d + k0 / 2, lanes(kp - k0 / 2), (__m512i)_mm512_cvtne2ps_pbh(hi, lo));
+      __m512 lo = _mm512_maskz_loadu_ps(cddp__lanes16(kc - k0), row + k0);
+      __m512 hi = _mm512_maskz_loadu_ps(cddp__lanes16(kc - k0 - 16), row + k0 + 16);
+      _mm512_mask_storeu_epi32(d + k0 / 2, cddp__lanes16(kp - k0 / 2), (__m512i)_mm512_cvtne2ps_pbh(hi, lo));
     }
   }
 }
@@ -137,7 +134,7 @@ tile_of(const uint32_t *const a_row[MR], const int a_ps, const uint32_t *b, int 
   __m512 al = _mm512_set1_ps(alpha), be = _mm512_set1_ps(beta);
   for (int r = 0; r < mv; r++)
     for (int v = 0; v < NRV; v++) {
-      __mmask16 m = lanes(nv - 16 * v);
+      __mmask16 m = cddp__lanes16(nv - 16 * v);
       if (!m) break;
       float *cp = c + (size_t)r * ldc + 16 * v;
       __m512 x = _mm512_mul_ps(acc[r][v], al);

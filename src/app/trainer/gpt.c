@@ -10,11 +10,9 @@
 #include "common/check.h"
 #include "common/hugepages.h"
 #include "common/log.h"
-#include "trainer/gemm.h"
-#include "trainer/linear_form.h"
 #include "trainer/layers.h"
 #include "trainer/layers_gpt.h"
-#include "trainer/vmath.h"
+#include "trainer/linear_form.h"
 
 #define MAX_LAYER 64
 #define MAX_ACT_BYTES ((double)(64ull << 30))

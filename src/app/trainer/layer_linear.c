@@ -3,8 +3,8 @@
 #include <string.h>
 
 #include "trainer/gemm.h"
-#include "trainer/linear_form.h"
 #include "trainer/layers.h"
+#include "trainer/linear_form.h"
 
 /* y[n,out] = x[n,in] W^T + b, then ReLU: in the form measured faster for the shape
  * (linear_form.c). */

@@ -14,7 +14,7 @@
 #include "common/log.h"
 #include "trainer/gemm.h"
 #include "trainer/layers.h"
-#include "trainer/transpose16.h"
+#include "trainer/zmm16.h"
 
 #define TRIALS 3      /* timed runs of each form, interleaved; the fastest run counts */
 #define WARM_CALLS 2  /* calls of a shape run direct before it is timed: the first ones fault
@@ -152,8 +152,6 @@ static void epilogue(float *y, const float *s, const float *bias, const float *r
   }
 }
 
-static inline __mmask16 lanes(int k) { return k >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << k) - 1); }
-
 /* The same sums, each 16 x 16 square transposed in registers: ~20x the scalar loop's speed,
  * which decides whether the transposed form can win at all. */
 AVX512_ATTR static void epilogue_avx512(float *y, const float *s, const float *bias,
@@ -161,13 +159,13 @@ AVX512_ATTR static void epilogue_avx512(float *y, const float *s, const float *b
   const __m512 zero = _mm512_setzero_ps();
   for (int j0 = 0; j0 < out; j0 += 16) {
     int nj = out - j0 < 16 ? out - j0 : 16;
-    __mmask16 mj = lanes(nj);
+    __mmask16 mj = cddp__lanes16(nj);
     __m512 b = bias ? _mm512_maskz_loadu_ps(mj, bias + j0) : zero;
     for (int i0 = 0; i0 < n; i0 += 16) {
       int ni = n - i0 < 16 ? n - i0 : 16;
       __m512i r[16];
       for (int t = 0; t < 16; t++)
-        r[t] = t < nj ? _mm512_castps_si512(_mm512_maskz_loadu_ps(lanes(ni), s + (size_t)(j0 + t) * n + i0))
+        r[t] = t < nj ? _mm512_castps_si512(_mm512_maskz_loadu_ps(cddp__lanes16(ni), s + (size_t)(j0 + t) * n + i0))
                       : _mm512_setzero_si512();
       cddp__transpose16(r); /* r[i] lane t = s[j0 + t, i0 + i] */
       for (int i = 0; i < ni; i++) {

@@ -1,13 +1,18 @@
-/* transpose16.h - a 16 x 16 square of 32-bit lanes transposed in zmm registers (AVX-512F):
- * the packing of gemm_bf16.c and the transposed form's epilogue of linear_form.c. Callers
- * must themselves be compiled for avx512f (the attribute below) and run only where the CPU
- * has it. */
-#ifndef CDDP_TRAIN_TRANSPOSE16_H
-#define CDDP_TRAIN_TRANSPOSE16_H
+/* zmm16.h - 16 lanes of 32 bits in zmm registers (AVX-512F), as the packing of gemm_bf16.c and
+ * the transposed form's epilogue of linear_form.c use them: the mask of the first n lanes, and
+ * a 16 x 16 square transposed in registers. Callers of the transpose must themselves be
+ * compiled for avx512f (the attribute below) and run only where the CPU has it. */
+#ifndef CDDP_TRAIN_ZMM16_H
+#define CDDP_TRAIN_ZMM16_H
 
 #include <immintrin.h>
 
 #define AVX512_ATTR __attribute__((target("avx512f")))
+
+/* The mask of lanes [0, n): all 16 from 16 up, none at 0 or below. */
+static inline __mmask16 cddp__lanes16(int n) {
+  return n >= 16 ? (__mmask16)0xffff : n <= 0 ? 0 : (__mmask16)((1u << n) - 1);
+}
 
 /* r[i] lane j becomes r[j] lane i (16 x 16 dwords): 32-bit, 64-bit, then 128-bit lane swaps. */
 AVX512_ATTR static inline void cddp__transpose16(__m512i r[16]) {
@@ -37,4 +42,4 @@ AVX512_ATTR static inline void cddp__transpose16(__m512i r[16]) {
   }
 }
 
-#endif /* CDDP_TRAIN_TRANSPOSE16_H */
+#endif /* CDDP_TRAIN_ZMM16_H */
