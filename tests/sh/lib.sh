@@ -24,6 +24,17 @@ for _ in range(200):
         s.close()'
 }
 finish() { exit $((t_failed > 0)); }
+# wait_all SECS PID...: waits for each (SIGKILLing what is left after SECS); exit codes in RC[].
+# The watchdog holds no output pipe (a reader of the test's output would wait for its sleep),
+# and it is stopped with SIGKILL: a subshell that catches a signal before it has reset the
+# traps it inherited runs this shell's EXIT trap, and a SIGTERM sent as it starts (every PID
+# already gone) once removed a test's whole work folder that way.
+wait_all() {
+  local secs=$1; shift; local p; RC=()
+  ( exec >/dev/null 2>&1; sleep "$secs"; for p in "$@"; do kill -KILL "$p"; done ) & local dog=$!
+  for p in "$@"; do wait "$p"; RC+=($?); done
+  kill -KILL "$dog" $(pgrep -P "$dog") 2>/dev/null; wait "$dog" 2>/dev/null
+}
 # bench_verdict NP FILE...: prints "clean" when the `cddp bench` output in FILE(s) (prefixed
 # "[rank N] " or not) names NP ranks, has result rows, every #wrong is 0 and the check passed;
 # otherwise a one-line reason.

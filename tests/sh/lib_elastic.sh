@@ -42,13 +42,6 @@ agents() {
 }
 # progress NAME STEP: until job NAME's metrics reach STEP; else a failure with agent 1's last lines
 progress() { wait_step "$T/$1/metrics.jsonl" "$2" || fail "$1: no progress" "$(tail -3 "$T/${1}1.out")"; }
-# wait_all SECS PID...: waits for each (killing what is left after SECS); codes in RC[]
-wait_all() {
-  local secs=$1; shift; local p; RC=()
-  ( sleep "$secs"; for p in "$@"; do kill -KILL "$p" 2>/dev/null; done ) & local dog=$!
-  for p in "$@"; do wait "$p"; RC+=($?); done
-  kill "$dog" 2>/dev/null; wait "$dog" 2>/dev/null
-}
 # all_exit0 NAME SECS WHAT PID...: waits for those agents (wait_all), gathers the outputs of
 # NAME's agents in $T/NAME.out, and checks that each exited 0 ("NAME: WHAT finish (exit 0)")
 all_exit0() {

@@ -32,13 +32,6 @@ agents() {
     [ $i = 1 ] && sleep 0.3 # the first one hosts the store
   done
 }
-# wait_all SECS PID...: waits for each (killing what is left after SECS); codes in RC[]
-wait_all() {
-  local secs=$1; shift; local p; RC=()
-  ( sleep "$secs"; for p in "$@"; do kill -KILL "$p" 2>/dev/null; done ) & local dog=$!
-  for p in "$@"; do wait "$p"; RC+=($?); done
-  kill "$dog" 2>/dev/null; wait "$dog" 2>/dev/null
-}
 worker_of() { pgrep -P "$1" | head -1; } # an agent's worker (its child)
 rank_of() { tr '\0' '\n' <"/proc/$1/environ" 2>/dev/null | sed -n 's/^RANK=//p'; }
 # exactly_once NAME: every sample of epoch 0 once across all files of samples/

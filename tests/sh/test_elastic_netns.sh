@@ -59,15 +59,6 @@ hosts() {
     [ $i = 1 ] && sleep 0.3
   done
 }
-# wait_all SECS PID...: waits for each (killing what is left after SECS); codes in RC[]
-wait_all() {
-  local secs=$1; shift; local p; RC=()
-  # the watchdog holds no output pipe, and its sleep goes with it (a reader of this test's
-  # output would wait for the sleep otherwise)
-  ( exec >/dev/null 2>&1; sleep "$secs"; for p in "$@"; do kill -KILL "$p"; done ) & local dog=$!
-  for p in "$@"; do wait "$p"; RC+=($?); done
-  kill $(pgrep -P "$dog") "$dog" 2>/dev/null; wait "$dog" 2>/dev/null
-}
 # the exactly-once verdict: lib.sh's samples_verdict when this tree has it, else counting epoch 0
 samples() {
   if declare -F samples_verdict >/dev/null; then samples_verdict "$T/$1" $STEPS $BATCH; return; fi

@@ -51,9 +51,7 @@ agent() {
 agent 1; sleep 0.3; agent 2
 wait_step "$T/j/metrics.jsonl" 60
 agent 3
-( sleep 120; kill -KILL "${A[@]}" 2>/dev/null ) & dog=$!
-rcs=""; for q in "${A[@]}"; do wait "$q"; rcs="$rcs$? "; done
-kill $dog 2>/dev/null
+wait_all 120 "${A[@]}"; rcs="${RC[*]} "
 cat "$T"/j?.out >"$T/j.out"
 rline=$(grep -m1 "joined: generation 1, world 2 -> 3, .* state from rank 0, no step redone" "$T/j.out")
 at=$(echo "$rline" | sed -n 's/.*re-formed at step \([0-9]*\).*/\1/p')
