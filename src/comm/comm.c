@@ -569,3 +569,14 @@ cddp_result_t cddp_comm_mem_free(cddp_comm_t *c, void *ptr) {
   free(ptr);
   return CDDP_OK;
 }
+
+cddp_result_t cddp__comm_mem_alloc_one(cddp_comm_t *c, size_t bytes, void **ptr) {
+  *ptr = NULL;
+  if (!c || !c->tp || !c->tp->mem_alloc_one)
+    return cddp__fail(CDDP_INVALID_USAGE, "one buffer for every rank: the %s transport maps no shared memory",
+                      c ? c->transport_name : "(no)");
+  acquire_idle(c);
+  cddp_result_t r = c->tp->mem_alloc_one(c->tp_state, bytes, ptr);
+  release_idle(c);
+  return r;
+}

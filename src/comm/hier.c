@@ -411,4 +411,4 @@ static void hier_destroy(void *state) {
   free(h);
 }
 
-const cddp__transport_t cddp__transport_hier = {"hier", hier_init, hier_run, hier_wake, hier_destroy, NULL, NULL};
+const cddp__transport_t cddp__transport_hier = {"hier", hier_init, hier_run, hier_wake, hier_destroy, NULL, NULL, NULL};

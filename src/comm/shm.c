@@ -223,8 +223,8 @@ static cddp_result_t barrier(shm_t *s) {
   return shm_run(s, &b);
 }
 
-static cddp_result_t shm_mem_alloc(void *state, size_t bytes, void **ptr) {
-  shm_t *s = state;
+/* A segment of world buffers (one: a single buffer that every rank maps), mapped by every rank. */
+static cddp_result_t alloc_segment(shm_t *s, size_t bytes, int one, void **ptr) {
   cddp_result_t ret = CDDP_OK;
   *ptr = NULL;
   int slot = -1;
@@ -236,7 +236,7 @@ static cddp_result_t shm_mem_alloc(void *state, size_t bytes, void **ptr) {
   shm_alloc_t *a = &s->allocs[slot];
   int id = s->next_alloc_id++;
   size_t region = round_up(CDDP_MAX(bytes, 1), 4096) + SHM_STAGGER;
-  size_t total = region * (size_t)s->world;
+  size_t total = region * (size_t)(one ? 1 : s->world);
   char key[64], name[128] = "";
   snprintf(key, sizeof key, "shm/mem/%d", id);
   void *map;
@@ -249,12 +249,16 @@ static cddp_result_t shm_mem_alloc(void *state, size_t bytes, void **ptr) {
     munmap(map, total);
     return ret;
   }
-  *a = (shm_alloc_t){.used = 1, .id = id, .bytes = bytes, .map = map, .map_len = total};
+  *a = (shm_alloc_t){.used = 1, .one = one, .id = id, .bytes = bytes, .map = map, .map_len = total};
   for (int q = 0; q < s->world; q++)
-    a->base[q] = (char *)map + (size_t)q * region + stagger(2 * s->world + id * s->world + q);
+    a->base[q] = (char *)map + (one ? 0 : (size_t)q * region) + stagger(2 * s->world + id * s->world + (one ? 0 : q));
   *ptr = a->base[s->rank];
   return CDDP_OK;
 }
+
+static cddp_result_t shm_mem_alloc(void *state, size_t bytes, void **ptr) { return alloc_segment(state, bytes, 0, ptr); }
+
+static cddp_result_t shm_mem_alloc_one(void *state, size_t bytes, void **ptr) { return alloc_segment(state, bytes, 1, ptr); }
 
 static cddp_result_t shm_mem_free(void *state, void *ptr) {
   shm_t *s = state;
@@ -276,7 +280,7 @@ int cddp__shm_find_alloc(shm_t *s, const void *p, size_t len, uint64_t *off) {
   const char *c = p;
   for (int i = 0; i < SHM_MAX_ALLOCS; i++) {
     shm_alloc_t *a = &s->allocs[i];
-    if (a->used && c >= a->base[s->rank] && c + len <= a->base[s->rank] + a->bytes) {
+    if (a->used && !a->one && c >= a->base[s->rank] && c + len <= a->base[s->rank] + a->bytes) {
       *off = (uint64_t)(c - a->base[s->rank]);
       return i;
     }
@@ -292,4 +296,5 @@ const cddp__transport_t cddp__transport_shm = {
     .destroy = shm_destroy,
     .mem_alloc = shm_mem_alloc,
     .mem_free = shm_mem_free,
+    .mem_alloc_one = shm_mem_alloc_one,
 };

@@ -61,6 +61,7 @@ typedef struct {
 
 typedef struct {
   int used;
+  int one;                 /* one buffer every rank maps (mem_alloc_one): never a zero-copy operand */
   int id;                  /* same on every rank: allocation order */
   size_t bytes;
   void *map;

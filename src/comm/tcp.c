@@ -343,4 +343,4 @@ static void tcp_destroy(void *state) {
   free(t);
 }
 
-const cddp__transport_t cddp__transport_tcp = {"tcp", tcp_init, cddp__tcp_run, tcp_wake, tcp_destroy, NULL, NULL};
+const cddp__transport_t cddp__transport_tcp = {"tcp", tcp_init, cddp__tcp_run, tcp_wake, tcp_destroy, NULL, NULL, NULL};

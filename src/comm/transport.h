@@ -73,6 +73,9 @@ typedef struct cddp__transport {
   /* Optional (NULL when unsupported): collective zero-copy buffer allocation. */
   cddp_result_t (*mem_alloc)(void *state, size_t bytes, void **ptr);
   cddp_result_t (*mem_free)(void *state, void *ptr);
+  /* Optional: collective; one buffer that every rank maps (all get the same memory), freed
+   * with mem_free. Collectives treat it as ordinary memory (no zero-copy path). */
+  cddp_result_t (*mem_alloc_one)(void *state, size_t bytes, void **ptr);
 } cddp__transport_t;
 
 extern const cddp__transport_t cddp__transport_shm; /* shm.c: all ranks on one host */
@@ -89,6 +92,11 @@ static inline int cddp__aborted(const cddp__comm_ctx_t *ctx) {
 /* The transport's state of a communicator (NULL for a world of one) and its name; for tests
  * that look inside a transport (the shm tuner's table). */
 void *cddp__comm_transport_state(cddp_comm_t *c, const char **name);
+
+/* Collective, like cddp_comm_mem_alloc, but one buffer for the whole world: every rank reads
+ * and writes the same memory (shared memory, every rank on this host). INVALID_USAGE where the
+ * transport has no such memory (tcp, hier, a world of one); free with cddp_comm_mem_free. */
+cddp_result_t cddp__comm_mem_alloc_one(cddp_comm_t *c, size_t bytes, void **ptr);
 
 /* "rank R (host H)" for error messages. */
 const char *cddp__peer_name(const cddp__comm_ctx_t *ctx, int rank, char *buf, size_t size);

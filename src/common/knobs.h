@@ -57,7 +57,9 @@
   X(CPU_BF16, "CDDP_CPU_BF16", "auto",                                                        \
     "train.precision bf16: auto = use AVX512-BF16 when the CPU has it; 0 = act as if it had not (tests)") \
   X(LINEAR_FORM, "CDDP_LINEAR_FORM", "auto",                                                  \
-    "the fully connected layers' product: auto = x W^T or (W x^T)^T, the faster timed per shape on first use; direct; transposed")
+    "the fully connected layers' product: auto = x W^T or (W x^T)^T, the faster timed per shape on first use; direct; transposed") \
+  X(TRIAL_PICK, "CDDP_TRIAL_PICK", "",                                                         \
+    "tests: the way the first steps' trial keeps once it has timed them all (after, overlapped, sharded), not the fastest")
 
 typedef enum cddp_knob {
 #define CDDP_KNOB_ENUM(id, var, def, doc) CDDP_KNOB_##id,

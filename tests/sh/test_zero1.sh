@@ -37,25 +37,27 @@ PY
 for np in 2 3; do
   for opt in sgd adamw; do
     extra=(); [ $opt = adamw ] && extra=("${ADAM[@]}")
-    train $np "u$np$opt" "${extra[@]}"; r1=$?
+    train $np "u$np$opt" "${extra[@]}" --set ddp.shard_optimizer=false; r1=$?
     train $np "z$np$opt" "${extra[@]}" --set ddp.shard_optimizer=true; r2=$?
     st=$(same_tensors "$(ck "u$np$opt" 30)/state.safetensors" "$(ck "z$np$opt" 30)/state.safetensors")
-    if [ $r1 = 0 ] && [ $r2 = 0 ] && grep -q "ZeRO-1 (optimizer state sharded)" "$T/z$np$opt.out" &&
+    if [ $r1 = 0 ] && [ $r2 = 0 ] && grep -q "ZeRO-1 (optimizer state sharded, one copy of the weights in shared memory): reduce-scatter after" "$T/z$np$opt.out" &&
+       grep -q "all-reduce overlapped" "$T/u$np$opt.out" &&
        [ "$(losses "$T/u$np$opt" | wc -l)" = 30 ] && [ "$(losses "$T/u$np$opt")" = "$(losses "$T/z$np$opt")" ] &&
        cmp -s "$(ck "u$np$opt" 30)/model.safetensors" "$(ck "z$np$opt" 30)/model.safetensors" &&
        same_tensors "$(ck "u$np$opt" 30)/state.safetensors" "$(ck "z$np$opt" 30)/state.safetensors" >/dev/null
-    then ok "$np ranks, $opt$([ $opt = adamw ] && echo ' + clip 0.5'), accumulation $((6 / np)): sharded = unsharded bitwise (30 losses, weights, state: $st)"
+    then ok "$np ranks, $opt$([ $opt = adamw ] && echo ' + clip 0.5'), accumulation $((6 / np)): sharded, one copy of the weights in shared memory = unsharded bitwise (30 losses, weights, state: $st)"
     else fail "$np ranks $opt sharded vs unsharded" "rc $r1/$r2, state $st: $(tail -2 "$T/z$np$opt.out" | tr '\n' ' ')"; fi
   done
 done
 # over TCP the ring reduce-scatter sums in ring order: 2 ranks still bitwise (a + b = b + a),
 # 3 ranks within rounding of the unsharded run (docs/zero1.md)
 for np in 2 3; do
-  train $np "tu$np" "${ADAM[@]}" --transport tcp; r1=$?
+  train $np "tu$np" "${ADAM[@]}" --transport tcp --set ddp.shard_optimizer=false; r1=$?
   train $np "tz$np" "${ADAM[@]}" --transport tcp --set ddp.shard_optimizer=true; r2=$?
   worst=$(paste <(losses "$T/tu$np") <(losses "$T/tz$np") | awk '{ d = $1 - $2; if (d < 0) d = -d; r = d / $1; if (r > w) w = r } END { printf "%.2g", w + 0 }')
   same=$(cmp -s "$(ck "tu$np" 30)/model.safetensors" "$(ck "tz$np" 30)/model.safetensors" && echo bitwise || echo "not bitwise")
-  if [ $r1 = 0 ] && [ $r2 = 0 ] && grep -q "world $np (tcp)" "$T/tz$np.out" && [ "$(losses "$T/tz$np" | wc -l)" = 30 ] &&
+  if [ $r1 = 0 ] && [ $r2 = 0 ] && grep -q "world $np (tcp), .*ZeRO-1 (optimizer state sharded): reduce-scatter + all-gather" "$T/tz$np.out" &&
+     [ "$(losses "$T/tz$np" | wc -l)" = 30 ] &&
      { [ "$same" = bitwise ] || { [ $np = 3 ] && awk -v w="$worst" 'BEGIN { exit !(w <= 1e-5) }'; }; }
   then ok "tcp, $np ranks, adamw + clip: sharded weights $same to the unsharded run's, losses within $worst"
   else fail "tcp $np ranks sharded vs unsharded" "rc $r1/$r2 $same worst=$worst: $(tail -2 "$T/tz$np.out" | tr '\n' ' ')"; fi
@@ -97,7 +99,41 @@ if [ $rc = 2 ] && grep -q "ddp.shard_optimizer=true: cannot be combined with ddp
 then ok "shard_optimizer with ddp.compress bf16: exit 2, one line naming both keys"
 else fail "compress refused" "rc=$rc $(tail -2 "$T/bad1.out" | tr '\n' ' ')"; fi
 
-# 4. the bench's smoke: bench/zero1_bench.sh, one short round on the MLP with AdamW; the sharded
+# 4. ddp.shard_optimizer auto (the default): where the ranks can share one copy of the weights
+# (one host over shared memory, a world that cannot re-form) and ddp.compress is none, the first
+# steps time ZeRO-1 sharing the weights against the all-reduce and keep the faster
+# (overlap_trial.c); off over TCP, with compression, under --restart-mode replace, and alone.
+# CDDP_TRIAL_PICK makes the trial keep a given way, so that both the switch into ZeRO-1 and the
+# one back out of it are checked: the same bits as the all-reduce run either way.
+auto_case() { # NAME WANT-PATTERN NP [cddp run options] -- [train options]
+  local name=$1 want=$2 np=$3 run=(); shift 3
+  while [ $# -gt 0 ] && [ "$1" != -- ]; do run+=("$1"); shift; done; shift
+  CDDP_DEBUG=INFO timeout 300 "$CDDP" run --standalone --nproc-per-node "$np" "${run[@]}" "$CDDP" train "${BASE[@]}" --name "$name" "$@" >"$T/$name.out" 2>&1; local rc=$?
+  local line; line=$(grep -m1 -o "ddp.shard_optimizer auto: $want.*" "$T/$name.out")
+  if [ $rc = 0 ] && [ -n "$line" ] && [ "$(losses "$T/$name" | wc -l)" = 30 ]
+  then ok "auto, $name: $line"
+  else fail "auto, $name" "rc=$rc want '$want': $(grep -h 'shard_optimizer' "$T/$name.out" | head -1) $(tail -2 "$T/$name.out" | tr '\n' ' ')"; fi
+}
+same_as() { # NAME REF: NAME's weights, state tensors and losses bitwise REF's
+  cmp -s "$(ck "$2" 30)/model.safetensors" "$(ck "$1" 30)/model.safetensors" && [ "$(losses "$T/$1")" = "$(losses "$T/$2")" ] &&
+    same_tensors "$(ck "$2" 30)/state.safetensors" "$(ck "$1" 30)/state.safetensors" >/dev/null
+}
+timed="median step [0-9.]* ms with ZeRO-1 sharing the weights, [0-9.]* ms with the all-reduce [a-z ]* (6 steps each, mean of 2 ranks)"
+auto_case a2 "$timed: \(ZeRO-1\|the all-reduce\)" 2 --
+same_as a2 u2sgd && ok "auto on 2 ranks, the fastest way kept: bitwise the all-reduce run's weights, state and losses" ||
+  fail "auto against the all-reduce run" "$(tail -2 "$T/a2.out" | tr '\n' ' ')"
+CDDP_TRIAL_PICK=sharded auto_case a2z "$timed: ZeRO-1 (CDDP_TRIAL_PICK)" 2 -- "${ADAM[@]}"
+same_as a2z u2adamw && ok "auto kept ZeRO-1 (AdamW + clip, accumulation 3): bitwise the all-reduce run's weights, state and losses" ||
+  fail "auto into ZeRO-1" "$(tail -2 "$T/a2z.out" | tr '\n' ' ')"
+CDDP_TRIAL_PICK=after auto_case a2r "$timed: the all-reduce (CDDP_TRIAL_PICK)" 2 -- "${ADAM[@]}"
+same_as a2r u2adamw && ok "auto went back to the all-reduce after timing ZeRO-1 (moments all-gathered, weights unshared): bitwise the all-reduce run's" ||
+  fail "auto out of ZeRO-1" "$(tail -2 "$T/a2r.out" | tr '\n' ' ')"
+auto_case atcp "ZeRO-1 off: the ranks cannot share one copy of the parameters (not all over shared memory, or the world may re-form)" 2 -- --transport tcp
+auto_case abf16 "ZeRO-1 off: ddp.compress is not none" 2 -- --set ddp.compress=bf16
+auto_case areplace "ZeRO-1 off: the ranks cannot share one copy of the parameters" 2 --restart-mode replace --
+auto_case a1 "ZeRO-1 off: a world of one" 1 --
+
+# 5. the bench's smoke: bench/zero1_bench.sh, one short round on the MLP with AdamW; the sharded
 # rows hold half of m and v (14.2 -> 7.1 MB a rank): at least 4 MB less peak RSS on each rank
 # (the allocator's own swings are about 1 MB)
 bash bench/zero1_bench.sh --steps 20 --rounds 1 --models mlp-adamw --out "$T/bench" >"$T/bench.out" 2>&1; rc=$?

@@ -290,7 +290,7 @@ static cddp_result_t resolve_and_check(loader_t *ld) {
   if (c->optim.nesterov && (c->optim.kind != CDDP_OPTIM_SGD || c->optim.momentum <= 0.0f))
     CROSS_FAIL("optim.nesterov", "needs optim.type sgd and optim.momentum > 0");
   /* compressed gradients reach every rank whole (error feedback, low rank): no shard to scatter */
-  if (c->shard_optimizer && c->compress != 0)
+  if (c->shard_optimizer == CDDP_SHARD_ON && c->compress != 0)
     CROSS_FAIL("ddp.shard_optimizer", "cannot be combined with ddp.compress %s (the compressed all-reduce has no "
                "reduce-scatter form): use ddp.compress none, or ddp.shard_optimizer false",
                (const char *[]){"none", "bf16", "sign", "fp16", "powersgd"}[c->compress]);

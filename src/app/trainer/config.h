@@ -14,6 +14,7 @@
 #include "trainer/optim.h"
 
 typedef enum cddp_overlap { CDDP_OVERLAP_AUTO = 0, CDDP_OVERLAP_ON = 1, CDDP_OVERLAP_OFF = 2 } cddp_overlap_t;
+typedef enum cddp_shard { CDDP_SHARD_AUTO = 0, CDDP_SHARD_ON = 1, CDDP_SHARD_OFF = 2 } cddp_shard_t;
 
 typedef enum cddp_lr_scaling { CDDP_LR_SCALE_NONE = 0, CDDP_LR_SCALE_LINEAR = 1, CDDP_LR_SCALE_SQRT = 2 } cddp_lr_scaling_t;
 
@@ -46,7 +47,7 @@ typedef struct cddp_train_config {
   int compress;              /* ddp.compress: none|bf16|sign|fp16|powersgd (cddp_compress_t order) */
   int powersgd_rank;         /* ddp.powersgd_rank: PowerSGD's rank (1..256) */
   int sign_adam;             /* ddp.sign_adam: sign-Adam's variance sync every N steps; 0 = off */
-  int shard_optimizer;       /* ddp.shard_optimizer: ZeRO-1 (trainer/zero1.c) */
+  cddp_shard_t shard_optimizer; /* ddp.shard_optimizer: ZeRO-1 (trainer/zero1.c): auto|true|false */
   int threads;               /* ddp.threads: BLAS threads per rank; 0 = cores / local ranks */
   int64_t ckpt_every;        /* checkpoint.every_steps (0 = only at the end) */
   int ckpt_keep;             /* checkpoint.keep */

@@ -20,6 +20,7 @@ _Static_assert(sizeof(cddp_model_kind_t) == sizeof(int), "enum fields are stored
 _Static_assert(sizeof(cddp_optim_kind_t) == sizeof(int), "enum fields are stored as int");
 _Static_assert(sizeof(cddp_sched_kind_t) == sizeof(int), "enum fields are stored as int");
 _Static_assert(sizeof(cddp_lr_scaling_t) == sizeof(int), "enum fields are stored as int");
+_Static_assert(sizeof(cddp_shard_t) == sizeof(int), "enum fields are stored as int");
 
 /* Keys of one section stay together: the writer opens each section once. */
 const cddp__cfg_key_t cddp__cfg_keys[] = {
@@ -99,8 +100,8 @@ const cddp__cfg_key_t cddp__cfg_keys[] = {
      "with compress sign and adamw: send each rank's own momentum's signs (error feedback) and average each rank's own second moment every N steps in bf16; 0 = off (signs of the gradient)"},
     {"ddp.powersgd_rank", CDDP__CFG_INT, F(powersgd_rank), 0, "12", 1, 256, 0, NULL,
      "with compress powersgd: rank of each matrix's approximation (bytes grow with it, the loss gap shrinks; matrices it would not shrink go raw)"},
-    {"ddp.shard_optimizer", CDDP__CFG_BOOL, F(shard_optimizer), 0, "false", NONE, 0, NULL,
-     "ZeRO-1: each rank keeps and updates only its 1/world shard of the optimizer state (gradients reduce-scattered, parameters all-gathered); not with ddp.compress"},
+    {"ddp.shard_optimizer", CDDP__CFG_ENUM, F(shard_optimizer), 0, "auto", NONE, 0, "auto|true|false",
+     "ZeRO-1: each rank keeps and updates only its 1/world shard of the optimizer state (gradients reduce-scattered; the ranks of one host that cannot re-form share one copy of the parameters, else they are all-gathered); not with ddp.compress; auto: on where the ranks share that copy and ddp.compress is none (`CDDP_DEBUG=INFO` says which)"},
     {"ddp.threads", CDDP__CFG_INT, F(threads), 0, "0", 0, 1024, 0, NULL,
      "BLAS threads per rank; 0 = cores / local ranks"},
     {"checkpoint.every_steps", CDDP__CFG_INT64, F(ckpt_every), 0, "200", 0, BIG, 0, NULL,

@@ -1,7 +1,10 @@
-/* overlap_trial.h - ddp.overlap auto over shared memory, chosen by measurement (issue 15): the
- * first steps of a run (and of each re-formed world) alternate the all-reduce overlapped with
- * backward and after it; the ranks add up their median step times in one all-reduce, so every
- * rank takes the same choice, which the trainer keeps for the rest of the run. */
+/* overlap_trial.h - how a step combines the gradients over shared memory, chosen by
+ * measurement (issue 15). ddp.overlap auto: the first steps of a run (and of each re-formed
+ * world) alternate the all-reduce overlapped with backward and after it. ddp.shard_optimizer
+ * auto, where the ranks can share one copy of the weights: then ZeRO-1 with shared weights
+ * (trainer/zero1.c) runs as many steps. The ranks add up their median step times in one
+ * all-reduce, so every rank takes the same choice, which the trainer keeps for the rest of
+ * the run. Every way gives the same bits, so the trial cannot change a run's losses. */
 #ifndef CDDP_TRAIN_OVERLAP_TRIAL_H
 #define CDDP_TRAIN_OVERLAP_TRIAL_H
 
@@ -11,23 +14,29 @@
 
 enum { CDDP__OVERLAP_TRIAL_STEPS = 6 }; /* steps timed each way */
 
+/* The ways a trial times: the all-reduce after backward, overlapped with it, ZeRO-1 sharing
+ * the weights. */
+enum { CDDP__WAY_AFTER = 0, CDDP__WAY_OVERLAPPED = 1, CDDP__WAY_SHARDED = 2, CDDP__WAYS = 3 };
+
 typedef struct cddp__overlap_trial {
   int active;   /* steps are still being timed */
+  int ways;     /* bit w: way w is timed */
   int skip;     /* steps left before timing starts (page faults, cold caches) */
-  int mode;     /* this step's choice: 1 overlapped, 0 after backward */
-  int n[2];     /* steps timed after backward [0] and overlapped [1] */
-  double ms[2][CDDP__OVERLAP_TRIAL_STEPS];
+  int mode;     /* this step's way */
+  int n[CDDP__WAYS]; /* steps timed each way */
+  double ms[CDDP__WAYS][CDDP__OVERLAP_TRIAL_STEPS];
 } cddp__overlap_trial_t;
 
 struct trainer;
-/* After the DDP is (re)made with t->overlap from the rule: starts a trial where ddp.overlap is
- * auto, the transport is shm, world > 1, the gradients travel uncompressed and unsharded. Over
- * shm every algorithm sums each element in rank order, so both choices give the same bits and
- * the trial cannot change a run's losses. */
+/* After the DDP is (re)made with t->overlap from the rule: starts a trial where the transport
+ * is shm, world > 1, the gradients travel uncompressed, and two ways are open: ddp.overlap
+ * auto (both all-reduce ways, unless ZeRO-1 is on), and ZeRO-1 a candidate (t->zero1). Over
+ * shm every algorithm sums each element in rank order, so every way gives the same bits. */
 void cddp__overlap_trial_start(struct trainer *t);
-/* At a step's start, before anything of the step: once both ways are timed, the ranks' one
- * all-reduce and the choice (said at CDDP_DEBUG=INFO); meanwhile, this step's way. A failed
- * all-reduce fails a step that has not begun. */
+/* At a step's start, before anything of the step: once every way is timed, the ranks' one
+ * all-reduce and the choice (said at CDDP_DEBUG=INFO; CDDP_TRIAL_PICK forces it, for tests);
+ * meanwhile, this step's way: the all-reduce ways alternate, then ZeRO-1 is entered for its
+ * steps (and left again if it loses). A failed collective fails a step that has not begun. */
 cddp_result_t cddp__overlap_trial_begin(struct trainer *t);
 /* At a step's end: its wall time. */
 void cddp__overlap_trial_end(struct trainer *t, uint64_t step_ns);

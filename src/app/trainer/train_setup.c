@@ -220,7 +220,8 @@ cddp_result_t cddp__train_write_config(const trainer_t *t) {
   return r;
 }
 
-size_t cddp__train_param_slots(const trainer_t *t) { return t->zero1.on ? t->zero1.padded : t->n_params; }
+/* ZeRO-1, on or a candidate: world x per floats, the tail zero */
+size_t cddp__train_param_slots(const trainer_t *t) { return t->zero1.on || t->zero1.candidate ? t->zero1.padded : t->n_params; }
 
 /* ddp.compress powersgd: the model's tensors as matrices (shape[0] rows x the rest). */
 static cddp_result_t set_powersgd(trainer_t *t) {

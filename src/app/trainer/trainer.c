@@ -166,7 +166,7 @@ static cddp_result_t train_step(trainer_t *t, cddp_step_record_t *rec, int *stop
   rec->bytes_sent = st.wire_bytes;
   rec->compression = st.bytes ? (double)t->n_params * sizeof(float) / (double)st.bytes : 1.0;
   if (t->zero1.on) /* reduce-scatter and all-gather: each rank sends world-1 shards in each */
-    rec->bytes_sent = 2 * (uint64_t)(t->world - 1) * t->zero1.per * sizeof(float), rec->compression = 1.0;
+    rec->bytes_sent = (t->zero1.shared ? 1 : 2) * (uint64_t)(t->world - 1) * t->zero1.per * sizeof(float), rec->compression = 1.0;
   *stop = stats[1] > 0;
   *reform = stats[2] > 0;
   return CDDP_OK;
@@ -198,11 +198,7 @@ static cddp_result_t setup(trainer_t *t) {
   CDDP_CHECK(cddp__train_make_run_dir(t));
   CDDP_CHECK(cddp__task_create(c, c->micro_batch, &t->task));
   t->n_params = t->task->ops->param_count(t->task);
-  if ((t->zero1.on = c->shard_optimizer)) {
-    t->same_error_everywhere = 1;
-    CDDP_CHECK(cddp__zero1_layout(&t->zero1, t->n_params, t->world, t->rank));
-    t->same_error_everywhere = 0;
-  }
+  CDDP_CHECK(cddp__zero1_choose(t));
   /* ZeRO-1 all-gathers into it: one shard per rank, the last padded */
   t->params = aligned_alloc(64, (cddp__train_param_slots(t) * sizeof(float) + 63) / 64 * 64);
   t->idx = malloc((size_t)c->micro_batch * sizeof *t->idx);
@@ -229,6 +225,7 @@ static cddp_result_t setup(trainer_t *t) {
   if (!replacement && !lost) {
     CDDP_CHECK(cddp__train_restore(t, t->opts->resume, NULL, &resumed));
     t->has_state = 1;
+    CDDP_CHECK(cddp__zero1_share(t)); /* every rank holds the same weights now */
   }
   char path[700];
   snprintf(path, sizeof path, "%s/metrics.jsonl", t->run_dir);
@@ -254,8 +251,14 @@ static cddp_result_t setup(trainer_t *t) {
             c->global_batch, c->micro_batch, t->world, t->accum, t->sched.lr,
             c->lr_scaling == CDDP_LR_SCALE_NONE ? "no" : c->lr_scaling == CDDP_LR_SCALE_LINEAR ? "linear" : "sqrt",
             c->ref_batch > 0 ? c->ref_batch : c->global_batch, t->total_steps, per_epoch, threads,
-            t->zero1.on ? "ZeRO-1 (optimizer state sharded): reduce-scatter + all-gather" : "all-reduce",
+            t->zero1.shared ? "ZeRO-1 (optimizer state sharded, one copy of the weights in shared memory): reduce-scatter"
+            : t->zero1.on ? "ZeRO-1 (optimizer state sharded): reduce-scatter + all-gather" : "all-reduce",
             t->zero1.on ? "after backward"
+            : t->overlap_trial.ways >> CDDP__WAY_SHARDED & 1
+                ? (t->overlap_trial.ways & 3) == 3
+                      ? "overlapped with backward or after it, or ZeRO-1 sharing the weights, whichever the first steps time fastest"
+                      : t->overlap ? "overlapped with backward, or ZeRO-1 sharing the weights, whichever the first steps time faster"
+                                   : "after backward, or ZeRO-1 sharing the weights, whichever the first steps time faster"
             : t->overlap_trial.active ? "overlapped with backward or after it, whichever the first steps time faster"
             : t->overlap ? "overlapped with backward" : "after backward", t->run_dir);
   if (replacement) return cddp__train_join_as_replacement(t);
@@ -278,7 +281,8 @@ static void teardown(trainer_t *t, int clean) {
   cddp__prefetch_stop(&t->prefetch); /* before the task its thread gathers into */
   cddp__sampler_free(&t->sampler);
   if (t->task) t->task->ops->destroy(t->task);
-  free(t->params), free(t->scratch), free(t->idx), free(t->next_idx);
+  cddp__zero1_free_params(t);
+  free(t->scratch), free(t->idx), free(t->next_idx);
   cddp_world_leave(t->w, clean);
 }
 

@@ -4,15 +4,124 @@
  * so the parameters are bitwise those of the unsharded run (docs/zero1.md). */
 #include "trainer/zero1.h"
 
+#include <malloc.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "comm/transport.h"
 #include "common/check.h"
 #include "common/clock.h"
+#include "common/log.h"
 #include "trainer/trainer.h"
 
 #define SHARD_ALIGN 16 /* floats: 64 bytes */
+
+cddp_result_t cddp__zero1_choose(trainer_t *t) {
+  cddp__zero1_t *z = &t->zero1;
+  const cddp_train_config_t *c = &t->cfg;
+  cddp_comm_t *comm = cddp_world_comm(t->w);
+  /* one copy of the parameters needs every rank's memory mapped here, and a world whose
+   * members never change: re-forming (re-sharding, a rank taken in) works on private copies */
+  int can_share = t->world > 1 && comm && !strcmp(cddp_comm_transport(comm), "shm") && !cddp_world_can_recover(t->w);
+  const char *why;
+  z->on = z->shared = z->candidate = 0;
+  if (c->shard_optimizer == CDDP_SHARD_OFF) why = "off (ddp.shard_optimizer false)";
+  else if (c->shard_optimizer == CDDP_SHARD_ON) z->on = 1, why = "on (ddp.shard_optimizer true)";
+  else if (c->compress != 0) why = "off: ddp.compress is not none (the compressed all-reduce has no reduce-scatter form)";
+  else if (!can_share) why = t->world < 2 ? "off: a world of one" : "off: the ranks cannot share one copy of the parameters "
+                                                                    "(not all over shared memory, or the world may re-form)";
+  else z->candidate = 1, why = "timed against the all-reduce in the first steps: the ranks share one host's memory and the "
+                               "world cannot re-form";
+  if (z->on || z->candidate) {
+    t->same_error_everywhere = 1;
+    cddp_result_t r = cddp__zero1_layout(z, t->n_params, t->world, t->rank);
+    t->same_error_everywhere = 0;
+    if (r != CDDP_OK && c->shard_optimizer == CDDP_SHARD_ON) return r;
+    if (r != CDDP_OK) z->candidate = 0, why = "off: too few parameters to shard";
+  }
+  z->shared = z->on && can_share;
+  if (t->rank == 0)
+    CDDP_INFO(CDDP_SUB_TRAIN, "ddp.shard_optimizer %s: ZeRO-1 %s%s", c->shard_optimizer == CDDP_SHARD_AUTO ? "auto" : "set", why,
+              z->shared || z->candidate ? "; one copy of the parameters in shared memory, each rank updates its shard there (no all-gather)"
+              : z->on ? "; the parameters are all-gathered" : "");
+  return CDDP_OK;
+}
+
+cddp_result_t cddp__zero1_share(trainer_t *t) {
+  cddp__zero1_t *z = &t->zero1;
+  if (!z->shared) return CDDP_OK;
+  cddp_comm_t *comm = cddp_world_comm(t->w);
+  void *mem;
+  CDDP_CHECK(cddp__comm_mem_alloc_one(comm, z->padded * sizeof(float), &mem));
+  float *one = mem;
+  if (t->rank == 0) memcpy(one, t->params, z->padded * sizeof *one);
+  /* every rank has left its own copy alone since the broadcast; rank 0's is whole past here */
+  CDDP_CHECK(cddp_barrier(comm));
+  free(t->params);
+  malloc_trim(0); /* the private copy's pages back to the system: the heap may have held them */
+  t->params = one;
+  z->shared_mem = mem;
+  t->task->ops->bind(t->task, t->params, t->grads);
+  return CDDP_OK;
+}
+
+/* A fresh optimizer of n elements, its moments copied from o's [from, from + n) (o->t kept). */
+static cddp_result_t reshape_state(cddp_optim_t *o, size_t from, size_t n, cddp_optim_t *out) {
+  CDDP_CHECK(cddp__optim_init(out, &o->spec, n));
+  if (o->m) memcpy(out->m, o->m + from, n * sizeof *out->m);
+  if (o->v) memcpy(out->v, o->v + from, n * sizeof *out->v);
+  out->t = o->t;
+  return CDDP_OK;
+}
+
+cddp_result_t cddp__zero1_enter(trainer_t *t) {
+  cddp__zero1_t *z = &t->zero1;
+  cddp_optim_t o;
+  CDDP_CHECK(reshape_state(&t->opt, z->lo, z->len, &o));
+  cddp__optim_free(&t->opt);
+  t->opt = o;
+  z->on = z->shared = 1;
+  return cddp__zero1_share(t);
+}
+
+/* Every rank's shard of the moment buffer m (len floats each) into whole (n floats), through
+ * the gradient buffer: comm memory, so the all-gather is zero copy. */
+static cddp_result_t gather_all(trainer_t *t, const float *m, float *whole) {
+  cddp__zero1_t *z = &t->zero1;
+  memcpy(t->grads + z->lo, m, z->len * sizeof *m);
+  CDDP_CHECK(cddp_allgather(cddp_world_comm(t->w), t->grads + z->lo, t->grads, z->per, CDDP_F32));
+  memcpy(whole, t->grads, z->n * sizeof *whole);
+  return CDDP_OK;
+}
+
+cddp_result_t cddp__zero1_leave(trainer_t *t) {
+  cddp__zero1_t *z = &t->zero1;
+  cddp_optim_t o;
+  float *p = aligned_alloc(64, (z->padded * sizeof(float) + 63) / 64 * 64);
+  if (!p) return cddp__fail(CDDP_SYSTEM, "out of memory");
+  cddp_result_t r = cddp__optim_init(&o, &t->opt.spec, z->n);
+  if (r != CDDP_OK) return free(p), r;
+  o.t = t->opt.t;
+  if (t->opt.m) r = gather_all(t, t->opt.m, o.m);
+  if (r == CDDP_OK && t->opt.v) r = gather_all(t, t->opt.v, o.v);
+  if (r != CDDP_OK) return free(p), cddp__optim_free(&o), r;
+  memcpy(p, t->params, z->padded * sizeof *p); /* every shard was written before the step ended */
+  cddp__optim_free(&t->opt);
+  t->opt = o;
+  cddp__zero1_free_params(t); /* collective: no rank reads the shared copy past it */
+  t->params = p;
+  t->task->ops->bind(t->task, t->params, t->grads);
+  z->on = 0;
+  return CDDP_OK;
+}
+
+void cddp__zero1_free_params(trainer_t *t) {
+  cddp__zero1_t *z = &t->zero1;
+  if (z->shared_mem) cddp_comm_mem_free(cddp_world_comm(t->w), z->shared_mem);
+  else free(t->params);
+  t->params = NULL, z->shared_mem = NULL, z->shared = 0;
+}
 
 cddp_result_t cddp__zero1_layout(cddp__zero1_t *z, size_t n, int world, int rank) {
   size_t w = (size_t)world, per = ((n + w - 1) / w + SHARD_ALIGN - 1) / SHARD_ALIGN * SHARD_ALIGN;
@@ -37,11 +146,28 @@ cddp_result_t cddp__zero1_step(trainer_t *t, float lr, double *norm, uint64_t *c
   /* in place (NCCL's form): this rank's block of the buffer receives the sum, zero copy over shm */
   CDDP_CHECK(cddp_reduce_scatter(cddp_world_comm(t->w), t->grads, g, z->per, CDDP_F32, CDDP_SUM));
   double ss = cddp__optim_sumsq(g, z->len);
+  if (z->shared && t->opt.spec.grad_clip <= 0) { /* the update needs no norm: it goes first */
+    uint64_t t1 = cddp__now_ns();
+    cddp__optim_step_shard(&t->opt, p, g, lr, 0);
+    uint64_t t2 = cddp__now_ns();
+    /* the global norm; and once every rank is in, every shard of the one copy is written */
+    CDDP_CHECK(cddp_allreduce(cddp_world_comm(t->w), &ss, &ss, 1, CDDP_F64, CDDP_SUM));
+    *norm = sqrt(ss);
+    *optim_ns = t2 - t1;
+    *comm_ns = (t1 - t0) + (cddp__now_ns() - t2);
+    return CDDP_OK;
+  }
   CDDP_CHECK(cddp_allreduce(cddp_world_comm(t->w), &ss, &ss, 1, CDDP_F64, CDDP_SUM)); /* the global norm */
   uint64_t t1 = cddp__now_ns();
   *norm = sqrt(ss);
   cddp__optim_step_shard(&t->opt, p, g, lr, *norm);
   uint64_t t2 = cddp__now_ns();
+  if (z->shared) { /* no rank reads the parameters before every shard is written */
+    CDDP_CHECK(cddp_barrier(cddp_world_comm(t->w)));
+    *optim_ns = t2 - t1;
+    *comm_ns = (t1 - t0) + (cddp__now_ns() - t2);
+    return CDDP_OK;
+  }
   /* through the gradient buffer, which is comm memory: the all-gather then copies straight from
    * the peers' buffers (an ordinary buffer goes through the staging slots, 4.5x slower at 7 MiB) */
   memcpy(g, p, z->len * sizeof *g);
