@@ -2,8 +2,10 @@
 # train_bench.sh - `cddp train` against PyTorch on the same MLP, data and batch, in one run.
 #
 # Usage: bench/train_bench.sh [--steps N] [--rounds R] [--out DIR] [--config PATH]
-# Rows: cddp 2 ranks x 1 BLAS thread (cddp run) with ddp.overlap auto (which times both ways in
-# its first steps and keeps the faster: the row names its choice), forced on and forced off;
+# Rows: cddp 2 ranks x 1 BLAS thread (cddp run) as configured (ddp.overlap and
+# ddp.shard_optimizer auto: the first steps time the all-reduce overlapped with backward, after
+# it, and ZeRO-1 sharing the weights, and keep the fastest: the row names its choice), then each
+# way forced: all-reduce overlapped, all-reduce after backward, ZeRO-1;
 # PyTorch DDP over gloo 2 ranks x 1 thread (torchrun), and the best single PyTorch process (2 threads, OMP_WAIT_POLICY=PASSIVE), the
 # peers with OPENBLAS_CORETYPE=SkylakeX (their fastest kernels on this CPU).
 # Speed is samples/s over the timed steps (the first 5 are warm-up), from each program's own
@@ -57,23 +59,30 @@ export OMP_WAIT_POLICY=PASSIVE OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-SkylakeX}
 rate() { sed -n 's/.*peer ddp: .*, \([0-9]*\) samples\/s.*/\1/p' "$1" | tail -1; }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a + 0 > 0 && b + 0 > 0) printf "%.2fx", a / b; else print "-" }'; }
 median() { tr ' ' '\n' | grep -E '^[0-9.]+$' | sort -n | awk '{ v[NR] = $1 } END { if (NR == 0) print "-"; else if (NR % 2) print v[(NR + 1) / 2]; else printf "%.6g\n", (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
-A="" ON="" OFF="" CA="" CON="" COFF="" D="" rounds_txt=""
+A="" ON="" OFF="" Z="" CA="" CON="" COFF="" CZ="" D="" rounds_txt=""
 for r in $(seq 1 "$ROUNDS"); do
   sfx=$([ "$ROUNDS" -gt 1 ] && echo "-r$r" || true)
-  read -r ours comm <<<"$(cddp_row "overlap-auto$sfx")" # not --name auto: that makes a new timestamped folder
-  read -r ours_ov comm_ov <<<"$(cddp_row "overlap$sfx" --set ddp.overlap=true)"
-  read -r ours_off comm_off <<<"$(cddp_row "overlap-off$sfx" --set ddp.overlap=false)"
+  read -r ours comm <<<"$(cddp_row "default$sfx")" # not --name auto: that makes a new timestamped folder
+  read -r ours_ov comm_ov <<<"$(cddp_row "overlap$sfx" --set ddp.shard_optimizer=false --set ddp.overlap=true)"
+  read -r ours_off comm_off <<<"$(cddp_row "overlap-off$sfx" --set ddp.shard_optimizer=false --set ddp.overlap=false)"
+  read -r ours_z comm_z <<<"$(cddp_row "zero1$sfx" --set ddp.shard_optimizer=true)"
   step "PyTorch DDP (gloo): 2 ranks x 1 thread, $STEPS steps (round $r of $ROUNDS)"
   (cd "$OUT" && OMP_NUM_THREADS=1 timeout 900 "$PY" -m torch.distributed.run --standalone --nproc_per_node 2 \
      --redirects 1 --tee 1 "$PEER" --threads 1 --epochs 1 --max-steps "$STEPS") >"$OUT/peer-ddp$sfx.txt" 2>&1
   ddp=$(rate "$OUT/peer-ddp$sfx.txt")
-  A="$A $ours" ON="$ON $ours_ov" OFF="$OFF $ours_off" CA="$CA $comm" CON="$CON $comm_ov" COFF="$COFF $comm_off" D="$D ${ddp:--}"
-  rounds_txt="$rounds_txt$(printf 'round %d: auto %s, forced on %s, forced off %s, PyTorch DDP %s: auto %s PyTorch DDP' "$r" "$ours" "$ours_ov" "$ours_off" "${ddp:--}" "$(ratio "$ours" "$ddp")")
+  A="$A $ours" ON="$ON $ours_ov" OFF="$OFF $ours_off" Z="$Z $ours_z" D="$D ${ddp:--}"
+  CA="$CA $comm" CON="$CON $comm_ov" COFF="$COFF $comm_off" CZ="$CZ $comm_z"
+  rounds_txt="$rounds_txt$(printf 'round %d: default %s, all-reduce overlapped %s, after backward %s, ZeRO-1 %s, PyTorch DDP %s: default %s PyTorch DDP' \
+    "$r" "$ours" "$ours_ov" "$ours_off" "$ours_z" "${ddp:--}" "$(ratio "$ours" "$ddp")")
 "
 done
-chose=$(sed -n 's/.*ddp.overlap auto: .*: \(overlapped\|after backward\)$/\1/p' "$OUT"/cddp-overlap-auto*.txt | sort | uniq -c | awk '{ printf "%s%s x%d", (NR > 1 ? ", " : ""), substr($0, index($0, $2)), $1 }')
-ours=$(echo $A | median) ours_ov=$(echo $ON | median) ours_off=$(echo $OFF | median) ddp=$(echo $D | median)
-comm=$(echo $CA | median) comm_ov=$(echo $CON | median) comm_off=$(echo $COFF | median)
+# the trial's choice in each default run: ZeRO-1, or the all-reduce's faster way
+chose=$(for f in "$OUT"/cddp-default*.txt; do
+          if grep -q 'ddp.shard_optimizer auto: .*: ZeRO-1$' "$f"; then echo "ZeRO-1"
+          else sed -n 's/.*ddp.overlap auto: .*: \(overlapped\|after backward\)$/all-reduce \1/p' "$f" | head -1; fi
+        done | sort | uniq -c | awk '{ printf "%s%s x%d", (NR > 1 ? ", " : ""), substr($0, index($0, $2)), $1 }')
+ours=$(echo $A | median) ours_ov=$(echo $ON | median) ours_off=$(echo $OFF | median) ours_z=$(echo $Z | median) ddp=$(echo $D | median)
+comm=$(echo $CA | median) comm_ov=$(echo $CON | median) comm_off=$(echo $COFF | median) comm_z=$(echo $CZ | median)
 
 step "PyTorch, one process x 2 threads, $STEPS steps"
 OMP_NUM_THREADS=2 timeout 900 "$PY" "$PEER" --threads 2 --epochs 1 --max-steps "$STEPS" >"$OUT/peer-single.txt" 2>&1
@@ -81,11 +90,12 @@ single=$(rate "$OUT/peer-single.txt")
 
 [ "$ROUNDS" -gt 1 ] && printf '\n%s' "$rounds_txt" && echo "rows below: medians of $ROUNDS rounds"
 printf '\n%-46s %12s\n' "MLP 784-1024-1024-10, global batch 256" "samples/s"
-printf '%-46s %12s   exposed comm %5s%% of step time, %s PyTorch DDP\n' "cddp train, 2 ranks x 1 thread, overlap auto" "${ours}" "${comm}" "$(ratio "$ours" "$ddp")"
-printf '%-46s %12s   exposed comm %5s%% of step time, %s PyTorch DDP\n' "cddp train, same, overlap forced on" "${ours_ov}" "${comm_ov}" "$(ratio "$ours_ov" "$ddp")"
-printf '%-46s %12s   exposed comm %5s%% of step time, %s PyTorch DDP\n' "cddp train, same, overlap forced off" "${ours_off}" "${comm_off}" "$(ratio "$ours_off" "$ddp")"
-best=$(printf '%s\n%s\n' "$ours_ov" "$ours_off" | sort -n | tail -1)
+printf '%-46s %12s   exposed comm %5s%% of step time, %s PyTorch DDP\n' "cddp train, 2 ranks x 1 thread, default (auto)" "${ours}" "${comm}" "$(ratio "$ours" "$ddp")"
+printf '%-46s %12s   exposed comm %5s%% of step time, %s PyTorch DDP\n' "cddp train, same, all-reduce overlapped" "${ours_ov}" "${comm_ov}" "$(ratio "$ours_ov" "$ddp")"
+printf '%-46s %12s   exposed comm %5s%% of step time, %s PyTorch DDP\n' "cddp train, same, all-reduce after backward" "${ours_off}" "${comm_off}" "$(ratio "$ours_off" "$ddp")"
+printf '%-46s %12s   exposed comm %5s%% of step time, %s PyTorch DDP\n' "cddp train, same, ZeRO-1 sharing the weights" "${ours_z}" "${comm_z}" "$(ratio "$ours_z" "$ddp")"
+best=$(printf '%s\n%s\n%s\n' "$ours_ov" "$ours_off" "$ours_z" | sort -n | tail -1)
 printf '%-46s %12s\n' "PyTorch DDP gloo, 2 ranks x 1 thread" "${ddp:--}"
 printf '%-46s %12s\n' "PyTorch one process, 2 threads (PASSIVE)" "${single:--}"
-printf 'overlap auto chose %s: %s of the best forced choice (%s samples/s)\n' "${chose:-?}" "$(ratio "$ours" "$best")" "$best"
-printf 'goal: cddp (overlap auto) >= 1.8x PyTorch DDP; logs in %s\n' "$OUT"
+printf 'the trial chose %s: %s of the best forced choice (%s samples/s)\n' "${chose:-?}" "$(ratio "$ours" "$best")" "$best"
+printf 'goal: cddp (default) >= 1.8x PyTorch DDP; logs in %s\n' "$OUT"

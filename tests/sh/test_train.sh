@@ -83,7 +83,7 @@ else fail "overlap" "rc $rc1/$rc2 $(tail -2 "$T/ovon.out" "$T/ovoff.out" | tr '\
 # in rank order over shm whichever way); a forced choice is not timed
 run3() { timeout 300 "$CDDP" run --standalone --nproc-per-node 3 "$CDDP" train --config "$CFG" --work-dir "$T" "$@"; }
 OV3=(--set model.hidden=[64] --set train.max_steps=24 --set eval.every_epoch=false --set batch.global=192
-     --set batch.micro=64 --set ddp.bucket_mb=0.05 --set ddp.threads=1)
+     --set batch.micro=64 --set ddp.bucket_mb=0.05 --set ddp.threads=1 --set ddp.shard_optimizer=false) # the all-reduce's ways alone
 CDDP_DEBUG=INFO CDDP_DEBUG_SUBSYS=TRAIN run3 --name ovauto "${OV3[@]}" >"$T/ovauto.out" 2>&1; rc1=$?
 CDDP_DEBUG=INFO CDDP_DEBUG_SUBSYS=TRAIN run3 --name ovforced "${OV3[@]}" --set ddp.overlap=true >"$T/ovforced.out" 2>&1; rc2=$?
 chosen=$(grep -c "ddp.overlap auto: median step .* ms overlapped with backward, .* ms after it (6 steps each, mean of 3 ranks): \(overlapped\|after backward\)$" "$T/ovauto.out")
@@ -95,7 +95,9 @@ else fail "overlap auto" "rc $rc1/$rc2 chosen=$chosen $(grep -h 'overlap\|error'
 
 # 3c. compressed gradients: bf16 and fp16 halve the bytes, sign cuts them 32x; a sign run stopped and
 # resumed restores every rank's error-feedback residual: the same bits as uninterrupted
-CZ=(--set model.hidden=[256] --set train.max_steps=60 --set eval.every_epoch=false --set checkpoint.every_steps=20)
+# (the float32 run all-reduces too: ddp.shard_optimizer false, as auto is with compression)
+CZ=(--set model.hidden=[256] --set train.max_steps=60 --set eval.every_epoch=false --set checkpoint.every_steps=20
+    --set ddp.shard_optimizer=false)
 for c in none bf16 fp16 sign; do run2 --name cz$c "${CZ[@]}" --set ddp.compress=$c >"$T/cz$c.out" 2>&1 || fail "compress $c" "$(tail -2 "$T/cz$c.out")"; done
 r16=$(field compression "$T/czbf16/metrics.jsonl" | tail -1); rsg=$(field compression "$T/czsign/metrics.jsonl" | tail -1)
 l0=$(field loss "$T/czsign/metrics.jsonl" | head -1); l1=$(field loss "$T/czsign/metrics.jsonl" | tail -5 | sort -n | tail -1)

@@ -101,7 +101,7 @@ const cddp__cfg_key_t cddp__cfg_keys[] = {
     {"ddp.powersgd_rank", CDDP__CFG_INT, F(powersgd_rank), 0, "12", 1, 256, 0, NULL,
      "with compress powersgd: rank of each matrix's approximation (bytes grow with it, the loss gap shrinks; matrices it would not shrink go raw)"},
     {"ddp.shard_optimizer", CDDP__CFG_ENUM, F(shard_optimizer), 0, "auto", NONE, 0, "auto|true|false",
-     "ZeRO-1: each rank keeps and updates only its 1/world shard of the optimizer state (gradients reduce-scattered; the ranks of one host that cannot re-form share one copy of the parameters, else they are all-gathered); not with ddp.compress; auto: on where the ranks share that copy and ddp.compress is none (`CDDP_DEBUG=INFO` says which)"},
+     "ZeRO-1: each rank keeps and updates only its 1/world shard of the optimizer state (gradients reduce-scattered; the ranks of one host that cannot re-form share one copy of the parameters, else they are all-gathered); not with ddp.compress; auto: where the ranks can share that copy and ddp.compress is none, the first steps time it against the all-reduce and keep the faster (`CDDP_DEBUG=INFO` says which), else off; docs/zero1.md"},
     {"ddp.threads", CDDP__CFG_INT, F(threads), 0, "0", 0, 1024, 0, NULL,
      "BLAS threads per rank; 0 = cores / local ranks"},
     {"checkpoint.every_steps", CDDP__CFG_INT64, F(ckpt_every), 0, "200", 0, BIG, 0, NULL,
