@@ -105,28 +105,32 @@ else fail "compress refused" "rc=$rc $(tail -2 "$T/bad1.out" | tr '\n' ' ')"; fi
 # (overlap_trial.c); off over TCP, with compression, under --restart-mode replace, and alone.
 # CDDP_TRIAL_PICK makes the trial keep a given way, so that both the switch into ZeRO-1 and the
 # one back out of it are checked: the same bits as the all-reduce run either way.
+# (40 steps: the trial decides at step 31)
 auto_case() { # NAME WANT-PATTERN NP [cddp run options] -- [train options]
   local name=$1 want=$2 np=$3 run=(); shift 3
   while [ $# -gt 0 ] && [ "$1" != -- ]; do run+=("$1"); shift; done; shift
-  CDDP_DEBUG=INFO timeout 300 "$CDDP" run --standalone --nproc-per-node "$np" "${run[@]}" "$CDDP" train "${BASE[@]}" --name "$name" "$@" >"$T/$name.out" 2>&1; local rc=$?
+  CDDP_DEBUG=INFO timeout 300 "$CDDP" run --standalone --nproc-per-node "$np" "${run[@]}" "$CDDP" train "${BASE[@]}" --name "$name" \
+    --set train.max_steps=40 "$@" >"$T/$name.out" 2>&1; local rc=$?
   local line; line=$(grep -m1 -o "ddp.shard_optimizer auto: $want.*" "$T/$name.out")
-  if [ $rc = 0 ] && [ -n "$line" ] && [ "$(losses "$T/$name" | wc -l)" = 30 ]
+  if [ $rc = 0 ] && [ -n "$line" ] && [ "$(losses "$T/$name" | wc -l)" = 40 ]
   then ok "auto, $name: $line"
   else fail "auto, $name" "rc=$rc want '$want': $(grep -h 'shard_optimizer' "$T/$name.out" | head -1) $(tail -2 "$T/$name.out" | tr '\n' ' ')"; fi
 }
-same_as() { # NAME REF: NAME's weights, state tensors and losses bitwise REF's
-  cmp -s "$(ck "$2" 30)/model.safetensors" "$(ck "$1" 30)/model.safetensors" && [ "$(losses "$T/$1")" = "$(losses "$T/$2")" ] &&
-    same_tensors "$(ck "$2" 30)/state.safetensors" "$(ck "$1" 30)/state.safetensors" >/dev/null
+same_as() { # NAME REF: NAME's weights, state tensors and losses (40 steps) bitwise REF's
+  cmp -s "$(ck "$2" 40)/model.safetensors" "$(ck "$1" 40)/model.safetensors" && [ "$(losses "$T/$1")" = "$(losses "$T/$2")" ] &&
+    same_tensors "$(ck "$2" 40)/state.safetensors" "$(ck "$1" 40)/state.safetensors" >/dev/null
 }
-timed="median step [0-9.]* ms with ZeRO-1 sharing the weights, [0-9.]* ms with the all-reduce [a-z ]* (6 steps each, mean of 2 ranks)"
+train 2 u2sgd40 --set ddp.shard_optimizer=false --set train.max_steps=40
+train 2 u2adamw40 "${ADAM[@]}" --set ddp.shard_optimizer=false --set train.max_steps=40
+timed="median step [0-9.]* ms with ZeRO-1 sharing the weights, [0-9.]* ms with the all-reduce [a-z ]* (6 steps each, in turns of 3, mean of 2 ranks)"
 auto_case a2 "$timed: \(ZeRO-1\|the all-reduce\)" 2 --
-same_as a2 u2sgd && ok "auto on 2 ranks, the fastest way kept: bitwise the all-reduce run's weights, state and losses" ||
+same_as a2 u2sgd40 && ok "auto on 2 ranks, the fastest way kept: bitwise the all-reduce run's weights, state and losses" ||
   fail "auto against the all-reduce run" "$(tail -2 "$T/a2.out" | tr '\n' ' ')"
 CDDP_TRIAL_PICK=sharded auto_case a2z "$timed: ZeRO-1 (CDDP_TRIAL_PICK)" 2 -- "${ADAM[@]}"
-same_as a2z u2adamw && ok "auto kept ZeRO-1 (AdamW + clip, accumulation 3): bitwise the all-reduce run's weights, state and losses" ||
+same_as a2z u2adamw40 && ok "auto kept ZeRO-1 (AdamW + clip, accumulation 3): bitwise the all-reduce run's weights, state and losses" ||
   fail "auto into ZeRO-1" "$(tail -2 "$T/a2z.out" | tr '\n' ' ')"
 CDDP_TRIAL_PICK=after auto_case a2r "$timed: the all-reduce (CDDP_TRIAL_PICK)" 2 -- "${ADAM[@]}"
-same_as a2r u2adamw && ok "auto went back to the all-reduce after timing ZeRO-1 (moments all-gathered, weights unshared): bitwise the all-reduce run's" ||
+same_as a2r u2adamw40 && ok "auto went back to the all-reduce after timing ZeRO-1 (moments all-gathered, weights unshared): bitwise the all-reduce run's" ||
   fail "auto out of ZeRO-1" "$(tail -2 "$T/a2r.out" | tr '\n' ' ')"
 auto_case atcp "ZeRO-1 off: the ranks cannot share one copy of the parameters (not all over shared memory, or the world may re-form)" 2 -- --transport tcp
 auto_case abf16 "ZeRO-1 off: ddp.compress is not none" 2 -- --set ddp.compress=bf16

@@ -44,64 +44,98 @@ static const char *way_name(int w) {
   return w == CDDP__WAY_SHARDED ? "ZeRO-1 sharing the weights" : w == CDDP__WAY_OVERLAPPED ? "overlapped" : "after backward";
 }
 
-/* Every way timed: the ranks' medians summed, the fastest kept (CDDP_TRIAL_PICK may name one). */
-static cddp_result_t decide(trainer_t *t) {
+/* The way CDDP_TRIAL_PICK names among those timed, else -1 (a name of no such way is warned about). */
+static int picked_way(const cddp__overlap_trial_t *o) {
+  const char *pick = cddp__knob_str(CDDP_KNOB_TRIAL_PICK);
+  if (!*pick) return -1;
+  for (int w = 0; w < CDDP__WAYS; w++)
+    if ((o->ways >> w & 1) && !strcmp(pick, w == CDDP__WAY_SHARDED ? "sharded" : w ? "overlapped" : "after")) return w;
+  CDDP_WARN("CDDP_TRIAL_PICK=%s names no way this trial timed (after, overlapped, sharded): the fastest is kept", pick);
+  return -1;
+}
+
+/* The all-reduce's ways are timed: the ranks' medians summed, the faster one in *reduce. */
+static cddp_result_t end_reduce_phase(trainer_t *t, int *reduce) {
   cddp__overlap_trial_t *o = &t->overlap_trial;
   enum { N = CDDP__OVERLAP_TRIAL_STEPS };
-  double sum[CDDP__WAYS] = {0, 0, 0};
-  for (int w = 0; w < CDDP__WAYS; w++)
+  double sum[2] = {0, 0};
+  for (int w = 0; w < 2; w++)
     if (o->ways >> w & 1) sum[w] = median(o->ms[w], N);
-  CDDP_CHECK(cddp_allreduce(cddp_world_comm(t->w), sum, sum, CDDP__WAYS, CDDP_F64, CDDP_SUM));
-  o->active = 0;
-  int best = -1, reduce = -1; /* the fastest way, the fastest all-reduce way */
-  for (int w = 0; w < CDDP__WAYS; w++) {
-    if (!(o->ways >> w & 1)) continue;
-    if (best < 0 || sum[w] < sum[best]) best = w;
-    if (w != CDDP__WAY_SHARDED && (reduce < 0 || sum[w] < sum[reduce])) reduce = w;
+  CDDP_CHECK(cddp_allreduce(cddp_world_comm(t->w), sum, sum, 2, CDDP_F64, CDDP_SUM));
+  if ((o->ways & 3) != 3) {
+    *reduce = o->ways & 1 ? CDDP__WAY_AFTER : CDDP__WAY_OVERLAPPED;
+    return CDDP_OK;
   }
-  const char *pick = cddp__knob_str(CDDP_KNOB_TRIAL_PICK);
-  int picked = -1;
-  for (int w = 0; w < CDDP__WAYS; w++)
-    if (*pick && (o->ways >> w & 1) && !strcmp(pick, w == CDDP__WAY_SHARDED ? "sharded" : w ? "overlapped" : "after")) picked = w;
-  if (*pick && picked < 0)
-    CDDP_WARN("CDDP_TRIAL_PICK=%s names no way this trial timed (after, overlapped, sharded): the fastest is kept", pick);
-  if (picked >= 0) best = picked;
-  if ((o->ways & 3) == 3 && t->rank == 0)
+  *reduce = sum[1] < sum[0] ? CDDP__WAY_OVERLAPPED : CDDP__WAY_AFTER;
+  if (t->rank == 0)
     CDDP_INFO(CDDP_SUB_TRAIN,
               "ddp.overlap auto: median step %.2f ms overlapped with backward, %.2f ms after it "
               "(%d steps each, mean of %d ranks): %s",
-              sum[1] / t->world, sum[0] / t->world, N, t->world, way_name(reduce));
-  if (o->ways >> CDDP__WAY_SHARDED & 1 && t->rank == 0)
+              sum[1] / t->world, sum[0] / t->world, N, t->world, way_name(*reduce));
+  return CDDP_OK;
+}
+
+static void keep_reduce(trainer_t *t, int way) {
+  t->overlap = way;
+  cddp_ddp_set_overlap(t->ddp, t->overlap);
+}
+
+/* Both blocks' steps are timed: ZeRO-1 against the all-reduce's faster way, the ranks' medians
+ * summed; the faster is kept (CDDP_TRIAL_PICK may name one). */
+static cddp_result_t end_sharded_phase(trainer_t *t) {
+  cddp__overlap_trial_t *o = &t->overlap_trial;
+  enum { N = CDDP__OVERLAP_TRIAL_STEPS };
+  double sum[2] = {median(o->ms2[0], N), median(o->ms2[1], N)};
+  CDDP_CHECK(cddp_allreduce(cddp_world_comm(t->w), sum, sum, 2, CDDP_F64, CDDP_SUM));
+  o->active = 0;
+  int picked = picked_way(o), way = picked >= 0 ? picked : sum[1] < sum[0] ? CDDP__WAY_SHARDED : o->ref;
+  if (t->rank == 0)
     CDDP_INFO(CDDP_SUB_TRAIN,
               "ddp.shard_optimizer auto: median step %.2f ms with ZeRO-1 sharing the weights, %.2f ms with the all-reduce "
-              "%s (%d steps each, mean of %d ranks): %s%s",
-              sum[CDDP__WAY_SHARDED] / t->world, sum[reduce] / t->world, way_name(reduce), N, t->world,
-              best == CDDP__WAY_SHARDED ? "ZeRO-1" : "the all-reduce", picked >= 0 ? " (CDDP_TRIAL_PICK)" : "");
-  if (best != CDDP__WAY_SHARDED) {
-    if (t->zero1.on) CDDP_CHECK(cddp__zero1_leave(t));
-    t->overlap = best;
-    cddp_ddp_set_overlap(t->ddp, t->overlap);
-  }
+              "%s (%d steps each, in turns of %d, mean of %d ranks): %s%s",
+              sum[1] / t->world, sum[0] / t->world, way_name(o->ref), N, CDDP__TRIAL_TURN, t->world,
+              way == CDDP__WAY_SHARDED ? "ZeRO-1" : "the all-reduce", picked >= 0 ? " (CDDP_TRIAL_PICK)" : "");
+  if (way == CDDP__WAY_SHARDED) return t->zero1.on ? CDDP_OK : cddp__zero1_enter(t);
+  if (t->zero1.on) CDDP_CHECK(cddp__zero1_leave(t));
+  keep_reduce(t, way);
   return CDDP_OK;
 }
 
 cddp_result_t cddp__overlap_trial_begin(trainer_t *t) {
   cddp__overlap_trial_t *o = &t->overlap_trial;
   if (!o->active) return CDDP_OK;
-  int reduced = timed(o, CDDP__WAY_AFTER) && timed(o, CDDP__WAY_OVERLAPPED);
-  if (reduced && timed(o, CDDP__WAY_SHARDED)) return decide(t);
-  if (reduced) { /* the all-reduce ways are timed: ZeRO-1's turn */
-    if (!t->zero1.on) {
-      CDDP_CHECK(cddp__zero1_enter(t));
-      o->skip = 1; /* its first step touches the fresh shard state */
+  if (!o->sharded_phase) {
+    if (!timed(o, CDDP__WAY_AFTER) || !timed(o, CDDP__WAY_OVERLAPPED)) {
+      /* alternate, the way with fewer timed steps first, so drift falls on both alike */
+      if ((o->ways & 3) == 3) o->mode = o->skip > 0 ? t->overlap : o->n[1] <= o->n[0];
+      else o->mode = o->ways & 1 ? CDDP__WAY_AFTER : CDDP__WAY_OVERLAPPED;
+      cddp_ddp_set_overlap(t->ddp, o->mode);
+      return CDDP_OK;
     }
-    o->mode = CDDP__WAY_SHARDED;
-    return CDDP_OK;
+    int reduce;
+    CDDP_CHECK(end_reduce_phase(t, &reduce));
+    if (!(o->ways >> CDDP__WAY_SHARDED & 1)) {
+      int picked = picked_way(o);
+      o->active = 0;
+      keep_reduce(t, picked >= 0 ? picked : reduce);
+      return CDDP_OK;
+    }
+    keep_reduce(t, reduce);
+    o->sharded_phase = 1, o->ref = reduce, o->left = 0, o->mode = reduce;
   }
-  /* alternate, the way with fewer timed steps first, so drift falls on both alike */
-  if ((o->ways & 3) == 3) o->mode = o->skip > 0 ? t->overlap : o->n[1] <= o->n[0];
-  else o->mode = o->ways & 1 ? CDDP__WAY_AFTER : CDDP__WAY_OVERLAPPED;
-  cddp_ddp_set_overlap(t->ddp, o->mode);
+  /* ZeRO-1 and the all-reduce's faster way take turns of CDDP__TRIAL_TURN timed steps, each
+   * after a step left untimed (the switch touches fresh state), so drift falls on both alike */
+  if (o->left > 0) return CDDP_OK;
+  if (o->n2[0] == CDDP__OVERLAP_TRIAL_STEPS && o->n2[1] == CDDP__OVERLAP_TRIAL_STEPS) return end_sharded_phase(t);
+  if (o->n2[1] <= o->n2[0]) {
+    CDDP_CHECK(cddp__zero1_enter(t));
+    o->mode = CDDP__WAY_SHARDED;
+  } else {
+    CDDP_CHECK(cddp__zero1_leave(t));
+    keep_reduce(t, o->ref);
+    o->mode = o->ref;
+  }
+  o->left = CDDP__TRIAL_TURN, o->skip = 1;
   return CDDP_OK;
 }
 
@@ -110,6 +144,12 @@ void cddp__overlap_trial_end(trainer_t *t, uint64_t step_ns) {
   if (!o->active) return;
   if (o->skip > 0) {
     o->skip--;
+    return;
+  }
+  if (o->sharded_phase) {
+    int k = o->mode == CDDP__WAY_SHARDED;
+    if (o->n2[k] < CDDP__OVERLAP_TRIAL_STEPS) o->ms2[k][o->n2[k]++] = (double)step_ns / 1e6;
+    if (o->left > 0) o->left--;
     return;
   }
   if (o->n[o->mode] < CDDP__OVERLAP_TRIAL_STEPS) o->ms[o->mode][o->n[o->mode]++] = (double)step_ns / 1e6;
