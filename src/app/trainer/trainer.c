@@ -180,6 +180,19 @@ static cddp_result_t tolerate_lost_peer(const trainer_t *t, cddp_result_t r, int
   return CDDP_OK;
 }
 
+/* The start line's word on when the gradients are combined: the way, or the ways the first
+ * steps' trial times (overlap_trial.c). */
+static const char *when_reduced(const trainer_t *t) {
+  const cddp__overlap_trial_t *o = &t->overlap_trial;
+  if (t->zero1.on) return "after backward";
+  if (o->ways >> CDDP__WAY_SHARDED & 1)
+    return (o->ways & 3) == 3 ? "overlapped with backward or after it, or ZeRO-1 sharing the weights, whichever the first steps time fastest"
+           : t->overlap       ? "overlapped with backward, or ZeRO-1 sharing the weights, whichever the first steps time faster"
+                              : "after backward, or ZeRO-1 sharing the weights, whichever the first steps time faster";
+  if (o->active) return "overlapped with backward or after it, whichever the first steps time faster";
+  return t->overlap ? "overlapped with backward" : "after backward";
+}
+
 static cddp_result_t setup(trainer_t *t) {
   cddp_train_config_t *c = &t->cfg;
   /* these two fail alike on every rank: only rank 0 need say so */
@@ -253,14 +266,7 @@ static cddp_result_t setup(trainer_t *t) {
             c->ref_batch > 0 ? c->ref_batch : c->global_batch, t->total_steps, per_epoch, threads,
             t->zero1.shared ? "ZeRO-1 (optimizer state sharded, one copy of the weights in shared memory): reduce-scatter"
             : t->zero1.on ? "ZeRO-1 (optimizer state sharded): reduce-scatter + all-gather" : "all-reduce",
-            t->zero1.on ? "after backward"
-            : t->overlap_trial.ways >> CDDP__WAY_SHARDED & 1
-                ? (t->overlap_trial.ways & 3) == 3
-                      ? "overlapped with backward or after it, or ZeRO-1 sharing the weights, whichever the first steps time fastest"
-                      : t->overlap ? "overlapped with backward, or ZeRO-1 sharing the weights, whichever the first steps time faster"
-                                   : "after backward, or ZeRO-1 sharing the weights, whichever the first steps time faster"
-            : t->overlap_trial.active ? "overlapped with backward or after it, whichever the first steps time faster"
-            : t->overlap ? "overlapped with backward" : "after backward", t->run_dir);
+            when_reduced(t), t->run_dir);
   if (replacement) return cddp__train_join_as_replacement(t);
   if (lost) {
     CDDP_INFO(CDDP_SUB_TRAIN, "a peer was lost while the job started (%s): recovering", cddp_last_error());

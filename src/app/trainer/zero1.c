@@ -1,7 +1,8 @@
 /* zero1.c - ZeRO-1 (ddp.shard_optimizer): each rank keeps 1/world of the optimizer state and
  * updates 1/world of the parameters. The reduce-scatter and all-gather together move the
- * bytes of one all-reduce; over shared memory both sum in rank order as the all-reduce does,
- * so the parameters are bitwise those of the unsharded run (docs/zero1.md). */
+ * bytes of one all-reduce (with one shared copy of the weights on a host, the all-gather goes);
+ * over shared memory the sum is in rank order as the all-reduce's, so the parameters are
+ * bitwise those of the unsharded run (docs/zero1.md). */
 #include "trainer/zero1.h"
 
 #include <malloc.h>
@@ -142,41 +143,34 @@ size_t cddp__zero1_shard(const cddp__zero1_t *z, int q, size_t *lo) {
 cddp_result_t cddp__zero1_step(trainer_t *t, float lr, double *norm, uint64_t *comm_ns, uint64_t *optim_ns) {
   cddp__zero1_t *z = &t->zero1;
   float *g = t->grads + z->lo, *p = t->params + z->lo;
+  cddp_comm_t *comm = cddp_world_comm(t->w);
   uint64_t t0 = cddp__now_ns();
   /* in place (NCCL's form): this rank's block of the buffer receives the sum, zero copy over shm */
-  CDDP_CHECK(cddp_reduce_scatter(cddp_world_comm(t->w), t->grads, g, z->per, CDDP_F32, CDDP_SUM));
+  CDDP_CHECK(cddp_reduce_scatter(comm, t->grads, g, z->per, CDDP_F32, CDDP_SUM));
   double ss = cddp__optim_sumsq(g, z->len);
-  if (z->shared && t->opt.spec.grad_clip <= 0) { /* the update needs no norm: it goes first */
-    uint64_t t1 = cddp__now_ns();
-    cddp__optim_step_shard(&t->opt, p, g, lr, 0);
-    uint64_t t2 = cddp__now_ns();
-    /* the global norm; and once every rank is in, every shard of the one copy is written */
-    CDDP_CHECK(cddp_allreduce(cddp_world_comm(t->w), &ss, &ss, 1, CDDP_F64, CDDP_SUM));
-    *norm = sqrt(ss);
-    *optim_ns = t2 - t1;
-    *comm_ns = (t1 - t0) + (cddp__now_ns() - t2);
-    return CDDP_OK;
-  }
-  CDDP_CHECK(cddp_allreduce(cddp_world_comm(t->w), &ss, &ss, 1, CDDP_F64, CDDP_SUM)); /* the global norm */
+  /* clipping scales by the global norm, so its all-reduce goes first; else it comes after the
+   * update, where with shared weights it also says that every shard of the one copy is written */
+  int norm_first = t->opt.spec.grad_clip > 0 || !z->shared;
+  if (norm_first) CDDP_CHECK(cddp_allreduce(comm, &ss, &ss, 1, CDDP_F64, CDDP_SUM));
   uint64_t t1 = cddp__now_ns();
-  *norm = sqrt(ss);
-  cddp__optim_step_shard(&t->opt, p, g, lr, *norm);
+  cddp__optim_step_shard(&t->opt, p, g, lr, sqrt(ss));
   uint64_t t2 = cddp__now_ns();
-  if (z->shared) { /* no rank reads the parameters before every shard is written */
-    CDDP_CHECK(cddp_barrier(cddp_world_comm(t->w)));
-    *optim_ns = t2 - t1;
+  if (!norm_first) CDDP_CHECK(cddp_allreduce(comm, &ss, &ss, 1, CDDP_F64, CDDP_SUM));
+  else if (z->shared) CDDP_CHECK(cddp_barrier(comm)); /* no rank reads the weights before every shard is written */
+  *norm = sqrt(ss);
+  *optim_ns = t2 - t1;
+  if (z->shared) {
     *comm_ns = (t1 - t0) + (cddp__now_ns() - t2);
     return CDDP_OK;
   }
   /* through the gradient buffer, which is comm memory: the all-gather then copies straight from
    * the peers' buffers (an ordinary buffer goes through the staging slots, 4.5x slower at 7 MiB) */
   memcpy(g, p, z->len * sizeof *g);
-  CDDP_CHECK(cddp_allgather(cddp_world_comm(t->w), g, t->grads, z->per, CDDP_F32)); /* in place */
+  CDDP_CHECK(cddp_allgather(comm, g, t->grads, z->per, CDDP_F32)); /* in place */
   for (int q = 0; q < t->world; q++) {
     size_t lo, len = cddp__zero1_shard(z, q, &lo);
     if (q != t->rank) memcpy(t->params + lo, t->grads + lo, len * sizeof *t->params);
   }
-  *optim_ns = t2 - t1;
   *comm_ns = (t1 - t0) + (cddp__now_ns() - t2);
   return CDDP_OK;
 }
