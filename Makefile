@@ -72,6 +72,15 @@ endif
 LDLIBS := -lopenblas -lyaml $(LIB_LDLIBS) $(CUDA_LDLIBS)
 CFLAGS ?=
 ALL_CFLAGS := $(CFLAGS_BASE) $(CFLAGS)
+# Every object depends on a stamp of the flags that shape it. The stamp is rewritten only when
+# they change, so a feature that appears after the first build (MPI installed by the test
+# command after the README's build command) rebuilds everything instead of keeping the old answer.
+FLAGS_STAMP := $(BUILD)/flags.stamp
+FLAGS_NOW := $(CC) $(ALL_CFLAGS) | $(MPI_CFLAGS) | $(NVCC) $(NVCCFLAGS) | $(LDFLAGS) $(LDLIBS)
+ifneq ($(FLAGS_NOW),$(file <$(FLAGS_STAMP)))
+$(shell mkdir -p $(BUILD))
+$(file >$(FLAGS_STAMP),$(FLAGS_NOW))
+endif
 
 LIB_SRCS  := $(sort $(wildcard src/common/*.c src/store/*.c src/comm/*.c src/world/*.c src/ddp/*.c))
 APP_MAIN  := src/app/cli/main.c
@@ -110,12 +119,13 @@ examples: $(EXAMPLE_BINS)
 
 # Quiet by default; V=1 shows the commands.
 Q := $(if $(V),,@)
-$(BUILD)/obj/%.o: %.c
+$(FLAGS_STAMP): ;
+$(BUILD)/obj/%.o: %.c $(FLAGS_STAMP)
 	@mkdir -p $(dir $@)
 	@$(if $(V),,echo "  CC    $<")
 	$(Q)$(CC) $(ALL_CFLAGS) -MMD -MP -c $< -o $@
 
-$(BUILD)/obj/%.o: %.cu
+$(BUILD)/obj/%.o: %.cu $(FLAGS_STAMP)
 	@mkdir -p $(dir $@)
 	@$(if $(V),,echo "  NVCC  $<")
 	$(Q)$(NVCC) $(NVCCFLAGS) -MMD -MP -c $< -o $@
