@@ -198,7 +198,7 @@ one_peer() {
       cmd=("$CDDP" run $l --max-restarts 3 /usr/bin/python3) ;;
   esac
   run_job "$1$2" "$w/run/steps.jsonl" "ddp_fmnist_elastic.py --run-dir $w/run" \
-    env OPENBLAS_CORETYPE="${OPENBLAS_CORETYPE:-SkylakeX}" timeout 600 "${pre[@]}" "${cmd[@]}" \
+    env OPENBLAS_CORETYPE="${OPENBLAS_CORETYPE:-$("$ROOT"/scripts/openblas-coretype.sh)}" timeout 600 "${pre[@]}" "${cmd[@]}" \
     "$PEER" --run-dir "$w/run" --epochs 1 --ckpt-every "$CKPT"
   read -r kt _ _ <"$OUT/$1$2.kill"
   # the restarted group's resume line after the kill: the step of the checkpoint it loaded + 1,

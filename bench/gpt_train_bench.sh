@@ -6,7 +6,8 @@
 # Rows, in fp32 and, where the CPU has AVX512-BF16, in bf16 (cddp's train.precision bf16;
 # torch.autocast's bf16 matmuls through oneDNN), each pair run back to back: cddp 2 ranks x 1
 # thread (cddp run), PyTorch DDP over gloo 2 ranks x 1 thread (torchrun); then one PyTorch
-# process with 2 threads (OMP_WAIT_POLICY=PASSIVE). The peers run with OPENBLAS_CORETYPE=SkylakeX.
+# process with 2 threads (OMP_WAIT_POLICY=PASSIVE). The peers run with the best
+# OPENBLAS_CORETYPE for the CPU (scripts/openblas-coretype.sh).
 # Tokens/s over the timed steps (the first 5 are warm-up), the validation loss (nats/byte)
 # after the same number of steps, each precision's ratio, and best against best.
 set -uo pipefail
@@ -56,7 +57,7 @@ run_peer_ddp() { # PREC
   (cd "$OUT" && OMP_NUM_THREADS=1 timeout 3600 "$PY" -m torch.distributed.run --standalone --nproc_per_node 2 \
      --redirects 1 --tee 1 "$PEER" --threads 1 --max-steps "$STEPS" --precision "$1") >"$OUT/peer-ddp-$1.txt" 2>&1
 }
-export OMP_WAIT_POLICY=PASSIVE OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-SkylakeX}
+export OMP_WAIT_POLICY=PASSIVE OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-$("$ROOT"/scripts/openblas-coretype.sh)}
 for p in $PRECS; do # interleaved, so the VM's drift falls on both sides alike
   run_cddp "$p"
   run_peer_ddp "$p"

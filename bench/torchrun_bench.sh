@@ -15,6 +15,7 @@
 # torchrun's in part 2 (it only delays torchrun's exit there). Logs in DIR (elastic/ and launch/).
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
+ROOT=$PWD
 LAUNCHES=5
 OUT=""
 MONITOR=5
@@ -40,7 +41,7 @@ mkdir -p "$OUT/launch" && OUT=$(cd "$OUT" && pwd)
 bench/elastic_bench.sh --rows torchrun,cddp-run "${pass[@]}" --out "$OUT/elastic" ||
   { rc=$?; [ "$rc" = 2 ] && [ -n "$made" ] && rm -rf "$made"; exit "$rc"; }
 
-export OMP_NUM_THREADS=1 OMP_WAIT_POLICY=PASSIVE OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-SkylakeX}
+export OMP_NUM_THREADS=1 OMP_WAIT_POLICY=PASSIVE OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-$("$ROOT"/scripts/openblas-coretype.sh)}
 STAMP=bench/peers/init_stamp.py
 # launch NAME I CMD...: runs CMD once, appends the seconds from just before it to the later
 # worker's `init` stamp (or '-') to launch/NAME.txt

@@ -7,7 +7,7 @@
 # it, and ZeRO-1 sharing the weights, and keep the fastest: the row names its choice), then each
 # way forced: all-reduce overlapped, all-reduce after backward, ZeRO-1;
 # PyTorch DDP over gloo 2 ranks x 1 thread (torchrun), and the best single PyTorch process (2 threads, OMP_WAIT_POLICY=PASSIVE), the
-# peers with OPENBLAS_CORETYPE=SkylakeX (their fastest kernels on this CPU).
+# peers with the OPENBLAS_CORETYPE of scripts/openblas-coretype.sh (their fastest kernels on the CPU).
 # Speed is samples/s over the timed steps (the first 5 are warm-up), from each program's own
 # log: cddp's metrics.jsonl, the peer's final line. cddp's row also shows the fraction of
 # step time that was exposed communication (all-reduce not hidden behind backward).
@@ -55,7 +55,7 @@ cddp_row() {
     s > 5 { N += n; T += t; C += c }
     END { if (T > 0) printf "%.0f %.1f\n", N / T * 1000, 100 * C / T; else print "- -" }' "$OUT/runs/$name/metrics.jsonl"
 }
-export OMP_WAIT_POLICY=PASSIVE OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-SkylakeX}
+export OMP_WAIT_POLICY=PASSIVE OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-$("$ROOT"/scripts/openblas-coretype.sh)}
 rate() { sed -n 's/.*peer ddp: .*, \([0-9]*\) samples\/s.*/\1/p' "$1" | tail -1; }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a + 0 > 0 && b + 0 > 0) printf "%.2fx", a / b; else print "-" }'; }
 median() { tr ' ' '\n' | grep -E '^[0-9.]+$' | sort -n | awk '{ v[NR] = $1 } END { if (NR == 0) print "-"; else if (NR % 2) print v[(NR + 1) / 2]; else printf "%.6g\n", (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }

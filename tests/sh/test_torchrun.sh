@@ -9,11 +9,11 @@ PY=/usr/bin/python3
 if ! "$PY" -c 'import torch.distributed' 2>/dev/null; then
   echo "ok 1 - test_torchrun # SKIP $PY has no torch (apt-get install python3-torch)"; exit 0
 fi
+export CDDP_PYTHON=$PY OPENBLAS_CORETYPE=$(scripts/openblas-coretype.sh)
 T=$(mktemp -d /tmp/cddp-torchrun.XXXXXX)
 trap 'kill $(jobs -p) 2>/dev/null; rm -rf "$T"' EXIT
 cp -r tests/torch/. "$T/"
 cd "$T" || exit 1
-export CDDP_PYTHON=$PY OPENBLAS_CORETYPE=SkylakeX
 # two launchers at once: L0 and L1 hold their outputs
 two() { # "ENV0" "ENV1" ARGS...: both nodes, same arguments, different environments
   local e0=$1 e1=$2; shift 2

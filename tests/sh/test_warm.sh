@@ -6,6 +6,7 @@
 # line as a fresh worker's do; -m works; no spare outlives the job; --warm-workers off and bad
 # values. Plain python3 with --warm-preload json for most; one case with torch and its default.
 cd "$(dirname "$0")/../.." && source tests/sh/lib.sh
+CORETYPE=$(scripts/openblas-coretype.sh) # for torch 1.13: the best kernels this CPU runs
 T=$(mktemp -d /tmp/cddp-warm.XXXXXX)
 trap 'kill $(jobs -p) 2>/dev/null; rm -rf "$T"' EXIT
 cp tests/torch/warm_probe.py tests/torch/restart.py "$T/"
@@ -78,7 +79,7 @@ CDDP_WARM_WORKERS=x "$CDDP" run --standalone warm_probe.py >"$T/bad.out" 2>&1; r
 
 # 6. torch, its default preload: restart-all with a SIGKILLed worker takes the spares
 if /usr/bin/python3 -c 'import torch.distributed' 2>/dev/null; then
-  CDDP_PYTHON=/usr/bin/python3 OPENBLAS_CORETYPE=SkylakeX run torch.out --warm-delay 0 restart.py
+  CDDP_PYTHON=/usr/bin/python3 OPENBLAS_CORETYPE=$CORETYPE run torch.out --warm-delay 0 restart.py
   n=$(grep -c "restart ok rank [01] of 2 attempt 1 " "$T/torch.out")
   if [ "$(cat "$T/torch.out.rc")" = 0 ] && [ "$n" = 2 ] && grep -q 'preloading torch,torch.distributed' "$T/torch.out" &&
      [ "$(grep -c 'takes over' "$T/torch.out")" = 2 ]; then ok "torch: a SIGKILLed worker; both restart from spares with torch imported"
