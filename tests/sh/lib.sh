@@ -24,6 +24,9 @@ for _ in range(200):
         s.close()'
 }
 finish() { exit $((t_failed > 0)); }
+# hw_absent TAG: 0 when this host lacks what a skip's tag names (tests/tap.sh, run.sh's own
+# probe); a case that needs it then reports "ok N - name # SKIP [TAG] why"
+hw_absent() { ( . tests/tap.sh && tap_hw_absent "$1" ); }
 # wait_all SECS PID...: waits for each (SIGKILLing what is left after SECS); exit codes in RC[].
 # The watchdog holds no output pipe (a reader of the test's output would wait for its sleep),
 # and it is stopped with SIGKILL: a subshell that catches a signal before it has reset the

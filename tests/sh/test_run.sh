@@ -115,7 +115,7 @@ if [ "$ncpu" -ge 2 ]; then
   [ "$(cpus_of 0)" = "$allowed" ] && [ "$(cpus_of 1)" = "$allowed" ] && ok "--cpu-bind none: every worker on all CPUs" ||
     fail "--cpu-bind none" "$(cat "$T/cb.out")"
 else
-  ok "--cpu-bind auto: skipped, one CPU"; ok "--cpu-bind none: skipped, one CPU"
+  ok "--cpu-bind auto # SKIP [cpus:2] one CPU to run on"; ok "--cpu-bind none # SKIP [cpus:2] one CPU to run on"
 fi
 first=${allowed%%[-,]*}
 taskset -c "$first" timeout 10 "$CDDP" run --nproc-per-node 2 sh -c 'grep Cpus_allowed_list /proc/self/status' >"$T/cb.out" 2>&1

@@ -14,6 +14,8 @@ ok 5 - a:torch (1 ms) # SKIP no torch here
 ok 6 - a:odd (1 ms) # SKIP [cpu:AVX;rm] not a flag
 not ok 7 - a:fails (exit 1)
 # ok 8 - a comment is no test
+ok 9 - a:bind # SKIP [cpus:100000] one CPU to run on
+ok 10 - a:bind1 # SKIP [cpus:1] claims fewer CPUs than any host has
 TAP
 tally() { # CI GPU(0|1): "passed failed skipped" for $T/tap
   (
@@ -26,14 +28,14 @@ tally() { # CI GPU(0|1): "passed failed skipped" for $T/tap
   ) 2>&1
 }
 r=$(tally 0 0)
-check "outside CI every skip is a skip, none a pass [$r]" test "$r" = "1 1 5"
+check "outside CI every skip is a skip, none a pass [$r]" test "$r" = "1 1 7"
 r=$(tally 1 0)
-check "in CI only the skips of missing hardware are accepted [$r]" test "$r" = "1 4 2"
+check "in CI only the skips of missing hardware are accepted [$r]" test "$r" = "1 5 3"
 check "in CI the accepted skips say what the host lacks" grep -q '^ok 2 .*(this host has no cpu:avx512_bf16)$' "$T/listed.10"
 check "in CI a refused skip is listed as a failure" grep -q '^not ok (a skip in CI) 5 - a:torch' "$T/listed.10"
 r=$(tally 1 1)
-check "in CI a [gpu] skip fails where a GPU is present [$r]" test "$r" = "1 5 1"
+check "in CI a [gpu] skip fails where a GPU is present [$r]" test "$r" = "1 6 2"
 printf 'processor\t: 0\n' >"$T/cpuinfo"
 r=$(tally 1 0)
-check "in CI no flags line confirms nothing missing [$r]" test "$r" = "1 5 1"
+check "in CI no flags line confirms no CPU flag missing [$r]" test "$r" = "1 6 2"
 finish
