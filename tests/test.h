@@ -35,6 +35,13 @@ void cddp_test_skip(const char *fmt, ...) __attribute__((noreturn, format(printf
  * sanitizers in tests/run.sh; raise it on a loaded host), 1 when unset or not a positive number. */
 double cddp_test_scale(void);
 
+/* Polls cond(arg) every 2 ms until it holds (returns 1) or secs, scaled by cddp_test_scale(),
+ * have passed (returns 0): waiting for the event itself instead of sleeping a guess. */
+int cddp_test_wait_for(int (*cond)(void *arg), void *arg, double secs);
+
+/* The state letter of process pid in /proc/PID/stat ('R', 'S', 'T' when stopped...), 0 if none. */
+char cddp_test_proc_state(int pid);
+
 #define TEST_FAIL(...)                                                               \
   do {                                                                               \
     fprintf(stderr, "%s:%d: ", __FILE__, __LINE__);                                  \

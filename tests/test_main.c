@@ -43,6 +43,29 @@ void cddp_test_skip(const char *fmt, ...) {
   exit(CDDP_TEST_SKIP_EXIT); /* exit, not _exit: a test's atexit cleanup still runs */
 }
 
+static double now_s(void);
+
+int cddp_test_wait_for(int (*cond)(void *arg), void *arg, double secs) {
+  double deadline = now_s() + secs * cddp_test_scale();
+  for (;;) {
+    if (cond(arg)) return 1;
+    if (now_s() > deadline) return 0;
+    usleep(2000);
+  }
+}
+
+char cddp_test_proc_state(int pid) {
+  char path[64], buf[512];
+  snprintf(path, sizeof path, "/proc/%d/stat", pid);
+  FILE *f = fopen(path, "r");
+  if (!f) return 0;
+  size_t n = fread(buf, 1, sizeof buf - 1, f);
+  fclose(f);
+  buf[n] = 0;
+  const char *paren = strrchr(buf, ')'); /* the name may hold spaces and parentheses */
+  return paren && paren[1] == ' ' ? paren[2] : 0;
+}
+
 double cddp_test_scale(void) {
   const char *v = getenv("CDDP_TEST_SCALE");
   double scale = v ? atof(v) : 1;

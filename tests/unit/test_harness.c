@@ -8,6 +8,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "common/clock.h"
 #include "test.h"
 
 TEST_FIXTURE(fixture_passes) { CHECK(1); }
@@ -73,6 +74,31 @@ TEST(a_skip_is_reported_as_a_skip_never_as_a_pass) {
 
 TEST(fixtures_stay_out_of_an_ordinary_run) {
   CHECK(getenv("CDDP_TEST_FIXTURES") == NULL || strcmp(getenv("CDDP_TEST_FIXTURES"), "1") != 0);
+}
+
+static int stopped(void *pid) { return cddp_test_proc_state(*(pid_t *)pid) == 'T'; }
+static int never(void *arg) { return (void)arg, 0; }
+static int second_call(void *arg) { return ++*(int *)arg >= 2; }
+
+TEST(wait_for_polls_until_the_event_or_the_scaled_time) {
+  int calls = 0;
+  CHECK(cddp_test_wait_for(second_call, &calls, 5) == 1);
+  CHECK_EQ(calls, 2);
+  setenv("CDDP_TEST_SCALE", "2", 1);
+  uint64_t t0 = cddp__now_ns();
+  CHECK(cddp_test_wait_for(never, NULL, 0.05) == 0);
+  CHECK(cddp__now_ns() - t0 >= 100000000ull); /* 0.05 s scaled by 2 */
+  CHECK_EQ(cddp_test_proc_state(getpid()), 'R');
+  pid_t child = fork();
+  if (child == 0) {
+    pause();
+    _exit(0);
+  }
+  kill(child, SIGSTOP);
+  CHECK(cddp_test_wait_for(stopped, &child, 10));
+  kill(child, SIGKILL);
+  waitpid(child, NULL, 0);
+  CHECK_EQ(cddp_test_proc_state(-1), 0);
 }
 
 TEST(the_scale_is_one_factor_from_the_environment) {
