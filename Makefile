@@ -211,9 +211,9 @@ tsan:
 
 # Build and run the store and comm tests under the sanitizers (tests/run.sh does this too).
 check-asan: asan
-	@fail=0; for t in build-asan/tests/test_store* build-asan/tests/test_comm*; do ASAN_OPTIONS=detect_leaks=1 CDDP_TEST_TIMEOUT_SCALE=4 $$t || fail=1; done; exit $$fail
+	@fail=0; for t in build-asan/tests/test_store* build-asan/tests/test_comm*; do ASAN_OPTIONS=detect_leaks=1 CDDP_TEST_SCALE=4 $$t || fail=1; done; exit $$fail
 check-tsan: tsan
-	@fail=0; for t in build-tsan/tests/test_store* build-tsan/tests/test_comm*; do TSAN_OPTIONS=halt_on_error=1 CDDP_TEST_TIMEOUT_SCALE=4 $$t || fail=1; done; exit $$fail
+	@fail=0; for t in build-tsan/tests/test_store* build-tsan/tests/test_comm*; do TSAN_OPTIONS=halt_on_error=1 CDDP_TEST_SCALE=4 $$t || fail=1; done; exit $$fail
 
 # every bench program (bench/Makefile) into build/bench/; the MPI peer when mpicc is there
 bench: lib $(BUILD)/libcddp-app.a

@@ -10,15 +10,37 @@
 #include "cddp/cddp.h"
 
 typedef void (*cddp_test_fn)(void);
-void cddp_test_register(const char *name, cddp_test_fn fn, int timeout_s);
+void cddp_test_register(const char *name, cddp_test_fn fn, int timeout_s, int fixture);
 
-#define TEST_TIMEOUT(name, secs)                                                     \
+#define CDDP_TEST_DEFINE(name, secs, fixture)                                         \
   static void name(void);                                                            \
   __attribute__((constructor)) static void register_##name(void) {                  \
-    cddp_test_register(#name, name, secs);                                           \
+    cddp_test_register(#name, name, secs, fixture);                                  \
   }                                                                                  \
   static void name(void)
+#define TEST_TIMEOUT(name, secs) CDDP_TEST_DEFINE(name, secs, 0)
 #define TEST(name) TEST_TIMEOUT(name, 60)
+/* A test of the harness itself: run only when CDDP_TEST_FIXTURES=1 (test_harness.c runs them). */
+#define TEST_FIXTURE(name) CDDP_TEST_DEFINE(name, 10, 1)
+
+/* Ends the test as skipped, never passed: "ok N - name # SKIP why" (exit 77, as libuv's
+ * RETURN_SKIP). A skip for missing hardware starts its reason with a tag that tests/run.sh
+ * checks against the host on its own: "[cpu:FLAG]" (a /proc/cpuinfo flag) or "[gpu]". With
+ * CI=true only such a confirmed skip is accepted; any other skip is a failure (docs: README). */
+#define CDDP_TEST_SKIP_EXIT 77
+void cddp_test_skip(const char *fmt, ...) __attribute__((noreturn, format(printf, 1, 2)));
+#define CDDP_TEST_SKIP(...) cddp_test_skip(__VA_ARGS__)
+
+/* The one factor every time bound of the tests is scaled by: CDDP_TEST_SCALE (4 under the
+ * sanitizers in tests/run.sh; raise it on a loaded host), 1 when unset or not a positive number. */
+double cddp_test_scale(void);
+
+/* Polls cond(arg) every 2 ms until it holds (returns 1) or secs, scaled by cddp_test_scale(),
+ * have passed (returns 0): waiting for the event itself instead of sleeping a guess. */
+int cddp_test_wait_for(int (*cond)(void *arg), void *arg, double secs);
+
+/* The state letter of process pid in /proc/PID/stat ('R', 'S', 'T' when stopped...), 0 if none. */
+char cddp_test_proc_state(int pid);
 
 #define TEST_FAIL(...)                                                               \
   do {                                                                               \

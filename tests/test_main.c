@@ -3,9 +3,11 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -18,12 +20,56 @@
 static struct {
   const char *name;
   cddp_test_fn fn;
-  int timeout_s;
+  int timeout_s, fixture;
 } tests[MAX_TESTS];
 static int ntests;
 
-void cddp_test_register(const char *name, cddp_test_fn fn, int timeout_s) {
-  if (ntests < MAX_TESTS) tests[ntests++] = (typeof(tests[0])){name, fn, timeout_s};
+void cddp_test_register(const char *name, cddp_test_fn fn, int timeout_s, int fixture) {
+  if (ntests < MAX_TESTS) tests[ntests++] = (typeof(tests[0])){name, fn, timeout_s, fixture};
+}
+
+/* A page shared with each test's process: the reason of a skip comes back through it. */
+#define SKIP_REASON_MAX 256
+static char *skip_reason;
+
+void cddp_test_skip(const char *fmt, ...) {
+  if (skip_reason) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(skip_reason, SKIP_REASON_MAX, fmt, ap);
+    va_end(ap);
+  }
+  fflush(NULL);
+  exit(CDDP_TEST_SKIP_EXIT); /* exit, not _exit: a test's atexit cleanup still runs */
+}
+
+static double now_s(void);
+
+int cddp_test_wait_for(int (*cond)(void *arg), void *arg, double secs) {
+  double deadline = now_s() + secs * cddp_test_scale();
+  for (;;) {
+    if (cond(arg)) return 1;
+    if (now_s() > deadline) return 0;
+    usleep(2000);
+  }
+}
+
+char cddp_test_proc_state(int pid) {
+  char path[64], buf[512];
+  snprintf(path, sizeof path, "/proc/%d/stat", pid);
+  FILE *f = fopen(path, "r");
+  if (!f) return 0;
+  size_t n = fread(buf, 1, sizeof buf - 1, f);
+  fclose(f);
+  buf[n] = 0;
+  const char *paren = strrchr(buf, ')'); /* the name may hold spaces and parentheses */
+  return paren && paren[1] == ' ' ? paren[2] : 0;
+}
+
+double cddp_test_scale(void) {
+  const char *v = getenv("CDDP_TEST_SCALE");
+  double scale = v ? atof(v) : 1;
+  return scale > 0 ? scale : 1;
 }
 
 static double now_s(void) {
@@ -95,12 +141,20 @@ int cddp_test_free_port(void) {
 int main(int argc, char **argv) {
   const char *prog = strrchr(argv[0], '/') ? strrchr(argv[0], '/') + 1 : argv[0];
   const char *filter = argc > 1 ? argv[1] : NULL;
-  double scale = getenv("CDDP_TEST_TIMEOUT_SCALE") ? atof(getenv("CDDP_TEST_TIMEOUT_SCALE")) : 1;
-  if (scale <= 0) scale = 1;
+  double scale = cddp_test_scale();
+  const char *fx = getenv("CDDP_TEST_FIXTURES");
+  int fixtures = fx && strcmp(fx, "1") == 0;
+  skip_reason = mmap(NULL, SKIP_REASON_MAX, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  if (skip_reason == MAP_FAILED) {
+    perror("mmap");
+    return 1;
+  }
   int failed = 0, run = 0;
   for (int i = 0; i < ntests; i++) {
     if (filter && !strstr(tests[i].name, filter)) continue;
+    if (tests[i].fixture != fixtures) continue;
     run++;
+    memset(skip_reason, 0, SKIP_REASON_MAX);
     fflush(NULL);
     double t0 = now_s();
     pid_t pid = fork();
@@ -115,6 +169,12 @@ int main(int argc, char **argv) {
     double ms = (now_s() - t0) * 1e3;
     if (!to && WIFEXITED(st) && WEXITSTATUS(st) == 0) {
       printf("ok %d - %s:%s (%.0f ms)\n", run, prog, tests[i].name, ms);
+    } else if (!to && WIFEXITED(st) && WEXITSTATUS(st) == CDDP_TEST_SKIP_EXIT) {
+      skip_reason[SKIP_REASON_MAX - 1] = 0; /* written by the test's process: bound it */
+      for (char *c = skip_reason; *c; c++)
+        if (*c == '\n' || *c == '\r') *c = ' '; /* one TAP line */
+      printf("ok %d - %s:%s (%.0f ms) # SKIP %s\n", run, prog, tests[i].name, ms,
+             skip_reason[0] ? skip_reason : "(no reason given)");
     } else {
       failed++;
       if (to)

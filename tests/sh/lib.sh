@@ -24,6 +24,27 @@ for _ in range(200):
         s.close()'
 }
 finish() { exit $((t_failed > 0)); }
+# The one factor every time bound of the tests is scaled by (CDDP_TEST_SCALE, as tests/test.h):
+# 4 under the sanitizers, more on a loaded host; 1 when unset or not a positive number.
+test_scale=$(awk -v k="${CDDP_TEST_SCALE:-1}" 'BEGIN { print (k + 0 > 0 ? k + 0 : 1) }')
+# scaled SECS: SECS times the factor
+scaled() { awk -v s="$1" -v k="$test_scale" 'BEGIN { print s * k }'; }
+# wait_for SECS CMD...: runs CMD every 50 ms until it succeeds (0), or 1 once SECS (scaled) have
+# passed: polling for the event itself, never a sleep that guesses how long it takes
+wait_for() {
+  local n; n=$(awk -v s="$1" -v k="$test_scale" 'BEGIN { printf "%d", s * k * 20 + 1 }'); shift
+  while [ "$n" -gt 0 ]; do "$@" && return 0; sleep 0.05; n=$((n - 1)); done
+  return 1
+}
+# port_listening PORT: some socket of this network namespace listens on PORT (read from /proc:
+# connecting to find out would be a stray client of the server under test)
+port_listening() {
+  local hex; hex=$(printf '%04X' "$1")
+  awk -v p=":$hex" '$4 == "0A" && substr($2, length($2) - 4) == p { f = 1 } END { exit !f }' /proc/net/tcp /proc/net/tcp6 2>/dev/null
+}
+# hw_absent TAG: 0 when this host lacks what a skip's tag names (tests/tap.sh, run.sh's own
+# probe); a case that needs it then reports "ok N - name # SKIP [TAG] why"
+hw_absent() { ( . tests/tap.sh && tap_hw_absent "$1" ); }
 # wait_all SECS PID...: waits for each (SIGKILLing what is left after SECS); exit codes in RC[].
 # The watchdog holds no output pipe (a reader of the test's output would wait for its sleep),
 # and it is stopped with SIGKILL: a subshell that catches a signal before it has reset the

@@ -33,11 +33,11 @@ agent() {
   A[$2]=$!; bg+=($!)
 }
 # agents NAME COUNT NNODES [--set ...]: a fresh port P, then agents 1..COUNT of job NAME (the
-# first 0.3 s ahead of the others: it hosts the store)
+# others once the first listens on P: it hosts the store)
 agents() {
   local name=$1 count=$2 nn=$3 i; shift 3
   P=$(free_port); A=()
-  agent "$name" 1 "$nn" "$@"; sleep 0.3
+  agent "$name" 1 "$nn" "$@"; wait_for 10 port_listening "$P"
   for i in $(seq 2 "$count"); do agent "$name" "$i" "$nn" "$@"; done
 }
 # progress NAME STEP: until job NAME's metrics reach STEP; else a failure with agent 1's last lines

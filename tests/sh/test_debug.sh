@@ -4,7 +4,13 @@
 cd "$(dirname "$0")/../.." && source tests/sh/lib.sh
 T=$(mktemp -d /tmp/cddp-debug.XXXXXX)
 trap 'rm -rf "$T"' EXIT
-job() { timeout 60 "$CDDP" run --standalone --nproc-per-node 2 "$CDDP" bench allreduce -b 4K -e 4K -n 2 -c 1 >"$1" 2>&1; }
+# job OUT: the bench under the launcher; its exit is a check of its own (the greps alone would
+# pass a run that printed its lines and then failed)
+job() {
+  timeout 60 "$CDDP" run --standalone --nproc-per-node 2 "$CDDP" bench allreduce -b 4K -e 4K -n 2 -c 1 >"$1" 2>&1
+  local rc=$?
+  [ $rc = 0 ] && ok "$(basename "$1" .out): the job exits 0" || fail "$(basename "$1" .out): the job" "exit $rc: $(tail -2 "$1" | tr '\n' ' ')"
+}
 
 CDDP_DEBUG=INFO CDDP_TRANSPORT=tcp job "$T/tcp.out"
 check "INFO over tcp names the interface" grep -q 'CDDP INFO NET .*using lo 127.0.0.1' "$T/tcp.out"

@@ -20,7 +20,8 @@ for k in $knobs; do nk=$((nk + 1)); grep -q "\`$k\`" docs/knobs.md || lacking="$
 subs=$(sed -n 's/.*CDDP_SUBSYS_MAP(X)//p; /X([A-Z]*, [0-9]*)/p' src/common/log.h | grep -o 'X([A-Z]*,' | tr -d 'X(,')
 lacking=""
 for s in $subs; do grep -q "CDDP_DEBUG_SUBSYS.*[^A-Z]$s[^A-Z]" docs/knobs.md || lacking="$lacking $s"; done
-[ -z "$lacking" ] && ok "docs/knobs.md names every log subsystem ($(echo $subs | tr ' ' ','))" || fail "log subsystems missing from docs/knobs.md" "$lacking"
+# an empty list (log.h's X-macro reshaped) would pass everything: there are more than 5
+[ -z "$lacking" ] && [ "$(echo $subs | wc -w)" -gt 5 ] && ok "docs/knobs.md names every log subsystem ($(echo $subs | tr ' ' ','))" || fail "log subsystems missing from docs/knobs.md" "found [$(echo $subs)], lacking [$lacking]"
 dead=""
 for p in $(grep -ohE '`(src|include)/[a-zA-Z0-9_/.-]+\.(c|h|map|in)`' docs/*.md README.md | tr -d '`' | sort -u); do
   [ -e "$p" ] || dead="$dead $p"

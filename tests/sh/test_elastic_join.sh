@@ -124,7 +124,7 @@ case_f() {
   kill -TERM "${A[1]}"
   wait_all 30 "${A[1]}"
   el=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.2f", b - a }')
-  if [ "${RC[0]}" = 143 ] && awk -v e="$el" 'BEGIN { exit !(e < 2) }' && ! kill -0 "$w" 2>/dev/null &&
+  if [ "${RC[0]}" = 143 ] && awk -v e="$el" -v b="$(scaled 2)" 'BEGIN { exit !(e < b) }' && ! kill -0 "$w" 2>/dev/null &&
      [ "$(grep -c '^cddp run: the agent on .* received SIGTERM' "$T/t1.out")" = 1 ]; then
     ok "f: SIGTERM while waiting below MIN: agent and worker gone in ${el} s (exit ${RC[0]})"
   else fail "f: SIGTERM while waiting" "rc=${RC[*]} el=$el worker $w $(kill -0 "$w" 2>/dev/null && echo alive) $(grep -h 'cddp run' "$T/t1.out" | tr '\n' ' ')"; fi

@@ -58,5 +58,8 @@ if [ -x build/tests/gpu/test_kernels ]; then
 else
   [ $rc = 2 ] && grep -q 'built without CUDA' "$tmp/gpu" && ok "tests/gpu/run.sh: built without CUDA, exit 2" ||
     fail "tests/gpu/run.sh without CUDA" "rc $rc: $(tail -2 "$tmp/gpu")"
+  for c in "test_kernels --self" "bench_gemm --cpu" "bench_ops --cpu"; do
+    ok "$c # SKIP [nvcc] built without CUDA: the device tests' CPU modes are not compiled"
+  done
 fi
 finish

@@ -19,7 +19,7 @@ stop_in() {
   local p=$1 out=$2 sig=$3 name=$4 t0 rc dt
   t0=$(date +%s.%N); kill -"$sig" "$p"; wait "$p"; rc=$?
   dt=$(echo "$(date +%s.%N) - $t0" | bc)
-  if [ $rc = $((128 + $(kill -l "$sig"))) ] && [ "$(echo "$dt < 3" | bc)" = 1 ] &&
+  if [ $rc = $((128 + $(kill -l "$sig"))) ] && [ "$(echo "$dt < $(scaled 3)" | bc)" = 1 ] &&
      grep -q "^cddp run: the agent on $HOST received SIG$sig while it waited on the store or its peers; exiting$" "$out"; then
     ok "$name: SIG$sig ends the agent in ${dt}s, exit $rc, one line"
   else fail "$name: SIG$sig" "rc=$rc after ${dt}s: $(tail -2 "$out" | tr '\n' ' ')"; fi
@@ -46,13 +46,14 @@ for i in 1 2; do
   CDDP_HEARTBEAT_TIMEOUT_MS=1000 "$CDDP" run --restart-mode replace --max-restarts 3 --nnodes 1:2 --nproc-per-node 1 \
     --rdzv-backend c10d --rdzv-endpoint 127.0.0.1:$P --rdzv-id c$P --rdzv-timeout 30 --grace-period 1 \
     "$W" sleep=60 >"$T/c$i.out" 2>&1 &
-  bg+=($!); sleep 0.3 # the first one hosts the store
+  bg+=($!); [ $i = 1 ] && wait_for 10 port_listening "$P" # the first one hosts the store
 done
 host=${bg[-2]} other=${bg[-1]}
 for _ in $(seq 200); do [ "$(cat "$T"/c[12].out | grep -c 'rank=')" = 2 ] && break; sleep 0.05; done
 kill -STOP "$host"
 for _ in $(seq 200); do grep -q "is cut off from the job" "$T/c2.out" && break; sleep 0.05; done
-sleep 1.5 # past its worker's grace period: in the store's retry loop now
+# past its worker's grace period (its worker gone): in the store's retry loop now
+wait_for 10 bash -c "! pgrep -P $other >/dev/null"
 if grep -q "is cut off from the job" "$T/c2.out"; then stop_in "$other" "$T/c2.out" TERM "signal (cut off, reconnecting)"
 else fail "signal (cut off): never cut off" "$(tail -3 "$T/c2.out" | tr '\n' ' ')"; fi
 kill -KILL "$host"; wait "$host" 2>/dev/null
@@ -67,7 +68,7 @@ for _ in $(seq 200); do grep -q "rank 1 fails" "$T/s.out" && break; sleep 0.02; 
 sleep 0.3
 t0=$(date +%s.%N); kill -TERM $p; wait $p; rc=$?
 dt=$(echo "$(date +%s.%N) - $t0" | bc)
-if [ $rc = 143 ] && ! grep -q "restarting the workers" "$T/s.out" && [ "$(echo "$dt < 3" | bc)" = 1 ] &&
+if [ $rc = 143 ] && ! grep -q "restarting the workers" "$T/s.out" && [ "$(echo "$dt < $(scaled 3)" | bc)" = 1 ] &&
    grep -q "^cddp run: the agent on $HOST received SIGTERM; workers stopped$" "$T/s.out"; then
   ok "signal (while stopping after a failure): the job ends (exit 143 in ${dt}s), no restart"
 else fail "signal (while stopping)" "rc=$rc after ${dt}s: $(grep -v '^\[rank' "$T/s.out" | tr '\n' ' ')"; fi

@@ -45,7 +45,9 @@ ranks_with_steps() { grep -cE '^  rank [0-3] +pid [0-9]+ +alive +step [1-9][0-9]
 # 1. a 2x2 job: both nodes and the four ranks with their step, three ways of naming the job
 job st
 at_step st 10 || fail "job started" "$(tail -n 3 "$T"/st.n*.out)"
-sleep 1.2 # every agent posted since step 10
+# until every rank's step is posted (the agents post every second or so)
+st_posted() { [ "$(ranks_with_steps "$("$CDDP" status 127.0.0.1:$P --rdzv-id "st$P" 2>&1)")" = 4 ]; }
+wait_for 15 st_posted
 out=$("$CDDP" status 127.0.0.1:$P --rdzv-id "st$P" 2>&1); rc=$?
 nodes=$(grep -cE '^node [01] .* running +ranks [0-9]-[0-9]' <<<"$out")
 if [ $rc = 0 ] && [ "$nodes" = 2 ] && [ "$(ranks_with_steps "$out")" = 4 ] &&
@@ -92,17 +94,20 @@ for i in 1 2 3; do
     --rdzv-id "loss$P" --rdzv-last-call 1 --restart-mode replace --max-restarts 3 "$CDDP" train --name loss "${ONE[@]}" \
     >"$T/loss$i.out" 2>&1 & # no timeout(1) between: the SIGKILL below is for the agent itself
   ag[$i]=$!
-  [ $i = 1 ] && sleep 0.3 # the first one hosts the store
+  [ $i = 1 ] && wait_for 10 port_listening "$P" # the first one hosts the store
 done
 at_step loss 30 || fail "3-node job started" "$(tail -n 3 "$T"/loss*.out)"
-sleep 1.2 # every agent posted its record
+# until every agent posted its record
+three_running() { [ "$("$CDDP" status 127.0.0.1:$P --rdzv-id "loss$P" 2>&1 | grep -cE '^node [0-2] .* running ')" = 3 ]; }
+wait_for 15 three_running
 kill -KILL "${ag[2]}" # the middle node: the last one's rank moves down
 recovered "loss$P"
 if [ -n "$ev" ] && grep -qE "^  [0-9:]{8}  generation [1-9][0-9]*: node .* \(agent [0-9]\) lost; 2 nodes, world 2$" <<<"$out"; then
   ok "a node lost: the generation's event names it, the survivors' recovery is timed"
 else fail "node lost event" "$out"; fi
-sleep 5.5
-out=$("$CDDP" status 127.0.0.1:$P --rdzv-id "loss$P" 2>&1)
+# until the lost node's record goes silent (its age past the silence limit)
+one_silent() { out=$("$CDDP" status 127.0.0.1:$P --rdzv-id "loss$P" 2>&1); [ "$(grep -c '^node .* silent ' <<<"$out")" = 1 ]; }
+wait_for 20 one_silent
 [ "$(grep -c '^node .* silent ' <<<"$out")" = 1 ] && grep -qE '^node 0 .* running +ranks 0-0 ' <<<"$out" &&
   grep -qE '^node 1 .* running +ranks 1-1 ' <<<"$out" && ok "the lost node's record is shown silent; the survivors renumbered (world 2)" ||
   fail "silent node" "$out"

@@ -7,8 +7,8 @@ cd "$(dirname "$0")/../.." && source tests/sh/lib.sh
 T=$(mktemp -d /tmp/cddp-train-test.XXXXXX)
 trap 'pkill -KILL -f "$T" 2>/dev/null; rm -rf "$T"' EXIT
 CFG=configs/fmnist_mlp.yaml
-run2() { timeout 300 "$CDDP" run --standalone --nproc-per-node 2 "$CDDP" train --config "$CFG" --work-dir "$T" "$@"; }
-run1() { timeout 300 "$CDDP" train --config "$CFG" --work-dir "$T" "$@"; }
+run2() { timeout "$(scaled 300)" "$CDDP" run --standalone --nproc-per-node 2 "$CDDP" train --config "$CFG" --work-dir "$T" "$@"; }
+run1() { timeout "$(scaled 300)" "$CDDP" train --config "$CFG" --work-dir "$T" "$@"; }
 # field NAME FILE: the values of "NAME": in a JSONL file, one per line (step lines only)
 field() { grep -v '"eval"' "$2" | sed -n "s/.*\"$1\":\([^,}]*\).*/\1/p"; }
 acc_of() { grep '"eval"' "$1" | tail -1 | sed -n 's/.*"accuracy":\([0-9.]*\).*/\1/p'; }
@@ -57,15 +57,29 @@ for sig in TERM KILL; do
   wait_step "$T/$name" 50
   agent="run --standalone --nproc-per-node 2 $CDDP train --config $CFG --work-dir $T --name $name"
   if [ $sig = TERM ]; then pkill -TERM -f "$agent"; else pkill -KILL -f "$agent"; pkill -KILL -f "train --config $CFG --work-dir $T --name $name"; fi
-  wait $pid 2>/dev/null
+  wait $pid; stop_rc=$? # the agent: 128+15 after SIGTERM (docs/launcher.md); SIGKILL: 128+9
+  want=$([ $sig = TERM ] && echo 143 || echo 137)
   stopped=$(field step "$T/$name/metrics.jsonl" | tail -1)
   run2 --name $name "${SMALL[@]}" --resume-from latest >"$T/$name.2.out" 2>&1; rc=$?
-  if [ $rc = 0 ] && [ "$stopped" -lt 200 ] && grep -q "resuming from" "$T/$name.2.out" && cmp -s "$ref" "$T/$name/checkpoints/step-000000200/model.safetensors"
-  then ok "SIG$sig at step $stopped, --resume-from latest: final weights bitwise equal to the uninterrupted run"
-  else fail "SIG$sig resume" "rc=$rc stopped=$stopped $(grep -h 'resum\|stopped\|error' "$T/$name".*.out | tr '\n' ' ')"; fi
+  if [ $rc = 0 ] && [ $stop_rc = $want ] && [ "$stopped" -lt 200 ] && grep -q "resuming from" "$T/$name.2.out" && cmp -s "$ref" "$T/$name/checkpoints/step-000000200/model.safetensors"
+  then ok "SIG$sig at step $stopped (exit $stop_rc), --resume-from latest: final weights bitwise equal to the uninterrupted run"
+  else fail "SIG$sig resume" "rc=$rc stop exit $stop_rc (want $want) stopped=$stopped $(grep -h 'resum\|stopped\|error' "$T/$name".*.out | tr '\n' ' ')"; fi
 done
 grep -q "stopped by signal at step" "$T/stopTERM.1.out" && ok "SIGTERM: the ranks agree on a step, save it and say so" ||
   fail "SIGTERM message" "$(tail -3 "$T/stopTERM.1.out" | tr '\n' ' ')"
+# cddp train itself, no agent between: 128+N after a signal, with a checkpoint (docs/train.md)
+for sig in TERM INT; do
+  name=alone$sig
+  "$CDDP" train --config "$CFG" --work-dir "$T" --name $name "${SMALL[@]}" --set ddp.threads=1 >"$T/$name.out" 2>&1 &
+  pid=$!
+  wait_step "$T/$name" 20
+  kill -$sig $pid
+  wait_all 120 $pid
+  want=$((128 + $(kill -l $sig)))
+  [ "${RC[0]}" = $want ] && ls "$T/$name/checkpoints" | grep -q '^step-' &&
+    ok "cddp train alone, SIG$sig: exit $want, a checkpoint saved" ||
+    fail "cddp train alone, SIG$sig" "exit ${RC[0]}, want $want: $(tail -2 "$T/$name.out" | tr '\n' ' ')"
+done
 
 # 3b. buckets overlapped with backward (small buckets: many of them) give the same bits as
 # one all-reduce after backward
@@ -125,13 +139,14 @@ stop_resume() {
   run2 --name "$name" "$@" --set ddp.threads=1 --set debug.slow_rank=0 --set debug.slow_ms=20 >"$T/$name.1.out" 2>&1 &
   pid=$!
   wait_step "$T/$name" 25
-  pkill -TERM -f "run --standalone --nproc-per-node 2 $CDDP train --config $CFG --work-dir $T --name $name"; wait $pid 2>/dev/null
+  pkill -TERM -f "run --standalone --nproc-per-node 2 $CDDP train --config $CFG --work-dir $T --name $name"; wait $pid
+  stop_rc=$?
   stopped=$(field step "$T/$name/metrics.jsonl" | tail -1)
   run2 --name "$name" "$@" --resume-from latest >"$T/$name.2.out" 2>&1; rc=$?
-  if [ $rc = 0 ] && [ "$stopped" -lt 60 ] && ! grep -q "no error-feedback" "$T/$name.2.out" &&
+  if [ $rc = 0 ] && [ $stop_rc = 143 ] && [ "$stopped" -lt 60 ] && ! grep -q "no error-feedback" "$T/$name.2.out" &&
      cmp -s "$T/$ref/checkpoints/step-000000060/model.safetensors" "$T/$name/checkpoints/step-000000060/model.safetensors"
   then ok "$what stopped at step $stopped and resumed: weights bitwise equal"
-  else fail "$what resume" "rc=$rc stopped=$stopped $(grep -h 'resum\|residual\|error' "$T/$name".*.out | tr '\n' ' ')"; fi
+  else fail "$what resume" "rc=$rc stop exit $stop_rc (want 143) stopped=$stopped $(grep -h 'resum\|residual\|error' "$T/$name".*.out | tr '\n' ' ')"; fi
 }
 stop_resume czsign czstop "sign compression (residuals restored)" "${CZ[@]}" --set ddp.compress=sign
 
@@ -165,13 +180,14 @@ EP=(--set model.hidden=[32] --set train.epochs=1 --set debug.sample_log=true --s
 run2 --name once "${EP[@]}" --set ddp.threads=1 >"$T/once.1.out" 2>&1 &
 pid=$!
 wait_step "$T/once" 60
-pkill -TERM -f "run --standalone --nproc-per-node 2 $CDDP train --config $CFG --work-dir $T --name once"; wait $pid 2>/dev/null
+pkill -TERM -f "run --standalone --nproc-per-node 2 $CDDP train --config $CFG --work-dir $T --name once"; wait $pid
+stop_rc=$?
 run1 --name once "${EP[@]}" --resume-from latest >"$T/once.2.out" 2>&1; rc=$?
 cat "$T"/once/samples/rank*.txt | awk '$1 == 0 { print $3 }' | sort -n >"$T/once.idx"
-if [ $rc = 0 ] && [ "$(wc -l <"$T/once.idx")" = 60000 ] && [ "$(uniq <"$T/once.idx" | wc -l)" = 60000 ] &&
+if [ $rc = 0 ] && [ $stop_rc = 143 ] && [ "$(wc -l <"$T/once.idx")" = 60000 ] && [ "$(uniq <"$T/once.idx" | wc -l)" = 60000 ] &&
    [ "$(head -1 "$T/once.idx")" = 0 ] && [ "$(tail -1 "$T/once.idx")" = 59999 ] && [ -s "$T/once/samples/rank1.txt" ]
 then ok "2 ranks stopped mid-epoch, resumed on 1 rank: every sample of the epoch exactly once (sample log)"
-else fail "exactly once" "rc=$rc $(wc -l <"$T/once.idx") lines, $(uniq -d <"$T/once.idx" | wc -l) repeated"; fi
+else fail "exactly once" "rc=$rc stop exit $stop_rc (want 143) $(wc -l <"$T/once.idx") lines, $(uniq -d <"$T/once.idx" | wc -l) repeated"; fi
 
 # 5. launchers: alone (a world of one), XTuner's variables, torchrun-style variables
 out=$(timeout 120 "$CDDP" train --config "$CFG" --work-dir "$T" --name alone --set model.hidden=[32] --set train.max_steps=5 2>&1)

@@ -60,6 +60,8 @@ TEST(hang_not_when_all_wait_or_all_work) {
   CHECK_EQ(cddp__hang_find(p, pid, 2, 60 * S, 5000, 0, why, sizeof why), -1);
 }
 
+static int child_is_stopped(void *pid) { return cddp_test_proc_state(*(pid_t *)pid) == 'T'; }
+
 TEST(hang_stopped_worker_inside_a_collective) {
   cddp__progress_t p[2];
   pid_t child = fork();
@@ -68,7 +70,7 @@ TEST(hang_stopped_worker_inside_a_collective) {
     _exit(0);
   }
   kill(child, SIGSTOP);
-  usleep(50000);
+  CHECK(cddp_test_wait_for(child_is_stopped, &child, 10)); /* the kernel shows it: 'T' */
   pid_t pid[2] = {getpid(), child};
   char why[320];
   setup(p, 6, 5, 6, 5); /* both inside the same collective; worker 1 is stopped */

@@ -640,7 +640,8 @@ static int finish(agent_t *a, int code) {
   } else if (a->rz.nodes) {
     if (a->elastic) a->rz.nnodes = a->ms.cur.n; /* count out the nodes still in the job */
     int hosting = a->server != NULL || cddp__store_move_hosting(a->ms.mv); /* the others need it to count out */
-    cddp__rdzv_exit(a->store, &a->rz, hosting && !(a->elastic && a->ms.ending), a->o->grace_ms);
+    /* at most --rdzv-conf close_timeout (default the grace period), which it used to ignore */
+    cddp__rdzv_exit(a->store, &a->rz, hosting && !(a->elastic && a->ms.ending), a->o->close_ms);
     cddp__rdzv_release(&a->rz);
   }
   /* the watcher may still be blocked on the connection: leave it to process exit */
