@@ -98,7 +98,7 @@ static void start_warm(agent_t *a) {
 }
 
 /* Whether the workers meet in a TCPStore this agent serves, as torchrun's static rendezvous
- * has them do: a torch 1.x script (the protocol store/torch_proto.c speaks to the agent's workers). */
+ * has them do: a torch 1.x or 2.x script (the protocols store/torch_proto.c speaks). */
 static void choose_torch_store(agent_t *a) {
   char why[320] = "";
   int at = a->o->agent_store ? cddp__program_python_args(a->prog, why, sizeof why) : -1;
@@ -108,9 +108,9 @@ static void choose_torch_store(agent_t *a) {
   else if (at >= 0 && !cddp__program_imports_torch(a->prog[at])) snprintf(why, sizeof why, "the script does not import torch");
   else if (at >= 0 && cddp__program_mentions(a->prog[at], "TCPStore")) /* its own, maybe on MASTER_PORT */
     snprintf(why, sizeof why, "the script makes a TCPStore of its own");
-  else if (at >= 0 && (major = cddp__program_torch_major(a->prog[0])) != 1)
+  else if (at >= 0 && (major = cddp__program_torch_major(a->prog[0])) != 1 && major != 2)
     snprintf(why, sizeof why, "%s has torch %d.x, whose TCPStore protocol is not served", a->prog[0], major);
-  a->torch_store = at >= 0 && major == 1;
+  a->torch_store = at >= 0 && (major == 1 || major == 2);
   if (a->torch_store) CDDP_INFO(CDDP_SUB_RUN, "the workers meet in a TCPStore this agent serves (torch %d.x)", major);
   else CDDP_INFO(CDDP_SUB_RUN, "the workers' rank 0 hosts their TCPStore: %s", why);
 }
