@@ -30,7 +30,7 @@ void cddp__conn_init(cddp__srv_conn_t *c, const char *addr) {
   snprintf(c->addr, sizeof c->addr, "%s", addr);
 }
 
-static void unpark(cddp__srv_core_t *core, cddp__srv_conn_t *c) {
+void cddp__core_unpark(cddp__srv_core_t *core, cddp__srv_conn_t *c) {
   if (!c->parked) return;
   if (c->pprev) c->pprev->pnext = c->pnext;
   else core->parked = c->pnext;
@@ -68,7 +68,7 @@ cddp__srv_conn_t *cddp__core_pop_ready(cddp__srv_core_t *core) {
 }
 
 void cddp__conn_release(cddp__srv_core_t *core, cddp__srv_conn_t *c) {
-  unpark(core, c);
+  cddp__core_unpark(core, c);
   if (c->on_ready) { /* unlink from the ready list */
     cddp__srv_conn_t **pp = &core->ready_head, *prev = NULL;
     while (*pp && *pp != c) prev = *pp, pp = &(*pp)->rnext;
@@ -152,12 +152,12 @@ static int try_answer(cddp__srv_core_t *core, cddp__srv_conn_t *c, int final) {
 
 static void retry_parked(cddp__srv_core_t *core, cddp__srv_conn_t *c, int final) {
   if (c->proto != CDDP__PROTO_CDDP) { /* torch's WAIT is served again from the top */
-    unpark(core, c);
+    cddp__core_unpark(core, c);
     push_ready(core, c);
     return;
   }
   if (!try_answer(core, c, final)) return;
-  unpark(core, c);
+  cddp__core_unpark(core, c);
   c->in.off += c->pk_used;
   push_ready(core, c);
 }

@@ -70,6 +70,8 @@ void cddp__core_expire(cddp__srv_core_t *core, uint64_t now);
 uint64_t cddp__core_next_deadline(const cddp__srv_core_t *core);
 /* Parks c on the request at the head of its input until a key is created (or the deadline). */
 void cddp__core_park(cddp__srv_core_t *core, cddp__srv_conn_t *c, uint32_t timeout_ms);
+/* Takes c off the parked list (nothing is answered). */
+void cddp__core_unpark(cddp__srv_core_t *core, cddp__srv_conn_t *c);
 /* A key was created: parked waits look again. */
 void cddp__core_wake(cddp__srv_core_t *core);
 /* Pops a conn whose state changed outside its own events (answered wait), or NULL. */

@@ -112,7 +112,9 @@ static void service(cddp_store_server_t *srv, sconn_t *sc, int eof) {
     return;
   }
   uint32_t ev = EPOLLRDHUP;
-  if (!sc->c.parked && !sc->c.closing && pending < CDDP__SRV_OUT_HIGH) ev |= EPOLLIN;
+  /* a parked torch client is read on: its CANCEL_WAIT must reach the engine */
+  int parked = sc->c.parked && sc->c.proto == CDDP__PROTO_CDDP;
+  if (!parked && !sc->c.closing && pending < CDDP__SRV_OUT_HIGH) ev |= EPOLLIN;
   if (pending) ev |= EPOLLOUT;
   if (ev != sc->events) {
     struct epoll_event e = {.events = ev, .data.ptr = sc};

@@ -17,7 +17,7 @@
  *   APPEND 9: key, value                   (no reply; appends to the value, or sets it)
  *   MULTI_GET 10: uint64 n, n keys         -> n values
  *   MULTI_SET 11: uint64 n, n (key, value) (no reply)
- *   CANCEL_WAIT 12                         -> uint8 1 (no wait is pending once it is read)
+ *   CANCEL_WAIT 12                         -> uint8 1 WAIT_CANCELED (a parked WAIT is dropped)
  *   PING 13: uint32 nonce                  -> the nonce (2.x's second request)
  * The queue queries (14..) and anything else close the connection with a line saying which.
  * No authentication, as torch's own: the keys are apart from the job's (core->torch_kv), so an
@@ -200,6 +200,7 @@ static int serve_one(cddp__srv_core_t *core, cddp__srv_conn_t *c, size_t *used) 
       }
       if (q == T_CHECK) cddp__wire_u8(&c->out, all ? 0 : 1);
       if (q == T_WAIT && !all) { /* looked at again when a key is created (server_core.c) */
+        c->pk_used = cu.used;
         cddp__core_park(core, c, UINT32_MAX);
         return 1;
       }
@@ -253,7 +254,30 @@ static int serve_one(cddp__srv_core_t *core, cddp__srv_conn_t *c, size_t *used) 
   return 0;
 }
 
+/* While a WAIT is parked the connection is still read: torch 2.x's client may give up on it
+ * (its own timeout) and send CANCEL_WAIT, then read an answer; it gets WAIT_CANCELED and the
+ * WAIT is dropped. Other requests behind a WAIT wait for it, up to one request's worth.
+ * 0: go on; 1: still parked; -1: close. */
+static int cancel_parked(cddp__srv_core_t *core, cddp__srv_conn_t *c) {
+  size_t after = c->in.len - c->in.off - c->pk_used;
+  if (after == 0) return 1;
+  if (c->proto != CDDP__PROTO_TORCH2 || c->in.p[c->in.off + c->pk_used] != T_CANCEL_WAIT) {
+    if (after <= REQUEST_MAX) return 1; /* requests sent behind the WAIT: served after it */
+    CDDP_INFO(CDDP_SUB_STORE, "store: %s sent more than a request's worth during a WAIT; closing", c->addr);
+    return -1;
+  }
+  cddp__core_unpark(core, c);
+  cddp__wire_u8(&c->out, 1); /* WAIT_CANCELED */
+  c->in.off += c->pk_used + 1;
+  return 0;
+}
+
 int cddp__torch_process(cddp__srv_core_t *core, cddp__srv_conn_t *c) {
+  if (c->parked) {
+    int r = cancel_parked(core, c);
+    if (r < 0) return -1;
+    if (r > 0) return 0;
+  }
   while (!c->parked && !c->closing && c->in.len > c->in.off && c->out.len - c->out.off < CDDP__SRV_OUT_HIGH) {
     size_t used = 0;
     int r = serve_one(core, c, &used);

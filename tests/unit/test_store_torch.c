@@ -237,6 +237,16 @@ TEST(torchstore_2x_requests) {
   send_req(b, &r);
   CHECK_EQ(recv_u8(fd), 0); /* STOP_WAITING */
   CHECK_EQ(recv_u8(fd), 1); /* WAIT_CANCELED */
+  /* torch's client gives up on a WAIT (its own timeout): CANCEL_WAIT reaches the parked
+   * connection, which answers WAIT_CANCELED and goes on */
+  r.n = 0, u8(&r, V2_WAIT), u64(&r, 1), str(&r, "never");
+  send_req(fd, &r);
+  CHECK(quiet(fd, 100));
+  r.n = 0, u8(&r, V2_CANCEL_WAIT), u8(&r, V2_GET), str(&r, "later");
+  send_req(fd, &r);
+  CHECK_EQ(recv_u8(fd), 1);
+  recv_vec(fd, v, sizeof v);
+  CHECK(!strcmp(v, "now"));
   /* the queue queries are not served: that client is closed, the others go on */
   r.n = 0, u8(&r, V2_QUEUE_PUSH), str(&r, "q"), str(&r, "x");
   send_req(b, &r);
