@@ -7,10 +7,12 @@
 #include "common/check.h"
 #include "common/clock.h"
 #include "store/server_core.h"
+#include "store/torch_proto.h"
 
 cddp_result_t cddp__core_init(cddp__srv_core_t *core, const char *token) {
   memset(core, 0, sizeof *core);
   cddp__kv_init(&core->kv);
+  cddp__kv_init(&core->torch_kv);
   if (token && *token && !(core->token = strdup(token)))
     return cddp__fail(CDDP_SYSTEM, "store server: out of memory");
   return CDDP_OK;
@@ -18,6 +20,7 @@ cddp_result_t cddp__core_init(cddp__srv_core_t *core, const char *token) {
 
 void cddp__core_free(cddp__srv_core_t *core) {
   cddp__kv_free(&core->kv);
+  cddp__kv_free(&core->torch_kv);
   free(core->token);
   memset(core, 0, sizeof *core);
 }
@@ -27,7 +30,7 @@ void cddp__conn_init(cddp__srv_conn_t *c, const char *addr) {
   snprintf(c->addr, sizeof c->addr, "%s", addr);
 }
 
-static void unpark(cddp__srv_core_t *core, cddp__srv_conn_t *c) {
+void cddp__core_unpark(cddp__srv_core_t *core, cddp__srv_conn_t *c) {
   if (!c->parked) return;
   if (c->pprev) c->pprev->pnext = c->pnext;
   else core->parked = c->pnext;
@@ -36,7 +39,7 @@ static void unpark(cddp__srv_core_t *core, cddp__srv_conn_t *c) {
   c->parked = 0;
 }
 
-static void park(cddp__srv_core_t *core, cddp__srv_conn_t *c, uint32_t timeout_ms) {
+void cddp__core_park(cddp__srv_core_t *core, cddp__srv_conn_t *c, uint32_t timeout_ms) {
   c->parked = 1;
   c->deadline = cddp__now_ns() + (uint64_t)timeout_ms * 1000000ull;
   c->pprev = NULL;
@@ -65,7 +68,7 @@ cddp__srv_conn_t *cddp__core_pop_ready(cddp__srv_core_t *core) {
 }
 
 void cddp__conn_release(cddp__srv_core_t *core, cddp__srv_conn_t *c) {
-  unpark(core, c);
+  cddp__core_unpark(core, c);
   if (c->on_ready) { /* unlink from the ready list */
     cddp__srv_conn_t **pp = &core->ready_head, *prev = NULL;
     while (*pp && *pp != c) prev = *pp, pp = &(*pp)->rnext;
@@ -82,8 +85,6 @@ void cddp__conn_release(cddp__srv_core_t *core, cddp__srv_conn_t *c) {
 
 /* ---- answers ---- */
 
-static void wake(cddp__srv_core_t *core);
-
 void cddp__conn_gone(cddp__srv_core_t *core, cddp__srv_conn_t *c) {
   if (!c->will_key) return;
   int created = 0;
@@ -91,7 +92,7 @@ void cddp__conn_gone(cddp__srv_core_t *core, cddp__srv_conn_t *c) {
     CDDP_INFO(CDDP_SUB_STORE, "store: %s left without a goodbye: its will set %s", c->addr, c->will_key);
   free(c->will_key), free(c->will_val);
   c->will_key = NULL, c->will_val = NULL;
-  if (created) wake(core);
+  if (created) cddp__core_wake(core);
 }
 
 static void reply_empty(cddp__srv_conn_t *c, uint8_t op) {
@@ -150,14 +151,19 @@ static int try_answer(cddp__srv_core_t *core, cddp__srv_conn_t *c, int final) {
 }
 
 static void retry_parked(cddp__srv_core_t *core, cddp__srv_conn_t *c, int final) {
+  if (c->proto != CDDP__PROTO_CDDP) { /* torch's WAIT is served again from the top */
+    cddp__core_unpark(core, c);
+    push_ready(core, c);
+    return;
+  }
   if (!try_answer(core, c, final)) return;
-  unpark(core, c);
+  cddp__core_unpark(core, c);
   c->in.off += c->pk_used;
   push_ready(core, c);
 }
 
 /* A key was created: parked waits may be satisfied now. */
-static void wake(cddp__srv_core_t *core) {
+void cddp__core_wake(cddp__srv_core_t *core) {
   cddp__srv_conn_t *c = core->parked, *next;
   for (; c; c = next) {
     next = c->pnext;
@@ -189,7 +195,7 @@ static void note_refused(cddp__srv_core_t *core, const char *addr) {
   char val[200];
   int len = snprintf(val, sizeof val, "%lld %.150s", n + 1, addr);
   int created = 0;
-  if (cddp__kv_set(&core->kv, key, sizeof key - 1, val, (size_t)len, &created) == CDDP_OK) wake(core);
+  if (cddp__kv_set(&core->kv, key, sizeof key - 1, val, (size_t)len, &created) == CDDP_OK) cddp__core_wake(core);
 }
 
 static int handshake(cddp__srv_core_t *core, cddp__srv_conn_t *c, const cddp__wire_msg_t *m) {
@@ -270,7 +276,7 @@ static int handle(cddp__srv_core_t *core, cddp__srv_conn_t *c, const cddp__wire_
       c->pk_cur = CDDP__WIRE_HDR + 1 + (m.op == CDDP__OP_GET ? 4 : 8);
       c->pk_used = used;
       if (try_answer(core, c, m.timeout_ms == 0)) return 0;
-      park(core, c, m.timeout_ms);
+      cddp__core_park(core, c, m.timeout_ms);
       return 1;
     case CDDP__OP_ADD:
       r = cddp__kv_add(&core->kv, m.key.p, m.key.n, m.num, &v, &created);
@@ -311,11 +317,22 @@ static int handle(cddp__srv_core_t *core, cddp__srv_conn_t *c, const cddp__wire_
       return -1;
   }
   if (r != CDDP_OK) reply_error(c, r, cddp_last_error());
-  if (created) wake(core);
+  if (created) cddp__core_wake(core);
   return 0;
 }
 
 int cddp__core_process(cddp__srv_core_t *core, cddp__srv_conn_t *c) {
+  if (c->proto == CDDP__PROTO_UNKNOWN) {
+    int proto = core->torch ? cddp__torch_sniff(c->in.p + c->in.off, c->in.len - c->in.off) : CDDP__PROTO_CDDP;
+    if (proto < 0) return 0; /* too few bytes to tell */
+    c->proto = proto;
+    if (proto != CDDP__PROTO_CDDP) {
+      c->state = CDDP__CONN_READY; /* torch's protocol has no authentication */
+      CDDP_INFO(CDDP_SUB_STORE, "store: %s speaks torch %s's TCPStore protocol", c->addr,
+                proto == CDDP__PROTO_TORCH2 ? "2.x" : "1.x");
+    }
+  }
+  if (c->proto != CDDP__PROTO_CDDP) return cddp__torch_process(core, c);
   uint32_t limit = c->state == CDDP__CONN_READY ? CDDP__WIRE_MAX_LEN : CDDP__WIRE_MAX_LEN_HANDSHAKE;
   while (!c->parked && !c->closing && c->out.len - c->out.off < CDDP__SRV_OUT_HIGH) {
     cddp__wire_frame_t f;

@@ -9,11 +9,15 @@
 #include "store/wire.h"
 
 enum { CDDP__CONN_HELLO, CDDP__CONN_AUTH, CDDP__CONN_READY };
+/* What a connection speaks, told by its first bytes (torch_proto.h) when the server serves
+ * torch too; else every connection is cddp's. */
+enum { CDDP__PROTO_UNKNOWN, CDDP__PROTO_CDDP, CDDP__PROTO_TORCH1, CDDP__PROTO_TORCH2 };
 
 /* One client connection as the engine sees it. The loop appends received bytes to in
  * (unconsumed bytes are [in.off, in.len)) and sends out from out.off. */
 typedef struct cddp__srv_conn {
   int state;
+  int proto;   /* CDDP__PROTO_* */
   int closing; /* 1: close once out is flushed (refused or wrong version) */
   int parked;  /* a GET/WAIT at the head of in waits for keys or its deadline */
   uint64_t deadline;
@@ -37,6 +41,8 @@ typedef struct cddp__srv_conn {
 typedef struct cddp__srv_core {
   cddp__kv_t kv;
   char *token; /* NULL: no authentication */
+  int torch;          /* serve torch's TCPStore protocol too (torch_proto.c) */
+  cddp__kv_t torch_kv; /* torch clients' keys: apart from the job's, as they do not authenticate */
   cddp__srv_conn_t *parked;
   cddp__srv_conn_t *ready_head, *ready_tail;
 } cddp__srv_core_t;
@@ -62,6 +68,12 @@ int cddp__core_process(cddp__srv_core_t *core, cddp__srv_conn_t *c);
 void cddp__core_expire(cddp__srv_core_t *core, uint64_t now);
 /* Earliest deadline of a parked conn, or UINT64_MAX. */
 uint64_t cddp__core_next_deadline(const cddp__srv_core_t *core);
+/* Parks c on the request at the head of its input until a key is created (or the deadline). */
+void cddp__core_park(cddp__srv_core_t *core, cddp__srv_conn_t *c, uint32_t timeout_ms);
+/* Takes c off the parked list (nothing is answered). */
+void cddp__core_unpark(cddp__srv_core_t *core, cddp__srv_conn_t *c);
+/* A key was created: parked waits look again. */
+void cddp__core_wake(cddp__srv_core_t *core);
 /* Pops a conn whose state changed outside its own events (answered wait), or NULL. */
 cddp__srv_conn_t *cddp__core_pop_ready(cddp__srv_core_t *core);
 

@@ -71,6 +71,12 @@ cddp_result_t cddp__store_tcp_connect_here(cddp_store_t **out, const char *host,
 /* Test hook: frees the client without a goodbye, as a crash would (the will fires). */
 void cddp__store_tcp_abandon(cddp_store_t *s);
 
+/* A store server that also serves torch's TCPStore protocol (1.x and 2.x, store/torch_proto.h)
+ * on the same listener: each connection's first bytes say which it speaks. torch's clients do
+ * not authenticate, so their keys are kept apart from the job's. */
+cddp_result_t cddp__store_server_start_torch(cddp_store_server_t **out, const char *host, int port,
+                                             const char *token);
+
 /* Test hook: how long a server lets a client take to authenticate (default 10 s). */
 void cddp__store_server_set_handshake_ms(cddp_store_server_t *srv, int ms);
 

@@ -112,7 +112,9 @@ static void service(cddp_store_server_t *srv, sconn_t *sc, int eof) {
     return;
   }
   uint32_t ev = EPOLLRDHUP;
-  if (!sc->c.parked && !sc->c.closing && pending < CDDP__SRV_OUT_HIGH) ev |= EPOLLIN;
+  /* a parked torch client is read on: its CANCEL_WAIT must reach the engine */
+  int parked = sc->c.parked && sc->c.proto == CDDP__PROTO_CDDP;
+  if (!parked && !sc->c.closing && pending < CDDP__SRV_OUT_HIGH) ev |= EPOLLIN;
   if (pending) ev |= EPOLLOUT;
   if (ev != sc->events) {
     struct epoll_event e = {.events = ev, .data.ptr = sc};
@@ -259,8 +261,7 @@ static cddp_result_t bind_listener(cddp_store_server_t *srv, const char *host, i
   return CDDP_OK;
 }
 
-cddp_result_t cddp_store_server_start(cddp_store_server_t **out, const char *host, int port,
-                                      const char *token) {
+static cddp_result_t start(cddp_store_server_t **out, const char *host, int port, const char *token, int torch) {
   if (!out) return cddp__fail(CDDP_INVALID_ARG, "store server: NULL output");
   *out = NULL;
   if (port < 0 || port > 65535) return cddp__fail(CDDP_INVALID_ARG, "store server: bad port %d", port);
@@ -272,6 +273,7 @@ cddp_result_t cddp_store_server_start(cddp_store_server_t **out, const char *hos
   srv->handshake_ms = HANDSHAKE_MS;
   cddp_result_t r;
   CDDP_CHECK_GOTO(cddp__core_init(&srv->core, token), r, fail);
+  srv->core.torch = torch;
   CDDP_CHECK_GOTO(bind_listener(srv, host, port), r, fail);
   srv->epfd = epoll_create1(EPOLL_CLOEXEC);
   srv->evfd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
@@ -293,8 +295,8 @@ cddp_result_t cddp_store_server_start(cddp_store_server_t **out, const char *hos
     r = cddp__fail_errno(CDDP_SYSTEM, "store server: thread");
     goto fail;
   }
-  CDDP_INFO(CDDP_SUB_STORE, "store: listening on %s:%d (%s)", host ? host : "0.0.0.0", srv->port,
-            srv->core.token ? "token required" : "no token");
+  CDDP_INFO(CDDP_SUB_STORE, "store: listening on %s:%d (%s%s)", host ? host : "0.0.0.0", srv->port,
+            srv->core.token ? "token required" : "no token", torch ? "; torch's TCPStore protocol too" : "");
   *out = srv;
   return CDDP_OK;
 fail:
@@ -305,6 +307,16 @@ fail:
   cddp__core_free(&srv->core);
   free(srv);
   return r;
+}
+
+cddp_result_t cddp_store_server_start(cddp_store_server_t **out, const char *host, int port,
+                                      const char *token) {
+  return start(out, host, port, token, 0);
+}
+
+cddp_result_t cddp__store_server_start_torch(cddp_store_server_t **out, const char *host, int port,
+                                             const char *token) {
+  return start(out, host, port, token, 1);
 }
 
 int cddp_store_server_port(const cddp_store_server_t *srv) { return srv ? srv->port : -1; }

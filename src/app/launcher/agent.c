@@ -29,7 +29,7 @@
 #include "launcher/status_pub.h"
 #include "launcher/task_exec.h"
 #include "store/failover.h"
-#include "launcher/torchstore.h"
+#include "store/store_internal.h" /* cddp__store_server_start_torch */
 #include "world/nodelist.h"
 #include "launcher/warm.h"
 #include "launcher/workers.h"
@@ -79,8 +79,8 @@ typedef struct agent {
   const char *not_retried; /* why the last failure is not retried (run/blame.h), or NULL */
   cddp__failure_t last;   /* restart-all: the failure that ended the previous round (rank -1: none) */
   cddp__warm_t *warm;     /* warm spares for the workers' restarts (launcher/warm.h), or NULL */
-  int torch_store;        /* the workers meet in a torch TCPStore this agent serves (launcher/torchstore.h) */
-  cddp__torch_store_t *tstore; /* this round's, when torch_store */
+  int torch_store;        /* the workers meet in a torch TCPStore this agent serves (store/torch_proto.h) */
+  cddp_store_server_t *tstore; /* this round's, when torch_store: speaks torch's TCPStore protocol */
   cddp__status_pub_t status; /* its node record and events for `cddp status` */
   int endpoint_written;   /* its --log-dir holds the endpoint record */
 } agent_t;
@@ -98,7 +98,7 @@ static void start_warm(agent_t *a) {
 }
 
 /* Whether the workers meet in a TCPStore this agent serves, as torchrun's static rendezvous
- * has them do: a torch 1.x script (its wire protocol is the one torchstore.c speaks). */
+ * has them do: a torch 1.x or 2.x script (the protocols store/torch_proto.c speaks). */
 static void choose_torch_store(agent_t *a) {
   char why[320] = "";
   int at = a->o->agent_store ? cddp__program_python_args(a->prog, why, sizeof why) : -1;
@@ -108,10 +108,10 @@ static void choose_torch_store(agent_t *a) {
   else if (at >= 0 && !cddp__program_imports_torch(a->prog[at])) snprintf(why, sizeof why, "the script does not import torch");
   else if (at >= 0 && cddp__program_mentions(a->prog[at], "TCPStore")) /* its own, maybe on MASTER_PORT */
     snprintf(why, sizeof why, "the script makes a TCPStore of its own");
-  else if (at >= 0 && (major = cddp__program_torch_major(a->prog[0])) != 1)
+  else if (at >= 0 && (major = cddp__program_torch_major(a->prog[0])) != 1 && major != 2)
     snprintf(why, sizeof why, "%s has torch %d.x, whose TCPStore protocol is not served", a->prog[0], major);
-  a->torch_store = at >= 0 && major == 1;
-  if (a->torch_store) CDDP_INFO(CDDP_SUB_RUN, "the workers meet in a TCPStore this agent serves (torch 1.x)");
+  a->torch_store = at >= 0 && (major == 1 || major == 2);
+  if (a->torch_store) CDDP_INFO(CDDP_SUB_RUN, "the workers meet in a TCPStore this agent serves (torch %d.x)", major);
   else CDDP_INFO(CDDP_SUB_RUN, "the workers' rank 0 hosts their TCPStore: %s", why);
 }
 
@@ -629,7 +629,7 @@ static int finish(agent_t *a, int code) {
   cddp__status_pub_end(&a->status);
   cddp__warm_free(a->warm); /* first: nothing waits on them */
   a->warm = NULL;
-  cddp__torch_store_stop(a->tstore);
+  cddp_store_server_stop(a->tstore);
   a->tstore = NULL;
   if (a->elastic) {
     cddp__monitor_stop(a->ms.mon, 1);
@@ -900,13 +900,13 @@ static int agent_main(agent_t *a) {
     /* a fresh port each round: the last round's rank 0 may have left its port in TIME_WAIT;
      * a fresh torch store too, so no key of an earlier round is seen */
     if (a->torch_store) {
-      cddp__torch_store_stop(a->tstore);
+      cddp_store_server_stop(a->tstore);
       a->tstore = NULL;
-      if (cddp__torch_store_start(strchr(a->store_host, ':') ? AF_INET6 : AF_INET, &a->tstore,
-                                  &cfg.self.master_port) != CDDP_OK) {
+      if (cddp__store_server_start_torch(&a->tstore, strchr(a->store_host, ':') ? "::" : NULL, 0, NULL) != CDDP_OK) {
         fprintf(stderr, "cddp run: the workers' TCPStore: %s\n", cddp_last_error());
         return finish(a, 1);
       }
+      cfg.self.master_port = cddp_store_server_port(a->tstore);
     } else {
       cfg.self.master_port = cddp__sock_free_port();
     }
