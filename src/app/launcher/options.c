@@ -657,6 +657,10 @@ cddp_result_t cddp__run_parse(int argc, char **argv, char **envp, cddp_run_opts_
     if (!r.val[F_RDZV_ID]) random_id(o->run_id, sizeof o->run_id);
     return CDDP_OK;
   }
+  /* torchrun's default rendezvous is static on --master-addr:--master-port: the multi-node line
+   * without --rdzv-* flags (VILA's, LLaVA's launch scripts) runs as under torchrun */
+  if (o->backend == CDDP_RDZV_C10D && !r.val[F_RDZV_BACKEND] && !o->rdzv_host[0] && o->min_nodes == o->max_nodes)
+    o->backend = CDDP_RDZV_STATIC;
   if (o->backend == CDDP_RDZV_C10D) {
     if (!o->rdzv_host[0])
       return cddp__fail(CDDP_INVALID_ARG, "%s needs --rdzv-endpoint HOST[:PORT] (the c10d rendezvous store)", o->nnodes_src);
