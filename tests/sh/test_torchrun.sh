@@ -1,19 +1,20 @@
 #!/usr/bin/env bash
-# test_torchrun.sh - `cddp run` as a drop-in for torchrun, with real PyTorch (Debian's
-# python3-torch, interpreter /usr/bin/python3): the seeds' command lines verbatim, every
+# test_torchrun.sh - `cddp run` as a drop-in for torchrun, with real PyTorch, each case twice:
+# Debian's torch 1.13 (/usr/bin/python3) and torch 2.x (.venv/bin/python, made by
+# scripts/install-deps.sh test); each TAP line names its torch. The seeds' command lines verbatim, every
 # rendezvous mode forming a gloo world that all-reduces correctly, restart-all with a worker
 # killed, the blame line quoting a script's exception, torchrun's program rules and flags, the
 # workers' MASTER_PORT never the store's, and one clear line for each bad PROGRAM.
 cd "$(dirname "$0")/../.." && source tests/sh/lib.sh
-PY=/usr/bin/python3
-if ! "$PY" -c 'import torch.distributed' 2>/dev/null; then
-  echo "ok 1 - test_torchrun # SKIP $PY has no torch (apt-get install python3-torch)"; exit 0
-fi
+ROOT=$PWD
 T=$(mktemp -d /tmp/cddp-torchrun.XXXXXX)
 trap 'kill $(jobs -p) 2>/dev/null; rm -rf "$T"' EXIT
 cp -r tests/torch/. "$T/"
 cd "$T" || exit 1
-export CDDP_PYTHON=$PY OPENBLAS_CORETYPE=SkylakeX
+# Debian's OpenBLAS does not recognise this VM's CPU and would run SSE3 kernels: name the best
+# core the CPU can run (SkylakeX on a CPU without AVX-512 dies of SIGILL)
+if grep -qw avx512f /proc/cpuinfo; then export OPENBLAS_CORETYPE=SkylakeX
+elif grep -qw avx2 /proc/cpuinfo; then export OPENBLAS_CORETYPE=Haswell; fi
 # two launchers at once: L0 and L1 hold their outputs
 two() { # "ENV0" "ENV1" ARGS...: both nodes, same arguments, different environments
   local e0=$1 e1=$2; shift 2
@@ -36,14 +37,17 @@ ports_differ() {
   else fail "$1" "MASTER_PORT '$mp', store port '$sp'"; fi
 }
 
-# 1. the issue's static line: rank 0's TCPStore binds MASTER_PORT, which is not cddp's store port
+# cases: every check below, under the interpreter $PY (each TAP line names its torch)
+cases() {
+# 1. the issue's line, torchrun's default rendezvous (static, no --rdzv-* flag): cddp's store is on
+# --master-port, the workers' MASTER_PORT another port
 P=$(free_port)
-env timeout 90 "$CDDP" run --nnodes 2 --nproc-per-node 1 --rdzv-backend static --node-rank 0 --master-addr 127.0.0.1 \
-  --master-port "$P" allreduce.py >"$T/n0.out" 2>&1 & p0=$!
-env timeout 90 "$CDDP" run --nnodes 2 --nproc-per-node 1 --rdzv-backend static --node-rank 1 --master-addr 127.0.0.1 \
-  --master-port "$P" allreduce.py >"$T/n1.out" 2>&1 & p1=$!
+env timeout 90 "$CDDP" run --nnodes 2 --nproc_per_node 1 --node_rank 0 --master_addr 127.0.0.1 \
+  --master_port "$P" allreduce.py >"$T/n0.out" 2>&1 & p0=$!
+env timeout 90 "$CDDP" run --nnodes 2 --nproc_per_node 1 --node_rank 1 --master_addr 127.0.0.1 \
+  --master_port "$P" allreduce.py >"$T/n1.out" 2>&1 & p1=$!
 wait $p0; rc0=$?; wait $p1; rc1=$?
-worlds "static, 2 nodes, env:// + gloo (the issue's line)" 2
+worlds "static by default (torchrun's), 2 nodes, env:// + gloo (the issue's line)" 2
 ports_differ "static"
 grep -q "CDDP_STORE=127.0.0.1:$P " "$T/n0.out" && ok "static: the store is on --master-port" || fail "static store port" "$(head -2 "$T/n0.out")"
 
@@ -185,4 +189,17 @@ one_line "no interpreter" "'python9' (--python (or CDDP_PYTHON)) is not on PATH"
 one_line "--nproc-per-node gpu with no GPU" "--nproc-per-node gpu: no GPU is visible" \
   env CUDA_VISIBLE_DEVICES= "$CDDP" run --standalone --nproc-per-node gpu allreduce.py
 one_line "--rdzv-conf unknown key" "unknown key 'join'" "$CDDP" run --rdzv-conf join=3 allreduce.py
+}
+
+# every case under Debian's torch 1.13 and under .venv's torch 2.x (scripts/install-deps.sh test)
+base=$t_name
+for PY in /usr/bin/python3 "$ROOT/.venv/bin/python"; do
+  t_name=$base
+  if ! v=$("$PY" -c 'import torch.distributed, torch; print(torch.__version__.split("+")[0])' 2>/dev/null); then
+    echo "ok $((t_n += 1)) - $t_name:$PY # SKIP $PY has no torch (scripts/install-deps.sh test)"; continue
+  fi
+  t_name="$base[torch $v]" CDDP_PYTHON=$PY
+  export CDDP_PYTHON
+  cases
+done
 finish
