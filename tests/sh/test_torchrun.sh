@@ -159,6 +159,12 @@ if [ "$rc0" = 1 ] && [ "$rc1" = 1 ] && [[ "$l0" == *"rank 0 (host "*"ValueError:
   ok "blame line on both nodes: rank 0's exception, not rank 1 (which only lost its peer)"
 else fail "blame on 2 nodes" "exits $rc0/$rc1: '$l0' / '$l1'"; fi
 
+# without @record (no error file): the exception of the last traceback on rank 0's stderr
+timeout 60 "$CDDP" run --standalone --nproc-per-node 2 fail_plain.py >"$T/f.out" 2>&1; rc=$?
+last=$(grep '^cddp run:' "$T/f.out" | tail -1)
+if [ $rc = 1 ] && [[ "$last" == "cddp run: rank 0 (host "*") exited with code 1: RuntimeError: config: lr is not a number" ]]
+then ok "blame line without @record: the last traceback's exception"; else fail "blame without @record" "rc=$rc '$last'"; fi
+
 # 10. torchrun's output flags: --local-ranks-filter, --redirects without --log-dir, per-rank --tee
 timeout 60 "$CDDP" run --standalone --nproc-per-node 2 --local-ranks-filter 1 allreduce.py >"$T/o.out" 2>&1
 grep -q '^\[rank 1\] allreduce ok' "$T/o.out" && ! grep -q '^\[rank 0\]' "$T/o.out" && ok "--local-ranks-filter 1: only rank 1 on the console" ||

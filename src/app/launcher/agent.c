@@ -465,20 +465,19 @@ static void free_env(char **env) {
   free(env);
 }
 
-/* "exited with code 1: ValueError: boom": how worker `rank` ended, with the message of the
- * exception it recorded in its torch error file when there is one. Returns the exit code the
- * agent uses (code, or 128+signal). */
-static int describe_failure(const agent_t *a, int rank, int status, const char *hang, char *buf, size_t size) {
+/* "exited with code 1: ValueError: boom": how worker w ended, with the message of the exception
+ * it recorded in its torch error file, else of the last traceback on its stderr. Returns the exit
+ * code the agent uses (code, or 128+signal). */
+static int describe_failure(const agent_t *a, const cddp__worker_t *w, int status, char *buf, size_t size) {
   char path[320], cause[200] = "";
   int code = cddp__describe_status(status, buf, size);
-  if (hang && hang[0]) { /* the watchdog killed it: say why */
-    snprintf(buf + strlen(buf), size - strlen(buf), " by the watchdog: %s", hang);
+  if (w->hang[0]) { /* the watchdog killed it: say why */
+    snprintf(buf + strlen(buf), size - strlen(buf), " by the watchdog: %s", w->hang);
     return code;
   }
-  if (!a->err_dir[0]) return code;
-  cddp__errfile_path(a->err_dir, rank, path, sizeof path);
-  if (cddp__errfile_read(path, cause, sizeof cause, NULL))
-    snprintf(buf + strlen(buf), size - strlen(buf), ": %s", cause);
+  if (a->err_dir[0]) cddp__errfile_path(a->err_dir, w->rank, path, sizeof path);
+  if ((a->err_dir[0] && cddp__errfile_read(path, cause, sizeof cause, NULL)) || w->exception[0])
+    snprintf(buf + strlen(buf), size - strlen(buf), ": %.199s", cause[0] ? cause : w->exception);
   return code;
 }
 
@@ -488,7 +487,7 @@ static int describe_failure(const agent_t *a, int rank, int status, const char *
  * generation (the others keep running and re-form by themselves). -1: restarts used up. */
 static int replace_failed(agent_t *a, cddp__workers_t *ws) {
   char desc[320];
-  describe_failure(a, ws->fail_rank, ws->fail_status, ws->w[ws->fail_index].hang, desc, sizeof desc);
+  describe_failure(a, &ws->w[ws->fail_index], ws->fail_status, desc, sizeof desc);
   cddp__job_announce_t what = cddp__job_announce_replace(ws->fail_rank, (int)ws->fail_pid);
   if (a->elastic) { /* a worker of a dropped node or of a stopping job is not replaced */
     cddp__membership_refresh(&a->ms);
@@ -964,7 +963,7 @@ static int agent_main(agent_t *a) {
     const char *value = NULL;
     switch (ws.outcome) {
     case CDDP__OUT_FAILED:
-      code = describe_failure(a, ws.fail_rank, ws.fail_status, ws.w[ws.fail_index].hang, desc, sizeof desc);
+      code = describe_failure(a, &ws.w[ws.fail_index], ws.fail_status, desc, sizeof desc);
       snprintf(line, sizeof line, "cddp run: rank %d (host %s, pid %d) %s", ws.fail_rank, a->host, (int)ws.fail_pid,
                desc);
       if (!o->replace) /* replace mode judged it in replace_failed */
@@ -1014,7 +1013,7 @@ static int agent_main(agent_t *a) {
       value = event_value(msg);
       if (ws.fail_rank >= 0 && !cddp__job_event_parse(value, strlen(value), &now) &&
           now.kind == CDDP__EV_FAIL) { /* ours failed too: maybe first */
-        code = describe_failure(a, ws.fail_rank, ws.fail_status, ws.w[ws.fail_index].hang, desc, sizeof desc);
+        code = describe_failure(a, &ws.w[ws.fail_index], ws.fail_status, desc, sizeof desc);
         snprintf(line, sizeof line, "cddp run: rank %d (host %s, pid %d) %s", ws.fail_rank, a->host, (int)ws.fail_pid, desc);
         post_failure(a, &ws.failure, code, line);
       }
