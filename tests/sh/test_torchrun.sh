@@ -189,6 +189,21 @@ one_line "PROGRAM not executable" "PROGRAM './notexec' is not executable" "$CDDP
 printf '#!/bin/sh\nexec %s -S "$@"\n' "$PY" >"$T/nopy"; chmod +x "$T/nopy" # an interpreter without torch
 one_line ".py whose interpreter has no torch" "PROGRAM 'allreduce.py' imports torch, but $T/nopy has no torch module" \
   "$CDDP" run --standalone --python "$T/nopy" allreduce.py
+one_line "-m of a module that imports torch, interpreter without it, 2 nodes (no wait)" \
+  "-m pkg.needs_torch imports torch, but $T/nopy has no torch module" env PYTHONPATH="$T" \
+  "$CDDP" run --nnodes 2 --node-rank 0 --master-port "$(free_port)" --python "$T/nopy" -m pkg.needs_torch
+# a script's own #! Python runs it, unless --python (or CDDP_PYTHON) says otherwise
+other=/usr/bin/python3; [ "$PY" = "$other" ] && other=$ROOT/.venv/bin/python
+printf '#!%s\nimport sys, torch\nprint("shebang", sys.executable)\n' "$PY" >"$T/sb.py"; chmod +x "$T/sb.py"
+out=$(env -u CDDP_PYTHON timeout 60 "$CDDP" run --standalone sb.py 2>&1)
+[ "$out" = "[rank 0] shebang $PY" ] && ok "a .py whose #! line names $PY runs with it" || fail "#! interpreter" "$out"
+if [ -x "$other" ]; then
+  out=$(env -u CDDP_PYTHON timeout 60 "$CDDP" run --standalone --python "$other" sb.py 2>&1)
+  [ "$out" = "[rank 0] shebang $other" ] && ok "--python beats the #! line" || fail "--python over #!" "$out"
+fi
+printf '#!/usr/bin/env python9\nimport torch\n' >"$T/sb9.py"; chmod +x "$T/sb9.py"
+one_line "#! naming an interpreter not on PATH" "PROGRAM 'sb9.py' names the interpreter 'python9' in its #! line" \
+  env -u CDDP_PYTHON "$CDDP" run --standalone sb9.py
 one_line "-m of a module that does not exist" "-m no.such.mod: $PY finds no module 'no.such.mod'" \
   "$CDDP" run --standalone -m no.such.mod
 one_line "no interpreter" "'python9' (--python (or CDDP_PYTHON)) is not on PATH" "$CDDP" run --standalone --python python9 allreduce.py
