@@ -46,7 +46,7 @@ static const char *contract_vars[] = {
     "ROLE_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "CDDP_RUN_ID", "CDDP_ROUND", "CDDP_RESTART_COUNT",
     "CDDP_MAX_RESTARTS", "CDDP_STORE", "CDDP_TOKEN", "CDDP_RESTART_MODE", "CDDP_GEN", "CDDP_REPLACEMENT", "CDDP_AGENT_ID",
     "ROLE_NAME", "TORCHELASTIC_RUN_ID", "TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_MAX_RESTARTS",
-    "TORCHELASTIC_USE_AGENT_STORE", "TORCHELASTIC_ERROR_FILE", "CDDP_FLIGHT_FILE", "CDDP_CONSOLE_LIVE"};
+    "TORCHELASTIC_USE_AGENT_STORE", "TORCHELASTIC_SIGNALS_TO_HANDLE", "TORCHELASTIC_ERROR_FILE", "CDDP_FLIGHT_FILE", "CDDP_CONSOLE_LIVE"};
 
 /* Set for the workers only when the agent's environment lacks them (torchrun's defaults). */
 static const struct { const char *name, *value; } default_vars[] = {
@@ -441,6 +441,7 @@ static char **worker_env(agent_t *a, int local_rank, int64_t gen, int replacemen
   PUT("TORCHELASTIC_RESTART_COUNT", "%d", rz->restart_count);
   PUT("TORCHELASTIC_MAX_RESTARTS", "%d", o->max_restarts);
   PUT("TORCHELASTIC_USE_AGENT_STORE", "%s", a->torch_store ? "True" : "False");
+  PUT("TORCHELASTIC_SIGNALS_TO_HANDLE", "SIGTERM,SIGINT,SIGHUP"); /* torchrun 2.x's; what the agent forwards */
   /* the console is a terminal, through us: a progress line may be rewritten in place */
   if (a->live_console && (o->console[local_rank] & 2)) PUT("CDDP_CONSOLE_LIVE", "1");
   PUT("ROLE_NAME", "%s", o->role);
