@@ -60,6 +60,7 @@ ports_differ "XTuner"
 
 # 3. Sana's line verbatim (torchrun -> cddp run), twice: the second run resumes from latest
 P=$(free_port); ID=$RANDOM
+rm -rf "$T/work" # the other interpreter's run
 echo "steps=4" >"$T/cfg.py"
 sana() {
   two "X=0" "X=1" --nnodes 2 --nproc_per_node=1 --rdzv_id $ID --rdzv_backend c10d --rdzv_endpoint 127.0.0.1:$P \
