@@ -10,14 +10,16 @@
 #
 # Usage: bench/torchrun_bench.sh [--launches N] [--out DIR] [elastic_bench.sh's flags: --kill-at
 #            STEP|random, --ckpt-every K, --repeat N, --monitor-interval S, --agents 1|2,
-#            --no-reference, --rows LIST]
-# --launches N: launches of each launcher for part 2 (default 5). --monitor-interval S is also
+#            --no-reference, --rows LIST, --python PATH]
+# --python PATH: the torch whose torchrun and interpreter both rows use (default /usr/bin/python3,
+# Debian's torch 1.13; .venv/bin/python: torch 2.x). --launches N: launches of each launcher for part 2 (default 5). --monitor-interval S is also
 # torchrun's in part 2 (it only delays torchrun's exit there). Logs in DIR (elastic/ and launch/).
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 LAUNCHES=5
 OUT=""
 MONITOR=5
+PYTHON=/usr/bin/python3
 pass=()
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -29,6 +31,7 @@ while [ $# -gt 0 ]; do
     -h|--help) sed -n '2,15s/^# \{0,1\}//p' "$0"; exit 0 ;;
     # elastic_bench.sh's flags with a value; it checks them
     -*) [ "$1" = --monitor-interval ] && MONITOR=${2:-}
+      [ "$1" = --python ] && PYTHON=${2:-}
       pass+=("$1" "${2:-}"); shift; [ $# = 0 ] || shift ;;
     *) echo "torchrun_bench.sh: unknown argument '$1' (--launches N, --out DIR, or elastic_bench.sh's flags)" >&2; exit 2 ;;
   esac
@@ -40,7 +43,11 @@ mkdir -p "$OUT/launch" && OUT=$(cd "$OUT" && pwd)
 bench/elastic_bench.sh --rows torchrun,cddp-run "${pass[@]}" --out "$OUT/elastic" ||
   { rc=$?; [ "$rc" = 2 ] && [ -n "$made" ] && rm -rf "$made"; exit "$rc"; }
 
-export OMP_NUM_THREADS=1 OMP_WAIT_POLICY=PASSIVE OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-SkylakeX}
+export OMP_NUM_THREADS=1 OMP_WAIT_POLICY=PASSIVE
+if [ -z "${OPENBLAS_CORETYPE:-}" ]; then # as elastic_bench.sh: SkylakeX needs AVX-512
+  if grep -qw avx512f /proc/cpuinfo; then export OPENBLAS_CORETYPE=SkylakeX
+  elif grep -qw avx2 /proc/cpuinfo; then export OPENBLAS_CORETYPE=Haswell; fi
+fi
 STAMP=bench/peers/init_stamp.py
 # launch NAME I CMD...: runs CMD once, appends the seconds from just before it to the later
 # worker's `init` stamp (or '-') to launch/NAME.txt
@@ -54,9 +61,9 @@ launch() {
 }
 for i in $(seq "$LAUNCHES"); do
   echo "torchrun_bench.sh: launch $i/$LAUNCHES: torchrun, cddp run" >&2
-  launch torchrun "$i" /usr/bin/python3 -m torch.distributed.run --standalone --nproc_per_node 2 \
+  launch torchrun "$i" "$PYTHON" -m torch.distributed.run --standalone --nproc_per_node 2 \
     --monitor_interval "$MONITOR" --redirects 1 --tee 1 "$STAMP"
-  launch cddp-run "$i" build/cddp run --standalone --nproc-per-node 2 /usr/bin/python3 "$STAMP"
+  launch cddp-run "$i" build/cddp run --standalone --nproc-per-node 2 "$PYTHON" "$STAMP"
 done
 printf '\nlaunch -> init_process_group returned, 2 workers, %s launch(es) each, interleaved\n' "$LAUNCHES"
 printf '%-10s %s\n' "" "seconds: median [min-max]"
