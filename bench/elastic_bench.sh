@@ -6,6 +6,7 @@
 # Usage: bench/elastic_bench.sh [--kill-at STEP|random] [--ckpt-every K] [--repeat N] [--out DIR]
 #                               [--monitor-interval S]   (torchrun's, default its own: 5 s)
 #                               [--agents 1|2] [--rows LIST] [--cddp-only] [--no-reference]
+#                               [--python PATH]   (the torch rows' interpreter and torchrun's)
 # Every job: the MLP 784-1024-1024-10 on Fashion-MNIST, 1 epoch (234 steps of 256), 2 workers x
 # 1 thread on this host (--agents 2: 2 launchers x 2 workers, c10d rendezvous on this host), a
 # checkpoint every K steps (default 50), --max-restarts 3. When the job's step log reaches STEP
@@ -14,8 +15,9 @@
 # order; default cddp,cddp-run,torchrun; --cddp-only = --rows cddp):
 #   cddp      cddp run --restart-mode replace + cddp train (the dead worker replaced in place)
 #   cddp-run  cddp run --max-restarts 3 (restart-mode all) + bench/peers/ddp_fmnist_elastic.py
-#   torchrun  Debian's torch 1.13 torchrun --max_restarts 3 + the same script (every worker
-#             restarted; the script resumes from its newest checkpoint)
+#   torchrun  torchrun --max_restarts 3 + the same script (every worker restarted; the script
+#             resumes from its newest checkpoint), of --python's torch: default /usr/bin/python3,
+#             Debian's torch 1.13; .venv/bin/python is torch 2.x (scripts/install-deps.sh test)
 # Columns: recovery = kill -> first step of the recovered job completed (s); steps redone =
 # steps computed twice (the completed steps after the restart point, plus the one in flight);
 # caught up = kill -> the job completes the step after the last one it had before (recovery
@@ -70,6 +72,7 @@ MONITOR=5
 AGENTS=1
 ROWS=cddp,cddp-run,torchrun
 REFERENCE=1
+PYTHON=/usr/bin/python3
 num() { [[ "${2:-}" =~ ^[1-9][0-9]*$ ]] || { echo "elastic_bench.sh: $1 needs a positive number, got '${2:-}'" >&2; exit 2; }; }
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -90,8 +93,10 @@ while [ $# -gt 0 ]; do
       ROWS=$2; shift 2 ;;
     --cddp-only) ROWS=cddp; shift ;;
     --no-reference) REFERENCE=0; shift ;;
-    -h|--help) sed -n '2,24s/^# \{0,1\}//p' "$0"; exit 0 ;;
-    *) echo "elastic_bench.sh: unknown argument '$1' (--kill-at STEP|random, --ckpt-every K, --repeat N, --out DIR, --monitor-interval S, --agents 1|2, --rows LIST, --cddp-only, --no-reference)" >&2; exit 2 ;;
+    --python) [ -x "${2:-}" ] || { echo "elastic_bench.sh: --python needs an interpreter's path, got '${2:-}'" >&2; exit 2; }
+      PYTHON=$2; shift 2 ;;
+    -h|--help) sed -n '2,27s/^# \{0,1\}//p' "$0"; exit 0 ;;
+    *) echo "elastic_bench.sh: unknown argument '$1' (--kill-at STEP|random, --ckpt-every K, --repeat N, --out DIR, --monitor-interval S, --agents 1|2, --rows LIST, --cddp-only, --no-reference, --python PATH)" >&2; exit 2 ;;
   esac
 done
 [ "$KILL_AT" = random ] || [ "$KILL_AT" -lt 230 ] || { echo "elastic_bench.sh: --kill-at must be below 230 (the epoch has 234 steps)" >&2; exit 2; }
@@ -99,9 +104,13 @@ ROWS=${ROWS//,/ }
 OUT=${OUT:-$(mktemp -d /tmp/cddp-elastic-bench.XXXXXX)}
 mkdir -p "$OUT" && OUT=$(cd "$OUT" && pwd)
 make -j"$(nproc)" cli >"$OUT/build.log" 2>&1 || { tail -20 "$OUT/build.log"; exit 1; }
-if [ "$ROWS" != cddp ] && ! /usr/bin/python3 -c 'import torch' 2>/dev/null; then
-  echo "elastic_bench.sh: Debian's python3-torch is missing (scripts/install-deps.sh bench)" >&2; exit 1
+if [ "$ROWS" != cddp ] && ! "$PYTHON" -c 'import torch' 2>/dev/null; then
+  echo "elastic_bench.sh: $PYTHON has no torch (scripts/install-deps.sh bench: Debian's; test: .venv's torch 2.x)" >&2; exit 1
 fi
+# Debian's OpenBLAS does not recognise this VM's CPU: name the best core it runs (SkylakeX needs AVX-512)
+OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-$("$ROOT"/scripts/openblas-coretype.sh)}
+[ -n "$OPENBLAS_CORETYPE" ] && export OPENBLAS_CORETYPE
+echo "elastic_bench.sh: torch $("$PYTHON" -c 'import torch; print(torch.__version__)' 2>/dev/null || echo -) ($PYTHON)" >&2
 CDDP=$ROOT/build/cddp
 PEER=$ROOT/bench/peers/ddp_fmnist_elastic.py
 export OMP_NUM_THREADS=1 OMP_WAIT_POLICY=PASSIVE
@@ -193,12 +202,12 @@ one_peer() {
   # shellcheck disable=SC2206
   case $1 in
     torchrun) [ "$l" = torchrun ] && l="--standalone --nproc_per_node 2"
-      cmd=(/usr/bin/python3 -m torch.distributed.run $l --max_restarts 3 --monitor_interval "$MONITOR" --redirects 1 --tee 1) ;;
+      cmd=("$PYTHON" -m torch.distributed.run $l --max_restarts 3 --monitor_interval "$MONITOR" --redirects 1 --tee 1) ;;
     cddp-run) [ "$l" = cddp-run ] && l="--standalone --nproc-per-node 2"
-      cmd=("$CDDP" run $l --max-restarts 3 /usr/bin/python3) ;;
+      cmd=("$CDDP" run $l --max-restarts 3 "$PYTHON") ;;
   esac
   run_job "$1$2" "$w/run/steps.jsonl" "ddp_fmnist_elastic.py --run-dir $w/run" \
-    env OPENBLAS_CORETYPE="${OPENBLAS_CORETYPE:-$("$ROOT"/scripts/openblas-coretype.sh)}" timeout 600 "${pre[@]}" "${cmd[@]}" \
+    timeout 600 "${pre[@]}" "${cmd[@]}" \
     "$PEER" --run-dir "$w/run" --epochs 1 --ckpt-every "$CKPT"
   read -r kt _ _ <"$OUT/$1$2.kill"
   # the restarted group's resume line after the kill: the step of the checkpoint it loaded + 1,

@@ -10,8 +10,9 @@
 #
 # Usage: bench/torchrun_bench.sh [--launches N] [--out DIR] [elastic_bench.sh's flags: --kill-at
 #            STEP|random, --ckpt-every K, --repeat N, --monitor-interval S, --agents 1|2,
-#            --no-reference, --rows LIST]
-# --launches N: launches of each launcher for part 2 (default 5). --monitor-interval S is also
+#            --no-reference, --rows LIST, --python PATH]
+# --python PATH: the torch whose torchrun and interpreter both rows use (default /usr/bin/python3,
+# Debian's torch 1.13; .venv/bin/python: torch 2.x). --launches N: launches of each launcher for part 2 (default 5). --monitor-interval S is also
 # torchrun's in part 2 (it only delays torchrun's exit there). Logs in DIR (elastic/ and launch/).
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
@@ -19,6 +20,7 @@ ROOT=$PWD
 LAUNCHES=5
 OUT=""
 MONITOR=5
+PYTHON=/usr/bin/python3
 pass=()
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -30,6 +32,7 @@ while [ $# -gt 0 ]; do
     -h|--help) sed -n '2,15s/^# \{0,1\}//p' "$0"; exit 0 ;;
     # elastic_bench.sh's flags with a value; it checks them
     -*) [ "$1" = --monitor-interval ] && MONITOR=${2:-}
+      [ "$1" = --python ] && PYTHON=${2:-}
       pass+=("$1" "${2:-}"); shift; [ $# = 0 ] || shift ;;
     *) echo "torchrun_bench.sh: unknown argument '$1' (--launches N, --out DIR, or elastic_bench.sh's flags)" >&2; exit 2 ;;
   esac
@@ -55,9 +58,9 @@ launch() {
 }
 for i in $(seq "$LAUNCHES"); do
   echo "torchrun_bench.sh: launch $i/$LAUNCHES: torchrun, cddp run" >&2
-  launch torchrun "$i" /usr/bin/python3 -m torch.distributed.run --standalone --nproc_per_node 2 \
+  launch torchrun "$i" "$PYTHON" -m torch.distributed.run --standalone --nproc_per_node 2 \
     --monitor_interval "$MONITOR" --redirects 1 --tee 1 "$STAMP"
-  launch cddp-run "$i" build/cddp run --standalone --nproc-per-node 2 /usr/bin/python3 "$STAMP"
+  launch cddp-run "$i" build/cddp run --standalone --nproc-per-node 2 "$PYTHON" "$STAMP"
 done
 printf '\nlaunch -> init_process_group returned, 2 workers, %s launch(es) each, interleaved\n' "$LAUNCHES"
 printf '%-10s %s\n' "" "seconds: median [min-max]"

@@ -1,19 +1,20 @@
 #!/usr/bin/env bash
-# test_torchrun.sh - `cddp run` as a drop-in for torchrun, with real PyTorch (Debian's
-# python3-torch, interpreter /usr/bin/python3): the seeds' command lines verbatim, every
+# test_torchrun.sh - `cddp run` as a drop-in for torchrun, with real PyTorch, each case twice:
+# Debian's torch 1.13 (/usr/bin/python3) and torch 2.x (.venv/bin/python, made by
+# scripts/install-deps.sh test); each TAP line names its torch. The seeds' command lines verbatim, every
 # rendezvous mode forming a gloo world that all-reduces correctly, restart-all with a worker
 # killed, the blame line quoting a script's exception, torchrun's program rules and flags, the
 # workers' MASTER_PORT never the store's, and one clear line for each bad PROGRAM.
 cd "$(dirname "$0")/../.." && source tests/sh/lib.sh
-PY=/usr/bin/python3
-if ! "$PY" -c 'import torch.distributed' 2>/dev/null; then
-  echo "ok 1 - test_torchrun # SKIP $PY has no torch (apt-get install python3-torch)"; exit 0
-fi
-export CDDP_PYTHON=$PY OPENBLAS_CORETYPE=$(scripts/openblas-coretype.sh)
+ROOT=$PWD
 T=$(mktemp -d /tmp/cddp-torchrun.XXXXXX)
 trap 'kill $(jobs -p) 2>/dev/null; rm -rf "$T"' EXIT
 cp -r tests/torch/. "$T/"
 cd "$T" || exit 1
+# Debian's OpenBLAS does not recognise this VM's CPU and would run SSE3 kernels: name the best
+# core the CPU can run (SkylakeX on a CPU without AVX-512 dies of SIGILL)
+OPENBLAS_CORETYPE=$("$ROOT"/scripts/openblas-coretype.sh)
+[ -n "$OPENBLAS_CORETYPE" ] && export OPENBLAS_CORETYPE
 # two launchers at once: L0 and L1 hold their outputs
 two() { # "ENV0" "ENV1" ARGS...: both nodes, same arguments, different environments
   local e0=$1 e1=$2; shift 2
@@ -36,14 +37,17 @@ ports_differ() {
   else fail "$1" "MASTER_PORT '$mp', store port '$sp'"; fi
 }
 
-# 1. the issue's static line: rank 0's TCPStore binds MASTER_PORT, which is not cddp's store port
+# cases: every check below, under the interpreter $PY (each TAP line names its torch)
+cases() {
+# 1. the issue's line, torchrun's default rendezvous (static, no --rdzv-* flag): cddp's store is on
+# --master-port, the workers' MASTER_PORT another port
 P=$(free_port)
-env timeout 90 "$CDDP" run --nnodes 2 --nproc-per-node 1 --rdzv-backend static --node-rank 0 --master-addr 127.0.0.1 \
-  --master-port "$P" allreduce.py >"$T/n0.out" 2>&1 & p0=$!
-env timeout 90 "$CDDP" run --nnodes 2 --nproc-per-node 1 --rdzv-backend static --node-rank 1 --master-addr 127.0.0.1 \
-  --master-port "$P" allreduce.py >"$T/n1.out" 2>&1 & p1=$!
+env timeout 90 "$CDDP" run --nnodes 2 --nproc_per_node 1 --node_rank 0 --master_addr 127.0.0.1 \
+  --master_port "$P" allreduce.py >"$T/n0.out" 2>&1 & p0=$!
+env timeout 90 "$CDDP" run --nnodes 2 --nproc_per_node 1 --node_rank 1 --master_addr 127.0.0.1 \
+  --master_port "$P" allreduce.py >"$T/n1.out" 2>&1 & p1=$!
 wait $p0; rc0=$?; wait $p1; rc1=$?
-worlds "static, 2 nodes, env:// + gloo (the issue's line)" 2
+worlds "static by default (torchrun's), 2 nodes, env:// + gloo (the issue's line)" 2
 ports_differ "static"
 grep -q "CDDP_STORE=127.0.0.1:$P " "$T/n0.out" && ok "static: the store is on --master-port" || fail "static store port" "$(head -2 "$T/n0.out")"
 
@@ -56,6 +60,7 @@ ports_differ "XTuner"
 
 # 3. Sana's line verbatim (torchrun -> cddp run), twice: the second run resumes from latest
 P=$(free_port); ID=$RANDOM
+rm -rf "$T/work" # the other interpreter's run
 echo "steps=4" >"$T/cfg.py"
 sana() {
   two "X=0" "X=1" --nnodes 2 --nproc_per_node=1 --rdzv_id $ID --rdzv_backend c10d --rdzv_endpoint 127.0.0.1:$P \
@@ -155,6 +160,12 @@ if [ "$rc0" = 1 ] && [ "$rc1" = 1 ] && [[ "$l0" == *"rank 0 (host "*"ValueError:
   ok "blame line on both nodes: rank 0's exception, not rank 1 (which only lost its peer)"
 else fail "blame on 2 nodes" "exits $rc0/$rc1: '$l0' / '$l1'"; fi
 
+# without @record (no error file): the exception of the last traceback on rank 0's stderr
+timeout 60 "$CDDP" run --standalone --nproc-per-node 2 fail_plain.py >"$T/f.out" 2>&1; rc=$?
+last=$(grep '^cddp run:' "$T/f.out" | tail -1)
+if [ $rc = 1 ] && [[ "$last" == "cddp run: rank 0 (host "*") exited with code 1: RuntimeError: config: lr is not a number" ]]
+then ok "blame line without @record: the last traceback's exception"; else fail "blame without @record" "rc=$rc '$last'"; fi
+
 # 10. torchrun's output flags: --local-ranks-filter, --redirects without --log-dir, per-rank --tee
 timeout 60 "$CDDP" run --standalone --nproc-per-node 2 --local-ranks-filter 1 allreduce.py >"$T/o.out" 2>&1
 grep -q '^\[rank 1\] allreduce ok' "$T/o.out" && ! grep -q '^\[rank 0\]' "$T/o.out" && ok "--local-ranks-filter 1: only rank 1 on the console" ||
@@ -179,10 +190,38 @@ one_line "PROGRAM not executable" "PROGRAM './notexec' is not executable" "$CDDP
 printf '#!/bin/sh\nexec %s -S "$@"\n' "$PY" >"$T/nopy"; chmod +x "$T/nopy" # an interpreter without torch
 one_line ".py whose interpreter has no torch" "PROGRAM 'allreduce.py' imports torch, but $T/nopy has no torch module" \
   "$CDDP" run --standalone --python "$T/nopy" allreduce.py
+one_line "-m of a module that imports torch, interpreter without it, 2 nodes (no wait)" \
+  "-m pkg.needs_torch imports torch, but $T/nopy has no torch module" env PYTHONPATH="$T" \
+  "$CDDP" run --nnodes 2 --node-rank 0 --master-port "$(free_port)" --python "$T/nopy" -m pkg.needs_torch
+# a script's own #! Python runs it, unless --python (or CDDP_PYTHON) says otherwise
+other=/usr/bin/python3; [ "$PY" = "$other" ] && other=$ROOT/.venv/bin/python
+printf '#!%s\nimport sys, torch\nprint("shebang", sys.executable)\n' "$PY" >"$T/sb.py"; chmod +x "$T/sb.py"
+out=$(env -u CDDP_PYTHON timeout 60 "$CDDP" run --standalone sb.py 2>&1)
+[ "$out" = "[rank 0] shebang $PY" ] && ok "a .py whose #! line names $PY runs with it" || fail "#! interpreter" "$out"
+if [ -x "$other" ]; then
+  out=$(env -u CDDP_PYTHON timeout 60 "$CDDP" run --standalone --python "$other" sb.py 2>&1)
+  [ "$out" = "[rank 0] shebang $other" ] && ok "--python beats the #! line" || fail "--python over #!" "$out"
+fi
+printf '#!/usr/bin/env python9\nimport torch\n' >"$T/sb9.py"; chmod +x "$T/sb9.py"
+one_line "#! naming an interpreter not on PATH" "PROGRAM 'sb9.py' names the interpreter 'python9' in its #! line" \
+  env -u CDDP_PYTHON "$CDDP" run --standalone sb9.py
 one_line "-m of a module that does not exist" "-m no.such.mod: $PY finds no module 'no.such.mod'" \
   "$CDDP" run --standalone -m no.such.mod
 one_line "no interpreter" "'python9' (--python (or CDDP_PYTHON)) is not on PATH" "$CDDP" run --standalone --python python9 allreduce.py
 one_line "--nproc-per-node gpu with no GPU" "--nproc-per-node gpu: no GPU is visible" \
   env CUDA_VISIBLE_DEVICES= "$CDDP" run --standalone --nproc-per-node gpu allreduce.py
 one_line "--rdzv-conf unknown key" "unknown key 'join'" "$CDDP" run --rdzv-conf join=3 allreduce.py
+}
+
+# every case under Debian's torch 1.13 and under .venv's torch 2.x (scripts/install-deps.sh test)
+base=$t_name
+for PY in /usr/bin/python3 "$ROOT/.venv/bin/python"; do
+  t_name=$base
+  if ! v=$("$PY" -c 'import torch.distributed, torch; print(torch.__version__.split("+")[0])' 2>/dev/null); then
+    echo "ok $((t_n += 1)) - $t_name:$PY # SKIP $PY has no torch (scripts/install-deps.sh test)"; continue
+  fi
+  t_name="$base[torch $v]" CDDP_PYTHON=$PY
+  export CDDP_PYTHON
+  cases
+done
 finish

@@ -117,7 +117,17 @@ TEST(run_opts_static_and_node_rank) {
   expect_error(ARGV("--rdzv-backend", "static", "--nnodes", "2", "p"), ENVP(NULL), CDDP_INVALID_ARG, "needs --node-rank", NULL);
   expect_error(ARGV("--rdzv-backend", "static", "--nnodes", "1:2", "--node-rank", "0", "p"), ENVP(NULL), CDDP_INVALID_ARG, "range", NULL);
   expect_error(ARGV("--rdzv-backend", "etcd", "p"), ENVP(NULL), CDDP_INVALID_ARG, "--rdzv-backend", "'etcd'");
-  expect_error(ARGV("--nnodes", "2", "p"), ENVP(NULL), CDDP_INVALID_ARG, "needs --rdzv-endpoint", NULL);
+  /* torchrun's default: no --rdzv-* flag and a fixed node count is static on the master */
+  CHECK_OK(parse(ARGV("--nnodes", "2", "--nproc_per_node", "1", "--node_rank", "1", "--master_addr", "10.2.2.2",
+                      "--master_port", "4100", "p"), ENVP(NULL), &o));
+  CHECK_EQ(o.backend, CDDP_RDZV_STATIC);
+  CHECK_EQ(o.node_rank, 1);
+  CHECK(!strcmp(o.master_addr, "10.2.2.2"));
+  CHECK_EQ(o.master_port, 4100);
+  expect_error(ARGV("--nnodes", "2", "p"), ENVP(NULL), CDDP_INVALID_ARG, "needs --node-rank", NULL);
+  /* an elastic range has no static form: it still needs the c10d store */
+  expect_error(ARGV("--nnodes", "1:2", "p"), ENVP(NULL), CDDP_INVALID_ARG, "needs --rdzv-endpoint", NULL);
+  expect_error(ARGV("--rdzv-backend", "c10d", "--nnodes", "2", "p"), ENVP(NULL), CDDP_INVALID_ARG, "needs --rdzv-endpoint", NULL);
   expect_error(ARGV("--nnodes", "2", "--rdzv-endpoint", "h:0", "p"), ENVP(NULL), CDDP_INVALID_ARG, "h:0", "only for one node");
 }
 

@@ -46,7 +46,7 @@ static const char *contract_vars[] = {
     "ROLE_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "CDDP_RUN_ID", "CDDP_ROUND", "CDDP_RESTART_COUNT",
     "CDDP_MAX_RESTARTS", "CDDP_STORE", "CDDP_TOKEN", "CDDP_RESTART_MODE", "CDDP_GEN", "CDDP_REPLACEMENT", "CDDP_AGENT_ID",
     "ROLE_NAME", "TORCHELASTIC_RUN_ID", "TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_MAX_RESTARTS",
-    "TORCHELASTIC_USE_AGENT_STORE", "TORCHELASTIC_ERROR_FILE", "CDDP_FLIGHT_FILE", "CDDP_CONSOLE_LIVE"};
+    "TORCHELASTIC_USE_AGENT_STORE", "TORCHELASTIC_SIGNALS_TO_HANDLE", "TORCHELASTIC_ERROR_FILE", "CDDP_FLIGHT_FILE", "CDDP_CONSOLE_LIVE"};
 
 /* Set for the workers only when the agent's environment lacks them (torchrun's defaults). */
 static const struct { const char *name, *value; } default_vars[] = {
@@ -441,6 +441,7 @@ static char **worker_env(agent_t *a, int local_rank, int64_t gen, int replacemen
   PUT("TORCHELASTIC_RESTART_COUNT", "%d", rz->restart_count);
   PUT("TORCHELASTIC_MAX_RESTARTS", "%d", o->max_restarts);
   PUT("TORCHELASTIC_USE_AGENT_STORE", "%s", a->torch_store ? "True" : "False");
+  PUT("TORCHELASTIC_SIGNALS_TO_HANDLE", "SIGTERM,SIGINT,SIGHUP"); /* torchrun 2.x's; what the agent forwards */
   /* the console is a terminal, through us: a progress line may be rewritten in place */
   if (a->live_console && (o->console[local_rank] & 2)) PUT("CDDP_CONSOLE_LIVE", "1");
   PUT("ROLE_NAME", "%s", o->role);
@@ -465,20 +466,19 @@ static void free_env(char **env) {
   free(env);
 }
 
-/* "exited with code 1: ValueError: boom": how worker `rank` ended, with the message of the
- * exception it recorded in its torch error file when there is one. Returns the exit code the
- * agent uses (code, or 128+signal). */
-static int describe_failure(const agent_t *a, int rank, int status, const char *hang, char *buf, size_t size) {
+/* "exited with code 1: ValueError: boom": how worker w ended, with the message of the exception
+ * it recorded in its torch error file, else of the last traceback on its stderr. Returns the exit
+ * code the agent uses (code, or 128+signal). */
+static int describe_failure(const agent_t *a, const cddp__worker_t *w, int status, char *buf, size_t size) {
   char path[320], cause[200] = "";
   int code = cddp__describe_status(status, buf, size);
-  if (hang && hang[0]) { /* the watchdog killed it: say why */
-    snprintf(buf + strlen(buf), size - strlen(buf), " by the watchdog: %s", hang);
+  if (w->hang[0]) { /* the watchdog killed it: say why */
+    snprintf(buf + strlen(buf), size - strlen(buf), " by the watchdog: %s", w->hang);
     return code;
   }
-  if (!a->err_dir[0]) return code;
-  cddp__errfile_path(a->err_dir, rank, path, sizeof path);
-  if (cddp__errfile_read(path, cause, sizeof cause, NULL))
-    snprintf(buf + strlen(buf), size - strlen(buf), ": %s", cause);
+  if (a->err_dir[0]) cddp__errfile_path(a->err_dir, w->rank, path, sizeof path);
+  if ((a->err_dir[0] && cddp__errfile_read(path, cause, sizeof cause, NULL)) || w->exception[0])
+    snprintf(buf + strlen(buf), size - strlen(buf), ": %.199s", cause[0] ? cause : w->exception);
   return code;
 }
 
@@ -488,7 +488,7 @@ static int describe_failure(const agent_t *a, int rank, int status, const char *
  * generation (the others keep running and re-form by themselves). -1: restarts used up. */
 static int replace_failed(agent_t *a, cddp__workers_t *ws) {
   char desc[320];
-  describe_failure(a, ws->fail_rank, ws->fail_status, ws->w[ws->fail_index].hang, desc, sizeof desc);
+  describe_failure(a, &ws->w[ws->fail_index], ws->fail_status, desc, sizeof desc);
   cddp__job_announce_t what = cddp__job_announce_replace(ws->fail_rank, (int)ws->fail_pid);
   if (a->elastic) { /* a worker of a dropped node or of a stopping job is not replaced */
     cddp__membership_refresh(&a->ms);
@@ -965,7 +965,7 @@ static int agent_main(agent_t *a) {
     const char *value = NULL;
     switch (ws.outcome) {
     case CDDP__OUT_FAILED:
-      code = describe_failure(a, ws.fail_rank, ws.fail_status, ws.w[ws.fail_index].hang, desc, sizeof desc);
+      code = describe_failure(a, &ws.w[ws.fail_index], ws.fail_status, desc, sizeof desc);
       snprintf(line, sizeof line, "cddp run: rank %d (host %s, pid %d) %s", ws.fail_rank, a->host, (int)ws.fail_pid,
                desc);
       if (!o->replace) /* replace mode judged it in replace_failed */
@@ -1015,7 +1015,7 @@ static int agent_main(agent_t *a) {
       value = event_value(msg);
       if (ws.fail_rank >= 0 && !cddp__job_event_parse(value, strlen(value), &now) &&
           now.kind == CDDP__EV_FAIL) { /* ours failed too: maybe first */
-        code = describe_failure(a, ws.fail_rank, ws.fail_status, ws.w[ws.fail_index].hang, desc, sizeof desc);
+        code = describe_failure(a, &ws.w[ws.fail_index], ws.fail_status, desc, sizeof desc);
         snprintf(line, sizeof line, "cddp run: rank %d (host %s, pid %d) %s", ws.fail_rank, a->host, (int)ws.fail_pid, desc);
         post_failure(a, &ws.failure, code, line);
       }

@@ -10,6 +10,7 @@
 
 #include "common/check.h"
 #include "launcher/options.h"
+#include "launcher/torchrun_flags.h"
 #include "world/envp.h"
 #include "world/launcher.h"
 #include "launcher/gpus.h"
@@ -20,7 +21,7 @@ enum {
   F_NNODES, F_NPROC, F_RDZV_ID, F_RDZV_BACKEND, F_RDZV_ENDPOINT, F_RDZV_TIMEOUT, F_RDZV_LAST_CALL,
   F_STANDALONE, F_NODE_RANK, F_MASTER_ADDR, F_MASTER_PORT, F_MAX_RESTARTS, F_RESTART_MODE, F_LOCAL_ADDR,
   F_LOG_DIR, F_TEE, F_REDIRECTS, F_RANKS_FILTER, F_LAUNCHER, F_GRACE, F_CPU_BIND, F_MONITOR, F_RDZV_CONF,
-  F_PYTHON, F_MODULE, F_NO_PYTHON, F_RUN_PATH, F_ROLE, F_START_METHOD, F_HANG_TIMEOUT, F_WARM, F_WARM_PRELOAD, F_WARM_DELAY, F_AGENT_STORE, F_HELP, NFLAGS
+  F_PYTHON, F_MODULE, F_NO_PYTHON, F_RUN_PATH, F_ROLE, F_START_METHOD, F_HANG_TIMEOUT, F_WARM, F_WARM_PRELOAD, F_WARM_DELAY, F_AGENT_STORE, F_SHUTDOWN, F_HELP, NFLAGS
 };
 
 static const struct flag {
@@ -32,7 +33,7 @@ static const struct flag {
     [F_NNODES] = {"nnodes", 0, 1, 1, "N|MIN:MAX", "number of nodes, or an elastic range (default 1)"},
     [F_NPROC] = {"nproc-per-node", 0, 1, 1, "N|gpu|cpu|auto", "workers on this node; gpu = visible GPUs, cpu = CPUs, auto = GPUs if any, else CPUs (default 1)"},
     [F_RDZV_ID] = {"rdzv-id", 0, 1, 1, "ID", "job id shared by every node's agent (default none)"},
-    [F_RDZV_BACKEND] = {"rdzv-backend", 0, 1, 1, "c10d|static", "c10d: join order gives node ranks; static: --node-rank (default c10d)"},
+    [F_RDZV_BACKEND] = {"rdzv-backend", 0, 1, 1, "c10d|static", "c10d: join order gives node ranks; static: --node-rank (default c10d; static, as torchrun, for N > 1 fixed nodes without --rdzv-endpoint)"},
     [F_RDZV_ENDPOINT] = {"rdzv-endpoint", 0, 1, 1, "HOST[:PORT]", "store address; the agent on HOST serves it (default port 29400; port 0 = a free one, one node only)"},
     [F_RDZV_TIMEOUT] = {"rdzv-timeout", 0, 1, 1, "SECONDS", "give up joining after this long (default 300)"},
     [F_RDZV_LAST_CALL] = {"rdzv-last-call", 0, 1, 1, "SECONDS", "with MIN:MAX, wait this long after MIN nodes joined (default 2)"},
@@ -63,6 +64,7 @@ static const struct flag {
     [F_RUN_PATH] = {"run-path", 0, 0, 1, NULL, "run PROGRAM with Python whatever its name (torchrun's --run-path)"},
     [F_ROLE] = {"role", 0, 1, 1, "NAME", "the workers' ROLE_NAME (default 'default')"},
     [F_START_METHOD] = {"start-method", 0, 1, 1, "spawn|fork|forkserver", "accepted for torchrun; workers are always started by fork + exec"},
+    [F_SHUTDOWN] = {"shutdown-timeout", 0, 1, 1, "SECONDS", "torchrun 2.x's name for --grace-period"},
     [F_HELP] = {"help", 'h', 0, 0, NULL, "this text"},
 };
 
@@ -213,6 +215,8 @@ static cddp_result_t parse_argv(int argc, char **argv, raw_t *r, cddp_run_opts_t
       if (f >= 0 && a[2]) val = a + 2; /* -t3 */
       snprintf(spelled, sizeof spelled, "-%c", a[1]);
     }
+    const char *why = f < 0 && a[1] == '-' ? cddp__torchrun_refused(a + 2, strcspn(a + 2, "=")) : NULL;
+    if (why) return cddp__fail(CDDP_INVALID_ARG, "torchrun's %s is not supported: %s", spelled, why);
     if (f < 0) return cddp__fail(CDDP_INVALID_USAGE, "unknown flag '%s'", a);
     if (!flags[f].takes_value) {
       if (val) return cddp__fail(CDDP_INVALID_USAGE, "%s takes no value", spelled);
@@ -229,6 +233,19 @@ static cddp_result_t parse_argv(int argc, char **argv, raw_t *r, cddp_run_opts_t
   }
   o->prog_index = i;
   if (i >= argc) return cddp__fail(CDDP_INVALID_USAGE, "missing PROGRAM (what each worker runs)");
+  return CDDP_OK;
+}
+
+/* torchrun's PET_<FLAG> of a flag cddp refuses: the same one line as the flag */
+static cddp_result_t refuse_pet(char **envp) {
+  char name[64];
+  for (int i = 0; cddp__torchrun_refused_name(i); i++) {
+    const char *flag = cddp__torchrun_refused_name(i);
+    mirror_name(name, sizeof name, "PET_", flag);
+    if (cddp__envp_get(envp, name))
+      return cddp__fail(CDDP_INVALID_ARG, "torchrun's %s (--%s) is not supported: %s", name, flag,
+                        cddp__torchrun_refused(flag, strlen(flag)));
+  }
   return CDDP_OK;
 }
 
@@ -523,6 +540,7 @@ cddp_result_t cddp__run_parse(int argc, char **argv, char **envp, cddp_run_opts_
   o->node_rank = -1;
   CDDP_CHECK(parse_argv(argc, argv, &r, o));
   if (o->mode == CDDP_RUN_HELP) return CDDP_OK;
+  CDDP_CHECK(refuse_pet(envp));
   fill_env(&r, envp);
   fill_xtuner(&r, envp);
   CDDP_CHECK(fill_slurm(&r, envp, o, bufs));
@@ -568,8 +586,9 @@ cddp_result_t cddp__run_parse(int argc, char **argv, char **envp, cddp_run_opts_
   if (r.val[F_RDZV_LAST_CALL] && !parse_seconds_ms(r.val[F_RDZV_LAST_CALL], &o->last_call_ms))
     return bad_value(&r, F_RDZV_LAST_CALL, "must be a number of seconds >= 0");
   o->grace_ms = 5000;
-  if (r.val[F_GRACE] && !parse_seconds_ms(r.val[F_GRACE], &o->grace_ms))
-    return bad_value(&r, F_GRACE, "must be a number of seconds >= 0");
+  int grace = r.val[F_GRACE] || !r.val[F_SHUTDOWN] ? F_GRACE : F_SHUTDOWN; /* --grace-period wins */
+  if (r.val[grace] && !parse_seconds_ms(r.val[grace], &o->grace_ms))
+    return bad_value(&r, grace, "must be a number of seconds >= 0");
   if (r.val[F_MONITOR] && !parse_seconds_ms(r.val[F_MONITOR], &(int){0}))
     return bad_value(&r, F_MONITOR, "must be a number of seconds");
   o->hang_ms = 60000;
@@ -657,6 +676,10 @@ cddp_result_t cddp__run_parse(int argc, char **argv, char **envp, cddp_run_opts_
     if (!r.val[F_RDZV_ID]) random_id(o->run_id, sizeof o->run_id);
     return CDDP_OK;
   }
+  /* torchrun's default rendezvous is static on --master-addr:--master-port: the multi-node line
+   * without --rdzv-* flags (VILA's, LLaVA's launch scripts) runs as under torchrun */
+  if (o->backend == CDDP_RDZV_C10D && !r.val[F_RDZV_BACKEND] && !o->rdzv_host[0] && o->min_nodes == o->max_nodes)
+    o->backend = CDDP_RDZV_STATIC;
   if (o->backend == CDDP_RDZV_C10D) {
     if (!o->rdzv_host[0])
       return cddp__fail(CDDP_INVALID_ARG, "%s needs --rdzv-endpoint HOST[:PORT] (the c10d rendezvous store)", o->nnodes_src);

@@ -133,16 +133,26 @@ static int run_probe(const char *interp, const char *code, const char *a1, const
   return WIFEXITED(st) && WEXITSTATUS(st) != 127 ? WEXITSTATUS(st) : -1;
 }
 
-/* Runs the interpreter once: exit 3 = no torch (when need_torch), 4 = no module (when module
- * is not ""), 0 = fine; -1 = it did not run or answer in time. */
+/* Runs the interpreter once: exit 3 = no torch (when need_torch, or when the module or its
+ * package imports torch), 4 = no module (when module is not ""), 0 = fine; -1 = it did not run
+ * or answer in time. A module's source is read, not run (its package's __init__ is imported). */
 static int probe(const char *interp, const char *module, int need_torch) {
   static const char code[] =
-      "import importlib.util as u, sys\n"
+      "import importlib.util as u, re, sys\n"
       "m, t = sys.argv[1], sys.argv[2] == '1'\n"
-      "if t and u.find_spec('torch') is None: sys.exit(3)\n"
-      "try: ok = not m or u.find_spec(m) is not None\n"
-      "except Exception: ok = False\n"
-      "sys.exit(0 if ok else 4)\n";
+      "have = u.find_spec('torch') is not None\n"
+      "if t and not have: sys.exit(3)\n"
+      "try: s = u.find_spec(m) if m else None\n"
+      "except ModuleNotFoundError as e: sys.exit(3 if (e.name or '').split('.')[0] == 'torch' else 4)\n"
+      "except Exception: sys.exit(4)\n"
+      "if m and s is None: sys.exit(4)\n"
+      "if m and not have:\n"
+      "  try:\n"
+      "    if s.submodule_search_locations is not None: s = u.find_spec(m + '.__main__')\n"
+      "    src = open(s.origin, errors='replace').read(4 << 20)\n"
+      "  except Exception: src = ''\n"
+      "  if re.search(r'^[ \\t]*(from[ \\t]+torch\\b|import[ \\t]+([\\w.]+[ \\t]*,[ \\t]*)*torch\\b)', src, re.M): sys.exit(3)\n"
+      "sys.exit(0)\n";
   int r = run_probe(interp, code, module, need_torch ? "1" : "0");
   return r == 3 || r == 4 || r == 0 ? r : -1;
 }
@@ -158,6 +168,35 @@ int cddp__program_torch_major(const char *interp) {
       "sys.exit(10 + int(m.group(1)) if m and int(m.group(1)) < 100 else 1)\n";
   int r = run_probe(interp, code, NULL, NULL);
   return r >= 10 ? r - 10 : -1;
+}
+
+/* A script with the run bit whose "#!" line names a Python ("#!/opt/venv/bin/python3" or
+ * "#!/usr/bin/env python3"): out = that interpreter's path (a name looked up on PATH). Returns 1
+ * when it names one that runs, 0 when there is no such line (or it names no Python), and fails
+ * with one line when the interpreter it names is not there. */
+static int shebang_python(const char *script, char *out, size_t size) {
+  char line[512], name[512];
+  FILE *f = access(script, X_OK) == 0 ? fopen(script, "r") : NULL;
+  int got = f && fgets(line, sizeof line, f) && !strncmp(line, "#!", 2);
+  if (f) fclose(f);
+  if (!got) return 0;
+  const char *s = line + 2 + strspn(line + 2, " \t");
+  size_t len = strcspn(s, " \t\r\n");
+  snprintf(name, sizeof name, "%.*s", (int)len, s);
+  if (!strcmp(name, "/usr/bin/env") || !strcmp(name, "/bin/env")) { /* env NAME: not env -S or env VAR=... */
+    s += len + strspn(s + len, " \t");
+    len = strcspn(s, " \t\r\n");
+    snprintf(name, sizeof name, "%.*s", (int)len, s);
+    if (!is_python(name) || strchr(name, '/')) return 0;
+    if (search_path(name, out, size) == 1) return 1;
+  } else {
+    if (name[0] != '/' || !is_python(name)) return 0;
+    snprintf(out, size, "%s", name);
+    if (executable(out) == 1) return 1;
+  }
+  cddp__fail(CDDP_INVALID_ARG, "PROGRAM '%s' names the interpreter '%s' in its #! line, which %s; fix that line, or "
+             "pass --python", script, name, strchr(name, '/') ? "is not an executable file" : "is not on PATH");
+  return -1;
 }
 
 /* The interpreter: --python / CDDP_PYTHON, else python3; a name is looked up on PATH. */
@@ -211,7 +250,10 @@ cddp_result_t cddp__program_resolve(const cddp_run_opts_t *o, char **prog, cddp_
     if (access(prog[0], R_OK) != 0) return cddp__fail(CDDP_INVALID_ARG, "PROGRAM '%s' is not readable", prog[0]);
     need_torch = cddp__program_imports_torch(prog[0]);
   }
-  CDDP_CHECK(find_interp(o, what, p->interp, sizeof p->interp));
+  /* a script's own "#!" Python runs it (as ./script.py would), unless --python says otherwise */
+  int own = !o->module && !o->python[0] ? shebang_python(prog[0], p->interp, sizeof p->interp) : 0;
+  if (own < 0) return CDDP_INVALID_ARG;
+  if (!own) CDDP_CHECK(find_interp(o, what, p->interp, sizeof p->interp));
   if (need_torch || o->module) {
     int r = probe(p->interp, o->module ? prog[0] : "", need_torch);
     if (r == 3)

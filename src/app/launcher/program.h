@@ -13,9 +13,11 @@ typedef struct cddp__program {
 
 /* torchrun's rules: with --no-python PROGRAM runs as it is; with -m it is a module run by
  * Python; a PROGRAM ending in .py (or any, with --run-path) runs with Python (--python,
- * CDDP_PYTHON, else python3 on PATH); anything else runs as it is. Checks that it can run:
+ * CDDP_PYTHON, else the Python its "#!" line names when it has the run bit, else python3 on
+ * PATH); anything else runs as it is. Checks that it can run:
  * INVALID_ARG with one line naming PROGRAM and what to do (not found, not executable, no
- * interpreter, the interpreter lacks torch that the script imports, or lacks the -m module).
+ * interpreter, the interpreter lacks torch that the script, the -m module or its package imports,
+ * or lacks the -m module).
  * Those last two spawn the interpreter once and block at most 30 s. prog: NULL-terminated. */
 cddp_result_t cddp__program_resolve(const cddp_run_opts_t *o, char **prog, cddp__program_t *p);
 void cddp__program_free(cddp__program_t *p);

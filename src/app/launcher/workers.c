@@ -30,6 +30,27 @@
 #define HANG_CHECK_MS 500 /* how often the watchdog reads the flight pages */
 #define TICK_MS 1000      /* how often ws->tick runs (the agent's status record) */
 
+/* A Python program without torch's @record writes no error file, but its traceback on stderr
+ * ends with the exception: the first unindented line after "Traceback (most recent call last):".
+ * The last traceback wins (a chained exception, "During handling of the above ...", comes last).
+ * torch 2.x's excepthook prefixes each line with "[rank<N>]: ", which is skipped. line is one
+ * bounded line of the worker's, n bytes without its newline. */
+static void traceback_line(cddp__worker_t *w, const char *line, size_t n) {
+  static const char head[] = "Traceback (most recent call last):";
+  size_t d = 5;
+  if (n > 8 && !memcmp(line, "[rank", 5)) {
+    while (d < n && d < 16 && line[d] >= '0' && line[d] <= '9') d++;
+    if (d > 5 && d + 2 < n && line[d] == ']' && line[d + 1] == ':' && line[d + 2] == ' ') line += d + 3, n -= d + 3;
+  }
+  if (n == sizeof head - 1 && !memcmp(line, head, n)) {
+    w->in_traceback = 1;
+    return;
+  }
+  if (!w->in_traceback || !n || line[0] == ' ' || line[0] == '\t') return;
+  w->in_traceback = 0;
+  snprintf(w->exception, sizeof w->exception, "%.*s", (int)CDDP_MIN(n, sizeof w->exception - 1), line);
+}
+
 /* One line (with its newline) of stream s of worker w: to the console with the prefix,
  * in a single write, and to the log file. */
 static void emit(cddp__workers_t *ws, cddp__worker_t *w, int s, const char *line, size_t len) {
@@ -52,6 +73,7 @@ static void emit(cddp__workers_t *ws, cddp__worker_t *w, int s, const char *line
     snprintf(w->report, sizeof w->report, "%.*s", (int)CDDP_MIN(n, sizeof w->report - 1), line);
     w->report_ns = cddp__now_ns();
   }
+  if (s == 1) traceback_line(w, line, n);
 }
 
 /* Emits complete lines of the buffer; at_eof flushes a partial last line with a newline. */
@@ -163,6 +185,7 @@ static int mkdir_p(const char *dir) {
 static cddp_result_t spawn(cddp__workers_t *ws, cddp__worker_t *w, char *const *argv, char **env) {
   w->exited = 0, w->status = 0;
   w->start_ns = cddp__now_ns(), w->exit_ns = 0, w->report_ns = 0, w->report[0] = '\0';
+  w->exception[0] = '\0', w->in_traceback = 0;
   /* worker i of the round on the i-th share of the agent's CPUs, set in the child before exec
    * (cpubind.c says why) */
   cpu_set_t allowed, share;
@@ -253,13 +276,13 @@ void cddp__workers_failure(const cddp__workers_t *ws, int i, cddp__failure_t *f)
     return;
   }
   if (!ws->err_dir) return;
-  /* the exception it recorded (torch's @record) says why, better than its last stderr line,
-   * and the file's time says when: wall clock, moved onto the monotonic one */
+  /* the exception it recorded (torch's @record) says why, else its traceback's, better than its
+   * last stderr line; the file's time says when: wall clock, moved onto the monotonic one */
   char path[4200];
   uint64_t mtime = 0;
   cddp__errfile_path(ws->err_dir, w->rank, path, sizeof path);
   if (!cddp__errfile_read(path, f->error, sizeof f->error, &mtime)) {
-    snprintf(f->error, sizeof f->error, "%s", w->report);
+    snprintf(f->error, sizeof f->error, "%s", w->exception[0] ? w->exception : w->report);
     return;
   }
   struct timespec real;
