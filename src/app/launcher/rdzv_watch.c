@@ -89,7 +89,7 @@ static int look(cddp__rdzv_watch_t *w, cddp_store_t *base, int my_slot) {
              cddp__rdzv_waiter_parse(v, len, &other) == 0;
     free(v);
     if (!ok || !other.waiting || other.wall_ms + FRESH_MS < now || !strcmp(other.run_id, w->me.run_id)) continue;
-    char line[400];
+    char line[600]; /* two hosts and two run ids at their longest */
     cddp__rdzv_id_line(&w->me, &other, line, sizeof line);
     end_job(base, other.run_id, other.node_records, line);
     end_job(base, w->me.run_id, w->me.node_records, line);
