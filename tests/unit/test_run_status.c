@@ -6,7 +6,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "launcher/status.h"
+#include "job/status.h"
 #include "test.h"
 
 static cddp__status_node_t sample(void) {

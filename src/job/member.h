@@ -6,9 +6,9 @@
 
 #include <stdint.h>
 
-#include "world/elastic.h"
-#include "launcher/rdzv.h"
-#include "launcher/store_move.h"
+#include "job/elastic.h"
+#include "job/rdzv.h"
+#include "job/store_move.h"
 
 typedef struct cddp__monitor cddp__monitor_t;
 

@@ -11,7 +11,7 @@
 #include "common/check.h"
 #include "common/clock.h"
 #include "common/log.h"
-#include "launcher/member.h"
+#include "job/member.h"
 #include "store/failover.h"
 #include "store/store_internal.h"
 

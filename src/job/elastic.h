@@ -6,7 +6,7 @@
 
 #include "cddp/comm.h"
 #include "cddp/store.h"
-#include "world/jobkeys.h"
+#include "job/jobkeys.h"
 
 /* The job's keys and the text of their values: world/jobkeys.h (the table: docs/elastic.md).
  * A survivor whose collective failed waits for elastic/gen/<its G + 1>, then builds the

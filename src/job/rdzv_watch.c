@@ -9,9 +9,9 @@
 #include "common/check.h"
 #include "common/clock.h"
 #include "common/log.h"
-#include "launcher/rdzv.h"
-#include "launcher/rdzv_watch.h"
-#include "world/jobkeys.h"
+#include "job/rdzv.h"
+#include "job/rdzv_watch.h"
+#include "job/jobkeys.h"
 
 #define WATCH_MS 300    /* how often it looks */
 #define GRACE_MS 2000   /* a lone node is normal for this long (the others are starting) */

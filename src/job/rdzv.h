@@ -5,7 +5,7 @@
 #define CDDP_RUN_RDZV_H
 
 #include "cddp/store.h"
-#include "world/jobkeys.h"
+#include "job/jobkeys.h"
 
 /* What each node publishes when it joins a round (its record: world/jobkeys.h). */
 typedef cddp__job_node_t cddp__rdzv_node_t;

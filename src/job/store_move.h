@@ -9,8 +9,8 @@
 
 #include <stdint.h>
 
-#include "launcher/rdzv.h"
-#include "world/elastic.h"
+#include "job/rdzv.h"
+#include "job/elastic.h"
 
 typedef struct cddp__store_move cddp__store_move_t;
 

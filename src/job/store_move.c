@@ -11,7 +11,7 @@
 #include "common/knobs.h"
 #include "common/log.h"
 #include "common/sock.h"
-#include "launcher/store_move.h"
+#include "job/store_move.h"
 #include "store/failover.h"
 #include "store/store_internal.h"
 
