@@ -30,7 +30,7 @@
 #include "launcher/task_exec.h"
 #include "store/failover.h"
 #include "launcher/torchstore.h"
-#include "world/nodelist.h"
+#include "common/nodelist.h"
 #include "launcher/warm.h"
 #include "launcher/workers.h"
 
