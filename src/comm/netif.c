@@ -9,7 +9,7 @@
 #include "common/check.h"
 #include "common/knobs.h"
 #include "common/sock.h"
-#include "world/launcher.h"
+#include "common/launcher.h"
 
 extern char **environ;
 

@@ -10,10 +10,10 @@
 #include "common/clock.h"
 #include "common/log.h"
 #include "common/sock.h"
-#include "world/mpi_step.h"
-#include "world/envp.h"
-#include "world/launcher.h"
-#include "world/slurm_step.h"
+#include "common/mpi_step.h"
+#include "common/envp.h"
+#include "common/launcher.h"
+#include "common/slurm_step.h"
 
 /* Integer variable: absent -> dflt; malformed or out of [lo, hi] -> INVALID_ARG naming it. */
 static cddp_result_t env_int(const char *name, int dflt, long lo, long hi, int *out) {

@@ -10,7 +10,7 @@
 #include "cli/flags.h"
 #include "common/check.h"
 #include "trainer/trainer.h"
-#include "world/launcher.h"
+#include "common/launcher.h"
 
 #define MAX_SETS 256
 

@@ -4,7 +4,7 @@
 #include <string.h>
 
 #include "common/check.h"
-#include "world/envp.h"
+#include "common/envp.h"
 
 const char *cddp__envp_get(char **envp, const char *name) {
   size_t n = strlen(name);
