@@ -1,6 +1,6 @@
 /* envp.h - reading an environment given as "K=V" strings (environ, or a test's own). */
-#ifndef CDDP_WORLD_ENVP_H
-#define CDDP_WORLD_ENVP_H
+#ifndef CDDP_COMMON_ENVP_H
+#define CDDP_COMMON_ENVP_H
 
 #include "cddp/cddp.h"
 
@@ -10,4 +10,4 @@ const char *cddp__envp_get(char **envp, const char *name);
  * INVALID_ARG naming it. */
 cddp_result_t cddp__envp_int(char **envp, const char *name, int dflt, long lo, long hi, int *out);
 
-#endif /* CDDP_WORLD_ENVP_H */
+#endif /* CDDP_COMMON_ENVP_H */

@@ -1,8 +1,8 @@
 /* member.h - an agent's watch over the other member agents of its job: its own heartbeat, a
  * will that marks it dead the moment its connection drops, and the detection of peers that
  * crashed (their will fired) or went silent (no heartbeat within the timeout). */
-#ifndef CDDP_RUN_MEMBER_H
-#define CDDP_RUN_MEMBER_H
+#ifndef CDDP_JOB_MEMBER_H
+#define CDDP_JOB_MEMBER_H
 
 #include <stdint.h>
 
@@ -45,7 +45,7 @@ void cddp__monitor_lease(cddp__monitor_t *m, const int *hosting);
  * will is dropped); 0 leaves the connection to die with the process. NULL is a no-op. */
 void cddp__monitor_stop(cddp__monitor_t *m, int goodbye);
 
-#endif /* CDDP_RUN_MEMBER_H */
+#endif /* CDDP_JOB_MEMBER_H */
 
 /* ---- the agent's side of membership changes ---- */
 typedef struct cddp__membership {

@@ -4,8 +4,8 @@
  * the votes of a majority of the latest generation's members, rebuilds it from what they hold,
  * and drops the lost host's node through the will it writes for it. The design and its
  * split-brain argument: docs/store.md, "Failover". */
-#ifndef CDDP_RUN_STORE_MOVE_H
-#define CDDP_RUN_STORE_MOVE_H
+#ifndef CDDP_JOB_STORE_MOVE_H
+#define CDDP_JOB_STORE_MOVE_H
 
 #include <stdint.h>
 
@@ -56,4 +56,4 @@ const char *cddp__store_move_line(const cddp__store_move_t *mv);
 /* Stops the standby (after the agent's last store call) and frees. NULL is a no-op. */
 void cddp__store_move_stop(cddp__store_move_t *mv);
 
-#endif /* CDDP_RUN_STORE_MOVE_H */
+#endif /* CDDP_JOB_STORE_MOVE_H */

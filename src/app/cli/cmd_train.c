@@ -1,5 +1,5 @@
 /* cmd_train.c - `cddp train`: parse the command line, start its own launcher when only
- * XTuner-style variables are set, then run the trainer (src/train/trainer.c). */
+ * XTuner-style variables are set, then run the trainer (src/app/trainer/trainer.c). */
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>

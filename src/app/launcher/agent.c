@@ -72,7 +72,7 @@ typedef struct agent {
   int live_console;       /* our stderr is a terminal and no --log-dir: workers' progress lines live */
   char flight_dir[4200];  /* where a hang's flight records and stack go (--log-dir/flight, else $TMPDIR) */
   cddp__membership_t ms;  /* replace mode: the job's members as this agent knows them */
-  const char *not_retried; /* why the last failure is not retried (run/blame.h), or NULL */
+  const char *not_retried; /* why the last failure is not retried (launcher/blame.h), or NULL */
   cddp__failure_t last;   /* restart-all: the failure that ended the previous round (rank -1: none) */
   cddp__warm_t *warm;     /* warm spares for the workers' restarts (launcher/warm.h), or NULL */
   int torch_store;        /* the workers meet in a torch TCPStore this agent serves (launcher/torchstore.h) */
@@ -173,7 +173,7 @@ static int wait_event_loop(agent_t *a, char *msg, size_t size) {
   }
 }
 
-/* The agent's own poll loops take its signals; everywhere else the guard does (run/sigguard.h). */
+/* The agent's own poll loops take its signals; everywhere else the guard does (launcher/sigguard.h). */
 static int wait_event(agent_t *a, char *msg, size_t size) {
   cddp__sigguard_hold();
   int r = wait_event_loop(a, msg, size);

@@ -2,8 +2,8 @@
  * the agent for its workers: with TORCHELASTIC_USE_AGENT_STORE=True, torch's env:// and tcp://
  * rendezvous connect to it as clients instead of rank 0 hosting one, so no worker waits for
  * rank 0's listener (torch retries a refused connect after 1 s). One per round, on a fresh port. */
-#ifndef CDDP_RUN_TORCHSTORE_H
-#define CDDP_RUN_TORCHSTORE_H
+#ifndef CDDP_LAUNCHER_TORCHSTORE_H
+#define CDDP_LAUNCHER_TORCHSTORE_H
 #include "cddp/cddp.h"
 
 typedef struct cddp__torch_store cddp__torch_store_t;
@@ -14,4 +14,4 @@ cddp_result_t cddp__torch_store_start(int family, cddp__torch_store_t **out, int
 /* Stops the thread, closes every connection, frees the keys. NULL is fine. */
 void cddp__torch_store_stop(cddp__torch_store_t *ts);
 
-#endif /* CDDP_RUN_TORCHSTORE_H */
+#endif /* CDDP_LAUNCHER_TORCHSTORE_H */
