@@ -1,7 +1,8 @@
 /* store_move.h - the job's store outlives its host (cddp run --restart-mode replace, --nnodes
- * MAX >= 3): every member agent serves a standby store and lists it in the store's peers list
+ * MAX >= 2): every member agent serves a standby store and lists it in the store's peers list
  * (store/failover.h); when the host is lost, the next member in line takes the store over with
- * the votes of a majority of the latest generation's members, rebuilds it from what they hold,
+ * the votes of a majority of the latest generation's members (of two, the survivor alone when
+ * the lost host's port refuses), rebuilds it from what they hold,
  * and drops the lost host's node through the will it writes for it. The design and its
  * split-brain argument: docs/store.md, "Failover". */
 #ifndef CDDP_JOB_STORE_MOVE_H
@@ -25,7 +26,7 @@ typedef struct cddp__store_move_cfg {
 } cddp__store_move_cfg_t;
 
 /* 1 when the job's store should be able to move: the knob CDDP_STORE_FAILOVER is on, replace
- * mode, room for 3 or more nodes, not --standalone. */
+ * mode, room for 2 or more nodes, not --standalone. */
 int cddp__store_move_wanted(int replace, int max_nodes, int standalone);
 /* The store's host lists itself (agent id not known yet: -1) the moment it serves, so that
  * every client reads a list naming it from its first connection. */
