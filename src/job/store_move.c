@@ -11,6 +11,7 @@
 #include "common/knobs.h"
 #include "common/log.h"
 #include "common/sock.h"
+#include "job/events.h"
 #include "job/store_move.h"
 #include "store/failover.h"
 #include "store/store_internal.h"
@@ -117,15 +118,14 @@ static void set_line(cddp__store_move_t *mv, const char *fmt, ...) {
   va_end(ap);
 }
 
-/* Nobody takes the store over with this node: "store-stop" when the store is gone for good (its
- * port refuses: its process died), else "store-cut" (this node may be the one cut off: it waits
+/* Nobody takes the store over with this node: STORE_STOP when the store is gone for good (its
+ * port refuses: its process died), else STORE_CUT (this node may be the one cut off: it waits
  * for the store to come back, as a node cut off does). Either way the agent's calls end now
  * instead of waiting out CDDP_STORE_FAILOVER_MS. */
 static void say_stop(cddp__store_move_t *mv) {
   int gone = !mv->lost_host[0] || knock(mv->lost_host, mv->lost_port) == 0;
   cddp__failover_give_up();
-  ssize_t w = gone ? write(mv->notify_fd, "store-stop\n", 11) : write(mv->notify_fd, "store-cut\n", 10);
-  (void)w;
+  cddp__agent_ev_say(mv->notify_fd, gone ? CDDP__AEV_STORE_STOP : CDDP__AEV_STORE_CUT, mv->self, 0, 0, NULL);
 }
 
 /* The votes in this agent's server: *best = the vote of the latest generation (its restarts:
