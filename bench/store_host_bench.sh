@@ -45,7 +45,9 @@ make -j"$(nproc)" cli >"$OUT/build.log" 2>&1 || { tail -20 "$OUT/build.log"; exi
 [ "$ROWS" = cddp ] || /usr/bin/python3 -c 'import torch' 2>/dev/null ||
   { echo "store_host_bench.sh: Debian's python3-torch is missing (scripts/install-deps.sh bench)" >&2; exit 1; }
 CDDP=$ROOT/build/cddp
-export OMP_NUM_THREADS=1 OMP_WAIT_POLICY=PASSIVE OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-SkylakeX}
+export OMP_NUM_THREADS=1 OMP_WAIT_POLICY=PASSIVE
+# SkylakeX's kernels only where the CPU has AVX-512: elsewhere they die of SIGILL
+grep -qw avx512f /proc/cpuinfo && export OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-SkylakeX}
 pids=()
 trap 'for p in "${pids[@]}"; do kill -KILL -- "-$p" "$p" 2>/dev/null; done' EXIT
 
