@@ -88,7 +88,7 @@ $(file >$(FLAGS_STAMP),$(FLAGS_NOW))
 endif
 endif
 
-LIB_SRCS  := $(sort $(wildcard src/common/*.c src/store/*.c src/comm/*.c src/world/*.c src/ddp/*.c))
+LIB_SRCS  := $(sort $(wildcard src/common/*.c src/store/*.c src/comm/*.c src/job/*.c src/world/*.c src/ddp/*.c))
 APP_MAIN  := src/app/cli/main.c
 APP_SRCS  := $(filter-out $(APP_MAIN),$(sort $(wildcard src/app/*/*.c)))
 CU_SRCS   := $(if $(filter 1,$(HAVE_CUDA)),$(sort $(wildcard src/app/trainer/cuda/*.cu)))

@@ -9,7 +9,8 @@
 #include "common/check.h"
 #include "common/knobs.h"
 #include "common/sock.h"
-#include "world/launcher.h"
+#include "common/envp.h"
+#include "common/launcher.h"
 
 extern char **environ;
 
@@ -117,20 +118,10 @@ const char *cddp__netif_master_host(char *buf, size_t size) {
   const char *m = getenv("MASTER_ADDR");
   if (m && *m) return snprintf(buf, size, "%s", m), buf;
   if (cddp__launcher_detect(environ) != CDDP_ENV_AGENT) return NULL;
-  const char *s = getenv("CDDP_STORE");
-  if (strncmp(s, "tcp://", 6) == 0) s += 6;
-  if (*s == '/' || strncmp(s, "file:", 5) == 0 || strncmp(s, "mem:", 4) == 0) return NULL;
-  if (*s == '[') { /* [v6]:port */
-    const char *e = strchr(s, ']');
-    if (!e) return NULL;
-    snprintf(buf, size, "%.*s", (int)(e - s - 1), s + 1);
-    return buf;
-  }
-  const char *colon = strrchr(s, ':');
-  size_t len = colon ? (size_t)(colon - s) : strlen(s);
-  if (len == 0) return NULL;
-  snprintf(buf, size, "%.*s", (int)len, s);
-  return buf;
+  int port;
+  if (cddp__envp_hostport("CDDP_STORE", getenv("CDDP_STORE"), buf, size, &port) == CDDP_OK) return buf;
+  cddp__clear_error(); /* a file: or mem: store, or a bad value cddp_env_read names: no master host */
+  return NULL;
 }
 
 cddp_result_t cddp__netif_choose(cddp__netif_t *out) {

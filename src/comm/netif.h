@@ -37,7 +37,7 @@ cddp_result_t cddp__netif_list(cddp__netif_t *list, int max, int *n);
  * sent). NOT_FOUND when host does not resolve or has no route. */
 cddp_result_t cddp__netif_route_src(const char *host, struct sockaddr_storage *src);
 
-/* The master's host: MASTER_ADDR, else, when cddp run's agent started it (world/launcher.h), the
+/* The master's host: MASTER_ADDR, else, when cddp run's agent started it (common/launcher.h), the
  * host part of CDDP_STORE ("[tcp://]host:port");
  * NULL when neither is set. Copies into buf. */
 const char *cddp__netif_master_host(char *buf, size_t size);

@@ -45,7 +45,7 @@
     "directory of decompressed data sets mapped by later loads; empty = $TMPDIR/cddp-cache-<uid>, off = none") \
   X(STORE_TIMEOUT_MS, "CDDP_STORE_TIMEOUT_MS", "300000", "default bound on a store client call, ms") \
   X(STORE_FAILOVER, "CDDP_STORE_FAILOVER", "1",                                               \
-    "cddp run --restart-mode replace with --nnodes MAX >= 3: 1 = the store survives its host (standby stores, a vote); 0 = off") \
+    "cddp run --restart-mode replace with --nnodes MAX >= 2: 1 = the store survives its host (standby stores, a vote); 0 = off") \
   X(STORE_FAILOVER_MS, "CDDP_STORE_FAILOVER_MS", "30000",                                      \
     "a store client whose store's host is lost waits this long for a listed peer to take the store over, ms") \
   X(FLIGHT, "CDDP_FLIGHT", "1",                                                              \

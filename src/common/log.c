@@ -9,7 +9,7 @@
 
 #include "common/knobs.h"
 #include "common/log.h"
-#include "world/launcher.h" /* the rank a launcher gave: one decision, in world/ */
+#include "common/launcher.h" /* the rank a launcher gave: one decision, common/launcher.c */
 
 int cddp__log_level = -1;
 unsigned cddp__log_subsys = CDDP_SUB_ALL;

@@ -2,8 +2,8 @@
  * with error feedback (1-bit SGD: each rank sends sign(g + residual) and one scale per
  * chunk of CDDP_SIGN_CHUNK elements, keeps what the signs lost in its residual, and adds it
  * back next step). */
-#ifndef CDDP_TRAIN_DDP_COMPRESS_H
-#define CDDP_TRAIN_DDP_COMPRESS_H
+#ifndef CDDP_DDP_COMPRESS_H
+#define CDDP_DDP_COMPRESS_H
 
 #include <stddef.h>
 #include <stdint.h>
@@ -56,4 +56,4 @@ cddp_result_t cddp__ddp_set_sign_adam(cddp_ddp_t *d, int every, float beta1, flo
                                       const int64_t *opt_t);
 size_t cddp__ddp_residual_len(const cddp_ddp_t *d);
 
-#endif /* CDDP_TRAIN_DDP_COMPRESS_H */
+#endif /* CDDP_DDP_COMPRESS_H */

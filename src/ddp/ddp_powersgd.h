@@ -5,8 +5,8 @@
  * what that misses of this rank's own M stays in its residual for the next step. Q is warm-started
  * from the previous step. 1-D tensors, and matrices too small to gain, travel raw in float32.
  * The orchestration (buckets, all-reduces, overlap) is ddp.c's. */
-#ifndef CDDP_TRAIN_DDP_POWERSGD_H
-#define CDDP_TRAIN_DDP_POWERSGD_H
+#ifndef CDDP_DDP_POWERSGD_H
+#define CDDP_DDP_POWERSGD_H
 
 #include <stddef.h>
 #include <stdint.h>
@@ -60,4 +60,4 @@ void cddp__psgd_decode(const cddp__psgd_mat_t *m, int count, int rank, float *gr
 /* 1: the portable loops even when the program links a BLAS (tests compare the two). */
 extern int cddp__psgd_portable_gemm;
 
-#endif /* CDDP_TRAIN_DDP_POWERSGD_H */
+#endif /* CDDP_DDP_POWERSGD_H */

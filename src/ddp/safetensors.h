@@ -1,7 +1,7 @@
 /* safetensors.h - internal: the safetensors writer and its strict, bounded reader (ckpt.c's
  * two file formats). Spec: 8-byte little-endian header size N, N bytes of JSON, packed data. */
-#ifndef CDDP_TRAIN_SAFETENSORS_H
-#define CDDP_TRAIN_SAFETENSORS_H
+#ifndef CDDP_DDP_SAFETENSORS_H
+#define CDDP_DDP_SAFETENSORS_H
 
 #include <stddef.h>
 #include <stdint.h>
@@ -48,4 +48,4 @@ cddp_result_t cddp__st_write(const char *path, const cddp_tensor_view_t *t, int 
                              const cddp_meta_kv_t *meta, int n_meta, uint64_t *size,
                              uint32_t *crc);
 
-#endif /* CDDP_TRAIN_SAFETENSORS_H */
+#endif /* CDDP_DDP_SAFETENSORS_H */

@@ -10,10 +10,10 @@
 #include "common/clock.h"
 #include "common/log.h"
 #include "common/sock.h"
-#include "world/mpi_step.h"
-#include "world/envp.h"
-#include "world/launcher.h"
-#include "world/slurm_step.h"
+#include "common/mpi_step.h"
+#include "common/envp.h"
+#include "common/launcher.h"
+#include "common/slurm_step.h"
 
 /* Integer variable: absent -> dflt; malformed or out of [lo, hi] -> INVALID_ARG naming it. */
 static cddp_result_t env_int(const char *name, int dflt, long lo, long hi, int *out) {
@@ -27,24 +27,6 @@ static void copy(char *dst, size_t size, const char *src) { snprintf(dst, size, 
 static char master_from[64] = "MASTER_ADDR";
 
 /* HOST:PORT or [V6]:PORT. */
-static cddp_result_t parse_hostport(const char *name, const char *v, char *host, size_t hsize, int *port) {
-  const char *colon = strrchr(v, ':');
-  const char *h = v;
-  size_t hlen = colon ? (size_t)(colon - v) : 0;
-  if (v[0] == '[' && colon && colon > v && colon[-1] == ']') {
-    h = v + 1;
-    hlen -= 2;
-  }
-  char *end;
-  long p = colon ? strtol(colon + 1, &end, 10) : 0;
-  if (!colon || hlen == 0 || hlen >= hsize || !colon[1] || *end || p < 1 || p > 65535)
-    return cddp__fail(CDDP_INVALID_ARG, "%s=%s is not HOST:PORT", name, v);
-  memcpy(host, h, hlen);
-  host[hlen] = '\0';
-  *port = (int)p;
-  return CDDP_OK;
-}
-
 static cddp_result_t check_rank(const char *rname, int rank, const char *wname, int world) {
   if (rank >= world) return cddp__fail(CDDP_INVALID_ARG, "%s=%d is not below %s=%d", rname, rank, wname, world);
   return CDDP_OK;
@@ -131,7 +113,7 @@ cddp_result_t cddp_env_read(cddp_env_t *env) {
     e.replace_mode = mode && !strcmp(mode, "replace");
     copy(e.run_id, sizeof e.run_id, getenv("CDDP_RUN_ID") ? getenv("CDDP_RUN_ID") : "cddp");
     copy(master_from, sizeof master_from, "CDDP_STORE");
-    CDDP_CHECK(parse_hostport("CDDP_STORE", store, e.master_addr, sizeof e.master_addr, &e.master_port));
+    CDDP_CHECK(cddp__envp_hostport("CDDP_STORE", store, e.master_addr, sizeof e.master_addr, &e.master_port));
   } else if (e.source == CDDP_ENV_TORCHRUN) {
     CDDP_CHECK(read_torchrun(&e));
   } else if (e.source == CDDP_ENV_SLURM) {

@@ -7,7 +7,7 @@
 #include "common/clock.h"
 #include "common/knobs.h"
 #include "common/log.h"
-#include "world/elastic.h"
+#include "job/elastic.h"
 
 /* The place of this worker in generation g by its member record: OK, or NOT_FOUND with
  * place->gone set (dropped or stopped); no record: the given rank and world stand. *wait_ms > 0:

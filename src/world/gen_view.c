@@ -4,7 +4,7 @@
 
 #include "common/check.h"
 #include "common/clock.h"
-#include "world/elastic.h"
+#include "job/elastic.h"
 #include "store/store_internal.h"
 
 #define SLICE_MS 50 /* how often a blocked bootstrap looks for a later generation */

@@ -11,7 +11,7 @@
 #include "common/clock.h"
 #include "common/knobs.h"
 #include "common/log.h"
-#include "world/elastic.h"
+#include "job/elastic.h"
 #include "world/world_internal.h"
 
 #define WATCH_SLICE_MS 250 /* how often the watcher looks at its stop flag */

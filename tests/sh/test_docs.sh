@@ -2,7 +2,7 @@
 # test_docs.sh - docs that match the code: every file under src/ is listed in
 # docs/architecture.md under its own folder; every environment knob in src/common/knobs.h and
 # every log subsystem in src/common/log.h is in docs/knobs.md; every file a doc names under
-# src/ or include/ exists.
+# src/ or include/ exists; the count of exported functions it gives is nm -D's.
 cd "$(dirname "$0")/../.." && source tests/sh/lib.sh
 missing=""
 for f in $(cd src && find . -name '*.c' -o -name '*.h' | sed 's|^\./||' | sort); do
@@ -27,4 +27,11 @@ for p in $(grep -ohE '`(src|include)/[a-zA-Z0-9_/.-]+\.(c|h|map|in)`' docs/*.md 
   [ -e "$p" ] || dead="$dead $p"
 done
 [ -z "$dead" ] && ok "every src/ and include/ path the docs name exists" || fail "docs name missing files" "$dead"
+# the count of exported functions docs/architecture.md gives is the shared library's own
+said=$(sed -n 's/.*`nm -D --defined-only build\/libcddp.so`: \([0-9]*\) functions.*/\1/p' docs/architecture.md)
+if [ -f build/libcddp.so ]; then
+  n=$(nm -D --defined-only build/libcddp.so | awk '$2 == "T" && $3 ~ /^cddp_[a-z]/' | wc -l)
+  [ -n "$said" ] && [ "$said" = "$n" ] && ok "docs/architecture.md's count of exported functions is nm -D's ($n)" ||
+    fail "docs/architecture.md says ${said:-no count of} exported functions" "nm -D counts $n"
+else fail "no build/libcddp.so to count exported functions in" "make lib first"; fi
 finish

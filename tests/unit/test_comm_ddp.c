@@ -12,7 +12,7 @@
 #include "cddp/store.h"
 #include "comm/reduce.h"
 #include "comm/transport.h"
-#include "world/elastic.h"
+#include "job/elastic.h"
 #include "ddp/ddp_compress.h"
 #include "test.h"
 

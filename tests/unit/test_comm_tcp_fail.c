@@ -9,7 +9,7 @@
 
 #include "cddp/comm.h"
 #include "comm/tcp.h"
-#include "world/elastic.h"
+#include "job/elastic.h"
 #include "test_comm_tcp_harness.h"
 
 static double ms_since(uint64_t t0) { return (double)(cddp__now_ns() - t0) / 1e6; }

@@ -53,6 +53,10 @@ TEST(env_agent_contract_first) {
   CHECK_OK(cddp_env_read(&e));
   CHECK(!strcmp(e.master_addr, "::1"));
   CHECK_EQ(e.master_port, 7);
+  ENV("CDDP_STORE", "tcp://node7:29400", "RANK", "0", "WORLD_SIZE", "1"); /* the one parser netif.c reads too */
+  CHECK_OK(cddp_env_read(&e));
+  CHECK(!strcmp(e.master_addr, "node7"));
+  CHECK_EQ(e.master_port, 29400);
 }
 
 TEST(env_bad_values_are_named) {
@@ -63,6 +67,12 @@ TEST(env_bad_values_are_named) {
   ENV("CDDP_STORE", "nohostport", "RANK", "0", "WORLD_SIZE", "1");
   CHECK_RESULT(cddp_env_read(&e), CDDP_INVALID_ARG);
   CHECK(strstr(cddp_last_error(), "CDDP_STORE=nohostport"));
+  const char *bad[] = {"file:/tmp/x", "h:0", "h:65536", "[]:5", ":5", "h:5x", "tcp://", "h:"};
+  for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+    ENV("CDDP_STORE", bad[i], "RANK", "0", "WORLD_SIZE", "1");
+    CHECK_RESULT(cddp_env_read(&e), CDDP_INVALID_ARG);
+    CHECK(strstr(cddp_last_error(), "is not HOST:PORT"));
+  }
   ENV("RANK", "x", "WORLD_SIZE", "2", "MASTER_ADDR", "h", "MASTER_PORT", "1");
   CHECK_RESULT(cddp_env_read(&e), CDDP_INVALID_ARG);
   CHECK(strstr(cddp_last_error(), "RANK=x"));

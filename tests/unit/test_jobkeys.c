@@ -5,8 +5,8 @@
 
 #include "cddp/ddp.h"
 #include "world/world_internal.h"
-#include "world/elastic.h"
-#include "world/jobkeys.h"
+#include "job/elastic.h"
+#include "job/jobkeys.h"
 #include "test.h"
 
 #define KEYIS(kind, a, b, text) CHECK(!strcmp(cddp__job_key(CDDP__JK_##kind, a, b).s, text))

@@ -3,7 +3,7 @@
 #include <string.h>
 
 #include "test.h"
-#include "world/launcher.h"
+#include "common/launcher.h"
 
 #define ENVP(...) ((char *[]){__VA_ARGS__, NULL})
 

@@ -2,7 +2,7 @@
 #include <string.h>
 
 #include "common/check.h"
-#include "world/nodelist.h"
+#include "common/nodelist.h"
 #include "test.h"
 
 /* The hosts space-separated into buf; frees them. */

@@ -11,7 +11,7 @@
 #include "common/clock.h"
 #include "comm/transport.h"
 #include "world/world_internal.h"
-#include "world/elastic.h"
+#include "job/elastic.h"
 #include "test.h"
 
 /* comm.c refers to the transports weakly; a strong reference pulls shm.o from libcddp.a. */

@@ -6,9 +6,9 @@
 
 #include "common/check.h"
 #include "common/clock.h"
-#include "launcher/rdzv.h"
-#include "launcher/rdzv_watch.h"
-#include "world/elastic.h"
+#include "job/rdzv.h"
+#include "job/rdzv_watch.h"
+#include "job/elastic.h"
 #include "test.h"
 
 typedef struct agent {

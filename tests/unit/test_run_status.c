@@ -1,4 +1,4 @@
-/* test_run_status.c - the records of `cddp status` (launcher/status.c): a node record's text
+/* test_run_status.c - the records of `cddp status` (job/status.c): a node record's text
  * round trip and its malformed forms, events and node records through a store, the endpoint file. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -6,7 +6,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "launcher/status.h"
+#include "job/status.h"
 #include "test.h"
 
 static cddp__status_node_t sample(void) {

@@ -1,6 +1,6 @@
 /* bench.h - `cddp bench` internals: options, and the data patterns whose exact results it checks. */
-#ifndef CDDP_CLI_BENCH_H
-#define CDDP_CLI_BENCH_H
+#ifndef CDDP_BENCH_H
+#define CDDP_BENCH_H
 
 #include <stddef.h>
 
@@ -52,4 +52,4 @@ size_t cddp__bench_check_reduced(const void *buf, size_t n, cddp_dtype_t dt, cdd
 size_t cddp__bench_check_rank(const void *buf, size_t n, cddp_dtype_t dt, int rank, size_t first,
                               int mod);
 
-#endif /* CDDP_CLI_BENCH_H */
+#endif /* CDDP_BENCH_H */

@@ -1,4 +1,4 @@
-/* cmd_run.c - `cddp run`: the torchrun-style launcher (src/run/agent.c does the work). */
+/* cmd_run.c - `cddp run`: the torchrun-style launcher (src/launcher/agent.c does the work). */
 #include "cli/commands.h"
 #include "launcher/agent.h"
 

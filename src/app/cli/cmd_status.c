@@ -10,7 +10,7 @@
 #include "cli/commands.h"
 #include "cli/flags.h"
 #include "common/check.h"
-#include "launcher/status.h"
+#include "job/status.h"
 
 #define STALE_MS 5000 /* a record older than this: its agent stopped posting (lost, or stopping) */
 

@@ -1,5 +1,5 @@
 /* cmd_train.c - `cddp train`: parse the command line, start its own launcher when only
- * XTuner-style variables are set, then run the trainer (src/train/trainer.c). */
+ * XTuner-style variables are set, then run the trainer (src/app/trainer/trainer.c). */
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,7 +10,7 @@
 #include "cli/flags.h"
 #include "common/check.h"
 #include "trainer/trainer.h"
-#include "world/launcher.h"
+#include "common/launcher.h"
 
 #define MAX_SETS 256
 

@@ -1,7 +1,7 @@
 /* doctor.h - `cddp doctor`'s parts: what one rank knows about itself, its probe sockets
  * (listener, bounded connects, ping-pong, bulk transfer), and the report rank 0 writes. */
-#ifndef CDDP_RUN_DOCTOR_H
-#define CDDP_RUN_DOCTOR_H
+#ifndef CDDP_DOCTOR_H
+#define CDDP_DOCTOR_H
 
 #include <net/if.h>
 #include <stdint.h>
@@ -119,4 +119,4 @@ typedef struct cddp__doc_job {
  * starting "problem: " with what to do after "->"). */
 int cddp__doc_report(const cddp__doc_job_t *job, FILE *out);
 
-#endif /* CDDP_RUN_DOCTOR_H */
+#endif /* CDDP_DOCTOR_H */

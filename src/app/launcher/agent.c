@@ -16,21 +16,20 @@
 #include "common/check.h"
 #include "common/clock.h"
 #include "launcher/agent.h"
-#include "world/elastic.h"
+#include "job/elastic.h"
 #include "launcher/errfile.h"
-#include "launcher/member.h"
+#include "job/member.h"
 #include "common/knobs.h"
 #include "common/sock.h"
 #include "launcher/options.h"
-#include "launcher/rdzv.h"
-#include "launcher/rdzv_watch.h"
+#include "job/rdzv.h"
+#include "job/rdzv_watch.h"
+#include "job/store_reach.h"
 #include "launcher/program.h"
 #include "launcher/sigguard.h"
 #include "launcher/status_pub.h"
 #include "launcher/task_exec.h"
-#include "store/failover.h"
-#include "store/store_internal.h" /* cddp__store_server_start_torch */
-#include "world/nodelist.h"
+#include "job/worker_store.h"
 #include "launcher/warm.h"
 #include "launcher/workers.h"
 
@@ -57,10 +56,7 @@ typedef struct agent {
   char **prog;
   char token[256];
   char host[64];
-  char store_host[256];
-  int store_port;
-  char **cand;            /* Slurm: the step's nodes, where the store may be (nodelist.h); ncand < 2: none */
-  int ncand;
+  cddp__job_store_t js;   /* where the job's store is (its endpoint, a Slurm step's nodes) */
   cddp_store_server_t *server;
   cddp_store_t *store, *watch_store; /* "<run_id>/" views; the watcher has its own connection */
   int sig_fd;
@@ -76,10 +72,10 @@ typedef struct agent {
   int live_console;       /* our stderr is a terminal and no --log-dir: workers' progress lines live */
   char flight_dir[4200];  /* where a hang's flight records and stack go (--log-dir/flight, else $TMPDIR) */
   cddp__membership_t ms;  /* replace mode: the job's members as this agent knows them */
-  const char *not_retried; /* why the last failure is not retried (run/blame.h), or NULL */
+  const char *not_retried; /* why the last failure is not retried (launcher/blame.h), or NULL */
   cddp__failure_t last;   /* restart-all: the failure that ended the previous round (rank -1: none) */
   cddp__warm_t *warm;     /* warm spares for the workers' restarts (launcher/warm.h), or NULL */
-  int torch_store;        /* the workers meet in a torch TCPStore this agent serves (store/torch_proto.h) */
+  int torch_store;        /* the workers meet in a torch TCPStore this agent serves (job/worker_store.h) */
   cddp_store_server_t *tstore; /* this round's, when torch_store: speaks torch's TCPStore protocol */
   cddp__status_pub_t status; /* its node record and events for `cddp status` */
   int endpoint_written;   /* its --log-dir holds the endpoint record */
@@ -177,7 +173,7 @@ static int wait_event_loop(agent_t *a, char *msg, size_t size) {
   }
 }
 
-/* The agent's own poll loops take its signals; everywhere else the guard does (run/sigguard.h). */
+/* The agent's own poll loops take its signals; everywhere else the guard does (launcher/sigguard.h). */
 static int wait_event(agent_t *a, char *msg, size_t size) {
   cddp__sigguard_hold();
   int r = wait_event_loop(a, msg, size);
@@ -205,143 +201,45 @@ static void random_token(char *buf, size_t size) {
   for (size_t i = 0; i < sizeof b && 2 * i + 2 < size; i++) snprintf(buf + 2 * i, 3, "%02x", b[i]);
 }
 
-/* A server counts only when it serves the job's peers list: an agent's store, or a standby
- * that named the store's host (the client went there). An idle standby (one just started, by a
- * restarted node on the step's first node too, before it saw a generation) does not. */
-static int serves_peers(cddp_store_t *base) {
-  void *v = NULL;
-  size_t len = 0;
-  int ok = cddp_store_get(base, CDDP__PEERS_KEY, &v, &len, 0) == CDDP_OK;
-  free(v);
-  cddp__clear_error();
-  return ok;
-}
-
-/* A node of the step other than the endpoint counts only when this job lives in the store it
- * leads to (its agent counter, which a take-over writes back): at the start, while the endpoint
- * is slow, and when another job's store holds the same port there, it does not. */
-static int job_here(agent_t *a, cddp_store_t *base) {
-  char prefix[160];
-  cddp_store_t *v = NULL;
-  snprintf(prefix, sizeof prefix, "%s/", a->o->run_id);
-  cddp__jobkey_t key = cddp__job_key(CDDP__JK_AGENTS, 0, 0);
-  const char *k = key.s;
-  int ok = cddp_store_prefix_create(&v, base, prefix, 0) == CDDP_OK && cddp_store_wait(v, &k, 1, 0) == CDDP_OK;
-  if (v) cddp_store_close(v);
-  cddp__clear_error();
-  return ok;
-}
-
-/* A raw connection to the job's store, within timeout_ms. Without other candidates: its
- * endpoint, as cddp_store_tcp_connect. A Slurm step's store may have moved off the step's first
- * node (failover): the endpoint is tried for up to 1 s, then each other node of the step in
- * order (a knock first, so a node where nothing listens costs nothing), round after round;
- * only a server with the job's peers list is taken (the host lists itself as it starts).
- * probe: one round over the other nodes only, at once (the first node asks whether the job's
- * store lives on before it hosts one). Where it lands becomes a->store_host. */
-static cddp_result_t reach_store(agent_t *a, int timeout_ms, int probe, cddp_store_t **base) {
-  if (a->ncand < 2) return cddp_store_tcp_connect(base, a->store_host, a->store_port, a->token, timeout_ms);
-  uint64_t deadline = cddp__deadline_ms(timeout_ms);
-  char why[320] = "no attempt", tried[512] = "";
-  size_t n = 0;
-  for (int i = 0; i < a->ncand && n < sizeof tried; i++)
-    if (strcmp(a->cand[i], a->store_host))
-      n += (size_t)snprintf(tried + n, sizeof tried - n, "%s%s", n ? ", " : "", a->cand[i]);
-  for (;;) {
-    for (int i = probe ? 0 : -1; i < a->ncand; i++) {
-      const char *h = i < 0 ? a->store_host : a->cand[i];
-      if (i >= 0 && (!strcmp(h, a->store_host) || cddp__sock_knock(h, a->store_port, 300) != 1)) continue;
-      int ms = probe ? 1000 : CDDP_MAX(1, CDDP_MIN(1000, cddp__ms_left(deadline)));
-      cddp_result_t r = cddp_store_tcp_connect(base, h, a->store_port, a->token, ms);
-      if (r == CDDP_AUTH) return r;
-      if (r == CDDP_OK && (!serves_peers(*base) || (i >= 0 && !job_here(a, *base)))) {
-        cddp_store_close(*base);
-        r = cddp__fail(CDDP_NOT_FOUND, "%s:%d leads to no store of job %s (a standby that does not know the store yet, "
-                       "or another job's)", h, a->store_port, a->o->run_id);
-      }
-      if (r == CDDP_OK) {
-        if (i >= 0 && !probe)
-          fprintf(stderr, "cddp run: the store's endpoint %s:%d does not answer: reached the job's store through %s, "
-                  "the step's next node that answers\n", a->store_host, a->store_port, h);
-        cddp__peers_t *p = malloc(sizeof *p); /* where the client landed: the host its list names first */
-        if (p && cddp__failover_view(p) == 0 && p->n > 0) {
-          snprintf(a->store_host, sizeof a->store_host, "%s", p->p[0].host);
-          a->store_port = p->p[0].port;
-        } else if (i >= 0) {
-          snprintf(a->store_host, sizeof a->store_host, "%s", h);
-        }
-        free(p);
-        return CDDP_OK;
-      }
-      snprintf(why, sizeof why, "%s", cddp_last_error());
-    }
-    if (probe || cddp__ms_left(deadline) == 0) break;
-    usleep(50000); /* a server that answers without a list: not in a tight loop */
-  }
-  return cddp__fail(CDDP_TIMEOUT, "%s:%d, nor through %s (the step's other nodes): %s", a->store_host, a->store_port,
-                    tried, why);
-}
-
+/* The job's "<run_id>/" view on a fresh connection; the line says why not. */
 static int connect_store(agent_t *a, cddp_store_t **out) {
-  cddp_store_t *base;
-  const char *h = a->store_host;
-  cddp_result_t r = reach_store(a, a->o->rdzv_timeout_ms, 0, &base);
-  if (r == CDDP_AUTH) {
-    fprintf(stderr, "cddp run: the store at %s:%d refused our token (check CDDP_TOKEN / CDDP_TOKEN_FILE): %s\n", h,
-            a->store_port, cddp_last_error());
-    return -1;
-  }
-  if (r != CDDP_OK && a->ncand >= 2) {
-    fprintf(stderr, "cddp run: cannot reach the rendezvous store at %s (within --rdzv-timeout %.1f s)\n", cddp_last_error(),
-            a->o->rdzv_timeout_ms / 1e3);
-    return -1;
-  }
-  if (r != CDDP_OK) {
-    fprintf(stderr, "cddp run: cannot reach the rendezvous store at %s:%d (within --rdzv-timeout %.1f s): %s\n", h,
-            a->store_port, a->o->rdzv_timeout_ms / 1e3, cddp_last_error());
-    return -1;
-  }
-  char prefix[160];
-  snprintf(prefix, sizeof prefix, "%s/", a->o->run_id);
-  if (cddp_store_prefix_create(out, base, prefix, 1) != CDDP_OK) {
-    cddp_store_close(base);
-    fprintf(stderr, "cddp run: %s\n", cddp_last_error());
-    return -1;
-  }
-  return 0;
+  if (cddp__job_store_connect(&a->js, out) == CDDP_OK) return 0;
+  fprintf(stderr, "cddp run: %s\n", cddp_last_error());
+  return -1;
 }
 
 /* Hosts the store when this node should, then connects (twice: agent + watcher). */
 static int setup_store(agent_t *a) {
   cddp_run_opts_t *o = a->o;
+  a->js.run_id = o->run_id, a->js.token = a->token, a->js.timeout_ms = o->rdzv_timeout_ms;
   int host_it;
   if (o->standalone) {
-    snprintf(a->store_host, sizeof a->store_host, "127.0.0.1");
-    a->store_port = 0;
+    snprintf(a->js.host, sizeof a->js.host, "127.0.0.1");
+    a->js.port = 0;
     host_it = 1;
   } else if (o->backend == CDDP_RDZV_STATIC) {
-    snprintf(a->store_host, sizeof a->store_host, "%s", o->master_addr);
-    a->store_port = o->master_port;
+    snprintf(a->js.host, sizeof a->js.host, "%s", o->master_addr);
+    a->js.port = o->master_port;
     host_it = o->node_rank == 0;
     /* a Slurm step's store follows the first live node of the step: any node may reach it
      * through the others, and the first node hosts it only when no other node serves it (a
      * restarted first node joins the job that went on without it) */
     if (o->store_nodes[0] && cddp__store_move_wanted(o->replace, o->max_nodes, o->standalone) &&
-        cddp__nodelist_candidates(o->store_nodes, a->store_host, &a->cand, &a->ncand) != CDDP_OK) {
+        cddp__job_store_candidates(&a->js, o->store_nodes) != CDDP_OK) {
       fprintf(stderr, "cddp run: %s\n", cddp_last_error());
       return -1;
     }
     cddp_store_t *there;
-    if (host_it && a->ncand > 1 && reach_store(a, 0, 1, &there) == CDDP_OK) {
+    if (host_it && a->js.ncand > 1 && cddp__job_store_reach(&a->js, 0, 1, &there) == CDDP_OK) {
       fprintf(stderr, "cddp run: node %s is the step's first node, but the job's store lives on at %s:%d: it joins "
-              "there\n", a->host, a->store_host, a->store_port);
+              "there\n", a->host, a->js.host, a->js.port);
       cddp_store_close(there);
       host_it = 0;
     }
     cddp__clear_error();
   } else {
-    snprintf(a->store_host, sizeof a->store_host, "%s", o->rdzv_host);
-    a->store_port = o->rdzv_port;
+    snprintf(a->js.host, sizeof a->js.host, "%s", o->rdzv_host);
+    a->js.port = o->rdzv_port;
     /* --rdzv-conf is_host=true/false overrides the address test (torchrun's) */
     host_it = o->is_host >= 0 ? o->is_host : cddp__sock_host_is_local(o->rdzv_host);
   }
@@ -351,25 +249,25 @@ static int setup_store(agent_t *a) {
      * between the other's bind and listen): a failure is tried again for a short while. */
     int shared = o->backend == CDDP_RDZV_C10D && !o->standalone;
     for (int tries = 0;; tries++) {
-      if (shared && cddp__sock_port_in_use(a->store_port)) {
-        CDDP_INFO(CDDP_SUB_RUN, "port %d is in use: joining the store there as a client", a->store_port);
+      if (shared && cddp__sock_port_in_use(a->js.port)) {
+        CDDP_INFO(CDDP_SUB_RUN, "port %d is in use: joining the store there as a client", a->js.port);
         a->server = NULL;
         break;
       }
-      if (cddp_store_server_start(&a->server, o->standalone ? "127.0.0.1" : NULL, a->store_port, a->token) == CDDP_OK) {
-        a->store_port = cddp_store_server_port(a->server);
+      if (cddp_store_server_start(&a->server, o->standalone ? "127.0.0.1" : NULL, a->js.port, a->token) == CDDP_OK) {
+        a->js.port = cddp_store_server_port(a->server);
         break;
       }
       a->server = NULL;
       if (!shared || tries >= 20) {
-        fprintf(stderr, "cddp run: cannot host the store on port %d: %s\n", a->store_port, cddp_last_error());
+        fprintf(stderr, "cddp run: cannot host the store on port %d: %s\n", a->js.port, cddp_last_error());
         return -1;
       }
       usleep(20000 + 10000 * (getpid() % 5)); /* apart, so the next tries do not meet again */
     }
   }
   if (a->server && cddp__store_move_wanted(o->replace, o->max_nodes, o->standalone) &&
-      cddp__store_move_list_host(a->store_host, a->store_port, a->token) != CDDP_OK) {
+      cddp__store_move_list_host(a->js.host, a->js.port, a->token) != CDDP_OK) {
     fprintf(stderr, "cddp run: the store's failover: %s\n", cddp_last_error());
     return -1;
   }
@@ -401,9 +299,8 @@ static char **worker_env(agent_t *a, int local_rank, int64_t gen, int replacemen
   const char *maddr = o->backend == CDDP_RDZV_STATIC ? o->master_addr : rz->nodes[0].addr;
   int mport = rz->nodes[0].master_port;
   char shost[256];
-  int sport = a->store_port;
-  snprintf(shost, sizeof shost, "%s", a->store_host);
-  (void)cddp__failover_current(shost, sizeof shost, &sport); /* the store moved: where it is now */
+  int sport;
+  cddp__job_store_now(&a->js, shost, sizeof shost, &sport);
   int v6 = strchr(shost, ':') != NULL;
   char store[300];
   snprintf(store, sizeof store, "%s%s%s:%d", v6 ? "[" : "", shost, v6 ? "]" : "", sport);
@@ -590,8 +487,8 @@ static int run_round(agent_t *a, cddp__workers_t *ws, int first) {
   if (!ok) return -1;
   cddp__sigguard_workers(ws);
   if (a->o->log_dir[0] && !a->endpoint_written) { /* `cddp status LOG_DIR` finds the job here */
-    cddp__endpoint_t e = {.port = a->store_port};
-    snprintf(e.host, sizeof e.host, "%s", a->store_host);
+    cddp__endpoint_t e = {.port = a->js.port};
+    snprintf(e.host, sizeof e.host, "%s", a->js.host);
     snprintf(e.run_id, sizeof e.run_id, "%s", a->o->run_id);
     snprintf(e.token, sizeof e.token, "%s", a->token);
     a->endpoint_written = cddp__endpoint_write(a->o->log_dir, &e) == CDDP_OK;
@@ -649,8 +546,7 @@ static int finish(agent_t *a, int code) {
   cddp_store_close(a->store);
   cddp_store_server_stop(a->server);
   cddp__store_move_stop(a->ms.mv);
-  cddp__nodelist_free(a->cand, a->ncand);
-  a->cand = NULL, a->ncand = 0;
+  cddp__job_store_release(&a->js);
   return code;
 }
 
@@ -713,7 +609,7 @@ static int follow_value(agent_t *a, const char *value, int *exit_code) {
     return r;
   }
   free(ev);
-  fprintf(stderr, "cddp run: lost the store at %s:%d: %s\n", a->store_host, a->store_port,
+  fprintf(stderr, "cddp run: lost the store at %s:%d: %s\n", a->js.host, a->js.port,
           !strncmp(value, "lost ", 5) ? value + 5 : value);
   *exit_code = 1;
   return 1;
@@ -744,7 +640,7 @@ static int start_membership(agent_t *a) {
   }
   a->elastic = 1;
   if (a->o->max_nodes > 1 &&
-      cddp__monitor_start(&ms->mon, a->store_host, a->store_port, a->token, a->o->run_id, a->id,
+      cddp__monitor_start(&ms->mon, a->js.host, a->js.port, a->token, a->o->run_id, a->id,
                           (int)cddp__knob_int(CDDP_KNOB_HEARTBEAT_MS), (int)cddp__knob_int(CDDP_KNOB_HEARTBEAT_TIMEOUT_MS),
                           ms->pipe[1]) != CDDP_OK) {
     fprintf(stderr, "cddp run: cannot start the heartbeat: %s\n", cddp_last_error());
@@ -797,22 +693,12 @@ static int wait_taken_in(agent_t *a) {
   }
 }
 
-/* Reconnects a store view whose connection broke (a partition), bounded by --rdzv-timeout:
- * 0 it works, 1 reconnected, -1 not reachable. The old view is left as it is (a thread may
- * still block on it; the process ends soon enough). */
+/* Reconnects a store view whose connection broke (a partition): 0 it works, 1 reconnected,
+ * -1 not reachable within --rdzv-timeout (said on stderr). */
 static int reconnect(agent_t *a, cddp_store_t **s) {
-  int64_t v;
-  /* a probe of a cut connection would wait the whole store timeout: a heartbeat timeout is
-   * enough to tell, and the fresh connection gets --rdzv-timeout */
-  cddp_store_set_timeout(*s, (int)cddp__knob_int(CDDP_KNOB_HEARTBEAT_TIMEOUT_MS));
-  if (cddp_store_add(*s, cddp__job_key(CDDP__JK_AGENTS, 0, 0).s, 0, &v) == CDDP_OK) {
-    cddp_store_set_timeout(*s, a->o->rdzv_timeout_ms);
-    return 0;
-  }
-  cddp_store_t *fresh;
-  if (connect_store(a, &fresh) != 0) return -1;
-  *s = fresh;
-  return 1;
+  int re = cddp__job_store_reconnect(&a->js, s);
+  if (re < 0) fprintf(stderr, "cddp run: %s\n", cddp_last_error());
+  return re;
 }
 
 /* This node was dropped (a partition, a freeze): its workers are gone; it registers again as a
@@ -842,7 +728,7 @@ static int come_back(agent_t *a) {
   char drain[4096];
   while (read(ms->pipe[0], drain, sizeof drain) > 0) {
   }
-  if (cddp__monitor_start(&ms->mon, a->store_host, a->store_port, a->token, a->o->run_id, a->id,
+  if (cddp__monitor_start(&ms->mon, a->js.host, a->js.port, a->token, a->o->run_id, a->id,
                           (int)cddp__knob_int(CDDP_KNOB_HEARTBEAT_MS), (int)cddp__knob_int(CDDP_KNOB_HEARTBEAT_TIMEOUT_MS),
                           ms->pipe[1]) != CDDP_OK ||
       cddp__membership_pend(ms, a->o->nproc_per_node) != CDDP_OK) {
@@ -864,7 +750,7 @@ static int agent_main(agent_t *a) {
                           .last_call_ms = o->last_call_ms, .timeout_ms = o->rdzv_timeout_ms};
   snprintf(cfg.self.host, sizeof cfg.self.host, "%s", a->host);
   if (o->local_addr[0]) snprintf(cfg.self.addr, sizeof cfg.self.addr, "%.63s", o->local_addr);
-  else cddp__sock_addr_toward(a->store_host, a->store_port, cfg.self.addr, sizeof cfg.self.addr);
+  else cddp__sock_addr_toward(a->js.host, a->js.port, cfg.self.addr, sizeof cfg.self.addr);
   cfg.self.nproc = o->nproc_per_node;
   cfg.self.id = -1;
   /* replace mode, room to grow: a node that comes after the round closed (static: after its
@@ -883,8 +769,8 @@ static int agent_main(agent_t *a) {
     /* no single point of failure: this agent's standby is listed before it joins, so every
      * member knows every standby of the round it forms */
     if (cddp__store_move_wanted(o->replace, o->max_nodes, o->standalone)) {
-      cddp__store_move_cfg_t mc = {.run_id = o->run_id, .token = a->token, .self = a->id, .store_host = a->store_host,
-                                   .store_port = a->store_port, .hosting = a->server != NULL,
+      cddp__store_move_cfg_t mc = {.run_id = o->run_id, .token = a->token, .self = a->id, .store_host = a->js.host,
+                                   .store_port = a->js.port, .hosting = a->server != NULL,
                                    .hb_timeout_ms = (int)cddp__knob_int(CDDP_KNOB_HEARTBEAT_TIMEOUT_MS), .notify_fd = -1};
       if (cddp__store_move_start(&a->ms.mv, &mc) != CDDP_OK) {
         fprintf(stderr, "cddp run: %s\n", cddp_last_error());
@@ -892,7 +778,7 @@ static int agent_main(agent_t *a) {
       }
     }
   }
-  cddp__status_pub_begin(&a->status, a->store_host, a->store_port, a->token, o->run_id, a->host, o->replace ? a->id : -1,
+  cddp__status_pub_begin(&a->status, a->js.host, a->js.port, a->token, o->run_id, a->host, o->replace ? a->id : -1,
                          o->replace);
   int min_round = 0, first = 1;
   for (;;) {
@@ -902,7 +788,7 @@ static int agent_main(agent_t *a) {
     if (a->torch_store) {
       cddp_store_server_stop(a->tstore);
       a->tstore = NULL;
-      if (cddp__store_server_start_torch(&a->tstore, strchr(a->store_host, ':') ? "::" : NULL, 0, NULL) != CDDP_OK) {
+      if (cddp__job_worker_store_start(a->js.host, &a->tstore) != CDDP_OK) {
         fprintf(stderr, "cddp run: the workers' TCPStore: %s\n", cddp_last_error());
         return finish(a, 1);
       }
@@ -916,7 +802,7 @@ static int agent_main(agent_t *a) {
       cddp__rdzv_waiter_t me = {.node_records = cfg.node_rank >= 0 ? o->static_nodes : 0};
       snprintf(me.run_id, sizeof me.run_id, "%s", o->run_id);
       snprintf(me.host, sizeof me.host, "%s", a->host);
-      cddp__rdzv_watch_start(&rw, a->store_host, a->store_port, a->token, &me);
+      cddp__rdzv_watch_start(&rw, a->js.host, a->js.port, a->token, &me);
     }
     cddp_result_t jr = cddp__rdzv_join(a->store, &cfg, min_round, &a->rz);
     cddp__rdzv_watch_stop(&rw);

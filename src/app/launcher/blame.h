@@ -1,6 +1,6 @@
 /* blame.h - a record per failed worker, and which failure came first (the rank the agent names). */
-#ifndef CDDP_RUN_BLAME_H
-#define CDDP_RUN_BLAME_H
+#ifndef CDDP_LAUNCHER_BLAME_H
+#define CDDP_LAUNCHER_BLAME_H
 
 #include <stddef.h>
 #include <stdint.h>
@@ -44,4 +44,4 @@ int cddp__blame_first(const cddp__failure_t *f, int n);
  * NULL (cur is no replacement). */
 const char *cddp__failure_deterministic(const cddp__failure_t *prev, const cddp__failure_t *cur, uint64_t start_ns);
 
-#endif /* CDDP_RUN_BLAME_H */
+#endif /* CDDP_LAUNCHER_BLAME_H */

@@ -1,6 +1,6 @@
 /* cpubind.h - which CPUs each local worker may run on (cddp run --cpu-bind). */
-#ifndef CDDP_RUN_CPUBIND_H
-#define CDDP_RUN_CPUBIND_H
+#ifndef CDDP_LAUNCHER_CPUBIND_H
+#define CDDP_LAUNCHER_CPUBIND_H
 
 #include <sched.h>
 #include <stddef.h>
@@ -14,4 +14,4 @@ int cddp__cpu_share(const cpu_set_t *allowed, int n, int index, cpu_set_t *out);
 /* "0-3,8" for a set (for logs); returns buf. */
 char *cddp__cpu_list(const cpu_set_t *set, char *buf, size_t size);
 
-#endif /* CDDP_RUN_CPUBIND_H */
+#endif /* CDDP_LAUNCHER_CPUBIND_H */

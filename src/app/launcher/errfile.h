@@ -1,6 +1,6 @@
 /* errfile.h - torch's per-worker error file (TORCHELASTIC_ERROR_FILE): where, and what it says. */
-#ifndef CDDP_RUN_ERRFILE_H
-#define CDDP_RUN_ERRFILE_H
+#ifndef CDDP_LAUNCHER_ERRFILE_H
+#define CDDP_LAUNCHER_ERRFILE_H
 
 #include <stddef.h>
 #include <stdint.h>
@@ -18,4 +18,4 @@ int cddp__errfile_read(const char *path, char *out, size_t size, uint64_t *mtime
 /* The same over the file's bytes (buf need not be NUL-terminated); size >= 1. */
 int cddp__errfile_parse(const char *buf, size_t len, char *out, size_t size);
 
-#endif /* CDDP_RUN_ERRFILE_H */
+#endif /* CDDP_LAUNCHER_ERRFILE_H */

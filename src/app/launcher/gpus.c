@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "launcher/gpus.h"
-#include "world/envp.h"
+#include "common/envp.h"
 
 int cddp__gpus_visible(char **envp, char *how, size_t size) {
   const char *cvd = cddp__envp_get(envp, "CUDA_VISIBLE_DEVICES");

@@ -1,6 +1,6 @@
 /* gpus.h - how many GPUs this process may use: CUDA_VISIBLE_DEVICES, else the driver's nodes. */
-#ifndef CDDP_RUN_GPUS_H
-#define CDDP_RUN_GPUS_H
+#ifndef CDDP_LAUNCHER_GPUS_H
+#define CDDP_LAUNCHER_GPUS_H
 
 #include <stddef.h>
 
@@ -10,4 +10,4 @@
  * /dev/nvidia<N>"). Never blocks. */
 int cddp__gpus_visible(char **envp, char *how, size_t size);
 
-#endif /* CDDP_RUN_GPUS_H */
+#endif /* CDDP_LAUNCHER_GPUS_H */

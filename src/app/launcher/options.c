@@ -11,11 +11,11 @@
 #include "common/check.h"
 #include "launcher/options.h"
 #include "launcher/torchrun_flags.h"
-#include "world/envp.h"
-#include "world/launcher.h"
+#include "common/envp.h"
+#include "common/launcher.h"
 #include "launcher/gpus.h"
-#include "world/mpi_step.h"
-#include "world/slurm_step.h"
+#include "common/mpi_step.h"
+#include "common/slurm_step.h"
 
 enum {
   F_NNODES, F_NPROC, F_RDZV_ID, F_RDZV_BACKEND, F_RDZV_ENDPOINT, F_RDZV_TIMEOUT, F_RDZV_LAST_CALL,

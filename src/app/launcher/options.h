@@ -1,6 +1,6 @@
 /* options.h - `cddp run` configuration: flags, CDDP_/PET_ environment mirrors, XTuner and Slurm. */
-#ifndef CDDP_RUN_OPTIONS_H
-#define CDDP_RUN_OPTIONS_H
+#ifndef CDDP_LAUNCHER_OPTIONS_H
+#define CDDP_LAUNCHER_OPTIONS_H
 
 #include <stdio.h>
 
@@ -52,7 +52,7 @@ typedef struct cddp_run_opts {
   int close_ms;              /* the store's host waits this long for the others at exit */
   int read_ms;               /* 0, or the bound on one store call (--rdzv-conf read_timeout) */
   int is_host;               /* c10d: -1 = host the store when the endpoint is ours; 0/1 forced */
-  /* what each worker runs (run/program.h): torchrun's rules */
+  /* what each worker runs (launcher/program.h): torchrun's rules */
   char python[4096];         /* --python / CDDP_PYTHON: the interpreter of a .py or -m (default python3) */
   int module;                /* -m: PROGRAM is a Python module */
   int no_python;             /* --no-python: PROGRAM runs as it is, even a .py */
@@ -80,4 +80,4 @@ cddp_result_t cddp__run_parse(int argc, char **argv, char **envp, cddp_run_opts_
 void cddp__run_usage(FILE *f);
 
 
-#endif /* CDDP_RUN_OPTIONS_H */
+#endif /* CDDP_LAUNCHER_OPTIONS_H */

@@ -16,7 +16,7 @@
 static void child(int out[2], int err[2], int keep_fd, char *const *argv, char **env, pid_t parent) {
   sigset_t none;
   sigemptyset(&none);
-  int agents[] = {SIGCHLD, SIGINT, SIGTERM, SIGHUP}; /* the agent's handlers (run/sigguard.h) are not ours */
+  int agents[] = {SIGCHLD, SIGINT, SIGTERM, SIGHUP}; /* the agent's handlers (launcher/sigguard.h) are not ours */
   for (size_t i = 0; i < CDDP_ARRAY_LEN(agents); i++) signal(agents[i], SIG_DFL);
   sigprocmask(SIG_SETMASK, &none, NULL);
   signal(SIGPIPE, SIG_DFL);

@@ -1,6 +1,6 @@
 /* proc.h - forks one worker process the way every worker starts, fresh or warm. */
-#ifndef CDDP_RUN_PROC_H
-#define CDDP_RUN_PROC_H
+#ifndef CDDP_LAUNCHER_PROC_H
+#define CDDP_LAUNCHER_PROC_H
 #include <sched.h>
 #include <sys/types.h>
 #include "cddp/cddp.h"
@@ -13,4 +13,4 @@
 cddp_result_t cddp__proc_spawn(char *const *argv, char **env, const cpu_set_t *cpus, int keep_fd, int nice,
                                const char *what, pid_t *pid, int fd[2]);
 
-#endif /* CDDP_RUN_PROC_H */
+#endif /* CDDP_LAUNCHER_PROC_H */

@@ -1,6 +1,6 @@
 /* program.h - what each worker runs: torchrun's rules for PROGRAM, checked before any start. */
-#ifndef CDDP_RUN_PROGRAM_H
-#define CDDP_RUN_PROGRAM_H
+#ifndef CDDP_LAUNCHER_PROGRAM_H
+#define CDDP_LAUNCHER_PROGRAM_H
 
 #include "cddp/cddp.h"
 #include "launcher/options.h"
@@ -32,4 +32,4 @@ int cddp__program_python_args(char *const *argv, char *why, size_t why_size);
  * the interpreter has no torch, -1 when unknown. Blocks at most 30 s (usually 30 ms). */
 int cddp__program_torch_major(const char *interp);
 
-#endif /* CDDP_RUN_PROGRAM_H */
+#endif /* CDDP_LAUNCHER_PROGRAM_H */

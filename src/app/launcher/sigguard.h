@@ -1,8 +1,8 @@
 /* sigguard.h - the agent's signals: SIGCHLD/SIGINT/SIGTERM/SIGHUP/SIGUSR1 arrive as bytes on a pipe, and a
  * guard thread ends the agent on a stop signal (INT, TERM, HUP) that comes while its main thread is
  * stuck in a blocking call (a store retry loop, a rendezvous wait) instead of in its own poll loop. */
-#ifndef CDDP_RUN_SIGGUARD_H
-#define CDDP_RUN_SIGGUARD_H
+#ifndef CDDP_LAUNCHER_SIGGUARD_H
+#define CDDP_LAUNCHER_SIGGUARD_H
 
 #include "cddp/cddp.h"
 #include "launcher/workers.h"
@@ -38,4 +38,4 @@ int cddp__sigguard_read(int sig_fd);
  * flight records, written at once; the workers go on). */
 int cddp__sigguard_dump_asked(void);
 
-#endif /* CDDP_RUN_SIGGUARD_H */
+#endif /* CDDP_LAUNCHER_SIGGUARD_H */

@@ -12,7 +12,7 @@
 #include "common/clock.h"
 #include "common/log.h"
 #include "launcher/status_pub.h"
-#include "world/elastic.h"
+#include "job/elastic.h"
 
 #define POST_TIMEOUT_MS 2000 /* the poster's bound on one store call */
 

@@ -7,7 +7,7 @@
 
 #include <pthread.h>
 
-#include "launcher/status.h"
+#include "job/status.h"
 #include "launcher/workers.h"
 
 #define CDDP__STATUS_QUEUE 8 /* events waiting to be posted (more are dropped) */

@@ -2,8 +2,8 @@
  * ahead of need, its heavy imports (torch) done, that becomes the slot's next worker when the
  * workers restart. A restart then costs the program's own start, not the interpreter's and
  * torch's import (docs/launcher.md, "Warm restarts"). */
-#ifndef CDDP_RUN_WARM_H
-#define CDDP_RUN_WARM_H
+#ifndef CDDP_LAUNCHER_WARM_H
+#define CDDP_LAUNCHER_WARM_H
 #include <sched.h>
 #include <stdint.h>
 #include <sys/types.h>
@@ -30,4 +30,4 @@ void cddp__warm_tick(cddp__warm_t *wp);
 int cddp__warm_take(cddp__warm_t *wp, int slot, char *const *argv, char **env, const cpu_set_t *cpus, pid_t *pid,
                     int fd[2]);
 
-#endif /* CDDP_RUN_WARM_H */
+#endif /* CDDP_LAUNCHER_WARM_H */

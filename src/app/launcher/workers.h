@@ -1,6 +1,6 @@
 /* workers.h - the local workers of one round: spawn, forward output, watch, stop. */
-#ifndef CDDP_RUN_WORKERS_H
-#define CDDP_RUN_WORKERS_H
+#ifndef CDDP_LAUNCHER_WORKERS_H
+#define CDDP_LAUNCHER_WORKERS_H
 
 #include <stdint.h>
 #include <sys/types.h>
@@ -55,10 +55,10 @@ typedef struct cddp__workers {
   uint64_t stop_at; /* 0, or a monotonic time (ns) at which the workers are stopped (TERM,
                        KILL after grace_ms) if they have not all exited by themselves */
   int termed;       /* stop_at's TERM was sent */
-  int cpu_bind;     /* worker i runs on the i-th of n_bind shares of the agent's CPUs (run/cpubind.h) */
+  int cpu_bind;     /* worker i runs on the i-th of n_bind shares of the agent's CPUs (launcher/cpubind.h) */
   int n_bind;       /* set by cddp__workers_start: the round's worker count */
   const char *host; /* this node's name, for the failure records */
-  const char *err_dir; /* NULL, or the folder of the workers' torch error files (run/errfile.h):
+  const char *err_dir; /* NULL, or the folder of the workers' torch error files (launcher/errfile.h):
                           a worker's own report of why it failed, and when */
   uint64_t stop_ns; /* when the workers were first told to stop (0: not yet) */
   int hang_ms;      /* > 0 (with err_dir): a worker whose flight page stands still this long while
@@ -77,7 +77,7 @@ typedef struct cddp__workers {
                          next worker; new ones start when the pool says */
   /* results of cddp__workers_watch */
   cddp__outcome_t outcome;
-  int fail_rank, fail_status, fail_index; /* FAILED: the failure that came first (run/blame.h), */
+  int fail_rank, fail_status, fail_index; /* FAILED: the failure that came first (launcher/blame.h), */
   pid_t fail_pid;                         /* not the first one reaped */
   cddp__failure_t failure;                /* ... and its whole record */
   int signo;
@@ -92,7 +92,7 @@ cddp_result_t cddp__workers_start(cddp__workers_t *ws, int n, int rank_base, cha
                                   const char *log_dir, int truncate_logs);
 
 /* Forwards output line by line ("[rank N] " prefix, one write per line) until every
- * worker exited and its pipes closed. sig_fd: the agent's signal pipe (run/sigguard.h:
+ * worker exited and its pipes closed. sig_fd: the agent's signal pipe (launcher/sigguard.h:
  * SIGCHLD/SIGINT/SIGTERM/SIGHUP, one byte each). event_fd (-1 = none): readable means "stop,
  * something happened elsewhere"; accept(msg) decides whether a message read from it counts (stale ones are dropped).
  * Stopping = SIGTERM to each process group, SIGKILL after grace_ms. Each worker's last
@@ -115,4 +115,4 @@ void cddp__workers_release(cddp__workers_t *ws);
  * agent should use (code, or 128+signal). */
 int cddp__describe_status(int status, char *buf, size_t size);
 
-#endif /* CDDP_RUN_WORKERS_H */
+#endif /* CDDP_LAUNCHER_WORKERS_H */

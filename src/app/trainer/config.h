@@ -2,8 +2,8 @@
  * against one schema table (config.c) that is also the documentation's source. Keys are
  * dotted paths ("optim.lr"). The resolved config is written back as YAML, and hashed
  * (FNV-1a 64 of the resolved text) so ranks can check they agree. */
-#ifndef CDDP_TRAIN_CONFIG_H
-#define CDDP_TRAIN_CONFIG_H
+#ifndef CDDP_TRAINER_CONFIG_H
+#define CDDP_TRAINER_CONFIG_H
 
 #include <stdint.h>
 #include <stdio.h>
@@ -77,4 +77,4 @@ uint64_t cddp__config_hash(const cddp_train_config_t *c);
 int cddp__config_key_hashes(const cddp_train_config_t *c, uint64_t *out, int cap);
 const char *cddp__config_key_name(int i);
 
-#endif /* CDDP_TRAIN_CONFIG_H */
+#endif /* CDDP_TRAINER_CONFIG_H */

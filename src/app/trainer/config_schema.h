@@ -1,8 +1,8 @@
 /* config_schema.h - the one table of training-config keys (internal to config*.c and its
  * test): type, field, default, range or choices and doc of each dotted key, and the value
  * parsers/formatters that defaults, YAML, --set, the writer, the hash and the docs share. */
-#ifndef CDDP_TRAIN_CONFIG_SCHEMA_H
-#define CDDP_TRAIN_CONFIG_SCHEMA_H
+#ifndef CDDP_TRAINER_CONFIG_SCHEMA_H
+#define CDDP_TRAINER_CONFIG_SCHEMA_H
 
 #include <stddef.h>
 #include <stdio.h>
@@ -65,4 +65,4 @@ void cddp__cfg_range_text(const cddp__cfg_key_t *k, char *buf, size_t cap);
 /* The schema as a Markdown table (docs/config.md holds the same rows). */
 void cddp__config_print_schema(FILE *f);
 
-#endif /* CDDP_TRAIN_CONFIG_SCHEMA_H */
+#endif /* CDDP_TRAINER_CONFIG_SCHEMA_H */

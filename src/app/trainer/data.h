@@ -1,6 +1,6 @@
 /* data.h - data sets in memory: Fashion-MNIST from IDX files (gzip via zlib), validated, cached. */
-#ifndef CDDP_TRAIN_DATA_H
-#define CDDP_TRAIN_DATA_H
+#ifndef CDDP_TRAINER_DATA_H
+#define CDDP_TRAINER_DATA_H
 
 #include <stddef.h>
 #include <stdint.h>
@@ -36,4 +36,4 @@ int cddp__data_cache_load(cddp_dataset_t *d, const char *split, const char *imag
 void cddp__data_cache_save(const cddp_dataset_t *d, const char *split, const char *images, const struct stat *si,
                            const char *labels, const struct stat *sl);
 
-#endif /* CDDP_TRAIN_DATA_H */
+#endif /* CDDP_TRAINER_DATA_H */

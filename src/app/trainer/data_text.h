@@ -2,8 +2,8 @@
  * prints it (`bible -f Gen1:1-Rev22:21`: 31,102 lines "Ge1:1 In the beginning ...", 4,404,412
  * bytes), split into train and validation by blocks of verses, handed out as sequences of
  * T + 1 bytes by index so that the sampler over sequence indices can serve them. */
-#ifndef CDDP_TRAIN_DATA_TEXT_H
-#define CDDP_TRAIN_DATA_TEXT_H
+#ifndef CDDP_TRAINER_DATA_TEXT_H
+#define CDDP_TRAINER_DATA_TEXT_H
 
 #include <stddef.h>
 #include <stdint.h>
@@ -40,4 +40,4 @@ void cddp__text_free(cddp_text_t *t);
 void cddp__text_gather(const cddp_text_t *t, const uint32_t *idx, int n, uint8_t *tokens,
                       uint8_t *targets);
 
-#endif /* CDDP_TRAIN_DATA_TEXT_H */
+#endif /* CDDP_TRAINER_DATA_TEXT_H */

@@ -2,8 +2,8 @@
  * sees (a probe), and the choice made from it as a pure function, so the policy is tested
  * on machines without a GPU. One GPU per local rank: LOCAL_RANK modulo the visible GPUs, in
  * the numbering CUDA_VISIBLE_DEVICES gives; several ranks may share one GPU. */
-#ifndef CDDP_TRAIN_DEVICE_H
-#define CDDP_TRAIN_DEVICE_H
+#ifndef CDDP_TRAINER_DEVICE_H
+#define CDDP_TRAINER_DEVICE_H
 
 #include <stddef.h>
 
@@ -63,4 +63,4 @@ cddp_result_t cddp__device_resolve(cddp_device_kind_t want, cddp_device_choice_t
 }
 #endif
 
-#endif /* CDDP_TRAIN_DEVICE_H */
+#endif /* CDDP_TRAINER_DEVICE_H */

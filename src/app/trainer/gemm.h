@@ -1,8 +1,8 @@
 /* gemm.h - the models' matrix products: row-major C = alpha op(A) op(B) + beta C, computed by
  * OpenBLAS's sgemm (fp32) or, under train.precision bf16, by gemm_bf16.c (inputs rounded to
  * bfloat16, products accumulated in fp32; C, the weights and the optimizer stay fp32). */
-#ifndef CDDP_TRAIN_GEMM_H
-#define CDDP_TRAIN_GEMM_H
+#ifndef CDDP_TRAINER_GEMM_H
+#define CDDP_TRAINER_GEMM_H
 
 #include <cblas.h>
 
@@ -32,4 +32,4 @@ void cddp__gemm_bf16(int trans_a, int trans_b, int M, int N, int K, float alpha,
 void cddp__gemm_bf16_set_threads(int threads);
 int cddp__gemm_bf16_threads(void);
 
-#endif /* CDDP_TRAIN_GEMM_H */
+#endif /* CDDP_TRAINER_GEMM_H */

@@ -4,8 +4,8 @@
  * LayerNorm, the output head tied to the token embedding, cross-entropy over the vocabulary.
  * Parameters lie in forward order (wte first), so backward finishes the buffer from its end;
  * the tied wte at offset 0 is finished last. docs/gpt.md has the layout, names and init. */
-#ifndef CDDP_TRAIN_GPT_H
-#define CDDP_TRAIN_GPT_H
+#ifndef CDDP_TRAINER_GPT_H
+#define CDDP_TRAINER_GPT_H
 
 #include <stddef.h>
 #include <stdint.h>
@@ -73,4 +73,4 @@ const float *cddp__gpt_logits(const cddp_gpt_t *m);
 void cddp__gpt_backward(cddp_gpt_t *m, float grad_scale, int accumulate, cddp_grad_ready_fn ready,
                        void *ready_ctx);
 
-#endif /* CDDP_TRAIN_GPT_H */
+#endif /* CDDP_TRAINER_GPT_H */

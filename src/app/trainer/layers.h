@@ -1,7 +1,7 @@
 /* layers.h - the layers of model.c as plain functions over flat float buffers (row-major,
  * activations [n, features] / NCHW like PyTorch), and the BLAS core selection under them. */
-#ifndef CDDP_TRAIN_LAYERS_H
-#define CDDP_TRAIN_LAYERS_H
+#ifndef CDDP_TRAINER_LAYERS_H
+#define CDDP_TRAINER_LAYERS_H
 
 #include <stddef.h>
 #include <stdint.h>
@@ -78,4 +78,4 @@ void cddp__xent_backward(float *dlogits, const float *prob, const uint8_t *y, in
  * cddp__model_create calls it too (a no-op by then). */
 void cddp__blas_select_core(void);
 
-#endif /* CDDP_TRAIN_LAYERS_H */
+#endif /* CDDP_TRAINER_LAYERS_H */

@@ -2,8 +2,8 @@
  * [rows, features] as PyTorch: LayerNorm, tanh GELU, causal multi-head self-attention, token +
  * position embeddings with the tied output head, and a softmax cross-entropy in place. The
  * linear layers are layers.h's. */
-#ifndef CDDP_TRAIN_LAYERS_GPT_H
-#define CDDP_TRAIN_LAYERS_GPT_H
+#ifndef CDDP_TRAINER_LAYERS_GPT_H
+#define CDDP_TRAINER_LAYERS_GPT_H
 
 #include <stddef.h>
 #include <stdint.h>
@@ -65,4 +65,4 @@ void cddp__head_backward(float *dh, float *dwte, const float *dlogits, const flo
  * layers.h's cddp__xent_backward. */
 double cddp__softmax_xent(float *prob, const float *z, const uint8_t *y, int n, int V);
 
-#endif /* CDDP_TRAIN_LAYERS_GPT_H */
+#endif /* CDDP_TRAINER_LAYERS_GPT_H */

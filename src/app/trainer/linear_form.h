@@ -4,8 +4,8 @@
  * shape's third call times both; the transposed form is kept only when it was faster and gave
  * the same bits (OpenBLAS's AVX-512 kernels sum in the same order either way, its older ones
  * do not), so the choice never changes a run's bits (docs/model.md, "Which form"). */
-#ifndef CDDP_TRAIN_LINEAR_FORM_H
-#define CDDP_TRAIN_LINEAR_FORM_H
+#ifndef CDDP_TRAINER_LINEAR_FORM_H
+#define CDDP_TRAINER_LINEAR_FORM_H
 
 typedef enum cddp__linear_form {
   CDDP_LINEAR_FORM_AUTO = 0,   /* measured per shape on first use */
@@ -26,4 +26,4 @@ cddp__linear_form_t cddp__linear_form_of(int n, int in, int out);
 /* Tests: force a form for every later call (AUTO: measure again), forgetting past choices. */
 void cddp__linear_form_force(cddp__linear_form_t form);
 
-#endif /* CDDP_TRAIN_LINEAR_FORM_H */
+#endif /* CDDP_TRAINER_LINEAR_FORM_H */

@@ -1,7 +1,7 @@
 /* metrics.h - what the user sees of a run: rank 0's live progress line and end summary, and
  * the run's metrics.jsonl (one JSON object per step and per evaluation). */
-#ifndef CDDP_TRAIN_METRICS_H
-#define CDDP_TRAIN_METRICS_H
+#ifndef CDDP_TRAINER_METRICS_H
+#define CDDP_TRAINER_METRICS_H
 
 #include <stdint.h>
 #include <stdio.h>
@@ -68,4 +68,4 @@ void cddp__metrics_close(cddp_metrics_t *m);
  * one of its lines (flat objects, no spaces, as written here). 1 and *out, or 0. */
 int cddp__metrics_num(const char *line, const char *key, double *out);
 
-#endif /* CDDP_TRAIN_METRICS_H */
+#endif /* CDDP_TRAINER_METRICS_H */

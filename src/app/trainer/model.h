@@ -2,8 +2,8 @@
  * buffer (llm.c style). Layers are laid out in forward order, so backward finishes the
  * buffer from its end towards its start: that is what lets DDP start a bucket's allreduce
  * while backward still runs (see ddp.h). GEMM via OpenBLAS (cblas_sgemm). */
-#ifndef CDDP_TRAIN_MODEL_H
-#define CDDP_TRAIN_MODEL_H
+#ifndef CDDP_TRAINER_MODEL_H
+#define CDDP_TRAINER_MODEL_H
 
 #include <stddef.h>
 #include <stdint.h>
@@ -68,4 +68,4 @@ double cddp__model_forward(cddp_model_t *m, const float *x, const uint8_t *y, in
 void cddp__model_backward(cddp_model_t *m, float grad_scale, int accumulate,
                          cddp_grad_ready_fn ready, void *ready_ctx);
 
-#endif /* CDDP_TRAIN_MODEL_H */
+#endif /* CDDP_TRAINER_MODEL_H */

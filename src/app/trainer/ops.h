@@ -6,8 +6,8 @@
  * layers_gpt.h and optim.h; on the CUDA table every pointer is device memory from alloc
  * (labels and tokens too), and the entries that return a number (losses, norms) wait for the
  * device. The models do not call this table yet (docs/gpu.md): that wiring is the next step. */
-#ifndef CDDP_TRAIN_OPS_H
-#define CDDP_TRAIN_OPS_H
+#ifndef CDDP_TRAINER_OPS_H
+#define CDDP_TRAINER_OPS_H
 
 #include <stddef.h>
 #include <stdint.h>
@@ -109,4 +109,4 @@ int cddp__cuda_bind(int ordinal, char *err, size_t cap);
 }
 #endif
 
-#endif /* CDDP_TRAIN_OPS_H */
+#endif /* CDDP_TRAINER_OPS_H */

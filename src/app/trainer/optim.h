@@ -1,6 +1,6 @@
 /* optim.h - optimizers (SGD momentum/Nesterov, AdamW), gradient clipping, LR schedules. */
-#ifndef CDDP_TRAIN_OPTIM_H
-#define CDDP_TRAIN_OPTIM_H
+#ifndef CDDP_TRAINER_OPTIM_H
+#define CDDP_TRAINER_OPTIM_H
 
 #include <stddef.h>
 #include <stdint.h>
@@ -58,4 +58,4 @@ cddp_result_t cddp__sched_check(const cddp_sched_spec_t *s);
 /* LR at optimizer step `step` (0-based); formulas in docs/optim.md. */
 float cddp__sched_lr(const cddp_sched_spec_t *s, int64_t step);
 
-#endif /* CDDP_TRAIN_OPTIM_H */
+#endif /* CDDP_TRAINER_OPTIM_H */

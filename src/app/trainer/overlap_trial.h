@@ -6,8 +6,8 @@
  * each part the ranks add up their median step times in one all-reduce, so every rank takes
  * the same choice, which the trainer keeps for the rest of the run. Every way gives the same
  * bits, so the trial cannot change a run's losses. */
-#ifndef CDDP_TRAIN_OVERLAP_TRIAL_H
-#define CDDP_TRAIN_OVERLAP_TRIAL_H
+#ifndef CDDP_TRAINER_OVERLAP_TRIAL_H
+#define CDDP_TRAINER_OVERLAP_TRIAL_H
 
 #include <stdint.h>
 
@@ -48,4 +48,4 @@ cddp_result_t cddp__overlap_trial_begin(struct trainer *t);
 /* At a step's end: its wall time. */
 void cddp__overlap_trial_end(struct trainer *t, uint64_t step_ns);
 
-#endif /* CDDP_TRAIN_OVERLAP_TRIAL_H */
+#endif /* CDDP_TRAINER_OVERLAP_TRIAL_H */

@@ -3,8 +3,8 @@
  * micro-step, rank, world) and the slot to fill; at the next micro-step it takes the batch when
  * the key still matches (after a resize, a recovery or a resume it does not: the trainer
  * gathers on its own thread, as without prefetching). */
-#ifndef CDDP_TRAIN_PREFETCH_H
-#define CDDP_TRAIN_PREFETCH_H
+#ifndef CDDP_TRAINER_PREFETCH_H
+#define CDDP_TRAINER_PREFETCH_H
 
 #include <pthread.h>
 #include <stdint.h>
@@ -42,4 +42,4 @@ int cddp__prefetch_take(cddp_prefetch_t *p, const uint64_t key[CDDP_PREFETCH_KEY
 /* Stops and joins the thread (a no-op when it never started). */
 void cddp__prefetch_stop(cddp_prefetch_t *p);
 
-#endif /* CDDP_TRAIN_PREFETCH_H */
+#endif /* CDDP_TRAINER_PREFETCH_H */

@@ -2,8 +2,8 @@
  * batch is a contiguous window of it, split across ranks and accumulation micro-steps. Its
  * state (epoch, samples consumed this epoch) is world-size independent, so a run resumed on
  * any world size sees every sample of the epoch exactly once. */
-#ifndef CDDP_TRAIN_SAMPLER_H
-#define CDDP_TRAIN_SAMPLER_H
+#ifndef CDDP_TRAINER_SAMPLER_H
+#define CDDP_TRAINER_SAMPLER_H
 
 #include <stddef.h>
 #include <stdint.h>
@@ -48,4 +48,4 @@ int cddp__sampler_batch_size(const cddp_sampler_t *s);
  * an epoch just ended. */
 int cddp__sampler_advance(cddp_sampler_t *s);
 
-#endif /* CDDP_TRAIN_SAMPLER_H */
+#endif /* CDDP_TRAINER_SAMPLER_H */

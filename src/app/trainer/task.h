@@ -1,8 +1,8 @@
 /* task.h - what the trainer trains: a data set and a model behind one small interface, so the
  * loop, DDP, checkpoints and recovery do not care whether it is an image classifier (MLP/CNN
  * on Fashion-MNIST) or a byte-level GPT on the King James Bible. */
-#ifndef CDDP_TRAIN_TASK_H
-#define CDDP_TRAIN_TASK_H
+#ifndef CDDP_TRAINER_TASK_H
+#define CDDP_TRAINER_TASK_H
 
 #include <stddef.h>
 #include <stdint.h>
@@ -46,4 +46,4 @@ cddp_result_t cddp__task_create(const cddp_train_config_t *cfg, int micro, cddp_
 cddp_result_t cddp__task_image_create(const cddp_train_config_t *cfg, int micro, cddp_task_t **out);
 cddp_result_t cddp__task_gpt_create(const cddp_train_config_t *cfg, int micro, cddp_task_t **out);
 
-#endif /* CDDP_TRAIN_TASK_H */
+#endif /* CDDP_TRAINER_TASK_H */

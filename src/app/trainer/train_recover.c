@@ -11,7 +11,7 @@
 #include "common/check.h"
 #include "common/clock.h"
 #include "common/log.h"
-#include "world/elastic.h"
+#include "job/elastic.h"
 #include "ddp/ddp_compress.h"
 #include "trainer/trainer.h"
 

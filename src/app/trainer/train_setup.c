@@ -13,7 +13,7 @@
 #include "common/durable.h"
 #include "common/log.h"
 #include "ddp/ddp_compress.h"
-#include "launcher/status.h"
+#include "job/status.h"
 #include "trainer/trainer.h"
 
 #define MAX_KEYS 128

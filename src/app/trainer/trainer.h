@@ -1,6 +1,6 @@
 /* trainer.h - `cddp train` inside: the run's context shared by setup, state and loop. */
-#ifndef CDDP_TRAIN_TRAINER_H
-#define CDDP_TRAIN_TRAINER_H
+#ifndef CDDP_TRAINER_H
+#define CDDP_TRAINER_H
 
 #include <signal.h>
 #include <stdint.h>
@@ -128,4 +128,4 @@ void cddp__train_publish_worlds(trainer_t *t);
 /* A replacement process, after setup: receives the state from a survivor. */
 cddp_result_t cddp__train_join_as_replacement(trainer_t *t);
 
-#endif /* CDDP_TRAIN_TRAINER_H */
+#endif /* CDDP_TRAINER_H */

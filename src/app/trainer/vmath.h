@@ -1,7 +1,7 @@
 /* vmath.h - exp and tanh over 4 floats (GCC vector types, SSE at -O2 on any x86-64) for the
  * GPT's softmaxes and GELU: Cephes' expf polynomial (relative error ~1e-7), no libm call. */
-#ifndef CDDP_TRAIN_VMATH_H
-#define CDDP_TRAIN_VMATH_H
+#ifndef CDDP_TRAINER_VMATH_H
+#define CDDP_TRAINER_VMATH_H
 
 #include <string.h>
 
@@ -77,4 +77,4 @@ static inline cddp_v4f cddp__v4_tanh(cddp_v4f u) {
   return 1.0f - 2.0f / (cddp__v4_exp(u + u) + 1.0f);
 }
 
-#endif /* CDDP_TRAIN_VMATH_H */
+#endif /* CDDP_TRAINER_VMATH_H */

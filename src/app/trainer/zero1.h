@@ -3,8 +3,8 @@
  * its shard of the moments, and the parameters are all-gathered; or, where every rank is on
  * this host and the world cannot re-form, the ranks share one copy of the parameters in
  * shared memory and each writes its shard there: nothing is gathered. */
-#ifndef CDDP_TRAIN_ZERO1_H
-#define CDDP_TRAIN_ZERO1_H
+#ifndef CDDP_TRAINER_ZERO1_H
+#define CDDP_TRAINER_ZERO1_H
 
 #include <stddef.h>
 #include <stdint.h>
@@ -71,4 +71,4 @@ cddp_result_t cddp__zero1_relayout(struct trainer *t);
 cddp_result_t cddp__zero1_hold_whole(struct trainer *t);
 void cddp__zero1_drop_whole(struct trainer *t);
 
-#endif /* CDDP_TRAIN_ZERO1_H */
+#endif /* CDDP_TRAINER_ZERO1_H */

@@ -2,8 +2,8 @@
  * the transposed form's epilogue of linear_form.c use them: the mask of the first n lanes, and
  * a 16 x 16 square transposed in registers. Callers of the transpose must themselves be
  * compiled for avx512f (the attribute below) and run only where the CPU has it. */
-#ifndef CDDP_TRAIN_ZMM16_H
-#define CDDP_TRAIN_ZMM16_H
+#ifndef CDDP_TRAINER_ZMM16_H
+#define CDDP_TRAINER_ZMM16_H
 
 #include <immintrin.h>
 
@@ -42,4 +42,4 @@ AVX512_ATTR static inline void cddp__transpose16(__m512i r[16]) {
   }
 }
 
-#endif /* CDDP_TRAIN_ZMM16_H */
+#endif /* CDDP_TRAINER_ZMM16_H */

@@ -1,8 +1,8 @@
 // cuda_ops.h - inside the CUDA table: cuBLAS (dlopened) GEMMs in the layers' row-major
 // convention, the per-purpose scratch buffers, and the kernels' entry points that
 // ops_cuda.cu puts in the table. (C++ only: included from .cu files.)
-#ifndef CDDP_TRAIN_CUDA_OPS_H
-#define CDDP_TRAIN_CUDA_OPS_H
+#ifndef CDDP_TRAINER_CUDA_OPS_H
+#define CDDP_TRAINER_CUDA_OPS_H
 
 #include <stddef.h>
 #include <stdint.h>

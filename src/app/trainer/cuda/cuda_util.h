@@ -1,7 +1,7 @@
 // cuda_util.h - what the CUDA sources share: the stream, error checks, launch sizes.
 // (C++ only: included from .cu files.)
-#ifndef CDDP_TRAIN_CUDA_UTIL_H
-#define CDDP_TRAIN_CUDA_UTIL_H
+#ifndef CDDP_TRAINER_CUDA_UTIL_H
+#define CDDP_TRAINER_CUDA_UTIL_H
 
 #include <cuda_runtime.h>
 #include <math.h>

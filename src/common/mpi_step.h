@@ -1,6 +1,6 @@
 /* mpi_step.h - one reading of what a process started by mpirun is (rank, world, master). */
-#ifndef CDDP_RUN_MPI_STEP_H
-#define CDDP_RUN_MPI_STEP_H
+#ifndef CDDP_COMMON_MPI_STEP_H
+#define CDDP_COMMON_MPI_STEP_H
 
 #include "cddp/cddp.h"
 
@@ -16,4 +16,4 @@ typedef struct cddp__mpi_step {
  * INVALID_ARG naming the missing or malformed variable. Never blocks. */
 cddp_result_t cddp__mpi_step_read(char **envp, cddp__mpi_step_t *s);
 
-#endif /* CDDP_RUN_MPI_STEP_H */
+#endif /* CDDP_COMMON_MPI_STEP_H */

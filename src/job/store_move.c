@@ -11,7 +11,8 @@
 #include "common/knobs.h"
 #include "common/log.h"
 #include "common/sock.h"
-#include "launcher/store_move.h"
+#include "job/events.h"
+#include "job/store_move.h"
 #include "store/failover.h"
 #include "store/store_internal.h"
 
@@ -48,7 +49,7 @@ struct cddp__store_move {
 };
 
 int cddp__store_move_wanted(int replace, int max_nodes, int standalone) {
-  return replace && max_nodes >= 3 && !standalone && cddp__knob_int(CDDP_KNOB_STORE_FAILOVER) != 0;
+  return replace && max_nodes >= 2 && !standalone && cddp__knob_int(CDDP_KNOB_STORE_FAILOVER) != 0;
 }
 
 /* A raw client of host:port (the token's), and the job's view over it when view is wanted;
@@ -117,15 +118,14 @@ static void set_line(cddp__store_move_t *mv, const char *fmt, ...) {
   va_end(ap);
 }
 
-/* Nobody takes the store over with this node: "store-stop" when the store is gone for good (its
- * port refuses: its process died), else "store-cut" (this node may be the one cut off: it waits
+/* Nobody takes the store over with this node: STORE_STOP when the store is gone for good (its
+ * port refuses: its process died), else STORE_CUT (this node may be the one cut off: it waits
  * for the store to come back, as a node cut off does). Either way the agent's calls end now
  * instead of waiting out CDDP_STORE_FAILOVER_MS. */
 static void say_stop(cddp__store_move_t *mv) {
   int gone = !mv->lost_host[0] || knock(mv->lost_host, mv->lost_port) == 0;
   cddp__failover_give_up();
-  ssize_t w = gone ? write(mv->notify_fd, "store-stop\n", 11) : write(mv->notify_fd, "store-cut\n", 10);
-  (void)w;
+  cddp__agent_ev_say(mv->notify_fd, gone ? CDDP__AEV_STORE_STOP : CDDP__AEV_STORE_CUT, mv->self, 0, 0, NULL);
 }
 
 /* The votes in this agent's server: *best = the vote of the latest generation (its restarts:
@@ -181,13 +181,18 @@ static void take_over(cddp__store_move_t *mv, const cddp__job_vote_t *mine, cons
   if (r == CDDP_OK && bl) r = cddp_store_set(view, cddp__job_key(CDDP__JK_STORE_VOTE, epoch, mv->self).s, buf, bl);
   uint64_t lease = mv->lost_at + (uint64_t)(mv->hb_timeout_ms + LEASE_MARGIN_MS) * 1000000ull;
   uint64_t deadline = mv->lost_at + (uint64_t)(3 * mv->hb_timeout_ms + LEASE_MARGIN_MS) * 1000000ull;
-  int dead = 0, n_for = 0, max_id = mv->self, said = 0;
+  int dead = 0, n_for = 0, max_id = mv->self, said = 0, conceded = 0;
   for (; r == CDDP_OK;) {
     *best = *mine;
     count_votes(view, epoch, best, &n_for, &max_id);
     if (!dead) dead = knock(mv->lost_host, mv->lost_port) == 0;
+    /* of two members, the lost host cannot vote and this one cannot be a majority alone; but a
+     * refused port proves the lost host's store process is gone, and with no third member no
+     * one else can take over: its place counts for this agent. Not with three or more: two
+     * survivors cut apart could each count it and each take over. */
+    conceded = dead && best->members.n == 2 && lost_id >= 0 && cddp__members_find(&best->members, lost_id, NULL, NULL) >= 0;
     uint64_t now = cddp__now_ns();
-    if (2 * n_for > best->members.n && (dead || now >= lease)) break;
+    if (2 * (n_for + conceded) > best->members.n && (dead || now >= lease)) break;
     if (now >= deadline) {
       set_line(mv, "lost the store at %s:%d, and only %d of the %d nodes of generation %lld reached agent %d, next "
                "in line to host it: carrying on needs a majority (split-brain guard)", mv->lost_host, mv->lost_port,
@@ -233,9 +238,9 @@ static void take_over(cddp__store_move_t *mv, const cddp__job_vote_t *mine, cons
   if (r == CDDP_OK) {
     __atomic_store_n(&mv->hosting, 1, __ATOMIC_RELEASE);
     fprintf(stderr, "cddp run: the store's host (agent %d at %s:%d) is lost; agent %d took the store over at %s:%d "
-            "(epoch %lld, %d of the %d nodes of generation %lld voted, %.1f s after the loss)\n", lost_id, mv->lost_host,
+            "(epoch %lld, %d of the %d nodes of generation %lld voted%s, %.1f s after the loss)\n", lost_id, mv->lost_host,
             mv->lost_port, mv->self, mv->host, mv->port, (long long)epoch, n_for, best->members.n, (long long)best->gen,
-            (cddp__now_ns() - mv->lost_at) / 1e9);
+            conceded ? ", and the lost host's port refuses: its store is gone" : "", (cddp__now_ns() - mv->lost_at) / 1e9);
   } else {
     if (!said)
       set_line(mv, "lost the store at %s:%d, and could not take it over: %s", mv->lost_host, mv->lost_port,

@@ -1,51 +1,52 @@
 /* member.h - an agent's watch over the other member agents of its job: its own heartbeat, a
  * will that marks it dead the moment its connection drops, and the detection of peers that
  * crashed (their will fired) or went silent (no heartbeat within the timeout). */
-#ifndef CDDP_RUN_MEMBER_H
-#define CDDP_RUN_MEMBER_H
+#ifndef CDDP_JOB_MEMBER_H
+#define CDDP_JOB_MEMBER_H
 
 #include <stdint.h>
 
-#include "world/elastic.h"
-#include "launcher/rdzv.h"
-#include "launcher/store_move.h"
+#include "job/elastic.h"
+#include "job/events.h"
+#include "job/rdzv.h"
+#include "job/store_move.h"
 
 typedef struct cddp__monitor cddp__monitor_t;
 
 /* Connects to the store at host:port (own connection, own thread), registers the will
  * "<run_id>/elastic/dead/<self_id>" and starts beating elastic/hb/<self_id> every hb_ms.
- * It reports on notify_fd, one line per event (each write is atomic):
- *   "lost <id> <why>"   a watched member's will fired, or its heartbeat stood still for
+ * It reports on notify_fd, one cddp__agent_ev_t per event (job/events.h; each write is atomic):
+ *   LOST id, why        a watched member's will fired, or its heartbeat stood still for
  *                       timeout_ms (why says which)
- *   "gen <G>"           generation G was announced (a later one than watched)
- *   "stop"              elastic/stop was set (a worker asked the job to stop)
- *   "pending <id>"      agent id waits to be taken in (elastic/pending/<id>, alive); once per
+ *   GEN value           generation `value` was announced (a later one than watched)
+ *   STOP                elastic/stop was set (a worker asked the job to stop)
+ *   PENDING id          agent id waits to be taken in (elastic/pending/<id>, alive); once per
  *                       id per cddp__monitor_watch
- *   "waited"            the deadline set by cddp__monitor_deadline passed (once per setting)
- *   "cut <why>"         the store did not answer within timeout_ms (every call on this
+ *   WAITED              the deadline set by cddp__monitor_deadline passed (once per setting)
+ *   CUT why             the store did not answer within timeout_ms (every call on this
  *                       connection is bounded by it): this node is cut off; the thread ends
  * A member is reported lost once per cddp__monitor_watch. */
 cddp_result_t cddp__monitor_start(cddp__monitor_t **out, const char *host, int port, const char *token,
                                   const char *run_id, int self_id, int hb_ms, int timeout_ms, int notify_fd);
 /* The members to watch (self is skipped) as of generation gen. */
 void cddp__monitor_watch(cddp__monitor_t *m, const cddp__members_t *members, int64_t gen);
-/* Reports "waited" once the monotonic time passes deadline_ns (0: none). */
+/* Reports WAITED once the monotonic time passes deadline_ns (0: none). */
 void cddp__monitor_deadline(cddp__monitor_t *m, uint64_t deadline_ns);
 /* This agent waits to be taken in with this pending record (NULL: not any more): after the
  * store moves, the monitor publishes it again in the new store, whose host never saw it. */
 void cddp__monitor_pending(cddp__monitor_t *m, const char *rec, size_t len);
 /* Split-brain guard of the store's host (docs/store.md, "Failover"): while *hosting, a beat that
- * finds fewer than half of the members (this one included) alive reports "minority <alive>
- * <members>" instead of any loss (when a member is lost, one silent for half the timeout
+ * finds fewer than half of the members (this one included) alive reports a MINORITY event
+ * (job/events.h) instead of any loss (when a member is lost, one silent for half the timeout
  * counts as gone: the others of a cut go silent a beat apart), and a turn of the thread that comes the heartbeat timeout or more after the last
- * (the process was frozen) reports "froze <ms>", once: the others, a majority, may take the
+ * (the process was frozen) reports FROZE with the ms it stood still, once: the others, a majority, may take the
  * store over after the lease. NULL: off. */
 void cddp__monitor_lease(cddp__monitor_t *m, const int *hosting);
 /* Stops the thread; goodbye = 1 marks elastic/left/<self> and closes with a goodbye (the
  * will is dropped); 0 leaves the connection to die with the process. NULL is a no-op. */
 void cddp__monitor_stop(cddp__monitor_t *m, int goodbye);
 
-#endif /* CDDP_RUN_MEMBER_H */
+#endif /* CDDP_JOB_MEMBER_H */
 
 /* ---- the agent's side of membership changes ---- */
 typedef struct cddp__membership {

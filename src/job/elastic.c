@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "common/check.h"
-#include "world/elastic.h"
+#include "job/elastic.h"
 
 #define KEY(kind, a) cddp__job_key(CDDP__JK_##kind, a, 0).s
 

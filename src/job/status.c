@@ -11,8 +11,8 @@
 
 #include "common/check.h"
 #include "common/durable.h"
-#include "launcher/status.h"
-#include "world/jobkeys.h"
+#include "job/status.h"
+#include "job/jobkeys.h"
 
 
 static uint64_t wall_ms(void) {

@@ -4,8 +4,8 @@
 #include <string.h>
 
 #include "common/check.h"
-#include "world/mpi_step.h"
-#include "world/envp.h"
+#include "common/mpi_step.h"
+#include "common/envp.h"
 
 cddp_result_t cddp__mpi_step_read(char **envp, cddp__mpi_step_t *s) {
   memset(s, 0, sizeof *s);

@@ -1,7 +1,7 @@
 /* status.h - what `cddp status` reads of a running job: each agent's node record, the job's
  * recent events, and the endpoint record a launcher leaves in a folder (all owned here). */
-#ifndef CDDP_LAUNCHER_STATUS_H
-#define CDDP_LAUNCHER_STATUS_H
+#ifndef CDDP_JOB_STATUS_H
+#define CDDP_JOB_STATUS_H
 
 #include <stddef.h>
 #include <stdint.h>
@@ -76,4 +76,4 @@ cddp_result_t cddp__endpoint_write(const char *dir, const cddp__endpoint_t *e);
 /* NOT_FOUND naming the file when there is none; INVALID_ARG when it is malformed. */
 cddp_result_t cddp__endpoint_read(const char *dir, cddp__endpoint_t *e);
 
-#endif /* CDDP_LAUNCHER_STATUS_H */
+#endif /* CDDP_JOB_STATUS_H */

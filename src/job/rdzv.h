@@ -1,13 +1,13 @@
 /* rdzv.h - the rendezvous of node agents, in the store under "rdzv/": round R gathers the
  * members of generation R (0, and in restart-all each restart generation, in which every
- * member is new; world/elastic.h). */
-#ifndef CDDP_RUN_RDZV_H
-#define CDDP_RUN_RDZV_H
+ * member is new; job/elastic.h). */
+#ifndef CDDP_JOB_RDZV_H
+#define CDDP_JOB_RDZV_H
 
 #include "cddp/store.h"
-#include "world/jobkeys.h"
+#include "job/jobkeys.h"
 
-/* What each node publishes when it joins a round (its record: world/jobkeys.h). */
+/* What each node publishes when it joins a round (its record: job/jobkeys.h). */
 typedef cddp__job_node_t cddp__rdzv_node_t;
 
 typedef struct cddp__rdzv_cfg {
@@ -76,4 +76,4 @@ cddp_result_t cddp__rdzv_node_done(cddp_store_t *s, const cddp__rdzv_t *r);
  * waits up to timeout_ms for every node to be out, so nobody loses the store early. */
 cddp_result_t cddp__rdzv_exit(cddp_store_t *s, const cddp__rdzv_t *r, int wait, int timeout_ms);
 
-#endif /* CDDP_RUN_RDZV_H */
+#endif /* CDDP_JOB_RDZV_H */

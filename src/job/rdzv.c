@@ -5,8 +5,8 @@
 
 #include "common/check.h"
 #include "common/clock.h"
-#include "launcher/rdzv.h"
-#include "world/elastic.h"
+#include "job/rdzv.h"
+#include "job/elastic.h"
 
 #define KEY(kind, a, b) cddp__job_key(CDDP__JK_##kind, a, b).s
 

@@ -9,9 +9,9 @@
 #include "common/check.h"
 #include "common/clock.h"
 #include "common/log.h"
-#include "launcher/rdzv.h"
-#include "launcher/rdzv_watch.h"
-#include "world/jobkeys.h"
+#include "job/rdzv.h"
+#include "job/rdzv_watch.h"
+#include "job/jobkeys.h"
 
 #define WATCH_MS 300    /* how often it looks */
 #define GRACE_MS 2000   /* a lone node is normal for this long (the others are starting) */
@@ -89,7 +89,7 @@ static int look(cddp__rdzv_watch_t *w, cddp_store_t *base, int my_slot) {
              cddp__rdzv_waiter_parse(v, len, &other) == 0;
     free(v);
     if (!ok || !other.waiting || other.wall_ms + FRESH_MS < now || !strcmp(other.run_id, w->me.run_id)) continue;
-    char line[400];
+    char line[600]; /* two hosts and two run ids at their longest */
     cddp__rdzv_id_line(&w->me, &other, line, sizeof line);
     end_job(base, other.run_id, other.node_records, line);
     end_job(base, w->me.run_id, w->me.node_records, line);

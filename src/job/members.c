@@ -3,7 +3,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "world/elastic.h"
+#include "job/elastic.h"
 
 int cddp__members_world(const cddp__members_t *m) {
   int w = 0;

@@ -1,9 +1,9 @@
 /* launcher.c - the one decision of which launcher started the process, and its precedence. */
-#include "world/launcher.h"
+#include "common/launcher.h"
 
 #include <stdlib.h>
 
-#include "world/envp.h"
+#include "common/envp.h"
 
 int cddp__launcher_present(char **envp, cddp_env_source_t src) {
   const char *v;

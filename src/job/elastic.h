@@ -1,14 +1,14 @@
 /* elastic.h - in-place replacement of a failed worker: the job's generation, kept in the store. */
-#ifndef CDDP_RUN_ELASTIC_H
-#define CDDP_RUN_ELASTIC_H
+#ifndef CDDP_JOB_ELASTIC_H
+#define CDDP_JOB_ELASTIC_H
 
 #include <stdint.h>
 
 #include "cddp/comm.h"
 #include "cddp/store.h"
-#include "world/jobkeys.h"
+#include "job/jobkeys.h"
 
-/* The job's keys and the text of their values: world/jobkeys.h (the table: docs/elastic.md).
+/* The job's keys and the text of their values: job/jobkeys.h (the table: docs/elastic.md).
  * A survivor whose collective failed waits for elastic/gen/<its G + 1>, then builds the
  * communicator of the latest generation; building gives up (ABORTED) the moment a later one
  * is announced, and is retried there, so two failures close together converge on the last. */
@@ -115,4 +115,4 @@ cddp_result_t cddp__gen_form(cddp_store_t *s, int rank, int world, int round, co
                              int64_t min_gen, uint64_t deadline, cddp__gen_place_t *place, cddp_comm_t **comm,
                              cddp_store_t **view, int64_t *gen);
 
-#endif /* CDDP_RUN_ELASTIC_H */
+#endif /* CDDP_JOB_ELASTIC_H */

@@ -1,16 +1,17 @@
 /* store_move.h - the job's store outlives its host (cddp run --restart-mode replace, --nnodes
- * MAX >= 3): every member agent serves a standby store and lists it in the store's peers list
+ * MAX >= 2): every member agent serves a standby store and lists it in the store's peers list
  * (store/failover.h); when the host is lost, the next member in line takes the store over with
- * the votes of a majority of the latest generation's members, rebuilds it from what they hold,
+ * the votes of a majority of the latest generation's members (of two, the survivor alone when
+ * the lost host's port refuses), rebuilds it from what they hold,
  * and drops the lost host's node through the will it writes for it. The design and its
  * split-brain argument: docs/store.md, "Failover". */
-#ifndef CDDP_RUN_STORE_MOVE_H
-#define CDDP_RUN_STORE_MOVE_H
+#ifndef CDDP_JOB_STORE_MOVE_H
+#define CDDP_JOB_STORE_MOVE_H
 
 #include <stdint.h>
 
-#include "launcher/rdzv.h"
-#include "world/elastic.h"
+#include "job/rdzv.h"
+#include "job/elastic.h"
 
 typedef struct cddp__store_move cddp__store_move_t;
 
@@ -21,11 +22,11 @@ typedef struct cddp__store_move_cfg {
   int store_port;
   int hosting;                 /* this agent's process serves that store */
   int hb_timeout_ms;           /* CDDP_HEARTBEAT_TIMEOUT_MS: the lease of a host cut off */
-  int notify_fd;               /* "store-stop\n" is written here when this node must stop (-1: later) */
+  int notify_fd;               /* STORE_STOP / STORE_CUT (job/events.h) go here when this node must stop (-1: later) */
 } cddp__store_move_cfg_t;
 
 /* 1 when the job's store should be able to move: the knob CDDP_STORE_FAILOVER is on, replace
- * mode, room for 3 or more nodes, not --standalone. */
+ * mode, room for 2 or more nodes, not --standalone. */
 int cddp__store_move_wanted(int replace, int max_nodes, int standalone);
 /* The store's host lists itself (agent id not known yet: -1) the moment it serves, so that
  * every client reads a list naming it from its first connection. */
@@ -34,7 +35,7 @@ cddp_result_t cddp__store_move_list_host(const char *host, int port, const char 
  * hooks the process's store clients: a lost store starts the vote. *out stays NULL (and OK)
  * when no agent hosts the store (`cddp store` elsewhere: it lists no peers), which cannot move. */
 cddp_result_t cddp__store_move_start(cddp__store_move_t **out, const cddp__store_move_cfg_t *cfg);
-/* Where "store-stop\n" goes (the membership's pipe, made after the start). */
+/* Where the STORE_STOP / STORE_CUT events go (the membership's pipe, made after the start). */
 void cddp__store_move_notify(cddp__store_move_t *mv, int fd);
 /* The latest generation this agent saw: what it votes with. */
 void cddp__store_move_note(cddp__store_move_t *mv, const cddp__members_t *m, int64_t gen);
@@ -51,9 +52,9 @@ cddp_result_t cddp__store_move_rejoin(cddp__store_move_t *mv, int new_id);
  * address stays valid for cddp__monitor_lease. NULL: 0. */
 int cddp__store_move_hosting(const cddp__store_move_t *mv);
 const int *cddp__store_move_hosting_flag(const cddp__store_move_t *mv);
-/* Why this node stops (after "store-stop"). */
+/* Why this node stops (after a STORE_STOP or STORE_CUT event). */
 const char *cddp__store_move_line(const cddp__store_move_t *mv);
 /* Stops the standby (after the agent's last store call) and frees. NULL is a no-op. */
 void cddp__store_move_stop(cddp__store_move_t *mv);
 
-#endif /* CDDP_RUN_STORE_MOVE_H */
+#endif /* CDDP_JOB_STORE_MOVE_H */

@@ -1,15 +1,15 @@
 /* jobkeys.h - the job protocol's vocabulary: every key of a job in its store, and its values as
  * C types. No other file spells a job key or reads a job value's text (docs/elastic.md has the
  * table: key, value type, writer, readers). Keys are relative to the job's "<run_id>/" view. */
-#ifndef CDDP_WORLD_JOBKEYS_H
-#define CDDP_WORLD_JOBKEYS_H
+#ifndef CDDP_JOB_JOBKEYS_H
+#define CDDP_JOB_JOBKEYS_H
 
 #include <stddef.h>
 #include <stdint.h>
 
 /* ---- keys ---- */
 typedef enum cddp__jobkey_kind {
-  /* the rendezvous (launcher/rdzv.c, launcher/agent.c): round R gathers the members of
+  /* the rendezvous (job/rdzv.c, launcher/agent.c): round R gathers the members of
    * generation R - generation 0, and in restart-all each restart generation */
   CDDP__JK_RDZV_SETTINGS, /* rdzv/settings            cddp__job_settings_t: the first node's --nnodes */
   CDDP__JK_RDZV_MISMATCH, /* rdzv/mismatch            text: the line of a node that disagrees */
@@ -22,7 +22,7 @@ typedef enum cddp__jobkey_kind {
   CDDP__JK_RDZV_NEXIT,    /* rdzv/<R>/nexit           add(): agents counted out */
   CDDP__JK_RDZV_ALLEXIT,  /* rdzv/<R>/allexit         flag: every agent is out */
   CDDP__JK_RDZV_DONE,     /* rdzv/<R>/done/<A>        flag: member agent A's workers succeeded */
-  /* the generations (world/elastic*.c, launcher/member.c, launcher/agent.c): restart-all makes
+  /* the generations (job/elastic*.c, job/member.c, launcher/agent.c): restart-all makes
    * one per restart (every member new, gathered by round G); replace mode one per change */
   CDDP__JK_GEN,           /* elastic/gen              add(): the latest announced generation */
   CDDP__JK_GEN_ANNOUNCE,  /* elastic/gen/<G>          cddp__job_announce_t: what made generation G */
@@ -40,15 +40,15 @@ typedef enum cddp__jobkey_kind {
   CDDP__JK_STOP,          /* elastic/stop             text: a worker stopped the job; why */
   CDDP__JK_COMPLETE,      /* elastic/complete         flag: training is over */
   CDDP__JK_STORE_VOTE,    /* elastic/vote/<E>/<A>     cddp__job_vote_t: agent A asks the next in line to
-                             host the store at epoch E (launcher/store_move.c) */
-  /* what `cddp status` reads (launcher/status.c; values: cddp__status_node_t, events) */
+                             host the store at epoch E (job/store_move.c) */
+  /* what `cddp status` reads (job/status.c; values: cddp__status_node_t, events) */
   CDDP__JK_STATUS_SLOTS,  /* status/slots             add(): node record slots handed out */
   CDDP__JK_STATUS_NODE,   /* status/node/<S>          a node's status record */
   CDDP__JK_STATUS_EVENTS, /* status/events            add(): events posted */
   CDDP__JK_STATUS_EVENT,  /* status/event/<I>         event I */
   CDDP__JK_STATUS_ONCE,   /* status/once/<T>          flag: the event tagged T was posted */
   /* the agents waiting in their first round, at the top of the store (no run id: they find
-   * another --rdzv-id; launcher/rdzv_watch.c, values cddp__rdzv_waiter_t) */
+   * another --rdzv-id; job/rdzv_watch.c, values cddp__rdzv_waiter_t) */
   CDDP__JK_RDZV_WATCH_N,  /* rdzv-watch/n             add(): waiter slots handed out */
   CDDP__JK_RDZV_WATCH,    /* rdzv-watch/<I>           waiter I */
   /* the workers (world/world.c) */
@@ -216,4 +216,4 @@ size_t cddp__job_worlds_format(const int *sizes, int n, char *buf, size_t size);
 /* 1 when world w is listed (or the list is NULL or empty: any). */
 int cddp__job_worlds_allow(const char *text, int w);
 
-#endif /* CDDP_WORLD_JOBKEYS_H */
+#endif /* CDDP_JOB_JOBKEYS_H */

@@ -1,8 +1,8 @@
 /* rdzv_watch.h - what a node waiting in the rendezvous cannot see by itself: nodes of the same
  * store waiting under another --rdzv-id (so neither job ever fills), and nodes the store refused
  * for their token. Both become one line on the nodes that wait. */
-#ifndef CDDP_LAUNCHER_RDZV_WATCH_H
-#define CDDP_LAUNCHER_RDZV_WATCH_H
+#ifndef CDDP_JOB_RDZV_WATCH_H
+#define CDDP_JOB_RDZV_WATCH_H
 
 #include <pthread.h>
 #include <stdint.h>
@@ -52,4 +52,4 @@ void cddp__rdzv_watch_start(cddp__rdzv_watch_t *w, const char *host, int port, c
 /* Stops it (the rendezvous returned) and marks this agent's record done. */
 void cddp__rdzv_watch_stop(cddp__rdzv_watch_t *w);
 
-#endif /* CDDP_LAUNCHER_RDZV_WATCH_H */
+#endif /* CDDP_JOB_RDZV_WATCH_H */

@@ -1,7 +1,7 @@
 /* launcher.h - which launcher started this process, decided in one place: cddp run's agent,
  * torchrun's variables, a task of an srun step, mpirun, or none. */
-#ifndef CDDP_WORLD_LAUNCHER_H
-#define CDDP_WORLD_LAUNCHER_H
+#ifndef CDDP_COMMON_LAUNCHER_H
+#define CDDP_COMMON_LAUNCHER_H
 
 #include "cddp/env.h"
 
@@ -22,4 +22,4 @@ int cddp__launcher_rank(char **envp);
 /* "cddp run", "torchrun", "srun", "mpirun" or "none". */
 const char *cddp__launcher_name(cddp_env_source_t src);
 
-#endif /* CDDP_WORLD_LAUNCHER_H */
+#endif /* CDDP_COMMON_LAUNCHER_H */

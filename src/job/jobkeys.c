@@ -4,7 +4,7 @@
 #include <string.h>
 
 #include "common/check.h"
-#include "world/jobkeys.h"
+#include "job/jobkeys.h"
 
 /* A key is its parts with its numbers between them: part[0] a part[1] b part[2] c part[3]. */
 typedef struct keyshape {

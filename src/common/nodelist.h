@@ -1,6 +1,6 @@
 /* nodelist.h - Slurm host lists ("node[01-03,7],gpu-a[1-2]") and task-count lists ("2(x2),1"). */
-#ifndef CDDP_RUN_NODELIST_H
-#define CDDP_RUN_NODELIST_H
+#ifndef CDDP_COMMON_NODELIST_H
+#define CDDP_COMMON_NODELIST_H
 
 #include <stddef.h>
 
@@ -33,4 +33,4 @@ cddp_result_t cddp__tasks_per_node(const char *spec, int index, int *ntasks);
  * (below Linux's ephemeral range) so two jobs sharing a host rarely collide. */
 int cddp__slurm_port(long job_id, long step_id);
 
-#endif /* CDDP_RUN_NODELIST_H */
+#endif /* CDDP_COMMON_NODELIST_H */

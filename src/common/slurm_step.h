@@ -1,6 +1,6 @@
 /* slurm_step.h - one reading of what a task of a Slurm job step is (rank, world, master). */
-#ifndef CDDP_RUN_SLURM_STEP_H
-#define CDDP_RUN_SLURM_STEP_H
+#ifndef CDDP_COMMON_SLURM_STEP_H
+#define CDDP_COMMON_SLURM_STEP_H
 
 #include "cddp/cddp.h"
 
@@ -21,4 +21,4 @@ typedef struct cddp__slurm_step {
  * variable. Never blocks. */
 cddp_result_t cddp__slurm_step_read(char **envp, cddp__slurm_step_t *s);
 
-#endif /* CDDP_RUN_SLURM_STEP_H */
+#endif /* CDDP_COMMON_SLURM_STEP_H */

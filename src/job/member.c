@@ -11,7 +11,8 @@
 #include "common/check.h"
 #include "common/clock.h"
 #include "common/log.h"
-#include "launcher/member.h"
+#include "job/events.h"
+#include "job/member.h"
 #include "store/failover.h"
 #include "store/store_internal.h"
 
@@ -43,19 +44,8 @@ struct cddp__monitor {
   unsigned char said[MAX_AGENT_IDS]; /* a pending agent reported since the last watch */
 };
 
-static void say(cddp__monitor_t *m, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void say(cddp__monitor_t *m, const char *fmt, ...) {
-  char buf[256];
-  va_list ap;
-  va_start(ap, fmt);
-  int n = vsnprintf(buf, sizeof buf - 1, fmt, ap);
-  va_end(ap);
-  if (n < 0) return;
-  if (n > (int)sizeof buf - 2) n = (int)sizeof buf - 2;
-  buf[n++] = '\n';
-  ssize_t w = write(m->fd, buf, (size_t)n);
-  (void)w;
-}
+/* An event for the agent's main loop (events.h). */
+#define SAY(m, kind, id, n, value, ...) cddp__agent_ev_say((m)->fd, kind, id, n, value, __VA_ARGS__)
 
 static int exists(cddp_store_t *s, const char *key) {
   const char *k = key;
@@ -83,7 +73,7 @@ static cddp_result_t scan_pending(cddp__monitor_t *m) {
     pthread_mutex_lock(&m->mu);
     m->said[id] = 1;
     pthread_mutex_unlock(&m->mu);
-    say(m, "pending %d", id);
+    SAY(m, CDDP__AEV_PENDING, id, 0, 0, NULL);
   }
   return CDDP_OK;
 }
@@ -130,18 +120,18 @@ static cddp_result_t beat(cddp__monitor_t *m, uint64_t now) {
   for (int k = 0; k < n_lost && !m->lease_gone; k++) {
     watched_t *w = &m->w[lost[k]];
     w->reported = 1;
-    say(m, "lost %d no heartbeat for %llu ms", w->id, (unsigned long long)((now - w->changed_at) / 1000000ull));
+    SAY(m, CDDP__AEV_LOST, w->id, 0, 0, "no heartbeat for %llu ms", (unsigned long long)((now - w->changed_at) / 1000000ull));
   }
   int members = m->n + 1;
   pthread_mutex_unlock(&m->mu);
-  if (minority) say(m, "minority %d %d", alive, members);
+  if (minority) SAY(m, CDDP__AEV_MINORITY, alive, members, 0, NULL);
   if (pending_len) { /* the new host knows the agent ids of the members only: ours too, so it is scanned */
     int64_t ids = 0;
     if (cddp_store_add(m->s, KEY(AGENTS, 0), 0, &ids) == CDDP_OK && ids <= m->self)
       (void)cddp_store_add(m->s, KEY(AGENTS, 0), m->self + 1 - ids, &ids);
     (void)cddp_store_set(m->s, KEY(PENDING, m->self), pending, pending_len);
   }
-  if (exists(m->s, KEY(STOP, 0))) say(m, "stop");
+  if (exists(m->s, KEY(STOP, 0))) SAY(m, CDDP__AEV_STOP, 0, 0, 0, NULL);
   return scan_pending(m);
 }
 
@@ -149,7 +139,7 @@ static cddp_result_t beat(cddp__monitor_t *m, uint64_t now) {
  * the later "unusable" of the call that found it broken). */
 static void say_cut(cddp__monitor_t *m, const char *first) {
   const char *e = cddp_last_error();
-  say(m, "cut %s", strstr(e, "unusable") && first[0] ? first : e);
+  SAY(m, CDDP__AEV_CUT, 0, 0, 0, "%s", strstr(e, "unusable") && first[0] ? first : e);
 }
 
 static void *monitor_main(void *arg) {
@@ -168,7 +158,7 @@ static void *monitor_main(void *arg) {
     if (froze) m->lease_gone = 1;
     pthread_mutex_unlock(&m->mu);
     hosted = hosting;
-    if (froze) say(m, "froze %llu", (unsigned long long)((now - last_turn) / 1000000ull));
+    if (froze) SAY(m, CDDP__AEV_FROZE, 0, 0, (int64_t)((now - last_turn) / 1000000ull), NULL);
     last_turn = now;
     if (now >= next_beat) {
       if (beat(m, now) != CDDP_OK) { /* no answer within timeout_ms: the others drop this node */
@@ -182,14 +172,14 @@ static void *monitor_main(void *arg) {
       watched_t *w = &m->w[i];
       if (!w->reported && exists(m->s, KEY(DEAD, w->id))) {
         w->reported = 1;
-        say(m, "lost %d its connection closed", w->id);
+        SAY(m, CDDP__AEV_LOST, w->id, 0, 0, "its connection closed");
       }
     }
     int64_t g = CDDP_MAX(m->gen, m->gen_seen);
     int waited = m->deadline && cddp__now_ns() >= m->deadline;
     if (waited) m->deadline = 0;
     pthread_mutex_unlock(&m->mu);
-    if (waited) say(m, "waited");
+    if (waited) SAY(m, CDDP__AEV_WAITED, 0, 0, 0, NULL);
     cddp__jobkey_t next = cddp__job_key(CDDP__JK_GEN_ANNOUNCE, g + 1, 0);
     const char *k = next.s;
     cddp_result_t r = cddp_store_wait(m->s, &k, 1, TICK_MS);
@@ -197,7 +187,7 @@ static void *monitor_main(void *arg) {
       pthread_mutex_lock(&m->mu);
       m->gen_seen = g + 1;
       pthread_mutex_unlock(&m->mu);
-      say(m, "gen %lld", (long long)g + 1);
+      SAY(m, CDDP__AEV_GEN, 0, 0, g + 1, NULL);
     } else if (r != CDDP_TIMEOUT) {
       say_cut(m, first);
       break;
@@ -486,45 +476,49 @@ static void on_lost(cddp__membership_t *ms, int id, const char *why) {
 }
 
 void cddp__membership_events(cddp__membership_t *ms) {
-  char buf[4096];
-  ssize_t n = read(ms->pipe[0], buf, sizeof buf - 1);
-  if (n <= 0) return;
-  buf[n] = '\0';
-  for (char *line = buf, *nl; *line; line = nl + 1) {
-    if (!(nl = strchr(line, '\n'))) break;
-    *nl = '\0';
-    int id, used = 0;
-    if (sscanf(line, "lost %d %n", &id, &used) == 1 && used) {
-      on_lost(ms, id, line + used);
-    } else if (sscanf(line, "pending %d", &id) == 1) {
-      propose(ms, -1, NULL, 0);
-    } else if (!strcmp(line, "waited")) {
-      propose(ms, -1, NULL, 1);
-    } else if (!strncmp(line, "gen ", 4)) {
+  cddp__agent_ev_t ev[16];
+  int n = cddp__agent_ev_recv(ms->pipe[0], ev, 16);
+  for (int i = 0; i < n; i++) {
+    const cddp__agent_ev_t *e = &ev[i];
+    switch (e->kind) {
+    case CDDP__AEV_LOST: on_lost(ms, e->id, e->why); break;
+    case CDDP__AEV_PENDING: propose(ms, -1, NULL, 0); break;
+    case CDDP__AEV_WAITED: propose(ms, -1, NULL, 1); break;
+    case CDDP__AEV_GEN:
       cddp__membership_refresh(ms);
       if (!ms->ending) cddp__membership_done(ms, 0);
-    } else if (!strncmp(line, "cut ", 4) && !ms->ending) {
+      break;
+    default: break;
+    }
+    if (ms->ending) continue; /* the first reason to end is the one said */
+    switch (e->kind) {
+    case CDDP__AEV_CUT:
       ms->ending = 1;
       LINE_OF("node %s (agent %d) is cut off from the job (%s): the others go on without it after "
-              "CDDP_HEARTBEAT_TIMEOUT_MS; its workers stop", ms->host, ms->self, line + 4);
-    } else if (!strcmp(line, "store-stop") && !ms->ending) {
+              "CDDP_HEARTBEAT_TIMEOUT_MS; its workers stop", ms->host, ms->self, e->why);
+      break;
+    case CDDP__AEV_STORE_STOP:
       ms->ending = 2;
       LINE_OF("node %s (agent %d) %s", ms->host, ms->self, cddp__store_move_line(ms->mv));
-    } else if (!strcmp(line, "store-cut") && !ms->ending) {
+      break;
+    case CDDP__AEV_STORE_CUT:
       ms->ending = 1;
       LINE_OF("node %s (agent %d) is cut off from the job (%s): the others go on without it; its workers stop",
               ms->host, ms->self, cddp__store_move_line(ms->mv));
-    } else if (sscanf(line, "froze %d", &id) == 1 && !ms->ending) {
+      break;
+    case CDDP__AEV_FROZE:
       ms->ending = 2;
-      LINE_OF("node %s (agent %d) hosts the job's store but stood still for %d ms (frozen or starved, past the "
+      LINE_OF("node %s (agent %d) hosts the job's store but stood still for %lld ms (frozen or starved, past the "
               "heartbeat timeout): the others may have taken the store over, so it stops (split-brain guard)",
-              ms->host, ms->self, id);
-    } else if (sscanf(line, "minority %d %d", &id, &used) == 2 && !ms->ending) {
+              ms->host, ms->self, (long long)e->value);
+      break;
+    case CDDP__AEV_MINORITY:
       ms->ending = 2;
       LINE_OF("node %s (agent %d) hosts the job's store but hears from only %d of its %d nodes: it stops, so that "
-              "the others, a majority, may take the store over and go on (split-brain guard)", ms->host, ms->self, id,
-              used);
-    } else if (!strcmp(line, "stop") && !ms->ending) {
+              "the others, a majority, may take the store over and go on (split-brain guard)", ms->host, ms->self,
+              e->id, e->n);
+      break;
+    case CDDP__AEV_STOP: {
       void *v = NULL;
       size_t len = 0;
       if (cddp_store_get(ms->store, KEY(STOP, 0), &v, &len, 0) == CDDP_OK) {
@@ -532,6 +526,9 @@ void cddp__membership_events(cddp__membership_t *ms) {
         LINE_OF("%.*s", (int)len, (char *)v);
       }
       free(v);
+      break;
+    }
+    default: break;
     }
   }
 }

@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "common/check.h"
-#include "world/nodelist.h"
+#include "common/nodelist.h"
 
 #define NAME_MAX_LEN 255
 

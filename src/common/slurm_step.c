@@ -5,9 +5,9 @@
 #include <string.h>
 
 #include "common/check.h"
-#include "world/nodelist.h"
-#include "world/envp.h"
-#include "world/slurm_step.h"
+#include "common/nodelist.h"
+#include "common/envp.h"
+#include "common/slurm_step.h"
 
 /* The step-wide variable when set, else the job-wide ones in order (job2 may be NULL); *name
  * says which was used. A step may run on fewer nodes than its job: the step's list wins. */
