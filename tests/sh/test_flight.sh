@@ -71,4 +71,28 @@ if [ $rc != 0 ] && grep -q "on a worker's failure: the flight records of 2 worke
    [ -s "$T/logs2/flight/rank0.json" ] && [ -s "$T/logs2/flight/rank1.json" ] && [ $frc -le 1 ] && grep -q '^rank [01]' <<<"$out"
 then ok "a worker killed: every local rank's records written at the failure, readable"
 else fail "records at a failure" "rc $rc, flight rc $frc: $(grep -i 'flight\|cddp run' "$T/killed.out" | head -3 | tr '\n' ' ') $out"; fi
+# without --log-dir the records go to a new private folder (mkdtemp, 0700), never to the predictable
+# $TMPDIR/cddp-flight-<run id> a stranger could make first with links in it; a job that ends well
+# leaves no folder behind
+mkdir -p "$T/tmpd/cddp-flight-J" && echo secret >"$T/victim" && chmod 600 "$T/victim"
+for r in 0 1; do ln -s "$T/victim" "$T/tmpd/cddp-flight-J/rank$r.json"; done
+TMPDIR=$T/tmpd CDDP_DEBUG=INFO CDDP_DEBUG_SUBSYS=RUN timeout 120 "$CDDP" run --standalone --rdzv-id J --nproc-per-node 2 --tee 3 \
+  "$CDDP" train --config configs/fmnist_mlp.yaml --work-dir "$T" --name planted --set eval.every_epoch=false \
+  --set ddp.threads=1 --set train.max_steps=300 >"$T/planted.out" 2>&1 & agent=$!
+for _ in $(seq 400); do
+  [ "$(sed -n 's/.*"step":\([0-9]*\).*/\1/p' "$T/planted/metrics.jsonl" 2>/dev/null | tail -1)" -ge 10 ] 2>/dev/null && break
+  sleep 0.05
+done
+kill -KILL "$(pgrep -f "^$CDDP train --config configs/fmnist_mlp.yaml --work-dir $T --name planted" | sed -n 2p)"
+wait $agent; rc=$?
+dir=$(sed -n 's/.*the flight records of 2 worker(s) are in \(.*\)$/\1/p' "$T/planted.out" | head -1)
+if [ $rc != 0 ] && [ "$(cat "$T/victim")" = secret ] && [ -n "$dir" ] && [ "$dir" != "$T/tmpd/cddp-flight-J" ] &&
+   [[ $dir == "$T/tmpd/cddp-flight-J."?????? ]] && [ "$(stat -c %a "$dir")" = 700 ] && [ -s "$dir/rank0.json" ] && [ ! -L "$dir/rank0.json" ]
+then ok "a planted folder of links is not used: records in a private mkdtemp folder, the link's target untouched"
+else fail "planted flight folder" "rc $rc dir '$dir' victim '$(cat "$T/victim")': $(grep -i 'flight' "$T/planted.out" | head -2 | tr '\n' ' ')"; fi
+mkdir -p "$T/tmpd2"
+TMPDIR=$T/tmpd2 timeout 120 "$CDDP" run --standalone --nproc-per-node 2 "$CDDP" train --config configs/fmnist_mlp.yaml \
+  --work-dir "$T" --name good --set eval.every_epoch=false --set train.max_steps=5 >"$T/good.out" 2>&1; rc=$?
+[ $rc = 0 ] && [ -z "$(ls -A "$T/tmpd2" | grep cddp-flight)" ] && ok "a job that ends well leaves no flight folder in \$TMPDIR" ||
+  fail "flight folder cleaned" "rc $rc: $(ls -A "$T/tmpd2")"
 finish
