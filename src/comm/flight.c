@@ -98,8 +98,13 @@ void cddp__flight_describe(const cddp__flight_rec_t *r, char *buf, size_t size) 
 }
 
 int cddp__flight_dump(const cddp__flight_page_t *p, int rank, const char *path, uint64_t now_ns) {
-  FILE *f = fopen(path, "w");
-  if (!f) return -1;
+  /* O_NOFOLLOW: a link planted where the record goes is refused, never written through */
+  int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
+  FILE *f = fd >= 0 ? fdopen(fd, "w") : NULL;
+  if (!f) {
+    if (fd >= 0) close(fd);
+    return -1;
+  }
   uint64_t seq = __atomic_load_n(&p->seq, __ATOMIC_ACQUIRE), done = __atomic_load_n(&p->done, __ATOMIC_ACQUIRE);
   fprintf(f, "{\"rank\": %d, \"pid\": %u, \"seq\": %llu, \"done\": %llu, \"collectives\": [", rank, p->pid,
           (unsigned long long)seq, (unsigned long long)done);

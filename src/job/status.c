@@ -140,7 +140,11 @@ cddp_result_t cddp__status_events(cddp_store_t *s, cddp__status_event_t *out, in
   int64_t last;
   *n = 0;
   CDDP_CHECK(cddp_store_add(s, cddp__job_key(CDDP__JK_STATUS_EVENTS, 0, 0).s, 0, &last));
-  for (int64_t i = CDDP_MAX(1, last - max + 1); i <= last; i++) {
+  /* last comes from the store: anyone's value. Count up to max from last - count + 1, which
+   * neither overflows nor runs past last (INT64_MAX) nor writes past out[max - 1]. */
+  int64_t count = last < 1 ? 0 : CDDP_MIN(last, (int64_t)max);
+  for (int64_t k = 0; k < count && *n < max; k++) {
+    int64_t i = last - count + 1 + k;
     void *val = NULL;
     size_t len = 0;
     if (cddp_store_get(s, cddp__job_key(CDDP__JK_STATUS_EVENT, i, 0).s, &val, &len, 0) != CDDP_OK) continue; /* being written */

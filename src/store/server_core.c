@@ -259,6 +259,7 @@ static int handle(cddp__srv_core_t *core, cddp__srv_conn_t *c, const cddp__wire_
     return -1;
   }
   if (c->state != CDDP__CONN_READY) return handshake(core, c, &m);
+  c->requested = 1;
   int created = 0;
   cddp_result_t r = CDDP_OK;
   int64_t v;

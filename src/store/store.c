@@ -1,7 +1,10 @@
 /* store.c - the public store API: argument checks, dispatch through the vtable, prefix views, token. */
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "common/check.h"
 #include "common/knobs.h"
@@ -133,14 +136,28 @@ cddp_result_t cddp_token_from_env(char *buf, size_t size) {
   }
   const char *path = getenv(cddp__knob_var(CDDP_KNOB_TOKEN_FILE));
   if (!path || !*path) return CDDP_OK;
-  FILE *f = fopen(path, "r");
-  if (!f) return cddp__fail_errno(CDDP_INVALID_ARG, "token file %s (CDDP_TOKEN_FILE)", path);
-  size_t n = fread(buf, 1, size - 1, f);
-  int err = ferror(f);
-  fclose(f);
-  if (err) return cddp__fail(CDDP_INVALID_ARG, "token file %s: read error", path);
+  /* O_NONBLOCK and a regular file only: a FIFO (or a device) named here would block for ever */
+  int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
+  if (fd < 0) return cddp__fail_errno(CDDP_INVALID_ARG, "token file %s (CDDP_TOKEN_FILE)", path);
+  struct stat st;
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    close(fd);
+    return cddp__fail(CDDP_INVALID_ARG, "token file %s (CDDP_TOKEN_FILE) is not a regular file", path);
+  }
+  size_t n = 0;
+  ssize_t got = 1;
+  while (n < size && (got = read(fd, buf + n, size - n)) > 0) n += (size_t)got;
+  close(fd);
+  if (got < 0) return cddp__fail_errno(CDDP_INVALID_ARG, "token file %s: read error", path);
+  if (n == size) { /* a cut token would still match a peer cut alike: say it instead */
+    buf[0] = '\0';
+    return cddp__fail(CDDP_INVALID_ARG, "token file %s: longer than %zu bytes", path, size - 1);
+  }
   buf[n] = '\0';
   while (n > 0 && (buf[n - 1] == '\n' || buf[n - 1] == '\r')) buf[--n] = '\0';
+  if (n == 0) /* an empty token turns authentication off: never silently */
+    return cddp__fail(CDDP_INVALID_ARG, "token file %s (CDDP_TOKEN_FILE) is empty: write a secret into it, "
+                      "or unset CDDP_TOKEN_FILE to run without a token", path);
   if (strlen(buf) != n)
     return cddp__fail(CDDP_INVALID_ARG, "token file %s: contains a NUL byte", path);
   return CDDP_OK;

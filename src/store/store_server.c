@@ -33,14 +33,18 @@ struct cddp_store_server {
   int port;
   pthread_t thread;
   cddp__srv_core_t core;
-  sconn_t *conns; /* every live connection */
-  sconn_t *dead;  /* closed during this batch; freed after it */
+  sconn_t *conns, *tail; /* every live connection, oldest first */
+  sconn_t *dead;         /* closed during this batch; freed after it */
   int nconns;
   int handshake_ms;     /* a client must authenticate within this */
   uint64_t next_sweep;  /* when to look for clients stuck in the handshake */
+  /* at the open-file limit: what was shed since the last warning, and when the next may come */
+  unsigned long long shed_dropped, shed_refused;
+  uint64_t next_limit_warn;
 };
 
 #define HANDSHAKE_MS 10000
+#define LIMIT_WARN_NS (10 * 1000000000ull) /* one warning per 10 s of a descriptor flood */
 
 static void conn_close(cddp_store_server_t *srv, sconn_t *sc, const char *why) {
   if (sc->dead) return;
@@ -54,6 +58,7 @@ static void conn_close(cddp_store_server_t *srv, sconn_t *sc, const char *why) {
   if (sc->prev) sc->prev->next = sc->next;
   else srv->conns = sc->next;
   if (sc->next) sc->next->prev = sc->prev;
+  else srv->tail = sc->prev;
   sc->dead = 1;
   sc->dnext = srv->dead;
   srv->dead = sc;
@@ -64,17 +69,63 @@ void cddp__store_server_set_handshake_ms(cddp_store_server_t *srv, int ms) {
   __atomic_store_n(&srv->handshake_ms, ms, __ATOMIC_RELAXED);
 }
 
-/* Closes connections that have not finished the handshake in time (slow or idle peers
- * must not pin file descriptors). Runs every handshake_ms / 4, at most 1 s apart. */
+/* A connection that has not shown it belongs to the job: with a token, one that has not
+ * authenticated; without one, one that has sent nothing past its HELLO (our client sends a
+ * request at once, so only a stranger's connection stays like this). */
+static int unproven(const cddp_store_server_t *srv, const sconn_t *sc) {
+  return sc->c.state != CDDP__CONN_READY || (!srv->core.token && !sc->c.requested);
+}
+
+/* Closes unproven connections older than the handshake time (slow or idle peers must not pin
+ * file descriptors). Runs every handshake_ms / 4, at most 1 s apart. */
 static void sweep(cddp_store_server_t *srv, uint64_t now) {
   if (now < srv->next_sweep) return;
   uint64_t limit = (uint64_t)__atomic_load_n(&srv->handshake_ms, __ATOMIC_RELAXED) * 1000000ull;
   srv->next_sweep = now + CDDP_MIN(limit / 4, 1000000000ull);
   for (sconn_t *sc = srv->conns, *next; sc; sc = next) {
     next = sc->next;
-    if (sc->c.state != CDDP__CONN_READY && now - sc->accepted_ns > limit)
+    if (unproven(srv, sc) && now - sc->accepted_ns > limit)
       conn_close(srv, sc, "no handshake in time");
   }
+}
+
+/* One WARN per LIMIT_WARN_NS however hard the flood: it counts what was shed meanwhile. */
+static void note_limit(cddp_store_server_t *srv, int dropped) {
+  if (dropped) srv->shed_dropped++;
+  else srv->shed_refused++;
+  uint64_t now = cddp__now_ns();
+  if (now < srv->next_limit_warn) return;
+  CDDP_WARN("store: at the open-file limit with %d connections: %llu unauthenticated dropped, "
+            "%llu clients refused since the last report (raise `ulimit -n`, or a stranger floods "
+            "the port)", srv->nconns, srv->shed_dropped, srv->shed_refused);
+  srv->shed_dropped = srv->shed_refused = 0;
+  srv->next_limit_warn = now + LIMIT_WARN_NS;
+}
+
+/* accept() failed with EMFILE/ENFILE. The spare descriptor makes room to take the waiting
+ * client; the oldest unproven connection then gives its descriptor back, or, when every
+ * connection belongs to the job, the new client is refused. Returns the client's descriptor,
+ * or -1 (errno EAGAIN: nobody waits or the client was refused) so the caller never spins. */
+static int accept_at_limit(cddp_store_server_t *srv, struct sockaddr_storage *ss) {
+  if (srv->spare_fd < 0) {
+    note_limit(srv, 0);
+    errno = EAGAIN;
+    return -1;
+  }
+  close(srv->spare_fd);
+  int fd = cddp__sock_accept(srv->lfd, CDDP__SOCK_NONBLOCK, ss);
+  int err = errno;
+  if (fd >= 0) {
+    sconn_t *old = srv->conns;
+    while (old && !unproven(srv, old)) old = old->next;
+    if (old) conn_close(srv, old, "dropped at the open-file limit");
+    else close(fd), fd = -1;
+    note_limit(srv, old != NULL);
+    err = EAGAIN;
+  }
+  srv->spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+  errno = err == EMFILE || err == ENFILE ? EAGAIN : err;
+  return fd;
 }
 
 /* Sends what it can. -1 on a broken connection. */
@@ -141,22 +192,14 @@ static void on_accept(cddp_store_server_t *srv) {
   for (;;) {
     struct sockaddr_storage ss;
     int fd = cddp__sock_accept(srv->lfd, CDDP__SOCK_NONBLOCK, &ss);
+    if (fd < 0 && (errno == EMFILE || errno == ENFILE)) fd = accept_at_limit(srv, &ss);
     if (fd < 0) {
       if (errno == EINTR || errno == ECONNABORTED) continue;
-      if (errno == EMFILE || errno == ENFILE) { /* shed one client rather than spin */
-        CDDP_WARN("store: out of file descriptors (%d connections); refusing a client",
-                  srv->nconns);
-        if (srv->spare_fd >= 0) {
-          close(srv->spare_fd);
-          int x = cddp__sock_accept(srv->lfd, 0, NULL);
-          if (x >= 0) close(x);
-          srv->spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
-          continue;
-        }
-      }
-      return; /* EAGAIN, or nothing better to do */
+      return; /* EAGAIN: nobody else waits */
     }
     cddp__sock_nodelay(fd);
+    /* a peer whose host vanished is found by probes, so its will fires (~25 s) */
+    cddp__sock_keepalive(fd, 10, 5, 3, 0);
     sconn_t *sc = calloc(1, sizeof *sc);
     if (!sc) {
       close(fd);
@@ -175,9 +218,10 @@ static void on_accept(cddp_store_server_t *srv) {
       free(sc);
       continue;
     }
-    sc->next = srv->conns;
-    if (srv->conns) srv->conns->prev = sc;
-    srv->conns = sc;
+    sc->prev = srv->tail; /* oldest first: the flood sheds from the head */
+    if (srv->tail) srv->tail->next = sc;
+    else srv->conns = sc;
+    srv->tail = sc;
     srv->nconns++;
     CDDP_INFO(CDDP_SUB_STORE, "store: connection from %s (%d open)", addr, srv->nconns);
   }

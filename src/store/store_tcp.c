@@ -462,7 +462,15 @@ static cddp_result_t handshake(tcp_store_t *t, const char *token, uint64_t deadl
   if (m.version != CDDP__WIRE_VERSION)
     return cddp__fail(CDDP_REMOTE, "store %s speaks protocol v%u, this client v%d (mixed cddp versions?)",
                       t->ep, m.version, CDDP__WIRE_VERSION);
-  if (!m.flag) return CDDP_OK; /* the server requires no token */
+  if (!m.flag) { /* no token: a first request at once tells the server we are no idle stranger */
+    t->out.len = 0;
+    st = cddp__wire_begin(&t->out, CDDP__OP_NUMKEYS);
+    cddp__wire_end(&t->out, st);
+    CDDP_CHECK(send_out(t, deadline, "handshake"));
+    CDDP_CHECK(recv_msg(t, CDDP__WIRE_MAX_LEN, deadline, "handshake", &m));
+    return m.op == CDDP__OP_INT ? CDDP_OK
+                                : cddp__fail(CDDP_REMOTE, "store %s: bad reply to its first request", t->ep);
+  }
   uint8_t sn[CDDP__WIRE_NONCE], cn[CDDP__WIRE_NONCE], mac[CDDP__WIRE_MAC], want[CDDP__WIRE_MAC];
   memcpy(sn, m.nonce, sizeof sn);
   if (cddp__wire_nonce(cn) != 0) return cddp__fail_errno(CDDP_SYSTEM, "store %s: getrandom", t->ep);

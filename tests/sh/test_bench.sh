@@ -79,6 +79,7 @@ badflag bad_op "unsupported op 'prod'" allreduce -o prod
 badflag bad_collective "unknown collective 'alltoall'" alltoall
 badflag no_collective "which collective?"
 badflag missing_value "option -n needs a value" allreduce -n
+badflag iters_bound "bad iteration count '400000000' for -n (1 to 10000000)" allreduce -n 400000000
 badflag bad_transport "bad transport 'ib'" allreduce --transport ib
 badflag thp_and_zero_copy "--thp and --zero-copy exclude each other" allreduce --thp --zero-copy
 # a root outside the world: one line, exit 2, on every rank of the job

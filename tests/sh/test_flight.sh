@@ -57,18 +57,40 @@ if [ $rc = 0 ] && grep -q "^cddp run: SIGUSR1: the flight records of 2 worker(s)
 else fail "SIGUSR1 dump" "rc $rc, flight rc $frc: $(grep -i 'usr1\|cddp run' "$T/usr1.out" | head -3 | tr '\n' ' ') $out"; fi
 # a worker killed: the agent writes every local rank's records as they stood (what the survivor
 # was doing when it lost its peer), and says where at INFO
-CDDP_DEBUG=INFO CDDP_DEBUG_SUBSYS=RUN timeout 120 "$CDDP" run --standalone --nproc-per-node 2 --log-dir "$T/logs2" --tee 3 \
-  "$CDDP" train --config configs/fmnist_mlp.yaml --work-dir "$T" --name killed --set eval.every_epoch=false \
-  --set ddp.threads=1 --set train.max_steps=300 >"$T/killed.out" 2>&1 & agent=$!
-for _ in $(seq 400); do
-  [ "$(sed -n 's/.*"step":\([0-9]*\).*/\1/p' "$T/killed/metrics.jsonl" 2>/dev/null | tail -1)" -ge 10 ] 2>/dev/null && break
-  sleep 0.05
-done
-kill -KILL "$(pgrep -f "^$CDDP train --config configs/fmnist_mlp.yaml --work-dir $T --name killed" | sed -n 2p)"
-wait $agent; rc=$?
+# kill_one NAME RUN-FLAGS...: a 2-worker job (its output in $T/NAME.out) whose second worker is
+# SIGKILLed at step 10; rc is the agent's exit
+kill_one() {
+  local name=$1 agent; shift
+  CDDP_DEBUG=INFO CDDP_DEBUG_SUBSYS=RUN timeout 120 "$CDDP" run --standalone --nproc-per-node 2 --tee 3 "$@" \
+    "$CDDP" train --config configs/fmnist_mlp.yaml --work-dir "$T" --name "$name" --set eval.every_epoch=false \
+    --set ddp.threads=1 --set train.max_steps=300 >"$T/$name.out" 2>&1 & agent=$!
+  for _ in $(seq 400); do
+    [ "$(sed -n 's/.*"step":\([0-9]*\).*/\1/p' "$T/$name/metrics.jsonl" 2>/dev/null | tail -1)" -ge 10 ] 2>/dev/null && break
+    sleep 0.05
+  done
+  kill -KILL "$(pgrep -f "^$CDDP train --config configs/fmnist_mlp.yaml --work-dir $T --name $name" | sed -n 2p)"
+  wait $agent; rc=$?
+}
+kill_one killed --log-dir "$T/logs2"
 out=$("$CDDP" flight "$T/logs2/flight" 2>&1); frc=$?
 if [ $rc != 0 ] && grep -q "on a worker's failure: the flight records of 2 worker(s) are in $T/logs2/flight" "$T/killed.out" &&
    [ -s "$T/logs2/flight/rank0.json" ] && [ -s "$T/logs2/flight/rank1.json" ] && [ $frc -le 1 ] && grep -q '^rank [01]' <<<"$out"
 then ok "a worker killed: every local rank's records written at the failure, readable"
 else fail "records at a failure" "rc $rc, flight rc $frc: $(grep -i 'flight\|cddp run' "$T/killed.out" | head -3 | tr '\n' ' ') $out"; fi
+# without --log-dir the records go to a new private folder (mkdtemp, 0700), never to the predictable
+# $TMPDIR/cddp-flight-<run id> a stranger could make first with links in it; a job that ends well
+# leaves no folder behind
+mkdir -p "$T/tmpd/cddp-flight-J" && echo secret >"$T/victim" && chmod 600 "$T/victim"
+for r in 0 1; do ln -s "$T/victim" "$T/tmpd/cddp-flight-J/rank$r.json"; done
+TMPDIR=$T/tmpd kill_one planted --rdzv-id J
+dir=$(sed -n 's/.*the flight records of 2 worker(s) are in \(.*\)$/\1/p' "$T/planted.out" | head -1)
+if [ $rc != 0 ] && [ "$(cat "$T/victim")" = secret ] && [ -n "$dir" ] && [ "$dir" != "$T/tmpd/cddp-flight-J" ] &&
+   [[ $dir == "$T/tmpd/cddp-flight-J."?????? ]] && [ "$(stat -c %a "$dir")" = 700 ] && [ -s "$dir/rank0.json" ] && [ ! -L "$dir/rank0.json" ]
+then ok "a planted folder of links is not used: records in a private mkdtemp folder, the link's target untouched"
+else fail "planted flight folder" "rc $rc dir '$dir' victim '$(cat "$T/victim")': $(grep -i 'flight' "$T/planted.out" | head -2 | tr '\n' ' ')"; fi
+mkdir -p "$T/tmpd2"
+TMPDIR=$T/tmpd2 timeout 120 "$CDDP" run --standalone --nproc-per-node 2 "$CDDP" train --config configs/fmnist_mlp.yaml \
+  --work-dir "$T" --name good --set eval.every_epoch=false --set train.max_steps=5 >"$T/good.out" 2>&1; rc=$?
+[ $rc = 0 ] && [ -z "$(ls -A "$T/tmpd2" | grep cddp-flight)" ] && ok "a job that ends well leaves no flight folder in \$TMPDIR" ||
+  fail "flight folder cleaned" "rc $rc: $(ls -A "$T/tmpd2")"
 finish

@@ -66,5 +66,18 @@ mkdir -p "$T/empty" && : >"$T/empty/metrics.jsonl"
 bad "no steps" "has no step lines" 1 "$T/empty"
 bad "unknown flag" "unknown option '--bogus'" 2 "$R" --bogus
 bad "second run dir" "unexpected argument 'extra'" 2 "$R" extra
+# gnuplot injection: a newline in the title, or in the run folder's name (the default title),
+# would end the quoted string and run the next line: system("touch ...") must create nothing
+"$CDDP" plot "$R" --out "$T/inj.png" --title $'a\nsystem("touch '"$T"'/pwned")\n' >/dev/null 2>&1; rc=$?
+[ $rc = 0 ] && [ ! -e "$T/pwned" ] && [ -s "$T/inj.png" ] && ok "a newline in --title runs nothing" ||
+  fail "title injection" "rc=$rc pwned=$(ls "$T/pwned" 2>&1)"
+evil=$'a\nsystem("touch pwned2")\nb'
+mkdir -p "$T/$evil" && cp "$R/metrics.jsonl" "$T/$evil/"
+(cd "$T" && "$CDDP" plot "$evil" --out "$T/inj2.svg" >/dev/null 2>&1); rc=$?
+[ $rc = 0 ] && [ ! -e "$T/pwned2" ] && grep -qF "<text>a system(\"touch pwned2\") b</text>" "$T/inj2.svg" &&
+  ok "a newline in the run folder's name runs nothing (drawn as a space)" ||
+  fail "folder-name injection" "rc=$rc pwned2=$(ls "$T/pwned2" 2>&1)"
+bad "an output path with a newline" "holds a control character" 2 "$T/$evil"
+[ ! -e "$T/pwned2" ] || fail "output path injection" "pwned2 created"
 bad "--out of another kind" "--out $T/x.jpg: the name must end in .png, .svg or .pdf" 2 "$R" --out "$T/x.jpg"
 finish

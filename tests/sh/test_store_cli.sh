@@ -46,6 +46,16 @@ if [ $rc -eq 2 ] && grep -q "^cddp store: --port 70000: expected a port number" 
 "$CDDP" store --port 0 --token-file "$tmp/nope" >"$tmp/out7" 2>&1; rc=$?
 if [ $rc -eq 1 ] && grep -q "$tmp/nope" "$tmp/out7"; then ok "unreadable token file: names it, exit 1"; else fail "unreadable token file" "rc=$rc $(cat "$tmp/out7")"; fi
 
+: >"$tmp/empty"
+"$CDDP" store --port 0 --token-file "$tmp/empty" >"$tmp/out8" 2>&1; rc=$?
+if [ $rc -eq 1 ] && [ "$(wc -l <"$tmp/out8")" -eq 1 ] && grep -q "$tmp/empty (CDDP_TOKEN_FILE) is empty" "$tmp/out8"; then
+  ok "empty token file: one line, exit 1 (never a store without a token)"; else fail "empty token file" "rc=$rc $(cat "$tmp/out8")"; fi
+
+mkfifo "$tmp/fifo"
+timeout 10 "$CDDP" store --port 0 --token-file "$tmp/fifo" >"$tmp/out9" 2>&1; rc=$?
+if [ $rc -eq 1 ] && grep -q "is not a regular file" "$tmp/out9"; then ok "a FIFO as token file: one line, exit 1, no hang"
+else fail "FIFO token file" "rc=$rc $(cat "$tmp/out9")"; fi
+
 if "$CDDP" store --help | grep -q "^usage: cddp store"; then ok "--help"; else fail "--help"; fi
 pid=
 finish

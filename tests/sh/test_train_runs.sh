@@ -133,4 +133,12 @@ run2 --name even --set train.max_steps=40 --set eval.every_epoch=false --set log
 if [ $rc = 0 ] && ! grep -q straggler: "$T/even.out" && [ "$(grep -c '"straggler":-1,' "$T/even/metrics.jsonl")" = 7 ]; then
   ok "ranks at the same pace: no straggler named"
 else fail "no straggler" "rc=$rc: $(grep straggler: "$T/even.out")"; fi
+# bad names: --work-dir "" put the run at /NAME; a long --name was cut to 127 characters silently
+o=$(cd "$T" && "$CDDP" train --config "$OLDPWD/$CFG" --work-dir "" --name wd_empty 2>&1); rc=$?
+[ $rc = 2 ] && [ "$(grep -c . <<<"$o")" = 1 ] && grep -q -- "--work-dir '': name a folder" <<<"$o" && [ ! -e /wd_empty ] &&
+  ok "--work-dir '': one line, exit 2, nothing written" || fail "--work-dir ''" "rc=$rc $o"
+long=$(printf 'n%.0s' $(seq 10000))
+o=$("$CDDP" train --config $CFG --work-dir "$T/long" --name "$long" 2>&1); rc=$?
+[ $rc = 2 ] && [ "$(grep -c . <<<"$o")" = 1 ] && grep -q "10000 characters, at most 127" <<<"$o" && [ ! -e "$T/long" ] &&
+  ok "a 10,000-character --name: one line naming the limit, exit 2" || fail "long --name" "rc=$rc ${o:0:300}"
 finish

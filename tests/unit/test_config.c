@@ -3,6 +3,7 @@
 #include <dirent.h>
 #include <stdint.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "cddp/ddp.h"
@@ -230,6 +231,13 @@ TEST(structure_errors_duplicates_syntax_and_files) {
   CHECK(strstr(cddp_last_error(), "/nonexistent/cfg.yaml: No such file or directory") != NULL);
   CHECK_RESULT(cddp__config_load(&c, "/tmp", NULL, 0), CDDP_INVALID_ARG);
   CHECK(strstr(cddp_last_error(), "/tmp: Is a directory") != NULL);
+  char fifo[64]; /* a FIFO nobody writes to: one line at once, not a start that hangs */
+  snprintf(fifo, sizeof fifo, "/tmp/cddp-cfg-fifo-%d.yaml", (int)getpid());
+  CHECK(mkfifo(fifo, 0600) == 0);
+  cddp_result_t fr = cddp__config_load(&c, fifo, NULL, 0);
+  unlink(fifo);
+  CHECK_EQ(fr, CDDP_INVALID_ARG);
+  CHECK(strstr(cddp_last_error(), "not a regular file") != NULL);
 }
 
 TEST(cross_field_checks_name_where_the_key_was_set) {

@@ -75,6 +75,29 @@ TEST(status_through_a_store) {
   cddp_store_close(s);
 }
 
+/* The event counter is anyone's value: INT64_MAX once wrapped the loop's index (a signed
+ * overflow, then writes past the caller's array); with only the counter set it never ended. */
+TEST(status_events_hostile_counter) {
+  cddp_store_t *s;
+  CHECK_OK(cddp_store_mem_create(&s));
+  int64_t v;
+  CHECK_OK(cddp_store_add(s, "status/events", INT64_MAX, &v));
+  cddp__status_event_t ev[3];
+  int count = -1;
+  CHECK_OK(cddp__status_events(s, ev, 3, &count)); /* only the counter: returns, nothing read */
+  CHECK_EQ(count, 0);
+  CHECK_OK(cddp_store_set(s, "status/event/9223372036854775807", "1 last", 6));
+  CHECK_OK(cddp_store_set(s, "status/event/-9223372036854775808", "2 wrapped", 9));
+  CHECK_OK(cddp_store_set(s, "status/event/0", "3 zero", 6));
+  CHECK_OK(cddp__status_events(s, ev, 3, &count));
+  CHECK_EQ(count, 1);
+  CHECK(!strcmp(ev[0].text, "last"));
+  CHECK_OK(cddp_store_add(s, "status/events", INT64_MIN, &v)); /* now -1: negative */
+  CHECK_OK(cddp__status_events(s, ev, 3, &count));
+  CHECK_EQ(count, 0);
+  cddp_store_close(s);
+}
+
 TEST(endpoint_file) {
   char dir[] = "/tmp/cddp-endpoint-XXXXXX";
   CHECK(mkdtemp(dir) != NULL);

@@ -2,6 +2,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "cddp/store.h"
@@ -337,8 +338,17 @@ TEST(token_from_env) {
   setenv("CDDP_TOKEN_FILE", path, 1);
   CHECK_OK(cddp_token_from_env(buf, sizeof buf));
   CHECK(!strcmp(buf, "from-file"));
-  CHECK_OK(cddp_token_from_env(buf, 5)); /* truncated to size-1 */
-  CHECK(!strcmp(buf, "from"));
+  CHECK_RESULT(cddp_token_from_env(buf, 5), CDDP_INVALID_ARG); /* never cut silently */
+  CHECK(strstr(cddp_last_error(), "longer than 4 bytes") != NULL);
+  f = fopen(path, "w"); /* empty (a newline alone): an error, not "no token" */
+  fputs("\n", f);
+  fclose(f);
+  CHECK_RESULT(cddp_token_from_env(buf, sizeof buf), CDDP_INVALID_ARG);
+  CHECK(strstr(cddp_last_error(), "is empty") != NULL);
+  unlink(path);
+  CHECK(mkfifo(path, 0600) == 0); /* a FIFO nobody writes: one line at once, no hang */
+  CHECK_RESULT(cddp_token_from_env(buf, sizeof buf), CDDP_INVALID_ARG);
+  CHECK(strstr(cddp_last_error(), "not a regular file") != NULL);
   unlink(path);
   CHECK_RESULT(cddp_token_from_env(buf, sizeof buf), CDDP_INVALID_ARG);
   CHECK(strstr(cddp_last_error(), path) != NULL);

@@ -162,10 +162,10 @@ int cddp__bench_parse(int argc, char **argv, bench_opts_t *o) {
         if (parse_bytes(optarg, &o->stepbytes) || !o->stepbytes) return bad("bad step '%s' for %s (bytes > 0)", optarg, flag);
         break;
       case 'w':
-        if (parse_long(optarg, 0, 1000000, &o->warmup)) return bad("bad warmup count '%s' for %s", optarg, flag);
+        if (parse_long(optarg, 0, 1000000, &o->warmup)) return bad("bad warmup count '%s' for %s (0 to 1000000)", optarg, flag);
         break;
       case 'n':
-        if (parse_long(optarg, 1, 10000000, &o->iters)) return bad("bad iteration count '%s' for %s (>= 1)", optarg, flag);
+        if (parse_long(optarg, 1, 10000000, &o->iters)) return bad("bad iteration count '%s' for %s (1 to 10000000)", optarg, flag);
         break;
       case 'c':
         if (parse_long(optarg, 0, 1, &v)) return bad("bad value '%s' for %s (0 or 1)", optarg, flag);

@@ -27,7 +27,7 @@ typedef struct rank_dump {
 static void usage(FILE *f) {
   fprintf(f, "usage: cddp flight DIR\n\n"
              "Reads DIR/rank<R>.json, the flight records cddp run's watchdog writes when it finds a hung\n"
-             "worker (--log-dir/flight, else $TMPDIR/cddp-flight-<run id>), and prints each rank's last\n"
+             "worker (--log-dir/flight, else $TMPDIR/cddp-flight-<run id>.XXXXXX), and prints each rank's last\n"
              "collective, the first collective two ranks called differently (a desync), the ranks that are\n"
              "behind and the ones stuck inside a collective. Exit 0: no desync, 1: a desync, 2: no records.\n");
 }

@@ -104,11 +104,20 @@ static void split_metrics(FILE *in, FILE *steps, FILE *evals, FILE *ranks, plot_
 
 static int panels_of(const plot_data_t *d) { return 3 + d->accuracy + (d->ranks > 0); }
 
-/* A gnuplot single-quoted string: a quote is doubled. */
+/* A gnuplot single-quoted string: a quote is doubled, and a control character (a newline
+ * would end the string and start a command of the reader's choosing: system("...")) is drawn
+ * as a space. Paths never come here with one (has_control refuses them first). */
 static void put_quoted(FILE *gp, const char *s) {
   fputc('\'', gp);
-  for (const char *c = s; *c; c++) fprintf(gp, *c == '\'' ? "''" : "%c", *c);
+  for (const unsigned char *c = (const unsigned char *)s; *c; c++)
+    fprintf(gp, *c == '\'' ? "''" : "%c", *c < 0x20 || *c == 0x7f ? ' ' : *c);
   fputc('\'', gp);
+}
+
+static int has_control(const char *s) {
+  for (const unsigned char *c = (const unsigned char *)s; *c; c++)
+    if (*c < 0x20 || *c == 0x7f) return 1;
+  return 0;
 }
 
 /* The terminal for out's extension: pngcairo, svg or pdfcairo; NULL for anything else. */
@@ -235,6 +244,11 @@ int cddp__cmd_plot(int argc, char **argv) {
   }
   char path[4096], outbuf[4096], term[128];
   if (!out) snprintf(outbuf, sizeof outbuf, "%s/metrics.png", dir), out = outbuf;
+  if (has_control(out)) { /* gnuplot cannot be given it as written, and a changed name is another file */
+    fprintf(stderr, "cddp plot: the output path (--out, or RUN_DIR/metrics.png) holds a control character "
+            "such as a newline; name another with --out FILE\n");
+    return 2;
+  }
   if (!terminal_for(out, 3, term, sizeof term)) {
     fprintf(stderr, "cddp plot: --out %s: the name must end in .png, .svg or .pdf (what to draw)\n", out);
     return 2;

@@ -938,6 +938,15 @@ static int tmp_dir(char *buf, size_t size, const char *prefix) {
   return mkdtemp(buf) ? 0 : -1;
 }
 
+/* The flight folder without --log-dir: a new private one, $TMPDIR/cddp-flight-<run id>.XXXXXX
+ * (mkdtemp: a name nobody can plant first); empty when it cannot be made (no records then). */
+static void flight_tmp_dir(char *buf, size_t size, const char *run_id) {
+  char prefix[96];
+  int plain = strlen(run_id) < 64 && !strchr(run_id, '/');
+  snprintf(prefix, sizeof prefix, "cddp-flight-%.63s.", plain ? run_id : "job");
+  if (tmp_dir(buf, size, prefix) != 0) buf[0] = '\0';
+}
+
 /* Removes a folder of plain files (the error files), if there is one. */
 static void remove_dir(const char *dir) {
   if (!dir[0]) return;
@@ -1004,7 +1013,7 @@ int cddp__run_main(int argc, char **argv) {
   if (tmp_dir(a.err_dir, sizeof a.err_dir, "cddp-run-") != 0) a.err_dir[0] = '\0'; /* no error files: no causes */
   a.live_console = isatty(STDERR_FILENO) && !o.log_dir[0] && !o.tmp_log_dir;
   if (o.log_dir[0]) snprintf(a.flight_dir, sizeof a.flight_dir, "%s/flight", o.log_dir);
-  else snprintf(a.flight_dir, sizeof a.flight_dir, "%s/cddp-flight-%s", getenv("TMPDIR") && *getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp", o.run_id);
+  else flight_tmp_dir(a.flight_dir, sizeof a.flight_dir, o.run_id);
   if (o.tmp_log_dir) {
     if (tmp_dir(o.log_dir, sizeof o.log_dir, "cddp-logs-") != 0) {
       fprintf(stderr, "cddp run: --redirects without --log-dir: cannot make a folder for the log files: %s\n", strerror(errno));
@@ -1027,6 +1036,10 @@ int cddp__run_main(int argc, char **argv) {
   }
   int code = agent_main(&a);
   remove_dir(a.err_dir);
+  if (!o.log_dir[0] || strncmp(a.flight_dir, o.log_dir, strlen(o.log_dir))) { /* our private one */
+    if (code == 0) remove_dir(a.flight_dir); /* a job that ended well leaves nothing in $TMPDIR */
+    else if (a.flight_dir[0]) rmdir(a.flight_dir); /* kept when it holds records the log named */
+  }
   cddp__program_free(&prog);
   return cddp__sigguard_end(code);
 }

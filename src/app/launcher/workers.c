@@ -326,7 +326,7 @@ exit:
 static void take_stack(pid_t pid, const char *path) {
   pid_t g = fork();
   if (g == 0) {
-    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600); /* a planted link: refused */
     if (fd < 0) _exit(127);
     dup2(fd, STDOUT_FILENO), dup2(fd, STDERR_FILENO);
     char p[32];
@@ -336,7 +336,9 @@ static void take_stack(pid_t pid, const char *path) {
   }
   if (g > 0) waitpid(g, NULL, 0);
   /* what the kernel says of each thread, which needs no ptrace (often refused in containers) */
-  FILE *f = fopen(path, "a");
+  int afd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW, 0600);
+  FILE *f = afd >= 0 ? fdopen(afd, "a") : NULL;
+  if (!f && afd >= 0) close(afd);
   char dir[64], p2[400], line[512];
   snprintf(dir, sizeof dir, "/proc/%d/task", (int)pid);
   DIR *d = f ? opendir(dir) : NULL;

@@ -3,9 +3,12 @@
 #include "trainer/config.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <yaml.h>
 
 #include "common/check.h"
@@ -206,8 +209,20 @@ static cddp_result_t parse_stream(loader_t *ld) {
 }
 
 static cddp_result_t load_file(loader_t *ld, const char *path) {
-  FILE *f = fopen(path, "rb");
-  if (!f) return cddp__fail(CDDP_INVALID_ARG, "config %s: %s", path, strerror(errno));
+  /* O_NONBLOCK and a regular file only: a FIFO or a device would block the start for ever */
+  int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
+  if (fd < 0) return cddp__fail(CDDP_INVALID_ARG, "config %s: %s", path, strerror(errno));
+  struct stat st;
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    close(fd);
+    return cddp__fail(CDDP_INVALID_ARG, "config %s: %s", path,
+                      S_ISDIR(st.st_mode) ? strerror(EISDIR) : "not a regular file (a FIFO or a device)");
+  }
+  FILE *f = fdopen(fd, "rb");
+  if (!f) {
+    close(fd);
+    return cddp__fail(CDDP_SYSTEM, "config %s: %s", path, strerror(errno));
+  }
   char *buf = malloc(MAX_FILE + 1);
   if (!buf) {
     fclose(f);

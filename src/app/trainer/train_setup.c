@@ -178,8 +178,13 @@ cddp_result_t cddp__train_make_run_dir(trainer_t *t) {
   } else {
     snprintf(base, sizeof base, "default");
   }
+  if (o->work_dir && !*o->work_dir) /* "" would put the run at /NAME */
+    return cddp__fail(CDDP_INVALID_ARG, "--work-dir '': name a folder (default: runs)");
   if (o->name && (!*o->name || strchr(o->name, '/')))
-    return cddp__fail(CDDP_INVALID_ARG, "--name '%s': must be a non-empty name without '/'", o->name);
+    return cddp__fail(CDDP_INVALID_ARG, "--name '%.60s': must be a non-empty name without '/'", o->name);
+  if (o->name && strlen(o->name) >= sizeof name) /* never cut to another run's name */
+    return cddp__fail(CDDP_INVALID_ARG, "--name '%.40s...': %zu characters, at most %zu", o->name,
+                      strlen(o->name), sizeof name - 1);
   int n = snprintf(t->run_dir, sizeof t->run_dir, "%s/", work);
   if (n < 0 || (size_t)n >= sizeof t->run_dir - 200) return cddp__fail(CDDP_INVALID_ARG, "--work-dir: path too long");
   if (o->name && !strcmp(o->name, "auto")) CDDP_CHECK(auto_name(t, work, base, name, sizeof name));
