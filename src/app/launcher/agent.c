@@ -285,20 +285,25 @@ static cddp_result_t reach_store(agent_t *a, int timeout_ms, int probe, cddp_sto
 static int connect_store(agent_t *a, cddp_store_t **out) {
   cddp_store_t *base;
   const char *h = a->store_host;
+  uint64_t t0 = cddp__now_ns();
   cddp_result_t r = reach_store(a, a->o->rdzv_timeout_ms, 0, &base);
+  /* a host that does not resolve fails at once: the line says how long it really tried */
+  char waited[96];
+  double secs = (double)(cddp__now_ns() - t0) / 1e9, limit = a->o->rdzv_timeout_ms / 1e3;
+  if (secs >= limit) snprintf(waited, sizeof waited, "within --rdzv-timeout %.1f s", limit);
+  else snprintf(waited, sizeof waited, "gave up after %.1f s of --rdzv-timeout %.1f s", secs, limit);
   if (r == CDDP_AUTH) {
     fprintf(stderr, "cddp run: the store at %s:%d refused our token (check CDDP_TOKEN / CDDP_TOKEN_FILE): %s\n", h,
             a->store_port, cddp_last_error());
     return -1;
   }
   if (r != CDDP_OK && a->ncand >= 2) {
-    fprintf(stderr, "cddp run: cannot reach the rendezvous store at %s (within --rdzv-timeout %.1f s)\n", cddp_last_error(),
-            a->o->rdzv_timeout_ms / 1e3);
+    fprintf(stderr, "cddp run: cannot reach the rendezvous store at %s (%s)\n", cddp_last_error(), waited);
     return -1;
   }
   if (r != CDDP_OK) {
-    fprintf(stderr, "cddp run: cannot reach the rendezvous store at %s:%d (within --rdzv-timeout %.1f s): %s\n", h,
-            a->store_port, a->o->rdzv_timeout_ms / 1e3, cddp_last_error());
+    fprintf(stderr, "cddp run: cannot reach the rendezvous store at %s:%d (%s): %s\n", h, a->store_port, waited,
+            cddp_last_error());
     return -1;
   }
   char prefix[160];
