@@ -17,6 +17,16 @@ CFLAGS_BASE += -fsanitize=$(SANITIZER) -fno-omit-frame-pointer
 LDFLAGS     += -fsanitize=$(SANITIZER)
 endif
 VERSION  := 0.2.0
+# The one version: the soname, cddp.pc, and what the installed header, `cddp --version` and
+# checkpoints say (cddp.h's macros, which a program compiled against the header sees); a bump
+# here without cddp.h (0.1.0 was left there once) stops the build instead of shipping both.
+empty :=
+space := $(empty) $(empty)
+HEADER_VERSION := $(shell sed -n 's/^\#define CDDP_VERSION_STRING "\(.*\)"/\1/p' include/cddp/cddp.h)
+HEADER_PARTS := $(shell sed -n 's/^\#define CDDP_VERSION_\(MAJOR\|MINOR\|PATCH\) \([0-9]*\)/\2/p' include/cddp/cddp.h)
+ifneq ($(HEADER_VERSION) $(subst $(space),.,$(strip $(HEADER_PARTS))),$(VERSION) $(VERSION))
+$(error include/cddp/cddp.h says version $(HEADER_VERSION) ($(HEADER_PARTS)), the Makefile's VERSION is $(VERSION): set both)
+endif
 SOMAJOR  := 0
 PREFIX   ?= /usr/local
 # what the library needs, and what the applications add (BLAS for the models, YAML for configs)

@@ -11,10 +11,11 @@ extern "C" {
 /* what this header declares is libcddp's API: exported from libcddp.so, which hides the rest */
 #pragma GCC visibility push(default)
 
+/* the Makefile's VERSION (the soname, cddp.pc); make refuses to build when these differ */
 #define CDDP_VERSION_MAJOR 0
-#define CDDP_VERSION_MINOR 1
+#define CDDP_VERSION_MINOR 2
 #define CDDP_VERSION_PATCH 0
-#define CDDP_VERSION_STRING "0.1.0"
+#define CDDP_VERSION_STRING "0.2.0"
 
 /* One result type for the whole library. The comment says how a caller recovers.
  * REMOTE, TIMEOUT and ABORTED on a communicator mean: abort it, join the next

@@ -101,17 +101,20 @@ cddp_result_t cddp__job_store_reach(cddp__job_store_t *js, int timeout_ms, int p
 cddp_result_t cddp__job_store_connect(cddp__job_store_t *js, cddp_store_t **view) {
   cddp_store_t *base;
   char why[512];
+  uint64_t t0 = cddp__now_ns();
   cddp_result_t r = cddp__job_store_reach(js, js->timeout_ms, 0, &base);
   if (r != CDDP_OK) {
     snprintf(why, sizeof why, "%s", cddp_last_error()); /* the detail goes into the next line */
     if (r == CDDP_AUTH)
       return cddp__fail(r, "the store at %s:%d refused our token (check CDDP_TOKEN / CDDP_TOKEN_FILE): %s", js->host,
                         js->port, why);
-    if (js->ncand >= 2)
-      return cddp__fail(r, "cannot reach the rendezvous store at %s (within --rdzv-timeout %.1f s)", why,
-                        js->timeout_ms / 1e3);
-    return cddp__fail(r, "cannot reach the rendezvous store at %s:%d (within --rdzv-timeout %.1f s): %s", js->host,
-                      js->port, js->timeout_ms / 1e3, why);
+    /* a host that does not resolve fails at once: the line says how long it really tried */
+    char waited[96];
+    double secs = (double)(cddp__now_ns() - t0) / 1e9, limit = js->timeout_ms / 1e3;
+    if (secs >= limit) snprintf(waited, sizeof waited, "within --rdzv-timeout %.1f s", limit);
+    else snprintf(waited, sizeof waited, "gave up after %.1f s of --rdzv-timeout %.1f s", secs, limit);
+    if (js->ncand >= 2) return cddp__fail(r, "cannot reach the rendezvous store at %s (%s)", why, waited);
+    return cddp__fail(r, "cannot reach the rendezvous store at %s:%d (%s): %s", js->host, js->port, waited, why);
   }
   char prefix[160];
   snprintf(prefix, sizeof prefix, "%s/", js->run_id);

@@ -19,6 +19,18 @@ real=$(readlink -f "$P/lib/libcddp.so")
 soname=$(readelf -d "$real" | sed -n 's/.*Library soname: \[\(.*\)\]/\1/p')
 [ -z "$missing" ] && [ "$soname" = libcddp.so.0 ] && [ -f "$real" ] && ok "installed: binary, headers, cddp.pc, $(basename "$real") (soname $soname)" ||
   fail "installed files" "missing:$missing; soname '$soname'"
+# one version everywhere: the Makefile's, the library's file, cddp.pc, `cddp --version`, the
+# header's macros and what a checkpoint records (0.1.0 was left in cddp.h once)
+V=$(sed -n 's/^VERSION *:= *//p' Makefile)
+"$P/bin/cddp" train --config configs/fmnist_mlp.yaml --work-dir "$T/runs" --name v --set model.hidden=[16] \
+  --set train.max_steps=2 --set checkpoint.every_steps=2 --set eval.every_epoch=false >"$T/v.out" 2>&1
+ck=$(grep -aho '"cddp_version" *: *"[^"]*"' "$T"/runs/v/checkpoints/step-000000002/* 2>/dev/null | head -1 | sed 's/.*: *"//; s/"$//')
+hv=$(printf '#include <cddp/cddp.h>\nCDDP_VERSION_MAJOR CDDP_VERSION_MINOR CDDP_VERSION_PATCH CDDP_VERSION_STRING\n' |
+     cc -E -P -I"$P/include" - 2>/dev/null | tail -1)
+if [ -n "$V" ] && [ "$("$P/bin/cddp" --version | head -1)" = "cddp $V" ] && [ "$(basename "$real")" = "libcddp.so.$V" ] &&
+   grep -qx "Version: $V" "$P/lib/pkgconfig/cddp.pc" && [ "$ck" = "$V" ] && [ "$hv" = "${V//./ } \"$V\"" ]
+then ok "version $V alike: cddp --version, libcddp.so.$V, cddp.pc, the installed header, a checkpoint's cddp_version"
+else fail "one version" "Makefile '$V', --version '$("$P/bin/cddp" --version | head -1)', lib $(basename "$real"), header '$hv', checkpoint '$ck'"; fi
 
 # only the public API leaves the shared library, and it needs no BLAS or YAML
 bad=$(nm -D --defined-only "$real" | awk '$2 ~ /[TDBRVW]/ { print $3 }' | sed 's/@.*//' | grep -v '^cddp_[a-z]' | grep -v '^CDDP_0$')

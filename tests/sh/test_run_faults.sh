@@ -148,4 +148,15 @@ repeat_case() {
 }
 repeat_case replace "replaced in place"
 repeat_case all "restarting the workers"
+
+# a store host that does not resolve fails at once, and its line says how long it tried rather
+# than claiming the --rdzv-timeout it did not wait
+s=$(date +%s)
+timeout 60 "$CDDP" run --nnodes 1 --nproc-per-node 1 --rdzv-backend c10d --rdzv-endpoint no-such-host.invalid:29400 \
+  --rdzv-timeout 300 true >"$T/typo.out" 2>&1; rc=$?
+dt=$(($(date +%s) - s)); line=$(grep "cannot reach the rendezvous store" "$T/typo.out")
+if [ $rc != 0 ] && [ $rc != 124 ] && [ $dt -lt 30 ] && [[ "$line" == *"no-such-host.invalid"*"gave up after "*" s of --rdzv-timeout 300.0 s"* ]] &&
+   ! grep -q "within --rdzv-timeout" "$T/typo.out"
+then ok "a mistyped store host: exit $rc after ${dt}s, the line says how long it tried: ${line:0:120}"
+else fail "mistyped host" "rc=$rc after ${dt}s: $(tr '\n' ' ' <"$T/typo.out")"; fi
 finish

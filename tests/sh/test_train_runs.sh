@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # test_train_runs.sh - a run folder holds one run: a fresh start into another run's folder is
-# refused (on every rank), `--name auto` gives a new folder that all ranks and a restarted job
-# share, config.yaml is written only once the start succeeded, a resume cuts metrics.jsonl back
-# to its checkpoint; the `done:` line counts this process's own steps and time; epochs are
+# refused (on every rank), as is one into a folder a live run holds (its lock), `--name auto`
+# gives a new folder that all ranks and a restarted job share, config.yaml is written only once
+# the start succeeded, a resume cuts metrics.jsonl back to its checkpoint; the `done:` line counts this process's own steps and time; epochs are
 # numbered from 1 alike on the console and in metrics.jsonl.
 cd "$(dirname "$0")/../.." && source tests/sh/lib.sh
 T=$(mktemp -d /tmp/cddp-runs-test.XXXXXX)
@@ -91,6 +91,20 @@ if [ $rc1 = 0 ] && [ $rc2 = 0 ] && [ "$(wc -w <<<"$dirs")" = 2 ] && [ $ok_dirs =
    basename "$(head -1 <<<"$dirs")" | grep -Eq '^fmnist_mlp-[0-9]{8}-[0-9]{6}(-[0-9]+)?$'
 then ok "--name auto twice: 2 new folders ($(for d in $dirs; do basename "$d"; done | tr '\n' ' ')), each with both ranks' sample logs"
 else fail "--name auto" "rc $rc1/$rc2, dirs: $dirs; $(tail -2 "$T/auto1.out" | tr '\n' ' ')"; fi
+
+# 6b. two runs of one --name started together: the folder's lock lets one in; the other exits 2
+# with one line naming the holder (this host, the pid run.lock records), writing nothing
+run2 --name same "${SMALL[@]}" --set train.max_steps=200 >"$T/same1.out" 2>&1 & p1=$!; bg+=($p1)
+run2 --name same "${SMALL[@]}" --set train.max_steps=200 >"$T/same2.out" 2>&1 & p2=$!; bg+=($p2)
+wait $p1; rc1=$?; wait $p2; rc2=$?
+if [ $rc1 = 0 ]; then won=same1 lost=same2 rcl=$rc2; else won=same2 lost=same1 rcl=$rc1; fi
+holder=$(cat "$T/same/run.lock" 2>/dev/null)
+want="run folder $T/same is in use by another run (host ${holder% *}, pid ${holder#* })"
+bad=$(grep -v '"eval"' "$T/same/metrics.jsonl" | grep -vc '^{"step":[0-9]*,.*}$')
+if [ $((rc1 + rc2)) = 2 ] && [ $rcl = 2 ] && [ "$(grep -c "$want" "$T/$lost.out")" = 1 ] && [ "$holder" != "${holder% *}" ] &&
+   [ "$bad" = 0 ] && [ "$(steps "$T/same/metrics.jsonl" | tr '\n' ' ')" = "$(seq -s ' ' 1 200) " ]
+then ok "two runs of --name same at once: one trains (steps 1..200 once, every line whole), the other exits 2 naming $holder"
+else fail "one run per folder" "rc $rc1/$rc2, $bad bad lines: $(grep -v 'epoch [0-9]' "$T/$lost.out" | tail -2 | tr '\n' ' ')"; fi
 
 # 7. a job restarted by its launcher (--max-restarts, restart-mode all) is the same run: its
 # restarted workers (CDDP_RESTART_COUNT 1) are not refused the folder they wrote, and --name auto

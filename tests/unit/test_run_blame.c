@@ -62,6 +62,20 @@ TEST(stopped_workers_are_not_blamed) {
   CHECK(cddp__failure_own(&late, 0));
 }
 
+/* the watchdog killed rank 1 (hung since 4 s) and rank 0's lost-connection exit at 10 s began
+ * the stop before rank 1 was reaped: the watchdog's SIGKILL is its verdict, rank 1 is named */
+TEST(a_worker_the_watchdog_killed_is_blamed) {
+  uint64_t stop = S(10) + MS(1); /* taken just after rank 0 was reaped */
+  cddp__failure_t f[2] = {failure(0, EXITED(1), S(10), S(10), "peer closed the connection"),
+                          failure(1, KILLED(SIGKILL), S(10) + MS(50), S(4), "hung: no progress for 5.0 s")};
+  f[1].hung = 1;
+  CHECK(cddp__failure_own(&f[0], stop));
+  CHECK(cddp__failure_own(&f[1], stop));
+  CHECK_EQ(cddp__blame_first(f, 2), 1);
+  f[1].hung = 0; /* the same SIGKILL from outside is a stop */
+  CHECK(!cddp__failure_own(&f[1], stop));
+}
+
 TEST(deterministic_failures_are_not_retried) {
   uint64_t start = S(50);
   cddp__failure_t usage = failure(1, EXITED(2), S(50) + MS(20), S(50) + MS(10), "cddp train: batch does not split");

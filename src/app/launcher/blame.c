@@ -22,7 +22,8 @@ static int outside_signal(int status) {
 
 int cddp__failure_own(const cddp__failure_t *f, uint64_t stop_ns) {
   if (!stop_ns || f->exit_ns < stop_ns) return 1; /* it ended before anyone told it to */
-  return cddp__failure_time(f) < stop_ns && !outside_signal(f->status);
+  /* the watchdog's kill often lands after a peer's lost-connection exit began the stop */
+  return cddp__failure_time(f) < stop_ns && (f->hung || !outside_signal(f->status));
 }
 
 int cddp__blame_first(const cddp__failure_t *f, int n) {

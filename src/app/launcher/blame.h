@@ -16,6 +16,8 @@ typedef struct cddp__failure {
   uint64_t report_ns;  /* when its own error report arrived; 0: none */
   char error[256];     /* the first line of its own error report ("": none). Today the last line
                           it wrote to stderr; an error file (TORCHELASTIC_ERROR_FILE) can say better */
+  int hung;            /* the agent's watchdog judged it hung and killed it: its SIGKILL is the
+                          verdict, and report_ns when it stopped moving */
 } cddp__failure_t;
 
 /* A report counts for the failure's time only when it came at most this long before the exit
@@ -30,7 +32,8 @@ typedef struct cddp__failure {
 uint64_t cddp__failure_time(const cddp__failure_t *f);
 
 /* Whether f failed by itself, given stop_ns, when the agent began stopping the workers (0: it did
- * not): it failed before that, and did not end by the agent's own SIGTERM / SIGKILL. */
+ * not): it failed before that, and did not end by the agent's own SIGTERM / SIGKILL (the
+ * watchdog's SIGKILL of a hung worker is no stop: the hang is its failure). */
 int cddp__failure_own(const cddp__failure_t *f, uint64_t stop_ns);
 
 /* The index of the failure that came first among f[0..n-1] (the earliest cddp__failure_time; a tie

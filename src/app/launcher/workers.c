@@ -273,6 +273,7 @@ void cddp__workers_failure(const cddp__workers_t *ws, int i, cddp__failure_t *f)
   if (w->hang[0]) { /* killed by the watchdog: its hang is the cause, and it began before the kill */
     snprintf(f->error, sizeof f->error, "%.255s", w->hang);
     f->report_ns = w->progress.since_ns ? w->progress.since_ns : w->exit_ns;
+    f->hung = 1;
     return;
   }
   if (!ws->err_dir) return;
@@ -384,6 +385,8 @@ static int dump_pages(cddp__workers_t *ws, uint64_t now) {
 /* What every local rank was doing when the job lost one of them: their records, before they are
  * stopped (a respawn or the next round replaces the pages). */
 static void dump_on_failure(cddp__workers_t *ws, const char *what) {
+  for (int i = 0; i < ws->n; i++)
+    if (ws->w[i].hang[0]) return; /* the watchdog's, taken before its kill, say more than these */
   int k = dump_pages(ws, cddp__now_ns());
   if (k > 0) CDDP_INFO(CDDP_SUB_RUN, "on %s: the flight records of %d worker(s) are in %s", what, k, ws->flight_dir);
 }
@@ -392,7 +395,10 @@ static void watchdog(cddp__workers_t *ws) {
   cddp__progress_t *pr = calloc((size_t)ws->n, sizeof *pr);
   pid_t *pid = calloc((size_t)ws->n, sizeof *pid);
   if (!pr || !pid) goto exit;
-  for (int i = 0; i < ws->n; i++) pr[i] = ws->w[i].progress, pid[i] = ws->w[i].exited ? 0 : ws->w[i].pid;
+  /* a worker judged once is not judged again: killed but not yet reaped, it would be found
+   * still hung and its stack, records and reason overwritten with the zombie's */
+  for (int i = 0; i < ws->n; i++)
+    pr[i] = ws->w[i].progress, pid[i] = ws->w[i].exited || ws->w[i].hang[0] ? 0 : ws->w[i].pid;
   char why[320];
   uint64_t now = cddp__now_ns();
   uint64_t remote = ws->remote_since ? __atomic_load_n(ws->remote_since, __ATOMIC_ACQUIRE) : 0;
@@ -470,8 +476,8 @@ void cddp__workers_watch(cddp__workers_t *ws, int sig_fd, int event_fd, int (*ac
     pfd[nfds - 1] = (struct pollfd){.fd = stopping ? -1 : ws->wake_fd, .events = POLLIN};
     int r = poll(pfd, (nfds_t)nfds, timeout);
     if (ws->hang_ms > 0 && !stopping && cddp__now_ns() >= hang_check_at) {
-      hang_check_at = cddp__deadline_ms(HANG_CHECK_MS);
       watchdog(ws);
+      hang_check_at = cddp__deadline_ms(HANG_CHECK_MS); /* after it: gdb may have taken seconds */
     }
     if (ws->tick && !stopping && cddp__now_ns() >= tick_at) {
       tick_at = cddp__deadline_ms(TICK_MS);

@@ -14,6 +14,7 @@
 #include "common/log.h"
 #include "ddp/ddp_compress.h"
 #include "job/status.h"
+#include "trainer/run_lock.h"
 #include "trainer/trainer.h"
 
 #define MAX_KEYS 128
@@ -191,8 +192,20 @@ cddp_result_t cddp__train_make_run_dir(trainer_t *t) {
   else snprintf(name, sizeof name, "%s", o->name ? o->name : base);
   snprintf(t->run_dir, sizeof t->run_dir, "%s/%s", work, name);
   if (t->rank != 0) return CDDP_OK;
-  if (!o->name || strcmp(o->name, "auto")) check_reuse(t);
   CDDP_CHECK(mkdir_p(t->run_dir));
+  /* before anything is written: a run still holding the folder refuses this one. A restarted
+   * or replacement rank 0 of the same job waits for its predecessor's exit to drop the lock. */
+  int again = cddp_world_replacement(t->w) || cddp_world_env(t->w)->restart_count > 0;
+  char holder[256];
+  int fd = cddp__run_lock_take(t->run_dir, again ? 30000 : 0, holder, sizeof holder);
+  if (fd == -2) return cddp__fail(CDDP_SYSTEM, "%s", holder);
+  if (fd == -1)
+    snprintf(t->refused, sizeof t->refused,
+             "run folder %.300s is in use by another run (%s): wait for it to end, or give this one "
+             "another --name (or --name auto)",
+             t->run_dir, holder);
+  else if (!o->name || strcmp(o->name, "auto"))
+    check_reuse(t);
   char sub[600];
   snprintf(sub, sizeof sub, "%s/checkpoints", t->run_dir);
   CDDP_CHECK(mkdir_p(sub));

@@ -85,9 +85,10 @@ int cddp__train_blas_threads(const trainer_t *t);
 /* ddp.overlap resolved: auto overlaps unless the all-reduce would only steal a busy core (over
  * shm, a first guess that overlap_trial.c then measures). */
 int cddp__train_overlap(const trainer_t *t, int threads);
-/* Names the run folder (--name, "auto", the config's name) and creates it on rank 0; a fresh
- * first start into a folder that holds another run's checkpoints or metrics is noted in
- * t->refused (the restore refuses it on every rank). */
+/* Names the run folder (--name, "auto", the config's name) and creates it on rank 0, which takes
+ * its lock (run_lock.h) for the rest of its life; a folder another run holds, or a fresh first
+ * start into a folder that holds another run's checkpoints or metrics, is noted in t->refused
+ * (the restore refuses it on every rank). */
 cddp_result_t cddp__train_make_run_dir(trainer_t *t);
 /* Rank 0, once the start succeeded: the resolved config as RUN_DIR/config.yaml. */
 cddp_result_t cddp__train_write_config(const trainer_t *t);

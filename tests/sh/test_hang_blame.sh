@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# test_hang_blame.sh - the watchdog names the rank it judged hung, whichever it is, in every
+# restart mode: a SIGSTOPped rank 0 or rank 1 of a 2-worker job under --hang-timeout 2, with
+# --max-restarts 0 (the job ends on one line naming it), --max-restarts 1 (restarted) and
+# --restart-mode replace. It judges the worker once: the stack file is of the live, stopped
+# process (its threads listed, not "a zombie"). Over tcp (HANG_TRANSPORT), where the peer exits
+# by itself on the reset connection, racing the killed worker's reap. HANG_REPS (default 1)
+# repeats each case; HANG_MODES picks the modes.
+cd "$(dirname "$0")/../.." && source tests/sh/lib.sh
+T=$(mktemp -d /tmp/cddp-hang-blame.XXXXXX)
+trap 'kill -KILL $(jobs -p) 2>/dev/null; rm -rf "$T"' EXIT
+REPS=${HANG_REPS:-1}
+TR=(--config configs/fmnist_mlp.yaml --work-dir "$T" --set model.hidden=[32] --set batch.micro=64
+    --set eval.every_epoch=false --set ddp.threads=1 --set train.max_steps=400 --transport ${HANG_TRANSPORT:-tcp})
+
+# trial MODE RANK K: one job, its worker RANK stopped after step 5; checks the line naming it
+trial() {
+  local mode=$1 victim=$2 k=$3 name="$1-r$2-$3" args=() v="" q pid rc out line
+  case $mode in
+  none) args=(--max-restarts 0) ;;
+  restart) args=(--max-restarts 1) ;;
+  replace) args=(--restart-mode replace --max-restarts 1) ;;
+  esac
+  TMPDIR=$T/$name.tmp timeout 90 "$CDDP" run --standalone --nproc-per-node 2 --hang-timeout 2 --grace-period 1 \
+    "${args[@]}" "$CDDP" train --name "$name" "${TR[@]}" >"$T/$name.out" 2>&1 &
+  pid=$!
+  mkdir -p "$T/$name.tmp"
+  for _ in $(seq 600); do
+    if [ "$(sed -n 's/.*"step":\([0-9]*\).*/\1/p' "$T/$name/metrics.jsonl" 2>/dev/null | tail -1)" -ge 5 ] 2>/dev/null; then
+      for q in $(pgrep -f -- "train --name $name "); do
+        tr '\0' '\n' <"/proc/$q/environ" 2>/dev/null | grep -qx "RANK=$victim" && v=$q; done
+      break; fi
+    sleep 0.05
+  done
+  [ -n "$v" ] && kill -STOP "$v"
+  wait $pid; rc=$?
+  out=$(grep "cddp run: rank [0-9]* (host" "$T/$name.out")
+  line=$(head -1 <<<"$out")
+  local stack="$T/$name.tmp/rank$victim.stack.txt"
+  [ -f "$stack" ] || stack=$(ls "$T/$name.tmp"/*/rank$victim.stack.txt 2>/dev/null | head -1)
+  local want_rc=0; [ $mode = none ] && want_rc=137
+  if [ -n "$v" ] && [ $rc = $want_rc ] && [[ "$line" == "cddp run: rank $victim (host "*", pid $v) "*"by the watchdog: hung"* ]] &&
+     ! grep -q "cddp run: rank $((1 - victim)) (host" <<<"$out" && [ -f "$stack" ] && grep -q "threads of pid $v" "$stack" &&
+     ! grep -q zombie "$stack" && [ "$(grep -c "by the watchdog" "$T/$name.out")" = 1 ]
+  then ok "$mode, rank $victim stopped (try $k): exit $rc, named once: ${line:0:90}..."
+  else fail "$mode, rank $victim stopped (try $k)" "pid '$v' rc=$rc stack '$stack': $(grep -v 'epoch [0-9]' "$T/$name.out" | tail -4 | tr '\n' ' ')"; fi
+}
+
+for mode in ${HANG_MODES:-none restart replace}; do
+  for victim in 0 1; do
+    for k in $(seq "$REPS"); do trial $mode $victim $k; done
+  done
+done
+finish
