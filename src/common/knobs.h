@@ -50,6 +50,8 @@
     "a store client whose store's host is lost waits this long for a listed peer to take the store over, ms") \
   X(FLIGHT, "CDDP_FLIGHT", "1",                                                              \
     "1: record every collective (the flight recorder the agent reads to find hangs); 0: off") \
+  X(PY_SPY, "CDDP_PY_SPY", "py-spy",                                                          \
+    "cddp run: the py-spy the watchdog runs for Python workers' stacks (a path, or a name on PATH)") \
   X(DESYNC_CHECK, "CDDP_DESYNC_CHECK", "1",                                                    \
     "1: every collective's kind, count, dtype and op are compared across ranks (a mismatch fails every rank, naming both calls); 0: off") \
   X(TOKEN, "CDDP_TOKEN", "", "job token for the store's challenge-response (never sent on the wire)") \

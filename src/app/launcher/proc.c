@@ -23,6 +23,7 @@ static void child(int out[2], int err[2], int keep_fd, char *const *argv, char *
   setpgid(0, 0);
   prctl(PR_SET_PDEATHSIG, SIGKILL);
   if (getppid() != parent) _exit(137); /* the agent died before prctl */
+  prctl(PR_SET_PTRACER, parent, 0, 0, 0); /* Yama scope 1: the watchdog's py-spy, the agent's child, may read us */
   dup2(out[1], STDOUT_FILENO);
   dup2(err[1], STDERR_FILENO);
   if (keep_fd >= 0) {

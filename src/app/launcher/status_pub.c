@@ -205,6 +205,9 @@ static void rank_entry(cddp__status_pub_t *p, const cddp__worker_t *w, int i, ui
     r->step = __atomic_load_n(&pg->step, __ATOMIC_ACQUIRE);
     r->coll = seq, r->in_coll = seq != done;
     if (seq) cddp__flight_describe(&pg->ring[(seq - 1) % CDDP__FLIGHT_RING], r->last, sizeof r->last);
+  } else if (cddp__probe_waiting(&w->probe)) { /* no page: idle inside torch.distributed, by its stack */
+    r->coll = w->probe.since_ns, r->in_coll = 1; /* one wait, one number: the other nodes time it */
+    snprintf(r->last, sizeof r->last, "%.60s (its Python stack)", w->probe.where.coll);
   }
   if (w->exited) snprintf(r->state, sizeof r->state, "%s", w->hang[0] ? "hung" : w->status ? "failed" : "exited");
   else snprintf(r->state, sizeof r->state, "%s", live && r->coll ? "alive" : "starting");

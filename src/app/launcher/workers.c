@@ -21,6 +21,7 @@
 #include "launcher/cpubind.h"
 #include "launcher/errfile.h"
 #include "launcher/proc.h"
+#include "launcher/pystack.h"
 #include "launcher/sigguard.h"
 #include "launcher/warm.h"
 #include "launcher/workers.h"
@@ -67,6 +68,7 @@ static void emit(cddp__workers_t *ws, cddp__worker_t *w, int s, const char *line
     (void)cddp__write_all(s ? STDERR_FILENO : STDOUT_FILENO, out, (size_t)p + len); /* console gone: dropped */
   }
   if (w->log_fd >= 0) (void)cddp__write_all(w->log_fd, line, len);
+  w->probe.line_ns = cddp__now_ns(); /* a sign of progress for the watchdog */
   size_t n = len;
   while (n && (line[n - 1] == '\n' || line[n - 1] == '\r' || line[n - 1] == ' ')) n--;
   if (s == 1 && n) { /* its own word on why it fails, if it fails */
@@ -196,6 +198,7 @@ static cddp_result_t spawn(cddp__workers_t *ws, cddp__worker_t *w, char *const *
     cddp__errfile_path(ws->err_dir, w->rank, path, sizeof path);
     unlink(path);
     w->hang[0] = '\0';
+    memset(&w->probe, 0, sizeof w->probe);
     cddp__progress_close(&w->progress);
     cddp__flight_file_path(ws->err_dir, w->rank, path, sizeof path);
     if (cddp__progress_open(&w->progress, path, w->start_ns) != CDDP_OK) /* the watchdog's, `cddp status`'s */
@@ -382,13 +385,48 @@ static int dump_pages(cddp__workers_t *ws, uint64_t now) {
   return k;
 }
 
-/* What every local rank was doing when the job lost one of them: their records, before they are
- * stopped (a respawn or the next round replaces the pages). */
-static void dump_on_failure(cddp__workers_t *ws, const char *what) {
+/* Every live Python worker's stack (all threads, py-spy) to flight_dir/rank<R>.pystack.txt: how
+ * many, -1 when there is no folder. */
+static int dump_pystacks(cddp__workers_t *ws) {
+  if (!ws->flight_dir || mkdir_p(ws->flight_dir) != 0) return -1;
+  int k = 0;
+  for (int i = 0; i < ws->n; i++) {
+    if (ws->w[i].exited) continue;
+    char path[4300], tmp[4320];
+    snprintf(path, sizeof path, "%s/rank%d.pystack.txt", ws->flight_dir, ws->w[i].rank);
+    snprintf(tmp, sizeof tmp, "%s.part", path); /* a miss keeps the stack an earlier dump wrote */
+    if (cddp__pystack_take(ws->w[i].pid, tmp) == 0 || cddp__pystack_take(ws->w[i].pid, tmp) == 0) /* read */
+      k += rename(tmp, path) == 0;                                   /* without a pause, it can miss */
+    else unlink(tmp);
+  }
+  return k;
+}
+
+/* What every local rank was doing when the job lost one of them: their records and (stacks) Python
+ * stacks, before they are stopped (a respawn or the next round replaces the pages). */
+static void dump_on_failure(cddp__workers_t *ws, const char *what, int stacks) {
   for (int i = 0; i < ws->n; i++)
     if (ws->w[i].hang[0]) return; /* the watchdog's, taken before its kill, say more than these */
-  int k = dump_pages(ws, cddp__now_ns());
-  if (k > 0) CDDP_INFO(CDDP_SUB_RUN, "on %s: the flight records of %d worker(s) are in %s", what, k, ws->flight_dir);
+  int k = dump_pages(ws, cddp__now_ns()), s = stacks ? dump_pystacks(ws) : 0;
+  if (k > 0 || s > 0)
+    CDDP_INFO(CDDP_SUB_RUN, "on %s: the flight records of %d worker(s), the stacks of %d, are in %s", what, k,
+              s < 0 ? 0 : s, ws->flight_dir);
+}
+
+/* The watchdog's judgement of the workers that keep no flight page (launcher/hang_probe.h). */
+static int probe(cddp__workers_t *ws, uint64_t now, uint64_t remote, char *why, size_t size) {
+  cddp__probe_t *q = calloc((size_t)ws->n, sizeof *q);
+  if (!q) return -1;
+  for (int i = 0; i < ws->n; i++) {
+    const cddp__worker_t *w = &ws->w[i];
+    int paged = w->progress.page && __atomic_load_n(&w->progress.page->magic, __ATOMIC_ACQUIRE) == CDDP__FLIGHT_MAGIC;
+    q[i] = w->probe;
+    q[i].pid = w->exited || paged ? 0 : w->pid, q[i].rank = w->rank;
+  }
+  int h = cddp__probe_find(q, ws->n, now, ws->hang_ms, remote, ws->err_dir, why, size);
+  for (int i = 0; i < ws->n; i++) ws->w[i].probe = q[i];
+  free(q);
+  return h;
 }
 
 static void watchdog(cddp__workers_t *ws) {
@@ -404,11 +442,14 @@ static void watchdog(cddp__workers_t *ws) {
   uint64_t remote = ws->remote_since ? __atomic_load_n(ws->remote_since, __ATOMIC_ACQUIRE) : 0;
   int h = cddp__hang_find(pr, pid, ws->n, now, ws->hang_ms, remote, why, sizeof why);
   for (int i = 0; i < ws->n; i++) ws->w[i].progress = pr[i];
+  int probed = h < 0 && ws->err_dir ? (h = probe(ws, now, remote, why, sizeof why)) >= 0 : 0;
   if (ws->remote_wanted) { /* a worker idle outside any collective: are the other nodes waiting on it? */
     int want = 0;
     for (int i = 0; i < ws->n; i++)
-      want |= pid[i] && pr[i].page && pr[i].seq > 0 && pr[i].done == pr[i].seq &&
-              now - pr[i].since_ns >= (uint64_t)ws->hang_ms * 500000ull;
+      want |= (pid[i] && pr[i].page && pr[i].seq > 0 && pr[i].done == pr[i].seq &&
+               now - pr[i].since_ns >= (uint64_t)ws->hang_ms * 500000ull) ||
+              (ws->w[i].probe.pid && ws->w[i].probe.since_ns && !cddp__probe_waiting(&ws->w[i].probe) &&
+               now - ws->w[i].probe.since_ns >= (uint64_t)ws->hang_ms * 500000ull);
     __atomic_store_n(ws->remote_wanted, want, __ATOMIC_RELEASE);
   }
   if (h < 0) goto exit;
@@ -416,7 +457,7 @@ static void watchdog(cddp__workers_t *ws) {
   char path[4300], where[4200] = "";
   if (dump_pages(ws, now) >= 0) {
     snprintf(path, sizeof path, "%s/rank%d.stack.txt", ws->flight_dir, w->rank);
-    take_stack(w->pid, path);
+    if (dump_pystacks(ws) <= 0 || !probed) take_stack(w->pid, path); /* gdb: slow on a Python process */
     snprintf(where, sizeof where, "; flight records and stack in %s", ws->flight_dir);
   }
   snprintf(w->hang, sizeof w->hang, "%.200s%.119s", why, where);
@@ -490,9 +531,10 @@ void cddp__workers_watch(cddp__workers_t *ws, int sig_fd, int event_fd, int (*ac
         if (ws->w[i].fd[s] >= 0 && (pfd[2 + 2 * i + s].revents & (POLLIN | POLLHUP | POLLERR))) pump(ws, &ws->w[i], s);
     int sig = pfd[0].revents & POLLIN ? cddp__sigguard_read(sig_fd) : 0; /* SIGCHLD: reaped below */
     if (cddp__sigguard_dump_asked()) {
-      int k = dump_pages(ws, cddp__now_ns());
+      int k = dump_pages(ws, cddp__now_ns()), s = dump_pystacks(ws);
+      if (s > 0) fprintf(stderr, "cddp run: SIGUSR1: the Python stacks of %d worker(s) are in %s\n", s, ws->flight_dir);
       if (k > 0) fprintf(stderr, "cddp run: SIGUSR1: the flight records of %d worker(s) are in %s\n", k, ws->flight_dir);
-      else fprintf(stderr, "cddp run: SIGUSR1: no flight records to write (%s)\n",
+      else if (s <= 0) fprintf(stderr, "cddp run: SIGUSR1: no flight records to write (%s)\n",
                    k < 0 ? "no folder for them" : "no worker keeps one: --hang-timeout 0, or none runs cddp's library");
     }
     if (sig && ws->outcome != CDDP__OUT_SIGNAL) { /* a stop for another reason ends on the signal too */
@@ -507,7 +549,7 @@ void cddp__workers_watch(cddp__workers_t *ws, int sig_fd, int event_fd, int (*ac
         msg[n] = '\0';
         if (!stopping && (!accept || accept(msg, ctx))) {
           ws->outcome = CDDP__OUT_EVENT;
-          dump_on_failure(ws, "another node's failure");
+          dump_on_failure(ws, "another node's failure", 1);
           snprintf(ws->event, sizeof ws->event, "%s", msg);
           stop_all(ws, SIGTERM, &stopping, &kill_at);
         }
@@ -529,7 +571,7 @@ void cddp__workers_watch(cddp__workers_t *ws, int sig_fd, int event_fd, int (*ac
       int ok = WIFEXITED(st) && WEXITSTATUS(st) == 0;
       if (!ok && !stopping) {
         ws->outcome = CDDP__OUT_FAILED;
-        dump_on_failure(ws, "a worker's failure");
+        dump_on_failure(ws, "a worker's failure", !w->hang[0]); /* a hang's are taken */
         ws->fail_rank = w->rank;
         ws->fail_pid = w->pid;
         ws->fail_status = st;

@@ -8,6 +8,7 @@
 #include "cddp/cddp.h"
 #include "launcher/blame.h"
 #include "launcher/hang.h"
+#include "launcher/hang_probe.h"
 #include "launcher/warm.h"
 
 typedef struct cddp__worker {
@@ -27,6 +28,7 @@ typedef struct cddp__worker {
   int replaced;               /* 1: this process replaced one that failed, prev says how */
   cddp__failure_t prev;
   cddp__progress_t progress;  /* its flight page (the watchdog's and `cddp status`'s) */
+  cddp__probe_t probe;        /* the watchdog's signs when it keeps no flight page (a torch script) */
   char hang[320];             /* "hung: ...": the watchdog killed it, and why ("" otherwise) */
 } cddp__worker_t;
 

@@ -1,0 +1,91 @@
+/* hang_probe.c - the watchdog for programs without a flight page (a torch script): a worker that
+ * neither spends CPU nor writes a line for the timeout, while a peer waits in a collective, is
+ * hung; so is one that is stopped. A long silent step spends CPU, so it is never a hang. */
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common/io.h"
+#include "launcher/hang_probe.h"
+
+#define STACK_EVERY_NS 2000000000ull
+
+/* utime + stime (clock ticks) and the state letter of pid; -1 when it is gone. */
+static int read_stat(pid_t pid, uint64_t *ticks, char *state) {
+  char path[64], buf[1024];
+  snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return -1;
+  ssize_t n = cddp__read_all(fd, buf, sizeof buf - 1);
+  close(fd);
+  if (n <= 0) return -1;
+  buf[n] = '\0';
+  const char *s = strrchr(buf, ')'); /* the name may hold spaces and parentheses */
+  unsigned long long ut = 0, st = 0;
+  char c = 0;
+  /* after the name: state(3) ppid pgrp session tty tpgid flags minflt cminflt majflt cmajflt utime(14) stime(15) */
+  if (!s || sscanf(s + 1, " %c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &c, &ut, &st) != 3) return -1;
+  *ticks = ut + st, *state = c;
+  return 0;
+}
+
+static void take(cddp__probe_t *q, uint64_t now_ns, const char *stack_dir) {
+  char path[4300];
+  snprintf(path, sizeof path, "%s/pystack-rank%d.txt", stack_dir, q->rank);
+  q->stack_ns = now_ns;
+  q->have_where = cddp__pystack_take(q->pid, path) == 0 && cddp__pystack_where(path, &q->where) == 0;
+}
+
+int cddp__probe_waiting(const cddp__probe_t *q) {
+  return q->pid && q->have_where && q->where.coll[0] && q->stack_ns >= q->since_ns;
+}
+
+int cddp__probe_find(cddp__probe_t *p, int n, uint64_t now_ns, int timeout_ms, uint64_t remote_since,
+                     const char *stack_dir, char *why, size_t size) {
+  static long tick_ns;
+  if (!tick_ns) tick_ns = 1000000000L / sysconf(_SC_CLK_TCK);
+  uint64_t limit = (uint64_t)timeout_ms * 1000000ull;
+  int idle_any = 0;
+  for (int i = 0; i < n; i++) {
+    uint64_t ticks = 0;
+    if (!p[i].pid || read_stat(p[i].pid, &ticks, &p[i].state) != 0) {
+      p[i].pid = 0;
+      continue;
+    }
+    int stopped = p[i].state == 'T' || p[i].state == 't';
+    uint64_t spent = (ticks - p[i].cpu_ticks) * (uint64_t)tick_ns;
+    int busy = p[i].since_ns && spent * 100 >= (now_ns - p[i].read_ns) * CDDP__PROBE_BUSY_PCT;
+    if (!p[i].since_ns || (!stopped && (busy || p[i].line_ns != p[i].seen_line_ns))) p[i].since_ns = now_ns;
+    p[i].cpu_ticks = ticks, p[i].read_ns = now_ns, p[i].seen_line_ns = p[i].line_ns;
+    idle_any |= now_ns - p[i].since_ns >= limit;
+  }
+  if (!idle_any) return -1;
+  for (int i = 0; i < n; i++) /* where everyone is, now: the idle one and those it may hold up */
+    if (p[i].pid && (!p[i].stack_ns || now_ns - p[i].stack_ns >= STACK_EVERY_NS)) take(&p[i], now_ns, stack_dir);
+  for (int i = 0; i < n; i++) {
+    if (!p[i].pid || now_ns - p[i].since_ns < limit) continue;
+    double idle = (double)(now_ns - p[i].since_ns) / 1e9;
+    char in[200] = "";
+    if (p[i].have_where && p[i].where.user[0]) snprintf(in, sizeof in, "; in %s", p[i].where.user);
+    if (p[i].state == 'T' || p[i].state == 't') {
+      snprintf(why, size, "hung: stopped (SIGSTOP or a debugger), no progress for %.1f s%s", idle, in);
+      return i;
+    }
+    if (!p[i].have_where || p[i].where.coll[0]) continue; /* unknown, or itself waiting in one */
+    char ranks[128] = "", coll[48] = "";
+    for (int j = 0; j < n; j++) {
+      if (j == i || !cddp__probe_waiting(&p[j])) continue;
+      size_t k = strlen(ranks);
+      snprintf(ranks + k, sizeof ranks - k, "%s%d", k ? ", " : "", p[j].rank);
+      if (!coll[0]) snprintf(coll, sizeof coll, "%s", p[j].where.coll);
+    }
+    if (!ranks[0] && remote_since && now_ns > remote_since) /* the other node judged its own rank already */
+      snprintf(ranks, sizeof ranks, "on other nodes"), snprintf(coll, sizeof coll, "a collective");
+    if (!ranks[0]) continue;
+    snprintf(why, size, "hung: no progress for %.1f s while ranks %s wait in %s%s", idle, ranks, coll, in);
+    return i;
+  }
+  return -1;
+}

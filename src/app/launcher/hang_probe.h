@@ -1,0 +1,45 @@
+/* hang_probe.h - a hung worker found without a flight page: from its output lines, its CPU time
+ * and state (/proc) and where its Python threads are (launcher/pystack.h). */
+#ifndef CDDP_LAUNCHER_HANG_PROBE_H
+#define CDDP_LAUNCHER_HANG_PROBE_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "launcher/pystack.h"
+
+/* One worker as the probe sees it. The caller sets pid (0: exited or judged by its flight page:
+ * skipped), rank and line_ns before each call; the rest is the probe's. Zero it at each spawn. */
+typedef struct cddp__probe {
+  pid_t pid;
+  int rank;
+  uint64_t line_ns;      /* when it last wrote an output line (0: never) */
+  uint64_t seen_line_ns; /* line_ns as last seen */
+  uint64_t cpu_ticks;    /* utime + stime of all its threads, as last read */
+  uint64_t read_ns;      /* when */
+  char state;            /* its /proc state letter, as last read */
+  uint64_t since_ns;     /* its last sign of progress (0: not read yet) */
+  uint64_t stack_ns;     /* when its stack was last taken (0: never) */
+  int have_where;        /* the stack was read: where holds it */
+  cddp__pywhere_t where;
+} cddp__probe_t;
+
+/* A worker spends CPU (this share of one CPU, in percent, or more) or writes a line: progress. */
+#define CDDP__PROBE_BUSY_PCT 5
+
+/* Reads every live worker's signs, then names a hung one: no progress for timeout_ms and stopped
+ * (SIGSTOP, a debugger), or idle outside torch.distributed while a local peer's main thread is
+ * inside it, or while a rank of another node waits in one (remote_since: since when, from the nodes'
+ * status records; 0: none). Stacks are taken (into stack_dir/pystack-rank<R>.txt) only once a worker has been
+ * idle for timeout_ms, at most every 2 s. Blocks for the stacks (py-spy, bounded). Returns its
+ * index and why ("hung: no progress for 10.0 s while ranks 0 wait in all_reduce; in f (a.py:7)"),
+ * or -1. */
+int cddp__probe_find(cddp__probe_t *p, int n, uint64_t now_ns, int timeout_ms, uint64_t remote_since,
+                     const char *stack_dir, char *why, size_t size);
+
+/* Whether q waits inside torch.distributed now: its stack, taken since its last sign of progress,
+ * says so (what other nodes' watchdogs read from the status record). */
+int cddp__probe_waiting(const cddp__probe_t *q);
+
+#endif /* CDDP_LAUNCHER_HANG_PROBE_H */
