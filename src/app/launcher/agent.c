@@ -1037,8 +1037,9 @@ int cddp__run_main(int argc, char **argv) {
   int code = agent_main(&a);
   remove_dir(a.err_dir);
   if (!o.log_dir[0] || strncmp(a.flight_dir, o.log_dir, strlen(o.log_dir))) { /* our private one */
-    if (code == 0) remove_dir(a.flight_dir); /* a job that ended well leaves nothing in $TMPDIR */
-    else if (a.flight_dir[0]) rmdir(a.flight_dir); /* kept when it holds records the log named */
+    /* an empty one goes: a job that dumped nothing leaves nothing in $TMPDIR. Records the log named
+     * stay, also when the job recovered from that hang or failure and ended well. */
+    if (a.flight_dir[0]) rmdir(a.flight_dir);
   }
   cddp__program_free(&prog);
   return cddp__sigguard_end(code);

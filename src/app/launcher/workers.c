@@ -408,9 +408,13 @@ static void dump_on_failure(cddp__workers_t *ws, const char *what, int stacks) {
   for (int i = 0; i < ws->n; i++)
     if (ws->w[i].hang[0]) return; /* the watchdog's, taken before its kill, say more than these */
   int k = dump_pages(ws, cddp__now_ns()), s = stacks ? dump_pystacks(ws) : 0;
-  if (k > 0 || s > 0)
-    CDDP_INFO(CDDP_SUB_RUN, "on %s: the flight records of %d worker(s), the stacks of %d, are in %s", what, k,
-              s < 0 ? 0 : s, ws->flight_dir);
+  if (k > 0 && s > 0)
+    CDDP_INFO(CDDP_SUB_RUN, "on %s: the Python stacks of %d worker(s) and the flight records of %d worker(s) are in %s",
+              what, s, k, ws->flight_dir);
+  else if (k > 0)
+    CDDP_INFO(CDDP_SUB_RUN, "on %s: the flight records of %d worker(s) are in %s", what, k, ws->flight_dir);
+  else if (s > 0)
+    CDDP_INFO(CDDP_SUB_RUN, "on %s: the Python stacks of %d worker(s) are in %s", what, s, ws->flight_dir);
 }
 
 /* The watchdog's judgement of the workers that keep no flight page (launcher/hang_probe.h). */
