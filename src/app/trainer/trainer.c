@@ -16,6 +16,7 @@
 #include "common/check.h"
 #include "common/clock.h"
 #include "common/log.h"
+#include "job/status.h"
 #include "cddp/ckpt.h"
 #include "trainer/device.h"
 #include "trainer/gemm.h"
@@ -392,6 +393,17 @@ static int run_loop(trainer_t *t) {
   return 0;
 }
 
+/* Rank 0: how the run ended, into its folder's record, for `cddp status RUN_DIR` once the job
+ * is over (a rank killed outright says nothing: its record keeps no end). */
+static void say_ended(trainer_t *t, int rc) {
+  cddp_result_t r;
+  if (rc == 0) r = cddp__endpoint_end(t->run_dir, "done at step %" PRId64, t->step);
+  else if (rc > 128 && sigabbrev_np(rc - 128))
+    r = cddp__endpoint_end(t->run_dir, "stopped by signal SIG%s at step %" PRId64, sigabbrev_np(rc - 128), t->step);
+  else r = cddp__endpoint_end(t->run_dir, "failed (exit code %d) at step %" PRId64, rc, t->step);
+  if (r != CDDP_OK) CDDP_WARN("%s (cddp status RUN_DIR)", cddp_last_error());
+}
+
 int cddp__train_main(const cddp_train_opts_t *o) {
   trainer_t *t = calloc(1, sizeof *t);
   if (!t) return 1;
@@ -441,6 +453,7 @@ int cddp__train_main(const cddp_train_opts_t *o) {
   } else {
     rc = run_loop(t);
   }
+  if (t->endpoint_mine) say_ended(t, rc);
   teardown(t, rc == 0);
   free(t);
   return rc;
