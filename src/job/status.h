@@ -23,7 +23,7 @@ typedef struct cddp__status_rank {
   char state[12];     /* starting (no collective yet), alive, hung, exited, failed */
   int replaced;       /* this process replaced one that failed */
   uint64_t step;      /* the program's steps done (the trainer's), 0: not said */
-  double rate;        /* steps per second over the last interval */
+  double rate;        /* steps per second between the last two changes of step */
   uint64_t coll;      /* collectives started */
   int in_coll;        /* inside one now */
   char last[100];     /* the last one: "allreduce #123 (4096 f32, sum)", or "-" */
