@@ -213,6 +213,8 @@ cddp_result_t cddp__endpoint_end(const char *dir, const char *fmt, ...) {
   va_start(ap, fmt);
   vsnprintf(e.ended, sizeof e.ended, fmt, ap);
   va_end(ap);
+  for (char *c = e.ended; *c; c++) /* one line: an error's text may hold anything */
+    if ((unsigned char)*c < ' ' || (unsigned char)*c >= 127) *c = '?';
   return cddp__endpoint_write(dir, &e);
 }
 

@@ -132,6 +132,18 @@ out=$("$CDDP" status "$T/slow" 2>&1); rc=$?
   grep -qE '^  last step [0-9]+ \(metrics.jsonl\)$' <<<"$out" && ! grep -q "no job at" <<<"$out" &&
   ok "a run stopped by SIGTERM: its folder says so and its last step" || fail "stopped run" "rc=$rc: $out"
 
+# a worker killed outright: rank 0 records the failure it saw, not the stop that followed it
+timeout 120 "$CDDP" run --standalone --nproc-per-node 2 "$CDDP" train --name kil "${TR[@]}" >"$T/kil.out" 2>&1 &
+kil=$!
+at_step kil 5 || fail "job to kill started" "$(tail -n 3 "$T/kil.out")"
+for p in $(pgrep -f "^$CDDP train --name kil "); do
+  tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx RANK=1 && kill -KILL "$p"
+done
+wait $kil 2>/dev/null
+out=$("$CDDP" status "$T/kil" 2>&1); rc=$?
+[ $rc = 0 ] && grep -qE "^run $T/kil: over, failed at step [0-9]+: .*rank 1 .*\(exit code [0-9]+\)$" <<<"$out" &&
+  ok "a worker killed: rank 0's record names the failure it saw" || fail "failed run" "rc=$rc: $out"
+
 # 6. a finished run: done with its last step and checkpoint, no connection error; with no end
 # recorded (its rank 0 killed outright) the store that refuses says the run is over, at once
 timeout 120 "$CDDP" run --standalone --nproc-per-node 2 "$CDDP" train --name fin "${TR[@]}" \

@@ -50,7 +50,7 @@ static int by_place(const void *a, const void *b) {
 }
 
 /* A run folder without a live job: its last step, newest checkpoint and how it ended. why: why
- * the job is not asked ("" when the record says it ended). Exit 0, or 1 when dir holds no run. */
+ * the job is not asked. Exit 0, or 1 when dir holds no run. */
 static int print_left(const char *dir, const cddp__endpoint_t *e, const char *why) {
   uint64_t step = 0;
   int has_step = 0;
@@ -112,7 +112,8 @@ static int resolve(const char *arg, const char *run_id, cddp__endpoint_t *e) {
       fprintf(stderr, "cddp status: %s\n", cddp_last_error());
       return 1;
     }
-    if (e->ended[0] || job_gone(e, why, sizeof why)) return print_left(arg, e, why);
+    /* an ended run whose store still answers: its agents restart it, or are finishing */
+    if (job_gone(e, why, sizeof why)) return print_left(arg, e, why);
     if (!e->token[0]) (void)cddp_token_from_env(e->token, sizeof e->token);
     return -1;
   }

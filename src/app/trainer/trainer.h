@@ -67,6 +67,7 @@ typedef struct trainer {
   int has_state;    /* 0 in a replacement until a survivor sent it the run's state */
   int recoveries;   /* in-place recoveries this process took part in */
   int endpoint_mine; /* rank 0 wrote the run folder's endpoint record: it says how the run ended */
+  char failure[200];  /* the step that failed and why, for that record ("" = none) */
   char refused[720]; /* rank 0: why this fresh start may not use the run folder (it holds another
                         run), said by the restore to every rank; "" = it may */
 } trainer_t;
