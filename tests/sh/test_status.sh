@@ -70,6 +70,13 @@ out=$(CDDP_TOKEN=wrong "$CDDP" status 127.0.0.1:$P --rdzv-id "st$P" 2>&1); rc=$?
 out=$("$CDDP" status 127.0.0.1:$P --rdzv-id nosuchjob 2>&1); rc=$?
 [ $rc = 1 ] && [ "$(wc -l <<<"$out")" = 1 ] && grep -q "no job 'nosuchjob' at 127.0.0.1:$P" <<<"$out" &&
   ok "another --rdzv-id: one line, exit 1" || fail "unknown run id" "rc=$rc: $out"
+# a finished run's folder whose store port another job holds now: the run is over, no token error
+mkdir -p "$T/old" && printf '{"step":7}\n' >"$T/old/metrics.jsonl"
+printf 'store 127.0.0.1:%s\nrun_id gone\ntoken another-jobs\n' "$P" >"$T/old/endpoint"
+out=$("$CDDP" status "$T/old" 2>&1); rc=$?
+[ $rc = 0 ] && grep -q "^run $T/old: over; how it ended is not recorded .*is no longer its store" <<<"$out" &&
+  grep -q '^  last step 7 ' <<<"$out" && ok "a run folder whose port another job holds now: over, its last step" ||
+  fail "port reused" "rc=$rc: $out"
 kill -TERM $pid_0 $pid_1 2>/dev/null; wait $pid_0 $pid_1 2>/dev/null
 
 # 2. replace mode: a killed worker is an event, and so is its recovery, with the time it took

@@ -176,6 +176,12 @@ int cddp__cmd_status(int argc, char **argv) {
   if ((rc = resolve(target, run_id, &e)) >= 0) return rc; /* bad input, or a folder told from its files */
   cddp_store_t *base = NULL, *s = NULL;
   cddp_result_t r = cddp_store_tcp_connect(&base, e.host, e.port, e.token, 5000);
+  struct stat st;
+  if (r != CDDP_OK && stat(target, &st) == 0 && S_ISDIR(st.st_mode)) { /* the port is another's now */
+    char why[400];
+    snprintf(why, sizeof why, "%s:%d is no longer its store: %s", e.host, e.port, cddp_last_error());
+    return print_left(target, &e, why);
+  }
   if (r == CDDP_AUTH) {
     fprintf(stderr, "cddp status: the store at %s:%d refused our token (the job's record, else CDDP_TOKEN / "
             "CDDP_TOKEN_FILE): %s\n", e.host, e.port, cddp_last_error());
