@@ -166,15 +166,16 @@ cddp_result_t cddp__status_events(cddp_store_t *s, cddp__status_event_t *out, in
 /* ---- the endpoint file ---- */
 
 cddp_result_t cddp__endpoint_write(const char *dir, const cddp__endpoint_t *e) {
-  char path[4200], text[800];
+  char path[4200], text[1000];
   snprintf(path, sizeof path, "%s/endpoint", dir);
   int len = snprintf(text, sizeof text, "store %s:%d\nrun_id %s\ntoken %s\n", e->host, e->port, e->run_id,
                      e->token[0] ? e->token : "-");
+  if (e->ended[0]) len += snprintf(text + len, sizeof text - (size_t)len, "ended %s\n", e->ended);
   return cddp__durable_save(path, 0600, text, (size_t)len); /* the token: its owner's eyes only */
 }
 
 cddp_result_t cddp__endpoint_read(const char *dir, cddp__endpoint_t *e) {
-  char path[4200], text[800];
+  char path[4200], text[1000];
   snprintf(path, sizeof path, "%s/endpoint", dir);
   FILE *f = fopen(path, "r");
   if (!f) {
@@ -194,5 +195,83 @@ cddp_result_t cddp__endpoint_read(const char *dir, cddp__endpoint_t *e) {
   *colon = '\0';
   snprintf(e->host, sizeof e->host, "%.255s", store);
   if (!strcmp(e->token, "-")) e->token[0] = '\0';
+  const char *ended = strstr(text, "\nended ");
+  if (ended) { /* printable bytes up to the line's end, bounded by the field */
+    ended += strlen("\nended ");
+    size_t k = 0;
+    while (k + 1 < sizeof e->ended && ended[k] >= ' ' && ended[k] < 127) k++;
+    memcpy(e->ended, ended, k);
+    e->ended[k] = '\0';
+  }
+  return CDDP_OK;
+}
+
+cddp_result_t cddp__endpoint_end(const char *dir, const char *fmt, ...) {
+  cddp__endpoint_t e;
+  CDDP_CHECK(cddp__endpoint_read(dir, &e));
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(e.ended, sizeof e.ended, fmt, ap);
+  va_end(ap);
+  for (char *c = e.ended; *c; c++) /* one line: an error's text may hold anything */
+    if ((unsigned char)*c < ' ' || (unsigned char)*c >= 127) *c = '?';
+  return cddp__endpoint_write(dir, &e);
+}
+
+/* ---- a run folder's metrics ---- */
+
+#define TAIL_BYTES 65536
+
+/* The step of one metrics line ('{"step":N,...}'): 0, or -1 when it does not parse. */
+static int line_step(const char *line, size_t len, uint64_t *step) {
+  const char *k = memmem(line, len, "\"step\":", 7);
+  if (len < 2 || line[0] != '{' || line[len - 1] != '}' || !k) return -1;
+  const char *d = k + 7, *end = line + len;
+  uint64_t v = 0;
+  int digits = 0;
+  for (; d < end && *d >= '0' && *d <= '9' && digits < 19; d++, digits++) v = v * 10 + (uint64_t)(*d - '0');
+  if (!digits || d >= end || (*d != ',' && *d != '}')) return -1;
+  *step = v;
+  return 0;
+}
+
+cddp_result_t cddp__run_last_step(const char *dir, uint64_t *step, int *has_step, char *bad, size_t bad_size) {
+  char path[4200];
+  *step = 0, *has_step = 0;
+  if (bad_size) bad[0] = '\0';
+  snprintf(path, sizeof path, "%s/metrics.jsonl", dir);
+  FILE *f = fopen(path, "r");
+  if (!f) {
+    if (errno == ENOENT) return cddp__fail(CDDP_NOT_FOUND, "%s has no metrics.jsonl", dir);
+    return cddp__fail_errno(CDDP_SYSTEM, "cannot read %s", path);
+  }
+  char *buf = malloc(TAIL_BYTES + 1);
+  if (!buf) {
+    fclose(f);
+    return cddp__fail(CDDP_SYSTEM, "out of memory for %s", path);
+  }
+  long start = 0;
+  if (fseek(f, 0, SEEK_END) == 0 && ftell(f) > TAIL_BYTES) start = ftell(f) - TAIL_BYTES;
+  size_t n = fseek(f, start, SEEK_SET) == 0 ? fread(buf, 1, TAIL_BYTES, f) : 0;
+  fclose(f);
+  buf[n] = '\0';
+  /* from the end back: the first line that parses; a cut first line (start > 0) is never judged */
+  size_t end = n;
+  while (end > 0 && !*has_step) {
+    size_t b = end;
+    while (b > 0 && buf[b - 1] != '\n') b--;
+    if (b == 0 && start > 0) break;
+    size_t len = end - b;
+    if (len && buf[end - 1] == '\n') len--;
+    if (len && line_step(buf + b, len, step) == 0) *has_step = 1;
+    else if (len && bad_size && !bad[0]) { /* its printable start, to name it */
+      size_t k = 0;
+      for (; k + 1 < bad_size && k < len && k < 60; k++) bad[k] = buf[b + k] >= ' ' && buf[b + k] < 127 ? buf[b + k] : '?';
+      bad[k] = '\0';
+    }
+    end = b > 0 ? b - 1 : 0;
+    if (b == 0) break;
+  }
+  free(buf);
   return CDDP_OK;
 }

@@ -23,7 +23,7 @@ typedef struct cddp__status_rank {
   char state[12];     /* starting (no collective yet), alive, hung, exited, failed */
   int replaced;       /* this process replaced one that failed */
   uint64_t step;      /* the program's steps done (the trainer's), 0: not said */
-  double rate;        /* steps per second over the last interval */
+  double rate;        /* steps per second between the last two changes of step */
   uint64_t coll;      /* collectives started */
   int in_coll;        /* inside one now */
   char last[100];     /* the last one: "allreduce #123 (4096 f32, sum)", or "-" */
@@ -70,10 +70,19 @@ typedef struct cddp__endpoint {
   int port;
   char run_id[128];
   char token[256];    /* "" when the job has none */
+  char ended[160];    /* how the run ended ("done at step 702"), "" while it runs or when not said */
 } cddp__endpoint_t;
 
 cddp_result_t cddp__endpoint_write(const char *dir, const cddp__endpoint_t *e);
 /* NOT_FOUND naming the file when there is none; INVALID_ARG when it is malformed. */
 cddp_result_t cddp__endpoint_read(const char *dir, cddp__endpoint_t *e);
+/* Records in dir's endpoint file how the run ended (printf-style); NOT_FOUND when it has none. */
+cddp_result_t cddp__endpoint_end(const char *dir, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* What a run folder's metrics.jsonl says, read from its last 64 KiB (the file is hostile: any
+ * size, any bytes): the last step of a line that parses, 0 and *has_step 0 when none does; bad
+ * gets the start of the last line that does not parse and came after it ("" when none). NOT_FOUND
+ * when dir has no metrics.jsonl. */
+cddp_result_t cddp__run_last_step(const char *dir, uint64_t *step, int *has_step, char *bad, size_t bad_size);
 
 #endif /* CDDP_JOB_STATUS_H */

@@ -2,7 +2,9 @@
 # test_status.sh - `cddp status` asks a running 2-node job (two `cddp run --nnodes 2` agents on
 # this host, a token) through its store: both nodes and all ranks with their step, by ENDPOINT,
 # by the trainer's run folder and by cddp run's --log-dir; a worker killed and a node lost in
-# replace mode show as events with their recovery times; bad input gets one line and a non-zero exit.
+# replace mode show as events with their recovery times; steps longer than the 1 s tick have
+# their rate; a run folder whose job is over (done, stopped, killed) or not started is told from
+# its files at once; bad input gets one line and a non-zero exit.
 cd "$(dirname "$0")/../.." && source tests/sh/lib.sh
 T=$(mktemp -d /tmp/cddp-status.XXXXXX)
 trap 'kill -KILL $(jobs -p) 2>/dev/null; rm -rf "$T"' EXIT
@@ -68,6 +70,13 @@ out=$(CDDP_TOKEN=wrong "$CDDP" status 127.0.0.1:$P --rdzv-id "st$P" 2>&1); rc=$?
 out=$("$CDDP" status 127.0.0.1:$P --rdzv-id nosuchjob 2>&1); rc=$?
 [ $rc = 1 ] && [ "$(wc -l <<<"$out")" = 1 ] && grep -q "no job 'nosuchjob' at 127.0.0.1:$P" <<<"$out" &&
   ok "another --rdzv-id: one line, exit 1" || fail "unknown run id" "rc=$rc: $out"
+# a finished run's folder whose store port another job holds now: the run is over, no token error
+mkdir -p "$T/old" && printf '{"step":7}\n' >"$T/old/metrics.jsonl"
+printf 'store 127.0.0.1:%s\nrun_id gone\ntoken another-jobs\n' "$P" >"$T/old/endpoint"
+out=$("$CDDP" status "$T/old" 2>&1); rc=$?
+[ $rc = 0 ] && grep -q "^run $T/old: over; how it ended is not recorded .*is no longer its store" <<<"$out" &&
+  grep -q '^  last step 7 ' <<<"$out" && ok "a run folder whose port another job holds now: over, its last step" ||
+  fail "port reused" "rc=$rc: $out"
 kill -TERM $pid_0 $pid_1 2>/dev/null; wait $pid_0 $pid_1 2>/dev/null
 
 # 2. replace mode: a killed worker is an event, and so is its recovery, with the time it took
@@ -113,7 +122,59 @@ wait_for 20 one_silent
   fail "silent node" "$out"
 kill -TERM "${ag[1]}" "${ag[3]}" 2>/dev/null; wait "${ag[1]}" "${ag[2]}" "${ag[3]}" 2>/dev/null
 
-# 4. bad input: one line, non-zero exit
+# 4. steps longer than the agent's 1 s tick: the rate between the last two changes of the step
+P=$(free_port)
+timeout 120 "$CDDP" run --standalone --nproc-per-node 2 "$CDDP" train --name slow "${TR[@]}" \
+  --set debug.slow_rank=0 --set debug.slow_ms=1500 >"$T/slow.out" 2>&1 &
+slow=$!
+at_step slow 3 || fail "slow job started" "$(tail -n 3 "$T/slow.out")"
+# each rank's step changed twice since the agent began watching: a rate of about 1/1.5 s
+slow_rated() { out=$("$CDDP" status "$T/slow" 2>&1); [ "$(grep -cE '^  rank [01] .* 0\.[4-7][0-9] steps/s' <<<"$out")" = 2 ]; }
+wait_for 20 slow_rated
+slow_rated && ok "steps of 1.5 s: their rate (0.4-0.79 steps/s), not 0.00" || fail "slow rate" "$out"
+# 5. stopped by a signal: the trainer's record says so, with its last step, once the job is over
+kill -TERM $slow; wait $slow 2>/dev/null
+out=$("$CDDP" status "$T/slow" 2>&1); rc=$?
+[ $rc = 0 ] && grep -qE "^run $T/slow: over, stopped by signal SIGTERM at step [0-9]+$" <<<"$out" &&
+  grep -qE '^  last step [0-9]+ \(metrics.jsonl\)$' <<<"$out" && ! grep -q "no job at" <<<"$out" &&
+  ok "a run stopped by SIGTERM: its folder says so and its last step" || fail "stopped run" "rc=$rc: $out"
+
+# a worker killed outright: rank 0 records the failure it saw, not the stop that followed it
+timeout 120 "$CDDP" run --standalone --nproc-per-node 2 "$CDDP" train --name kil "${TR[@]}" >"$T/kil.out" 2>&1 &
+kil=$!
+at_step kil 5 || fail "job to kill started" "$(tail -n 3 "$T/kil.out")"
+for p in $(pgrep -f "^$CDDP train --name kil "); do
+  tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx RANK=1 && kill -KILL "$p"
+done
+wait $kil 2>/dev/null
+out=$("$CDDP" status "$T/kil" 2>&1); rc=$?
+[ $rc = 0 ] && grep -qE "^run $T/kil: over, failed at step [0-9]+: .*rank 1 .*\(exit code [0-9]+\)$" <<<"$out" &&
+  ok "a worker killed: rank 0's record names the failure it saw" || fail "failed run" "rc=$rc: $out"
+
+# 6. a finished run: done with its last step and checkpoint, no connection error; with no end
+# recorded (its rank 0 killed outright) the store that refuses says the run is over, at once
+timeout 120 "$CDDP" run --standalone --nproc-per-node 2 "$CDDP" train --name fin "${TR[@]}" \
+  --set train.max_steps=12 >"$T/fin.out" 2>&1 || fail "short run" "$(tail -n 3 "$T/fin.out")"
+out=$("$CDDP" status "$T/fin" 2>&1); rc=$?
+[ $rc = 0 ] && grep -q "^run $T/fin: over, done at step 12$" <<<"$out" && grep -q '^  last step 12 (metrics.jsonl)$' <<<"$out" &&
+  grep -q '^  newest checkpoint: step-000000012$' <<<"$out" && ok "a finished run: done at its last step, its checkpoint" ||
+  fail "finished run" "rc=$rc: $out"
+sed -i '/^ended /d' "$T/fin/endpoint"
+printf '{"step":13,"lo' >>"$T/fin/metrics.jsonl"
+out=$("$CDDP" status "$T/fin" 2>&1); rc=$?
+[ $rc = 0 ] && grep -q "^run $T/fin: over; how it ended is not recorded .*Connection refused" <<<"$out" &&
+  grep -q '^  last step 12 ' <<<"$out" && grep -q "^  metrics.jsonl: its last line does not parse .*'{\"step\":13,\"lo'$" <<<"$out" &&
+  ok "no end recorded: the store refuses, the run is over; a cut metrics line named" || fail "killed run" "rc=$rc: $out"
+# a run folder being made (its config, no metrics yet), and one not made yet
+mkdir -p "$T/young" && cp "$T/fin/config.yaml" "$T/young/"
+out=$("$CDDP" status "$T/young" 2>&1); rc=$?
+[ $rc = 0 ] && grep -q "^run $T/young: starting (no metrics yet)$" <<<"$out" && ok "a starting run folder: said so" ||
+  fail "starting run" "rc=$rc: $out"
+out=$("$CDDP" status "$T/notyet" 2>&1); rc=$?
+[ $rc = 2 ] && [ "$(wc -l <<<"$out")" = 1 ] && grep -q "no folder '$T/notyet'" <<<"$out" &&
+  ok "a run folder not made yet: one line naming it, exit 2" || fail "no folder" "rc=$rc: $out"
+
+# 7. bad input: one line, non-zero exit
 P=$(free_port)
 out=$("$CDDP" status 127.0.0.1:$P 2>&1); rc=$?
 [ $rc = 1 ] && [ "$(wc -l <<<"$out")" = 1 ] && grep -q "^cddp status: no job at 127.0.0.1:$P" <<<"$out" &&

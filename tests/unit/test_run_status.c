@@ -124,3 +124,86 @@ TEST(endpoint_file) {
   unlink(path);
   rmdir(dir);
 }
+
+TEST(endpoint_records_how_the_run_ended) {
+  char dir[] = "/tmp/cddp-endpoint-XXXXXX", path[128];
+  CHECK(mkdtemp(dir) != NULL);
+  CHECK_RESULT(cddp__endpoint_end(dir, "done at step %d", 7), CDDP_NOT_FOUND); /* no record: nothing made */
+  cddp__endpoint_t e = {.port = 29400}, back;
+  snprintf(e.host, sizeof e.host, "h");
+  snprintf(e.run_id, sizeof e.run_id, "J");
+  CHECK_OK(cddp__endpoint_write(dir, &e));
+  CHECK_OK(cddp__endpoint_read(dir, &back));
+  CHECK(!back.ended[0]);
+  CHECK_OK(cddp__endpoint_end(dir, "stopped by signal SIGTERM at step %d", 42));
+  CHECK_OK(cddp__endpoint_read(dir, &back));
+  CHECK(!strcmp(back.ended, "stopped by signal SIGTERM at step 42") && back.port == 29400 && !strcmp(back.run_id, "J"));
+  /* hostile: control bytes end the field, a long line is cut to it */
+  snprintf(path, sizeof path, "%s/endpoint", dir);
+  FILE *f = fopen(path, "w");
+  fprintf(f, "store h:1\nrun_id J\ntoken -\nended done\033[2J at step 1\n");
+  fclose(f);
+  CHECK_OK(cddp__endpoint_read(dir, &back));
+  CHECK(!strcmp(back.ended, "done"));
+  f = fopen(path, "w");
+  fprintf(f, "store h:1\nrun_id J\ntoken -\nended ");
+  for (int i = 0; i < 600; i++) fputc('x', f);
+  fclose(f);
+  CHECK_OK(cddp__endpoint_read(dir, &back));
+  CHECK(strlen(back.ended) < sizeof back.ended);
+  unlink(path);
+  rmdir(dir);
+}
+
+/* writes text as dir/metrics.jsonl */
+static void put_metrics(const char *dir, const char *text, size_t len) {
+  char path[128];
+  snprintf(path, sizeof path, "%s/metrics.jsonl", dir);
+  FILE *f = fopen(path, "w");
+  fwrite(text, 1, len, f);
+  fclose(f);
+}
+
+TEST(run_last_step_hostile_metrics) {
+  char dir[] = "/tmp/cddp-metrics-XXXXXX", bad[64], path[128];
+  CHECK(mkdtemp(dir) != NULL);
+  uint64_t step = 99;
+  int has = 1;
+  CHECK_RESULT(cddp__run_last_step(dir, &step, &has, bad, sizeof bad), CDDP_NOT_FOUND);
+  const char *good = "{\"step\":1,\"loss\":2.3}\n{\"step\":2,\"loss\":2.1}\n";
+  put_metrics(dir, good, strlen(good));
+  CHECK_OK(cddp__run_last_step(dir, &step, &has, bad, sizeof bad));
+  CHECK(has && step == 2 && !bad[0]);
+  const char *cut = "{\"step\":1,\"loss\":2.3}\n{\"step\":2,\"loss\":2.1}\n{\"step\":3,\"lo";
+  put_metrics(dir, cut, strlen(cut)); /* a write cut short: named, the step before it kept */
+  CHECK_OK(cddp__run_last_step(dir, &step, &has, bad, sizeof bad));
+  CHECK(has && step == 2 && !strcmp(bad, "{\"step\":3,\"lo"));
+  const char *junk = "\x01\xff{\"step\":,}\n{\"step\":99999999999999999999999}\n";
+  put_metrics(dir, junk, strlen(junk)); /* no line parses (an over-long number neither) */
+  CHECK_OK(cddp__run_last_step(dir, &step, &has, bad, sizeof bad));
+  CHECK(!has && step == 0 && bad[0] && strlen(bad) < sizeof bad);
+  put_metrics(dir, "", 0);
+  CHECK_OK(cddp__run_last_step(dir, &step, &has, bad, sizeof bad));
+  CHECK(!has && !bad[0]);
+  /* a file far past the window: only its tail is read; the window's cut first line is not judged */
+  size_t big = 300000;
+  char *text = malloc(big + 64);
+  CHECK(text != NULL);
+  memset(text, 'x', big);
+  size_t n = big + (size_t)snprintf(text + big, 64, "\n{\"step\":123456}\n");
+  put_metrics(dir, text, n);
+  free(text);
+  CHECK_OK(cddp__run_last_step(dir, &step, &has, bad, sizeof bad));
+  CHECK(has && step == 123456 && !bad[0]);
+  memset(bad, 0, sizeof bad);
+  text = calloc(1, big);
+  CHECK(text != NULL);
+  memset(text, 'y', big - 1);
+  put_metrics(dir, text, big - 1); /* one line longer than the window, no newline: nothing to judge */
+  free(text);
+  CHECK_OK(cddp__run_last_step(dir, &step, &has, bad, sizeof bad));
+  CHECK(!has && !bad[0]);
+  snprintf(path, sizeof path, "%s/metrics.jsonl", dir);
+  unlink(path);
+  rmdir(dir);
+}

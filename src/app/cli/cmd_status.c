@@ -1,5 +1,8 @@
 /* cmd_status.c - `cddp status ENDPOINT|RUN_DIR`: asks a running job, through its store, for every
- * node and rank: state, step, step rate, last collective, round and generation, recent events. */
+ * node and rank: state, step, step rate, last collective, round and generation, recent events;
+ * of a run folder whose job is over (or not started), what the run left there. */
+#include <errno.h>
+#include <unistd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -9,7 +12,10 @@
 #include "cddp/store.h"
 #include "cli/commands.h"
 #include "cli/flags.h"
+#include "cddp/ckpt.h"
 #include "common/check.h"
+#include "common/clock.h"
+#include "common/sock.h"
 #include "job/status.h"
 
 #define STALE_MS 5000 /* a record older than this: its agent stopped posting (lost, or stopping) */
@@ -25,6 +31,9 @@ static void usage(FILE *f) {
           "The token: the record's, else CDDP_TOKEN / CDDP_TOKEN_FILE. Prints every node and rank: state\n"
           "(alive, hung, failed, exited; a node: running, spare, done, failed), step, steps/s, the last\n"
           "collective, the round and generation, and the job's recent events (losses, recovery times).\n"
+          "RUN_DIR of a job that is over (its store gone), or not started yet: what the run left there,\n"
+          "its last step (metrics.jsonl), newest checkpoint and how it ended (done, stopped by a signal,\n"
+          "failed; recorded by the trainer), at once.\n"
           "Exit 0; 1 when there is no job there; 2 for bad input.\n");
 }
 
@@ -40,19 +49,80 @@ static int by_place(const void *a, const void *b) {
   return rx != ry ? (rx > ry) - (rx < ry) : (x->slot > y->slot) - (x->slot < y->slot);
 }
 
-/* ENDPOINT or RUN_DIR into e (run_id from --rdzv-id for an endpoint). 0, or the exit code. */
+/* A run folder without a live job: its last step, newest checkpoint and how it ended. why: why
+ * the job is not asked. Exit 0, or 1 when dir holds no run. */
+static int print_left(const char *dir, const cddp__endpoint_t *e, const char *why) {
+  uint64_t step = 0;
+  int has_step = 0;
+  char bad[64] = "", path[4200], newest[4200];
+  cddp_result_t m = cddp__run_last_step(dir, &step, &has_step, bad, sizeof bad);
+  if (m != CDDP_OK && m != CDDP_NOT_FOUND) {
+    fprintf(stderr, "cddp status: %s\n", cddp_last_error());
+    return 1;
+  }
+  snprintf(path, sizeof path, "%s/checkpoints", dir);
+  int has_ckpt = cddp_ckpt_find_newest(path, newest, sizeof newest) == CDDP_OK;
+  cddp__clear_error();
+  snprintf(path, sizeof path, "%s/config.yaml", dir);
+  int has_config = access(path, F_OK) == 0;
+  if (!e && m == CDDP_NOT_FOUND && !has_ckpt && !has_config) {
+    fprintf(stderr, "cddp status: %s has no job record (%s/endpoint) nor a run's files (config.yaml, "
+            "metrics.jsonl, checkpoints): not a folder of a job started by cddp run or cddp train\n", dir, dir);
+    return 1;
+  }
+  if (e && e->ended[0]) printf("run %s: over, %s\n", dir, e->ended);
+  else if (e && (m == CDDP_OK || has_ckpt))
+    printf("run %s: over; how it ended is not recorded (killed, or its host lost): %s\n", dir, why);
+  else if (e) printf("run %s: over before its first step (%s)\n", dir, why);
+  else if (m == CDDP_OK || has_ckpt) printf("run %s: no job record (not started by cddp run)\n", dir);
+  else printf("run %s: starting (no metrics yet)\n", dir);
+  if (m == CDDP_OK && has_step) printf("  last step %llu (metrics.jsonl)\n", (unsigned long long)step);
+  else if (m == CDDP_OK) printf("  metrics.jsonl: no step yet\n");
+  else printf("  no metrics yet (metrics.jsonl)\n");
+  if (bad[0]) printf("  metrics.jsonl: its last line does not parse (a write cut short?): '%s'\n", bad);
+  printf("  newest checkpoint: %s\n", has_ckpt ? strrchr(newest, '/') + 1 : "none");
+  if (e) printf("events: only while the job runs (cddp status asks its store)\n");
+  return 0;
+}
+
+/* The job in dir's record is over when its store refuses (or does not answer) within 1 s: a
+ * finished run is told at once, not after the store client's 5 s of retries. why: the reason. */
+static int job_gone(const cddp__endpoint_t *e, char *why, size_t size) {
+  int fd = -1;
+  if (cddp__sock_connect(e->host, e->port, 0, cddp__deadline_ms(1000), &fd) == CDDP_OK) {
+    close(fd);
+    return 0;
+  }
+  snprintf(why, size, "its store %s:%d is gone: %s", e->host, e->port, cddp_last_error());
+  cddp__clear_error();
+  return 1;
+}
+
+/* ENDPOINT or RUN_DIR into e (run_id from --rdzv-id for an endpoint). -1: a live job to ask; else
+ * the exit code (a folder whose job is over is told here). */
 static int resolve(const char *arg, const char *run_id, cddp__endpoint_t *e) {
   struct stat st;
   memset(e, 0, sizeof *e);
-  if (stat(arg, &st) == 0 && S_ISDIR(st.st_mode)) {
-    if (cddp__endpoint_read(arg, e) != CDDP_OK) {
+  int st_rc = stat(arg, &st), stat_errno = st_rc ? errno : ENOTDIR;
+  if (st_rc == 0 && S_ISDIR(st.st_mode)) {
+    char why[400] = "";
+    cddp_result_t r = cddp__endpoint_read(arg, e);
+    if (r == CDDP_NOT_FOUND) return print_left(arg, NULL, "");
+    if (r != CDDP_OK) {
       fprintf(stderr, "cddp status: %s\n", cddp_last_error());
       return 1;
     }
+    /* an ended run whose store still answers: its agents restart it, or are finishing */
+    if (job_gone(e, why, sizeof why)) return print_left(arg, e, why);
     if (!e->token[0]) (void)cddp_token_from_env(e->token, sizeof e->token);
-    return 0;
+    return -1;
   }
   const char *colon = strrchr(arg, ':');
+  if (!colon && strchr(arg, '/')) {
+    fprintf(stderr, "cddp status: no folder '%s' (%s): a run's folder appears once its job has started; "
+            "or give HOST:PORT (cddp status --help)\n", arg, strerror(stat_errno));
+    return 2;
+  }
   char *end = NULL;
   long port = colon ? strtol(colon + 1, &end, 10) : 0;
   if (!colon || colon == arg || !end || *end || port <= 0 || port > 65535) {
@@ -67,7 +137,7 @@ static int resolve(const char *arg, const char *run_id, cddp__endpoint_t *e) {
     fprintf(stderr, "cddp status: %s\n", cddp_last_error());
     return 2;
   }
-  return 0;
+  return -1;
 }
 
 static void print_node(const cddp__status_node_t *n, uint64_t now) {
@@ -103,9 +173,15 @@ int cddp__cmd_status(int argc, char **argv) {
     return 2;
   }
   cddp__endpoint_t e;
-  if ((rc = resolve(target, run_id, &e)) != 0) return rc;
+  if ((rc = resolve(target, run_id, &e)) >= 0) return rc; /* bad input, or a folder told from its files */
   cddp_store_t *base = NULL, *s = NULL;
   cddp_result_t r = cddp_store_tcp_connect(&base, e.host, e.port, e.token, 5000);
+  struct stat st;
+  if (r != CDDP_OK && stat(target, &st) == 0 && S_ISDIR(st.st_mode)) { /* the port is another's now */
+    char why[400];
+    snprintf(why, sizeof why, "%s:%d is no longer its store: %s", e.host, e.port, cddp_last_error());
+    return print_left(target, &e, why);
+  }
   if (r == CDDP_AUTH) {
     fprintf(stderr, "cddp status: the store at %s:%d refused our token (the job's record, else CDDP_TOKEN / "
             "CDDP_TOKEN_FILE): %s\n", e.host, e.port, cddp_last_error());

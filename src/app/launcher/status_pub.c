@@ -211,10 +211,20 @@ static void rank_entry(cddp__status_pub_t *p, const cddp__worker_t *w, int i, ui
   }
   if (w->exited) snprintf(r->state, sizeof r->state, "%s", w->hang[0] ? "hung" : w->status ? "failed" : "exited");
   else snprintf(r->state, sizeof r->state, "%s", live && r->coll ? "alive" : "starting");
-  /* the rate over the last tick, per process (a new one starts counting afresh) */
-  if (p->prev_pid[i] == r->pid && p->prev_ns[i] && now > p->prev_ns[i] && r->step >= p->prev_step[i])
-    r->rate = (double)(r->step - p->prev_step[i]) * 1e9 / (double)(now - p->prev_ns[i]);
-  p->prev_pid[i] = r->pid, p->prev_ns[i] = now, p->prev_step[i] = r->step;
+  /* the rate between the last two changes of the step, per process (a new one starts counting
+   * afresh); while it stays, at most one step over the time since (a stall shows as a fall) */
+  if (p->prev_pid[i] != r->pid || !p->prev_ns[i] || r->step < p->prev_step[i]) {
+    p->prev_pid[i] = r->pid, p->prev_ns[i] = now, p->prev_step[i] = r->step, p->prev_rate[i] = 0;
+    return;
+  }
+  if (now <= p->prev_ns[i]) return;
+  double since = (double)(now - p->prev_ns[i]) / 1e9;
+  if (r->step > p->prev_step[i]) {
+    p->prev_rate[i] = (double)(r->step - p->prev_step[i]) / since;
+    p->prev_ns[i] = now, p->prev_step[i] = r->step;
+    since = 0;
+  }
+  r->rate = since > 0 && p->prev_rate[i] > 1.0 / since ? 1.0 / since : p->prev_rate[i];
 }
 
 /* A loss at `at`: recovered once every local worker made a step past where it was. */

@@ -16,7 +16,10 @@ typedef struct cddp__status_pub {
   int on;                   /* the poster runs */
   cddp__status_node_t node; /* the agent fills round, node_rank, ... per round; the ranks per tick */
   int replace;              /* replace mode: the generation comes from the store */
-  uint64_t prev_ns[CDDP__STATUS_RANKS], prev_step[CDDP__STATUS_RANKS]; /* the last tick's, per slot */
+  /* when each slot's step last changed, and the rate between its last two changes (a tick is
+   * 1 s: a step longer than that would read 0 over one tick) */
+  uint64_t prev_ns[CDDP__STATUS_RANKS], prev_step[CDDP__STATUS_RANKS];
+  double prev_rate[CDDP__STATUS_RANKS];
   int prev_pid[CDDP__STATUS_RANKS];
   /* a loss not yet recovered from: when (monotonic), and each slot's step and pid then */
   uint64_t lost_ns;

@@ -216,7 +216,7 @@ cddp_result_t cddp__train_make_run_dir(trainer_t *t) {
   return CDDP_OK;
 }
 
-cddp_result_t cddp__train_write_config(const trainer_t *t) {
+cddp_result_t cddp__train_write_config(trainer_t *t) {
   char path[600];
   snprintf(path, sizeof path, "%s/config.yaml", t->run_dir);
   char *text = NULL;
@@ -233,7 +233,8 @@ cddp_result_t cddp__train_write_config(const trainer_t *t) {
     snprintf(ep.host, sizeof ep.host, "%s", e->master_addr);
     snprintf(ep.run_id, sizeof ep.run_id, "%s", e->run_id);
     snprintf(ep.token, sizeof ep.token, "%s", e->token);
-    if (cddp__endpoint_write(t->run_dir, &ep) != CDDP_OK) CDDP_WARN("%s (cddp status RUN_DIR)", cddp_last_error());
+    t->endpoint_mine = cddp__endpoint_write(t->run_dir, &ep) == CDDP_OK;
+    if (!t->endpoint_mine) CDDP_WARN("%s (cddp status RUN_DIR)", cddp_last_error());
   }
   return r;
 }

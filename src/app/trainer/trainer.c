@@ -16,6 +16,7 @@
 #include "common/check.h"
 #include "common/clock.h"
 #include "common/log.h"
+#include "job/status.h"
 #include "cddp/ckpt.h"
 #include "trainer/device.h"
 #include "trainer/gemm.h"
@@ -334,7 +335,11 @@ static int run_loop(trainer_t *t) {
       char why[512];
       snprintf(why, sizeof why, "%s", cddp_last_error());
       CDDP_INFO(CDDP_SUB_TRAIN, "step %" PRId64 " failed (%s): recovering in place", t->step + 1, why);
-      if (cddp__train_recover(t, t_fail) == CDDP_OK) continue; /* redo the interrupted step */
+      snprintf(t->failure, sizeof t->failure, "step %" PRId64 ": %.150s", t->step + 1, why);
+      if (cddp__train_recover(t, t_fail) == CDDP_OK) { /* redo the interrupted step */
+        t->failure[0] = '\0';
+        continue;
+      }
       cddp__metrics_break_line(&t->metrics);
       if (cddp_world_gone(t->w)) { /* dropped, or the job stops: the one line that says why */
         if (cddp_world_gone(t->w) == 1) fprintf(stderr, "cddp train: rank %d: %s\n", t->rank, cddp_last_error());
@@ -348,6 +353,7 @@ static int run_loop(trainer_t *t) {
     if (r != CDDP_OK) {
       cddp__metrics_break_line(&t->metrics);
       fprintf(stderr, "cddp train: rank %d: step %" PRId64 ": %s\n", t->rank, t->step + 1, cddp_last_error());
+      snprintf(t->failure, sizeof t->failure, "step %" PRId64 ": %.150s", t->step + 1, cddp_last_error());
       if (cddp__train_stop && cddp__train_save(t, 0) == CDDP_OK && t->rank == 0)
         fprintf(stderr, "cddp train: saved %s before stopping\n", t->last_ckpt);
       return cddp__train_stop ? 128 + (int)cddp__train_stop : 1;
@@ -390,6 +396,19 @@ static int run_loop(trainer_t *t) {
   }
   if (t->rank == 0) say_done(t);
   return 0;
+}
+
+/* Rank 0: how the run ended, into its folder's record, for `cddp status RUN_DIR` once the job
+ * is over (a rank killed outright says nothing: its record keeps no end). */
+static void say_ended(trainer_t *t, int rc) {
+  cddp_result_t r;
+  if (rc == 0) r = cddp__endpoint_end(t->run_dir, "done at step %" PRId64, t->step);
+  else if (t->failure[0]) /* the cause, not the stop that followed it */
+    r = cddp__endpoint_end(t->run_dir, "failed at %s (exit code %d)", t->failure, rc);
+  else if (rc > 128 && sigabbrev_np(rc - 128))
+    r = cddp__endpoint_end(t->run_dir, "stopped by signal SIG%s at step %" PRId64, sigabbrev_np(rc - 128), t->step);
+  else r = cddp__endpoint_end(t->run_dir, "failed (exit code %d) at step %" PRId64, rc, t->step);
+  if (r != CDDP_OK) CDDP_WARN("%s (cddp status RUN_DIR)", cddp_last_error());
 }
 
 int cddp__train_main(const cddp_train_opts_t *o) {
@@ -441,6 +460,7 @@ int cddp__train_main(const cddp_train_opts_t *o) {
   } else {
     rc = run_loop(t);
   }
+  if (t->endpoint_mine) say_ended(t, rc);
   teardown(t, rc == 0);
   free(t);
   return rc;

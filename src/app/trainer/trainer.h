@@ -66,6 +66,8 @@ typedef struct trainer {
   int same_error_everywhere; /* the failing check gives every rank the same verdict */
   int has_state;    /* 0 in a replacement until a survivor sent it the run's state */
   int recoveries;   /* in-place recoveries this process took part in */
+  int endpoint_mine; /* rank 0 wrote the run folder's endpoint record: it says how the run ended */
+  char failure[200];  /* the step that failed and why, for that record ("" = none) */
   char refused[720]; /* rank 0: why this fresh start may not use the run folder (it holds another
                         run), said by the restore to every rank; "" = it may */
 } trainer_t;
@@ -91,7 +93,7 @@ int cddp__train_overlap(const trainer_t *t, int threads);
  * (the restore refuses it on every rank). */
 cddp_result_t cddp__train_make_run_dir(trainer_t *t);
 /* Rank 0, once the start succeeded: the resolved config as RUN_DIR/config.yaml. */
-cddp_result_t cddp__train_write_config(const trainer_t *t);
+cddp_result_t cddp__train_write_config(trainer_t *t);
 float cddp__train_scaled_lr(const cddp_train_config_t *c);
 /* The DDP object on the current communicator (its gradient buffer is comm memory), with
  * ddp.overlap and ddp.compress applied. */
