@@ -62,6 +62,7 @@ cddp_result_t cddp__metrics_trim(const char *path, int64_t step, int64_t need, i
   if (!in) return errno == ENOENT ? CDDP_OK : cddp__fail_errno(CDDP_SYSTEM, "cannot read %s", path);
   cddp__durable_t out;
   cddp_result_t r = cddp__durable_open(&out, path, 0666);
+  if (r != CDDP_OK) r = cddp__fail_ctx(r, "cannot rewrite metrics");
   while (r == CDDP_OK && (n = getline(&line, &cap, in)) > 0) {
     no++;
     if (line[n - 1] != '\n') break; /* a torn last line (a write cut by a full disk or a kill): dropped */
@@ -76,7 +77,8 @@ cddp_result_t cddp__metrics_trim(const char *path, int64_t step, int64_t need, i
     } else {
       if (s >= 0 && !eval && s > high) high = s;
       if (s >= 0 && !eval) prev = s;
-      if (s >= 0 && s <= step) r = cddp__durable_write(&out, line, (size_t)n);
+      if (s >= 0 && s <= step && (r = cddp__durable_write(&out, line, (size_t)n)) != CDDP_OK)
+        r = cddp__fail_ctx(r, "cannot rewrite metrics");
     }
   }
   free(line);
@@ -84,9 +86,11 @@ cddp_result_t cddp__metrics_trim(const char *path, int64_t step, int64_t need, i
   if (r == CDDP_OK && high >= 0 && high < need)
     r = cddp__fail(CDDP_INVALID_ARG, "%s ends at step %lld, behind step %lld it resumes from (steps missing): "
                    "repair or remove the file", path, (long long)high, (long long)need);
-  if (r == CDDP_OK) r = cddp__durable_commit(&out);
-  else cddp__durable_abort(&out);
-  if (r != CDDP_OK) return cddp__fail(r, "cannot rewrite metrics: %s", cddp_last_error());
+  if (r != CDDP_OK) { /* refused or not written: the file stays as it was */
+    cddp__durable_abort(&out);
+    return r;
+  }
+  if ((r = cddp__durable_commit(&out)) != CDDP_OK) return cddp__fail_ctx(r, "cannot rewrite metrics");
   if (last) *last = high;
   return CDDP_OK;
 }
