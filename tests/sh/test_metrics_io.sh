@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # test_metrics_io.sh - metrics.jsonl on a full disk and when damaged: a run whose metrics write
 # fails (a small tmpfs filled up) stops at once with one line naming the file and the error,
-# before that step's checkpoint, and resumes once there is room (the torn last line dropped);
+# before that step's checkpoint (the sample log alike), and resumes once there is room (the torn last line dropped);
 # a resume refuses a garbage line before its step, naming the line, and a file cut back behind
 # its checkpoint. Needs root (mount); a skip otherwise.
 cd "$(dirname "$0")/../.." && source tests/sh/lib.sh
@@ -51,4 +51,12 @@ if [ $rc != 0 ] && [ "$(grep -c "^cddp train: $M ends at step 4, behind step 30"
    [ "$(steps "$M")" = "1 2 3 4 " ]
 then ok "metrics.jsonl cut back to step 4 behind checkpoint 30: refused (exit $rc), the line names both"
 else fail "cut-back file refused" "rc=$rc: $(tail -2 <<<"$out" | tr '\n' ' ')"; fi
+
+# 5. the sample log (debug.sample_log) on a full disk: stopped alike, naming its file
+head -c $(($(df --output=avail -B1 "$T" | tail -1) - 24576)) /dev/zero >"$T/filler" 2>/dev/null
+out=$(timeout 60 "$CDDP" train --config configs/fmnist_mlp.yaml --work-dir "$T" --name s "${SMALL[@]}" \
+  --set debug.sample_log=true --set train.max_steps=2000 --set checkpoint.every_steps=100000 2>&1); rc=$?
+if [ $rc = 1 ] && [ "$(grep -c "^cddp train: rank 0: step [0-9]*: cannot write $T/s/samples/rank0.txt (debug.sample_log): No space left on device" <<<"$out")" = 1 ]
+then ok "sample log on a full disk: exit 1, one line naming samples/rank0.txt and ENOSPC"
+else fail "sample log full disk" "rc=$rc: $(tail -2 <<<"$out" | tr '\n' ' ')"; fi
 finish

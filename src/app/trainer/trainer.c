@@ -56,7 +56,7 @@ static cddp_result_t log_samples(trainer_t *t, const uint32_t *idx, int n) {
     fprintf(t->sample_log, "%" PRIu64 " %" PRId64 " %u\n", t->sampler.epoch, t->step + 1, idx[k]);
   if (fflush(t->sample_log) == 0 && !ferror(t->sample_log)) return CDDP_OK;
   if (!errno) errno = EIO;
-  return cddp__fail_errno(CDDP_SYSTEM, "cannot write the sample log (debug.sample_log) of rank %d", t->rank);
+  return cddp__fail_errno(CDDP_SYSTEM, "cannot write %s/samples/rank%d.txt (debug.sample_log)", t->run_dir, t->rank);
 }
 
 /* Accumulation adds each later micro-step's gradient, written to scratch, into grads as
