@@ -161,3 +161,21 @@ TEST(a_resume_refuses_steps_missing_before_its_step) {
   CHECK(!strcmp(got, "1 2 3 4 5 8 9 10 11 12"));
   unlink(file), rmdir(path);
 }
+
+TEST(a_new_rank0_drops_the_torn_line_the_old_one_left) {
+  char path[] = "/tmp/cddp-metrics-test.XXXXXX", file[64], got[256];
+  CHECK(mkdtemp(path) != NULL);
+  snprintf(file, sizeof file, "%s/metrics.jsonl", path);
+  log_steps(file, 1, 4);
+  append(file, "{\"step\":5,\"ep"); /* the old rank 0 died mid-line */
+  cddp_metrics_t m;
+  follower(&m, 4);
+  CHECK_OK(cddp__metrics_take_over(&m, file, 4, NULL));
+  cddp_step_record_t r = {.step = 5, .total = 100, .epochs = 1, .loss = 0.2, .samples = 8, .step_s = 0.01};
+  CHECK_OK(cddp__metrics_step(&m, &r)); /* on a line of its own, not glued to the torn one */
+  cddp__metrics_close(&m);
+  steps_of(file, got, sizeof got);
+  CHECK(!strcmp(got, "1 2 3 4 5"));
+  CHECK_OK(cddp__metrics_trim(file, 5, 5, NULL)); /* every line whole */
+  unlink(file), rmdir(path);
+}
