@@ -1,6 +1,9 @@
 /* test_metrics.c - metrics.jsonl when its writer, rank 0, is lost: the rank that takes over cuts
  * the file back to the committed step (a step the old rank 0 logged and the others redo is
- * logged once) and logs the committed step itself when the old rank 0 died before logging it. */
+ * logged once) and logs the committed step itself when the old rank 0 died before logging it;
+ * a write that fails is an error naming the file; a resume repairs a torn last line and refuses
+ * a damaged file, naming the line. */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -79,5 +82,100 @@ TEST(a_new_rank0_logs_the_committed_step_the_old_one_died_before_logging) {
   cddp__metrics_close(&m);
   steps_of(file, got, sizeof got);
   CHECK(!strcmp(got, "1 2 3 4"));
+  unlink(file), rmdir(path);
+}
+
+/* path's bytes, for checking a refused repair left the file as it was */
+static size_t slurp(const char *path, char *buf, size_t size) {
+  FILE *f = fopen(path, "r");
+  size_t n = f ? fread(buf, 1, size - 1, f) : 0;
+  if (f) fclose(f);
+  buf[n] = '\0';
+  return n;
+}
+
+static void append(const char *path, const char *text) {
+  FILE *f = fopen(path, "a");
+  CHECK(f != NULL);
+  fputs(text, f);
+  fclose(f);
+}
+
+TEST(a_write_that_fails_is_an_error_naming_the_file) {
+  cddp_metrics_t m;
+  memset(&m, 0, sizeof m);
+  CHECK_OK(cddp__metrics_open(&m, "/dev/full", 1, 1000000)); /* every write: ENOSPC */
+  cddp_step_record_t r = {.step = 1, .total = 100, .epochs = 1, .loss = 1, .samples = 8, .step_s = 0.01};
+  CHECK_RESULT(cddp__metrics_step(&m, &r), CDDP_SYSTEM);
+  CHECK(strstr(cddp_last_error(), "/dev/full") && strstr(cddp_last_error(), strerror(ENOSPC)));
+  CHECK_RESULT(cddp__metrics_eval(&m, 0, 1, 1, 0.5, 1.0, 10), CDDP_SYSTEM);
+  CHECK(strstr(cddp_last_error(), "/dev/full") != NULL);
+  cddp__metrics_close(&m);
+}
+
+TEST(a_resume_drops_a_torn_last_line_and_the_lines_after_its_step) {
+  char path[] = "/tmp/cddp-metrics-test.XXXXXX", file[64], got[256];
+  CHECK(mkdtemp(path) != NULL);
+  snprintf(file, sizeof file, "%s/metrics.jsonl", path);
+  log_steps(file, 1, 6);
+  append(file, "{\"step\":7,\"epoch\":1,\"lo"); /* the disk filled up mid-line */
+  int64_t had = 0;
+  CHECK_OK(cddp__metrics_trim(file, 4, 4, &had));
+  CHECK_EQ(had, 6);
+  steps_of(file, got, sizeof got);
+  CHECK(!strcmp(got, "1 2 3 4"));
+  log_steps(file, 5, 5); /* appended on a line of its own */
+  steps_of(file, got, sizeof got);
+  CHECK(!strcmp(got, "1 2 3 4 5"));
+  unlink(file), rmdir(path);
+}
+
+TEST(a_resume_refuses_a_line_before_its_step_that_does_not_parse) {
+  char path[] = "/tmp/cddp-metrics-test.XXXXXX", file[64], before[8192], after[8192];
+  CHECK(mkdtemp(path) != NULL);
+  snprintf(file, sizeof file, "%s/metrics.jsonl", path);
+  log_steps(file, 1, 2);
+  append(file, "garbage\n");
+  log_steps(file, 3, 6);
+  slurp(file, before, sizeof before);
+  CHECK_RESULT(cddp__metrics_trim(file, 5, 5, NULL), CDDP_INVALID_ARG);
+  CHECK(strstr(cddp_last_error(), file) == cddp_last_error() && strstr(cddp_last_error(), "line 3 does not parse"));
+  slurp(file, after, sizeof after);
+  CHECK(!strcmp(before, after)); /* refused: left as it was */
+  /* after the resumed step, a line that does not parse goes with the others */
+  CHECK_OK(cddp__metrics_trim(file, 1, 1, NULL));
+  unlink(file), rmdir(path);
+}
+
+TEST(a_resume_refuses_steps_missing_before_its_step) {
+  char path[] = "/tmp/cddp-metrics-test.XXXXXX", file[64], got[256];
+  CHECK(mkdtemp(path) != NULL);
+  snprintf(file, sizeof file, "%s/metrics.jsonl", path);
+  log_steps(file, 1, 5); /* cut back behind the step-10 checkpoint */
+  CHECK_RESULT(cddp__metrics_trim(file, 10, 10, NULL), CDDP_INVALID_ARG);
+  CHECK(strstr(cddp_last_error(), "ends at step 5") != NULL);
+  log_steps(file, 8, 12); /* a gap: steps 6 and 7 */
+  CHECK_RESULT(cddp__metrics_trim(file, 10, 10, NULL), CDDP_INVALID_ARG);
+  CHECK(strstr(cddp_last_error(), "line 6: step 8 follows step 5") != NULL);
+  steps_of(file, got, sizeof got);
+  CHECK(!strcmp(got, "1 2 3 4 5 8 9 10 11 12"));
+  unlink(file), rmdir(path);
+}
+
+TEST(a_new_rank0_drops_the_torn_line_the_old_one_left) {
+  char path[] = "/tmp/cddp-metrics-test.XXXXXX", file[64], got[256];
+  CHECK(mkdtemp(path) != NULL);
+  snprintf(file, sizeof file, "%s/metrics.jsonl", path);
+  log_steps(file, 1, 4);
+  append(file, "{\"step\":5,\"ep"); /* the old rank 0 died mid-line */
+  cddp_metrics_t m;
+  follower(&m, 4);
+  CHECK_OK(cddp__metrics_take_over(&m, file, 4, NULL));
+  cddp_step_record_t r = {.step = 5, .total = 100, .epochs = 1, .loss = 0.2, .samples = 8, .step_s = 0.01};
+  CHECK_OK(cddp__metrics_step(&m, &r)); /* on a line of its own, not glued to the torn one */
+  cddp__metrics_close(&m);
+  steps_of(file, got, sizeof got);
+  CHECK(!strcmp(got, "1 2 3 4 5"));
+  CHECK_OK(cddp__metrics_trim(file, 5, 5, NULL)); /* every line whole */
   unlink(file), rmdir(path);
 }

@@ -29,6 +29,7 @@ cddp_result_t cddp__metrics_open(cddp_metrics_t *m, const char *jsonl_path, int 
   m->first_step = -1;
   if (!jsonl_path) return CDDP_OK;
   m->jsonl = fopen(jsonl_path, append ? "a" : "w");
+  snprintf(m->path, sizeof m->path, "%s", jsonl_path);
   if (!m->jsonl) return cddp__fail_errno(CDDP_SYSTEM, "cannot open metrics file %s", jsonl_path);
   return CDDP_OK;
 }
@@ -36,31 +37,60 @@ cddp_result_t cddp__metrics_open(cddp_metrics_t *m, const char *jsonl_path, int 
 cddp_result_t cddp__metrics_reopen(cddp_metrics_t *m, const char *jsonl_path) {
   if (m->jsonl) fclose(m->jsonl);
   m->jsonl = fopen(jsonl_path, "a");
+  snprintf(m->path, sizeof m->path, "%s", jsonl_path);
   if (!m->jsonl) return cddp__fail_errno(CDDP_SYSTEM, "cannot open metrics file %s", jsonl_path);
   return CDDP_OK;
 }
 
-cddp_result_t cddp__metrics_trim(const char *path, int64_t step, int64_t *last) {
+/* A whole step or eval line as write_step/metrics_eval write it: {...} with "step":<digits>.
+ * The step, or -1 when the line does not parse. */
+static long long line_step(const char *line, size_t n) {
+  if (n < 3 || line[0] != '{' || line[n - 2] != '}' || memchr(line, '\0', n)) return -1;
+  const char *k = strstr(line, "\"step\":");
+  if (!k || k[7] < '0' || k[7] > '9') return -1;
+  return strtoll(k + 7, NULL, 10);
+}
+
+cddp_result_t cddp__metrics_trim(const char *path, int64_t step, int64_t need, int64_t *last) {
   char *line = NULL; /* whole lines, however long (a line with every rank's timings grows with the world) */
   size_t cap = 0;
   ssize_t n;
-  int64_t high = -1;
+  int64_t high = -1, prev = -1;
+  long long no = 0;
   if (last) *last = -1;
   FILE *in = fopen(path, "r");
   if (!in) return errno == ENOENT ? CDDP_OK : cddp__fail_errno(CDDP_SYSTEM, "cannot read %s", path);
   cddp__durable_t out;
   cddp_result_t r = cddp__durable_open(&out, path, 0666);
+  if (r != CDDP_OK) r = cddp__fail_ctx(r, "cannot rewrite metrics");
   while (r == CDDP_OK && (n = getline(&line, &cap, in)) > 0) {
-    const char *k = strstr(line, "\"step\":");
-    long long s = k ? strtoll(k + 7, NULL, 10) : -1;
-    if (k && !strstr(line, "\"eval\"") && s > high) high = s;
-    if (!k || s <= step) r = cddp__durable_write(&out, line, (size_t)n);
+    no++;
+    if (line[n - 1] != '\n') break; /* a torn last line (a write cut by a full disk or a kill): dropped */
+    long long s = line_step(line, (size_t)n);
+    int eval = strstr(line, "\"eval\"") != NULL;
+    if (s < 0 && prev < step) {
+      r = cddp__fail(CDDP_INVALID_ARG, "%s line %lld does not parse (not a step or eval line), before step %lld: "
+                     "repair or remove the file", path, no, (long long)step);
+    } else if (s >= 0 && !eval && prev >= 0 && s <= step && s != prev + 1) {
+      r = cddp__fail(CDDP_INVALID_ARG, "%s line %lld: step %lld follows step %lld (steps missing before step %lld): "
+                     "repair or remove the file", path, no, s, (long long)prev, (long long)step);
+    } else {
+      if (s >= 0 && !eval && s > high) high = s;
+      if (s >= 0 && !eval) prev = s;
+      if (s >= 0 && s <= step && (r = cddp__durable_write(&out, line, (size_t)n)) != CDDP_OK)
+        r = cddp__fail_ctx(r, "cannot rewrite metrics");
+    }
   }
   free(line);
   fclose(in);
-  if (r == CDDP_OK) r = cddp__durable_commit(&out);
-  else cddp__durable_abort(&out);
-  if (r != CDDP_OK) return cddp__fail(r, "cannot rewrite metrics: %s", cddp_last_error());
+  if (r == CDDP_OK && high >= 0 && high < need)
+    r = cddp__fail(CDDP_INVALID_ARG, "%s ends at step %lld, behind step %lld it resumes from (steps missing): "
+                   "repair or remove the file", path, (long long)high, (long long)need);
+  if (r != CDDP_OK) { /* refused or not written: the file stays as it was */
+    cddp__durable_abort(&out);
+    return r;
+  }
+  if ((r = cddp__durable_commit(&out)) != CDDP_OK) return cddp__fail_ctx(r, "cannot rewrite metrics");
   if (last) *last = high;
   return CDDP_OK;
 }
@@ -69,6 +99,14 @@ static void fmt_eta(double s, char *buf, size_t cap) {
   long t = s > 0 && s < 1e7 ? (long)(s + 0.5) : 0;
   if (t >= 3600) snprintf(buf, cap, "%ld:%02ld:%02ld", t / 3600, t / 60 % 60, t % 60);
   else snprintf(buf, cap, "%ld:%02ld", t / 60, t % 60);
+}
+
+/* A line goes out whole or the run stops: a full disk must not leave a log cut short unseen.
+ * ferror also catches what an fprintf lost before the flush. */
+static cddp_result_t flushed(FILE *f, const char *path) {
+  if (fflush(f) == 0 && !ferror(f)) return CDDP_OK;
+  if (!errno) errno = EIO; /* the stream's error, its errno since overwritten */
+  return cddp__fail_errno(CDDP_SYSTEM, "cannot write %s", path);
 }
 
 /* Every rank's timings at a gather step: the slowest, the spread, each rank, the straggler. */
@@ -83,7 +121,8 @@ static void write_ranks(FILE *f, const cddp__ranks_t *rk) {
 }
 
 /* One step's line of metrics.jsonl. */
-static void write_step(FILE *f, const cddp_step_record_t *r) {
+static cddp_result_t write_step(FILE *f, const char *path, const cddp_step_record_t *r) {
+  errno = 0;
   double rate = r->step_s > 0 ? r->samples / r->step_s : 0;
   fprintf(f,
           "{\"step\":%lld,\"epoch\":%llu,\"loss\":%.7g,\"lr\":%.7g,\"grad_norm\":%.7g,"
@@ -95,19 +134,19 @@ static void write_step(FILE *f, const cddp_step_record_t *r) {
   if (r->ranks) write_ranks(f, r->ranks);
   fputs("}\n", f);
   /* fflush, not fsync: a crash may lose the last lines, never the checkpoints */
-  fflush(f);
+  return flushed(f, path);
 }
 
 cddp_result_t cddp__metrics_take_over(cddp_metrics_t *m, const char *jsonl_path, int64_t step, int64_t *logged) {
   int64_t had = -1;
-  CDDP_CHECK(cddp__metrics_trim(jsonl_path, step, &had));
+  CDDP_CHECK(cddp__metrics_trim(jsonl_path, step, -1, &had));
   CDDP_CHECK(cddp__metrics_reopen(m, jsonl_path));
-  if (had < step && m->have_last && m->last.step == step) write_step(m->jsonl, &m->last);
+  if (had < step && m->have_last && m->last.step == step) CDDP_CHECK(write_step(m->jsonl, m->path, &m->last));
   if (logged) *logged = had;
   return CDDP_OK;
 }
 
-void cddp__metrics_step(cddp_metrics_t *m, const cddp_step_record_t *r) {
+cddp_result_t cddp__metrics_step(cddp_metrics_t *m, const cddp_step_record_t *r) {
   double t = now_s();
   if (m->first_step < 0) m->first_step = r->step - 1, m->started_s = t - r->step_s;
   m->steps++;
@@ -116,7 +155,7 @@ void cddp__metrics_step(cddp_metrics_t *m, const cddp_step_record_t *r) {
   m->step_s += r->step_s;
   m->last = *r, m->last.ranks = NULL, m->have_last = 1;
   if (m->jsonl) {
-    write_step(m->jsonl, r);
+    CDDP_CHECK(write_step(m->jsonl, m->path, r));
     double avg = cddp__metrics_rate(m);
     double per_step = (t - m->started_s) / (double)(r->step - m->first_step);
     char eta[32];
@@ -141,19 +180,22 @@ void cddp__metrics_step(cddp_metrics_t *m, const cddp_step_record_t *r) {
               rk->straggler, rk->straggler_pct, rk->windows, rk->every, s->compute_ms, s->data_ms, s->optim_ms, wait);
     }
   }
+  return CDDP_OK;
 }
 
-void cddp__metrics_eval(cddp_metrics_t *m, uint64_t epoch, int epoch_end, int64_t step, double accuracy,
-                       double loss, int samples) {
-  if (!m->jsonl) return;
+cddp_result_t cddp__metrics_eval(cddp_metrics_t *m, uint64_t epoch, int epoch_end, int64_t step, double accuracy,
+                                double loss, int samples) {
+  if (!m->jsonl) return CDDP_OK;
+  errno = 0;
   fprintf(m->jsonl, "{\"eval\":true,\"epoch\":%llu,\"step\":%lld,\"accuracy\":%.6f,\"loss\":%.7g,\"samples\":%d}\n",
           (unsigned long long)epoch + 1, (long long)step, accuracy, loss, samples);
-  fflush(m->jsonl);
+  CDDP_CHECK(flushed(m->jsonl, m->path));
   cddp__metrics_break_line(m);
   char when[96];
   if (epoch_end) snprintf(when, sizeof when, "epoch %llu (step %lld)", (unsigned long long)epoch + 1, (long long)step);
   else snprintf(when, sizeof when, "step %lld (in epoch %llu)", (long long)step, (unsigned long long)epoch + 1);
   fprintf(stderr, "eval after %s: test accuracy %.4f  loss %.4f  (%d samples)\n", when, accuracy, loss, samples);
+  return CDDP_OK;
 }
 
 double cddp__metrics_rate(const cddp_metrics_t *m) {

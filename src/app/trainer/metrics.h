@@ -27,6 +27,7 @@ typedef struct cddp_step_record {
 
 typedef struct cddp_metrics {
   FILE *jsonl;         /* NULL on ranks other than 0 */
+  char path[700];      /* jsonl's, for the line that says a write failed */
   int live;            /* progress line rewritten in place (stderr is a terminal) */
   int every;           /* plain progress line every N steps when not live */
   double started_s;    /* wall clock of the first step of this process */
@@ -45,10 +46,15 @@ cddp_result_t cddp__metrics_open(cddp_metrics_t *m, const char *jsonl_path, int 
  * the file), keeping this process's counters and the progress line. */
 cddp_result_t cddp__metrics_reopen(cddp_metrics_t *m, const char *jsonl_path);
 /* Cuts the file at path back to its lines of steps <= step, step and eval lines alike, through
- * a rename, so steps trained again after a resume or a restore are logged once. *last (may be
- * NULL) gets the highest step it had logged, -1 when there is no file (not an error). */
-cddp_result_t cddp__metrics_trim(const char *path, int64_t step, int64_t *last);
-void cddp__metrics_step(cddp_metrics_t *m, const cddp_step_record_t *r);
+ * a rename, so steps trained again after a resume or a restore are logged once. A torn last
+ * line (no newline: a full disk, a kill) is dropped. Refused, the file left as it is, with the
+ * line's number: a line before step that does not parse, a step line that does not follow the
+ * one before it, or (need >= 0) a file whose last step is below need. *last (may be NULL) gets
+ * the highest step it had logged, -1 when there is no file or no step line (not an error). */
+cddp_result_t cddp__metrics_trim(const char *path, int64_t step, int64_t need, int64_t *last);
+/* Logs one step (rank 0's file, the progress line). A write or flush that fails (ENOSPC) is an
+ * error naming the file: the caller stops the run rather than train on with a log cut short. */
+cddp_result_t cddp__metrics_step(cddp_metrics_t *m, const cddp_step_record_t *r);
 /* Rank 0 after a recovery or a restore: cuts jsonl_path back to the lines of steps <= step (an
  * old rank 0 may have logged a step the others redo) and appends from now on; when the file
  * has no line for step and this rank ran it, logs it from its own record (the old rank 0 died
@@ -56,8 +62,8 @@ void cddp__metrics_step(cddp_metrics_t *m, const cddp_step_record_t *r);
 cddp_result_t cddp__metrics_take_over(cddp_metrics_t *m, const char *jsonl_path, int64_t step, int64_t *logged);
 /* epoch: the sampler's index (from 0); epoch_end: the evaluation closes that epoch (else it
  * comes after the run's last step, inside it). */
-void cddp__metrics_eval(cddp_metrics_t *m, uint64_t epoch, int epoch_end, int64_t step, double accuracy,
-                       double loss, int samples);
+cddp_result_t cddp__metrics_eval(cddp_metrics_t *m, uint64_t epoch, int epoch_end, int64_t step, double accuracy,
+                                double loss, int samples);
 /* Average samples/s of this process and the exposed-communication fraction of step time. */
 double cddp__metrics_rate(const cddp_metrics_t *m);
 double cddp__metrics_comm_fraction(const cddp_metrics_t *m);

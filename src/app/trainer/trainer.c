@@ -2,6 +2,7 @@
  * bucketed all-reduce overlapped with the last micro-step's backward, optimizer step,
  * checkpoints, sharded evaluation, agreed stop on SIGTERM. */
 #include <cblas.h>
+#include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>
 #include <signal.h>
@@ -45,13 +46,18 @@ static cddp_result_t evaluate(trainer_t *t, uint64_t epoch, int epoch_end) {
   t->task->ops->eval(t->task, lo, hi, acc);
   CDDP_CHECK(cddp_allreduce(cddp_world_comm(t->w), acc, acc, 2, CDDP_F64, CDDP_SUM));
   double units = (double)n * t->task->units;
-  cddp__metrics_eval(&t->metrics, epoch, epoch_end, t->step, t->task->has_accuracy ? acc[0] / units : -1, acc[1] / units, (int)n);
-  return CDDP_OK;
+  return cddp__metrics_eval(&t->metrics, epoch, epoch_end, t->step, t->task->has_accuracy ? acc[0] / units : -1,
+                            acc[1] / units, (int)n);
 }
 
-static void log_samples(trainer_t *t, const uint32_t *idx, int n) {
+/* Flushed at once (a SIGKILL keeps them); a write that fails (a full disk) stops the step. */
+static cddp_result_t log_samples(trainer_t *t, const uint32_t *idx, int n) {
+  errno = 0;
   for (int k = 0; k < n; k++)
     fprintf(t->sample_log, "%" PRIu64 " %" PRId64 " %u\n", t->sampler.epoch, t->step + 1, idx[k]);
+  if (fflush(t->sample_log) == 0 && !ferror(t->sample_log)) return CDDP_OK;
+  if (!errno) errno = EIO;
+  return cddp__fail_errno(CDDP_SYSTEM, "cannot write %s/samples/rank%d.txt (debug.sample_log)", t->run_dir, t->rank);
 }
 
 /* Accumulation adds each later micro-step's gradient, written to scratch, into grads as
@@ -121,7 +127,7 @@ static cddp_result_t train_step(trainer_t *t, cddp_step_record_t *rec, int *stop
     uint64_t td = cddp__now_ns();
     int n = cddp__sampler_micro(&t->sampler, t->rank, t->world, j, micro, t->idx);
     int slot = gather_micro(t, j, n);
-    if (t->sample_log) log_samples(t, t->idx, n), fflush(t->sample_log); /* a SIGKILL keeps them */
+    if (t->sample_log) CDDP_CHECK(log_samples(t, t->idx, n));
     data_ns += cddp__now_ns() - td;
     int last = j == t->accum - 1;
     /* ZeRO-1 reduce-scatters the whole buffer after backward: no buckets */
@@ -244,7 +250,7 @@ static cddp_result_t setup(trainer_t *t) {
   char path[700];
   snprintf(path, sizeof path, "%s/metrics.jsonl", t->run_dir);
   /* resumed from a checkpoint: the lines of later steps go, as they are trained again */
-  if (t->rank == 0 && resumed && !replacement) CDDP_CHECK(cddp__metrics_trim(path, t->step, NULL));
+  if (t->rank == 0 && resumed && !replacement) CDDP_CHECK(cddp__metrics_trim(path, t->step, t->step, NULL));
   CDDP_CHECK(cddp__metrics_open(&t->metrics, t->rank == 0 ? path : NULL, resumed, c->log_every));
   cddp__ranks_init(&t->ranks, c->rank_every, c->straggler_pct, c->straggler_windows);
   if (c->sample_log) {
@@ -358,7 +364,12 @@ static int run_loop(trainer_t *t) {
         fprintf(stderr, "cddp train: saved %s before stopping\n", t->last_ckpt);
       return cddp__train_stop ? 128 + (int)cddp__train_stop : 1;
     }
-    cddp__metrics_step(&t->metrics, &rec);
+    if (cddp__metrics_step(&t->metrics, &rec) != CDDP_OK) { /* before this step's checkpoint: resumable */
+      cddp__metrics_break_line(&t->metrics);
+      fprintf(stderr, "cddp train: rank 0: step %" PRId64 ": %s; stopping (--resume-from latest continues the run "
+              "once there is room)\n", t->step, cddp_last_error());
+      return 1;
+    }
     int epoch_done = t->sampler.epoch != epoch_before || t->step == t->total_steps;
     int due = (t->cfg.ckpt_every > 0 && t->step % t->cfg.ckpt_every == 0) || t->step == t->total_steps || stop;
     cddp_result_t sr = due ? cddp__train_save(t, 1) : CDDP_OK;
