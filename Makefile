@@ -229,23 +229,24 @@ check-tsan: tsan
 bench: lib $(BUILD)/libcddp-app.a
 	@$(MAKE) --no-print-directory -C bench BUILD=$(abspath $(BUILD)) CUDA_LDLIBS="$(CUDA_LDLIBS)" model gpt recompute reduce ceiling store desync peak $(if $(filter 1,$(HAVE_MPI)),all)
 
-# libFuzzer targets (clang): build/fuzz/fuzz_*. The library and the applications are compiled
-# once, instrumented, into one archive every fuzzer links: one compile per source instead of one per
-# source per fuzzer (that was about ten minutes of CI on 2 cores).
-FUZZ_BUILD  := $(BUILD)/fuzz
-FUZZ_CFLAGS := -std=gnu11 -g -O1 -fsanitize=address,undefined -Iinclude -Isrc -Isrc/app -D_GNU_SOURCE \
-               -DCDDP_HAVE_MPI=0 -DCDDP_HAVE_CUDA=0 -DCDDP_HAVE_NCCL=0
-FUZZ_OBJS   := $(LIB_SRCS:%.c=$(FUZZ_BUILD)/obj/%.o) $(APP_SRCS:%.c=$(FUZZ_BUILD)/obj/%.o)
-FUZZ_LIB    := $(FUZZ_BUILD)/libcddp-fuzz.a
-FUZZ_BINS   := $(FUZZ_SRCS:tests/fuzz/%.c=$(FUZZ_BUILD)/%)
+# libFuzzer targets (clang): build/fuzz/fuzz_*. The sources are instrumented once into one
+# archive every fuzzer links (not recompiled per fuzzer), and only what changed is rebuilt.
+FUZZ_CFLAGS := -std=gnu11 -g -O1 -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined -Iinclude -Isrc -Isrc/app -D_GNU_SOURCE \
+  -DCDDP_HAVE_MPI=0 -DCDDP_HAVE_CUDA=0 -DCDDP_HAVE_NCCL=0
+FUZZ_OBJS := $(patsubst %.c,$(BUILD)/fuzz/obj/%.o,$(LIB_SRCS) $(APP_SRCS))
+FUZZ_LIB  := $(BUILD)/fuzz/libcddp-fuzz.a
+FUZZ_BINS := $(FUZZ_SRCS:tests/fuzz/%.c=$(BUILD)/fuzz/%)
 fuzz: $(FUZZ_BINS)
-$(FUZZ_BUILD)/obj/%.o: %.c
+
+$(BUILD)/fuzz/obj/%.o: %.c Makefile
 	@mkdir -p $(dir $@)
-	clang $(FUZZ_CFLAGS) -fsanitize=fuzzer-no-link -MMD -MP -c $< -o $@
+	$(Q)clang $(FUZZ_CFLAGS) -MMD -MP -c $< -o $@
+
 $(FUZZ_LIB): $(FUZZ_OBJS)
-	rm -f $@ && ar rcs $@ $^
-$(FUZZ_BUILD)/fuzz_%: tests/fuzz/fuzz_%.c $(FUZZ_LIB)
-	clang $(FUZZ_CFLAGS) -fsanitize=fuzzer $< $(FUZZ_LIB) -o $@ $(filter-out $(MPI_LIBS),$(LDLIBS))
+	$(Q)rm -f $@ && ar rcs $@ $^
+
+$(BUILD)/fuzz/%: tests/fuzz/%.c $(FUZZ_LIB)
+	$(Q)clang $(FUZZ_CFLAGS) -fsanitize=fuzzer -MMD -MP $< $(FUZZ_LIB) -o $@ $(filter-out $(MPI_LIBS),$(LDLIBS))
 
 # what a program linking libcddp-app.a and libcddp.a (not MPI) needs after them: for tests that link one
 print-ldlibs:
@@ -257,5 +258,5 @@ clean:
 help:
 	@echo "make [all|lib|cli|tests|gpu-tests|bench|install|uninstall|asan|tsan|check-asan|check-tsan|fuzz|clean] [BUILD=dir] [WERROR=1] [SANITIZER=...] [PREFIX=...] [V=1]"
 
--include $(FUZZ_OBJS:.o=.d) $(LIB_OBJS:.o=.d) $(APP_OBJS:.o=.d) $(BUILD)/obj/$(APP_MAIN:.c=.d) $(TEST_BINS:$(BUILD)/tests/%=$(BUILD)/obj/tests/unit/%.d) \
+-include $(FUZZ_OBJS:.o=.d) $(FUZZ_BINS:=.d) $(LIB_OBJS:.o=.d) $(APP_OBJS:.o=.d) $(BUILD)/obj/$(APP_MAIN:.c=.d) $(TEST_BINS:$(BUILD)/tests/%=$(BUILD)/obj/tests/unit/%.d) \
          $(EXAMPLE_BINS:$(BUILD)/examples/%=$(BUILD)/obj/examples/%.d) $(GPU_TEST_BINS:$(BUILD)/tests/gpu/%=$(BUILD)/obj/tests/gpu/%.d) $(HELPER_BINS:$(BUILD)/tests/helpers/%=$(BUILD)/obj/tests/helpers/%.d)

@@ -58,8 +58,13 @@ if [ $quick = 0 ]; then
   done
   if make -j"$(nproc)" fuzz >"$log/build-fuzz.log" 2>&1; then
     for f in build/fuzz/fuzz_*; do
-      [ -e "$f" ] || continue
-      if timeout 120 "$f" -max_total_time="${CDDP_FUZZ_SECONDS:-30}" -rss_limit_mb=2048 -artifact_prefix="$log/" >"$log/$(basename "$f").log" 2>&1; then
+      [ -x "$f" ] && [ -f "$f" ] || continue
+      # each earlier finding (tests/fuzz/regress/NAME/) is run first, then new inputs for the
+      # time given; new corpus units go to a folder of the log, never to the source tree
+      name=$(basename "$f"); mkdir -p "$log/corpus-$name"
+      regress=(); [ -d "tests/fuzz/regress/$name" ] && regress=("tests/fuzz/regress/$name")
+      if timeout 120 "$f" -max_total_time="${CDDP_FUZZ_SECONDS:-30}" -timeout=10 -rss_limit_mb=2048 -artifact_prefix="$log/" \
+          "$log/corpus-$name" "${regress[@]}" >"$log/$name.log" 2>&1; then
         echo "ok - fuzz $(basename "$f") (${CDDP_FUZZ_SECONDS:-30} s)"; passed=$((passed + 1))
       else
         echo "not ok - fuzz $(basename "$f"): see $log/$(basename "$f").log"; failed=$((failed + 1))

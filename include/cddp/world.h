@@ -98,7 +98,8 @@ cddp_result_t cddp_world_allow_sizes(const cddp_world_t *w, const int *sizes, in
  * replacement is among the peers): it has no state of its own and must receive it from a
  * survivor (in the same order of collectives the survivors use after cddp_world_recover). */
 int cddp_world_replacement(const cddp_world_t *w);
-/* 1 when cddp_world_recover can work here (cddp run --restart-mode replace). */
+/* 1 when cddp_world_recover can work here (cddp run --restart-mode replace), at any world size:
+ * a world of one grows in place when a node joins it. */
 int cddp_world_can_recover(const cddp_world_t *w);
 /* The job's generation the communicator belongs to (0 until the first replacement). */
 int cddp_world_generation(const cddp_world_t *w);

@@ -6,6 +6,7 @@
 #include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #define PIECE ((size_t)1 << 30) /* one call moves at most this much (Linux caps a write near 2 GiB) */
@@ -49,4 +50,19 @@ char cddp__proc_state(pid_t pid) {
   buf[n] = '\0';
   const char *close_paren = strrchr(buf, ')'); /* the name may hold spaces and parentheses */
   return close_paren && close_paren[1] == ' ' ? close_paren[2] : 0;
+}
+
+int cddp__open_regular(const char *path) {
+  int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  struct stat st;
+  if (fd >= 0 && (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode))) {
+    close(fd);
+    errno = EINVAL, fd = -1;
+  }
+  return fd;
+}
+
+void cddp__printable(char *s) {
+  for (; *s; s++)
+    if ((unsigned char)*s < ' ' || (unsigned char)*s >= 127) *s = '?';
 }

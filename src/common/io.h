@@ -15,5 +15,12 @@ ssize_t cddp__read_all(int fd, void *buf, size_t len);
 /* The state letter of process pid on this host, from /proc/PID/stat ('R', 'S', 'T': stopped,
  * 't': traced, 'Z': a zombie, dead but not yet reaped, ...), or 0 when there is none. */
 char cddp__proc_state(pid_t pid);
+/* Opens path for reading when it is a regular file, never blocking on a FIFO or a device: for a
+ * file another process wrote, in a folder that may hold anything. The descriptor (O_CLOEXEC), or
+ * -1 with errno (EINVAL: not a regular file). */
+int cddp__open_regular(const char *path);
+/* Makes s (NUL-terminated) safe to print: a control byte (an escape sequence) or a byte outside
+ * ASCII becomes '?'. For text read from the store or another process's file. */
+void cddp__printable(char *s);
 
 #endif /* CDDP_COMMON_IO_H */

@@ -11,6 +11,7 @@
 
 #include "common/check.h"
 #include "common/durable.h"
+#include "common/io.h"
 #include "job/status.h"
 #include "job/jobkeys.h"
 
@@ -19,6 +20,12 @@ static uint64_t wall_ms(void) {
   struct timespec ts;
   clock_gettime(CLOCK_REALTIME, &ts);
   return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+static int all_printable(const char *s) {
+  for (; *s; s++)
+    if ((unsigned char)*s < ' ' || (unsigned char)*s >= 127) return 0;
+  return 1;
 }
 
 /* ---- node records ---- */
@@ -51,6 +58,7 @@ int cddp__status_parse(const char *text, size_t len, cddp__status_node_t *out) {
                      &out->agent_id, &out->pid, &out->round, &out->restarts, &gen, &out->nproc, &out->rank_base,
                      &out->world, &wall, out->state, out->host) == 13) {
     out->gen = gen, out->wall_ms = wall, ok = 1;
+    cddp__printable(out->state), cddp__printable(out->host);
     while (ok && (line = strtok_r(NULL, "\n", &save))) {
       if (out->nranks >= CDDP__STATUS_RANKS) { ok = 0; break; }
       cddp__status_rank_t *r = &out->ranks[out->nranks];
@@ -60,6 +68,7 @@ int cddp__status_parse(const char *text, size_t len, cddp__status_node_t *out) {
                   &r->rate, &coll, &r->in_coll, &off) == 8 && off > 0 && line[off]; /* "-" at least */
       r->step = step, r->coll = coll;
       snprintf(r->last, sizeof r->last, "%s", line + off);
+      cddp__printable(r->state), cddp__printable(r->last);
       out->nranks++;
     }
   }
@@ -154,6 +163,7 @@ cddp_result_t cddp__status_events(cddp_store_t *s, cddp__status_event_t *out, in
     if (text && sscanf(text, "%llu %n", &t, &off) == 1 && off > 0) {
       out[*n].wall_ms = t;
       snprintf(out[*n].text, sizeof out[*n].text, "%s", text + off);
+      cddp__printable(out[*n].text);
       (*n)++;
     }
     free(text);
@@ -177,22 +187,27 @@ cddp_result_t cddp__endpoint_write(const char *dir, const cddp__endpoint_t *e) {
 cddp_result_t cddp__endpoint_read(const char *dir, cddp__endpoint_t *e) {
   char path[4200], text[1000];
   snprintf(path, sizeof path, "%s/endpoint", dir);
-  FILE *f = fopen(path, "r");
-  if (!f) {
+  int fd = cddp__open_regular(path);
+  if (fd < 0) {
     if (errno == ENOENT)
       return cddp__fail(CDDP_NOT_FOUND, "%s has no job record (%s): not a folder of a job started by cddp run "
                         "(its --log-dir, or the trainer's run folder)", dir, path);
+    if (errno == EINVAL) return cddp__fail(CDDP_INVALID_ARG, "%s is not a regular file (a job record is one)", path);
     return cddp__fail_errno(CDDP_SYSTEM, "cannot read %s", path);
   }
-  size_t n = fread(text, 1, sizeof text - 1, f);
-  fclose(f);
+  ssize_t got = pread(fd, text, sizeof text - 1, 0);
+  close(fd);
+  size_t n = got > 0 ? (size_t)got : 0;
   text[n] = '\0';
   memset(e, 0, sizeof *e);
-  char *colon, store[300] = "";
+  char *colon, *end, store[300] = "";
+  long port = 0;
   if (sscanf(text, "store %299s\nrun_id %127s\ntoken %255s", store, e->run_id, e->token) != 3 ||
-      !(colon = strrchr(store, ':')) || (e->port = atoi(colon + 1)) <= 0)
+      !all_printable(store) || !all_printable(e->run_id) || !all_printable(e->token) ||
+      !(colon = strrchr(store, ':')) || (port = strtol(colon + 1, &end, 10)) <= 0 || port > 65535 || *end)
     return cddp__fail(CDDP_INVALID_ARG, "%s is malformed (want 'store HOST:PORT', 'run_id ID', 'token T')", path);
   *colon = '\0';
+  e->port = (int)port;
   snprintf(e->host, sizeof e->host, "%.255s", store);
   if (!strcmp(e->token, "-")) e->token[0] = '\0';
   const char *ended = strstr(text, "\nended ");
@@ -213,8 +228,7 @@ cddp_result_t cddp__endpoint_end(const char *dir, const char *fmt, ...) {
   va_start(ap, fmt);
   vsnprintf(e.ended, sizeof e.ended, fmt, ap);
   va_end(ap);
-  for (char *c = e.ended; *c; c++) /* one line: an error's text may hold anything */
-    if ((unsigned char)*c < ' ' || (unsigned char)*c >= 127) *c = '?';
+  cddp__printable(e.ended); /* one line: an error's text may hold anything */
   return cddp__endpoint_write(dir, &e);
 }
 
@@ -240,9 +254,12 @@ cddp_result_t cddp__run_last_step(const char *dir, uint64_t *step, int *has_step
   *step = 0, *has_step = 0;
   if (bad_size) bad[0] = '\0';
   snprintf(path, sizeof path, "%s/metrics.jsonl", dir);
-  FILE *f = fopen(path, "r");
+  int fd = cddp__open_regular(path);
+  FILE *f = fd >= 0 ? fdopen(fd, "r") : NULL;
   if (!f) {
+    if (fd >= 0) close(fd);
     if (errno == ENOENT) return cddp__fail(CDDP_NOT_FOUND, "%s has no metrics.jsonl", dir);
+    if (errno == EINVAL) return cddp__fail(CDDP_INVALID_ARG, "%s is not a regular file", path);
     return cddp__fail_errno(CDDP_SYSTEM, "cannot read %s", path);
   }
   char *buf = malloc(TAIL_BYTES + 1);

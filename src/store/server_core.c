@@ -324,7 +324,8 @@ static int handle(cddp__srv_core_t *core, cddp__srv_conn_t *c, const cddp__wire_
 
 int cddp__core_process(cddp__srv_core_t *core, cddp__srv_conn_t *c) {
   if (c->proto == CDDP__PROTO_UNKNOWN) {
-    int proto = core->torch ? cddp__torch_sniff(c->in.p + c->in.off, c->in.len - c->in.off) : CDDP__PROTO_CDDP;
+    size_t have = c->in.len - c->in.off; /* none yet: the buffer may not exist (NULL + 0 is UB) */
+    int proto = core->torch ? cddp__torch_sniff(have ? c->in.p + c->in.off : NULL, have) : CDDP__PROTO_CDDP;
     if (proto < 0) return 0; /* too few bytes to tell */
     c->proto = proto;
     if (proto != CDDP__PROTO_CDDP) {

@@ -190,7 +190,10 @@ const cddp_env_t *cddp_world_env(const cddp_world_t *w) {
 }
 
 int cddp_world_can_recover(const cddp_world_t *w) {
-  return w && w->env.source == CDDP_ENV_AGENT && w->env.replace_mode && w->world > 1;
+  /* any size: a world of one holds the whole state, so a node that joins it (one that comes back
+   * after the world shrank to one) is taken in place like any other; if the one worker dies its
+   * replacement has no survivor and restores from disk, as when every worker dies at once */
+  return w && w->env.source == CDDP_ENV_AGENT && w->env.replace_mode;
 }
 
 int cddp_world_replacement(const cddp_world_t *w) { return w && (w->env.replacement || w->late); }
@@ -240,7 +243,7 @@ cddp_result_t cddp_world_recover(cddp_world_t *w) {
   if (!cddp_world_can_recover(w)) {
     drop_comm(w);
     return cddp__fail(CDDP_INVALID_USAGE, "rank %d: no in-place recovery here (it needs `cddp run --restart-mode "
-                      "replace` and a world of 2 or more)", w->rank);
+                      "replace`)", w->rank);
   }
   int ms = (int)cddp__knob_int(CDDP_KNOB_RECOVER_TIMEOUT_MS);
   uint64_t deadline = cddp__deadline_ms(ms);

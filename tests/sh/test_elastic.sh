@@ -140,12 +140,28 @@ for attempt in 1 2 3; do
   q=""; for _ in $(seq 3000); do q=$(worker_pid s$attempt 1); [ -n "$q" ] && break; done
   [ -n "$q" ] && kill -KILL "$q"
   wait $p; rc=$?
-  how=$(grep -hoE 'no survivor holds the state: restored step 0|recovered from the loss of rank 1' "$T/s$attempt.out" | head -1)
+  # from disk, the line says how many steps were redone, 0 included (it once said nothing)
+  how=$(grep -hoE "no survivor holds the state: restored step 0 from the config's init \(no checkpoint in [^)]*\), [0-9]+ steps redone|recovered from the loss of rank 1" "$T/s$attempt.out" | head -1)
   v=$(samples_verdict "$T/s$attempt" 30 256)
   if [ $rc = 0 ] && [ -n "$q" ] && [ "$(grep -c 'replaced in place' "$T/s$attempt.out")" = 1 ] && [ -n "$how" ] && [ "$v" = clean ]; then
     ok "s$attempt: rank 1 (pid $q) killed as the job started: one replacement, the survivor stays (${how}), every sample once"
   else fail "s$attempt: killed at start" "rc=$rc pid=$q v=$v $(grep -vE 'epoch [0-9]' "$T/s$attempt.out" | tail -4 | tr '\n' ' ')"; fi
 done
+
+# (z) a world of one, its only worker SIGKILLed before it logged a step: no survivor, so the
+# replacement restores step 0 from the config's init, and its line still counts the steps redone
+# (0: none was logged; the count used to be left out, and the chaos summary printed "()")
+timeout 120 "$CDDP" run --standalone --nproc-per-node 1 --max-restarts 2 --restart-mode replace \
+  "$CDDP" train --config $CFG --work-dir "$T" --name z --set train.max_steps=20 --set ddp.threads=1 >"$T/z.out" 2>&1 &
+p=$!; bg+=($p)
+q=""; for _ in $(seq 3000); do q=$(worker_pid z 0); [ -n "$q" ] && break; done
+[ -n "$q" ] && kill -KILL "$q"
+wait $p; rc=$?
+line=$(grep -m1 'cddp train: no survivor holds the state: restored step' "$T/z.out")
+if [ $rc = 0 ] && [ -n "$q" ] && grep -q "restored step 0 from the config's init (no checkpoint in $T/z/checkpoints yet), 0 steps redone (generation 1, world 1)$" <<<"$line" &&
+   [ "$(grep -vc '"eval"' "$T/z/metrics.jsonl")" = 20 ]; then
+  ok "z: the only worker (pid $q) killed before its first step: ${line#*cddp train: }; 20 steps"
+else fail "z: a world of one from disk" "rc=$rc pid=$q: $line $(grep -vE 'epoch [0-9]' "$T/z.out" | tail -3 | tr '\n' ' ')"; fi
 
 # (w) the whole job lost: both workers of a 1 x 2 job SIGKILLed together. No rank holds the
 # state any more: the replacements restore the newest disk checkpoint (every 20 steps here) as

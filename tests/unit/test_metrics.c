@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "trainer/metrics.h"
@@ -159,6 +160,18 @@ TEST(a_resume_refuses_steps_missing_before_its_step) {
   CHECK(strstr(cddp_last_error(), "line 6: step 8 follows step 5") != NULL);
   steps_of(file, got, sizeof got);
   CHECK(!strcmp(got, "1 2 3 4 5 8 9 10 11 12"));
+  unlink(file), rmdir(path);
+}
+
+/* A FIFO where metrics.jsonl should be (a folder anyone could write into): refused at once, not
+ * waited on for ever. */
+TEST(a_resume_refuses_a_fifo_for_metrics) {
+  char path[] = "/tmp/cddp-metrics-test.XXXXXX", file[64];
+  CHECK(mkdtemp(path) != NULL);
+  snprintf(file, sizeof file, "%s/metrics.jsonl", path);
+  CHECK(mkfifo(file, 0600) == 0);
+  CHECK_RESULT(cddp__metrics_trim(file, 5, 5, NULL), CDDP_INVALID_ARG);
+  CHECK(strstr(cddp_last_error(), "is not a regular file") != NULL);
   unlink(file), rmdir(path);
 }
 

@@ -1,7 +1,9 @@
 /* test_run_errfile.c - the message in torch's error file (TORCHELASTIC_ERROR_FILE): torch's own
  * layout, escapes, non-ASCII, a flat message, and files that hold none. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "launcher/errfile.h"
@@ -59,4 +61,15 @@ TEST(errfile_without_message) {
   CHECK_EQ(read_text("{\"message\": {\"message\": \"abc\\u12", m, sizeof m), 0);
   CHECK_EQ(read_text("{\"message\": 42}", m, sizeof m), 0);
   CHECK_EQ(read_text("[1, 2, 3]", m, sizeof m), 0);
+}
+
+/* The worker writes this file: a FIFO there must not hang the agent that reads it. */
+TEST(errfile_fifo_not_waited_on) {
+  char dir[] = "/tmp/cddp-errfile-XXXXXX", fifo[64], m[64] = "x";
+  CHECK(mkdtemp(dir) != NULL);
+  snprintf(fifo, sizeof path, "%s/error.json", dir);
+  CHECK(mkfifo(fifo, 0600) == 0);
+  CHECK_EQ(cddp__errfile_read(fifo, m, sizeof m, NULL), 0);
+  CHECK_EQ(m[0], '\0');
+  unlink(fifo), rmdir(dir);
 }

@@ -98,6 +98,25 @@ TEST(status_events_hostile_counter) {
   cddp_store_close(s);
 }
 
+/* Records and events are anyone's bytes and reach a terminal: escape sequences print as '?'. */
+TEST(status_text_from_the_store_is_printable) {
+  cddp_store_t *s;
+  CHECK_OK(cddp_store_mem_create(&s));
+  int64_t v;
+  CHECK_OK(cddp_store_add(s, "status/events", 1, &v));
+  CHECK_OK(cddp_store_set(s, "status/event/1", "1 a\033]0;pwned\007b\nc", 20));
+  cddp__status_event_t ev[2];
+  int count = 0;
+  CHECK_OK(cddp__status_events(s, ev, 2, &count));
+  CHECK_EQ(count, 1);
+  CHECK(!strcmp(ev[0].text, "a?]0;pwned?b?c"));
+  const char *node = "node 1 0 3 42 2 1 5 2 0 4 1234 running h\033[2J\nrank 0 100 alive 0 7 1.0 3 0 x\033[2Jy\n";
+  cddp__status_node_t n;
+  CHECK_EQ(cddp__status_parse(node, strlen(node), &n), 0);
+  CHECK(!strcmp(n.host, "h?[2J") && !strcmp(n.ranks[0].last, "x?[2Jy"));
+  cddp_store_close(s);
+}
+
 TEST(endpoint_file) {
   char dir[] = "/tmp/cddp-endpoint-XXXXXX";
   CHECK(mkdtemp(dir) != NULL);
@@ -121,6 +140,18 @@ TEST(endpoint_file) {
   fputs("store nohostport\nrun_id x\ntoken -\n", f);
   fclose(f);
   CHECK_RESULT(cddp__endpoint_read(dir, &back), CDDP_INVALID_ARG);
+  f = fopen(path, "w"); /* a port past 65535; a control byte in a field */
+  fputs("store h:99999\nrun_id x\ntoken -\n", f);
+  fclose(f);
+  CHECK_RESULT(cddp__endpoint_read(dir, &back), CDDP_INVALID_ARG);
+  f = fopen(path, "w");
+  fputs("store h:1\nrun_id x\033[2J\ntoken -\n", f);
+  fclose(f);
+  CHECK_RESULT(cddp__endpoint_read(dir, &back), CDDP_INVALID_ARG);
+  unlink(path);
+  CHECK(mkfifo(path, 0600) == 0); /* never waited on */
+  CHECK_RESULT(cddp__endpoint_read(dir, &back), CDDP_INVALID_ARG);
+  CHECK(strstr(cddp_last_error(), "not a regular file") != NULL);
   unlink(path);
   rmdir(dir);
 }

@@ -5,9 +5,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cli/commands.h"
 #include "cli/flags.h"
+#include "common/io.h"
 
 #define MAX_RANKS 1024
 #define MAX_RECS 64
@@ -32,11 +34,16 @@ static void usage(FILE *f) {
              "behind and the ones stuck inside a collective. Exit 0: no desync, 1: a desync, 2: no records.\n");
 }
 
-/* One dump: its header, then a line per collective (as comm/flight.c writes them). */
+/* One dump: its header, then a line per collective (as comm/flight.c writes them). A regular
+ * file only, never blocking on a FIFO: the folder may hold anything. */
 static int read_dump(const char *path, rank_dump_t *d) {
-  FILE *f = fopen(path, "r");
+  int fd = cddp__open_regular(path);
+  FILE *f = fd >= 0 ? fdopen(fd, "r") : NULL;
   char line[1024];
-  if (!f) return -1;
+  if (!f) {
+    if (fd >= 0) close(fd);
+    return -1;
+  }
   d->n = 0;
   d->rank = -1;
   while (fgets(line, sizeof line, f)) {
@@ -45,8 +52,10 @@ static int read_dump(const char *path, rank_dump_t *d) {
     if (sscanf(line, " {\"seq\": %llu, \"cseq\": %llu, \"op\": \"%23[^\"]\", \"dtype\": \"%15[^\"]\", \"redop\": "
                "\"%15[^\"]\", \"count\": %llu, \"root\": %d, \"world\": %d, \"round\": %d, \"state\": \"%15[^\"]\", "
                "\"started_s_ago\": %lf, \"ms\": %lf}", &x.seq, &x.cseq, x.op, x.dtype, x.redop, &x.count, &x.root,
-               &x.world, &x.round, x.state, &x.age_s, &x.ms) == 12 && d->n < MAX_RECS)
+               &x.world, &x.round, x.state, &x.age_s, &x.ms) == 12 && d->n < MAX_RECS) {
+      cddp__printable(x.op), cddp__printable(x.dtype), cddp__printable(x.redop), cddp__printable(x.state);
       d->r[d->n++] = x;
+    }
   }
   fclose(f);
   return d->rank >= 0 ? 0 : -1;
@@ -72,7 +81,15 @@ static const rec_t *find(const rank_dump_t *d, int round, unsigned long long cse
 
 static const rec_t *last(const rank_dump_t *d) { return d->n ? &d->r[d->n - 1] : NULL; }
 
-static int by_rank(const void *a, const void *b) { return ((const rank_dump_t *)a)->rank - ((const rank_dump_t *)b)->rank; }
+static int by_rank(const void *a, const void *b) {
+  int x = ((const rank_dump_t *)a)->rank, y = ((const rank_dump_t *)b)->rank;
+  return (x > y) - (x < y);
+}
+
+static int by_value(const void *a, const void *b) {
+  unsigned long long x = *(const unsigned long long *)a, y = *(const unsigned long long *)b;
+  return (x > y) - (x < y);
+}
 
 int cddp__cmd_flight(int argc, char **argv) {
   const char *dir = NULL;
@@ -121,15 +138,17 @@ int cddp__cmd_flight(int argc, char **argv) {
     if (!strcmp(x->state, "started")) printf("rank %d: inside %s for %.1f s\n", d[i].rank, a, x->age_s);
     else printf("rank %d: last %s, %s %.1f s ago\n", d[i].rank, a, x->state, x->age_s - x->ms / 1e3);
   }
-  /* the first collective number of the latest round that two ranks both recorded, differently */
-  unsigned long long lo = ~0ull, hi = 0;
-  for (int i = 0; i < n; i++)
+  /* the first collective number of the latest round that two ranks both recorded, differently;
+   * only the numbers recorded are tried (the records are anyone's bytes: no range walked) */
+  unsigned long long *seqs = malloc((size_t)n * MAX_RECS * sizeof *seqs);
+  size_t ns = 0;
+  for (int i = 0; seqs && i < n; i++)
     for (int k = 0; k < d[i].n; k++)
-      if (d[i].r[k].round == round) {
-        if (d[i].r[k].cseq < lo) lo = d[i].r[k].cseq;
-        if (d[i].r[k].cseq > hi) hi = d[i].r[k].cseq;
-      }
-  for (unsigned long long c = lo; c <= hi && !desync && lo != ~0ull; c++) {
+      if (d[i].r[k].round == round) seqs[ns++] = d[i].r[k].cseq;
+  if (seqs) qsort(seqs, ns, sizeof *seqs, by_value);
+  for (size_t j = 0; j < ns && !desync; j++) {
+    unsigned long long c = seqs[j];
+    if (j > 0 && c == seqs[j - 1]) continue;
     const rec_t *first = NULL;
     int first_rank = -1;
     for (int i = 0; i < n && !desync; i++) {
@@ -146,6 +165,7 @@ int cddp__cmd_flight(int argc, char **argv) {
       }
     }
   }
+  free(seqs);
   /* who is behind: the ranks whose last collective of the round comes before the others' */
   unsigned long long top = 0;
   for (int i = 0; i < n; i++)

@@ -3,6 +3,7 @@
  * SVG or PDF. */
 #include <errno.h>
 #include <fcntl.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -47,6 +48,7 @@ typedef struct plot_data {
 static int rank_work(const char *line, double *work) {
   const char *p = strstr(line, "\"ranks\":[");
   int n = 0;
+  for (int r = 0; r < PLOT_RANKS_MAX; r++) work[r] = NAN; /* a rank the line lacks: no point */
   while (p && (p = strstr(p, "{\"rank\":"))) {
     const char *end = strchr(p, '}');
     if (!end) break;

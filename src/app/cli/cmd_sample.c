@@ -69,7 +69,9 @@ static uint64_t next_u64(uint64_t *s) {
 /* One byte from the logits of the last position: temperature, top-k, then a draw. */
 static int pick(const float *logits, int vocab, float temp, int top_k, uint64_t *rng) {
   double p[CDDP_GPT_VOCAB], mx = -INFINITY, kth = -INFINITY;
-  for (int v = 0; v < vocab; v++) mx = fmax(mx, logits[v]);
+  int likeliest = 0;
+  for (int v = 0; v < vocab; v++)
+    if (logits[v] > mx) mx = logits[v], likeliest = v;
   if (top_k > 0 && top_k < vocab) { /* the k-th largest logit: keep those at or above it */
     float sorted[CDDP_GPT_VOCAB];
     memcpy(sorted, logits, (size_t)vocab * sizeof *sorted);
@@ -87,7 +89,7 @@ static int pick(const float *logits, int vocab, float temp, int top_k, uint64_t 
   double u = (double)(next_u64(rng) >> 11) / 9007199254740992.0 * sum;
   for (int v = 0; v < vocab; v++)
     if ((u -= p[v]) <= 0 && p[v] > 0) return v;
-  return (int)mx; /* not reached: rounding left u > 0; take the likeliest */
+  return likeliest; /* rounding left u > 0: the likeliest */
 }
 
 /* (0, 100] */
@@ -151,6 +153,14 @@ int cddp__cmd_sample(int argc, char **argv) {
       fprintf(stderr, "cddp sample: %s (does %s match the checkpoint?)\n", cddp_last_error(), config);
       goto out;
     }
+    size_t bad = 0; /* a run that diverged saved NaN or Inf: its text would be noise, or nothing */
+    for (size_t k = 0; k < p->count; k++) bad += !isfinite(params[p->offset + k]);
+    if (bad) {
+      fprintf(stderr, "cddp sample: %s: tensor %s holds %zu non-finite values (NaN or Inf) of %zu: the run "
+              "diverged before this checkpoint; sample an earlier one (--ckpt .../checkpoints/step-N)\n", dir, p->name,
+              bad, (size_t)p->count);
+      goto out;
+    }
   }
   cddp__gpt_bind(m, params, NULL);
   size_t plen = strlen(prompt);
@@ -160,7 +170,15 @@ int cddp__cmd_sample(int argc, char **argv) {
   for (long k = 0; k < n; k++) {
     if (len == 0) window[len++] = '\n';
     cddp__gpt_forward(m, window, NULL, 1, len);
-    int b = pick(cddp__gpt_logits(m) + (size_t)(len - 1) * CDDP_GPT_VOCAB, CDDP_GPT_VOCAB, (float)temp, (int)top_k, &seed);
+    const float *logits = cddp__gpt_logits(m) + (size_t)(len - 1) * CDDP_GPT_VOCAB;
+    int finite = 1;
+    for (int v = 0; v < CDDP_GPT_VOCAB; v++) finite &= isfinite(logits[v]) != 0;
+    if (!finite) { /* finite weights can still overflow */
+      fprintf(stderr, "cddp sample: the model's output is not finite (NaN or Inf) at byte %ld: %s cannot be sampled\n",
+              k + 1, dir);
+      goto out;
+    }
+    int b = pick(logits, CDDP_GPT_VOCAB, (float)temp, (int)top_k, &seed);
     putchar(b);
     if (len == T) memmove(window, window + 1, (size_t)T - 1), len--;
     window[len++] = (uint8_t)b;

@@ -1,12 +1,12 @@
 /* errfile.c - finds the message in torch's JSON error file, without a JSON library: only the
  * string value of the innermost leading "message" key is decoded. */
-#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "common/io.h"
 #include "launcher/errfile.h"
 
 #define ERRFILE_MAX_BYTES (1 << 20)
@@ -101,7 +101,7 @@ void cddp__errfile_path(const char *dir, int rank, char *buf, size_t size) {
 
 int cddp__errfile_read(const char *path, char *out, size_t size, uint64_t *mtime_ns) {
   if (size) out[0] = '\0';
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  int fd = cddp__open_regular(path); /* the worker's file: a FIFO there must not hang the agent */
   if (fd < 0) return 0;
   struct stat st;
   if (fstat(fd, &st) != 0) {

@@ -7,6 +7,7 @@
 
 #include "common/check.h"
 #include "common/durable.h"
+#include "common/io.h"
 #include "common/clock.h"
 #include "trainer/metrics.h"
 #include "trainer/ranks.h"
@@ -58,8 +59,14 @@ cddp_result_t cddp__metrics_trim(const char *path, int64_t step, int64_t need, i
   int64_t high = -1, prev = -1;
   long long no = 0;
   if (last) *last = -1;
-  FILE *in = fopen(path, "r");
-  if (!in) return errno == ENOENT ? CDDP_OK : cddp__fail_errno(CDDP_SYSTEM, "cannot read %s", path);
+  int fd = cddp__open_regular(path); /* a FIFO there must not hang the resume */
+  FILE *in = fd >= 0 ? fdopen(fd, "r") : NULL;
+  if (!in) {
+    if (fd >= 0) close(fd);
+    if (errno == ENOENT) return CDDP_OK;
+    if (errno == EINVAL) return cddp__fail(CDDP_INVALID_ARG, "%s is not a regular file: remove it", path);
+    return cddp__fail_errno(CDDP_SYSTEM, "cannot read %s", path);
+  }
   cddp__durable_t out;
   cddp_result_t r = cddp__durable_open(&out, path, 0666);
   if (r != CDDP_OK) r = cddp__fail_ctx(r, "cannot rewrite metrics");

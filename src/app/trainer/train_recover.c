@@ -109,13 +109,14 @@ static cddp_result_t restore_whole_job(trainer_t *t, const char *why_disk) {
   t->has_state = 1;
   t->recoveries++;
   if (t->rank == 0) {
-    char from[700], redone[64] = "";
+    char from[700];
     if (resumed) snprintf(from, sizeof from, "checkpoint %s", t->last_ckpt);
     else snprintf(from, sizeof from, "the config's init (no checkpoint in %s/checkpoints yet)", t->run_dir);
-    if (last >= t->step) snprintf(redone, sizeof redone, ", %" PRId64 " steps redone", last + 1 - t->step);
+    /* always a count: 0 when the job was lost before it logged a step past the restored one */
+    int64_t redone = last >= t->step ? last + 1 - t->step : 0;
     cddp__metrics_break_line(&t->metrics);
-    fprintf(stderr, "cddp train: %s: restored step %" PRId64 " from %s%s (generation %d, world %d)\n", why_disk, t->step,
-            from, redone, cddp_world_generation(t->w), t->world);
+    fprintf(stderr, "cddp train: %s: restored step %" PRId64 " from %s, %" PRId64 " steps redone (generation %d, world %d)\n",
+            why_disk, t->step, from, redone, cddp_world_generation(t->w), t->world);
   }
   return CDDP_OK;
 }

@@ -117,6 +117,23 @@ out:
   return r;
 }
 
+cddp_result_t cddp__train_save_agreed(trainer_t *t) {
+  cddp_result_t r = cddp__train_save(t, 1);
+  union { char text[256]; int32_t words[64]; } why = {.text = ""}; /* broadcast as 64 int32s */
+  if (r != CDDP_OK) snprintf(why.text, sizeof why.text, "%s", cddp_last_error()); /* recoverable() clears it */
+  if (r != CDDP_OK && cddp__train_recoverable(t, r)) return cddp__fail(r, "%s", why.text);
+  /* the lowest rank that failed (world - rank, the largest), 0 when none did */
+  int64_t failed = r != CDDP_OK ? t->world - t->rank : 0;
+  cddp_comm_t *c = cddp_world_comm(t->w);
+  cddp_result_t cr = cddp_allreduce(c, &failed, &failed, 1, CDDP_I64, CDDP_MAX);
+  if (cr == CDDP_OK && failed > 0) cr = cddp_broadcast(c, why.words, 64, CDDP_I32, (int)(t->world - failed));
+  if (r != CDDP_OK) return cddp__fail(r, "%s", why.text);
+  if (cr != CDDP_OK || failed == 0) return cr;
+  why.text[sizeof why.text - 1] = '\0';
+  return cddp__fail(CDDP_SYSTEM, "rank %d could not save the checkpoint of step %" PRId64 ": %s", (int)(t->world - failed),
+                    t->step, why.text);
+}
+
 static int parse_u64(const cddp_ckpt_t *c, const char *key, uint64_t *out) {
   const char *s = cddp_ckpt_meta(c, key);
   if (!s || !*s) return -1;

@@ -371,14 +371,19 @@ static int run_loop(trainer_t *t) {
     }
     int epoch_done = t->sampler.epoch != epoch_before || t->step == t->total_steps;
     int due = (t->cfg.ckpt_every > 0 && t->step % t->cfg.ckpt_every == 0) || t->step == t->total_steps || stop;
-    cddp_result_t sr = due ? cddp__train_save(t, 1) : CDDP_OK;
-    /* ZeRO-1's save gathers the shards: a rank lost in it took its shard, and the recovery goes
-     * back to the newest checkpoint (earlier than this step), from where the loop goes on */
-    if (sr != CDDP_OK && t->zero1.on && cddp__train_recoverable(t, sr) && cddp__train_recover(t, cddp__now_ns()) == CDDP_OK)
-      continue;
+    cddp_result_t sr = due ? cddp__train_save_agreed(t) : CDDP_OK;
+    /* a rank lost in the save (ZeRO-1's gather of the shards, the agreement): recovered in place;
+     * under ZeRO-1 the lost rank took its shard and the recovery goes back to the newest
+     * checkpoint (earlier than this step), from where the loop goes on */
     if (sr != CDDP_OK) {
+      char why[512]; /* before cddp__train_recoverable, which asks the store and clears the error */
+      snprintf(why, sizeof why, "%s", cddp_last_error());
+      int recoverable = cddp__train_recoverable(t, sr);
+      if (recoverable && cddp__train_recover(t, cddp__now_ns()) == CDDP_OK) continue;
       cddp__metrics_break_line(&t->metrics);
-      fprintf(stderr, "cddp train: rank 0: checkpoint at step %" PRId64 ": %s\n", t->step, cddp_last_error());
+      fprintf(stderr, "cddp train: rank %d: checkpoint at step %" PRId64 ": %s%s%s\n", t->rank, t->step, why,
+              recoverable ? "; in-place recovery failed: " : "", recoverable ? cddp_last_error() : "");
+      snprintf(t->failure, sizeof t->failure, "checkpoint at step %" PRId64 ": %.150s", t->step, why);
       return 1;
     }
     int eval = (epoch_done && t->cfg.eval_every_epoch) || t->step == t->total_steps;

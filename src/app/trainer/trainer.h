@@ -105,6 +105,11 @@ size_t cddp__train_param_slots(const trainer_t *t);
 /* Collective when ddp.compress is sign and healthy (the residuals are gathered); rank 0
  * writes. healthy = 0 after a failed step: no collective, no residuals. */
 cddp_result_t cddp__train_save(trainer_t *t, int healthy);
+/* The step's checkpoint, saved (cddp__train_save, healthy) and agreed by every rank: when rank 0
+ * could not write it, every rank fails with rank 0's reason (its peers would otherwise find it
+ * gone at their next collective and call that a desync). One 8-byte all-reduce per checkpoint;
+ * a communicator failure is returned as is (in-place recovery's to repair). */
+cddp_result_t cddp__train_save_agreed(trainer_t *t);
 /* Restores from `want` (a checkpoint path, "latest", "none" or NULL; rank 0 reads, every rank
  * receives). "latest" with no checkpoint in the run yet loads `origin` when it is not NULL.
  * *resumed = 1 when state came from a checkpoint. Rank 0's failure (or t->refused) is every
