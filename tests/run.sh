@@ -18,7 +18,7 @@ ci=0; [ "${CI:-}" = true ] && ci=1
 . tests/tap.sh # count FILE
 run_tap() { # NAME CMD...: runs CMD, counts its TAP lines; a crash with no lines counts as one failure
   local name=$1; shift
-  local out="$log/$name.out"
+  local out="$log/$name.out" t0=$SECONDS
   timeout "${CDDP_SUITE_TIMEOUT:-900}" "$@" >"$out" 2>"$log/$name.err"
   local rc=$?
   count "$out"
@@ -26,7 +26,7 @@ run_tap() { # NAME CMD...: runs CMD, counts its TAP lines; a crash with no lines
     echo "not ok - $name exited $rc without a failing test line (stderr: $log/$name.err)"
     failed=$((failed + 1))
   fi
-  echo "# $name: $(grep '^ok ' "$out" | grep -vc ' # SKIP') ok, $(grep -c '^not ok ' "$out") not ok, $(grep -c '^ok .* # SKIP' "$out") skipped" >&2
+  echo "# $name: $(grep '^ok ' "$out" | grep -vc ' # SKIP') ok, $(grep -c '^not ok ' "$out") not ok, $(grep -c '^ok .* # SKIP' "$out") skipped, $((SECONDS - t0)) s" >&2
 }
 
 scripts/install-deps.sh test || { echo "0 passed, 1 failed, 0 skipped"; exit 1; }
@@ -56,7 +56,7 @@ if [ $quick = 0 ]; then
       tail -20 "$log/build-$san.log"; echo "not ok - $san build failed"; failed=$((failed + 1))
     fi
   done
-  if make -j2 fuzz >"$log/build-fuzz.log" 2>&1; then
+  if make -j"$(nproc)" fuzz >"$log/build-fuzz.log" 2>&1; then
     for f in build/fuzz/fuzz_*; do
       [ -x "$f" ] && [ -f "$f" ] || continue
       # each earlier finding (tests/fuzz/regress/NAME/) is run first, then new inputs for the

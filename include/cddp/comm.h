@@ -89,6 +89,19 @@ const char *cddp_comm_transport(const cddp_comm_t *comm);
  * calls it with the same size in the same order. Free with cddp_comm_mem_free. */
 cddp_result_t cddp_comm_mem_alloc(cddp_comm_t *comm, size_t bytes, void **ptr);
 cddp_result_t cddp_comm_mem_free(cddp_comm_t *comm, void *ptr);
+/* Collective, like cddp_comm_mem_alloc, but one buffer for the whole world: every rank reads
+ * and writes the same memory (shared memory, every rank on this host; ZeRO-1's one copy of the
+ * parameters). INVALID_USAGE where the transport has no such memory (tcp, hier, a world of
+ * one); free with cddp_comm_mem_free. */
+cddp_result_t cddp_comm_mem_alloc_one(cddp_comm_t *comm, size_t bytes, void **ptr);
+
+/* Progress, for the launcher's hang watchdog and `cddp status` (docs/launcher.md). A program
+ * busy alone between collectives (writing a checkpoint, a long accumulation) calls
+ * cddp_progress_alive so its peers' watchdog does not take it for hung; cddp_progress_step says
+ * how far it got (a trainer: optimizer steps done). Cheap, never block; outside `cddp run` they
+ * do nothing. */
+void cddp_progress_alive(void);
+void cddp_progress_step(uint64_t step);
 
 /* ---- Blocking collectives. Every rank calls them in the same order. In-place when
  * send == recv. Each returns TIMEOUT / REMOTE / ABORTED with cddp_last_error naming the

@@ -570,7 +570,7 @@ cddp_result_t cddp_comm_mem_free(cddp_comm_t *c, void *ptr) {
   return CDDP_OK;
 }
 
-cddp_result_t cddp__comm_mem_alloc_one(cddp_comm_t *c, size_t bytes, void **ptr) {
+cddp_result_t cddp_comm_mem_alloc_one(cddp_comm_t *c, size_t bytes, void **ptr) {
   *ptr = NULL;
   if (!c || !c->tp || !c->tp->mem_alloc_one)
     return cddp__fail(CDDP_INVALID_USAGE, "one buffer for every rank: the %s transport maps no shared memory",

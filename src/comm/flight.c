@@ -69,12 +69,12 @@ void cddp__flight_end(uint64_t seq, int ok) {
   }
 }
 
-void cddp__flight_beat(void) {
+void cddp_progress_alive(void) {
   cddp__flight_page_t *p = get();
   if (p) __atomic_add_fetch(&p->beat, 1, __ATOMIC_RELEASE);
 }
 
-void cddp__flight_step(uint64_t step) {
+void cddp_progress_step(uint64_t step) {
   cddp__flight_page_t *p = get();
   if (p) __atomic_store_n(&p->step, step, __ATOMIC_RELEASE);
 }

@@ -41,14 +41,6 @@ uint64_t cddp__flight_start(int kind, int dt, int op, int root, uint64_t count, 
 /* Records the end (ok: done, else failed) of collective seq. */
 void cddp__flight_end(uint64_t seq, int ok);
 
-/* Says "alive, working" without a collective: a rank busy alone (writing a checkpoint while its
- * peers wait at the next collective) is not taken for hung. Cheap; never blocks. */
-void cddp__flight_beat(void);
-
-/* Says how far the program got (the trainer: optimizer steps done), for `cddp status` through
- * its agent. Cheap (one store); never blocks. */
-void cddp__flight_step(uint64_t step);
-
 /* The process's page (mapped from CDDP_FLIGHT_FILE when its agent gave one, else private). */
 const cddp__flight_page_t *cddp__flight_page(void);
 

@@ -11,13 +11,13 @@
 /* F16C conversions on x86 (checked at run time); -DCDDP_NO_F16C builds the portable path only. */
 #if (defined(__x86_64__) || defined(__i386__)) && !defined(CDDP_NO_F16C)
 #include <immintrin.h>
-#include <cpuid.h>
 #define HAVE_X86 1
 #else
 #define HAVE_X86 0
 #endif
 
 #include "comm/reduce.h"
+#include "common/cpu.h"
 
 /* ifunc resolvers run before the sanitizer runtimes start, which crashes them: no clones there. */
 #if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
@@ -79,12 +79,7 @@ __attribute__((target("avx,f16c"))) static void f16_store_hw(uint16_t *d, const 
   for (; i < n; i++) d[i] = cddp__f32_to_f16(s[i]);
 }
 
-/* F16C is CPUID.1:ECX bit 29; clang 14's __builtin_cpu_supports does not know "f16c". The
- * "avx" check also covers the OS saving the YMM registers. */
-int cddp__f16_hw(void) {
-  unsigned a, b, c, d;
-  return __builtin_cpu_supports("avx") && __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C);
-}
+int cddp__f16_hw(void) { return cddp__cpu_has(CDDP_CPU_AVX | CDDP_CPU_F16C); }
 #else
 int cddp__f16_hw(void) { return 0; }
 #endif
@@ -174,8 +169,8 @@ static int bf16_cap = 2; /* the widest path allowed: 2 AVX-512F, 1 AVX2, 0 porta
 
 static int bf16_level(void) {
 #if HAVE_X86
-  if (bf16_cap >= 2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw")) return 2;
-  if (bf16_cap >= 1 && __builtin_cpu_supports("avx2")) return 1;
+  if (bf16_cap >= 2 && cddp__cpu_has(CDDP_CPU_AVX512F | CDDP_CPU_AVX512BW)) return 2;
+  if (bf16_cap >= 1 && cddp__cpu_has(CDDP_CPU_AVX2)) return 1;
 #endif
   return 0;
 }

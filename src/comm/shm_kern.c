@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "comm/shm.h"
+#include "common/cpu.h"
 
 /* Streams dst (64-byte aligned) from src with AVX-512 non-temporal stores. */
 __attribute__((target("avx512f"))) static void stream512(char *dst, const char *src, size_t n) {
@@ -62,8 +63,8 @@ void cddp__shm_copy(void *dst_, const void *src_, size_t bytes, int nt) {
   }
   size_t head = (64 - ((uintptr_t)dst & 63)) & 63;
   memcpy(dst, src, head);
-  if (__builtin_cpu_supports("avx512f")) stream512(dst + head, src + head, bytes - head);
-  else if (__builtin_cpu_supports("avx2")) stream256(dst + head, src + head, bytes - head);
+  if (cddp__cpu_has(CDDP_CPU_AVX512F)) stream512(dst + head, src + head, bytes - head);
+  else if (cddp__cpu_has(CDDP_CPU_AVX2)) stream256(dst + head, src + head, bytes - head);
   else memcpy(dst + head, src + head, bytes - head);
 }
 
@@ -110,6 +111,6 @@ static void sum2_f32_c(float *d0, float *d1, const float *a, const float *b, siz
 
 void cddp__shm_sum2_f32(float *d0, float *d1, const float *a, const float *b, size_t n,
                         float scale, int avg, int nt) {
-  if (__builtin_cpu_supports("avx512f")) sum2_f32_512(d0, d1, a, b, n, scale, avg, nt);
+  if (cddp__cpu_has(CDDP_CPU_AVX512F)) sum2_f32_512(d0, d1, a, b, n, scale, avg, nt);
   else sum2_f32_c(d0, d1, a, b, n, scale, avg);
 }

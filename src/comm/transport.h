@@ -93,10 +93,6 @@ static inline int cddp__aborted(const cddp__comm_ctx_t *ctx) {
  * that look inside a transport (the shm tuner's table). */
 void *cddp__comm_transport_state(cddp_comm_t *c, const char **name);
 
-/* Collective, like cddp_comm_mem_alloc, but one buffer for the whole world: every rank reads
- * and writes the same memory (shared memory, every rank on this host). INVALID_USAGE where the
- * transport has no such memory (tcp, hier, a world of one); free with cddp_comm_mem_free. */
-cddp_result_t cddp__comm_mem_alloc_one(cddp_comm_t *c, size_t bytes, void **ptr);
 
 /* "rank R (host H)" for error messages. */
 const char *cddp__peer_name(const cddp__comm_ctx_t *ctx, int rank, char *buf, size_t size);

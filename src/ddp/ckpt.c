@@ -17,7 +17,7 @@
 #include <unistd.h>
 #include <zlib.h>
 
-#include "comm/flight.h"
+#include "cddp/comm.h"
 #include "common/check.h"
 #include "common/durable.h"
 #include "common/io.h"
@@ -454,7 +454,7 @@ cddp_result_t cddp_ckpt_save(const char *root, int64_t step, const cddp_ckpt_pay
   if (!root || !*root || !p || step < 0 || p->n_weights < 0 || p->n_state < 0 || p->n_meta < 0)
     return cddp__fail(CDDP_INVALID_ARG, "checkpoint save: bad arguments (root %s, step %" PRId64 ")", root ? root : "(null)", step);
   CDDP_CHECK(mkdir_p(root));
-  cddp__flight_beat(); /* a long save is work, not a hang (its peers may wait at the next collective) */
+  cddp_progress_alive(); /* a long save is work, not a hang (its peers may wait at the next collective) */
   clean_stale(root);
   if (!tmp_name(tmp, sizeof tmp, root, "", step) ||
       snprintf(final, sizeof final, "%s/" STEP_FMT, root, step) >= (int)sizeof final)

@@ -12,7 +12,7 @@
 #include <unistd.h>
 #include <zlib.h>
 
-#include "comm/flight.h"
+#include "cddp/comm.h"
 #include "common/check.h"
 #include "common/durable.h"
 
@@ -187,7 +187,7 @@ out:
 
 /* Appends to the file and folds the bytes into its CRC-32. */
 static cddp_result_t put(cddp__durable_t *d, const void *p, size_t n, uint32_t *crc) {
-  cddp__flight_beat(); /* a large checkpoint is work: its peers' watchdog must not take it for a hang */
+  cddp_progress_alive(); /* a large checkpoint is work: its peers' watchdog must not take it for a hang */
   for (size_t at = 0; at < n; at += (size_t)1 << 30)
     *crc = (uint32_t)crc32(*crc, (const Bytef *)p + at, (uInt)CDDP_MIN(n - at, (size_t)1 << 30));
   return cddp__durable_write(d, p, n);
@@ -219,9 +219,9 @@ cddp_result_t cddp__st_write(const char *path, const cddp_tensor_view_t *t, int 
     if (count) CDDP_CHECK_GOTO(put(&d, t[i].data, count * 4, &crc), ret, fail);
     total += count * 4;
   }
-  cddp__flight_beat();
+  cddp_progress_alive();
   CDDP_CHECK_GOTO(cddp__durable_commit(&d), ret, fail);
-  cddp__flight_beat();
+  cddp_progress_alive();
   free(b.p);
   if (size) *size = total;
   if (crc_out) *crc_out = crc;

@@ -6,7 +6,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "cddp/ddp.h"
+#include "cddp/world.h"
 #include "common/check.h"
 #include "common/clock.h"
 #include "common/knobs.h"

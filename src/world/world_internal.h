@@ -3,7 +3,7 @@
 #ifndef CDDP_WORLD_WORLD_INTERNAL_H
 #define CDDP_WORLD_WORLD_INTERNAL_H
 
-#include "cddp/ddp.h"
+#include "cddp/world.h"
 
 struct cddp__gen_watch;
 

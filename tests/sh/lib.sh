@@ -42,6 +42,20 @@ port_listening() {
   local hex; hex=$(printf '%04X' "$1")
   awk -v p=":$hex" '$4 == "0A" && substr($2, length($2) - 4) == p { f = 1 } END { exit !f }' /proc/net/tcp /proc/net/tcp6 2>/dev/null
 }
+# netns_up N DIR TAG OCTET: N namespace hosts of this test's own (tests/cluster/netns.sh): names
+# cddp<TAG><pid>, subnet 10.OCTET.x, the record under DIR, so namespace tests running at the same
+# time never meet. Where namespaces cannot be made here the test reports its skip (a failure in
+# CI) and exits; any other failure is one failing line. netns_down takes them away.
+netns_up() {
+  local n=$1 dir=$2 tag=$3 octet=$4
+  export CDDP_NETNS_STATE=$dir/netns CDDP_NETNS_PREFIX=cddp$tag$$ CDDP_NETNS_SUBNET=10.$octet.$(($$ % 200 + 20))
+  timeout 30 tests/cluster/netns.sh up "$n" >"$dir/up.log" 2>&1 && return 0
+  if grep -qi "operation not permitted\|command not found\|permission denied" "$dir/up.log"; then
+    echo "ok 1 - $t_name # SKIP network namespaces cannot be made here: $(tail -1 "$dir/up.log")"; exit 0
+  fi
+  fail netns_up "$(tail -2 "$dir/up.log" | tr '\n' ' ')"; finish
+}
+netns_down() { timeout 30 tests/cluster/netns.sh down >/dev/null 2>&1; }
 # hw_absent TAG: 0 when this host lacks what a skip's tag names (tests/tap.sh, run.sh's own
 # probe); a case that needs it then reports "ok N - name # SKIP [TAG] why"
 hw_absent() { ( . tests/tap.sh && tap_hw_absent "$1" ); }

@@ -11,25 +11,17 @@
 cd "$(dirname "$0")/../.." && source tests/sh/lib.sh
 NS=tests/cluster/netns.sh
 T=$(mktemp -d /tmp/cddp-elastic-netns.XXXXXX)
-# our own hosts, subnet and record: other namespace tests running at the same time never meet ours
-export CDDP_NETNS_STATE=$T/netns CDDP_NETNS_PREFIX=cddpe$$ CDDP_NETNS_SUBNET=10.77.$(($$ % 200 + 20))
 bg=()
 cleanup() {
   local p
   for p in "${bg[@]}"; do kill -KILL "$p" 2>/dev/null; done
   wait 2>/dev/null
-  timeout 30 "$NS" down >/dev/null 2>&1
+  netns_down
   [ -n "${CDDP_TEST_KEEP:-}" ] || rm -rf "$T"
 }
 trap cleanup EXIT
 
-if ! timeout 30 "$NS" up 3 >"$T/up.log" 2>&1; then
-  if grep -qi "operation not permitted\|command not found\|permission denied" "$T/up.log"; then
-    echo "ok 1 - $t_name # SKIP network namespaces cannot be made here: $(tail -1 "$T/up.log")"
-    exit 0
-  fi
-  fail netns_up "$(tail -2 "$T/up.log" | tr '\n' ' ')"; finish
-fi
+netns_up 3 "$T" e 77
 
 ONLY=${1:-all} # cut | part | rejoin | storekill | storecut: that case alone
 CFG=configs/fmnist_mlp.yaml

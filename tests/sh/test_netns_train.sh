@@ -12,24 +12,16 @@ NS=tests/cluster/netns.sh
 T=${CDDP_NETNS_TRAIN_TIMEOUT:-300}
 EPOCHS=${CDDP_NETNS_TRAIN_EPOCHS:-1}
 ST=$(mktemp -d /tmp/cddp-test-netns-train.XXXXXX)
-# our own prefix and record: helpers running netns tests at the same time do not collide
-export CDDP_NETNS_STATE=$ST/netns CDDP_NETNS_PREFIX=cddpt$$
 pids=()
 cleanup() {
   local p
   for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done
-  timeout 30 "$NS" down >/dev/null 2>&1
+  netns_down
   rm -rf "$ST"
 }
 trap cleanup EXIT
 
-if ! timeout 30 "$NS" up 3 >"$ST/up.log" 2>&1; then
-  if grep -qi "operation not permitted\|command not found" "$ST/up.log"; then
-    echo "ok 1 - $t_name # SKIP network namespaces are not available here: $(tail -1 "$ST/up.log")"
-    exit 0
-  fi
-  fail netns_up "$(tail -2 "$ST/up.log" | tr '\n' ' ')"; finish
-fi
+netns_up 3 "$ST" n 76
 echo "# 3 hosts up" # setup, not a test: only its failure is reported
 
 W=$ST/runs

@@ -34,7 +34,7 @@ for sig in TERM INT; do
   env "${blas[@]}" timeout 60 "$CDDP" run --nnodes 2 --nproc-per-node 1 --rdzv-backend c10d --rdzv-endpoint 127.0.0.1:$P --rdzv-id w$P \
     --rdzv-timeout 30 true >"$T/w$sig.out" 2>&1 &
   p=$!; bg+=($p)
-  sleep 1
+  wait_for 10 port_listening $P # its store is up: it waits in the rendezvous
   stop_in $p "$T/w$sig.out" $sig "signal (waiting in the rendezvous)"
 done
 
@@ -64,8 +64,10 @@ kill -KILL "$host"; wait "$host" 2>/dev/null
 timeout 30 "$CDDP" run --nproc-per-node 2 --max-restarts 3 --grace-period 2 sh -c 'if [ $RANK = 1 ]; then sleep 0.3
   echo "rank 1 fails in restart $CDDP_RESTART_COUNT" >&2; exit 1; fi; trap "" TERM; sleep 30' >"$T/s.out" 2>&1 &
 p=$!; bg+=($p)
-for _ in $(seq 200); do grep -q "rank 1 fails" "$T/s.out" && break; sleep 0.02; done
-sleep 0.3
+# stopping: rank 1 has been reaped (the agent signals rank 0 in the same pass), rank 0 lives on
+agent=""; find_agent() { agent=$(pgrep -P $p -x cddp); [ -n "$agent" ]; }
+only_rank0_left() { grep -q "rank 1 fails" "$T/s.out" && [ "$(pgrep -P "$agent" | wc -l)" = 1 ]; }
+wait_for 10 find_agent && wait_for 10 only_rank0_left || echo "# (signal, stopping): never saw rank 1 reaped" >&2
 t0=$(date +%s.%N); kill -TERM $p; wait $p; rc=$?
 dt=$(echo "$(date +%s.%N) - $t0" | bc)
 if [ $rc = 143 ] && ! grep -q "restarting the workers" "$T/s.out" && [ "$(echo "$dt < $(scaled 3)" | bc)" = 1 ] &&

@@ -2,7 +2,7 @@
 # test_run_flags.sh - documented `cddp run` behaviours that no other test covered
 # (docs/launcher.md, docs/store.md): --run-path runs any PROGRAM with Python; --local-addr is
 # the address node 0 publishes (the workers' MASTER_ADDR); a standby store, like the store,
-# refuses a wrong token.
+# refuses a wrong token; --rdzv-conf close_timeout bounds the store host's wait at exit.
 cd "$(dirname "$0")/../.." && source tests/sh/lib.sh
 T=$(mktemp -d /tmp/cddp-runflags.XXXXXX)
 bg=()
@@ -57,4 +57,30 @@ if wait_for 20 standby_up; then
     ok "a standby refuses a wrong token: one line, exit $rc" || fail "standby, wrong token" "rc=$rc: $out"
 else fail "standby, wrong token" "agent 2 started no standby: $(tail -2 "$T/a2.out" | tr '\n' ' ')"; fi
 kill -TERM "${bg[@]}" 2>/dev/null; wait_all 30 "${bg[@]}"; bg=()
+
+# --rdzv-conf close_timeout: at exit the store's host waits that long for the other nodes to count
+# out of the round (default: --grace-period). Node 1's agent is frozen, so it never counts out;
+# SIGTERM to the host then ends it after close_timeout, not sooner and not much later.
+host_exit_after() { # CONF: seconds from SIGTERM to the store host's exit, node 1 frozen
+  local P; P=$(free_port); : >"$T/h.out"; : >"$T/n.out"
+  timeout 60 "$CDDP" run --nnodes 2 --nproc-per-node 1 --rdzv-backend c10d --rdzv-endpoint 127.0.0.1:$P \
+    --grace-period 2 --rdzv-conf "is_host=true$1" sh -c 'echo up; exec sleep 60' >"$T/h.out" 2>&1 & local h=$!
+  timeout 60 "$CDDP" run --nnodes 2 --nproc-per-node 1 --rdzv-backend c10d --rdzv-endpoint 127.0.0.1:$P \
+    --rdzv-conf is_host=false sh -c 'echo up; exec sleep 60' >"$T/n.out" 2>&1 & local n=$!
+  bg+=($h $n)
+  both_up() { [ "$(cat "$T/h.out" "$T/n.out" | grep -c '\] up$')" = 2 ]; }
+  if ! wait_for 30 both_up; then echo "never up: $(tail -2 "$T/h.out" | tr '\n' ' ')"; kill -KILL $h $n; return; fi
+  local agent; agent=$(pgrep -P $n -x cddp) # timeout's child: the agent itself
+  kill -STOP $agent
+  local t0; t0=$(date +%s.%N); kill -TERM $h; wait $h; local rc=$?
+  echo "rc=$rc $(echo "$(date +%s.%N) - $t0" | bc)"
+  kill -CONT $agent; kill -TERM $n; wait_all 20 $n
+}
+for c in "1:,close_timeout=1" "4:,close_timeout=4" "2:"; do
+  want=${c%%:*}; out=$(host_exit_after "${c#*:}"); rc=${out%% *}; dt=${out##* }
+  name="--rdzv-conf ${c#*:,}"; [ -z "${c#*:}" ] && name="close_timeout unset (the grace period, 2 s)"
+  if [ "$rc" = rc=143 ] && awk -v d="$dt" -v w="$want" -v k="$(scaled 1)" 'BEGIN { exit !(d >= w - 0.1 && d < w + 1.5 * k) }'; then
+    ok "$name: the store's host waits ${dt%???????} s for a frozen node at exit"
+  else fail "$name" "$out (wanted rc=143 after about $want s)"; fi
+done
 finish

@@ -8,24 +8,17 @@ cd "$(dirname "$0")/../.." && source tests/sh/lib.sh
 NS=tests/cluster/netns.sh
 W=$PWD/build/tests/helpers/run_worker
 T=$(mktemp -d /tmp/cddp-split-tie.XXXXXX)
-export CDDP_NETNS_STATE=$T/netns CDDP_NETNS_PREFIX=cddpt$$ CDDP_NETNS_SUBNET=10.79.$(($$ % 200 + 20))
 A=()
 cleanup() {
   local p
   for p in "${A[@]}"; do kill -KILL "$p" 2>/dev/null; done
   wait 2>/dev/null
-  timeout 30 "$NS" down >/dev/null 2>&1
+  netns_down
   [ -n "${CDDP_TEST_KEEP:-}" ] && cp "$T"/h?.out "$CDDP_TEST_KEEP"/ 2>/dev/null; rm -rf "$T"
 }
 trap cleanup EXIT
 
-if ! timeout 30 "$NS" up 4 >"$T/up.log" 2>&1; then
-  if grep -qi "operation not permitted\|command not found\|permission denied" "$T/up.log"; then
-    echo "ok 1 - $t_name # SKIP network namespaces cannot be made here: $(tail -1 "$T/up.log")" # CI: a failure
-    exit 0
-  fi
-  fail netns_up "$(tail -2 "$T/up.log" | tr '\n' ' ')"; finish
-fi
+netns_up 4 "$T" t 79
 ep=$("$NS" addr 1):29500
 # the far side's voter that is not next in line gives up after the failover wait: 8 s, not 30
 export CDDP_STORE_FAILOVER_MS=8000

@@ -1,9 +1,11 @@
-/* test_common.c - result codes, last-error text, knobs table vs docs/knobs.md, reduce kernels. */
+/* test_common.c - result codes, last-error text, knobs table vs docs/knobs.md, reduce kernels,
+ * the CPU features every kernel asks (common/cpu.h) against /proc/cpuinfo. */
 #include <stdint.h>
 #include <string.h>
 
 #include "comm/reduce.h"
 #include "common/check.h"
+#include "common/cpu.h"
 #include "common/knobs.h"
 #include "test.h"
 
@@ -113,4 +115,35 @@ TEST(reduce2_f32_aliasing_shapes) {
     cddp__reduce2(x + 1, x, b, N - 1, CDDP_F32, CDDP_SUM, 1.0);
     CHECK(x[1] == a[0] + b[0]);
   }
+}
+
+/* cddp__cpu_has agrees with the kernel's own reading of the CPU (/proc/cpuinfo's flags), one
+ * feature at a time and combined; a CPU that is not x86 has none of them. */
+TEST(cpu_features_match_proc_cpuinfo) {
+  FILE *f = fopen("/proc/cpuinfo", "r");
+  if (!f) TEST_FAIL("/proc/cpuinfo cannot be read");
+  char line[8192], flags[8192] = "";
+  while (fgets(line, sizeof line, f))
+    if (strncmp(line, "flags", 5) == 0) {
+      snprintf(flags, sizeof flags, " %s", strchr(line, ':') ? strchr(line, ':') + 1 : "");
+      break;
+    }
+  fclose(f);
+  char *nl = strchr(flags, '\n');
+  if (nl) *nl = ' ';
+  static const struct { unsigned bit; const char *flag; } want[] = {
+      {CDDP_CPU_AVX, " avx "},           {CDDP_CPU_AVX2, " avx2 "},         {CDDP_CPU_FMA, " fma "},
+      {CDDP_CPU_F16C, " f16c "},         {CDDP_CPU_AVX512F, " avx512f "},   {CDDP_CPU_AVX512BW, " avx512bw "},
+      {CDDP_CPU_AVX512VL, " avx512vl "}, {CDDP_CPU_AVX512DQ, " avx512dq "}, {CDDP_CPU_AVX512BF16, " avx512_bf16 "},
+  };
+  unsigned all = 0, have = 0;
+  for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+    int listed = strstr(flags, want[i].flag) != NULL;
+    if (cddp__cpu_has(want[i].bit) != listed) TEST_FAIL("cpu feature%s: cddp__cpu_has says %d, /proc/cpuinfo %d",
+                                                        want[i].flag, !listed, listed);
+    all |= want[i].bit;
+    if (listed) have |= want[i].bit;
+  }
+  CHECK_EQ(cddp__cpu_has(have), 1);
+  CHECK_EQ(cddp__cpu_has(all), have == all);
 }

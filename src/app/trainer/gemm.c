@@ -5,15 +5,14 @@
 #include <string.h>
 
 #include "common/check.h"
+#include "common/cpu.h"
 #include "common/knobs.h"
 
 static cddp_precision_t precision = CDDP_PRECISION_FP32;
 
 int cddp__cpu_has_bf16(void) {
   if (strcmp(cddp__knob_str(CDDP_KNOB_CPU_BF16), "0") == 0) return 0;
-  __builtin_cpu_init();
-  return __builtin_cpu_supports("avx512bf16") && __builtin_cpu_supports("avx512bw") &&
-         __builtin_cpu_supports("avx512vl");
+  return cddp__cpu_has(CDDP_CPU_AVX512BF16 | CDDP_CPU_AVX512BW | CDDP_CPU_AVX512VL);
 }
 
 cddp_result_t cddp__gemm_set_precision(cddp_precision_t p) {

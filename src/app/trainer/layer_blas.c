@@ -6,6 +6,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "common/cpu.h"
 #include "common/log.h"
 #include "trainer/layers.h"
 
@@ -32,11 +33,9 @@ static void select_core(void) {
   static const char *const avx2_cores[] = {"haswell",  "skylakex", "cooperlake", "sapphirerapids",
                                            "zen",      NULL};
   const char *want = NULL;
-  __builtin_cpu_init();
-  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-      __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq")) {
+  if (cddp__cpu_has(CDDP_CPU_AVX512F | CDDP_CPU_AVX512BW | CDDP_CPU_AVX512VL | CDDP_CPU_AVX512DQ)) {
     if (!is_one_of(have, avx512_cores)) want = "SkylakeX";
-  } else if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
+  } else if (cddp__cpu_has(CDDP_CPU_AVX2 | CDDP_CPU_FMA)) {
     if (!is_one_of(have, avx2_cores)) want = "Haswell";
   }
   if (!want) return;

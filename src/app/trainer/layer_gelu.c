@@ -5,6 +5,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "common/cpu.h"
 #include "trainer/layers_gpt.h"
 #include "trainer/vmath.h"
 
@@ -27,10 +28,7 @@ static int forced = 3;
 int cddp__cpu_isa(void) {
   static int level = -1;
   if (level < 0) {
-    __builtin_cpu_init();
-    level = __builtin_cpu_supports("avx512f")                                     ? 2
-            : __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") ? 1
-                                                                                : 0;
+    level = cddp__cpu_has(CDDP_CPU_AVX512F) ? 2 : cddp__cpu_has(CDDP_CPU_AVX2 | CDDP_CPU_FMA) ? 1 : 0;
   }
   return level < forced ? level : forced;
 }

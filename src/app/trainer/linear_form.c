@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "common/clock.h"
+#include "common/cpu.h"
 #include "common/knobs.h"
 #include "common/log.h"
 #include "trainer/gemm.h"
@@ -195,12 +196,7 @@ static int transposed(float *y, const float *x, const float *w, const float *bia
     if (!scratch) return 0;
   }
   cddp__gemm(CblasNoTrans, CblasTrans, out, n, in, 1.0f, w, in, x, in, 0.0f, scratch, n);
-  static int avx512 = -1; /* benign race: every thread computes the same answer */
-  if (avx512 < 0) {
-    __builtin_cpu_init();
-    avx512 = __builtin_cpu_supports("avx512f");
-  }
-  if (avx512) epilogue_avx512(y, scratch, bias, res, n, out, relu);
+  if (cddp__cpu_has(CDDP_CPU_AVX512F)) epilogue_avx512(y, scratch, bias, res, n, out, relu);
   else epilogue(y, scratch, bias, res, n, out, relu);
   return 1;
 }

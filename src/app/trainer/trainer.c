@@ -12,7 +12,6 @@
 #include <strings.h>
 #include <unistd.h>
 
-#include "comm/flight.h"
 #include "comm/nccl.h"
 #include "common/check.h"
 #include "common/clock.h"
@@ -123,7 +122,7 @@ static cddp_result_t train_step(trainer_t *t, cddp_step_record_t *rec, int *stop
   }
   CDDP_CHECK(cddp__overlap_trial_begin(t));
   for (int j = 0; j < t->accum; j++) {
-    cddp__flight_beat(); /* alive between collectives: a long accumulation is not a hang */
+    cddp_progress_alive(); /* alive between collectives: a long accumulation is not a hang */
     uint64_t td = cddp__now_ns();
     int n = cddp__sampler_micro(&t->sampler, t->rank, t->world, j, micro, t->idx);
     int slot = gather_micro(t, j, n);
@@ -160,7 +159,7 @@ static cddp_result_t train_step(trainer_t *t, cddp_step_record_t *rec, int *stop
   }
   cddp__sampler_advance(&t->sampler);
   t->step++;
-  cddp__flight_step((uint64_t)t->step); /* its agent tells `cddp status` */
+  cddp_progress_step((uint64_t)t->step); /* its agent tells `cddp status` */
   uint64_t dt = cddp__now_ns() - t0;
   cddp__overlap_trial_end(t, dt);
   rec->step = t->step, rec->total = t->total_steps, rec->epochs = t->epochs;

@@ -10,7 +10,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "comm/transport.h"
 #include "common/check.h"
 #include "common/clock.h"
 #include "common/log.h"
@@ -54,7 +53,7 @@ cddp_result_t cddp__zero1_share(trainer_t *t) {
   if (!z->shared) return CDDP_OK;
   cddp_comm_t *comm = cddp_world_comm(t->w);
   void *mem;
-  CDDP_CHECK(cddp__comm_mem_alloc_one(comm, z->padded * sizeof(float), &mem));
+  CDDP_CHECK(cddp_comm_mem_alloc_one(comm, z->padded * sizeof(float), &mem));
   float *one = mem;
   if (t->rank == 0) memcpy(one, t->params, z->padded * sizeof *one);
   /* every rank has left its own copy alone since the broadcast; rank 0's is whole past here */

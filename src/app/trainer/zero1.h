@@ -20,7 +20,7 @@ struct trainer;
 typedef struct cddp__zero1 {
   int on;
   int candidate;    /* auto: the first steps time ZeRO-1 with shared weights against the all-reduce */
-  int shared;       /* the ranks share one copy of the parameters (cddp__comm_mem_alloc_one) */
+  int shared;       /* the ranks share one copy of the parameters (cddp_comm_mem_alloc_one) */
   void *shared_mem; /* that copy, while t->params is it: freed with cddp_comm_mem_free */
   size_t n;      /* parameters */
   size_t per;    /* floats per shard */
