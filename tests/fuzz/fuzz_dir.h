@@ -46,6 +46,17 @@ static void fuzz_dir_put(const char *name, const void *data, size_t size) {
   if (fd < 0 || (size && write(fd, data, size) != (ssize_t)size) || close(fd) != 0) abort();
 }
 
+/* Makes <folder>/name a symbolic link to target (name as for fuzz_dir_put). */
+static void fuzz_dir_link(const char *name, const char *target) {
+  char path[600];
+  int i = 0;
+  while (i < FUZZ_DIR_NAMES && fuzz_dir_names[i]) i++;
+  if (i == FUZZ_DIR_NAMES) abort();
+  fuzz_dir_names[i] = name;
+  snprintf(path, sizeof path, "%s/%s", fuzz_dir_get(), name);
+  if (symlink(target, path) != 0) abort();
+}
+
 /* 1 when s (NUL-terminated, within cap bytes) holds only printable ASCII: what reaches a terminal. */
 static int fuzz_printable(const char *s, size_t cap) {
   size_t n = strnlen(s, cap);
