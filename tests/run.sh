@@ -46,7 +46,7 @@ if [ $quick = 0 ]; then
       # ASan+UBSan too, the bf16 product's threads under TSan
       extra=""
       [ "$san" = tsan ] && extra="build-tsan/tests/test_gemm" # the bf16 product's thread pool
-      [ "$san" = asan ] && extra="build-asan/tests/test_ckpt build-asan/tests/test_config build-asan/tests/test_data build-asan/tests/test_sampler build-asan/tests/test_optim build-asan/tests/test_run_errfile build-asan/tests/test_run_options build-asan/tests/test_run_status"
+      [ "$san" = asan ] && extra="build-asan/tests/test_ckpt build-asan/tests/test_config build-asan/tests/test_data build-asan/tests/test_sampler build-asan/tests/test_optim build-asan/tests/test_run_errfile build-asan/tests/test_run_options build-asan/tests/test_run_status build-asan/tests/test_metrics"
       for t in build-$san/tests/test_store* build-$san/tests/test_comm* $extra; do
         [ -e "$t" ] || continue
         TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" ASAN_OPTIONS="detect_leaks=1" \

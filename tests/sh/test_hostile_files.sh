@@ -2,7 +2,8 @@
 # test_hostile_files.sh - the files another process wrote, as an attacker or a crash leaves them,
 # read by `cddp flight`, `cddp status RUN_DIR` and `cddp plot`: a record claiming collective
 # numbers 0 and 2^64-1, a FIFO in place of a record, escape sequences in a record's words, a
-# per-rank line missing a rank. Each ends at once, prints no control byte, invents no number.
+# per-rank line missing a rank, a quote in a folder's name. Each ends at once, prints no control
+# byte, invents no number, runs nothing.
 # (The fuzzers tests/fuzz/fuzz_{flight,status,metrics}.c found most of these.)
 cd "$(dirname "$0")/../.." && source tests/sh/lib.sh
 T=$(mktemp -d /tmp/cddp-hostile.XXXXXX)
@@ -46,4 +47,17 @@ printf '#!/bin/sh\ncp "$(dirname "$1")/ranks.dat" "%s/ranks.dat"\n' "$T" >"$T/bi
 PATH="$T/bin:$PATH" timeout 10 "$CDDP" plot "$T/plot" --out "$T/plot/x.png" >/dev/null 2>&1
 [ "$(cat "$T/ranks.dat" 2>/dev/null)" = "1 3 nan 6" ] && ok "plot: a rank missing from a per-rank line is nan, not garbage" ||
   fail "plot missing rank" "$(cat "$T/ranks.dat" 2>&1)"
+# cddp plot of a sweep in a folder whose name holds a quote: the table's path went to gnuplot
+# unquoted ('...'), so the name ran system(...) (issue 27 item 5 fixed the title, not this)
+if command -v gnuplot >/dev/null; then
+  D="$T/sw/x'.system('touch $T/pwned').'"; mkdir -p "$D"
+  printf '# axes: a\n1\tx\t10\t0\t0\t5\n' >"$D/sweep.tsv"
+  out=$(timeout 20 "$CDDP" plot "$D" --out "$T/sw/o.png" 2>&1); rc=$?
+  [ ! -e "$T/pwned" ] && [ $rc = 0 ] && [ -s "$T/sw/o.png" ] && ok "plot: a quote in the sweep folder's name runs nothing, the plot is drawn" ||
+    fail "plot quote injection" "rc=$rc pwned=$([ -e "$T/pwned" ] && echo yes): $out"
+else echo "ok $((t_n + 1)) - $t_name:plot quote injection # SKIP gnuplot is not installed"; t_n=$((t_n + 1)); fi
+mkdir -p "$T/pf"; mkfifo "$T/pf/metrics.jsonl"
+out=$(PATH="$T/bin:$PATH" timeout 10 "$CDDP" plot "$T/pf" --out "$T/pf/x.png" 2>&1); rc=$?
+[ $rc = 1 ] && grep -q "cannot read $T/pf/metrics.jsonl: not a regular file" <<<"$out" && ok "plot: a FIFO for metrics.jsonl, one line, exit 1" ||
+  fail "plot fifo" "rc=$rc: $out"
 finish

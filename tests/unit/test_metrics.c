@@ -175,6 +175,24 @@ TEST(a_resume_refuses_a_fifo_for_metrics) {
   unlink(file), rmdir(path);
 }
 
+/* Steps near and past int64 (the fuzzer's find): a step past it is a line that does not parse,
+ * INT64_MAX itself is followed by nothing (prev + 1 overflowed). */
+TEST(a_resume_refuses_steps_at_the_edge_of_int64) {
+  char path[] = "/tmp/cddp-metrics-test.XXXXXX", file[64];
+  CHECK(mkdtemp(path) != NULL);
+  snprintf(file, sizeof file, "%s/metrics.jsonl", path);
+  log_steps(file, 1, 1);
+  append(file, "{\"step\":9223372036854775807,\"loss\":1}\n{\"step\":2,\"loss\":1}\n");
+  CHECK_RESULT(cddp__metrics_trim(file, 5, 5, NULL), CDDP_INVALID_ARG);
+  CHECK(strstr(cddp_last_error(), "line 3: step 2 follows step 9223372036854775807") != NULL);
+  unlink(file);
+  log_steps(file, 1, 1);
+  append(file, "{\"step\":99999999999999999999999,\"loss\":1}\n{\"step\":2,\"loss\":1}\n");
+  CHECK_RESULT(cddp__metrics_trim(file, 5, 5, NULL), CDDP_INVALID_ARG);
+  CHECK(strstr(cddp_last_error(), "line 2 does not parse") != NULL);
+  unlink(file), rmdir(path);
+}
+
 TEST(a_new_rank0_drops_the_torn_line_the_old_one_left) {
   char path[] = "/tmp/cddp-metrics-test.XXXXXX", file[64], got[256];
   CHECK(mkdtemp(path) != NULL);

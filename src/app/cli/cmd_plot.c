@@ -13,6 +13,7 @@
 
 #include "cli/commands.h"
 #include "cli/flags.h"
+#include "common/io.h"
 #include "trainer/metrics.h"
 #include "common/check.h"
 
@@ -181,7 +182,9 @@ static int run_gnuplot(const char *script) {
 /* A sweep's folder (cddp bench train --sweep wrote sweep.tsv): throughput and peak RSS per
  * setting, as bars. 0, or 1 after one line saying why not. */
 static int plot_sweep(const char *tsv, const char *out, const char *term_for_2, const char *title) {
-  FILE *in = fopen(tsv, "r");
+  int fd = cddp__open_regular(tsv); /* never blocking on a FIFO */
+  FILE *in = fd >= 0 ? fdopen(fd, "r") : NULL;
+  if (fd >= 0 && !in) close(fd);
   char line[4096], unit[32] = "samples/s", axes[512] = "setting";
   int rows = 0;
   while (in && fgets(line, sizeof line, in)) {
@@ -215,10 +218,11 @@ static int plot_sweep(const char *tsv, const char *out, const char *term_for_2, 
             "set boxwidth 0.8\nset grid ytics\nset lmargin 12\nset rmargin 4\nset bmargin 7\nunset key\n"
             "set xtics rotate by -25 left font ',8'\nset yrange [0:*]\nset xlabel ");
     put_quoted(gp, axes);
-    fprintf(gp,
-            "\nset ylabel '%s'\nplot '%s' using 3:xtic(2)\nset ylabel 'peak RSS (MB)'\nplot '%s' using 6:xtic(2)\n"
-            "unset multiplot\n",
-            unit, tsv, tsv);
+    fprintf(gp, "\nset ylabel '%s'\nplot ", unit); /* the path quoted: a folder's name may hold a quote */
+    put_quoted(gp, tsv);
+    fprintf(gp, " using 3:xtic(2)\nset ylabel 'peak RSS (MB)'\nplot ");
+    put_quoted(gp, tsv);
+    fprintf(gp, " using 6:xtic(2)\nunset multiplot\n");
     fclose(gp);
     int g = run_gnuplot(script);
     if (g == 127) fprintf(stderr, "cddp plot: gnuplot is not installed (apt-get install gnuplot-nox)\n");
@@ -260,11 +264,17 @@ int cddp__cmd_plot(int argc, char **argv) {
     title = base && base[1] ? base + 1 : dir;
   }
   snprintf(path, sizeof path, "%s/sweep.tsv", dir);
+  if (access(path, R_OK) == 0 && has_control(path)) { /* gnuplot reads the sweep's table by this name */
+    fprintf(stderr, "cddp plot: the sweep folder's name holds a control character such as a newline: rename it\n");
+    return 2;
+  }
   if (access(path, R_OK) == 0) return terminal_for(out, 2, term, sizeof term), plot_sweep(path, out, term, title);
   snprintf(path, sizeof path, "%s/metrics.jsonl", dir);
-  FILE *in = fopen(path, "r");
+  int fd = cddp__open_regular(path); /* never blocking on a FIFO */
+  FILE *in = fd >= 0 ? fdopen(fd, "r") : NULL;
   if (!in) {
-    fprintf(stderr, "cddp plot: cannot read %s: %s\n", path, strerror(errno));
+    fprintf(stderr, "cddp plot: cannot read %s: %s\n", path, errno == EINVAL ? "not a regular file" : strerror(errno));
+    if (fd >= 0) close(fd);
     return 1;
   }
   char tmp[] = "/tmp/cddp-plot.XXXXXX";

@@ -49,7 +49,9 @@ static long long line_step(const char *line, size_t n) {
   if (n < 3 || line[0] != '{' || line[n - 2] != '}' || memchr(line, '\0', n)) return -1;
   const char *k = strstr(line, "\"step\":");
   if (!k || k[7] < '0' || k[7] > '9') return -1;
-  return strtoll(k + 7, NULL, 10);
+  errno = 0;
+  long long v = strtoll(k + 7, NULL, 10);
+  return errno ? -1 : v; /* past int64: not a step line */
 }
 
 cddp_result_t cddp__metrics_trim(const char *path, int64_t step, int64_t need, int64_t *last) {
@@ -78,7 +80,7 @@ cddp_result_t cddp__metrics_trim(const char *path, int64_t step, int64_t need, i
     if (s < 0 && prev < step) {
       r = cddp__fail(CDDP_INVALID_ARG, "%s line %lld does not parse (not a step or eval line), before step %lld: "
                      "repair or remove the file", path, no, (long long)step);
-    } else if (s >= 0 && !eval && prev >= 0 && s <= step && s != prev + 1) {
+    } else if (s >= 0 && !eval && prev >= 0 && s <= step && s - 1 != prev) { /* s - 1: no overflow at INT64_MAX */
       r = cddp__fail(CDDP_INVALID_ARG, "%s line %lld: step %lld follows step %lld (steps missing before step %lld): "
                      "repair or remove the file", path, no, s, (long long)prev, (long long)step);
     } else {
