@@ -151,6 +151,7 @@ static int try_answer(cddp__srv_core_t *core, cddp__srv_conn_t *c, int final) {
 }
 
 static void retry_parked(cddp__srv_core_t *core, cddp__srv_conn_t *c, int final) {
+  core->n_rechecks++;
   if (c->proto != CDDP__PROTO_CDDP) { /* torch's WAIT is served again from the top */
     cddp__core_unpark(core, c);
     push_ready(core, c);
@@ -259,6 +260,8 @@ static int handle(cddp__srv_core_t *core, cddp__srv_conn_t *c, const cddp__wire_
     return -1;
   }
   if (c->state != CDDP__CONN_READY) return handshake(core, c, &m);
+  core->n_clients += !c->requested;
+  core->n_requests++;
   c->requested = 1;
   int created = 0;
   cddp_result_t r = CDDP_OK;

@@ -46,6 +46,8 @@ typedef struct cddp__srv_core {
   cddp__kv_t torch_kv; /* torch clients' keys: apart from the job's, as they do not authenticate */
   cddp__srv_conn_t *parked;
   cddp__srv_conn_t *ready_head, *ready_tail;
+  /* what the job cost the store, said at INFO when it stops (bench/rdzv_scale.sh reads it) */
+  uint64_t n_requests, n_rechecks, n_clients;
 } cddp__srv_core_t;
 
 /* Unsent output above this stops the engine from reading more requests of a conn. */

@@ -381,7 +381,11 @@ void cddp_store_server_stop(cddp_store_server_t *srv) {
   close(srv->epfd);
   close(srv->evfd);
   if (srv->spare_fd >= 0) close(srv->spare_fd);
+  const cddp__srv_core_t *k = &srv->core;
+  CDDP_INFO(CDDP_SUB_STORE, "store: server on port %d stopped: %llu requests from %llu clients (%.1f each), "
+            "%llu parked waits re-checked", srv->port, (unsigned long long)k->n_requests,
+            (unsigned long long)k->n_clients, k->n_clients ? (double)k->n_requests / (double)k->n_clients : 0.0,
+            (unsigned long long)k->n_rechecks);
   cddp__core_free(&srv->core);
-  CDDP_INFO(CDDP_SUB_STORE, "store: server on port %d stopped", srv->port);
   free(srv);
 }
