@@ -49,8 +49,7 @@ typedef enum cddp__jobkey_kind {
   CDDP__JK_STATUS_ONCE,   /* status/once/<T>          flag: the event tagged T was posted */
   /* the agents waiting in their first round, at the top of the store (no run id: they find
    * another --rdzv-id; job/rdzv_watch.c, values cddp__rdzv_waiter_t) */
-  CDDP__JK_RDZV_WATCH_N,  /* rdzv-watch/n             add(): waiter slots handed out */
-  CDDP__JK_RDZV_WATCH,    /* rdzv-watch/<I>           waiter I */
+  CDDP__JK_RDZV_WATCH,    /* rdzv-watch/latest        the waiter that refreshed it last */
   /* the workers (world/world.c) */
   CDDP__JK_WORLD_DONE,    /* world/g<G>/done/<r>      flag: rank r is done with the store */
   CDDP__JK_COUNT

@@ -9,9 +9,10 @@
 
 #include "cddp/store.h"
 
-/* Keys at the top of the store (outside every job's "<run_id>/"), owned by rdzv_watch.c:
- *   rdzv-watch/n     add(): each waiting agent takes a slot
- *   rdzv-watch/<i>   its record (cddp__rdzv_waiter_t), refreshed while it waits */
+/* One key at the top of the store (outside every job's "<run_id>/"), owned by rdzv_watch.c:
+ *   rdzv-watch/latest   a waiter's record (cddp__rdzv_waiter_t): the waiters of one job take
+ *                       turns refreshing it; a waiter of another run id finds it fresh there.
+ * One key, not one per waiter, so a look costs O(1) requests however many nodes wait. */
 typedef struct cddp__rdzv_waiter {
   uint64_t wall_ms;  /* refreshed every WATCH_MS while it waits */
   int waiting;       /* 0 once its rendezvous returned */

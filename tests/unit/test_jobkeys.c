@@ -45,8 +45,7 @@ TEST(jobkeys_spell_every_key_of_the_table) {
   KEYIS(STATUS_EVENTS, 0, 0, "status/events");
   KEYIS(STATUS_EVENT, 17, 0, "status/event/17");
   KEYIS(STATUS_ONCE, 9, 0, "status/once/9");
-  KEYIS(RDZV_WATCH_N, 0, 0, "rdzv-watch/n");
-  KEYIS(RDZV_WATCH, 3, 0, "rdzv-watch/3");
+  KEYIS(RDZV_WATCH, 0, 0, "rdzv-watch/latest");
   CHECK(!strcmp(cddp__job_key_in("job7", CDDP__JK_DEAD, 2).s, "job7/elastic/dead/2"));
   CHECK(!strcmp(cddp__job_key(CDDP__JK_GEN_ANNOUNCE, INT64_MAX, 0).s, "elastic/gen/9223372036854775807"));
   CHECK_EQ(cddp__job_key(CDDP__JK_COUNT, 1, 2).s[0], '\0'); /* not a kind: no key */
