@@ -18,6 +18,7 @@ static const keyshape_t shapes[CDDP__JK_COUNT] = {
     [CDDP__JK_RDZV_JOINED] = {{"rdzv/", "/joined"}, 1},
     [CDDP__JK_RDZV_NODE] = {{"rdzv/", "/node/", ""}, 2},
     [CDDP__JK_RDZV_CLOSED] = {{"rdzv/", "/closed"}, 1},
+    [CDDP__JK_RDZV_MEMBERS] = {{"rdzv/", "/members"}, 1},
     [CDDP__JK_RDZV_EVENT] = {{"rdzv/", "/event"}, 1},
     [CDDP__JK_RDZV_FAILURE] = {{"rdzv/", "/failure/", ""}, 2},
     [CDDP__JK_RDZV_NDONE] = {{"rdzv/", "/ndone"}, 1},

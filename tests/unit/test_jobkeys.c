@@ -17,6 +17,7 @@ TEST(jobkeys_spell_every_key_of_the_table) {
   KEYIS(RDZV_JOINED, 3, 0, "rdzv/3/joined");
   KEYIS(RDZV_NODE, 3, 7, "rdzv/3/node/7");
   KEYIS(RDZV_CLOSED, 3, 0, "rdzv/3/closed");
+  KEYIS(RDZV_MEMBERS, 3, 0, "rdzv/3/members");
   KEYIS(RDZV_EVENT, 12, 0, "rdzv/12/event");
   KEYIS(RDZV_FAILURE, 3, 1, "rdzv/3/failure/1");
   KEYIS(RDZV_NDONE, 3, 0, "rdzv/3/ndone");
