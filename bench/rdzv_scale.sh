@@ -46,7 +46,13 @@ unset CDDP_TOKEN CDDP_TOKEN_FILE
 now() { date +%s.%N; }
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 
-# job N WORKER_SECS TAG: one job of N agents; prints "rdzv exited cpu rss_mb requests"
+for n in ${SIZES//,/ } ${TORCH_SIZES//,/ }; do
+  [[ $n =~ ^[1-9][0-9]{0,4}$ ]] || { echo "rdzv_scale.sh: --sizes/--torch-sizes take agent counts 1-99999, not '$n'" >&2; exit 2; }
+done
+[[ $HB_SECS =~ ^[0-9]+$ ]] || { echo "rdzv_scale.sh: --hb-secs takes whole seconds, not '$HB_SECS'" >&2; exit 2; }
+FAILED=0
+
+# job N WORKER_SECS TAG: one job of N agents; prints "rdzv exited cpu rss_mb requests failed"
 job() {
   local n=$1 secs=$2 dir=$OUT/$3 port spid t0 i
   mkdir -p "$dir"
@@ -76,15 +82,17 @@ job() {
   req=$(sed -n 's/.*stopped: \([0-9]*\) requests.*/\1/p' "$dir/store.err")
   last=$(sort -n "$dir/starts" | tail -1)
   awk -v t0="$t0" -v t1="$t1" -v last="${last:-0}" -v cpu="$cpu" -v rss="$rss" -v req="${req:-0}" \
-    'BEGIN {printf "%.2f %.2f %.2f %.1f %d\n", last ? last - t0 : -1, t1 - t0, cpu, rss, req}'
+    -v bad="$bad" 'BEGIN {printf "%.2f %.2f %.2f %.1f %d %d\n", last ? last - t0 : -1, t1 - t0, cpu, rss, req, bad}'
 }
 
 printf '%-6s %-8s %-8s %-8s %-8s %-8s %-10s %s\n' agents rdzv_s exited_s cpu_s rss_MB msgs hb_msg/s load
 for n in ${SIZES//,/ }; do
-  read -r rdzv ex cpu rss req < <(job "$n" 0 "n$n")
+  read -r rdzv ex cpu rss req bad < <(job "$n" 0 "n$n")
+  [ "${bad:-1}" = 0 ] && [ "${req:-0}" -gt 0 ] || FAILED=1
   hb=-
   if [ "$HB_SECS" != 0 ]; then
-    read -r _ _ _ _ req2 < <(job "$n" "$HB_SECS" "n$n-hb")
+    read -r _ _ _ _ req2 bad < <(job "$n" "$HB_SECS" "n$n-hb")
+    [ "${bad:-1}" = 0 ] || FAILED=1
     hb=$(awk -v a="$req" -v b="$req2" -v n="$n" -v s="$HB_SECS" 'BEGIN {printf "%.2f", (b - a) / n / s}')
   fi
   printf '%-6s %-8s %-8s %-8s %-8s %-8s %-10s %s\n' "$n" "$rdzv" "$ex" "$cpu" "$rss" \
@@ -109,3 +117,4 @@ if [ -n "$TORCHRUN" ]; then
   done
 fi
 echo "logs: $OUT"
+exit $FAILED
