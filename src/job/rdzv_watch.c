@@ -13,7 +13,8 @@
 #include "job/rdzv_watch.h"
 #include "job/jobkeys.h"
 
-#define WATCH_MS 300    /* how often it looks */
+#define WATCH_MS 300    /* how often it looks, up to 128 nodes; then longer, so that the looks of */
+#define WATCH_MAX_MS 2000 /* the whole job reach the store at about 400 a second, up to this */
 #define GRACE_MS 2000   /* a lone node is normal for this long (the others are starting) */
 #define FRESH_MS 2000   /* a waiter whose record is older than this is gone */
 
@@ -142,7 +143,7 @@ static void *watch_main(void *arg) {
               "(CDDP_TOKEN / CDDP_TOKEN_FILE must be the same on every node); still waiting for the nodes\n", addr);
     seen = now_refused;
     if (look(w, base, cddp__now_ns() - start >= grace)) break;
-    for (int i = 0; i < WATCH_MS / 50 && !__atomic_load_n(&w->stop, __ATOMIC_ACQUIRE); i++) usleep(50000);
+    for (int i = 0; i < w->look_ms / 50 && !__atomic_load_n(&w->stop, __ATOMIC_ACQUIRE); i++) usleep(50000);
   }
   leave(w, base);
 exit:
@@ -151,8 +152,9 @@ exit:
 }
 
 void cddp__rdzv_watch_start(cddp__rdzv_watch_t *w, const char *host, int port, const char *token,
-                            const cddp__rdzv_waiter_t *me) {
+                            const cddp__rdzv_waiter_t *me, int max_nodes) {
   memset(w, 0, sizeof *w);
+  w->look_ms = (int)CDDP_MIN(WATCH_MAX_MS, (int64_t)WATCH_MS * CDDP_MAX(max_nodes, 128) / 128);
   snprintf(w->host, sizeof w->host, "%s", host);
   snprintf(w->token, sizeof w->token, "%s", token);
   w->port = port;

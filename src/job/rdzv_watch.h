@@ -40,6 +40,7 @@ typedef struct cddp__rdzv_watch {
   int running, stop; /* stop: atomic */
   char host[256], token[256];
   int port;
+  int look_ms; /* how often it looks: longer for a larger job, so the store sees a bounded rate */
   cddp__rdzv_waiter_t me;
 } cddp__rdzv_watch_t;
 
@@ -49,7 +50,7 @@ typedef struct cddp__rdzv_watch {
  * store refuses meanwhile is said in one line on stderr (the job keeps waiting: a stranger must
  * not end it). A failure to connect only turns the watch off. */
 void cddp__rdzv_watch_start(cddp__rdzv_watch_t *w, const char *host, int port, const char *token,
-                            const cddp__rdzv_waiter_t *me);
+                            const cddp__rdzv_waiter_t *me, int max_nodes);
 /* Stops it (the rendezvous returned) and marks this agent's record done. */
 void cddp__rdzv_watch_stop(cddp__rdzv_watch_t *w);
 
