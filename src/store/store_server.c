@@ -275,13 +275,23 @@ static void *loop(void *arg) {
   return NULL;
 }
 
+/* An agent holds up to 4 connections at its store (its own, its membership watch, the rendezvous
+ * watch while it waits, a worker's): what the open-file limit leaves room for. */
+#define CONNS_PER_AGENT 4
+
 static void raise_fd_limit(void) {
   struct rlimit rl;
-  if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
-    rl.rlim_cur = rl.rlim_max;
+  if (getrlimit(RLIMIT_NOFILE, &rl) != 0) return;
+  if (rl.rlim_cur < rl.rlim_max) {
+    rlim_t want = rl.rlim_max;
+    rl.rlim_cur = want;
     if (setrlimit(RLIMIT_NOFILE, &rl) != 0)
       CDDP_INFO(CDDP_SUB_STORE, "store: cannot raise the open-file limit: %s", strerror(errno));
+    getrlimit(RLIMIT_NOFILE, &rl);
   }
+  CDDP_INFO(CDDP_SUB_STORE, "store: open-file limit %llu: room for about %llu agents (raise the hard limit, "
+            "ulimit -Hn, for more)", (unsigned long long)rl.rlim_cur,
+            (unsigned long long)(rl.rlim_cur > 64 ? (rl.rlim_cur - 64) / CONNS_PER_AGENT : 0));
 }
 
 static cddp_result_t bind_listener(cddp_store_server_t *srv, const char *host, int port) {
