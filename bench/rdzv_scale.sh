@@ -5,7 +5,7 @@
 # time it started.
 #
 # Usage: bench/rdzv_scale.sh [--sizes 64,128,256,512,1024] [--hb-secs S] [--torchrun PATH]
-#                            [--torch-sizes 8,16] [--out DIR]
+#                            [--torch-sizes 8,16] [--replace] [--out DIR]
 # Columns per N:
 #   rdzv    launch -> the last worker started (s): every agent through the rendezvous
 #   exited  launch -> the last agent exited (s)
@@ -14,6 +14,8 @@
 #   msgs    requests the store served per agent (its own count, CDDP_DEBUG=INFO at its exit)
 #   hb      --hb-secs S > 0: the job again with workers that sleep S s; the extra requests per
 #           agent per second of that steady state (heartbeats and the membership watch)
+# --replace: the agents run --restart-mode replace with --nnodes 1:N (elastic membership: each
+# agent's monitor, heartbeats and wills), so hb is that mode's steady state.
 # --torchrun PATH: torchrun's c10d rendezvous (its agents are Python processes) at --torch-sizes,
 # in the same run: launch -> the last agent exited. The load average is printed with each row:
 # the machine may be shared.
@@ -26,6 +28,7 @@ HB_SECS=0
 TORCHRUN=
 TORCH_SIZES=8,16
 OUT=
+REPLACE=()
 while [ $# -gt 0 ]; do
   case $1 in
     --sizes) SIZES=$2; shift 2 ;;
@@ -33,6 +36,7 @@ while [ $# -gt 0 ]; do
     --torchrun) TORCHRUN=$2; shift 2 ;;
     --torch-sizes) TORCH_SIZES=$2; shift 2 ;;
     --out) OUT=$2; shift 2 ;;
+    --replace) REPLACE=(--restart-mode replace); shift ;;
     *) echo "rdzv_scale.sh: unknown argument $1 (see the usage at the top of the script)" >&2; exit 2 ;;
   esac
 done
@@ -65,7 +69,7 @@ job() {
   t0=$(now)
   local pids=()
   for ((i = 0; i < n; i++)); do
-    "$CDDP" run --nnodes "$n" --rdzv-backend c10d --rdzv-endpoint "127.0.0.1:$port" --rdzv-id scale \
+    "$CDDP" run --nnodes "${REPLACE:+1:}$n" "${REPLACE[@]}" --rdzv-backend c10d --rdzv-endpoint "127.0.0.1:$port" --rdzv-id scale \
       --nproc-per-node 1 --no-python sh -c "date +%s.%N >>'$dir/starts'; sleep $secs" \
       >>"$dir/agents.log" 2>&1 &
     pids+=($!)
