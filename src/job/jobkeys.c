@@ -18,6 +18,7 @@ static const keyshape_t shapes[CDDP__JK_COUNT] = {
     [CDDP__JK_RDZV_JOINED] = {{"rdzv/", "/joined"}, 1},
     [CDDP__JK_RDZV_NODE] = {{"rdzv/", "/node/", ""}, 2},
     [CDDP__JK_RDZV_CLOSED] = {{"rdzv/", "/closed"}, 1},
+    [CDDP__JK_RDZV_MEMBERS] = {{"rdzv/", "/members"}, 1},
     [CDDP__JK_RDZV_EVENT] = {{"rdzv/", "/event"}, 1},
     [CDDP__JK_RDZV_FAILURE] = {{"rdzv/", "/failure/", ""}, 2},
     [CDDP__JK_RDZV_NDONE] = {{"rdzv/", "/ndone"}, 1},
@@ -45,8 +46,7 @@ static const keyshape_t shapes[CDDP__JK_COUNT] = {
     [CDDP__JK_STATUS_EVENTS] = {{"status/events"}, 0},
     [CDDP__JK_STATUS_EVENT] = {{"status/event/", ""}, 1},
     [CDDP__JK_STATUS_ONCE] = {{"status/once/", ""}, 1},
-    [CDDP__JK_RDZV_WATCH_N] = {{"rdzv-watch/n"}, 0},
-    [CDDP__JK_RDZV_WATCH] = {{"rdzv-watch/", ""}, 1},
+    [CDDP__JK_RDZV_WATCH] = {{"rdzv-watch/latest"}, 0},
     [CDDP__JK_WORLD_DONE] = {{"world/g", "/done/", ""}, 2},
 };
 

@@ -16,6 +16,7 @@ typedef enum cddp__jobkey_kind {
   CDDP__JK_RDZV_JOINED,   /* rdzv/<R>/joined          add(): join slots */
   CDDP__JK_RDZV_NODE,     /* rdzv/<R>/node/<S>        cddp__job_node_rec_t, or the mismatch word */
   CDDP__JK_RDZV_CLOSED,   /* rdzv/<R>/closed          cddp__job_closed_t: node count, or mismatch */
+  CDDP__JK_RDZV_MEMBERS,  /* rdzv/<R>/members         the node records, one a line, or mismatch, or "error <line>" */
   CDDP__JK_RDZV_EVENT,    /* rdzv/<R>/event           cddp__job_event_t: the first value wins */
   CDDP__JK_RDZV_FAILURE,  /* rdzv/<R>/failure/<N>     cddp__job_failure_t of node rank N */
   CDDP__JK_RDZV_NDONE,    /* rdzv/<R>/ndone           add(): nodes whose workers all succeeded */
@@ -49,8 +50,7 @@ typedef enum cddp__jobkey_kind {
   CDDP__JK_STATUS_ONCE,   /* status/once/<T>          flag: the event tagged T was posted */
   /* the agents waiting in their first round, at the top of the store (no run id: they find
    * another --rdzv-id; job/rdzv_watch.c, values cddp__rdzv_waiter_t) */
-  CDDP__JK_RDZV_WATCH_N,  /* rdzv-watch/n             add(): waiter slots handed out */
-  CDDP__JK_RDZV_WATCH,    /* rdzv-watch/<I>           waiter I */
+  CDDP__JK_RDZV_WATCH,    /* rdzv-watch/latest        the waiter that refreshed it last */
   /* the workers (world/world.c) */
   CDDP__JK_WORLD_DONE,    /* world/g<G>/done/<r>      flag: rank r is done with the store */
   CDDP__JK_COUNT

@@ -112,11 +112,28 @@ void cddp__rdzv_mismatch(cddp_store_t *s, int round, int node_records, const cha
   free(was);
   set_mismatch(s, KEY(RDZV_CLOSED, round, 0));
   for (int i = 0; i < node_records; i++) set_mismatch(s, KEY(RDZV_NODE, round, i)); /* the missing ones */
+  set_mismatch(s, KEY(RDZV_MEMBERS, round, 0));
 }
 
-/* Waits for node records 0..n-1 of round, then reads them into out->nodes. */
-static cddp_result_t collect(cddp_store_t *s, const cddp__rdzv_cfg_t *cfg, int round, int n, uint64_t deadline,
-                             int timeout_ms, cddp__rdzv_t *out) {
+/* Node record i (text) into out->nodes[i], checked against this node's --nnodes. */
+static cddp_result_t take(cddp_store_t *s, const cddp__rdzv_cfg_t *cfg, int round, int i, const void *v, size_t len,
+                          cddp__rdzv_t *out) {
+  cddp__job_node_rec_t rec = {.min_nodes = cfg->min_nodes, .max_nodes = cfg->max_nodes};
+  int bad = cddp__job_node_parse(v, len, &rec);
+  if (!bad && rec.mismatch) return mismatch_here(s); /* a node that disagrees filled the slot */
+  if (bad) return cddp__fail(CDDP_REMOTE, "rendezvous round %d: node record %s is malformed", round, KEY(RDZV_NODE, round, i));
+  if (rec.min_nodes != cfg->min_nodes || rec.max_nodes != cfg->max_nodes)
+    return disagree(rec.node.host, rec.min_nodes, rec.max_nodes, cfg->self.host, cfg->min_nodes, cfg->max_nodes);
+  out->nodes[i] = rec.node;
+  if (i < out->node_rank) out->rank_base += rec.node.nproc;
+  out->world_size += rec.node.nproc;
+  return CDDP_OK;
+}
+
+/* Waits for node records 0..n-1 of round, then reads them into out->nodes: n requests, so one
+ * node of the round does it (assemble) and the others read the list it leaves. */
+static cddp_result_t gather(cddp_store_t *s, const cddp__rdzv_cfg_t *cfg, int round, int n, uint64_t deadline,
+                            int timeout_ms, cddp__rdzv_t *out) {
   cddp_result_t ret = CDDP_OK;
   cddp__jobkey_t *keys = calloc((size_t)n, sizeof *keys);
   const char **kp = calloc((size_t)n, sizeof *kp);
@@ -143,30 +160,12 @@ static cddp_result_t collect(cddp_store_t *s, const cddp__rdzv_cfg_t *cfg, int r
   }
   if (ret != CDDP_OK) goto done;
   out->world_size = 0;
-  for (int i = 0; i < n; i++) {
+  for (int i = 0; i < n && ret == CDDP_OK; i++) {
     void *v = NULL;
     size_t len;
     CDDP_CHECK_GOTO(cddp_store_get(s, keys[i].s, &v, &len, 0), ret, done);
-    cddp__job_node_rec_t rec = {.min_nodes = cfg->min_nodes, .max_nodes = cfg->max_nodes};
-    int bad = cddp__job_node_parse(v, len, &rec);
+    ret = take(s, cfg, round, i, v, len, out);
     free(v);
-    if (!bad && rec.mismatch) { /* a node that disagrees filled the slot */
-      ret = mismatch_here(s);
-      goto done;
-    }
-    cddp__rdzv_node_t *nd = &out->nodes[i];
-    *nd = rec.node;
-    int lo = rec.min_nodes, hi = rec.max_nodes;
-    if (bad) {
-      ret = cddp__fail(CDDP_REMOTE, "rendezvous round %d: node record %s is malformed", round, keys[i].s);
-      goto done;
-    }
-    if (lo != cfg->min_nodes || hi != cfg->max_nodes) {
-      ret = disagree(nd->host, lo, hi, cfg->self.host, cfg->min_nodes, cfg->max_nodes);
-      goto done;
-    }
-    if (i < out->node_rank) out->rank_base += nd->nproc;
-    out->world_size += nd->nproc;
   }
   out->nnodes = n;
 done:
@@ -177,6 +176,66 @@ done:
     out->nodes = NULL;
   }
   return ret;
+}
+
+/* rdzv/<R>/members from n node records: one a line, in node order (NULL when out of memory). */
+static char *members_format(const cddp__rdzv_cfg_t *cfg, const cddp__rdzv_node_t *nodes, int n, size_t *len) {
+  size_t cap = (size_t)n * 256 + 1, at = 0;
+  char *buf = malloc(cap);
+  for (int i = 0; buf && i < n; i++) {
+    cddp__job_node_rec_t rec = {.node = nodes[i], .min_nodes = cfg->min_nodes, .max_nodes = cfg->max_nodes};
+    at += cddp__job_node_format(&rec, buf + at, cap - at - 1);
+    buf[at++] = '\n';
+  }
+  *len = at;
+  return buf;
+}
+
+/* The node that closed the round reads the records and leaves them as one list for the others,
+ * or the line it failed with ("error <line>"), so that they do not wait out their deadline. */
+static cddp_result_t assemble(cddp_store_t *s, const cddp__rdzv_cfg_t *cfg, int round, int n, uint64_t deadline,
+                              cddp__rdzv_t *out) {
+  cddp_result_t r = gather(s, cfg, round, n, deadline, cfg->timeout_ms, out);
+  size_t len = 0;
+  char *list = r == CDDP_OK ? members_format(cfg, out->nodes, n, &len) : NULL, err[600];
+  if (r != CDDP_OK) len = (size_t)snprintf(err, sizeof err, "error %.580s", cddp_last_error());
+  char line[600];
+  snprintf(line, sizeof line, "%s", cddp_last_error());
+  if (r == CDDP_OK && !list) r = cddp__fail(CDDP_SYSTEM, "out of memory in rendezvous");
+  else if (put_absent(s, KEY(RDZV_MEMBERS, round, 0), list ? list : err, len) != CDDP_OK && r == CDDP_OK)
+    r = CDDP_REMOTE, snprintf(line, sizeof line, "%s", cddp_last_error());
+  free(list);
+  if (r != CDDP_OK) {
+    cddp__rdzv_release(out);
+    return cddp__fail(r, "%s", line);
+  }
+  return CDDP_OK;
+}
+
+/* The other nodes: the list the closing node left (one request, the member list sent once). Past
+ * the deadline, the records themselves say which node is missing. */
+static cddp_result_t read_members(cddp_store_t *s, const cddp__rdzv_cfg_t *cfg, int round, int n, uint64_t deadline,
+                                  cddp__rdzv_t *out) {
+  void *v = NULL;
+  size_t len = 0;
+  cddp_result_t r = cddp_store_get(s, KEY(RDZV_MEMBERS, round, 0), &v, &len, cddp__ms_left(deadline));
+  if (r == CDDP_TIMEOUT) return gather(s, cfg, round, n, deadline, cfg->timeout_ms, out);
+  CDDP_CHECK(r);
+  const char *p = v, *end = p + len;
+  cddp__job_node_rec_t word;
+  if (cddp__job_node_parse(p, len, &word) == 0 && word.mismatch) r = mismatch_here(s);
+  else if (len > 6 && !memcmp(p, "error ", 6)) r = cddp__fail(CDDP_REMOTE, "%.*s", (int)CDDP_MIN(len - 6, 580), p + 6);
+  else if (!(out->nodes = calloc((size_t)n, sizeof *out->nodes))) r = cddp__fail(CDDP_SYSTEM, "out of memory in rendezvous");
+  out->world_size = 0;
+  for (int i = 0; i < n && r == CDDP_OK; i++) {
+    const char *nl = p < end ? memchr(p, '\n', (size_t)(end - p)) : NULL;
+    if (!nl) r = cddp__fail(CDDP_REMOTE, "rendezvous round %d: the member list holds %d of %d nodes", round, i, n);
+    else r = take(s, cfg, round, i, p, (size_t)(nl - p), out), p = nl + 1;
+  }
+  free(v);
+  out->nnodes = n;
+  if (r != CDDP_OK) cddp__rdzv_release(out);
+  return r;
 }
 
 /* Closes round at n nodes unless someone already did; returns the node count that won. */
@@ -202,7 +261,7 @@ static cddp_result_t join_late(cddp_store_t *s, const cddp__rdzv_cfg_t *cfg, int
     return cddp__fail(CDDP_TIMEOUT, "rendezvous round %d did not close within %.1f s", round, cfg->timeout_ms / 1e3);
   CDDP_CHECK(r);
   out->node_rank = 0, out->rank_base = 0;
-  CDDP_CHECK(collect(s, cfg, round, (int)n, deadline, cfg->timeout_ms, out));
+  CDDP_CHECK(read_members(s, cfg, round, (int)n, deadline, out));
   cddp__rdzv_node_t *nodes = realloc(out->nodes, (size_t)(n + 1) * sizeof *nodes);
   if (!nodes) return cddp__fail(CDDP_SYSTEM, "out of memory in rendezvous");
   out->nodes = nodes;
@@ -244,7 +303,8 @@ cddp_result_t cddp__rdzv_join(cddp_store_t *s, const cddp__rdzv_cfg_t *cfg, int 
       CDDP_CHECK(check_settings(s, cfg, round));
       CDDP_CHECK(publish(s, round, cfg->node_rank, cfg, cfg->late_ok ? &taken : NULL));
       if (taken) return join_late(s, cfg, round, n, deadline, out); /* its node was here before */
-      return collect(s, cfg, round, n, deadline, cfg->timeout_ms, out);
+      if (cfg->node_rank == 0) return assemble(s, cfg, round, n, deadline, out);
+      return read_members(s, cfg, round, n, deadline, out);
     }
     int64_t slot1;
     CDDP_CHECK(cddp_store_add(s, KEY(RDZV_JOINED, round, 0), 1, &slot1));
@@ -293,7 +353,8 @@ cddp_result_t cddp__rdzv_join(cddp_store_t *s, const cddp__rdzv_cfg_t *cfg, int 
       continue;
     }
     out->node_rank = slot;
-    return collect(s, cfg, round, n, deadline, cfg->timeout_ms, out);
+    if (out->closed_here) return assemble(s, cfg, round, n, deadline, out);
+    return read_members(s, cfg, round, n, deadline, out);
   }
 }
 
@@ -310,6 +371,11 @@ cddp_result_t cddp__rdzv_restore(cddp_store_t *s, const cddp__rdzv_cfg_t *cfg, c
     len = cddp__job_node_format(&rec, val, sizeof val);
     CDDP_CHECK(put_absent(s, KEY(RDZV_NODE, r->round, i), val, len));
   }
+  char *list = members_format(cfg, r->nodes, n, &len);
+  cddp_result_t put = list ? put_absent(s, KEY(RDZV_MEMBERS, r->round, 0), list, len)
+                           : cddp__fail(CDDP_SYSTEM, "out of memory restoring the rendezvous");
+  free(list);
+  CDDP_CHECK(put);
   int64_t joined;
   CDDP_CHECK(cddp_store_add(s, KEY(RDZV_JOINED, r->round, 0), 0, &joined));
   if (joined < n) CDDP_CHECK(cddp_store_add(s, KEY(RDZV_JOINED, r->round, 0), n - joined, &joined));

@@ -13,7 +13,8 @@
 #include "job/rdzv_watch.h"
 #include "job/jobkeys.h"
 
-#define WATCH_MS 300    /* how often it looks */
+#define WATCH_MS 300    /* how often it looks, up to 128 nodes; then longer, so that the looks of */
+#define WATCH_MAX_MS 2000 /* the whole job reach the store at about 400 a second, up to this */
 #define GRACE_MS 2000   /* a lone node is normal for this long (the others are starting) */
 #define FRESH_MS 2000   /* a waiter whose record is older than this is gone */
 
@@ -76,68 +77,84 @@ static long long refused(cddp_store_t *base, char *addr, size_t size) {
   return n;
 }
 
-/* One look at the other waiters: 1 when one of another run id waits too (the job is ended). */
-static int look(cddp__rdzv_watch_t *w, cddp_store_t *base, int my_slot) {
-  int64_t n;
-  if (cddp_store_add(base, cddp__job_key(CDDP__JK_RDZV_WATCH_N, 0, 0).s, 0, &n) != CDDP_OK) return 0;
+/* One look at the shared record, refreshing it when it is absent, stale, not waiting, or of this run
+ * id and half stale (the job's waiters take turns: O(1) requests a look, not one per waiter). 1 when
+ * a waiter of another run id holds it fresh and this node is past its grace (both jobs are ended). */
+static int look(cddp__rdzv_watch_t *w, cddp_store_t *base, int judge) {
+  const char *key = cddp__job_key(CDDP__JK_RDZV_WATCH, 0, 0).s;
+  void *v = NULL, *was = NULL;
+  size_t len = 0, wl = 0;
+  cddp__rdzv_waiter_t other;
   uint64_t now = wall_ms();
-  for (int64_t i = 0; i < n; i++) {
-    void *v = NULL;
-    size_t len = 0;
-    cddp__rdzv_waiter_t other;
-    int ok = i != my_slot && cddp_store_get(base, cddp__job_key(CDDP__JK_RDZV_WATCH, i, 0).s, &v, &len, 0) == CDDP_OK &&
-             cddp__rdzv_waiter_parse(v, len, &other) == 0;
+  if (cddp_store_get(base, key, &v, &len, 0) != CDDP_OK) v = NULL, len = 0;
+  int ok = v && cddp__rdzv_waiter_parse(v, len, &other) == 0;
+  int fresh = ok && other.waiting && other.wall_ms + FRESH_MS >= now;
+  int mine = ok && !strcmp(other.run_id, w->me.run_id);
+  if (fresh && !mine && judge) {
     free(v);
-    if (!ok || !other.waiting || other.wall_ms + FRESH_MS < now || !strcmp(other.run_id, w->me.run_id)) continue;
     char line[600]; /* two hosts and two run ids at their longest */
     cddp__rdzv_id_line(&w->me, &other, line, sizeof line);
     end_job(base, other.run_id, other.node_records, line);
     end_job(base, w->me.run_id, w->me.node_records, line);
     return 1;
   }
+  if (!fresh || (mine && other.wall_ms + FRESH_MS / 2 < now)) {
+    char val[300];
+    w->me.wall_ms = now;
+    int vl = cddp__rdzv_waiter_format(&w->me, val, sizeof val);
+    if (vl > 0) (void)cddp_store_compare_set(base, key, v, len, val, (size_t)vl, &was, &wl); /* v NULL: absent */
+    free(was);
+  }
+  free(v);
   return 0;
 }
 
-static int post(cddp__rdzv_watch_t *w, cddp_store_t *base, int slot) {
+/* The rendezvous returned: the record, when it is this job's, says so (no wait for it to go stale). */
+static void leave(cddp__rdzv_watch_t *w, cddp_store_t *base) {
+  const char *key = cddp__job_key(CDDP__JK_RDZV_WATCH, 0, 0).s;
+  void *v = NULL, *was = NULL;
+  size_t len = 0, wl = 0;
+  cddp__rdzv_waiter_t other;
   char val[300];
-  w->me.wall_ms = wall_ms();
-  int len = cddp__rdzv_waiter_format(&w->me, val, sizeof val);
-  return len > 0 && cddp_store_set(base, cddp__job_key(CDDP__JK_RDZV_WATCH, slot, 0).s, val, (size_t)len) == CDDP_OK ? 0 : -1;
+  if (cddp_store_get(base, key, &v, &len, 0) == CDDP_OK && v && cddp__rdzv_waiter_parse(v, len, &other) == 0 &&
+      !strcmp(other.run_id, w->me.run_id)) {
+    w->me.waiting = 0, w->me.wall_ms = wall_ms();
+    int vl = cddp__rdzv_waiter_format(&w->me, val, sizeof val);
+    if (vl > 0) (void)cddp_store_compare_set(base, key, v, len, val, (size_t)vl, &was, &wl);
+  }
+  free(v);
+  free(was);
 }
 
 static void *watch_main(void *arg) {
   cddp__rdzv_watch_t *w = arg;
   cddp_store_t *base = NULL;
-  int64_t slot = -1;
   char addr[160] = "";
-  if (cddp_store_tcp_connect(&base, w->host, w->port, w->token, 5000) != CDDP_OK ||
-      cddp_store_add(base, cddp__job_key(CDDP__JK_RDZV_WATCH_N, 0, 0).s, 1, &slot) != CDDP_OK) {
+  if (cddp_store_tcp_connect(&base, w->host, w->port, w->token, 5000) != CDDP_OK) {
     CDDP_INFO(CDDP_SUB_RDZV, "no watch for another --rdzv-id or refused nodes: %s", cddp_last_error());
     goto exit;
   }
-  slot--;
   long long seen = refused(base, addr, sizeof addr);
   uint64_t start = cddp__now_ns(), grace = (uint64_t)GRACE_MS * 1000000ull;
   while (!__atomic_load_n(&w->stop, __ATOMIC_ACQUIRE)) {
-    if (post(w, base, (int)slot) != 0) break;
     long long now_refused = refused(base, addr, sizeof addr);
     if (now_refused > seen)
       fprintf(stderr, "cddp run: the store refused a node at %s: its job token differs from this node's "
               "(CDDP_TOKEN / CDDP_TOKEN_FILE must be the same on every node); still waiting for the nodes\n", addr);
     seen = now_refused;
-    if (cddp__now_ns() - start >= grace && look(w, base, (int)slot)) break;
-    for (int i = 0; i < WATCH_MS / 50 && !__atomic_load_n(&w->stop, __ATOMIC_ACQUIRE); i++) usleep(50000);
+    if (look(w, base, cddp__now_ns() - start >= grace)) break;
+    for (int i = 0; i < w->look_ms / 50 && !__atomic_load_n(&w->stop, __ATOMIC_ACQUIRE); i++) usleep(50000);
   }
-  w->me.waiting = 0;
-  if (slot >= 0) (void)post(w, base, (int)slot);
+  leave(w, base);
 exit:
   cddp_store_close(base);
   return NULL;
 }
 
 void cddp__rdzv_watch_start(cddp__rdzv_watch_t *w, const char *host, int port, const char *token,
-                            const cddp__rdzv_waiter_t *me) {
+                            const cddp__rdzv_waiter_t *me, int max_nodes) {
   memset(w, 0, sizeof *w);
+  w->look_ms = (int)CDDP_MIN(WATCH_MAX_MS, (int64_t)WATCH_MS * CDDP_MAX(max_nodes, 128) / 128);
   snprintf(w->host, sizeof w->host, "%s", host);
   snprintf(w->token, sizeof w->token, "%s", token);
   w->port = port;

@@ -9,9 +9,10 @@
 
 #include "cddp/store.h"
 
-/* Keys at the top of the store (outside every job's "<run_id>/"), owned by rdzv_watch.c:
- *   rdzv-watch/n     add(): each waiting agent takes a slot
- *   rdzv-watch/<i>   its record (cddp__rdzv_waiter_t), refreshed while it waits */
+/* One key at the top of the store (outside every job's "<run_id>/"), owned by rdzv_watch.c:
+ *   rdzv-watch/latest   a waiter's record (cddp__rdzv_waiter_t): the waiters of one job take
+ *                       turns refreshing it; a waiter of another run id finds it fresh there.
+ * One key, not one per waiter, so a look costs O(1) requests however many nodes wait. */
 typedef struct cddp__rdzv_waiter {
   uint64_t wall_ms;  /* refreshed every WATCH_MS while it waits */
   int waiting;       /* 0 once its rendezvous returned */
@@ -39,6 +40,7 @@ typedef struct cddp__rdzv_watch {
   int running, stop; /* stop: atomic */
   char host[256], token[256];
   int port;
+  int look_ms; /* how often it looks: longer for a larger job, so the store sees a bounded rate */
   cddp__rdzv_waiter_t me;
 } cddp__rdzv_watch_t;
 
@@ -48,7 +50,7 @@ typedef struct cddp__rdzv_watch {
  * store refuses meanwhile is said in one line on stderr (the job keeps waiting: a stranger must
  * not end it). A failure to connect only turns the watch off. */
 void cddp__rdzv_watch_start(cddp__rdzv_watch_t *w, const char *host, int port, const char *token,
-                            const cddp__rdzv_waiter_t *me);
+                            const cddp__rdzv_waiter_t *me, int max_nodes);
 /* Stops it (the rendezvous returned) and marks this agent's record done. */
 void cddp__rdzv_watch_stop(cddp__rdzv_watch_t *w);
 

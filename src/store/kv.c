@@ -22,6 +22,8 @@ static uint64_t hash_bytes(const char *p, size_t n) { /* FNV-1a */
   return h;
 }
 
+uint64_t cddp__kv_hash(const char *key, size_t klen) { return hash_bytes(key, klen); }
+
 void cddp__kv_init(cddp__kv_t *kv) { memset(kv, 0, sizeof *kv); }
 
 void cddp__kv_free(cddp__kv_t *kv) {

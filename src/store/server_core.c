@@ -30,7 +30,26 @@ void cddp__conn_init(cddp__srv_conn_t *c, const char *addr) {
   snprintf(c->addr, sizeof c->addr, "%s", addr);
 }
 
+static void unindex(cddp__srv_core_t *core, cddp__srv_conn_t *c) {
+  if (!c->windexed) return;
+  if (c->wprev) c->wprev->wnext = c->wnext;
+  else core->waiters[c->whash % CDDP__SRV_WAIT_BUCKETS] = c->wnext;
+  if (c->wnext) c->wnext->wprev = c->wprev;
+  c->wnext = c->wprev = NULL;
+  c->windexed = 0;
+}
+
+static void index_wait(cddp__srv_core_t *core, cddp__srv_conn_t *c) {
+  cddp__srv_conn_t **b = &core->waiters[c->whash % CDDP__SRV_WAIT_BUCKETS];
+  c->wprev = NULL;
+  c->wnext = *b;
+  if (*b) (*b)->wprev = c;
+  *b = c;
+  c->windexed = 1;
+}
+
 void cddp__core_unpark(cddp__srv_core_t *core, cddp__srv_conn_t *c) {
+  unindex(core, c);
   if (!c->parked) return;
   if (c->pprev) c->pprev->pnext = c->pnext;
   else core->parked = c->pnext;
@@ -42,6 +61,7 @@ void cddp__core_unpark(cddp__srv_core_t *core, cddp__srv_conn_t *c) {
 void cddp__core_park(cddp__srv_core_t *core, cddp__srv_conn_t *c, uint32_t timeout_ms) {
   c->parked = 1;
   c->deadline = cddp__now_ns() + (uint64_t)timeout_ms * 1000000ull;
+  if (!core->parked || c->deadline < core->min_deadline) core->min_deadline = c->deadline;
   c->pprev = NULL;
   c->pnext = core->parked;
   if (core->parked) core->parked->pprev = c;
@@ -90,9 +110,9 @@ void cddp__conn_gone(cddp__srv_core_t *core, cddp__srv_conn_t *c) {
   int created = 0;
   if (cddp__kv_set(&core->kv, c->will_key, c->will_klen, c->will_val, c->will_vlen, &created) == CDDP_OK)
     CDDP_INFO(CDDP_SUB_STORE, "store: %s left without a goodbye: its will set %s", c->addr, c->will_key);
+  if (created) cddp__core_wake_key(core, c->will_key, c->will_klen);
   free(c->will_key), free(c->will_val);
   c->will_key = NULL, c->will_val = NULL;
-  if (created) cddp__core_wake(core);
 }
 
 static void reply_empty(cddp__srv_conn_t *c, uint8_t op) {
@@ -136,7 +156,10 @@ static int try_answer(cddp__srv_core_t *core, cddp__srv_conn_t *c, int final) {
     uint32_t n = rd32(frame + c->pk_cur);
     const char *k = (const char *)frame + c->pk_cur + 4;
     cddp__kv_entry_t *e = cddp__kv_find(&core->kv, k, n);
-    if (!e) break;
+    if (!e) {
+      c->whash = cddp__kv_hash(k, n);
+      break;
+    }
     if (c->pk_op == CDDP__OP_GET) {
       reply_value(c, e);
       return 1;
@@ -151,12 +174,17 @@ static int try_answer(cddp__srv_core_t *core, cddp__srv_conn_t *c, int final) {
 }
 
 static void retry_parked(cddp__srv_core_t *core, cddp__srv_conn_t *c, int final) {
+  core->n_rechecks++;
   if (c->proto != CDDP__PROTO_CDDP) { /* torch's WAIT is served again from the top */
     cddp__core_unpark(core, c);
     push_ready(core, c);
     return;
   }
-  if (!try_answer(core, c, final)) return;
+  unindex(core, c);
+  if (!try_answer(core, c, final)) {
+    index_wait(core, c); /* under the key it misses now */
+    return;
+  }
   cddp__core_unpark(core, c);
   c->in.off += c->pk_used;
   push_ready(core, c);
@@ -171,18 +199,30 @@ void cddp__core_wake(cddp__srv_core_t *core) {
   }
 }
 
+void cddp__core_wake_key(cddp__srv_core_t *core, const char *key, size_t klen) {
+  uint64_t h = cddp__kv_hash(key, klen);
+  cddp__srv_conn_t *c = core->waiters[h % CDDP__SRV_WAIT_BUCKETS], *next;
+  for (; c; c = next) { /* a re-indexed conn goes to a bucket's head: never met again here */
+    next = c->wnext;
+    if (c->whash == h) retry_parked(core, c, 0);
+  }
+}
+
+/* The scan runs only once the earliest deadline passed (not on every event), and renews it. */
 void cddp__core_expire(cddp__srv_core_t *core, uint64_t now) {
+  if (!core->parked || now < core->min_deadline) return;
+  uint64_t d = UINT64_MAX;
   cddp__srv_conn_t *c = core->parked, *next;
   for (; c; c = next) {
     next = c->pnext;
     if (c->deadline <= now) retry_parked(core, c, 1);
+    else d = CDDP_MIN(d, c->deadline);
   }
+  core->min_deadline = d;
 }
 
 uint64_t cddp__core_next_deadline(const cddp__srv_core_t *core) {
-  uint64_t d = UINT64_MAX;
-  for (const cddp__srv_conn_t *c = core->parked; c; c = c->pnext) d = CDDP_MIN(d, c->deadline);
-  return d;
+  return core->parked ? core->min_deadline : UINT64_MAX;
 }
 
 /* ---- requests ---- */
@@ -195,7 +235,8 @@ static void note_refused(cddp__srv_core_t *core, const char *addr) {
   char val[200];
   int len = snprintf(val, sizeof val, "%lld %.150s", n + 1, addr);
   int created = 0;
-  if (cddp__kv_set(&core->kv, key, sizeof key - 1, val, (size_t)len, &created) == CDDP_OK) cddp__core_wake(core);
+  if (cddp__kv_set(&core->kv, key, sizeof key - 1, val, (size_t)len, &created) == CDDP_OK && created)
+    cddp__core_wake_key(core, key, sizeof key - 1);
 }
 
 static int handshake(cddp__srv_core_t *core, cddp__srv_conn_t *c, const cddp__wire_msg_t *m) {
@@ -259,6 +300,8 @@ static int handle(cddp__srv_core_t *core, cddp__srv_conn_t *c, const cddp__wire_
     return -1;
   }
   if (c->state != CDDP__CONN_READY) return handshake(core, c, &m);
+  core->n_clients += !c->requested;
+  core->n_requests++;
   c->requested = 1;
   int created = 0;
   cddp_result_t r = CDDP_OK;
@@ -278,6 +321,7 @@ static int handle(cddp__srv_core_t *core, cddp__srv_conn_t *c, const cddp__wire_
       c->pk_used = used;
       if (try_answer(core, c, m.timeout_ms == 0)) return 0;
       cddp__core_park(core, c, m.timeout_ms);
+      index_wait(core, c);
       return 1;
     case CDDP__OP_ADD:
       r = cddp__kv_add(&core->kv, m.key.p, m.key.n, m.num, &v, &created);
@@ -318,7 +362,7 @@ static int handle(cddp__srv_core_t *core, cddp__srv_conn_t *c, const cddp__wire_
       return -1;
   }
   if (r != CDDP_OK) reply_error(c, r, cddp_last_error());
-  if (created) cddp__core_wake(core);
+  if (created) cddp__core_wake_key(core, m.key.p, m.key.n);
   return 0;
 }
 

@@ -13,6 +13,8 @@ enum { CDDP__CONN_HELLO, CDDP__CONN_AUTH, CDDP__CONN_READY };
  * torch too; else every connection is cddp's. */
 enum { CDDP__PROTO_UNKNOWN, CDDP__PROTO_CDDP, CDDP__PROTO_TORCH1, CDDP__PROTO_TORCH2 };
 
+#define CDDP__SRV_WAIT_BUCKETS 4096
+
 /* One client connection as the engine sees it. The loop appends received bytes to in
  * (unconsumed bytes are [in.off, in.len)) and sends out from out.off. */
 typedef struct cddp__srv_conn {
@@ -29,6 +31,11 @@ typedef struct cddp__srv_conn {
   size_t pk_cur, pk_used;
   int on_ready;
   struct cddp__srv_conn *pnext, *pprev; /* parked list */
+  /* a parked cddp wait sits in the waiter index under the hash of the key it misses, so that a
+   * created key re-checks only the waits for it, not every parked connection */
+  struct cddp__srv_conn *wnext, *wprev;
+  uint64_t whash;
+  int windexed;
   struct cddp__srv_conn *rnext;         /* ready list */
   cddp__wire_buf_t in, out;
   char *will_key;    /* WILL: set when the connection ends without BYE (NULL: none) */
@@ -45,7 +52,11 @@ typedef struct cddp__srv_core {
   int torch;          /* serve torch's TCPStore protocol too (torch_proto.c) */
   cddp__kv_t torch_kv; /* torch clients' keys: apart from the job's, as they do not authenticate */
   cddp__srv_conn_t *parked;
+  cddp__srv_conn_t *waiters[CDDP__SRV_WAIT_BUCKETS]; /* the waiter index, by whash */
+  uint64_t min_deadline; /* <= every parked deadline (may be early: the expiry scan renews it) */
   cddp__srv_conn_t *ready_head, *ready_tail;
+  /* what the job cost the store, said at INFO when it stops (bench/rdzv_scale.sh reads it) */
+  uint64_t n_requests, n_rechecks, n_clients;
 } cddp__srv_core_t;
 
 /* Unsent output above this stops the engine from reading more requests of a conn. */
@@ -73,7 +84,9 @@ uint64_t cddp__core_next_deadline(const cddp__srv_core_t *core);
 void cddp__core_park(cddp__srv_core_t *core, cddp__srv_conn_t *c, uint32_t timeout_ms);
 /* Takes c off the parked list (nothing is answered). */
 void cddp__core_unpark(cddp__srv_core_t *core, cddp__srv_conn_t *c);
-/* A key was created: parked waits look again. */
+/* Key (cddp's key space) was created: the parked waits that miss it look again. */
+void cddp__core_wake_key(cddp__srv_core_t *core, const char *key, size_t klen);
+/* A key was created where the index does not say (torch's key space): every parked wait looks again. */
 void cddp__core_wake(cddp__srv_core_t *core);
 /* Pops a conn whose state changed outside its own events (answered wait), or NULL. */
 cddp__srv_conn_t *cddp__core_pop_ready(cddp__srv_core_t *core);

@@ -103,6 +103,8 @@ void cddp__kv_init(cddp__kv_t *kv);
 void cddp__kv_free(cddp__kv_t *kv);
 /* NULL when absent. */
 cddp__kv_entry_t *cddp__kv_find(const cddp__kv_t *kv, const char *key, size_t klen);
+/* The table's hash of a key (FNV-1a): the server indexes parked waits by it too. */
+uint64_t cddp__kv_hash(const char *key, size_t klen);
 /* Copies val. *created (may be NULL) says whether the key is new. SYSTEM on OOM. */
 cddp_result_t cddp__kv_set(cddp__kv_t *kv, const char *key, size_t klen, const void *val,
                            size_t vlen, int *created);

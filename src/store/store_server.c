@@ -275,13 +275,23 @@ static void *loop(void *arg) {
   return NULL;
 }
 
+/* An agent holds up to 4 connections at its store (its own, its membership watch, the rendezvous
+ * watch while it waits, a worker's): what the open-file limit leaves room for. */
+#define CONNS_PER_AGENT 4
+
 static void raise_fd_limit(void) {
   struct rlimit rl;
-  if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
-    rl.rlim_cur = rl.rlim_max;
+  if (getrlimit(RLIMIT_NOFILE, &rl) != 0) return;
+  if (rl.rlim_cur < rl.rlim_max) {
+    rlim_t want = rl.rlim_max;
+    rl.rlim_cur = want;
     if (setrlimit(RLIMIT_NOFILE, &rl) != 0)
       CDDP_INFO(CDDP_SUB_STORE, "store: cannot raise the open-file limit: %s", strerror(errno));
+    getrlimit(RLIMIT_NOFILE, &rl);
   }
+  CDDP_INFO(CDDP_SUB_STORE, "store: open-file limit %llu: room for about %llu agents (raise the hard limit, "
+            "ulimit -Hn, for more)", (unsigned long long)rl.rlim_cur,
+            (unsigned long long)(rl.rlim_cur > 64 ? (rl.rlim_cur - 64) / CONNS_PER_AGENT : 0));
 }
 
 static cddp_result_t bind_listener(cddp_store_server_t *srv, const char *host, int port) {
@@ -381,7 +391,11 @@ void cddp_store_server_stop(cddp_store_server_t *srv) {
   close(srv->epfd);
   close(srv->evfd);
   if (srv->spare_fd >= 0) close(srv->spare_fd);
+  const cddp__srv_core_t *k = &srv->core;
+  CDDP_INFO(CDDP_SUB_STORE, "store: server on port %d stopped: %llu requests from %llu clients (%.1f each), "
+            "%llu parked waits re-checked", srv->port, (unsigned long long)k->n_requests,
+            (unsigned long long)k->n_clients, k->n_clients ? (double)k->n_requests / (double)k->n_clients : 0.0,
+            (unsigned long long)k->n_rechecks);
   cddp__core_free(&srv->core);
-  CDDP_INFO(CDDP_SUB_STORE, "store: server on port %d stopped", srv->port);
   free(srv);
 }

@@ -17,6 +17,7 @@ TEST(jobkeys_spell_every_key_of_the_table) {
   KEYIS(RDZV_JOINED, 3, 0, "rdzv/3/joined");
   KEYIS(RDZV_NODE, 3, 7, "rdzv/3/node/7");
   KEYIS(RDZV_CLOSED, 3, 0, "rdzv/3/closed");
+  KEYIS(RDZV_MEMBERS, 3, 0, "rdzv/3/members");
   KEYIS(RDZV_EVENT, 12, 0, "rdzv/12/event");
   KEYIS(RDZV_FAILURE, 3, 1, "rdzv/3/failure/1");
   KEYIS(RDZV_NDONE, 3, 0, "rdzv/3/ndone");
@@ -45,8 +46,7 @@ TEST(jobkeys_spell_every_key_of_the_table) {
   KEYIS(STATUS_EVENTS, 0, 0, "status/events");
   KEYIS(STATUS_EVENT, 17, 0, "status/event/17");
   KEYIS(STATUS_ONCE, 9, 0, "status/once/9");
-  KEYIS(RDZV_WATCH_N, 0, 0, "rdzv-watch/n");
-  KEYIS(RDZV_WATCH, 3, 0, "rdzv-watch/3");
+  KEYIS(RDZV_WATCH, 0, 0, "rdzv-watch/latest");
   CHECK(!strcmp(cddp__job_key_in("job7", CDDP__JK_DEAD, 2).s, "job7/elastic/dead/2"));
   CHECK(!strcmp(cddp__job_key(CDDP__JK_GEN_ANNOUNCE, INT64_MAX, 0).s, "elastic/gen/9223372036854775807"));
   CHECK_EQ(cddp__job_key(CDDP__JK_COUNT, 1, 2).s[0], '\0'); /* not a kind: no key */

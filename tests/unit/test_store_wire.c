@@ -1,4 +1,5 @@
 /* test_store_wire.c - the frame parser and message decoding, driven over byte buffers. */
+#include <stdio.h>
 #include <string.h>
 
 #include "store/server_core.h"
@@ -240,6 +241,66 @@ TEST(engine_handshake_and_garbage) {
   cddp__conn_release(&core, &c);
   cddp__conn_release(&core, &c2);
   cddp__wire_buf_free(&b);
+  cddp__core_free(&core);
+}
+
+/* A created key re-checks only the parked waits that miss it (the waiter index): a wait on "a"
+ * then "b" is looked at again for "a" and "b", never for another key. */
+static void send_wait(cddp__srv_core_t *core, cddp__srv_conn_t *c, const char *const *keys, uint32_t n) {
+  cddp__wire_buf_t b = {0};
+  int rc;
+  hello(&b, CDDP__WIRE_MAGIC, CDDP__WIRE_VERSION);
+  size_t st = cddp__wire_begin(&b, CDDP__OP_WAIT);
+  cddp__wire_u32(&b, 60000);
+  cddp__wire_u32(&b, n);
+  for (uint32_t i = 0; i < n; i++) cddp__wire_str(&b, keys[i], strlen(keys[i]));
+  cddp__wire_end(&b, st);
+  feed(core, c, &b, &rc);
+  cddp__wire_buf_free(&b);
+}
+
+static void send_set(cddp__srv_core_t *core, cddp__srv_conn_t *c, const char *key, int hello_first) {
+  cddp__wire_buf_t b = {0};
+  int rc;
+  if (hello_first) hello(&b, CDDP__WIRE_MAGIC, CDDP__WIRE_VERSION);
+  size_t st = cddp__wire_begin(&b, CDDP__OP_SET);
+  cddp__wire_str(&b, key, strlen(key));
+  cddp__wire_str(&b, "1", 1);
+  cddp__wire_end(&b, st);
+  feed(core, c, &b, &rc);
+  cddp__wire_buf_free(&b);
+}
+
+TEST(engine_wakes_only_the_waits_for_a_created_key) {
+  cddp__srv_core_t core;
+  CHECK_OK(cddp__core_init(&core, NULL));
+  cddp__srv_conn_t w1, w2, setter;
+  cddp__conn_init(&w1, "test:w1");
+  cddp__conn_init(&w2, "test:w2");
+  cddp__conn_init(&setter, "test:s");
+  const char *ab[] = {"a", "b"}, *x[] = {"x"};
+  send_wait(&core, &w1, ab, 2);
+  send_wait(&core, &w2, x, 1);
+  CHECK(w1.parked && w2.parked);
+  for (int i = 0; i < 50; i++) { /* keys nobody waits for: no re-check at all */
+    char k[16];
+    snprintf(k, sizeof k, "other%d", i);
+    send_set(&core, &setter, k, i == 0);
+  }
+  CHECK_EQ(core.n_rechecks, 0);
+  send_set(&core, &setter, "x", 0);
+  CHECK(!w2.parked && w1.parked);
+  CHECK_EQ(core.n_rechecks, 1);
+  send_set(&core, &setter, "a", 0); /* w1 now misses "b" */
+  CHECK(w1.parked);
+  send_set(&core, &setter, "x2", 0);
+  CHECK_EQ(core.n_rechecks, 2);
+  send_set(&core, &setter, "b", 0);
+  CHECK(!w1.parked);
+  CHECK_EQ(core.n_rechecks, 3);
+  cddp__conn_release(&core, &w1);
+  cddp__conn_release(&core, &w2);
+  cddp__conn_release(&core, &setter);
   cddp__core_free(&core);
 }
 

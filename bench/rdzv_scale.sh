@@ -1,0 +1,124 @@
+#!/usr/bin/env bash
+# rdzv_scale.sh - the control plane's cost as the job grows: N agents on the loopback, one store
+# host (`cddp store`, a process of its own so its CPU and memory are its own), each agent
+# `cddp run --nnodes N --rdzv-backend c10d --nproc-per-node 1` with a worker that only notes the
+# time it started.
+#
+# Usage: bench/rdzv_scale.sh [--sizes 64,128,256,512,1024] [--hb-secs S] [--torchrun PATH]
+#                            [--torch-sizes 8,16] [--replace] [--out DIR]
+# Columns per N:
+#   rdzv    launch -> the last worker started (s): every agent through the rendezvous
+#   exited  launch -> the last agent exited (s)
+#   cpu     the store host's user+sys CPU over the whole job (s)
+#   rss     the store host's max RSS (MB)
+#   msgs    requests the store served per agent (its own count, CDDP_DEBUG=INFO at its exit)
+#   hb      --hb-secs S > 0: the job again with workers that sleep S s; the extra requests per
+#           agent per second of that steady state (heartbeats and the membership watch)
+# --replace: the agents run --restart-mode replace with --nnodes 1:N (elastic membership: each
+# agent's monitor, heartbeats and wills), so hb is that mode's steady state.
+# --torchrun PATH: torchrun's c10d rendezvous (its agents are Python processes) at --torch-sizes,
+# in the same run: launch -> the last agent exited. The load average is printed with each row:
+# the machine may be shared.
+set -uo pipefail
+cd "$(dirname "$0")/.." || exit 1
+ROOT=$PWD
+CDDP=$ROOT/build/cddp
+SIZES=64,128,256,512,1024
+HB_SECS=0
+TORCHRUN=
+TORCH_SIZES=8,16
+OUT=
+REPLACE=()
+while [ $# -gt 0 ]; do
+  case $1 in
+    --sizes) SIZES=$2; shift 2 ;;
+    --hb-secs) HB_SECS=$2; shift 2 ;;
+    --torchrun) TORCHRUN=$2; shift 2 ;;
+    --torch-sizes) TORCH_SIZES=$2; shift 2 ;;
+    --out) OUT=$2; shift 2 ;;
+    --replace) REPLACE=(--restart-mode replace); shift ;;
+    *) echo "rdzv_scale.sh: unknown argument $1 (see the usage at the top of the script)" >&2; exit 2 ;;
+  esac
+done
+[ -x "$CDDP" ] || { echo "rdzv_scale.sh: build first (make -j2 all): $CDDP is missing" >&2; exit 1; }
+ulimit -n "$(ulimit -Hn)" 2>/dev/null
+[ -n "$OUT" ] || OUT=$(mktemp -d "${TMPDIR:-/tmp}/cddp-rdzv-scale.XXXXXX")
+mkdir -p "$OUT"
+HZ=$(getconf CLK_TCK)
+unset CDDP_TOKEN CDDP_TOKEN_FILE
+
+now() { date +%s.%N; }
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+
+for n in ${SIZES//,/ } ${TORCH_SIZES//,/ }; do
+  [[ $n =~ ^[1-9][0-9]{0,4}$ ]] || { echo "rdzv_scale.sh: --sizes/--torch-sizes take agent counts 1-99999, not '$n'" >&2; exit 2; }
+done
+[[ $HB_SECS =~ ^[0-9]+$ ]] || { echo "rdzv_scale.sh: --hb-secs takes whole seconds, not '$HB_SECS'" >&2; exit 2; }
+FAILED=0
+
+# job N WORKER_SECS TAG: one job of N agents; prints "rdzv exited cpu rss_mb requests failed"
+job() {
+  local n=$1 secs=$2 dir=$OUT/$3 port spid t0 i
+  mkdir -p "$dir"
+  : >"$dir/starts"
+  port=$(free_port)
+  CDDP_DEBUG=INFO CDDP_DEBUG_SUBSYS=STORE "$CDDP" store --host 127.0.0.1 --port "$port" \
+    >"$dir/store.out" 2>"$dir/store.err" &
+  spid=$!
+  for _ in $(seq 100); do grep -q listening "$dir/store.out" 2>/dev/null && break; sleep 0.05; done
+  t0=$(now)
+  local pids=()
+  for ((i = 0; i < n; i++)); do
+    "$CDDP" run --nnodes "${REPLACE:+1:}$n" "${REPLACE[@]}" --rdzv-backend c10d --rdzv-endpoint "127.0.0.1:$port" --rdzv-id scale \
+      --nproc-per-node 1 --no-python sh -c "date +%s.%N >>'$dir/starts'; sleep $secs" \
+      >>"$dir/agents.log" 2>&1 &
+    pids+=($!)
+  done
+  local bad=0
+  for p in "${pids[@]}"; do wait "$p" || bad=$((bad + 1)); done
+  local t1 cpu rss
+  t1=$(now)
+  read -r cpu rss < <(awk -v hz="$HZ" 'NR==1 {print ($14 + $15) / hz}' "/proc/$spid/stat" |
+    tr '\n' ' '; awk '/VmHWM/ {print $2 / 1024}' "/proc/$spid/status")
+  kill -TERM "$spid"; wait "$spid"
+  [ "$bad" = 0 ] || echo "rdzv_scale.sh: $bad of $n agents failed (see $dir/agents.log)" >&2
+  local req last
+  req=$(sed -n 's/.*stopped: \([0-9]*\) requests.*/\1/p' "$dir/store.err")
+  last=$(sort -n "$dir/starts" | tail -1)
+  awk -v t0="$t0" -v t1="$t1" -v last="${last:-0}" -v cpu="$cpu" -v rss="$rss" -v req="${req:-0}" \
+    -v bad="$bad" 'BEGIN {printf "%.2f %.2f %.2f %.1f %d %d\n", last ? last - t0 : -1, t1 - t0, cpu, rss, req, bad}'
+}
+
+printf '%-6s %-8s %-8s %-8s %-8s %-8s %-10s %s\n' agents rdzv_s exited_s cpu_s rss_MB msgs hb_msg/s load
+for n in ${SIZES//,/ }; do
+  read -r rdzv ex cpu rss req bad < <(job "$n" 0 "n$n")
+  [ "${bad:-1}" = 0 ] && [ "${req:-0}" -gt 0 ] || FAILED=1
+  hb=-
+  if [ "$HB_SECS" != 0 ]; then
+    read -r _ _ _ _ req2 bad < <(job "$n" "$HB_SECS" "n$n-hb")
+    [ "${bad:-1}" = 0 ] || FAILED=1
+    hb=$(awk -v a="$req" -v b="$req2" -v n="$n" -v s="$HB_SECS" 'BEGIN {printf "%.2f", (b - a) / n / s}')
+  fi
+  printf '%-6s %-8s %-8s %-8s %-8s %-8s %-10s %s\n' "$n" "$rdzv" "$ex" "$cpu" "$rss" \
+    "$(awk -v r="$req" -v n="$n" 'BEGIN {printf "%.1f", r / n}')" "$hb" "$(cut -d' ' -f1 /proc/loadavg)"
+done
+
+if [ -n "$TORCHRUN" ]; then
+  echo "torchrun (c10d, its agents are Python processes):"
+  printf '%-6s %-8s %s\n' agents exited_s failed
+  for n in ${TORCH_SIZES//,/ }; do
+    port=$(free_port)
+    t0=$(now)
+    pids=()
+    for ((i = 0; i < n; i++)); do
+      "$TORCHRUN" --nnodes "$n" --nproc-per-node 1 --rdzv-backend c10d --rdzv-endpoint "127.0.0.1:$port" \
+        --rdzv-id scale --no-python true >>"$OUT/torchrun-$n.log" 2>&1 &
+      pids+=($!)
+    done
+    bad=0
+    for p in "${pids[@]}"; do wait "$p" || bad=$((bad + 1)); done
+    printf '%-6s %-8s %s\n' "$n" "$(awk -v a="$t0" -v b="$(now)" 'BEGIN {printf "%.2f", b - a}')" "$bad"
+  done
+fi
+echo "logs: $OUT"
+exit $FAILED
