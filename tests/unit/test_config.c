@@ -245,6 +245,10 @@ TEST(cross_field_checks_name_where_the_key_was_set) {
   expect_fail("batch:\n  global: 256\n  micro: 96\n", ".yaml:3: batch.micro", "does not divide batch.global", NULL);
   expect_fail("train:\n  max_steps: 10\nschedule:\n  warmup_steps: 10\n", ":4: schedule.warmup_steps",
               "less than train.max_steps (10)", NULL);
+  /* a short run of a config with a long warm-up: the line gives the second --set to add */
+  const char *short_run[] = {"train.max_steps=60"};
+  expect_fail_ovr("schedule:\n  warmup_steps: 100\n", short_run, 1, "schedule.warmup_steps",
+                  "less than train.max_steps (60)", "--set schedule.warmup_steps=6");
   expect_fail("optim:\n  momentum: 0\n  nesterov: true\n", ":3: optim.nesterov", "momentum > 0", NULL);
   expect_fail("model:\n  kernel: 4\n", ":2: model.kernel", "odd", NULL);
   expect_fail("optim:\n  lr: 0.01\nschedule:\n  min_lr: 0.1\n", ":4: schedule.min_lr", "larger than optim.lr", NULL);
