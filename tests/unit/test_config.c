@@ -170,6 +170,13 @@ TEST(unknown_keys_are_named_with_line_and_suggestion) {
   expect_fail("model:\n  type: mlp\nlr: 0.1\n", ":3:", "'lr'", "did you mean optim.lr?");
   expect_fail("optimizer:\n  lr: 0.1\n", ":1:", "'optimizer'", "did you mean optim?");
   expect_fail("\n\nmodel:\n  hiden: [1]\n", ":4:", "model.hiden", "did you mean model.hidden?");
+  /* other frameworks' names: too far for the edit distance, known by name */
+  const char *torch_names[][2] = {{"optim.learning_rate=0.1", "did you mean optim.lr?"},
+                                  {"learning_rate=0.1", "did you mean optim.lr?"},
+                                  {"train.max_epochs=2", "did you mean train.epochs?"},
+                                  {"batch.batch_size=64", "did you mean batch.global?"}};
+  for (size_t i = 0; i < sizeof torch_names / sizeof torch_names[0]; i++)
+    expect_fail_ovr(NULL, torch_names[i], 1, "unknown key", torch_names[i][1], NULL);
   expect_fail("zzz: 1\n", ":1:", "unknown key 'zzz'", "docs/config.md");
   expect_fail("model:\n  type:\n    deep: 1\n", ":3:", "model.type", "got a map");
 }

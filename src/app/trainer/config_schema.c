@@ -166,13 +166,34 @@ static const char *last_segment(const char *key) {
   return dot ? dot + 1 : key;
 }
 
+/* Other frameworks' names for our leaves (torch's and Lightning's habits): too far apart for
+ * the edit distance, common enough to deserve a "did you mean". */
+static const char *const leaf_aliases[][2] = {
+    {"learning_rate", "lr"}, {"max_epochs", "epochs"}, {"warmup", "warmup_steps"},
+    {"batch_size", "global"}, {"micro_batch_size", "micro"}, {"clip_grad_norm", "grad_clip"},
+    {"gradient_clip_val", "grad_clip"}, {"steps", "max_steps"}, {"seq_len", "context"},
+};
+
+/* typed's leaf as we call it: itself, or its alias's target. */
+static const char *our_leaf(const char *typed) {
+  const char *leaf = last_segment(typed);
+  for (size_t i = 0; i < sizeof leaf_aliases / sizeof leaf_aliases[0]; i++)
+    if (!strcmp(leaf, leaf_aliases[i][0])) return leaf_aliases[i][1];
+  return leaf;
+}
+
 const char *cddp__cfg_suggest(const char *typed) {
   static __thread char section[64];
-  const char *best = NULL;
+  const char *best = NULL, *leaf = our_leaf(typed);
   int best_d = 99;
+  size_t typed_sn = strchr(typed, '.') ? (size_t)(strchr(typed, '.') - typed) : 0;
   for (int i = 0; i < cddp__cfg_n_keys; i++) {
     const char *k = cddp__cfg_keys[i].key;
     int d = edit_distance(typed, k);
+    /* an alias of the leaf in the key's own section ("optim.learning_rate"): the closest there is */
+    if (leaf != last_segment(typed) && !strcmp(leaf, last_segment(k))) {
+      d = typed_sn && !strncmp(typed, k, typed_sn + 1) ? 0 : 1;
+    }
     /* "lr" at the top level, or "train.lr": the same leaf name under another section. */
     if (strcmp(last_segment(typed), last_segment(k)) == 0 && d > 1) d = 1;
     if (d < best_d) best_d = d, best = k;
