@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/nearest.h"
 #include "trainer/data.h"
 
 #define F(field) offsetof(cddp_train_config_t, field)
@@ -140,27 +141,6 @@ int cddp__cfg_is_section(const char *section) {
   return 0;
 }
 
-/* Levenshtein distance, both strings short (keys). */
-static int edit_distance(const char *a, const char *b) {
-  size_t na = strlen(a), nb = strlen(b);
-  if (na > 63 || nb > 63) return 99;
-  int row[64];
-  for (size_t j = 0; j <= nb; j++) row[j] = (int)j;
-  for (size_t i = 1; i <= na; i++) {
-    int diag = row[0];
-    row[0] = (int)i;
-    for (size_t j = 1; j <= nb; j++) {
-      int up = row[j];
-      int best = diag + (a[i - 1] != b[j - 1]);
-      if (up + 1 < best) best = up + 1;
-      if (row[j - 1] + 1 < best) best = row[j - 1] + 1;
-      row[j] = best;
-      diag = up;
-    }
-  }
-  return row[nb];
-}
-
 static const char *last_segment(const char *key) {
   const char *dot = strrchr(key, '.');
   return dot ? dot + 1 : key;
@@ -189,7 +169,7 @@ const char *cddp__cfg_suggest(const char *typed) {
   size_t typed_sn = strchr(typed, '.') ? (size_t)(strchr(typed, '.') - typed) : 0;
   for (int i = 0; i < cddp__cfg_n_keys; i++) {
     const char *k = cddp__cfg_keys[i].key;
-    int d = edit_distance(typed, k);
+    int d = cddp__edit_distance(typed, k);
     /* an alias of the leaf in the key's own section ("optim.learning_rate"): the closest there is */
     if (leaf != last_segment(typed) && !strcmp(leaf, last_segment(k))) {
       d = typed_sn && !strncmp(typed, k, typed_sn + 1) ? 0 : 1;
@@ -201,7 +181,7 @@ const char *cddp__cfg_suggest(const char *typed) {
     size_t sn = (size_t)(strchr(k, '.') - k);
     char sec[64];
     snprintf(sec, sizeof sec, "%.*s", (int)sn, k);
-    d = edit_distance(typed, sec);
+    d = cddp__edit_distance(typed, sec);
     if (strncmp(typed, sec, sn) == 0 && !strchr(typed, '.') && d > 2) d = 2; /* "optimizer" */
     if (d < best_d) {
       best_d = d;
