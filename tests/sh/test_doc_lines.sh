@@ -40,13 +40,13 @@ NOT_HERE=(
 )
 # Placeholders and small sizes, applied to every line that runs (sed expressions).
 SUBST=(
-  "s#HEAD:29400#127.0.0.1:$((20000 + RANDOM % 9000))#g"
+  "s#HEAD:29400#127.0.0.1:$(free_port)#g"
   "s#--rdzv-id J#--rdzv-id doclines#g"
-  "s#PORT=29600#PORT=$((29000 + RANDOM % 900))#g"
+  "s#PORT=29600#PORT=$(free_port)#g"
   "s#runs/#$T/runs/#g"
   "s#-e 64M#-e 1M#g"
   "s#--nproc-per-node 3 #--nproc-per-node 2 #g"
-  "s#--node-rank R --master-addr A --master-port P#--nnodes 1 --node-rank 0 --master-addr 127.0.0.1 --master-port $((29000 + RANDOM % 900))#"
+  "s#--node-rank R --master-addr A --master-port P#--nnodes 1 --node-rank 0 --master-addr 127.0.0.1 --master-port $(free_port)#"
   "s#--nnodes 2 --nnodes 1#--nnodes 1#"
   "s#PROGRAM\$#true#"
   "s#train.py#$T/train.py#g"
