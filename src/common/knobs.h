@@ -54,6 +54,8 @@
     "cddp run: the py-spy the watchdog runs for Python workers' stacks (a path, or a name on PATH)") \
   X(DESYNC_CHECK, "CDDP_DESYNC_CHECK", "1",                                                    \
     "1: every collective's kind, count, dtype and op are compared across ranks (a mismatch fails every rank, naming both calls); 0: off") \
+  X(RDZV_SAY_MS, "CDDP_RDZV_SAY_MS", "10000",                                                 \
+    "cddp run: while a node waits at the rendezvous, how often it says what it waits for, ms") \
   X(TOKEN, "CDDP_TOKEN", "", "job token for the store's challenge-response (never sent on the wire)") \
   X(TOKEN_FILE, "CDDP_TOKEN_FILE", "", "file holding the job token (used when CDDP_TOKEN is unset)") \
   X(CPU_BF16, "CDDP_CPU_BF16", "auto",                                                        \

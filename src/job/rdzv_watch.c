@@ -8,6 +8,7 @@
 
 #include "common/check.h"
 #include "common/clock.h"
+#include "common/knobs.h"
 #include "common/log.h"
 #include "job/rdzv.h"
 #include "job/rdzv_watch.h"
@@ -17,6 +18,8 @@
 #define WATCH_MAX_MS 2000 /* the whole job reach the store at about 400 a second, up to this */
 #define GRACE_MS 2000   /* a lone node is normal for this long (the others are starting) */
 #define FRESH_MS 2000   /* a waiter whose record is older than this is gone */
+#define STATIC_COUNT_MAX 64 /* a static job of more nodes says its waits without counting them */
+#define WARN_SAYS 3     /* after this many "waiting" lines (30 s by default) they are warnings */
 
 static uint64_t wall_ms(void) {
   struct timespec ts;
@@ -126,6 +129,43 @@ static void leave(cddp__rdzv_watch_t *w, cddp_store_t *base) {
   free(was);
 }
 
+/* The nodes in round 0 of this job so far: c10d its join count, static its node records. */
+static int joined_nodes(cddp__rdzv_watch_t *w, cddp_store_t *base) {
+  char prefix[160];
+  cddp_store_t *v;
+  int64_t n = 0;
+  snprintf(prefix, sizeof prefix, "%s/", w->me.run_id);
+  if (cddp_store_prefix_create(&v, base, prefix, 0) != CDDP_OK) return -1;
+  if (w->me.node_records <= 0) {
+    if (cddp_store_add(v, cddp__job_key(CDDP__JK_RDZV_JOINED, 0, 0).s, 0, &n) != CDDP_OK) n = -1;
+  } else if (w->me.node_records > STATIC_COUNT_MAX) {
+    n = -2; /* one get per node from every waiting node would grow as N^2 at the store */
+  } else {
+    for (int i = 0; i < w->me.node_records; i++) {
+      void *val = NULL;
+      size_t len = 0;
+      n += cddp_store_get(v, cddp__job_key(CDDP__JK_RDZV_NODE, 0, i).s, &val, &len, 0) == CDDP_OK;
+      free(val);
+    }
+  }
+  cddp_store_close(v);
+  return (int)CDDP_MIN(n, 1 << 20); /* the store's count is another process's word */
+}
+
+/* "waiting for 1 more node at HOST:PORT (1 of 2 joined, 10 s of 300)": what a silent wait waits for. */
+static void say_waiting(cddp__rdzv_watch_t *w, cddp_store_t *base, uint64_t waited_ms, int warn) {
+  int joined = joined_nodes(w, base), more = w->need_nodes - joined;
+  if (joined == -2) { /* a large static job: not counted */
+    fprintf(stderr, "cddp run: %swaiting for the other nodes at %s:%d (%llu s of %d)\n", warn ? "warning: still " : "",
+            w->host, w->port, (unsigned long long)(waited_ms / 1000), w->timeout_ms / 1000);
+    return;
+  }
+  if (joined < 0 || more <= 0) return; /* the round is closing: nothing to wait for */
+  fprintf(stderr, "cddp run: %swaiting for %d more node%s at %s:%d (%d of %d joined, %llu s of %d)\n",
+          warn ? "warning: still " : "", more, more == 1 ? "" : "s", w->host, w->port, joined,
+          w->need_nodes, (unsigned long long)(waited_ms / 1000), w->timeout_ms / 1000);
+}
+
 static void *watch_main(void *arg) {
   cddp__rdzv_watch_t *w = arg;
   cddp_store_t *base = NULL;
@@ -136,6 +176,8 @@ static void *watch_main(void *arg) {
   }
   long long seen = refused(base, addr, sizeof addr);
   uint64_t start = cddp__now_ns(), grace = (uint64_t)GRACE_MS * 1000000ull;
+  int64_t say_ms = cddp__knob_int(CDDP_KNOB_RDZV_SAY_MS);
+  uint64_t next_say = say_ms > 0 ? (uint64_t)say_ms : UINT64_MAX, warn_ms = (uint64_t)say_ms * WARN_SAYS;
   while (!__atomic_load_n(&w->stop, __ATOMIC_ACQUIRE)) {
     long long now_refused = refused(base, addr, sizeof addr);
     if (now_refused > seen)
@@ -143,6 +185,11 @@ static void *watch_main(void *arg) {
               "(CDDP_TOKEN / CDDP_TOKEN_FILE must be the same on every node); still waiting for the nodes\n", addr);
     seen = now_refused;
     if (look(w, base, cddp__now_ns() - start >= grace)) break;
+    uint64_t waited_ms = (cddp__now_ns() - start) / 1000000u;
+    if (waited_ms >= next_say) {
+      say_waiting(w, base, waited_ms, waited_ms >= warn_ms);
+      next_say += (uint64_t)say_ms;
+    }
     for (int i = 0; i < w->look_ms / 50 && !__atomic_load_n(&w->stop, __ATOMIC_ACQUIRE); i++) usleep(50000);
   }
   leave(w, base);
@@ -152,9 +199,11 @@ exit:
 }
 
 void cddp__rdzv_watch_start(cddp__rdzv_watch_t *w, const char *host, int port, const char *token,
-                            const cddp__rdzv_waiter_t *me, int max_nodes) {
+                            const cddp__rdzv_waiter_t *me, int max_nodes, int need_nodes, int timeout_ms) {
   memset(w, 0, sizeof *w);
   w->look_ms = (int)CDDP_MIN(WATCH_MAX_MS, (int64_t)WATCH_MS * CDDP_MAX(max_nodes, 128) / 128);
+  w->need_nodes = need_nodes;
+  w->timeout_ms = timeout_ms;
   snprintf(w->host, sizeof w->host, "%s", host);
   snprintf(w->token, sizeof w->token, "%s", token);
   w->port = port;

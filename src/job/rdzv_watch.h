@@ -41,6 +41,7 @@ typedef struct cddp__rdzv_watch {
   char host[256], token[256];
   int port;
   int look_ms; /* how often it looks: longer for a larger job, so the store sees a bounded rate */
+  int need_nodes, timeout_ms; /* for the "waiting for" line: the nodes the round needs, --rdzv-timeout */
   cddp__rdzv_waiter_t me;
 } cddp__rdzv_watch_t;
 
@@ -48,9 +49,12 @@ typedef struct cddp__rdzv_watch {
  * its run id, host, node_records) waits in round 0: after 2 s, a node of another run id waiting
  * there too ends both jobs' round with one line (rdzv.h's cddp__rdzv_mismatch); a client the
  * store refuses meanwhile is said in one line on stderr (the job keeps waiting: a stranger must
- * not end it). A failure to connect only turns the watch off. */
+ * not end it). Every CDDP_RDZV_SAY_MS (10 s) it says on stderr how many of need_nodes have joined
+ * round 0 (c10d: its join count; static: the node records there) and how much of timeout_ms is
+ * gone, so no wait is silent; from the third line (30 s) on as a warning. A failure to connect only turns the
+ * watch off. */
 void cddp__rdzv_watch_start(cddp__rdzv_watch_t *w, const char *host, int port, const char *token,
-                            const cddp__rdzv_waiter_t *me, int max_nodes);
+                            const cddp__rdzv_waiter_t *me, int max_nodes, int need_nodes, int timeout_ms);
 /* Stops it (the rendezvous returned) and marks this agent's record done. */
 void cddp__rdzv_watch_stop(cddp__rdzv_watch_t *w);
 

@@ -98,11 +98,29 @@ cddp_result_t cddp__job_store_reach(cddp__job_store_t *js, int timeout_ms, int p
   return cddp__fail(CDDP_TIMEOUT, "%s:%d, nor through %s (the step's other nodes): %s", js->host, js->port, tried, why);
 }
 
+/* cddp__job_store_reach within --rdzv-timeout, saying every CDDP_RDZV_SAY_MS what it waits for
+ * while the store is not up yet (node 0 not started: no wait is silent; rdzv_watch.h says the
+ * same of the rendezvous after). */
+static cddp_result_t reach_saying(cddp__job_store_t *js, cddp_store_t **base) {
+  int64_t say_ms = cddp__knob_int(CDDP_KNOB_RDZV_SAY_MS);
+  if (say_ms <= 0 || say_ms >= js->timeout_ms || js->ncand >= 2)
+    return cddp__job_store_reach(js, js->timeout_ms, 0, base);
+  uint64_t t0 = cddp__now_ns(), deadline = cddp__deadline_ms(js->timeout_ms);
+  for (int says = 1;; says++) {
+    int left = cddp__ms_left(deadline);
+    cddp_result_t r = cddp__job_store_reach(js, (int)CDDP_MIN(say_ms, left), 0, base);
+    if (r != CDDP_TIMEOUT || cddp__ms_left(deadline) == 0) return r;
+    fprintf(stderr, "cddp run: %swaiting for the rendezvous store at %s:%d (%llu s of %d): %s\n",
+            says >= 3 ? "warning: still " : "", js->host, js->port,
+            (unsigned long long)((cddp__now_ns() - t0) / 1000000000u), js->timeout_ms / 1000, cddp_last_error());
+  }
+}
+
 cddp_result_t cddp__job_store_connect(cddp__job_store_t *js, cddp_store_t **view) {
   cddp_store_t *base;
   char why[512];
   uint64_t t0 = cddp__now_ns();
-  cddp_result_t r = cddp__job_store_reach(js, js->timeout_ms, 0, &base);
+  cddp_result_t r = reach_saying(js, &base);
   if (r != CDDP_OK) {
     snprintf(why, sizeof why, "%s", cddp_last_error()); /* the detail goes into the next line */
     if (r == CDDP_AUTH)

@@ -442,14 +442,23 @@ static int try_connect(const char *host, int port, uint64_t deadline, int *fd, c
   return r == CDDP_NOT_FOUND ? -2 : -1;
 }
 
+/* A store answers HELLO from its event loop at once; a port that accepts and stays silent
+ * this long is held by another program, said then instead of after the whole connect bound. */
+#define HELLO_ANSWER_MS 5000
+
 static cddp_result_t handshake(tcp_store_t *t, const char *token, uint64_t deadline) {
   cddp__wire_msg_t m;
+  uint64_t hello_deadline = CDDP_MIN(deadline, cddp__deadline_ms(HELLO_ANSWER_MS));
   size_t st = cddp__wire_begin(&t->out, CDDP__OP_HELLO);
   cddp__wire_u32(&t->out, CDDP__WIRE_MAGIC);
   cddp__wire_u16(&t->out, CDDP__WIRE_VERSION);
   cddp__wire_end(&t->out, st);
   CDDP_CHECK(send_out(t, deadline, "handshake"));
-  cddp_result_t r = recv_msg(t, CDDP__WIRE_MAX_LEN_HANDSHAKE, deadline, "handshake", &m);
+  cddp_result_t r = recv_msg(t, CDDP__WIRE_MAX_LEN_HANDSHAKE, hello_deadline, "handshake", &m);
+  if (r == CDDP_TIMEOUT && hello_deadline < deadline)
+    return cddp__fail(CDDP_REMOTE, "store %s: port %d accepts connections but did not answer the handshake "
+                      "within %d s: another program holds it (not a cddp or torch store), or the store is frozen", t->ep, t->port,
+                      HELLO_ANSWER_MS / 1000);
   if (r == CDDP_REMOTE) {
     char detail[256];
     snprintf(detail, sizeof detail, "%s", cddp_last_error());

@@ -170,6 +170,13 @@ TEST(unknown_keys_are_named_with_line_and_suggestion) {
   expect_fail("model:\n  type: mlp\nlr: 0.1\n", ":3:", "'lr'", "did you mean optim.lr?");
   expect_fail("optimizer:\n  lr: 0.1\n", ":1:", "'optimizer'", "did you mean optim?");
   expect_fail("\n\nmodel:\n  hiden: [1]\n", ":4:", "model.hiden", "did you mean model.hidden?");
+  /* other frameworks' names: too far for the edit distance, known by name */
+  const char *torch_names[][2] = {{"optim.learning_rate=0.1", "did you mean optim.lr?"},
+                                  {"learning_rate=0.1", "did you mean optim.lr?"},
+                                  {"train.max_epochs=2", "did you mean train.epochs?"},
+                                  {"batch.batch_size=64", "did you mean batch.global?"}};
+  for (size_t i = 0; i < sizeof torch_names / sizeof torch_names[0]; i++)
+    expect_fail_ovr(NULL, torch_names[i], 1, "unknown key", torch_names[i][1], NULL);
   expect_fail("zzz: 1\n", ":1:", "unknown key 'zzz'", "docs/config.md");
   expect_fail("model:\n  type:\n    deep: 1\n", ":3:", "model.type", "got a map");
 }
@@ -245,6 +252,10 @@ TEST(cross_field_checks_name_where_the_key_was_set) {
   expect_fail("batch:\n  global: 256\n  micro: 96\n", ".yaml:3: batch.micro", "does not divide batch.global", NULL);
   expect_fail("train:\n  max_steps: 10\nschedule:\n  warmup_steps: 10\n", ":4: schedule.warmup_steps",
               "less than train.max_steps (10)", NULL);
+  /* a short run of a config with a long warm-up: the line gives the second --set to add */
+  const char *short_run[] = {"train.max_steps=60"};
+  expect_fail_ovr("schedule:\n  warmup_steps: 100\n", short_run, 1, "schedule.warmup_steps",
+                  "less than train.max_steps (60)", "--set schedule.warmup_steps=6");
   expect_fail("optim:\n  momentum: 0\n  nesterov: true\n", ":3: optim.nesterov", "momentum > 0", NULL);
   expect_fail("model:\n  kernel: 4\n", ":2: model.kernel", "odd", NULL);
   expect_fail("optim:\n  lr: 0.01\nschedule:\n  min_lr: 0.1\n", ":4: schedule.min_lr", "larger than optim.lr", NULL);

@@ -70,6 +70,10 @@ TEST(run_opts_bad_nproc) {
 
 TEST(run_opts_usage_errors) {
   expect_error(ARGV("--bogus", "p"), ENVP(NULL), CDDP_INVALID_USAGE, "unknown flag '--bogus'", NULL);
+  /* a typo: the nearest flag in one line, no usage under it (exit 2 all the same) */
+  expect_error(ARGV("--nprocs-per-node", "2", "p"), ENVP(NULL), CDDP_INVALID_ARG,
+               "unknown flag '--nprocs-per-node' (did you mean --nproc-per-node?", NULL);
+  expect_error(ARGV("--max-restart=3", "p"), ENVP(NULL), CDDP_INVALID_ARG, "did you mean --max-restarts?", NULL);
   expect_error(ARGV("--nnodes", "2"), ENVP(NULL), CDDP_INVALID_USAGE, "missing PROGRAM", NULL);
   expect_error(ARGV("--nnodes"), ENVP(NULL), CDDP_INVALID_USAGE, "--nnodes needs a value", NULL);
   expect_error(ARGV("--standalone=1", "p"), ENVP(NULL), CDDP_INVALID_USAGE, "takes no value", NULL);

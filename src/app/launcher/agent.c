@@ -802,7 +802,8 @@ static int agent_main(agent_t *a) {
       cddp__rdzv_waiter_t me = {.node_records = cfg.node_rank >= 0 ? o->static_nodes : 0};
       snprintf(me.run_id, sizeof me.run_id, "%s", o->run_id);
       snprintf(me.host, sizeof me.host, "%s", a->host);
-      cddp__rdzv_watch_start(&rw, a->js.host, a->js.port, a->token, &me, o->max_nodes);
+      cddp__rdzv_watch_start(&rw, a->js.host, a->js.port, a->token, &me, o->max_nodes,
+                             cfg.node_rank >= 0 ? o->static_nodes : o->min_nodes, o->rdzv_timeout_ms);
     }
     cddp_result_t jr = cddp__rdzv_join(a->store, &cfg, min_round, &a->rz);
     cddp__rdzv_watch_stop(&rw);

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "common/check.h"
+#include "common/nearest.h"
 #include "launcher/options.h"
 #include "launcher/torchrun_flags.h"
 #include "common/envp.h"
@@ -194,6 +195,19 @@ static int lookup_flag(const char *name, size_t len) {
   return -1;
 }
 
+/* A mistyped flag: one line with the nearest flag (INVALID_ARG: no usage under it), else the
+ * usage follows (INVALID_USAGE). */
+static cddp_result_t unknown_flag(const char *a) {
+  const char *names[NFLAGS];
+  size_t len = strcspn(a, "=");
+  char typed[64];
+  snprintf(typed, sizeof typed, "%.*s", (int)CDDP_MIN(len, 63), a);
+  for (int k = 0; k < NFLAGS; k++) names[k] = flags[k].name;
+  const char *near = typed[0] == '-' && typed[1] == '-' ? cddp__nearest(typed + 2, names, NFLAGS) : NULL;
+  if (near) return cddp__fail(CDDP_INVALID_ARG, "unknown flag '%s' (did you mean --%s? cddp run --help lists them)", typed, near);
+  return cddp__fail(CDDP_INVALID_USAGE, "unknown flag '%s'", a);
+}
+
 /* Flags into r; sets o->prog_index. INVALID_USAGE (print usage) for unknown flags. */
 static cddp_result_t parse_argv(int argc, char **argv, raw_t *r, cddp_run_opts_t *o) {
   int i = 1;
@@ -217,7 +231,7 @@ static cddp_result_t parse_argv(int argc, char **argv, raw_t *r, cddp_run_opts_t
     }
     const char *why = f < 0 && a[1] == '-' ? cddp__torchrun_refused(a + 2, strcspn(a + 2, "=")) : NULL;
     if (why) return cddp__fail(CDDP_INVALID_ARG, "torchrun's %s is not supported: %s", spelled, why);
-    if (f < 0) return cddp__fail(CDDP_INVALID_USAGE, "unknown flag '%s'", a);
+    if (f < 0) return unknown_flag(a);
     if (!flags[f].takes_value) {
       if (val) return cddp__fail(CDDP_INVALID_USAGE, "%s takes no value", spelled);
       val = "1";

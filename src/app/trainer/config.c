@@ -298,8 +298,9 @@ static cddp_result_t resolve_and_check(loader_t *ld) {
     CROSS_FAIL("batch.micro", "%d does not divide batch.global (%d)", c->micro_batch, c->global_batch);
   if (c->ref_batch == 0) c->ref_batch = c->global_batch;
   if (c->max_steps > 0 && c->warmup_steps >= c->max_steps)
-    CROSS_FAIL("schedule.warmup_steps", "%lld must be less than train.max_steps (%lld)",
-               (long long)c->warmup_steps, (long long)c->max_steps);
+    CROSS_FAIL("schedule.warmup_steps", "%lld must be less than train.max_steps (%lld); for a short run "
+               "lower it too, e.g. --set schedule.warmup_steps=%lld", (long long)c->warmup_steps,
+               (long long)c->max_steps, (long long)(c->max_steps / 10));
   if (c->min_lr > c->lr)
     CROSS_FAIL("schedule.min_lr", "%.9g is larger than optim.lr (%.9g)", (double)c->min_lr, (double)c->lr);
   if (c->optim.nesterov && (c->optim.kind != CDDP_OPTIM_SGD || c->optim.momentum <= 0.0f))

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/nearest.h"
 #include "trainer/data.h"
 
 #define F(field) offsetof(cddp_train_config_t, field)
@@ -140,39 +141,39 @@ int cddp__cfg_is_section(const char *section) {
   return 0;
 }
 
-/* Levenshtein distance, both strings short (keys). */
-static int edit_distance(const char *a, const char *b) {
-  size_t na = strlen(a), nb = strlen(b);
-  if (na > 63 || nb > 63) return 99;
-  int row[64];
-  for (size_t j = 0; j <= nb; j++) row[j] = (int)j;
-  for (size_t i = 1; i <= na; i++) {
-    int diag = row[0];
-    row[0] = (int)i;
-    for (size_t j = 1; j <= nb; j++) {
-      int up = row[j];
-      int best = diag + (a[i - 1] != b[j - 1]);
-      if (up + 1 < best) best = up + 1;
-      if (row[j - 1] + 1 < best) best = row[j - 1] + 1;
-      row[j] = best;
-      diag = up;
-    }
-  }
-  return row[nb];
-}
-
 static const char *last_segment(const char *key) {
   const char *dot = strrchr(key, '.');
   return dot ? dot + 1 : key;
 }
 
+/* Other frameworks' names for our leaves (torch's and Lightning's habits): too far apart for
+ * the edit distance, common enough to deserve a "did you mean". */
+static const char *const leaf_aliases[][2] = {
+    {"learning_rate", "lr"}, {"max_epochs", "epochs"}, {"warmup", "warmup_steps"},
+    {"batch_size", "global"}, {"micro_batch_size", "micro"}, {"clip_grad_norm", "grad_clip"},
+    {"gradient_clip_val", "grad_clip"}, {"steps", "max_steps"}, {"seq_len", "context"},
+};
+
+/* typed's leaf as we call it: itself, or its alias's target. */
+static const char *our_leaf(const char *typed) {
+  const char *leaf = last_segment(typed);
+  for (size_t i = 0; i < sizeof leaf_aliases / sizeof leaf_aliases[0]; i++)
+    if (!strcmp(leaf, leaf_aliases[i][0])) return leaf_aliases[i][1];
+  return leaf;
+}
+
 const char *cddp__cfg_suggest(const char *typed) {
   static __thread char section[64];
-  const char *best = NULL;
+  const char *best = NULL, *leaf = our_leaf(typed);
   int best_d = 99;
+  size_t typed_sn = strchr(typed, '.') ? (size_t)(strchr(typed, '.') - typed) : 0;
   for (int i = 0; i < cddp__cfg_n_keys; i++) {
     const char *k = cddp__cfg_keys[i].key;
-    int d = edit_distance(typed, k);
+    int d = cddp__edit_distance(typed, k);
+    /* an alias of the leaf in the key's own section ("optim.learning_rate"): the closest there is */
+    if (leaf != last_segment(typed) && !strcmp(leaf, last_segment(k))) {
+      d = typed_sn && !strncmp(typed, k, typed_sn + 1) ? 0 : 1;
+    }
     /* "lr" at the top level, or "train.lr": the same leaf name under another section. */
     if (strcmp(last_segment(typed), last_segment(k)) == 0 && d > 1) d = 1;
     if (d < best_d) best_d = d, best = k;
@@ -180,7 +181,7 @@ const char *cddp__cfg_suggest(const char *typed) {
     size_t sn = (size_t)(strchr(k, '.') - k);
     char sec[64];
     snprintf(sec, sizeof sec, "%.*s", (int)sn, k);
-    d = edit_distance(typed, sec);
+    d = cddp__edit_distance(typed, sec);
     if (strncmp(typed, sec, sn) == 0 && !strchr(typed, '.') && d > 2) d = 2; /* "optimizer" */
     if (d < best_d) {
       best_d = d;

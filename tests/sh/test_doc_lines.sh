@@ -1,0 +1,109 @@
+#!/usr/bin/env bash
+# test_doc_lines.sh - every command line of README.md and docs/*.md (the lines of ```sh blocks)
+# is either run here as written, with the placeholders of the table below filled in and small
+# sizes, or named in NOT_HERE with the reason it cannot run on this machine. A line that fails,
+# or a new line in neither, fails the test: the README must work for a newcomer as written.
+cd "$(dirname "$0")/../.." && source tests/sh/lib.sh
+T=$(mktemp -d /tmp/cddp-doclines.XXXXXX)
+trap 'rm -rf "$T"' EXIT
+
+# Lines that cannot run here, each matched by a fixed substring, with the reason.
+NOT_HERE=(
+  "make install|writes /usr/local, shared by every engineer of this machine (test_install.sh installs into a prefix)"
+  "tests/run.sh|the whole suite: it runs this test"
+  "pip install .|installs into the current Python (test_wheel.sh builds and installs the wheel in a venv)"
+  "srun |needs the local Slurm cluster (test_slurm.sh, under its lock)"
+  "netns|needs network namespaces (test_netns_train.sh, under the cluster lock)"
+  "compress_netns.sh|network namespaces (test_compress_bench.sh)"
+  "bench/compare.sh|about 3 minutes; installs what is missing"
+  "bench/torchrun_bench.sh|minutes (test_torchrun_bench.sh runs it small)"
+  "bench/elastic_bench.sh|minutes (test_elastic_bench.sh runs it small)"
+  "bench/store_host_bench.sh|a minute per run (test_store_host_bench.sh)"
+  "bench/tuner_bench.sh|a benchmark: bench/, not timed tests (test_tune.sh covers the tuner)"
+  "tests/sh/test_elastic_join.sh|a test of its own"
+  "10.0.0.1|a second host"
+  "head:29400 --rdzv-id J cddp doctor|three hosts (test_doctor.sh)"
+  "cddp flight /tmp/cddp-flight-J|the folder a hang's line names (test_flight.sh, test_hang.sh)"
+  "cddp run --nnodes 2 ... cddp train|an elided line: '...' stands for the node flags"
+  "cddp run --hang-timeout 30 ...|an elided line: '...' stands for the node flags"
+  "PROGRAM ARGS...|the form of the command, not a command"
+  "-e 256M|a 256 MiB sweep: minutes under load (the same command at 64M runs)"
+  "-b 64M -e 64M|64 MiB buffers: long under load (the 4K..1M lines run)"
+  "--nnodes 2 --nproc-per-node 8|two hosts (test_run_multi.sh runs two nodes on one host)"
+  "--nnodes 2:4|two to four hosts (test_elastic.sh, test_elastic_member.sh)"
+  "[--set key=value ...]|the form of the command, not a command"
+  "configs/gpt_kjv.yaml|the GPT's data load and end-of-run evaluation take 2 minutes here (test_gpt.sh, test_zero1.sh run it small)"
+  "cddp sample --ckpt runs/gpt_kjv|needs the GPT run above (test_gpt.sh samples)"
+  "lit.py|the user's Lightning script (test_lightning.sh runs one)"
+  "cddp status HEAD:29400|needs a running job at that endpoint (test_status.sh)"
+  "cddp store --port|a server: it runs until stopped (test_store_cli.sh)"
+)
+# Placeholders and small sizes, applied to every line that runs (sed expressions).
+SUBST=(
+  "s#HEAD:29400#127.0.0.1:$(free_port)#g"
+  "s#--rdzv-id J#--rdzv-id doclines#g"
+  "s#PORT=29600#PORT=$(free_port)#g"
+  "s#runs/#$T/runs/#g"
+  "s#-e 64M#-e 1M#g"
+  "s#--nproc-per-node 3 #--nproc-per-node 2 #g"
+  "s#--node-rank R --master-addr A --master-port P#--nnodes 1 --node-rank 0 --master-addr 127.0.0.1 --master-port $(free_port)#"
+  "s#--nnodes 2 --nnodes 1#--nnodes 1#"
+  "s#PROGRAM\$#true#"
+  "s#train.py#$T/train.py#g"
+  "s#--nproc-per-node 8#--nproc-per-node 2#g"
+  "s# \[--zero-copy\]##"
+  "s#/tmp/sw#$T/sw#g"
+  "s#^mpirun -np 16#mpirun --allow-run-as-root --oversubscribe -np 2#"
+)
+
+lines=$(python3 - README.md docs/*.md <<'PY'
+import re, sys
+for f in sys.argv[1:]:
+    lang, buf, start = None, "", 0
+    for i, l in enumerate(open(f), 1):
+        m = re.match(r"^\s*```(\w*)", l)
+        if m:
+            lang = None if lang is not None else m.group(1)
+            continue
+        if lang not in ("sh", "bash") or not l.strip() or l.lstrip().startswith("#"): continue
+        if not buf: start = i
+        buf += l.rstrip("\n")
+        if buf.endswith("\\"): buf = buf[:-1]; continue
+        print(f"{f}:{start}\t{re.sub(r'  +#.*$', '', buf).strip()}")
+        buf = ""
+PY
+)
+export PATH=$PWD/build:$PATH CDDP_RDZV_SAY_MS=0
+# the user's train.py: a torch script's first allreduce (Debian's torch, first on PATH)
+mkdir -p "$T/bin" && ln -s /usr/bin/python3 "$T/bin/python3"
+export PATH=$T/bin:$PATH
+cat >"$T/train.py" <<'PY'
+import sys, torch, torch.distributed as dist
+dist.init_process_group("gloo")
+t = torch.ones(4); dist.all_reduce(t)
+assert t[0].item() == dist.get_world_size(), t
+print("train.py", sys.argv[1:], "allreduce", t[0].item())
+PY
+# the run the lines after it read (cddp ckpt info / plot / status runs/fmnist_mlp)
+cddp run --standalone --nproc-per-node 2 cddp train --config configs/fmnist_mlp.yaml --work-dir "$T/runs" \
+  --set train.max_steps=4 --set eval.every_epoch=false >"$T/first.out" 2>&1 || fail "the first run" "$(tail -3 "$T/first.out")"
+n=0
+while IFS=$'\t' read -r where line; do
+  reason=""
+  for e in "${NOT_HERE[@]}"; do [[ "$line" == *"${e%%|*}"* ]] && reason=${e#*|} && break; done
+  if [ -n "$reason" ]; then
+    echo "# not run here: $where: $line ($reason)"
+    continue
+  fi
+  cmd=$line
+  for s in "${SUBST[@]}"; do cmd=$(sed "$s" <<<"$cmd"); done
+  # small sizes: a few steps of training, the workers' scripts from examples/
+  # a fresh start gets a folder of its own (the first run holds runs/fmnist_mlp); a resume, the first run's
+  n=$((n + 1)) && work=$T/w$n && [[ "$cmd" == *"--resume-from"* ]] && work=$T/runs
+  [[ "$cmd" == *"cddp train"* ]] && cmd="$cmd --work-dir $work --set train.max_steps=4 --set eval.every_epoch=false"
+  [[ "$cmd" == *"--config configs/gpt_kjv.yaml"* ]] && cmd="$cmd --set schedule.warmup_steps=1"
+  [[ "$cmd" == *"cddp sample"* ]] && cmd=${cmd/-n 200/-n 5}
+  out=$(cd "$PWD" && CDDP_TEST_DOC=1 timeout 120 bash -c "$cmd" 2>&1 </dev/null); rc=$?
+  [ $rc = 0 ] && ok "$where runs: ${line:0:90}" || fail "$where: ${line:0:90}" "rc=$rc: $(tail -3 <<<"$out" | tr '\n' ' ')"
+done <<<"$lines"
+finish
