@@ -25,6 +25,7 @@
 #include "launcher/sigguard.h"
 #include "launcher/warm.h"
 #include "launcher/workers.h"
+#include "launcher/torch_fr_vars.h"
 
 #define LINE_MAX_BYTES 65536
 #define DRAIN_MS 500      /* after the last exit, wait this long for pipes held by grandchildren */
@@ -171,7 +172,7 @@ static void kill_groups(cddp__workers_t *ws, int sig) {
   }
 }
 
-static int mkdir_p(const char *dir) {
+int cddp__mkdir_p(const char *dir) {
   char p[4096];
   snprintf(p, sizeof p, "%s", dir);
   for (char *c = p + 1; *c; c++) {
@@ -225,7 +226,7 @@ cddp_result_t cddp__workers_start(cddp__workers_t *ws, int n, int rank_base, cha
   ws->outcome = CDDP__OUT_SUCCESS;
   ws->fail_rank = -1;
   if (!ws->w) return cddp__fail(CDDP_SYSTEM, "out of memory starting %d workers", n);
-  if (log_dir && *log_dir && mkdir_p(log_dir) != 0) return cddp__fail_errno(CDDP_SYSTEM, "cannot create --log-dir %s", log_dir);
+  if (log_dir && *log_dir && cddp__mkdir_p(log_dir) != 0) return cddp__fail_errno(CDDP_SYSTEM, "cannot create --log-dir %s", log_dir);
   for (int i = 0; i < n; i++) {
     cddp__worker_t *w = &ws->w[i];
     w->rank = rank_base + i;
@@ -374,7 +375,7 @@ static void take_stack(pid_t pid, const char *path) {
  * taken, and SIGKILL; the failure it becomes carries why (w->hang). */
 /* Every worker's flight page to flight_dir/rank<R>.json: how many, -1 when there is no folder. */
 static int dump_pages(cddp__workers_t *ws, uint64_t now) {
-  if (!ws->flight_dir || mkdir_p(ws->flight_dir) != 0) return -1;
+  if (!ws->flight_dir || cddp__mkdir_p(ws->flight_dir) != 0) return -1;
   int k = 0;
   for (int i = 0; i < ws->n; i++) {
     if (!ws->w[i].progress.page) continue;
@@ -388,10 +389,11 @@ static int dump_pages(cddp__workers_t *ws, uint64_t now) {
 /* Every live Python worker's stack (all threads, py-spy) to flight_dir/rank<R>.pystack.txt: how
  * many, -1 when there is no folder. */
 static int dump_pystacks(cddp__workers_t *ws) {
-  if (!ws->flight_dir || mkdir_p(ws->flight_dir) != 0) return -1;
+  if (!ws->flight_dir || cddp__mkdir_p(ws->flight_dir) != 0) return -1;
   int k = 0;
   for (int i = 0; i < ws->n; i++) {
     if (ws->w[i].exited) continue;
+    cddp__torch_fr_poke(ws->flight_dir, ws->w[i].rank); /* torch's own records too, where it takes the request */
     char path[4300], tmp[4320];
     snprintf(path, sizeof path, "%s/rank%d.pystack.txt", ws->flight_dir, ws->w[i].rank);
     snprintf(tmp, sizeof tmp, "%s.part", path); /* a miss keeps the stack an earlier dump wrote */

@@ -90,6 +90,9 @@ typedef struct cddp__workers {
  * global rank rank_base + i. Each gets its own process group, PR_SET_PDEATHSIG(SIGKILL)
  * and an empty signal mask. log_dir "" = no files; else DIR/rank<N>.log (truncated when
  * truncate_logs). On error the ones already started are killed. */
+/* mkdir -p DIR (0755); -1 with errno when a part cannot be made. */
+int cddp__mkdir_p(const char *dir);
+
 cddp_result_t cddp__workers_start(cddp__workers_t *ws, int n, int rank_base, char *const *argv, char **const *env,
                                   const char *log_dir, int truncate_logs);
 
