@@ -75,6 +75,7 @@ typedef struct cddp__workers {
   const uint64_t *remote_since; /* NULL, or (atomic) since when a rank of another node has been
                                    inside the same collective (0: none): the watchdog's view of
                                    the other nodes, from their status records (status_pub.h) */
+  struct cddp__etimer *timer; /* NULL, or torch's elastic timers this agent serves (launcher/elastic_timer.h) */
   cddp__warm_t *warm; /* NULL, or the warm spares (launcher/warm.h): a slot's spare becomes its
                          next worker; new ones start when the pool says */
   /* results of cddp__workers_watch */
