@@ -73,6 +73,12 @@ static void emit(cddp__workers_t *ws, cddp__worker_t *w, int s, const char *line
   w->probe.line_ns = cddp__now_ns(); /* a sign of progress for the watchdog */
   size_t n = len;
   while (n && (line[n - 1] == '\n' || line[n - 1] == '\r' || line[n - 1] == ' ')) n--;
+  if (n) { /* what `cddp status` shows of it: printable ASCII, so a line cannot move the terminal */
+    size_t k = 0;
+    for (; k < n && k < sizeof w->out - 1; k++) w->out[k] = line[k] >= 0x20 && line[k] < 0x7f ? line[k] : '?';
+    w->out[k] = '\0';
+    w->out_ns = w->probe.line_ns;
+  }
   if (s == 1 && n) { /* its own word on why it fails, if it fails */
     snprintf(w->report, sizeof w->report, "%.*s", (int)CDDP_MIN(n, sizeof w->report - 1), line);
     w->report_ns = cddp__now_ns();
@@ -189,6 +195,7 @@ int cddp__mkdir_p(const char *dir) {
 static cddp_result_t spawn(cddp__workers_t *ws, cddp__worker_t *w, char *const *argv, char **env) {
   w->exited = 0, w->status = 0;
   w->start_ns = cddp__now_ns(), w->exit_ns = 0, w->report_ns = 0, w->report[0] = '\0';
+  w->out_ns = 0, w->out[0] = '\0';
   w->exception[0] = '\0', w->in_traceback = 0;
   /* worker i of the round on the i-th share of the agent's CPUs, set in the child before exec
    * (cpubind.c says why) */

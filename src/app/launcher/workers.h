@@ -23,6 +23,8 @@ typedef struct cddp__worker {
   uint64_t start_ns, exit_ns; /* monotonic: spawned, reaped */
   uint64_t report_ns;         /* when its last stderr line came (0: none yet) */
   char report[256];           /* that line, its own error report as far as the agent knows */
+  uint64_t out_ns;            /* when its last output line came, either stream (0: none yet) */
+  char out[84];               /* that line, printable ASCII (`cddp status`) */
   char exception[256];        /* the exception line of its last Python traceback on stderr ("": none) */
   int in_traceback;           /* 1: its stderr is inside a traceback, the exception line comes next */
   int replaced;               /* 1: this process replaced one that failed, prev says how */
