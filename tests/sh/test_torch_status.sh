@@ -2,7 +2,7 @@
 # test_torch_status.sh - `cddp status` on a torch job (no flight page): each rank's CPU %, memory,
 # last output line and its age, and restarts, from its agent (launcher/status_pub.c); rank 1
 # sleeping in its data loader while rank 0 waits in all_reduce is flagged before the watchdog's
-# timeout, and shown as hung once the watchdog has killed it.
+# timeout (the watchdog naming it: test_torch_hang.sh).
 cd "$(dirname "$0")/../.." && source tests/sh/lib.sh
 T=$(mktemp -d /tmp/cddp-torch-status.XXXXXX)
 trap 'kill -KILL $(jobs -p) 2>/dev/null; rm -rf "$T"' EXIT
@@ -25,8 +25,5 @@ if [ $rc = 0 ] && [[ "$r0" == *"cpu "*"% "*"rss "*" MiB  restarts 0  last line (
    [[ "$r1" == *"last line ("*" s ago): step 4 rank 1; idle "*" s (no line, under 5% CPU)" ]]; then
   ok "a torch job's ranks: CPU, memory, last line and its age, restarts; the sleeping rank idle"
 else fail "status of a torch job" "rc $rc: $(tr '\n' '|' <"$T/st.out")"; fi
-wait $p
-"$CDDP" status "$T/logs" >"$T/end.out" 2>&1
-if grep -q "by the watchdog: hung" "$T/run.out"; then ok "the watchdog then named it: $(grep -o 'rank 1 (host.*hang.py:13)' "$T/run.out" | head -1)"
-else fail "watchdog" "$(tail -3 "$T/run.out" | tr '\n' ' ')"; fi
+kill -TERM "$(pgrep -P $p)" 2>/dev/null; wait $p # the launcher, not timeout(1); the watchdog's line: test_torch_hang.sh
 finish
