@@ -39,15 +39,23 @@ int cddp__write_all(int fd, const void *buf, size_t len) {
 
 ssize_t cddp__read_all(int fd, void *buf, size_t len) { return xfer(fd, buf, len, OP_READ); }
 
+ssize_t cddp__read_small(const char *path, char *buf, size_t size) {
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0 || size == 0) {
+    if (fd >= 0) close(fd);
+    return -1;
+  }
+  ssize_t n = cddp__read_all(fd, buf, size - 1);
+  close(fd);
+  if (n <= 0) return -1;
+  buf[n] = '\0';
+  return n;
+}
+
 char cddp__proc_state(pid_t pid) {
   char path[64], buf[512];
   snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return 0;
-  ssize_t n = cddp__read_all(fd, buf, sizeof buf - 1);
-  close(fd);
-  if (n <= 0) return 0;
-  buf[n] = '\0';
+  if (cddp__read_small(path, buf, sizeof buf) < 0) return 0;
   const char *close_paren = strrchr(buf, ')'); /* the name may hold spaces and parentheses */
   return close_paren && close_paren[1] == ' ' ? close_paren[2] : 0;
 }

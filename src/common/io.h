@@ -12,6 +12,10 @@ int cddp__write_all(int fd, const void *buf, size_t len);
 /* Reads until len bytes or end of file (read(2)). The bytes read (< len only at end of file),
  * or -1 with errno set. Blocks. */
 ssize_t cddp__read_all(int fd, void *buf, size_t len);
+
+/* A small file (a /proc entry) into buf, NUL-terminated, at most size - 1 bytes: its length, or -1
+ * when it cannot be opened or is empty. */
+ssize_t cddp__read_small(const char *path, char *buf, size_t size);
 /* The state letter of process pid on this host, from /proc/PID/stat ('R', 'S', 'T': stopped,
  * 't': traced, 'Z': a zombie, dead but not yet reaped, ...), or 0 when there is none. */
 char cddp__proc_state(pid_t pid);

@@ -39,9 +39,10 @@ size_t cddp__status_format(const cddp__status_node_t *n, char *buf, size_t size)
     used += (size_t)k;
     if (i == n->nranks) return used;
     const cddp__status_rank_t *r = &n->ranks[i];
-    k = snprintf(buf + used, size - used, "rank %d %d %s %d %llu %.3f %llu %d %s\n", r->rank, r->pid,
-                 r->state[0] ? r->state : "-", r->replaced, (unsigned long long)r->step, r->rate,
-                 (unsigned long long)r->coll, r->in_coll, r->last[0] ? r->last : "-");
+    k = snprintf(buf + used, size - used, "rank %d %d %s %d %llu %.3f %llu %d %s\nproc %.1f %llu %lld %lld %s\n", r->rank,
+                 r->pid, r->state[0] ? r->state : "-", r->replaced, (unsigned long long)r->step, r->rate,
+                 (unsigned long long)r->coll, r->in_coll, r->last[0] ? r->last : "-", r->cpu_pct,
+                 (unsigned long long)r->rss_kb, (long long)r->out_age_ms, (long long)r->idle_ms, r->out[0] ? r->out : "-");
   }
   return 0;
 }
@@ -60,13 +61,22 @@ int cddp__status_parse(const char *text, size_t len, cddp__status_node_t *out) {
     out->gen = gen, out->wall_ms = wall, ok = 1;
     cddp__printable(out->state), cddp__printable(out->host);
     while (ok && (line = strtok_r(NULL, "\n", &save))) {
+      if (!strncmp(line, "proc ", 5)) { /* the process of the rank above (a record without them: not read) */
+        cddp__status_rank_t *r = out->nranks ? &out->ranks[out->nranks - 1] : NULL;
+        unsigned long long rss;
+        long long age, idle;
+        int off = 0;
+        ok = r && sscanf(line, "proc %lf %llu %lld %lld %n", &r->cpu_pct, &rss, &age, &idle, &off) == 4 && off > 0 && line[off];
+        if (ok) r->rss_kb = rss, r->out_age_ms = age, r->idle_ms = idle, snprintf(r->out, sizeof r->out, "%.83s", line + off);
+        continue;
+      }
       if (out->nranks >= CDDP__STATUS_RANKS) { ok = 0; break; }
       cddp__status_rank_t *r = &out->ranks[out->nranks];
       unsigned long long step, coll;
       int off = 0;
       ok = sscanf(line, "rank %d %d %11s %d %llu %lf %llu %d %n", &r->rank, &r->pid, r->state, &r->replaced, &step,
                   &r->rate, &coll, &r->in_coll, &off) == 8 && off > 0 && line[off]; /* "-" at least */
-      r->step = step, r->coll = coll;
+      r->step = step, r->coll = coll, r->cpu_pct = -1, r->out_age_ms = -1;
       snprintf(r->last, sizeof r->last, "%s", line + off);
       cddp__printable(r->state), cddp__printable(r->last);
       out->nranks++;
@@ -84,11 +94,11 @@ cddp_result_t cddp__status_slot(cddp_store_t *s, int *slot) {
 }
 
 cddp_result_t cddp__status_post(cddp_store_t *s, const cddp__status_node_t *n) {
-  char *buf = malloc(16384);
+  char *buf = malloc(32768);
   if (!buf) return cddp__fail(CDDP_SYSTEM, "out of memory for a status record");
   cddp__status_node_t copy = *n;
   copy.wall_ms = wall_ms();
-  size_t len = cddp__status_format(&copy, buf, 16384);
+  size_t len = cddp__status_format(&copy, buf, 32768);
   cddp_result_t r = len ? cddp_store_set(s, cddp__job_key(CDDP__JK_STATUS_NODE, n->slot, 0).s, buf, len) : cddp__fail(CDDP_INTERNAL, "status record too long");
   free(buf);
   return r;

@@ -27,6 +27,12 @@ typedef struct cddp__status_rank {
   uint64_t coll;      /* collectives started */
   int in_coll;        /* inside one now */
   char last[100];     /* the last one: "allreduce #123 (4096 f32, sum)", or "-" */
+  /* the process as its agent sees it (/proc, its output): what `cddp status` shows of any program */
+  double cpu_pct;     /* CPU (all threads) over the last second, in % of one CPU; -1: not read */
+  uint64_t rss_kb;    /* resident memory */
+  int64_t out_age_ms; /* since its last output line; -1: none yet */
+  int64_t idle_ms;    /* no progress (no line, under 5% CPU) for this long, by the watchdog; 0: busy or not judged */
+  char out[84];       /* that line, printable ASCII, or "-" */
 } cddp__status_rank_t;
 
 typedef struct cddp__status_node {

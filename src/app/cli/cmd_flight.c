@@ -1,14 +1,17 @@
-/* cmd_flight.c - `cddp flight DIR`: reads the ranks' flight records (the watchdog's dumps) and
- * says where they part: the first collective two ranks called differently (a desync), who is
- * behind, and who is stuck inside which collective. */
+/* cmd_flight.c - `cddp flight DIR`: reads the ranks' flight records (the watchdog's dumps, and
+ * torch's own flight-recorder dumps beside them) and says where they part: the first collective
+ * two ranks called differently (a desync), who is behind, and who is stuck inside which one. */
+#include <ctype.h>
 #include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "cli/commands.h"
 #include "cli/flags.h"
+#include "cli/torch_fr.h"
 #include "common/io.h"
 
 #define MAX_RANKS 1024
@@ -16,20 +19,22 @@
 
 typedef struct rec {
   unsigned long long seq, cseq, count;
-  char op[24], dtype[16], redop[16], state[16];
+  char op[48], dtype[16], redop[16], state[16];
   int root, world, round;
   double age_s, ms;
 } rec_t;
 
 typedef struct rank_dump {
   int rank, n;
+  char where[160]; /* torch's: the user's frame of the last collective */
   rec_t r[MAX_RECS];
 } rank_dump_t;
 
 static void usage(FILE *f) {
   fprintf(f, "usage: cddp flight DIR\n\n"
              "Reads DIR/rank<R>.json, the flight records cddp run's watchdog writes when it finds a hung\n"
-             "worker (--log-dir/flight, else $TMPDIR/cddp-flight-<run id>.XXXXXX), and prints each rank's last\n"
+             "worker (--log-dir/flight, else $TMPDIR/cddp-flight-<run id>.XXXXXX), and torch's own flight-recorder\n"
+             "dumps there (DIR/<prefix><R>, pickles: TORCH_FR_DUMP_TEMP_FILE), and prints each rank's last\n"
              "collective, the first collective two ranks called differently (a desync), the ranks that are\n"
              "behind and the ones stuck inside a collective. Exit 0: no desync, 1: a desync, 2: no records.\n");
 }
@@ -61,10 +66,53 @@ static int read_dump(const char *path, rank_dump_t *d) {
   return d->rank >= 0 ? 0 : -1;
 }
 
+/* A torch dump as records of round 0: its default group's entries (each group numbers its own). */
+static int read_torch(const char *path, int rank, rank_dump_t *d, char *err, size_t errlen) {
+  cddp__fr_dump_t *t = malloc(sizeof *t);
+  if (!t || cddp__torch_fr_read(path, t, err, errlen) != 0) {
+    if (!t) snprintf(err, errlen, "out of memory");
+    free(t);
+    return -1;
+  }
+  int any_default = 0;
+  for (int k = 0; k < t->n; k++) any_default |= !strcmp(t->e[k].group, "default_pg");
+  struct timespec now;
+  clock_gettime(CLOCK_REALTIME, &now);
+  double now_s = (double)now.tv_sec + now.tv_nsec / 1e9;
+  memset(d, 0, sizeof *d);
+  d->rank = rank;
+  for (int k = 0; k < t->n && d->n < MAX_RECS; k++) {
+    const cddp__fr_entry_t *e = &t->e[k];
+    if ((any_default && strcmp(e->group, "default_pg")) || e->seq < 0 || e->p2p) continue;
+    rec_t *x = &d->r[d->n++];
+    x->seq = x->cseq = (unsigned long long)e->seq;
+    x->count = e->count < 0 ? 0 : (unsigned long long)e->count;
+    x->root = -1;
+    snprintf(x->op, sizeof x->op, "%s", e->op);
+    snprintf(x->dtype, sizeof x->dtype, "%s", e->dtype);
+    /* torch marks an entry retired once the work is done; until then the rank is inside it */
+    snprintf(x->state, sizeof x->state, "%s", e->retired ? "completed" : "started");
+    x->age_s = e->created_ns > 0 ? now_s - (double)e->created_ns / 1e9 : 0;
+    snprintf(d->where, sizeof d->where, "%s", e->where);
+    cddp__printable(x->op), cddp__printable(x->dtype), cddp__printable(d->where); /* another process's bytes */
+  }
+  free(t);
+  return 0;
+}
+
+/* A torch dump's name: a prefix then the rank ("torch-fr-3"); -1 for any other name. */
+static int torch_dump_rank(const char *name) {
+  size_t n = strlen(name), k = n;
+  while (k > 0 && isdigit((unsigned char)name[k - 1])) k--;
+  if (k == n || n - k > 7 || !strncmp(name, "rank", 4)) return -1;
+  return atoi(name + k);
+}
+
 static void describe(const rec_t *x, char *buf, size_t size) {
   if (!strcmp(x->op, "barrier")) snprintf(buf, size, "barrier #%llu", x->cseq);
-  else if (!strcmp(x->op, "broadcast"))
+  else if (!strcmp(x->op, "broadcast") && x->root >= 0)
     snprintf(buf, size, "broadcast #%llu (%llu %s from rank %d)", x->cseq, x->count, x->dtype, x->root);
+  else if (!x->redop[0]) snprintf(buf, size, "%s #%llu (%llu %s)", x->op, x->cseq, x->count, x->dtype);
   else snprintf(buf, size, "%s #%llu (%llu %s, %s)", x->op, x->cseq, x->count, x->dtype, x->redop);
 }
 
@@ -91,43 +139,15 @@ static int by_value(const void *a, const void *b) {
   return (x > y) - (x < y);
 }
 
-int cddp__cmd_flight(int argc, char **argv) {
-  const char *dir = NULL;
-  int n_dir = 0;
-  const cddp__cli_t cli = {.cmd = "flight", .usage = usage, .positional = &dir, .max_positional = 1, .n_positional = &n_dir};
-  int parsed = cddp__flags_parse(&cli, argc, argv);
-  if (parsed >= 0) return parsed;
-  if (!dir) {
-    fprintf(stderr, "cddp flight: DIR is required (the folder of the ranks' flight records)\n");
-    return 2;
-  }
-  DIR *dh = opendir(dir);
-  if (!dh) {
-    fprintf(stderr, "cddp flight: cannot read %s (the folder of the ranks' flight records)\n", dir);
-    return 2;
-  }
-  rank_dump_t *d = calloc(MAX_RANKS, sizeof *d);
-  int n = 0, rank;
-  char path[4400];
-  for (struct dirent *e; d && n < MAX_RANKS && (e = readdir(dh));) {
-    char tail[8];
-    if (sscanf(e->d_name, "rank%d.%7s", &rank, tail) != 2 || strcmp(tail, "json")) continue;
-    snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
-    if (read_dump(path, &d[n]) == 0) n++;
-    else fprintf(stderr, "cddp flight: %s is not a flight record; skipped\n", path);
-  }
-  closedir(dh);
-  if (n == 0) {
-    fprintf(stderr, "cddp flight: no rank<R>.json flight records in %s\n", dir);
-    free(d);
-    return 2;
-  }
+/* Prints one family of dumps (cddp's or torch's); returns 1 on a desync. */
+static int report(rank_dump_t *d, int n, int torch) {
   qsort(d, (size_t)n, sizeof *d, by_rank);
   int round = -1, desync = 0;
   char a[160], b[160];
   for (int i = 0; i < n; i++)
     if (last(&d[i]) && last(&d[i])->round > round) round = last(&d[i])->round;
-  printf("# %d ranks' records; the latest round is %d\n", n, round);
+  if (torch) printf("# %d ranks' torch flight-recorder dumps (the default group's collectives)\n", n);
+  else printf("# %d ranks' records; the latest round is %d\n", n, round);
   for (int i = 0; i < n; i++) {
     const rec_t *x = last(&d[i]);
     if (!x) {
@@ -135,7 +155,10 @@ int cddp__cmd_flight(int argc, char **argv) {
       continue;
     }
     describe(x, a, sizeof a);
-    if (!strcmp(x->state, "started")) printf("rank %d: inside %s for %.1f s\n", d[i].rank, a, x->age_s);
+    if (torch && d[i].where[0]) snprintf(a + strlen(a), sizeof a - strlen(a), " from %s", d[i].where);
+    if (torch && !strcmp(x->state, "started")) printf("rank %d: %s not finished in torch's record, called %.1f s ago\n", d[i].rank, a, x->age_s);
+    else if (torch) printf("rank %d: last %s, completed; called %.1f s ago\n", d[i].rank, a, x->age_s);
+    else if (!strcmp(x->state, "started")) printf("rank %d: inside %s for %.1f s\n", d[i].rank, a, x->age_s);
     else printf("rank %d: last %s, %s %.1f s ago\n", d[i].rank, a, x->state, x->age_s - x->ms / 1e3);
   }
   /* the first collective number of the latest round that two ranks both recorded, differently;
@@ -178,6 +201,47 @@ int cddp__cmd_flight(int argc, char **argv) {
     }
   }
   if (!desync) printf("no desync: every collective two ranks both recorded matches\n");
-  free(d);
   return desync;
+}
+
+int cddp__cmd_flight(int argc, char **argv) {
+  const char *dir = NULL;
+  int n_dir = 0;
+  const cddp__cli_t cli = {.cmd = "flight", .usage = usage, .positional = &dir, .max_positional = 1, .n_positional = &n_dir};
+  int parsed = cddp__flags_parse(&cli, argc, argv);
+  if (parsed >= 0) return parsed;
+  if (!dir) {
+    fprintf(stderr, "cddp flight: DIR is required (the folder of the ranks' flight records)\n");
+    return 2;
+  }
+  DIR *dh = opendir(dir);
+  if (!dh) {
+    fprintf(stderr, "cddp flight: cannot read %s (the folder of the ranks' flight records)\n", dir);
+    return 2;
+  }
+  rank_dump_t *d = calloc(MAX_RANKS, sizeof *d), *t = calloc(MAX_RANKS, sizeof *t);
+  int n = 0, nt = 0, rank;
+  char path[4400], err[200];
+  for (struct dirent *e; d && t && (e = readdir(dh));) {
+    char tail[8];
+    if (e->d_name[0] == '.') continue;
+    snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+    if (sscanf(e->d_name, "rank%d.%7s", &rank, tail) == 2 && !strcmp(tail, "json")) {
+      if (n == MAX_RANKS) continue;
+      if (read_dump(path, &d[n]) == 0) n++;
+      else fprintf(stderr, "cddp flight: %s is not a flight record; skipped\n", path);
+    } else if ((rank = torch_dump_rank(e->d_name)) >= 0 && nt < MAX_RANKS) {
+      if (read_torch(path, rank, &t[nt], err, sizeof err) == 0) nt++;
+      else fprintf(stderr, "cddp flight: %s is not a torch flight-recorder dump (%s); skipped\n", path, err);
+    }
+  }
+  closedir(dh);
+  int desync = 0;
+  if (n == 0 && nt == 0)
+    fprintf(stderr, "cddp flight: no rank<R>.json flight records in %s (nor torch flight-recorder dumps)\n", dir);
+  if (n > 0) desync |= report(d, n, 0);
+  if (nt > 0) desync |= report(t, nt, 1);
+  free(d);
+  free(t);
+  return n == 0 && nt == 0 ? 2 : desync;
 }

@@ -153,6 +153,13 @@ static void print_node(const cddp__status_node_t *n, uint64_t now) {
     printf("  rank %-4d pid %-8d %-8s step %-8llu %7.2f steps/s  %llu collectives, last %s%s%s\n", r->rank, r->pid,
            r->state, (unsigned long long)r->step, r->rate, (unsigned long long)r->coll, r->last,
            r->in_coll ? " (inside it)" : "", r->replaced ? "; a replacement" : "");
+    if (r->cpu_pct < 0 && r->out_age_ms < 0 && !r->rss_kb) continue; /* an agent that does not say */
+    char cpu[16] = "-", ago[24] = "", idle[64] = "";
+    if (r->cpu_pct >= 0) snprintf(cpu, sizeof cpu, "%.0f%%", r->cpu_pct);
+    if (r->out_age_ms >= 0) snprintf(ago, sizeof ago, " (%.1f s ago)", r->out_age_ms / 1e3);
+    if (r->idle_ms >= 2000) snprintf(idle, sizeof idle, "; idle %.1f s (no line, under 5%% CPU)", r->idle_ms / 1e3);
+    printf("            cpu %-5s rss %-7.0f MiB  restarts %d  last line%s: %s%s\n", cpu, r->rss_kb / 1024.0,
+           n->restarts, ago, r->out, idle);
   }
 }
 

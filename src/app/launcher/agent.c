@@ -17,6 +17,7 @@
 #include "common/clock.h"
 #include "launcher/agent.h"
 #include "job/elastic.h"
+#include "launcher/elastic_timer.h"
 #include "launcher/errfile.h"
 #include "job/member.h"
 #include "common/knobs.h"
@@ -31,6 +32,7 @@
 #include "launcher/task_exec.h"
 #include "job/worker_store.h"
 #include "launcher/warm.h"
+#include "launcher/torch_fr_vars.h"
 #include "launcher/workers.h"
 
 extern char **environ;
@@ -45,7 +47,7 @@ static const char *contract_vars[] = {
     "ROLE_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "CDDP_RUN_ID", "CDDP_ROUND", "CDDP_RESTART_COUNT",
     "CDDP_MAX_RESTARTS", "CDDP_STORE", "CDDP_TOKEN", "CDDP_RESTART_MODE", "CDDP_GEN", "CDDP_REPLACEMENT", "CDDP_AGENT_ID",
     "ROLE_NAME", "TORCHELASTIC_RUN_ID", "TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_MAX_RESTARTS",
-    "TORCHELASTIC_USE_AGENT_STORE", "TORCHELASTIC_SIGNALS_TO_HANDLE", "TORCHELASTIC_ERROR_FILE", "CDDP_FLIGHT_FILE", "CDDP_CONSOLE_LIVE"};
+    "TORCHELASTIC_USE_AGENT_STORE", "TORCHELASTIC_SIGNALS_TO_HANDLE", "TORCHELASTIC_ERROR_FILE", "TORCHELASTIC_TIMER_FILE", "CDDP_FLIGHT_FILE", "CDDP_CONSOLE_LIVE"};
 
 /* Set for the workers only when the agent's environment lacks them (torchrun's defaults). */
 static const struct { const char *name, *value; } default_vars[] = {
@@ -76,6 +78,11 @@ typedef struct agent {
   cddp__failure_t last;   /* restart-all: the failure that ended the previous round (rank -1: none) */
   cddp__warm_t *warm;     /* warm spares for the workers' restarts (launcher/warm.h), or NULL */
   int torch_store;        /* the workers meet in a torch TCPStore this agent serves (job/worker_store.h) */
+  int torch_major;        /* the script's torch (1, 2), -1 when it is not a Python script importing torch */
+  char *fr_env[CDDP__TORCH_FR_VARS_MAX]; /* torch's flight-recorder variables the workers get (torch_fr_vars.h) */
+  int n_fr_env;
+  cddp__etimer_t *timer;  /* TORCHELASTIC_ENABLE_FILE_TIMER=1: the workers' elastic timers, served */
+  char timer_dir[4200], timer_path[4300];
   cddp_store_server_t *tstore; /* this round's, when torch_store: speaks torch's TCPStore protocol */
   cddp__status_pub_t status; /* its node record and events for `cddp status` */
   int endpoint_written;   /* its --log-dir holds the endpoint record */
@@ -97,16 +104,19 @@ static void start_warm(agent_t *a) {
  * has them do: a torch 1.x or 2.x script (the protocols store/torch_proto.c speaks). */
 static void choose_torch_store(agent_t *a) {
   char why[320] = "";
-  int at = a->o->agent_store ? cddp__program_python_args(a->prog, why, sizeof why) : -1;
-  int major = -1;
+  int at = cddp__program_python_args(a->prog, why, sizeof why);
+  int module = at >= 0 && !strcmp(a->prog[at], "-m");
+  int imports = at >= 0 && !module && cddp__program_imports_torch(a->prog[at]);
+  int major = a->torch_major = imports ? cddp__program_torch_major(a->prog[0]) : -1;
   if (!a->o->agent_store) snprintf(why, sizeof why, "--agent-store off");
-  else if (at >= 0 && !strcmp(a->prog[at], "-m")) snprintf(why, sizeof why, "-m (its imports are not looked at)");
-  else if (at >= 0 && !cddp__program_imports_torch(a->prog[at])) snprintf(why, sizeof why, "the script does not import torch");
-  else if (at >= 0 && cddp__program_mentions(a->prog[at], "TCPStore")) /* its own, maybe on MASTER_PORT */
+  else if (at < 0) {} /* why: what cddp__program_python_args said */
+  else if (module) snprintf(why, sizeof why, "-m (its imports are not looked at)");
+  else if (!imports) snprintf(why, sizeof why, "the script does not import torch");
+  else if (cddp__program_mentions(a->prog[at], "TCPStore")) /* its own, maybe on MASTER_PORT */
     snprintf(why, sizeof why, "the script makes a TCPStore of its own");
-  else if (at >= 0 && (major = cddp__program_torch_major(a->prog[0])) != 1 && major != 2)
+  else if (major != 1 && major != 2)
     snprintf(why, sizeof why, "%s has torch %d.x, whose TCPStore protocol is not served", a->prog[0], major);
-  a->torch_store = at >= 0 && (major == 1 || major == 2);
+  else a->torch_store = 1;
   if (a->torch_store) CDDP_INFO(CDDP_SUB_RUN, "the workers meet in a TCPStore this agent serves (torch %d.x)", major);
   else CDDP_INFO(CDDP_SUB_RUN, "the workers' rank 0 hosts their TCPStore: %s", why);
 }
@@ -283,7 +293,7 @@ static char **worker_env(agent_t *a, int local_rank, int64_t gen, int replacemen
   const cddp_run_opts_t *o = a->o;
   size_t n = 0;
   while (environ[n]) n++;
-  char **env = calloc(n + CDDP_ARRAY_LEN(contract_vars) + CDDP_ARRAY_LEN(default_vars) + 1, sizeof *env);
+  char **env = calloc(n + CDDP_ARRAY_LEN(contract_vars) + CDDP_ARRAY_LEN(default_vars) + CDDP__TORCH_FR_VARS_MAX + 1, sizeof *env);
   if (!env) return NULL;
   size_t k = 0;
   for (size_t i = 0; i < n; i++) {
@@ -338,7 +348,8 @@ static char **worker_env(agent_t *a, int local_rank, int64_t gen, int replacemen
   PUT("TORCHELASTIC_RESTART_COUNT", "%d", rz->restart_count);
   PUT("TORCHELASTIC_MAX_RESTARTS", "%d", o->max_restarts);
   PUT("TORCHELASTIC_USE_AGENT_STORE", "%s", a->torch_store ? "True" : "False");
-  PUT("TORCHELASTIC_SIGNALS_TO_HANDLE", "SIGTERM,SIGINT,SIGHUP"); /* torchrun 2.x's; what the agent forwards */
+  PUT("TORCHELASTIC_SIGNALS_TO_HANDLE", "SIGTERM,SIGINT,SIGHUP");
+  if (a->timer) PUT("TORCHELASTIC_TIMER_FILE", "%s", a->timer_path); /* torchrun 2.x's; what the agent forwards */
   /* the console is a terminal, through us: a progress line may be rewritten in place */
   if (a->live_console && (o->console[local_rank] & 2)) PUT("CDDP_CONSOLE_LIVE", "1");
   PUT("ROLE_NAME", "%s", o->role);
@@ -353,6 +364,8 @@ static char **worker_env(agent_t *a, int local_rank, int64_t gen, int replacemen
   for (size_t i = 0; i < CDDP_ARRAY_LEN(default_vars); i++)
     if (!getenv(default_vars[i].name) && (strcmp(default_vars[i].name, "OMP_NUM_THREADS") || a->omp_default))
       PUT("%s", "%s", default_vars[i].name, default_vars[i].value);
+  for (int i = 0; i < a->n_fr_env; i++)
+    if ((env[k] = strdup(a->fr_env[i]))) k++;
 #undef PUT
   env[k] = NULL;
   return env;
@@ -468,6 +481,7 @@ static int run_round(agent_t *a, cddp__workers_t *ws, int first) {
   ws->hang_ms = a->o->hang_ms;
   ws->flight_dir = a->flight_dir;
   ws->warm = a->warm;
+  ws->timer = a->timer;
   ws->wake_fd = a->elastic ? a->ms.pipe[0] : -1;
   cddp__status_node_t *sn = &a->status.node;
   sn->round = a->rz.round, sn->node_rank = a->rz.node_rank, sn->nproc = n, sn->rank_base = rank_base;
@@ -1015,6 +1029,16 @@ int cddp__run_main(int argc, char **argv) {
   a.live_console = isatty(STDERR_FILENO) && !o.log_dir[0] && !o.tmp_log_dir;
   if (o.log_dir[0]) snprintf(a.flight_dir, sizeof a.flight_dir, "%s/flight", o.log_dir);
   else flight_tmp_dir(a.flight_dir, sizeof a.flight_dir, o.run_id);
+  if (a.torch_major >= 2) a.n_fr_env = cddp__torch_fr_vars(a.flight_dir, a.fr_env);
+  const char *want_timer = getenv("TORCHELASTIC_ENABLE_FILE_TIMER"); /* torchrun's switch */
+  if (want_timer && !strcmp(want_timer, "1")) {
+    if ((tmp_dir(a.timer_dir, sizeof a.timer_dir, "cddp-timer-") != 0 && !(a.timer_dir[0] = '\0')) ||
+        !(a.timer = cddp__etimer_open(a.timer_dir, a.timer_path, sizeof a.timer_path))) {
+      fprintf(stderr, "cddp run: TORCHELASTIC_ENABLE_FILE_TIMER=1: %s\n", a.timer_dir[0] ? cddp_last_error() : strerror(errno));
+      if (a.timer_dir[0]) rmdir(a.timer_dir);
+      return 1;
+    }
+  }
   if (o.tmp_log_dir) {
     if (tmp_dir(o.log_dir, sizeof o.log_dir, "cddp-logs-") != 0) {
       fprintf(stderr, "cddp run: --redirects without --log-dir: cannot make a folder for the log files: %s\n", strerror(errno));
@@ -1037,6 +1061,8 @@ int cddp__run_main(int argc, char **argv) {
   }
   int code = agent_main(&a);
   remove_dir(a.err_dir);
+  cddp__etimer_close(a.timer);
+  if (a.timer_dir[0]) rmdir(a.timer_dir);
   if (!o.log_dir[0] || strncmp(a.flight_dir, o.log_dir, strlen(o.log_dir))) { /* our private one */
     /* an empty one goes: a job that dumped nothing leaves nothing in $TMPDIR. Records the log named
      * stay, also when the job recovered from that hang or failure and ended well. */

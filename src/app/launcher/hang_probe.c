@@ -12,16 +12,10 @@
 
 #define STACK_EVERY_NS 2000000000ull
 
-/* utime + stime (clock ticks) and the state letter of pid; -1 when it is gone. */
-static int read_stat(pid_t pid, uint64_t *ticks, char *state) {
+int cddp__proc_stat(pid_t pid, uint64_t *ticks, char *state) {
   char path[64], buf[1024];
   snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return -1;
-  ssize_t n = cddp__read_all(fd, buf, sizeof buf - 1);
-  close(fd);
-  if (n <= 0) return -1;
-  buf[n] = '\0';
+  if (cddp__read_small(path, buf, sizeof buf) < 0) return -1;
   const char *s = strrchr(buf, ')'); /* the name may hold spaces and parentheses */
   unsigned long long ut = 0, st = 0;
   char c = 0;
@@ -29,6 +23,15 @@ static int read_stat(pid_t pid, uint64_t *ticks, char *state) {
   if (!s || sscanf(s + 1, " %c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &c, &ut, &st) != 3) return -1;
   *ticks = ut + st, *state = c;
   return 0;
+}
+
+uint64_t cddp__proc_rss_kb(pid_t pid) {
+  char path[64], buf[128];
+  unsigned long long size = 0, resident = 0;
+  snprintf(path, sizeof path, "/proc/%d/statm", (int)pid);
+  if (cddp__read_small(path, buf, sizeof buf) < 0) return 0;
+  if (sscanf(buf, "%llu %llu", &size, &resident) != 2) return 0;
+  return resident * (uint64_t)sysconf(_SC_PAGESIZE) / 1024u;
 }
 
 static void take(cddp__probe_t *q, uint64_t now_ns, const char *stack_dir) {
@@ -50,7 +53,7 @@ int cddp__probe_find(cddp__probe_t *p, int n, uint64_t now_ns, int timeout_ms, u
   int idle_any = 0;
   for (int i = 0; i < n; i++) {
     uint64_t ticks = 0;
-    if (!p[i].pid || read_stat(p[i].pid, &ticks, &p[i].state) != 0) {
+    if (!p[i].pid || cddp__proc_stat(p[i].pid, &ticks, &p[i].state) != 0) {
       p[i].pid = 0;
       continue;
     }

@@ -25,6 +25,11 @@ typedef struct cddp__probe {
   cddp__pywhere_t where;
 } cddp__probe_t;
 
+/* utime + stime (clock ticks) and the state letter of pid from /proc; -1 when it is gone. */
+int cddp__proc_stat(pid_t pid, uint64_t *ticks, char *state);
+/* pid's resident memory in KiB (/proc/PID/statm); 0 when it is gone. */
+uint64_t cddp__proc_rss_kb(pid_t pid);
+
 /* A worker spends CPU (this share of one CPU, in percent, or more) or writes a line: progress. */
 #define CDDP__PROBE_BUSY_PCT 5
 

@@ -11,6 +11,7 @@
 #include "common/check.h"
 #include "common/clock.h"
 #include "common/log.h"
+#include "launcher/hang_probe.h"
 #include "launcher/status_pub.h"
 #include "job/elastic.h"
 
@@ -195,6 +196,25 @@ static void event(cddp__status_pub_t *p, const char *fmt, ...) {
 }
 
 /* One worker's entry from its page. */
+/* The process behind slot i as /proc and its output show it: CPU % since the last tick, memory,
+ * its last line and how long ago, and how long the watchdog has seen it make no progress. */
+static void proc_entry(cddp__status_pub_t *p, const cddp__worker_t *w, int i, uint64_t now, cddp__status_rank_t *r) {
+  static long tick_ns;
+  if (!tick_ns) tick_ns = 1000000000L / sysconf(_SC_CLK_TCK);
+  uint64_t ticks;
+  char state;
+  r->cpu_pct = -1;
+  r->out_age_ms = w->out_ns && now > w->out_ns ? (int64_t)((now - w->out_ns) / 1000000u) : w->out_ns ? 0 : -1;
+  snprintf(r->out, sizeof r->out, "%s", w->out[0] ? w->out : "-");
+  if (w->exited || cddp__proc_stat(w->pid, &ticks, &state) != 0) return;
+  r->rss_kb = cddp__proc_rss_kb(w->pid);
+  if (p->prev_ticks_pid[i] == (int)w->pid && now > p->prev_ticks_ns[i] && ticks >= p->prev_ticks[i])
+    r->cpu_pct = 100.0 * (double)((ticks - p->prev_ticks[i]) * (uint64_t)tick_ns) / (double)(now - p->prev_ticks_ns[i]);
+  p->prev_ticks_pid[i] = (int)w->pid, p->prev_ticks[i] = ticks, p->prev_ticks_ns[i] = now;
+  if (w->probe.pid == w->pid && w->probe.since_ns && now > w->probe.since_ns)
+    r->idle_ms = (int64_t)((now - w->probe.since_ns) / 1000000u);
+}
+
 static void rank_entry(cddp__status_pub_t *p, const cddp__worker_t *w, int i, uint64_t now, cddp__status_rank_t *r) {
   const cddp__flight_page_t *pg = w->progress.page;
   int live = pg && __atomic_load_n(&pg->magic, __ATOMIC_ACQUIRE) == CDDP__FLIGHT_MAGIC;
@@ -209,6 +229,7 @@ static void rank_entry(cddp__status_pub_t *p, const cddp__worker_t *w, int i, ui
     r->coll = w->probe.since_ns, r->in_coll = 1; /* one wait, one number: the other nodes time it */
     snprintf(r->last, sizeof r->last, "%.60s (its Python stack)", w->probe.where.coll);
   }
+  proc_entry(p, w, i, now, r);
   if (w->exited) snprintf(r->state, sizeof r->state, "%s", w->hang[0] ? "hung" : w->status ? "failed" : "exited");
   else snprintf(r->state, sizeof r->state, "%s", live && r->coll ? "alive" : "starting");
   /* the rate between the last two changes of the step, per process (a new one starts counting

@@ -21,6 +21,9 @@ typedef struct cddp__status_pub {
   uint64_t prev_ns[CDDP__STATUS_RANKS], prev_step[CDDP__STATUS_RANKS];
   double prev_rate[CDDP__STATUS_RANKS];
   int prev_pid[CDDP__STATUS_RANKS];
+  /* each slot's CPU time as last read, when, and whose (the CPU % between two ticks) */
+  uint64_t prev_ticks[CDDP__STATUS_RANKS], prev_ticks_ns[CDDP__STATUS_RANKS];
+  int prev_ticks_pid[CDDP__STATUS_RANKS];
   /* a loss not yet recovered from: when (monotonic), and each slot's step and pid then */
   uint64_t lost_ns;
   uint64_t lost_step[CDDP__STATUS_RANKS];

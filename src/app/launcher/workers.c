@@ -19,12 +19,14 @@
 #include "common/io.h"
 #include "common/log.h"
 #include "launcher/cpubind.h"
+#include "launcher/elastic_timer.h"
 #include "launcher/errfile.h"
 #include "launcher/proc.h"
 #include "launcher/pystack.h"
 #include "launcher/sigguard.h"
 #include "launcher/warm.h"
 #include "launcher/workers.h"
+#include "launcher/torch_fr_vars.h"
 
 #define LINE_MAX_BYTES 65536
 #define DRAIN_MS 500      /* after the last exit, wait this long for pipes held by grandchildren */
@@ -71,6 +73,12 @@ static void emit(cddp__workers_t *ws, cddp__worker_t *w, int s, const char *line
   w->probe.line_ns = cddp__now_ns(); /* a sign of progress for the watchdog */
   size_t n = len;
   while (n && (line[n - 1] == '\n' || line[n - 1] == '\r' || line[n - 1] == ' ')) n--;
+  if (n) { /* what `cddp status` shows of it: printable ASCII, so a line cannot move the terminal */
+    size_t k = 0;
+    for (; k < n && k < sizeof w->out - 1; k++) w->out[k] = line[k] >= 0x20 && line[k] < 0x7f ? line[k] : '?';
+    w->out[k] = '\0';
+    w->out_ns = w->probe.line_ns;
+  }
   if (s == 1 && n) { /* its own word on why it fails, if it fails */
     snprintf(w->report, sizeof w->report, "%.*s", (int)CDDP_MIN(n, sizeof w->report - 1), line);
     w->report_ns = cddp__now_ns();
@@ -171,7 +179,7 @@ static void kill_groups(cddp__workers_t *ws, int sig) {
   }
 }
 
-static int mkdir_p(const char *dir) {
+int cddp__mkdir_p(const char *dir) {
   char p[4096];
   snprintf(p, sizeof p, "%s", dir);
   for (char *c = p + 1; *c; c++) {
@@ -187,6 +195,7 @@ static int mkdir_p(const char *dir) {
 static cddp_result_t spawn(cddp__workers_t *ws, cddp__worker_t *w, char *const *argv, char **env) {
   w->exited = 0, w->status = 0;
   w->start_ns = cddp__now_ns(), w->exit_ns = 0, w->report_ns = 0, w->report[0] = '\0';
+  w->out_ns = 0, w->out[0] = '\0';
   w->exception[0] = '\0', w->in_traceback = 0;
   /* worker i of the round on the i-th share of the agent's CPUs, set in the child before exec
    * (cpubind.c says why) */
@@ -225,7 +234,7 @@ cddp_result_t cddp__workers_start(cddp__workers_t *ws, int n, int rank_base, cha
   ws->outcome = CDDP__OUT_SUCCESS;
   ws->fail_rank = -1;
   if (!ws->w) return cddp__fail(CDDP_SYSTEM, "out of memory starting %d workers", n);
-  if (log_dir && *log_dir && mkdir_p(log_dir) != 0) return cddp__fail_errno(CDDP_SYSTEM, "cannot create --log-dir %s", log_dir);
+  if (log_dir && *log_dir && cddp__mkdir_p(log_dir) != 0) return cddp__fail_errno(CDDP_SYSTEM, "cannot create --log-dir %s", log_dir);
   for (int i = 0; i < n; i++) {
     cddp__worker_t *w = &ws->w[i];
     w->rank = rank_base + i;
@@ -374,7 +383,7 @@ static void take_stack(pid_t pid, const char *path) {
  * taken, and SIGKILL; the failure it becomes carries why (w->hang). */
 /* Every worker's flight page to flight_dir/rank<R>.json: how many, -1 when there is no folder. */
 static int dump_pages(cddp__workers_t *ws, uint64_t now) {
-  if (!ws->flight_dir || mkdir_p(ws->flight_dir) != 0) return -1;
+  if (!ws->flight_dir || cddp__mkdir_p(ws->flight_dir) != 0) return -1;
   int k = 0;
   for (int i = 0; i < ws->n; i++) {
     if (!ws->w[i].progress.page) continue;
@@ -388,10 +397,11 @@ static int dump_pages(cddp__workers_t *ws, uint64_t now) {
 /* Every live Python worker's stack (all threads, py-spy) to flight_dir/rank<R>.pystack.txt: how
  * many, -1 when there is no folder. */
 static int dump_pystacks(cddp__workers_t *ws) {
-  if (!ws->flight_dir || mkdir_p(ws->flight_dir) != 0) return -1;
+  if (!ws->flight_dir || cddp__mkdir_p(ws->flight_dir) != 0) return -1;
   int k = 0;
   for (int i = 0; i < ws->n; i++) {
     if (ws->w[i].exited) continue;
+    cddp__torch_fr_poke(ws->flight_dir, ws->w[i].rank); /* torch's own records too, where it takes the request */
     char path[4300], tmp[4320];
     snprintf(path, sizeof path, "%s/rank%d.pystack.txt", ws->flight_dir, ws->w[i].rank);
     snprintf(tmp, sizeof tmp, "%s.part", path); /* a miss keeps the stack an earlier dump wrote */
@@ -472,6 +482,44 @@ exit:
   free(pid);
 }
 
+static double wall_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return (double)ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+/* torch's elastic timers (launcher/elastic_timer.h): a worker whose timer expired gets the signal
+ * it asked for, and its line says which timer. Only this node's live workers are ever signalled:
+ * the pid in a request is the requester's word, not a right. */
+static void serve_timers(cddp__workers_t *ws, int readable) {
+  cddp__etimer_req_t r;
+  if (readable) cddp__etimer_read(ws->timer);
+  double now = wall_s();
+  while (cddp__etimer_expired(ws->timer, now, &r)) {
+    cddp__worker_t *w = NULL;
+    for (int i = 0; i < ws->n && !w; i++)
+      if (!ws->w[i].exited && !ws->w[i].hang[0] && ws->w[i].pid == r.pid) w = &ws->w[i];
+    if (!w) CDDP_WARN("elastic timer '%s' of pid %lld expired; that pid is no worker of this node: nothing signalled", r.scope, r.pid);
+    else if (r.signal <= 0)
+      fprintf(stderr, "cddp run: rank %d (host %s, pid %d): timer '%s' expired %.1f s ago; it asked for no signal, so it runs on\n",
+              w->rank, ws->host ? ws->host : "?", (int)w->pid, r.scope, now - r.expiration_time);
+    else {
+      snprintf(w->hang, sizeof w->hang, "timer '%s' expired %.1f s ago (torch.distributed.elastic.timer)", r.scope,
+               now - r.expiration_time);
+      kill(-w->pid, r.signal);
+      kill(w->pid, r.signal);
+    }
+  }
+}
+
+/* The monotonic deadline of the next timer's expiry, UINT64_MAX when none is held. */
+static uint64_t timer_due(const cddp__workers_t *ws) {
+  double next = cddp__etimer_next(ws->timer);
+  if (next <= 0) return UINT64_MAX;
+  double left = next - wall_s();
+  return cddp__now_ns() + (left > 0 ? (uint64_t)(left * 1e9) : 0);
+}
+
 static cddp__worker_t *by_pid(cddp__workers_t *ws, pid_t pid) {
   for (int i = 0; i < ws->n; i++)
     if (ws->w[i].pid == pid) return &ws->w[i];
@@ -480,7 +528,7 @@ static cddp__worker_t *by_pid(cddp__workers_t *ws, pid_t pid) {
 
 void cddp__workers_watch(cddp__workers_t *ws, int sig_fd, int event_fd, int (*accept)(const char *, void *),
                          void *ctx) {
-  int nfds = 3 + 2 * ws->n, stopping = 0, nexited = 0, replace_now = 0, wake_now = 0, first = 1;
+  int nfds = 4 + 2 * ws->n, stopping = 0, nexited = 0, replace_now = 0, wake_now = 0, first = 1;
   uint64_t kill_at = UINT64_MAX, drain_until = UINT64_MAX, hang_check_at = cddp__deadline_ms(HANG_CHECK_MS);
   uint64_t tick_at = cddp__deadline_ms(TICK_MS);
   struct pollfd *pfd = calloc((size_t)nfds, sizeof *pfd);
@@ -512,12 +560,14 @@ void cddp__workers_watch(cddp__workers_t *ws, int sig_fd, int event_fd, int (*ac
     if (ws->hang_ms > 0 && !stopping) next = CDDP_MIN(next, hang_check_at);
     if (ws->tick && !stopping) next = CDDP_MIN(next, tick_at);
     if (!stopping) next = CDDP_MIN(next, cddp__warm_due(ws->warm));
+    if (ws->timer && !stopping) next = CDDP_MIN(next, timer_due(ws));
     int timeout = next == UINT64_MAX ? -1 : cddp__ms_left(next);
     if (first) timeout = 0, first = 0; /* children that died while nobody watched: reap them now */
     pfd[0] = (struct pollfd){.fd = sig_fd, .events = POLLIN};
     pfd[1] = (struct pollfd){.fd = event_fd, .events = POLLIN};
     for (int i = 0; i < ws->n; i++)
       for (int s = 0; s < 2; s++) pfd[2 + 2 * i + s] = (struct pollfd){.fd = ws->w[i].fd[s], .events = POLLIN};
+    pfd[nfds - 2] = (struct pollfd){.fd = stopping ? -1 : cddp__etimer_fd(ws->timer), .events = POLLIN};
     pfd[nfds - 1] = (struct pollfd){.fd = stopping ? -1 : ws->wake_fd, .events = POLLIN};
     int r = poll(pfd, (nfds_t)nfds, timeout);
     if (ws->hang_ms > 0 && !stopping && cddp__now_ns() >= hang_check_at) {
@@ -530,6 +580,7 @@ void cddp__workers_watch(cddp__workers_t *ws, int sig_fd, int event_fd, int (*ac
     }
     if (r < 0 && errno != EINTR) break;
     if (!stopping) cddp__warm_tick(ws->warm);
+    if (ws->timer && !stopping) serve_timers(ws, r > 0 && (pfd[nfds - 2].revents & POLLIN));
     for (int i = 0; i < ws->n; i++)
       for (int s = 0; s < 2; s++)
         if (ws->w[i].fd[s] >= 0 && (pfd[2 + 2 * i + s].revents & (POLLIN | POLLHUP | POLLERR))) pump(ws, &ws->w[i], s);
@@ -568,6 +619,7 @@ void cddp__workers_watch(cddp__workers_t *ws, int sig_fd, int event_fd, int (*ac
     while ((pid = waitpid(-1, &st, WNOHANG)) > 0) {
       cddp__worker_t *w = by_pid(ws, pid);
       if (!w || w->exited) continue;
+      cddp__etimer_forget(ws->timer, pid); /* its pid may be reused */
       w->exited = 1;
       w->status = st;
       w->exit_ns = cddp__now_ns();

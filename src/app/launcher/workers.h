@@ -23,6 +23,8 @@ typedef struct cddp__worker {
   uint64_t start_ns, exit_ns; /* monotonic: spawned, reaped */
   uint64_t report_ns;         /* when its last stderr line came (0: none yet) */
   char report[256];           /* that line, its own error report as far as the agent knows */
+  uint64_t out_ns;            /* when its last output line came, either stream (0: none yet) */
+  char out[84];               /* that line, printable ASCII (`cddp status`) */
   char exception[256];        /* the exception line of its last Python traceback on stderr ("": none) */
   int in_traceback;           /* 1: its stderr is inside a traceback, the exception line comes next */
   int replaced;               /* 1: this process replaced one that failed, prev says how */
@@ -75,6 +77,7 @@ typedef struct cddp__workers {
   const uint64_t *remote_since; /* NULL, or (atomic) since when a rank of another node has been
                                    inside the same collective (0: none): the watchdog's view of
                                    the other nodes, from their status records (status_pub.h) */
+  struct cddp__etimer *timer; /* NULL, or torch's elastic timers this agent serves (launcher/elastic_timer.h) */
   cddp__warm_t *warm; /* NULL, or the warm spares (launcher/warm.h): a slot's spare becomes its
                          next worker; new ones start when the pool says */
   /* results of cddp__workers_watch */
@@ -90,6 +93,9 @@ typedef struct cddp__workers {
  * global rank rank_base + i. Each gets its own process group, PR_SET_PDEATHSIG(SIGKILL)
  * and an empty signal mask. log_dir "" = no files; else DIR/rank<N>.log (truncated when
  * truncate_logs). On error the ones already started are killed. */
+/* mkdir -p DIR (0755); -1 with errno when a part cannot be made. */
+int cddp__mkdir_p(const char *dir);
+
 cddp_result_t cddp__workers_start(cddp__workers_t *ws, int n, int rank_base, char *const *argv, char **const *env,
                                   const char *log_dir, int truncate_logs);
 

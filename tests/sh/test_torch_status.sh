@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# test_torch_status.sh - `cddp status` on a torch job (no flight page): each rank's CPU %, memory,
+# last output line and its age, and restarts, from its agent (launcher/status_pub.c); rank 1
+# sleeping in its data loader while rank 0 waits in all_reduce is flagged before the watchdog's
+# timeout (the watchdog naming it: test_torch_hang.sh).
+cd "$(dirname "$0")/../.." && source tests/sh/lib.sh
+T=$(mktemp -d /tmp/cddp-torch-status.XXXXXX)
+trap 'kill -KILL $(jobs -p) 2>/dev/null; rm -rf "$T"' EXIT
+PY=/usr/bin/python3
+"$PY" -c 'import torch.distributed' 2>/dev/null || PY=$PWD/.venv/bin/python
+"$PY" -c 'import torch.distributed' 2>/dev/null || { fail "torch" "neither Debian's nor .venv's: scripts/install-deps.sh test"; finish; }
+SPY=$PWD/.venv/bin/py-spy
+[ -x "$SPY" ] || { fail "py-spy" "$SPY absent: scripts/install-deps.sh test"; finish; }
+export CDDP_PYTHON=$PY TMPDIR=$T CDDP_PY_SPY=$SPY
+HT=12
+timeout 300 "$CDDP" run --standalone --nproc-per-node 2 --hang-timeout $HT --log-dir "$T/logs" tests/torch/hang.py sleep \
+  >"$T/run.out" 2>&1 & p=$!
+for _ in $(seq 2400); do grep -q "step 4 rank 1" "$T/logs/rank1.log" 2>/dev/null && break; sleep 0.1; done
+# rank 1 now sleeps; after 5 s without progress its agent's record says so
+sleep 5
+"$CDDP" status "$T/logs" >"$T/st.out" 2>&1; rc=$?
+r0=$(grep -A1 "^  rank 0 " "$T/st.out" | tail -1)
+r1=$(grep -A1 "^  rank 1 " "$T/st.out" | tail -1)
+if [ $rc = 0 ] && [[ "$r0" == *"cpu "*"% "*"rss "*" MiB  restarts 0  last line ("*" s ago): step "*" rank 0"* ]] &&
+   [[ "$r1" == *"last line ("*" s ago): step 4 rank 1; idle "*" s (no line, under 5% CPU)" ]]; then
+  ok "a torch job's ranks: CPU, memory, last line and its age, restarts; the sleeping rank idle"
+else fail "status of a torch job" "rc $rc: $(tr '\n' '|' <"$T/st.out")"; fi
+kill -TERM "$(pgrep -P $p)" 2>/dev/null; wait $p # the launcher, not timeout(1); the watchdog's line: test_torch_hang.sh
+finish
