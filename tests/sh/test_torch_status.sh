@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # test_torch_status.sh - `cddp status` on a torch job (no flight page): each rank's CPU %, memory,
 # last output line and its age, and restarts, from its agent (launcher/status_pub.c); rank 1
-# sleeping in its data loader while rank 0 waits in all_reduce is flagged before the watchdog's
+# sleeping in its data loader while rank 0 waits in all_reduce is shown idle before the watchdog's
 # timeout (the watchdog naming it: test_torch_hang.sh).
 cd "$(dirname "$0")/../.." && source tests/sh/lib.sh
 T=$(mktemp -d /tmp/cddp-torch-status.XXXXXX)
