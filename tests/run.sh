@@ -63,9 +63,9 @@ if [ $quick = 0 ]; then
       # time given; new corpus units go to a folder of the log, never to the source tree
       name=$(basename "$f"); mkdir -p "$log/corpus-$name"
       regress=(); [ -d "tests/fuzz/regress/$name" ] && regress=("tests/fuzz/regress/$name")
-      if timeout 120 "$f" -max_total_time="${CDDP_FUZZ_SECONDS:-30}" -timeout=10 -rss_limit_mb=2048 -artifact_prefix="$log/" \
+      if timeout 120 "$f" -max_total_time="${CDDP_FUZZ_SECONDS:-20}" -timeout=10 -rss_limit_mb=2048 -artifact_prefix="$log/" \
           "$log/corpus-$name" "${regress[@]}" >"$log/$name.log" 2>&1; then
-        echo "ok - fuzz $(basename "$f") (${CDDP_FUZZ_SECONDS:-30} s)"; passed=$((passed + 1))
+        echo "ok - fuzz $(basename "$f") (${CDDP_FUZZ_SECONDS:-20} s)"; passed=$((passed + 1))
       else
         echo "not ok - fuzz $(basename "$f"): see $log/$(basename "$f").log"; failed=$((failed + 1))
         tail -20 "$log/$(basename "$f").log"
