@@ -57,4 +57,13 @@ if wait_for 20 standby_up; then
     ok "a standby refuses a wrong token: one line, exit $rc" || fail "standby, wrong token" "rc=$rc: $out"
 else fail "standby, wrong token" "agent 2 started no standby: $(tail -2 "$T/a2.out" | tr '\n' ' ')"; fi
 kill -TERM "${bg[@]}" 2>/dev/null; wait_all 30 "${bg[@]}"; bg=()
+# a mistyped command under cddp run: a line naming the command it meant, no usage; a command
+# unlike any: the usage from local rank 0 only (the first rank to fail stops the others, so a
+# rank's line may not come at all)
+out=$(timeout 60 "$CDDP" run --standalone --nproc-per-node 2 "$CDDP" trian 2>&1); rc=$?
+[ $rc != 0 ] && grep -q "cddp: unknown command 'trian' (did you mean train?)" <<<"$out" &&
+  ! grep -q "usage:" <<<"$out" && ok "cddp trian under 2 ranks: did you mean train, no usage" || fail "cddp trian" "rc=$rc: $out"
+out=$(timeout 60 "$CDDP" run --standalone --nproc-per-node 2 "$CDDP" zzzzzzzz 2>&1); rc=$?
+[ $rc != 0 ] && grep -q "unknown command 'zzzzzzzz'" <<<"$out" && [ "$(grep -c "usage: cddp <command>" <<<"$out")" -le 1 ] &&
+  ! grep -q "^\[rank 1\] usage:" <<<"$out" && ok "an unknown command under 2 ranks: the usage at most once, never from rank 1" || fail "usage once" "rc=$rc: $out"
 finish
