@@ -397,8 +397,7 @@ static int run_loop(trainer_t *t) {
       fprintf(stderr, "cddp train: rank 0: checkpoint at step %" PRId64 ": %s\n", t->step, cddp_last_error());
       return 1;
     }
-    int eval = (epoch_done && t->cfg.eval_every_epoch) ||
-               (t->step == t->total_steps && (t->cfg.eval_every_epoch || t->cfg.eval_at_end));
+    int eval = (epoch_done && t->cfg.eval_every_epoch) || (t->step == t->total_steps && t->cfg.eval_at_end);
     int epoch_end = t->sampler.epoch != epoch_before;
     cddp_result_t er = eval && !stop ? evaluate(t, epoch_before, epoch_end) : CDDP_OK;
     while (er != CDDP_OK && cddp__train_recoverable(t, er) && (er = cddp__train_recover(t, cddp__now_ns())) == CDDP_OK)
