@@ -2,7 +2,8 @@
 # test_run_flags.sh - documented `cddp run` behaviours that no other test covered
 # (docs/launcher.md, docs/store.md): --run-path runs any PROGRAM with Python; --local-addr is
 # the address node 0 publishes (the workers' MASTER_ADDR); a standby store, like the store,
-# refuses a wrong token; --rdzv-conf close_timeout bounds the store host's wait at exit.
+# refuses a wrong token; --rdzv-conf close_timeout bounds the store host's wait at exit; a
+# mistyped command under cddp run names what it meant, and the usage comes at most once.
 cd "$(dirname "$0")/../.." && source tests/sh/lib.sh
 T=$(mktemp -d /tmp/cddp-runflags.XXXXXX)
 bg=()
@@ -83,4 +84,14 @@ for c in "1:,close_timeout=1" "4:,close_timeout=4" "2:"; do
     ok "$name: the store's host waits ${dt%???????} s for a frozen node at exit"
   else fail "$name" "$out (wanted rc=143 after about $want s)"; fi
 done
+
+# a mistyped command under cddp run: a line naming the command it meant, no usage; a command
+# unlike any: the usage from local rank 0 only (the first rank to fail stops the others, so a
+# rank's line may not come at all)
+out=$(timeout 60 "$CDDP" run --standalone --nproc-per-node 2 "$CDDP" trian 2>&1); rc=$?
+[ $rc != 0 ] && grep -q "cddp: unknown command 'trian' (did you mean train?)" <<<"$out" &&
+  ! grep -q "usage:" <<<"$out" && ok "cddp trian under 2 ranks: did you mean train, no usage" || fail "cddp trian" "rc=$rc: $out"
+out=$(timeout 60 "$CDDP" run --standalone --nproc-per-node 2 "$CDDP" zzzzzzzz 2>&1); rc=$?
+[ $rc != 0 ] && grep -q "unknown command 'zzzzzzzz'" <<<"$out" && [ "$(grep -c "usage: cddp <command>" <<<"$out")" -le 1 ] &&
+  ! grep -q "^\[rank 1\] usage:" <<<"$out" && ok "an unknown command under 2 ranks: the usage at most once, never from rank 1" || fail "usage once" "rc=$rc: $out"
 finish

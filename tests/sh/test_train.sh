@@ -170,9 +170,10 @@ want=$(awk 'BEGIN { r = 8; h = 256; printf "%.2f", (784 * h + h + h * 10 + 10) /
 cp=$(field compression "$T/czps/metrics.jsonl" | tail -1); bp=$(field bytes_sent "$T/czps/metrics.jsonl" | tail -1)
 l0=$(field loss "$T/czps/metrics.jsonl" | head -1); l1=$(field loss "$T/czps/metrics.jsonl" | tail -5 | sort -n | tail -1)
 if [ "$cp" = "$want" ] && [ "$bp" = $(((8 * (784 + 256) + 256 + 8 * (256 + 10) + 10) * 4)) ] &&
+   grep -q "^\[rank 0\] cddp train: MLP, .*, gradients compressed: PowerSGD rank 8 (error feedback); run " "$T/czps.out" &&
    awk -v a="$l0" -v b="$l1" 'BEGIN { exit !(b < a * 0.6) }'
-then ok "ddp.compress powersgd: $bp bytes a step, compression $cp (expected $want); loss $l0 -> $l1"
-else fail "powersgd" "compression $cp (expected $want) bytes $bp loss $l0 -> $l1"; fi
+then ok "ddp.compress powersgd: the start line says so; $bp bytes a step, compression $cp (expected $want); loss $l0 -> $l1"
+else fail "powersgd" "compression $cp (expected $want) bytes $bp loss $l0 -> $l1; $(grep 'cddp train: MLP' "$T/czps.out")"; fi
 stop_resume czps czpsstop "powersgd (residuals and Q's restored)" "${PS[@]}"
 
 # 4. exactly once: one epoch started on 2 ranks, stopped, finished on 1 rank

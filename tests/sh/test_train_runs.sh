@@ -155,4 +155,14 @@ long=$(printf 'n%.0s' $(seq 10000))
 o=$("$CDDP" train --config $CFG --work-dir "$T/long" --name "$long" 2>&1); rc=$?
 [ $rc = 2 ] && [ "$(grep -c . <<<"$o")" = 1 ] && grep -q "10000 characters, at most 127" <<<"$o" && [ ! -e "$T/long" ] &&
   ok "a 10,000-character --name: one line naming the limit, exit 2" || fail "long --name" "rc=$rc ${o:0:300}"
+# eval.at_end false: no evaluation at the end (with eval.every_epoch false, none at all); true,
+# the default, evaluates after the last step
+run1 --name noeval "${SMALL[@]}" --set train.max_steps=5 --set eval.every_epoch=false --set eval.at_end=false \
+  >"$T/noeval.out" 2>&1; rc1=$?
+run1 --name ateend "${SMALL[@]}" --set train.max_steps=5 --set eval.every_epoch=false >"$T/atend.out" 2>&1; rc2=$?
+e1=$(grep -c '"eval":true' "$T/noeval/metrics.jsonl"); e2=$(grep -c '"eval":true' "$T/ateend/metrics.jsonl")
+[ $rc1 = 0 ] && [ $rc2 = 0 ] && [ "$e1" = 0 ] && [ "$e2" = 1 ] && ! grep -q "test accuracy" "$T/noeval.out" &&
+  grep -q "eval after step 5" "$T/atend.out" &&
+  ok "eval.at_end=false: no evaluation; by default one, after step 5" ||
+  fail "eval.at_end" "rc $rc1 $rc2, eval lines $e1 $e2: $(tail -2 "$T/noeval.out" | tr '\n' ' ')"
 finish

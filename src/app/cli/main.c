@@ -1,9 +1,11 @@
 /* main.c - the cddp binary: dispatches to a subcommand. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cddp/cddp.h"
 #include "cli/commands.h"
+#include "common/nearest.h"
 
 static const struct {
   const char *name;
@@ -47,7 +49,16 @@ int main(int argc, char **argv) {
   }
   for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
     if (!strcmp(argv[1], commands[i].name)) return commands[i].fn(argc - 1, argv + 1);
+  const char *names[sizeof commands / sizeof commands[0]];
+  for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++) names[i] = commands[i].name;
+  const char *near = cddp__nearest(argv[1], names, sizeof names / sizeof names[0]);
+  if (near) {
+    fprintf(stderr, "cddp: unknown command '%s' (did you mean %s?)\n", argv[1], near);
+    return 2;
+  }
   fprintf(stderr, "cddp: unknown command '%s'\n", argv[1]);
-  usage(stderr);
+  /* under a launcher every rank gets here: the usage once, from local rank 0 */
+  const char *local_rank = getenv("LOCAL_RANK");
+  if (!local_rank || !strcmp(local_rank, "0")) usage(stderr);
   return 2;
 }

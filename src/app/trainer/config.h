@@ -52,6 +52,7 @@ typedef struct cddp_train_config {
   int64_t ckpt_every;        /* checkpoint.every_steps (0 = only at the end) */
   int ckpt_keep;             /* checkpoint.keep */
   int eval_every_epoch;      /* eval.every_epoch */
+  int eval_at_end;           /* eval.at_end: evaluate after the last step */
   int log_every;             /* log.every_steps (progress line refresh) */
   int rank_every;            /* log.rank_every: gather every rank's timings every N steps */
   int straggler_pct;         /* log.straggler_pct: a rank this much busier than the others' median ... */

@@ -199,6 +199,20 @@ static const char *when_reduced(const trainer_t *t) {
   return t->overlap ? "overlapped with backward" : "after backward";
 }
 
+/* The start line's word on compressed gradients ("" when they travel whole): a compressed run
+ * converges differently, and its line must not look like an uncompressed one. */
+static const char *compressed(const trainer_t *t, char *buf, size_t size) {
+  static const char *const names[] = {"", "bf16", "sign (1 bit, error feedback)", "fp16"};
+  int k = t->cfg.compress;
+  if (k == CDDP_COMPRESS_POWERSGD)
+    snprintf(buf, size, ", gradients compressed: PowerSGD rank %d (error feedback)", t->cfg.powersgd_rank);
+  else if (k > 0 && k < (int)(sizeof names / sizeof names[0]))
+    snprintf(buf, size, ", gradients compressed: %s", names[k]);
+  else
+    buf[0] = '\0';
+  return buf;
+}
+
 static cddp_result_t setup(trainer_t *t) {
   cddp_train_config_t *c = &t->cfg;
   /* these two fail alike on every rank: only rank 0 need say so */
@@ -261,18 +275,19 @@ static cddp_result_t setup(trainer_t *t) {
   if (t->rank == 0 && !replacement && !t->refused[0]) CDDP_CHECK(cddp__train_write_config(t));
   cddp__train_publish_worlds(t);
   /* a first start that formed late (cddp_world_replacement) still opens the job's log */
+  char squeezed[96];
   if (t->rank == 0 && !cddp_world_env(t->w)->replacement)
     fprintf(stderr,
             "cddp train: %s, %zu parameters; world %d (%s), global batch %d = micro %d x %d ranks x %d accumulation; "
             "lr %.4g (%s scaling from batch %d); %" PRId64 " steps (%" PRId64 "/epoch); %d BLAS thread(s)/rank; "
-            "%s %s; run %s\n",
+            "%s %s%s; run %s\n",
             t->task->name, t->n_params, t->world, cddp_comm_transport(cddp_world_comm(t->w)),
             c->global_batch, c->micro_batch, t->world, t->accum, t->sched.lr,
             c->lr_scaling == CDDP_LR_SCALE_NONE ? "no" : c->lr_scaling == CDDP_LR_SCALE_LINEAR ? "linear" : "sqrt",
             c->ref_batch > 0 ? c->ref_batch : c->global_batch, t->total_steps, per_epoch, threads,
             t->zero1.shared ? "ZeRO-1 (optimizer state sharded, one copy of the weights in shared memory): reduce-scatter"
             : t->zero1.on ? "ZeRO-1 (optimizer state sharded): reduce-scatter + all-gather" : "all-reduce",
-            when_reduced(t), t->run_dir);
+            when_reduced(t), compressed(t, squeezed, sizeof squeezed), t->run_dir);
   if (replacement) return cddp__train_join_as_replacement(t);
   if (lost) {
     CDDP_INFO(CDDP_SUB_TRAIN, "a peer was lost while the job started (%s): recovering", cddp_last_error());
@@ -386,7 +401,7 @@ static int run_loop(trainer_t *t) {
       snprintf(t->failure, sizeof t->failure, "checkpoint at step %" PRId64 ": %.150s", t->step, why);
       return 1;
     }
-    int eval = (epoch_done && t->cfg.eval_every_epoch) || t->step == t->total_steps;
+    int eval = (epoch_done && t->cfg.eval_every_epoch) || (t->step == t->total_steps && t->cfg.eval_at_end);
     int epoch_end = t->sampler.epoch != epoch_before;
     cddp_result_t er = eval && !stop ? evaluate(t, epoch_before, epoch_end) : CDDP_OK;
     while (er != CDDP_OK && cddp__train_recoverable(t, er) && (er = cddp__train_recover(t, cddp__now_ns())) == CDDP_OK)
