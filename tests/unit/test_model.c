@@ -11,6 +11,7 @@
 #include "test.h"
 #include "trainer/layers.h"
 #include "trainer/model.h"
+#include "trainer/ops.h"
 #include "unit/test_model_grad.h"
 
 /* ---- whole models */
@@ -417,6 +418,53 @@ TEST(flops_per_sample) {
 
 /* OpenBLAS 0.3.21 takes this CPU for a Prescott (SSE3, 4-5x slower sgemm); layer_blas.c moves
  * it to the kernels the CPU can run, at load. */
+/* model.c runs through the device table; on the CPU table its bits must be those of the
+ * layer functions called directly (the path model.c took before the table). */
+TEST(cpu_table_gives_the_direct_layers_bits) {
+  cddp_model_spec_t s = {.kind = CDDP_MODEL_MLP, .in_c = 1, .in_h = 28, .in_w = 28,
+                         .n_classes = 10, .n_hidden = 2, .hidden = {64, 48}};
+  int n = 16, in = 784;
+  net_t t = net_make(s, n, 7);
+  double loss = cddp__model_forward(t.m, t.x, t.y, n, NULL);
+  cddp__model_backward(t.m, 0.5f, 0, NULL, NULL);
+  /* the direct path: fc0 (ReLU), fc1 (ReLU), fc2, softmax cross-entropy */
+  const float *P = t.params;
+  size_t w0 = 0, b0 = w0 + 64 * 784, w1 = b0 + 64, b1 = w1 + 48 * 64, w2 = b1 + 48, b2 = w2 + 10 * 48;
+  float *a0 = vec((size_t)n * 64, 0), *a1 = vec((size_t)n * 48, 0), *a2 = vec((size_t)n * 10, 0);
+  float *prob = vec((size_t)n * 10, 0), *d2 = vec((size_t)n * 10, 0), *d1 = vec((size_t)n * 48, 0),
+        *d0 = vec((size_t)n * 64, 0), *g = vec(t.np, 0);
+  cddp__linear_forward(a0, t.x, P + w0, P + b0, n, in, 64, 1);
+  cddp__linear_forward(a1, a0, P + w1, P + b1, n, 64, 48, 1);
+  cddp__linear_forward(a2, a1, P + w2, P + b2, n, 48, 10, 0);
+  double want = cddp__xent_forward(prob, a2, t.y, n, 10, NULL);
+  cddp__xent_backward(d2, prob, t.y, n, 10, 0.5f);
+  cddp__sum_rows(g + b2, d2, n, 10, 0);
+  cddp__linear_backward_weight_rows(g + w2, d2, a1, n, 48, 10, 0, 10, 0);
+  cddp__linear_backward_input(d1, d2, P + w2, a1, n, 48, 10, 1);
+  cddp__sum_rows(g + b1, d1, n, 48, 0);
+  cddp__linear_backward_weight_rows(g + w1, d1, a0, n, 64, 48, 0, 48, 0);
+  cddp__linear_backward_input(d0, d1, P + w1, a0, n, 64, 48, 1);
+  cddp__sum_rows(g + b0, d0, n, 64, 0);
+  cddp__linear_backward_weight_rows(g + w0, d0, t.x, n, in, 64, 0, 64, 0);
+  CHECK(memcmp(&loss, &want, sizeof loss) == 0);
+  size_t differ = 0;
+  for (size_t i = 0; i < t.np; i++) differ += memcmp(&g[i], &t.grads[i], sizeof(float)) != 0;
+  CHECK_EQ(differ, 0);
+  free(a0), free(a1), free(a2), free(prob), free(d2), free(d1), free(d0), free(g);
+  net_free(&t);
+}
+
+/* A table without conv2d (the CUDA one today) refuses the CNN by name, not at its first call. */
+TEST(cnn_on_a_table_without_conv_is_refused) {
+  cddp_ops_t no_conv = cddp__ops_cpu;
+  no_conv.conv2d_forward = NULL;
+  cddp_model_spec_t s = cnn_spec();
+  cddp_model_t *m = NULL;
+  CHECK_RESULT(cddp__model_create_on(&no_conv, &s, 4, &m), CDDP_INVALID_ARG);
+  CHECK(m == NULL);
+  CHECK(strstr(cddp_last_error(), "model.type: cnn") != NULL);
+}
+
 TEST(blas_runs_the_cpus_vector_kernels) {
   const char *env = getenv("OPENBLAS_CORETYPE");
   const char *core = openblas_get_corename();

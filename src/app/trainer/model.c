@@ -1,5 +1,7 @@
 /* model.c - MLP and CNN over one flat parameter buffer: spec checks, layout and names, init,
- * forward, and a backward that tells DDP when each layer's gradients are final. */
+ * forward, and a backward that tells DDP when each layer's gradients are final. Every buffer
+ * and every layer call goes through one device table (ops.h), so the same code runs on the
+ * CPU and the GPU. */
 #include "trainer/model.h"
 
 #include <math.h>
@@ -10,6 +12,7 @@
 #include "common/check.h"
 #include "common/log.h"
 #include "trainer/layers.h"
+#include "trainer/ops.h"
 
 #define MAX_NET (2 * CDDP_MODEL_MAX_LAYERS + 1) /* conv blocks + hidden fc + output fc */
 #define MAX_WIDTH (1 << 20)
@@ -27,12 +30,14 @@ typedef struct layer {
   size_t w_off, b_off;
   size_t out_floats;  /* per sample: linear out; conv out*h*w (before the pool) */
   size_t pool_floats; /* conv: per sample out*(h/2)*(w/2) */
+  /* in the table's memory */
   float *act;         /* [max_batch, out_floats]: linear output / conv output after ReLU */
   float *pool;        /* conv: pooled output [max_batch, pool_floats] */
   uint8_t *arg;       /* conv: argmax of each pool window */
 } layer_t;
 
 struct cddp_model {
+  const cddp_ops_t *ops; /* the device: every buffer below is its memory */
   cddp_model_spec_t spec;
   int max_batch;
   int n_layers;
@@ -52,12 +57,7 @@ struct cddp_model {
   int n;
 };
 
-static void *alloc_floats(size_t count) {
-  size_t bytes = (count * sizeof(float) + 63) & ~(size_t)63;
-  void *p = aligned_alloc(64, bytes ? bytes : 64);
-  if (p) memset(p, 0, bytes ? bytes : 64);
-  return p;
-}
+static void *alloc_floats(const cddp_model_t *m, size_t count) { return m->ops->alloc(count * sizeof(float)); }
 
 static cddp_result_t check_range(const char *field, long long v, long long lo, long long hi) {
   if (v < lo || v > hi)
@@ -154,13 +154,22 @@ static void plan(cddp_model_t *m) {
 }
 
 cddp_result_t cddp__model_create(const cddp_model_spec_t *spec, int max_batch, cddp_model_t **out) {
+  return cddp__model_create_on(&cddp__ops_cpu, spec, max_batch, out);
+}
+
+cddp_result_t cddp__model_create_on(const cddp_ops_t *ops, const cddp_model_spec_t *spec, int max_batch,
+                                    cddp_model_t **out) {
   cddp_result_t ret = CDDP_OK;
   *out = NULL;
   if (!spec) return cddp__fail(CDDP_INVALID_ARG, "model spec: NULL");
   CDDP_CHECK(check_spec(spec, max_batch));
-  cddp__blas_select_core();
+  if (spec->kind == CDDP_MODEL_CNN && !ops->conv2d_forward)
+    return cddp__fail(CDDP_INVALID_ARG, "model.type: cnn does not run on the %s device yet (no conv2d in its "
+                      "table; docs/gpu.md): use model.type mlp or train.device cpu", ops->name);
+  if (ops == &cddp__ops_cpu) cddp__blas_select_core();
   cddp_model_t *m = calloc(1, sizeof *m);
   if (!m) return cddp__fail(CDDP_SYSTEM, "model: out of memory");
+  m->ops = ops;
   m->spec = *spec;
   m->max_batch = max_batch;
   plan(m);
@@ -174,44 +183,50 @@ cddp_result_t cddp__model_create(const cddp_model_spec_t *spec, int max_batch, c
   for (int i = 0; i < m->n_layers; i++) {
     layer_t *l = &m->layers[i];
     big = CDDP_MAX(big, l->out_floats);
-    if (!(l->act = alloc_floats(B * l->out_floats))) goto oom;
+    if (!(l->act = alloc_floats(m, B * l->out_floats))) goto oom;
     if (l->conv) {
       col = CDDP_MAX(col, cddp__conv2d_col_floats(l->in, l->h, l->w, l->k));
       conv_out = CDDP_MAX(conv_out, l->out_floats);
-      if (!(l->pool = alloc_floats(B * l->pool_floats))) goto oom;
-      if (!(l->arg = aligned_alloc(64, (B * l->pool_floats + 63) & ~(size_t)63))) goto oom;
+      if (!(l->pool = alloc_floats(m, B * l->pool_floats))) goto oom;
+      if (!(l->arg = ops->alloc(B * l->pool_floats))) goto oom;
     }
   }
-  if (!(m->prob = alloc_floats(B * spec->n_classes))) goto oom;
+  if (!(m->prob = alloc_floats(m, B * spec->n_classes))) goto oom;
   for (int i = 0; i < 2; i++)
-    if (!(m->dbuf[i] = alloc_floats(B * big))) goto oom;
-  if (col && !(m->col = alloc_floats(col))) goto oom;
-  if (conv_out && !(m->dconv = alloc_floats(conv_out))) goto oom;
-  CDDP_INFO(CDDP_SUB_TRAIN, "model: %s, %d layers, %zu parameters, %.3g FLOP/sample fwd+bwd",
-            spec->kind == CDDP_MODEL_MLP ? "mlp" : "cnn", m->n_layers, m->param_count, m->flops);
+    if (!(m->dbuf[i] = alloc_floats(m, B * big))) goto oom;
+  if (col && !(m->col = alloc_floats(m, col))) goto oom;
+  if (conv_out && !(m->dconv = alloc_floats(m, conv_out))) goto oom;
+  CDDP_INFO(CDDP_SUB_TRAIN, "model: %s on %s, %d layers, %zu parameters, %.3g FLOP/sample fwd+bwd",
+            spec->kind == CDDP_MODEL_MLP ? "mlp" : "cnn", ops->name, m->n_layers, m->param_count, m->flops);
   *out = m;
   return CDDP_OK;
 oom:
-  ret = cddp__fail(CDDP_SYSTEM, "model: out of memory for activations of batch %d", max_batch);
+  ret = cddp__fail(CDDP_SYSTEM, "model: out of %s memory for activations of batch %d", ops->name, max_batch);
 fail:
   cddp__model_destroy(m);
   return ret;
 }
 
+static void release(const cddp_model_t *m, void *p) {
+  if (p) m->ops->release(p);
+}
+
 void cddp__model_destroy(cddp_model_t *m) {
   if (!m) return;
   for (int i = 0; i < m->n_layers; i++) {
-    free(m->layers[i].act);
-    free(m->layers[i].pool);
-    free(m->layers[i].arg);
+    release(m, m->layers[i].act);
+    release(m, m->layers[i].pool);
+    release(m, m->layers[i].arg);
   }
-  free(m->prob);
-  free(m->dbuf[0]);
-  free(m->dbuf[1]);
-  free(m->col);
-  free(m->dconv);
+  release(m, m->prob);
+  release(m, m->dbuf[0]);
+  release(m, m->dbuf[1]);
+  release(m, m->col);
+  release(m, m->dconv);
   free(m);
 }
+
+const cddp_ops_t *cddp__model_ops(const cddp_model_t *m) { return m->ops; }
 
 size_t cddp__model_param_count(const cddp_model_t *m) { return m->param_count; }
 int cddp__model_n_params(const cddp_model_t *m) { return m->n_params; }
@@ -235,14 +250,20 @@ static uint64_t splitmix64(uint64_t *state) {
 
 void cddp__model_init_params(cddp_model_t *m, uint64_t seed) {
   uint64_t state = seed;
+  float chunk[4096]; /* made on the host, copied to the device a chunk at a time */
   for (int i = 0; i < m->n_layers; i++) {
     const layer_t *l = &m->layers[i];
     int fan_in = l->conv ? l->in * l->k * l->k : l->in;
     float bound = (float)(1.0 / sqrt((double)fan_in));
     /* weight then bias, contiguous: one pass over [w_off, b_off + out) */
-    for (size_t j = l->w_off; j < l->b_off + (size_t)l->out; j++) {
-      float u = (float)(splitmix64(&state) >> 40) * (1.0f / 16777216.0f);
-      m->params[j] = (2.0f * u - 1.0f) * bound;
+    size_t end = l->b_off + (size_t)l->out;
+    for (size_t j0 = l->w_off; j0 < end; j0 += 4096) {
+      size_t len = CDDP_MIN((size_t)4096, end - j0);
+      for (size_t j = 0; j < len; j++) {
+        float u = (float)(splitmix64(&state) >> 40) * (1.0f / 16777216.0f);
+        chunk[j] = (2.0f * u - 1.0f) * bound;
+      }
+      m->ops->to_device(m->params + j0, chunk, len * sizeof(float));
     }
   }
 }
@@ -263,6 +284,7 @@ double cddp__model_forward(cddp_model_t *m, const float *x, const uint8_t *y, in
   m->x = x, m->y = y, m->n = n;
   if (n == 0) return 0.0;
   const float *P = m->params;
+  const cddp_ops_t *ops = m->ops;
   for (int i = 0; i < m->n_layers; i++) {
     layer_t *l = &m->layers[i];
     const float *in = layer_input(m, i);
@@ -271,17 +293,17 @@ double cddp__model_forward(cddp_model_t *m, const float *x, const uint8_t *y, in
       size_t in_floats = (size_t)l->in * l->h * l->w;
       for (int s = 0; s < n; s++) {
         float *act = l->act + s * l->out_floats;
-        cddp__conv2d_forward(act, in + s * in_floats, P + l->w_off, P + l->b_off, m->col, 1,
-                             l->in, l->h, l->w, l->out, l->k, 1);
-        cddp__maxpool2_forward(l->pool + s * l->pool_floats, l->arg + s * l->pool_floats, act, 1,
-                               l->out, l->h, l->w);
+        ops->conv2d_forward(act, in + s * in_floats, P + l->w_off, P + l->b_off, m->col, 1, l->in,
+                            l->h, l->w, l->out, l->k, 1);
+        ops->maxpool2_forward(l->pool + s * l->pool_floats, l->arg + s * l->pool_floats, act, 1,
+                              l->out, l->h, l->w);
       }
     } else {
-      cddp__linear_forward(l->act, in, P + l->w_off, P + l->b_off, n, l->in, l->out, l->relu);
+      ops->linear_forward(l->act, in, P + l->w_off, P + l->b_off, n, l->in, l->out, l->relu);
     }
   }
   const layer_t *last = &m->layers[m->n_layers - 1];
-  return cddp__xent_forward(m->prob, last->act, y, n, m->spec.n_classes, n_correct);
+  return ops->xent_forward(m->prob, last->act, y, n, m->spec.n_classes, n_correct);
 }
 
 /* Rows per ready panel: the weight split into ceil(size / READY_PANEL_FLOATS) panels of equal
@@ -301,8 +323,9 @@ void cddp__model_backward(cddp_model_t *m, float grad_scale, int accumulate,
   int n = m->n, cur = 0;
   float *G = m->grads;
   const float *P = m->params;
+  const cddp_ops_t *ops = m->ops;
   /* grad_scale enters once, in dlogits: every gradient below is linear in it. */
-  cddp__xent_backward(m->dbuf[cur], m->prob, m->y, n, m->spec.n_classes, grad_scale);
+  ops->xent_backward(m->dbuf[cur], m->prob, m->y, n, m->spec.n_classes, grad_scale);
   for (int i = m->n_layers - 1; i >= 0; i--) {
     layer_t *l = &m->layers[i];
     const float *in = layer_input(m, i);
@@ -313,30 +336,29 @@ void cddp__model_backward(cddp_model_t *m, float grad_scale, int accumulate,
        * input gradient goes to the other buffer */
       size_t in_floats = (size_t)l->in * l->h * l->w;
       for (int s = 0; s < n; s++) {
-        cddp__maxpool2_backward(m->dconv, d + s * l->pool_floats, l->arg + s * l->pool_floats,
-                                l->pool + s * l->pool_floats, 1, l->out, l->h, l->w, 1);
-        cddp__conv2d_backward(i > 0 ? other + s * in_floats : NULL, G + l->w_off, G + l->b_off,
-                              m->dconv, in + s * in_floats, P + l->w_off, m->col, 1, l->in, l->h,
-                              l->w, l->out, l->k, accumulate || s > 0);
+        ops->maxpool2_backward(m->dconv, d + s * l->pool_floats, l->arg + s * l->pool_floats,
+                               l->pool + s * l->pool_floats, 1, l->out, l->h, l->w, 1);
+        ops->conv2d_backward(i > 0 ? other + s * in_floats : NULL, G + l->w_off, G + l->b_off, m->dconv,
+                             in + s * in_floats, P + l->w_off, m->col, 1, l->in, l->h, l->w, l->out, l->k,
+                             accumulate || s > 0);
       }
       if (n == 0 && !accumulate) /* nothing above zeroed them */
-        cddp__conv2d_backward(NULL, G + l->w_off, G + l->b_off, m->dconv, in, P + l->w_off,
-                              m->col, 0, l->in, l->h, l->w, l->out, l->k, 0);
+        ops->conv2d_backward(NULL, G + l->w_off, G + l->b_off, m->dconv, in, P + l->w_off, m->col, 0,
+                             l->in, l->h, l->w, l->out, l->k, 0);
       if (ready) ready(ready_ctx, l->w_off);
       cur ^= 1;
     } else {
       /* bias first (it follows the weight in the buffer), then weight panels from the end */
-      cddp__sum_rows(G + l->b_off, d, n, l->out, accumulate);
+      ops->colsum(G + l->b_off, d, n, l->out, accumulate);
       int rows = panel_rows(l);
       for (int r1 = l->out; r1 > 0; r1 -= rows) {
         int r0 = r1 - rows > 0 ? r1 - rows : 0;
-        cddp__linear_backward_weight_rows(G + l->w_off, d, in, n, l->in, l->out, r0, r1,
-                                          accumulate);
+        ops->linear_backward_weight_rows(G + l->w_off, d, in, n, l->in, l->out, r0, r1, accumulate);
         if (ready) ready(ready_ctx, l->w_off + (size_t)r0 * l->in);
       }
       /* every input but the model's own is a ReLU output (or a pool of one) */
       if (i > 0) {
-        cddp__linear_backward_input(other, d, P + l->w_off, in, n, l->in, l->out, 1);
+        ops->linear_backward_input(other, d, P + l->w_off, in, n, l->in, l->out, 1);
         cur ^= 1;
       }
     }

@@ -1,7 +1,8 @@
 /* model.h - models as plain functions over one flat parameter buffer and one flat gradient
  * buffer (llm.c style). Layers are laid out in forward order, so backward finishes the
  * buffer from its end towards its start: that is what lets DDP start a bucket's allreduce
- * while backward still runs (see ddp.h). GEMM via OpenBLAS (cblas_sgemm). */
+ * while backward still runs (see ddp.h). Every buffer and layer call goes through a device
+ * table (ops.h): OpenBLAS on the CPU, cuBLAS and our kernels on a GPU. */
 #ifndef CDDP_TRAINER_MODEL_H
 #define CDDP_TRAINER_MODEL_H
 
@@ -37,6 +38,7 @@ typedef struct cddp_param_info {
 } cddp_param_info_t;
 
 typedef struct cddp_model cddp_model_t;
+struct cddp_ops;
 
 /* Called by backward each time the gradients at [offset, param_count) are final (after each
  * layer's parameter gradients are written), with offsets decreasing. */
@@ -45,6 +47,12 @@ typedef void (*cddp_grad_ready_fn)(void *ctx, size_t offset);
 /* Validates the spec (one clear cddp__fail line per bad field) and sizes the activations
  * for up to max_batch rows. */
 cddp_result_t cddp__model_create(const cddp_model_spec_t *spec, int max_batch, cddp_model_t **out);
+/* The same on the device of ops (cddp__ops_for): activations in its memory, every layer
+ * through it; the buffers bound, x and y must be its memory too. A CNN on a table without
+ * conv2d (CUDA today) is INVALID_ARG naming model.type. */
+cddp_result_t cddp__model_create_on(const struct cddp_ops *ops, const cddp_model_spec_t *spec, int max_batch,
+                                    cddp_model_t **out);
+const struct cddp_ops *cddp__model_ops(const cddp_model_t *m);
 void cddp__model_destroy(cddp_model_t *m);
 size_t cddp__model_param_count(const cddp_model_t *m);
 int cddp__model_n_params(const cddp_model_t *m);                  /* number of tensors */
@@ -52,7 +60,8 @@ const cddp_param_info_t *cddp__model_param(const cddp_model_t *m, int i);
 /* FLOPs of one sample's forward + backward (for samples/s vs. GEMM peak reports). */
 double cddp__model_flops_per_sample(const cddp_model_t *m);
 
-/* The model computes over buffers the caller owns (DDP puts grads in shared memory). */
+/* The model computes over buffers the caller owns (DDP puts grads in shared memory), in the
+ * memory of the model's device. */
 void cddp__model_bind(cddp_model_t *m, float *params, float *grads);
 /* PyTorch's default init: U(-1/sqrt(fan_in), 1/sqrt(fan_in)) for weights and biases,
  * from a deterministic generator seeded by seed. */

@@ -5,7 +5,7 @@
  * Every layer entry has the arguments and the meaning of its CPU function in layers.h,
  * layers_gpt.h and optim.h; on the CUDA table every pointer is device memory from alloc
  * (labels and tokens too), and the entries that return a number (losses, norms) wait for the
- * device. The models do not call this table yet (docs/gpu.md): that wiring is the next step. */
+ * device. model.c calls this table; gpt.c does not yet (docs/gpu.md). */
 #ifndef CDDP_TRAINER_OPS_H
 #define CDDP_TRAINER_OPS_H
 
@@ -55,6 +55,16 @@ typedef struct cddp_ops {
   double (*xent_forward)(float *prob, const float *logits, const uint8_t *y, int n, int k,
                          int *n_correct);
   void (*xent_backward)(float *dlogits, const float *prob, const uint8_t *y, int n, int k, float scale);
+  /* the CNN's conv2d and 2x2 max pool (layers.h); NULL where the table has none (CUDA: the
+   * CNN is refused there by name). col is conv scratch in the table's memory. */
+  void (*conv2d_forward)(float *y, const float *x, const float *wt, const float *b, float *col, int n,
+                         int c_in, int h, int w, int c_out, int k, int relu);
+  void (*conv2d_backward)(float *dx, float *dw, float *db, const float *dy, const float *x,
+                          const float *wt, float *col, int n, int c_in, int h, int w, int c_out, int k,
+                          int accumulate);
+  void (*maxpool2_forward)(float *y, uint8_t *arg, const float *x, int n, int c, int h, int w);
+  void (*maxpool2_backward)(float *dx, const float *dy, const uint8_t *arg, const float *y, int n, int c,
+                            int h, int w, int relu_y);
 
   /* ---- the GPT's layers (layers_gpt.h) */
   void (*layernorm_forward)(float *y, float *mean, float *rstd, const float *x, const float *w,
