@@ -209,6 +209,13 @@ static int connect_store(agent_t *a, cddp_store_t **out) {
 }
 
 /* Hosts the store when this node should, then connects (twice: agent + watcher). */
+/* The address the hosted store listens on: an endpoint on the loopback keeps the store off every
+ * other interface (no stranger on the network reaches it); any other endpoint listens on all. */
+static const char *store_bind_host(const cddp_run_opts_t *o, const char *endpoint_host) {
+  if (o->standalone) return "127.0.0.1";
+  return cddp__sock_host_is_loopback(endpoint_host) ? endpoint_host : NULL;
+}
+
 static int setup_store(agent_t *a) {
   cddp_run_opts_t *o = a->o;
   a->js.run_id = o->run_id, a->js.token = a->token, a->js.timeout_ms = o->rdzv_timeout_ms;
@@ -254,7 +261,7 @@ static int setup_store(agent_t *a) {
         a->server = NULL;
         break;
       }
-      if (cddp_store_server_start(&a->server, o->standalone ? "127.0.0.1" : NULL, a->js.port, a->token) == CDDP_OK) {
+      if (cddp_store_server_start(&a->server, store_bind_host(o, a->js.host), a->js.port, a->token) == CDDP_OK) {
         a->js.port = cddp_store_server_port(a->server);
         break;
       }
