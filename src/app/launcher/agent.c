@@ -1029,6 +1029,12 @@ int cddp__run_main(int argc, char **argv) {
     fprintf(stderr, "cddp run: --redirects without --log-dir: worker output goes to %s/rank<N>.log\n", o.log_dir);
   }
   if (o.standalone && !a.token[0]) random_token(a.token, sizeof a.token);
+  /* a store off the loopback without a token lets anyone who reaches the port join, read or fail
+   * the job: said once, with the way out */
+  if (!a.token[0] && !o.standalone && o.max_nodes > 1 && !cddp__sock_host_is_loopback(o.rdzv_host))
+    CDDP_WARN("the store is unauthenticated: anyone who reaches %s can join or stop this job; "
+              "put a shared secret in a file only you can read and set CDDP_TOKEN_FILE to it on every node",
+              o.rdzv_host[0] ? o.rdzv_host : "its port");
   if (gethostname(a.host, sizeof a.host) != 0) snprintf(a.host, sizeof a.host, "?");
   a.host[sizeof a.host - 1] = '\0';
   /* signals arrive on a pipe; set up before any thread of ours starts, so all keep them blocked */
