@@ -355,6 +355,13 @@ int cddp__sock_host_is_local(const char *host) {
   return local;
 }
 
+int cddp__sock_host_is_loopback(const char *host) {
+  struct in_addr a4;
+  struct in6_addr a6;
+  if (host && inet_pton(AF_INET, host, &a4) == 1) return (ntohl(a4.s_addr) >> 24) == 127;
+  return host && inet_pton(AF_INET6, host, &a6) == 1 && IN6_IS_ADDR_LOOPBACK(&a6);
+}
+
 /* Binds an IPv4 wildcard socket to port: 0 with *port the port bound, or -1 with errno. */
 static int bind_any4(int port, int flags, int *bound) {
   struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port), .sin_addr.s_addr = htonl(INADDR_ANY)};

@@ -132,6 +132,8 @@ const char *cddp__sockaddr_text(const struct sockaddr *sa, char *buf, size_t siz
 /* 1 when host (numeric, or a name) is an address of this machine (bind() to it succeeds), 0
  * otherwise or when it does not resolve. */
 int cddp__sock_host_is_local(const char *host);
+/* Is host a numeric loopback address (127.0.0.0/8, ::1)? A store named so listens there only. */
+int cddp__sock_host_is_loopback(const char *host);
 /* 1 when nothing may bind port on all IPv4 interfaces because it is in use (EADDRINUSE). */
 int cddp__sock_port_in_use(int port);
 /* What a connection to host:port finds within ms: 1 a listener, 0 a refusal (the host is up and

@@ -87,6 +87,18 @@ TEST(free_port_and_port_in_use) {
   CHECK_EQ(cddp__sock_host_is_local("192.0.2.77"), 0); /* TEST-NET-1: nobody's address */
 }
 
+TEST(loopback_addresses_are_told_apart) {
+  CHECK_EQ(cddp__sock_host_is_loopback("127.0.0.1"), 1);
+  CHECK_EQ(cddp__sock_host_is_loopback("127.1.2.3"), 1);
+  CHECK_EQ(cddp__sock_host_is_loopback("::1"), 1);
+  CHECK_EQ(cddp__sock_host_is_loopback("128.0.0.1"), 0);
+  CHECK_EQ(cddp__sock_host_is_loopback("0.0.0.0"), 0);
+  CHECK_EQ(cddp__sock_host_is_loopback("::"), 0);
+  CHECK_EQ(cddp__sock_host_is_loopback("localhost"), 0); /* a name: not numeric, binds all */
+  CHECK_EQ(cddp__sock_host_is_loopback(""), 0);
+  CHECK_EQ(cddp__sock_host_is_loopback(NULL), 0);
+}
+
 TEST(refused_connect_names_host_port) {
   int port = cddp__sock_free_port(), fd;
   uint64_t t0 = cddp__now_ns();

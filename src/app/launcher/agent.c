@@ -219,6 +219,13 @@ static int connect_store(agent_t *a, cddp_store_t **out) {
 }
 
 /* Hosts the store when this node should, then connects (twice: agent + watcher). */
+/* The address the hosted store listens on: an endpoint on the loopback keeps the store off every
+ * other interface (no stranger on the network reaches it); any other endpoint listens on all. */
+static const char *store_bind_host(const cddp_run_opts_t *o, const char *endpoint_host) {
+  if (o->standalone) return "127.0.0.1";
+  return cddp__sock_host_is_loopback(endpoint_host) ? endpoint_host : NULL;
+}
+
 static int setup_store(agent_t *a) {
   cddp_run_opts_t *o = a->o;
   a->js.run_id = o->run_id, a->js.token = a->token, a->js.timeout_ms = o->rdzv_timeout_ms;
@@ -264,7 +271,7 @@ static int setup_store(agent_t *a) {
         a->server = NULL;
         break;
       }
-      if (cddp_store_server_start(&a->server, o->standalone ? "127.0.0.1" : NULL, a->js.port, a->token) == CDDP_OK) {
+      if (cddp_store_server_start(&a->server, store_bind_host(o, a->js.host), a->js.port, a->token) == CDDP_OK) {
         a->js.port = cddp_store_server_port(a->server);
         break;
       }
@@ -1047,6 +1054,12 @@ int cddp__run_main(int argc, char **argv) {
     fprintf(stderr, "cddp run: --redirects without --log-dir: worker output goes to %s/rank<N>.log\n", o.log_dir);
   }
   if (o.standalone && !a.token[0]) random_token(a.token, sizeof a.token);
+  /* a store off the loopback without a token lets anyone who reaches the port join, read or fail
+   * the job: said once, with the way out */
+  if (!a.token[0] && !o.standalone && o.max_nodes > 1 && !cddp__sock_host_is_loopback(o.rdzv_host))
+    CDDP_WARN("the store is unauthenticated: anyone who reaches %s can join or stop this job; "
+              "put a shared secret in a file only you can read and set CDDP_TOKEN_FILE to it on every node",
+              o.rdzv_host[0] ? o.rdzv_host : "its port");
   if (gethostname(a.host, sizeof a.host) != 0) snprintf(a.host, sizeof a.host, "?");
   a.host[sizeof a.host - 1] = '\0';
   /* signals arrive on a pipe; set up before any thread of ours starts, so all keep them blocked */
