@@ -838,6 +838,14 @@ static int agent_main(agent_t *a) {
     char nproc_line[400];
     if (first && cddp__rdzv_nproc_line(&a->rz, nproc_line, sizeof nproc_line))
       fprintf(stderr, "cddp run: %s\n", nproc_line);
+    /* a store off the loopback without a token lets anyone who reaches the port join, read or fail
+     * the job: said once per job, by the node that hosts it, once the job has formed (a job that
+     * fails before it forms keeps its one line) */
+    if (first && a->server && !a->token[0] && !o->standalone && o->max_nodes > 1 &&
+        !cddp__sock_host_is_loopback(o->rdzv_host))
+      CDDP_WARN("the store is unauthenticated: anyone who reaches %s can join or stop this job; "
+                "put a shared secret in a file only you can read and set CDDP_TOKEN_FILE to it on every node",
+                o->rdzv_host[0] ? o->rdzv_host : "its port");
     watch_start(a, a->rz.round);
     if (!o->replace && a->rz.node_rank == 0) gathered(a); /* restart-all: this generation's members */
     if (o->replace && !a->elastic && start_membership(a) != 0) return finish(a, 1);
@@ -1054,12 +1062,6 @@ int cddp__run_main(int argc, char **argv) {
     fprintf(stderr, "cddp run: --redirects without --log-dir: worker output goes to %s/rank<N>.log\n", o.log_dir);
   }
   if (o.standalone && !a.token[0]) random_token(a.token, sizeof a.token);
-  /* a store off the loopback without a token lets anyone who reaches the port join, read or fail
-   * the job: said once, with the way out */
-  if (!a.token[0] && !o.standalone && o.max_nodes > 1 && !cddp__sock_host_is_loopback(o.rdzv_host))
-    CDDP_WARN("the store is unauthenticated: anyone who reaches %s can join or stop this job; "
-              "put a shared secret in a file only you can read and set CDDP_TOKEN_FILE to it on every node",
-              o.rdzv_host[0] ? o.rdzv_host : "its port");
   if (gethostname(a.host, sizeof a.host) != 0) snprintf(a.host, sizeof a.host, "?");
   a.host[sizeof a.host - 1] = '\0';
   /* signals arrive on a pipe; set up before any thread of ours starts, so all keep them blocked */
