@@ -25,11 +25,11 @@ static unsigned read_features(void) { return 0; }
 #endif
 
 int cddp__cpu_has(unsigned mask) {
-  /* a benign race: every thread that reads it first computes the same value */
-  static volatile unsigned features, known;
-  if (!known) {
-    features = read_features();
-    known = 1;
+  /* threads that ask first may each read the CPU: they compute the same value, stored atomically */
+  static unsigned features, known;
+  if (!__atomic_load_n(&known, __ATOMIC_ACQUIRE)) {
+    __atomic_store_n(&features, read_features(), __ATOMIC_RELAXED);
+    __atomic_store_n(&known, 1, __ATOMIC_RELEASE);
   }
-  return (features & mask) == mask;
+  return (__atomic_load_n(&features, __ATOMIC_RELAXED) & mask) == mask;
 }

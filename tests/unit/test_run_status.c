@@ -104,7 +104,8 @@ TEST(status_text_from_the_store_is_printable) {
   CHECK_OK(cddp_store_mem_create(&s));
   int64_t v;
   CHECK_OK(cddp_store_add(s, "status/events", 1, &v));
-  CHECK_OK(cddp_store_set(s, "status/event/1", "1 a\033]0;pwned\007b\nc", 20));
+  const char *hostile = "1 a\033]0;pwned\007b\nc";
+  CHECK_OK(cddp_store_set(s, "status/event/1", hostile, strlen(hostile)));
   cddp__status_event_t ev[2];
   int count = 0;
   CHECK_OK(cddp__status_events(s, ev, 2, &count));

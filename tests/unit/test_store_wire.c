@@ -283,7 +283,7 @@ TEST(engine_wakes_only_the_waits_for_a_created_key) {
   send_wait(&core, &w2, x, 1);
   CHECK(w1.parked && w2.parked);
   for (int i = 0; i < 50; i++) { /* keys nobody waits for: no re-check at all */
-    char k[16];
+    char k[24]; /* "other" and any int */
     snprintf(k, sizeof k, "other%d", i);
     send_set(&core, &setter, k, i == 0);
   }

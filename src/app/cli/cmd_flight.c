@@ -143,7 +143,7 @@ static int by_value(const void *a, const void *b) {
 static int report(rank_dump_t *d, int n, int torch) {
   qsort(d, (size_t)n, sizeof *d, by_rank);
   int round = -1, desync = 0;
-  char a[160], b[160];
+  char a[400], b[400]; /* a call, and torch's frame after it */
   for (int i = 0; i < n; i++)
     if (last(&d[i]) && last(&d[i])->round > round) round = last(&d[i])->round;
   if (torch) printf("# %d ranks' torch flight-recorder dumps (the default group's collectives)\n", n);
