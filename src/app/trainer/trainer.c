@@ -259,6 +259,10 @@ static cddp_result_t setup(trainer_t *t) {
     CDDP_CHECK(cddp__train_restore(t, t->opts->resume, NULL, &resumed));
     t->has_state = 1;
     CDDP_CHECK(cddp__zero1_share(t)); /* every rank holds the same weights now */
+    /* resuming a finished run: its folder (config.yaml, metrics, the end in its record) stays as
+     * the run left it, and the job ends at once with rank 0's one line, exit 0 */
+    t->finished = resumed && t->step >= t->total_steps;
+    if (t->finished) return CDDP_OK;
   }
   char path[700];
   snprintf(path, sizeof path, "%s/metrics.jsonl", t->run_dir);
@@ -424,7 +428,7 @@ static int run_loop(trainer_t *t) {
               t->step, t->last_ckpt);
     return 128 + (cddp__train_stop ? (int)cddp__train_stop : SIGTERM);
   }
-  if (t->rank == 0) say_done(t);
+  if (t->rank == 0 && !t->finished) say_done(t);
   return 0;
 }
 

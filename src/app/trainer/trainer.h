@@ -65,6 +65,7 @@ typedef struct trainer {
   char last_ckpt[600];
   int same_error_everywhere; /* the failing check gives every rank the same verdict */
   int has_state;    /* 0 in a replacement until a survivor sent it the run's state */
+  int finished;     /* resumed from a checkpoint at or past the last step: nothing to train */
   int recoveries;   /* in-place recoveries this process took part in */
   int endpoint_mine; /* rank 0 wrote the run folder's endpoint record: it says how the run ended */
   char failure[200];  /* the step that failed and why, for that record ("" = none) */
