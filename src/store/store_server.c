@@ -15,6 +15,7 @@
 
 #include "common/check.h"
 #include "common/clock.h"
+#include "common/knobs.h"
 #include "common/sock.h"
 #include "store/server_core.h"
 
@@ -43,7 +44,6 @@ struct cddp_store_server {
   uint64_t next_limit_warn;
 };
 
-#define HANDSHAKE_MS 10000
 #define LIMIT_WARN_NS (10 * 1000000000ull) /* one warning per 10 s of a descriptor flood */
 
 static void conn_close(cddp_store_server_t *srv, sconn_t *sc, const char *why) {
@@ -324,7 +324,8 @@ static cddp_result_t start(cddp_store_server_t **out, const char *host, int port
   cddp_store_server_t *srv = calloc(1, sizeof *srv);
   if (!srv) return cddp__fail(CDDP_SYSTEM, "store server: out of memory");
   srv->lfd = srv->epfd = srv->evfd = srv->spare_fd = -1;
-  srv->handshake_ms = HANDSHAKE_MS;
+  int64_t hello_ms = cddp__knob_int(CDDP_KNOB_STORE_HELLO_TIMEOUT_MS);
+  srv->handshake_ms = (int)CDDP_MIN(CDDP_MAX(hello_ms, 1), 3600000); /* 1 ms .. 1 h */
   cddp_result_t r;
   CDDP_CHECK_GOTO(cddp__core_init(&srv->core, token), r, fail);
   srv->core.torch = torch;
