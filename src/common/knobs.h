@@ -44,6 +44,8 @@
   X(DATA_CACHE, "CDDP_DATA_CACHE", "",                                                         \
     "directory of decompressed data sets mapped by later loads; empty = $TMPDIR/cddp-cache-<uid>, off = none") \
   X(STORE_TIMEOUT_MS, "CDDP_STORE_TIMEOUT_MS", "300000", "default bound on a store client call, ms") \
+  X(STORE_HELLO_TIMEOUT_MS, "CDDP_STORE_HELLO_TIMEOUT_MS", "10000",                            \
+    "a store connection that has not authenticated (without a token: sent no request) this long after connecting is dropped, ms") \
   X(STORE_FAILOVER, "CDDP_STORE_FAILOVER", "1",                                               \
     "cddp run --restart-mode replace with --nnodes MAX >= 2: 1 = the store survives its host (standby stores, a vote); 0 = off") \
   X(STORE_FAILOVER_MS, "CDDP_STORE_FAILOVER_MS", "30000",                                      \

@@ -362,6 +362,45 @@ int cddp__sock_host_is_loopback(const char *host) {
   return host && inet_pton(AF_INET6, host, &a6) == 1 && IN6_IS_ADDR_LOOPBACK(&a6);
 }
 
+static int sa_is_loopback(const struct sockaddr *sa) {
+  if (sa->sa_family == AF_INET) return ntohl(((const struct sockaddr_in *)sa)->sin_addr.s_addr) >> 24 == 127;
+  return sa->sa_family == AF_INET6 && IN6_IS_ADDR_LOOPBACK(&((const struct sockaddr_in6 *)sa)->sin6_addr);
+}
+
+int cddp__sock_listen_addr_for(const char *host, char *out, size_t size, char *why, size_t wsize) {
+  out[0] = why[0] = '\0';
+  if (!host || !*host || !strcmp(host, "0.0.0.0") || !strcmp(host, "::")) return 0;
+  struct addrinfo *res = NULL;
+  lookup(host, 0, 0, &res);
+  char first[INET6_ADDRSTRLEN] = "", t[INET6_ADDRSTRLEN];
+  int n = 0, loopback = 0;
+  for (struct addrinfo *a = res; a; a = a->ai_next) { /* distinct addresses: a name may repeat one */
+    cddp__sockaddr_ip(a->ai_addr, t, sizeof t);
+    if (n == 0) snprintf(first, sizeof first, "%s", t);
+    else if (!strcmp(first, t)) continue;
+    n++;
+    loopback += sa_is_loopback(a->ai_addr);
+  }
+  int local = n == 1 && cddp__sock_host_is_local(first);
+  if (res) freeaddrinfo(res);
+  struct in_addr a4;
+  struct in6_addr a6;
+  int numeric = inet_pton(AF_INET, host, &a4) == 1 || inet_pton(AF_INET6, host, &a6) == 1;
+  if (n == 0)
+    snprintf(why, wsize, "%s does not resolve here", host);
+  else if (n > 1)
+    snprintf(why, wsize, "%s resolves to %d addresses (%s, ...)", host, n, first);
+  else if (loopback && !numeric && strcmp(host, "localhost"))
+    /* Debian's /etc/hosts names the host 127.0.1.1: its own name must not hide it from the others */
+    snprintf(why, wsize, "%s resolves to %s, a loopback address (/etc/hosts), which the other nodes cannot reach",
+             host, first);
+  else if (!local)
+    snprintf(why, wsize, "%s (%s) is no address of this host", host, first);
+  else
+    snprintf(out, size, "%s", first);
+  return out[0] != '\0';
+}
+
 /* Binds an IPv4 wildcard socket to port: 0 with *port the port bound, or -1 with errno. */
 static int bind_any4(int port, int flags, int *bound) {
   struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port), .sin_addr.s_addr = htonl(INADDR_ANY)};

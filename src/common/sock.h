@@ -134,6 +134,12 @@ const char *cddp__sockaddr_text(const struct sockaddr *sa, char *buf, size_t siz
 int cddp__sock_host_is_local(const char *host);
 /* Is host a numeric loopback address (127.0.0.0/8, ::1)? A store named so listens there only. */
 int cddp__sock_host_is_loopback(const char *host);
+/* Where a server that others reach as host should listen: host's one address when it is this
+ * host's (a loopback one only for a numeric loopback or `localhost`), written to out, and 1;
+ * else 0 with out "" (every interface) and why saying the reason ("" when host asked for all:
+ * NULL, "", 0.0.0.0, ::): a name that resolves to a loopback address (Debian's 127.0.1.1), to
+ * several addresses, to none, or to an address this host does not have. Quiet. */
+int cddp__sock_listen_addr_for(const char *host, char *out, size_t size, char *why, size_t wsize);
 /* 1 when nothing may bind port on all IPv4 interfaces because it is in use (EADDRINUSE). */
 int cddp__sock_port_in_use(int port);
 /* What a connection to host:port finds within ms: 1 a listener, 0 a refusal (the host is up and

@@ -29,6 +29,7 @@ struct cddp__store_move {
   int store_port;
   cddp_store_server_t *standby; /* this agent's server until it takes over (NULL: it hosts) */
   char host[256];               /* where the others reach this agent's server */
+  char bound[64];               /* the address the standby listens on ("": every interface) */
   int port;
   int hosting;                  /* atomic */
   cddp__members_t cur;
@@ -51,6 +52,9 @@ struct cddp__store_move {
 int cddp__store_move_wanted(int replace, int max_nodes, int standalone) {
   return replace && max_nodes >= 2 && !standalone && cddp__knob_int(CDDP_KNOB_STORE_FAILOVER) != 0;
 }
+
+/* This agent's own server as it reaches it: the address its standby listens on, or the loopback. */
+static const char *own_host(const cddp__store_move_t *mv) { return mv->bound[0] ? mv->bound : "127.0.0.1"; }
 
 /* A raw client of host:port (the token's), and the job's view over it when view is wanted;
  * here: of that server only (a standby: it neither follows the list there nor fails over). */
@@ -175,7 +179,7 @@ static void take_over(cddp__store_move_t *mv, const cddp__job_vote_t *mine, cons
   int64_t epoch = mv->lost_epoch + 1;
   cddp__job_vote_t *best = malloc(sizeof *best);
   char buf[CDDP__MAX_MEMBERS * 80 + 64];
-  cddp_result_t r = best ? open_store(mv, "127.0.0.1" /* own server */, mv->port, 2000, 1, &raw, &view) : CDDP_SYSTEM;
+  cddp_result_t r = best ? open_store(mv, own_host(mv), mv->port, 2000, 1, &raw, &view) : CDDP_SYSTEM;
   if (r != CDDP_OK && best) r = open_store(mv, mv->host, mv->port, 2000, 1, &raw, &view);
   size_t bl = r == CDDP_OK ? cddp__job_vote_format(mine, buf, sizeof buf) : 0;
   if (r == CDDP_OK && bl) r = cddp_store_set(view, cddp__job_key(CDDP__JK_STORE_VOTE, epoch, mv->self).s, buf, bl);
@@ -382,16 +386,19 @@ cddp_result_t cddp__store_move_start(cddp__store_move_t **out, const cddp__store
     snprintf(mv->host, sizeof mv->host, "%s", cfg->store_host);
     mv->port = cfg->store_port, mv->hosting = 1;
   } else if (r == CDDP_OK) {
-    /* the store's port when this host has it free: a node started later may name any member */
-    r = cddp_store_server_start(&mv->standby, NULL, cfg->store_port, mv->token);
-    if (r != CDDP_OK) r = cddp_store_server_start(&mv->standby, NULL, 0, mv->token);
-    if (r == CDDP_OK) {
-      mv->port = cddp_store_server_port(mv->standby);
-      cddp__sock_addr_toward(cfg->store_host, cfg->store_port, mv->host, sizeof mv->host);
-    }
+    /* the store's port when this host has it free: a node started later may name any member. It
+     * listens where it is listed, the address the others reach this host at, as the store does */
+    cddp__sock_addr_toward(cfg->store_host, cfg->store_port, mv->host, sizeof mv->host);
+    char why[400];
+    const char *bind = cddp__sock_listen_addr_for(mv->host, mv->bound, sizeof mv->bound, why, sizeof why) ? mv->bound
+                                                                                                      : NULL;
+    if (!bind && why[0]) CDDP_INFO(CDDP_SUB_RUN, "the standby store listens on every interface: %s", why);
+    r = cddp_store_server_start(&mv->standby, bind, cfg->store_port, mv->token);
+    if (r != CDDP_OK) r = cddp_store_server_start(&mv->standby, bind, 0, mv->token);
+    if (r == CDDP_OK) mv->port = cddp_store_server_port(mv->standby);
   }
   if (r == CDDP_OK && !mv->raw) r = open_store(mv, cfg->store_host, cfg->store_port, 10000, 0, &mv->raw, NULL);
-  if (r == CDDP_OK && mv->standby) r = open_store(mv, "127.0.0.1", mv->port, 10000, 1, &mv->own, NULL);
+  if (r == CDDP_OK && mv->standby) r = open_store(mv, own_host(mv), mv->port, 10000, 1, &mv->own, NULL);
   if (r == CDDP_OK) r = list_self(mv->raw, mv->self, mv->host, mv->port, cfg->hosting);
   if (r != CDDP_OK) {
     release(mv);

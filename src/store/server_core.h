@@ -22,7 +22,8 @@ typedef struct cddp__srv_conn {
   int proto;   /* CDDP__PROTO_* */
   int closing; /* 1: close once out is flushed (refused or wrong version) */
   int parked;  /* a GET/WAIT at the head of in waits for keys or its deadline */
-  int requested; /* 1 once a request past the handshake came (the server sheds the others first) */
+  int requested; /* 1 once a whole request past the handshake came, cddp's or torch's (the
+                  * server times out and sheds the others first) */
   uint64_t deadline;
   /* the pending GET/WAIT: opcode, keys found so far of pk_n, offset of the next key
    * from the frame's start (the frame sits at in.off), frame size */

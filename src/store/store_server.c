@@ -15,6 +15,7 @@
 
 #include "common/check.h"
 #include "common/clock.h"
+#include "common/knobs.h"
 #include "common/sock.h"
 #include "store/server_core.h"
 
@@ -43,8 +44,11 @@ struct cddp_store_server {
   uint64_t next_limit_warn;
 };
 
-#define HANDSHAKE_MS 10000
 #define LIMIT_WARN_NS (10 * 1000000000ull) /* one warning per 10 s of a descriptor flood */
+/* Work per pass of the loop, so that a flood's burst of connections (or of expiries) is taken in
+ * slices between which the job's clients are served (nginx's and Redis's accept bounds): */
+#define ACCEPTS_PER_PASS 64
+#define SWEEP_PER_PASS 256
 
 static void conn_close(cddp_store_server_t *srv, sconn_t *sc, const char *why) {
   if (sc->dead) return;
@@ -82,10 +86,16 @@ static void sweep(cddp_store_server_t *srv, uint64_t now) {
   if (now < srv->next_sweep) return;
   uint64_t limit = (uint64_t)__atomic_load_n(&srv->handshake_ms, __ATOMIC_RELAXED) * 1000000ull;
   srv->next_sweep = now + CDDP_MIN(limit / 4, 1000000000ull);
-  for (sconn_t *sc = srv->conns, *next; sc; sc = next) {
+  int closed = 0;
+  /* oldest first: the walk ends at the first connection young enough, so it costs what it drops */
+  for (sconn_t *sc = srv->conns, *next; sc && now - sc->accepted_ns > limit; sc = next) {
     next = sc->next;
-    if (unproven(srv, sc) && now - sc->accepted_ns > limit)
-      conn_close(srv, sc, "no handshake in time");
+    if (!unproven(srv, sc)) continue;
+    if (closed++ == SWEEP_PER_PASS) {
+      srv->next_sweep = now; /* the rest on the next pass, after the ready clients */
+      break;
+    }
+    conn_close(srv, sc, "no handshake in time");
   }
 }
 
@@ -154,6 +164,10 @@ static void service(cddp_store_server_t *srv, sconn_t *sc, int eof) {
     return;
   }
   size_t pending = sc->c.out.len - sc->c.out.off;
+  if (unproven(srv, sc)) { /* a stranger's idle connection keeps no buffers: 20,000 of them cost little */
+    if (sc->c.in.len == 0) cddp__wire_buf_free(&sc->c.in);
+    if (pending == 0) cddp__wire_buf_free(&sc->c.out);
+  }
   if (eof) {
     conn_close(srv, sc, "closed by peer");
     return;
@@ -189,7 +203,7 @@ static int read_in(sconn_t *sc) {
 }
 
 static void on_accept(cddp_store_server_t *srv) {
-  for (;;) {
+  for (int taken = 0; taken < ACCEPTS_PER_PASS; taken++) { /* the listener stays readable: more next pass */
     struct sockaddr_storage ss;
     int fd = cddp__sock_accept(srv->lfd, CDDP__SOCK_NONBLOCK, &ss);
     if (fd < 0 && (errno == EMFILE || errno == ENFILE)) fd = accept_at_limit(srv, &ss);
@@ -324,7 +338,8 @@ static cddp_result_t start(cddp_store_server_t **out, const char *host, int port
   cddp_store_server_t *srv = calloc(1, sizeof *srv);
   if (!srv) return cddp__fail(CDDP_SYSTEM, "store server: out of memory");
   srv->lfd = srv->epfd = srv->evfd = srv->spare_fd = -1;
-  srv->handshake_ms = HANDSHAKE_MS;
+  int64_t hello_ms = cddp__knob_int(CDDP_KNOB_STORE_HELLO_TIMEOUT_MS);
+  srv->handshake_ms = (int)CDDP_MIN(CDDP_MAX(hello_ms, 1), 3600000); /* 1 ms .. 1 h */
   cddp_result_t r;
   CDDP_CHECK_GOTO(cddp__core_init(&srv->core, token), r, fail);
   srv->core.torch = torch;

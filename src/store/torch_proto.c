@@ -201,6 +201,7 @@ static int serve_one(cddp__srv_core_t *core, cddp__srv_conn_t *c, size_t *used) 
       if (q == T_CHECK) cddp__wire_u8(&c->out, all ? 0 : 1);
       if (q == T_WAIT && !all) { /* looked at again when a key is created (server_core.c) */
         c->pk_used = cu.used;
+        c->requested = 1;
         cddp__core_park(core, c, UINT32_MAX);
         return 1;
       }
@@ -251,6 +252,7 @@ static int serve_one(cddp__srv_core_t *core, cddp__srv_conn_t *c, size_t *used) 
   }
   if (created) cddp__core_wake(core);
   *used = cu.used;
+  c->requested = 1; /* a whole request: a torch client, not a stranger the hello timeout drops */
   return 0;
 }
 

@@ -134,7 +134,7 @@ cddp_result_t cddp_env_connect(const cddp_env_t *env, int timeout_ms, cddp_store
   cddp_result_t ret = CDDP_OK;
   cddp_store_t *base = NULL;
   cddp_store_server_t *srv = NULL;
-  char prefix[160];
+  char prefix[160], bound[64] = "", why[400];
   *store = NULL;
   if (hosted) *hosted = NULL;
   snprintf(prefix, sizeof prefix, "%s/", env->run_id);
@@ -149,12 +149,14 @@ cddp_result_t cddp_env_connect(const cddp_env_t *env, int timeout_ms, cddp_store
   if (env->source != CDDP_ENV_AGENT && env->rank == 0) {
     if (!hosted)
       return cddp__fail(CDDP_INVALID_ARG, "rank 0 hosts the store here (no cddp run agent): pass a hosted pointer");
-    if (cddp_store_server_start(&srv, NULL, env->master_port, env->token) != CDDP_OK)
+    /* on the master's own address, where the other ranks reach it (sock.h: else every interface) */
+    if (cddp_store_server_start(&srv, cddp__sock_listen_addr_for(env->master_addr, bound, sizeof bound, why, sizeof why)
+                                          ? bound : NULL, env->master_port, env->token) != CDDP_OK)
       return cddp__fail(CDDP_SYSTEM, "rank 0 cannot host the store on port %d: %s", env->master_port,
                         cddp_last_error());
   }
 connect:;
-  const char *host = srv ? "127.0.0.1" : env->master_addr;
+  const char *host = srv ? (bound[0] ? bound : "127.0.0.1") : env->master_addr;
   ret = cddp_store_tcp_connect(&base, host, env->master_port, env->token, timeout_ms);
   if (ret != CDDP_OK) {
     cddp_store_server_stop(srv);

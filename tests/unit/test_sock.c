@@ -99,6 +99,24 @@ TEST(loopback_addresses_are_told_apart) {
   CHECK_EQ(cddp__sock_host_is_loopback(NULL), 0);
 }
 
+/* Where a store reached as HOST listens: its one address when it is this host's, a loopback one
+ * only when asked by number or as localhost; else every interface, with the reason. */
+TEST(listen_address_follows_the_endpoint) {
+  char out[64], why[400];
+  CHECK_EQ(cddp__sock_listen_addr_for("127.0.0.1", out, sizeof out, why, sizeof why), 1);
+  CHECK(!strcmp(out, "127.0.0.1"));
+  CHECK_EQ(cddp__sock_listen_addr_for("localhost", out, sizeof out, why, sizeof why), 1);
+  CHECK(!strcmp(out, "127.0.0.1") || !strcmp(out, "::1"));
+  CHECK_EQ(cddp__sock_listen_addr_for("0.0.0.0", out, sizeof out, why, sizeof why), 0);
+  CHECK_EQ(why[0], 0); /* every interface, as asked: nothing to say */
+  CHECK_EQ(cddp__sock_listen_addr_for(NULL, out, sizeof out, why, sizeof why), 0);
+  CHECK_EQ(cddp__sock_listen_addr_for("192.0.2.77", out, sizeof out, why, sizeof why), 0); /* TEST-NET-1 */
+  CHECK(strstr(why, "is no address of this host") != NULL);
+  CHECK_EQ(cddp__sock_listen_addr_for("no-such-host.invalid", out, sizeof out, why, sizeof why), 0);
+  CHECK(strstr(why, "does not resolve") != NULL);
+  CHECK_EQ(out[0], 0);
+}
+
 TEST(refused_connect_names_host_port) {
   int port = cddp__sock_free_port(), fd;
   uint64_t t0 = cddp__now_ns();

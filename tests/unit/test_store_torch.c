@@ -326,3 +326,27 @@ TEST(torchstore_sniff) {
   CHECK_EQ(cddp__torch_sniff(v1_add, 1), CDDP__PROTO_TORCH1);
   CHECK_EQ(cddp__torch_sniff(v1_add, 0), -1);
 }
+
+/* A torch client that validated and pinged is the job's: idle past the hello timeout (torch
+ * keeps its store connection for the whole run and may not call it for minutes), it is kept,
+ * while a torch connection that never completed a request is dropped like any stranger. */
+TEST(torchstore_idle_client_outlives_the_hello_timeout) {
+  cddp_store_server_t *ts;
+  int port = start(&ts);
+  cddp__store_server_set_handshake_ms(ts, 100);
+  int fd = client2(port), mute = client(port);
+  req_t half = {0};
+  u8(&half, V2_VALIDATE); /* the magic never follows */
+  send_req(mute, &half);
+  usleep(600 * 1000);
+  char x;
+  CHECK_EQ(read(mute, &x, 1), 0); /* dropped */
+  req_t r = {0};
+  uint32_t nonce = 0xabcdef01u, back = 0;
+  u8(&r, V2_PING), memcpy(r.b + r.n, &nonce, 4), r.n += 4;
+  send_req(fd, &r);
+  recv_n(fd, &back, 4);
+  CHECK_EQ(back, nonce);
+  close(fd), close(mute);
+  cddp_store_server_stop(ts);
+}

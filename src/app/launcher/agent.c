@@ -57,6 +57,7 @@ typedef struct agent {
   cddp_run_opts_t *o;
   char **prog;
   char token[256];
+  int store_loopback; /* the store this agent hosts listens on the loopback only */
   char host[64];
   cddp__job_store_t js;   /* where the job's store is (its endpoint, a Slurm step's nodes) */
   cddp_store_server_t *server;
@@ -219,11 +220,15 @@ static int connect_store(agent_t *a, cddp_store_t **out) {
 }
 
 /* Hosts the store when this node should, then connects (twice: agent + watcher). */
-/* The address the hosted store listens on: an endpoint on the loopback keeps the store off every
- * other interface (no stranger on the network reaches it); any other endpoint listens on all. */
-static const char *store_bind_host(const cddp_run_opts_t *o, const char *endpoint_host) {
+/* The address the hosted store listens on: the endpoint's own, which is where the others reach it
+ * (a loopback endpoint keeps it off every other interface); every interface when the endpoint
+ * names no single address of this host, said at INFO with the reason (sock.h). */
+static const char *store_bind_host(const cddp_run_opts_t *o, const char *endpoint_host, char *buf, size_t size) {
   if (o->standalone) return "127.0.0.1";
-  return cddp__sock_host_is_loopback(endpoint_host) ? endpoint_host : NULL;
+  char why[400];
+  if (cddp__sock_listen_addr_for(endpoint_host, buf, size, why, sizeof why)) return buf;
+  if (why[0]) CDDP_INFO(CDDP_SUB_RUN, "the store listens on every interface: %s", why);
+  return NULL;
 }
 
 static int setup_store(agent_t *a) {
@@ -265,13 +270,16 @@ static int setup_store(agent_t *a) {
      * agents starting together can each make the other's listen fail (a probe bind lands
      * between the other's bind and listen): a failure is tried again for a short while. */
     int shared = o->backend == CDDP_RDZV_C10D && !o->standalone;
+    char bind_buf[64];
+    const char *bind = store_bind_host(o, a->js.host, bind_buf, sizeof bind_buf);
+    a->store_loopback = bind && cddp__sock_host_is_loopback(bind);
     for (int tries = 0;; tries++) {
       if (shared && cddp__sock_port_in_use(a->js.port)) {
         CDDP_INFO(CDDP_SUB_RUN, "port %d is in use: joining the store there as a client", a->js.port);
         a->server = NULL;
         break;
       }
-      if (cddp_store_server_start(&a->server, store_bind_host(o, a->js.host), a->js.port, a->token) == CDDP_OK) {
+      if (cddp_store_server_start(&a->server, bind, a->js.port, a->token) == CDDP_OK) {
         a->js.port = cddp_store_server_port(a->server);
         break;
       }
@@ -841,8 +849,7 @@ static int agent_main(agent_t *a) {
     /* a store off the loopback without a token lets anyone who reaches the port join, read or fail
      * the job: said once per job, by the node that hosts it, once the job has formed (a job that
      * fails before it forms keeps its one line) */
-    if (first && a->server && !a->token[0] && !o->standalone && o->max_nodes > 1 &&
-        !cddp__sock_host_is_loopback(o->rdzv_host))
+    if (first && a->server && !a->token[0] && !o->standalone && o->max_nodes > 1 && !a->store_loopback)
       CDDP_WARN("the store is unauthenticated: anyone who reaches %s can join or stop this job; "
                 "put a shared secret in a file only you can read and set CDDP_TOKEN_FILE to it on every node",
                 o->rdzv_host[0] ? o->rdzv_host : "its port");
