@@ -51,6 +51,9 @@ typedef enum cddp__jobkey_kind {
   /* the agents waiting in their first round, at the top of the store (no run id: they find
    * another --rdzv-id; job/rdzv_watch.c, values cddp__rdzv_waiter_t) */
   CDDP__JK_RDZV_WATCH,    /* rdzv-watch/latest        the waiter that refreshed it last */
+  /* a torch job's workers meet in the job's store (job/worker_store.c) */
+  CDDP__JK_TORCH_SERVED,  /* torch/served             flag: the store's host serves torch's protocol for this job */
+  CDDP__JK_TORCH_ROUND,   /* torch/round              int: the round whose workers own the torch keys now */
   /* the workers (world/world.c) */
   CDDP__JK_WORLD_DONE,    /* world/g<G>/done/<r>      flag: rank r is done with the store */
   CDDP__JK_COUNT
