@@ -387,7 +387,8 @@ static char **worker_env(agent_t *a, int local_rank, int64_t gen, int replacemen
   PUT("TORCHELASTIC_MAX_RESTARTS", "%d", o->max_restarts);
   PUT("TORCHELASTIC_USE_AGENT_STORE", "%s", a->torch_store ? "True" : "False");
   PUT("TORCHELASTIC_SIGNALS_TO_HANDLE", "SIGTERM,SIGINT,SIGHUP");
-  if (a->timer) PUT("TORCHELASTIC_TIMER_FILE", "%s", a->timer_path); /* torchrun 2.x's; what the agent forwards */
+  /* torchrun 2.x's: the pipe the agent serves, or the user's own path, forwarded as torchrun does */
+  if (a->timer_path[0]) PUT("TORCHELASTIC_TIMER_FILE", "%s", a->timer_path);
   /* the console is a terminal, through us: a progress line may be rewritten in place */
   if (a->live_console && (o->console[local_rank] & 2)) PUT("CDDP_CONSOLE_LIVE", "1");
   PUT("ROLE_NAME", "%s", o->role);
@@ -1070,10 +1071,13 @@ int cddp__run_main(int argc, char **argv) {
   else flight_tmp_dir(a.flight_dir, sizeof a.flight_dir, o.run_id);
   if (a.torch_major >= 2) a.n_fr_env = cddp__torch_fr_vars(a.flight_dir, a.fr_env);
   const char *want_timer = getenv("TORCHELASTIC_ENABLE_FILE_TIMER"); /* torchrun's switch */
+  const char *user_timer = getenv("TORCHELASTIC_TIMER_FILE"); /* the user's path is kept, as torchrun does */
+  if (user_timer && user_timer[0]) snprintf(a.timer_path, sizeof a.timer_path, "%s", user_timer);
   if (want_timer && !strcmp(want_timer, "1")) {
-    if ((tmp_dir(a.timer_dir, sizeof a.timer_dir, "cddp-timer-") != 0 && !(a.timer_dir[0] = '\0')) ||
-        !(a.timer = cddp__etimer_open(a.timer_dir, a.timer_path, sizeof a.timer_path))) {
-      fprintf(stderr, "cddp run: TORCHELASTIC_ENABLE_FILE_TIMER=1: %s\n", a.timer_dir[0] ? cddp_last_error() : strerror(errno));
+    if (!a.timer_path[0] && tmp_dir(a.timer_dir, sizeof a.timer_dir, "cddp-timer-") != 0) a.timer_dir[0] = '\0';
+    else if (!a.timer_path[0]) snprintf(a.timer_path, sizeof a.timer_path, "%s/timer.pipe", a.timer_dir);
+    if (!a.timer_path[0] || !(a.timer = cddp__etimer_open(a.timer_path))) {
+      fprintf(stderr, "cddp run: TORCHELASTIC_ENABLE_FILE_TIMER=1: %s\n", a.timer_path[0] ? cddp_last_error() : strerror(errno));
       if (a.timer_dir[0]) rmdir(a.timer_dir);
       return 1;
     }
