@@ -9,6 +9,7 @@
 #include "cddp/ddp.h"
 #include "trainer/config.h"
 #include "trainer/data.h"
+#include "trainer/flat.h"
 #include "trainer/metrics.h"
 #include "trainer/ranks.h"
 #include "trainer/model.h"
@@ -38,6 +39,8 @@ typedef struct trainer {
   cddp_world_t *w;
   int rank, world, accum;
   cddp_task_t *task;   /* the data set and the model */
+  const struct cddp_ops *dev; /* the device table the model's state lives on */
+  cddp_flat_t flat;    /* params, grads and moments in one allocation (not under ZeRO-1) */
   float *params, *grads;
   float *scratch;  /* gradient of one accumulation micro-step (accum > 1) */
   float *residuals; /* resume with ddp.compress sign: every rank's residual, read by rank 0 */
