@@ -50,6 +50,30 @@ if [ $rc = 0 ] && grep -q "<text>tokens/s</text>" "$T/gpt.svg" && ! grep -q "sam
 then ok "text model: the throughput panel is tokens/s (9088-11520), no accuracy panel without an evaluation"
 else fail "tokens/s" "rc=$rc $(grep -o '<text>[a-z/]*/s</text>' "$T/gpt.svg")"; fi
 
+# the exposed-comm panel of a long run (700 noisy steps, comm up 3x from step 300): each step
+# faint, a moving mean of each series bold, the key above the panel (it covered the data): every
+# key entry sits between the panel above's 'step' label and this panel's top tick
+mkdir -p "$T/long"
+awk 'BEGIN { srand(3); for (i = 1; i <= 700; i++) { c = 5 + 10 * rand() * rand() * (i > 300 ? 3 : 1)
+  printf "{\"step\":%d,\"loss\":%.3f,\"samples_per_s\":%.1f,\"step_ms\":%.2f,\"comm_ms\":%.2f}\n", i, 2 / (1 + i / 100), 2000, 40 + c, c } }' >"$T/long/metrics.jsonl"
+"$CDDP" plot "$T/long" --out "$T/long.svg" >/dev/null 2>&1; rc=$?
+# key_above SVG: the comm panel's key entries above its plot area (gnuplot writes each text as
+# translate(x,y) then <text>label</text>)
+key_above() {
+  python3 - "$1" <<'PY'
+import re, sys
+t = [(float(y), s) for x, y, s in re.findall(r"translate\(([0-9.]+),([0-9.]+)\)[^<]*>\s*<text>([^<]*)</text>", open(sys.argv[1]).read())]
+steps = sorted(y for y, s in t if s == "step")
+lo, hi = steps[-2], steps[-1]                       # the comm panel lies between these
+ticks = [y for y, s in t if lo < y < hi and re.fullmatch(r" ?-?[0-9.]+", s)]
+keys = [y for y, s in t if s in ("ms, each step", "ms, moving mean (~20 steps)", "% of step, moving mean")]
+sys.exit(not (len(keys) == 3 and ticks and all(lo < y < min(ticks) for y in keys)))
+PY
+}
+if [ $rc = 0 ] && key_above "$T/long.svg"; then
+  ok "exposed comm of 700 steps: each step faint, moving means bold, the key above the data"
+else fail "comm panel" "rc=$rc: $(grep -o '<text>[^<]*step[^<]*</text>' "$T/long.svg" | tr '\n' ' ')"; fi
+
 "$CDDP" plot "$R" --out "$T/m.svg" --title "it's mine" >/dev/null 2>&1; rc=$?
 if [ $rc = 0 ] && grep -q "<svg" "$T/m.svg" && grep -q "samples/s" "$T/m.svg" && grep -q "it&#39;s mine\|it's mine" "$T/m.svg"
 then ok "SVG with a title holding a quote"; else fail "svg" "rc=$rc"; fi

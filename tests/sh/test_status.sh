@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # test_status.sh - `cddp status` asks a running 2-node job (two `cddp run --nnodes 2` agents on
 # this host, a token) through its store: both nodes and all ranks with their step, by ENDPOINT,
-# by the trainer's run folder and by cddp run's --log-dir; a worker killed and a node lost in
+# by the trainer's run folder and by cddp run's --log-dir (which says how cddp run ended once the
+# job is over); a worker killed and a node lost in
 # replace mode show as events with their recovery times; steps longer than the 1 s tick have
 # their rate; a run folder whose job is over (done, stopped, killed) or not started is told from
 # its files at once; bad input gets one line and a non-zero exit.
@@ -78,6 +79,11 @@ out=$("$CDDP" status "$T/old" 2>&1); rc=$?
   grep -q '^  last step 7 ' <<<"$out" && ok "a run folder whose port another job holds now: over, its last step" ||
   fail "port reused" "rc=$rc: $out"
 kill -TERM $pid_0 $pid_1 2>/dev/null; wait $pid_0 $pid_1 2>/dev/null
+# the launcher's --log-dir once its job is over: how cddp run ended, no line about a run's files
+out=$(CDDP_TOKEN= "$CDDP" status "$T/st.logs" 2>&1); rc=$?
+[ $rc = 0 ] && [ "$(head -1 <<<"$out")" = "run $T/st.logs: over, stopped by signal SIGTERM (cddp run exit code 143)" ] &&
+  ! grep -q "metrics\|checkpoint" <<<"$out" && ok "status LOG_DIR of a job stopped: over, by SIGTERM (exit 143)" ||
+  fail "status LOG_DIR over" "rc=$rc: $out"
 
 # 2. replace mode: a killed worker is an event, and so is its recovery, with the time it took
 job rep --restart-mode replace --max-restarts 3

@@ -76,6 +76,19 @@ TEST(a_worker_the_watchdog_killed_is_blamed) {
   CHECK(!cddp__failure_own(&f[1], stop));
 }
 
+/* the same, but the stack took 12 s (gdb on a loaded host): the hang began more than the report
+ * window before the kill. Rank 1 is still named (it was rank 0, not blamed at all, 7 times in
+ * 120 trials of test_hang_blame at load 25-127) */
+TEST(a_hung_worker_whose_stack_took_long_is_blamed) {
+  uint64_t stop = S(16) + MS(1);
+  cddp__failure_t f[2] = {failure(0, EXITED(1), S(16), S(16), "peer closed the connection"),
+                          failure(1, KILLED(SIGKILL), S(16) + MS(50), S(2), "hung: no progress for 2.0 s")};
+  f[1].hung = 1;
+  CHECK_EQ(cddp__failure_time(&f[1]), S(2));
+  CHECK(cddp__failure_own(&f[1], stop));
+  CHECK_EQ(cddp__blame_first(f, 2), 1);
+}
+
 TEST(deterministic_failures_are_not_retried) {
   uint64_t start = S(50);
   cddp__failure_t usage = failure(1, EXITED(2), S(50) + MS(20), S(50) + MS(10), "cddp train: batch does not split");

@@ -40,7 +40,12 @@ typedef struct plot_data {
   double acc_lo, acc_hi;
   double first, last; /* the steps' range: every panel's x-axis */
   int ranks;          /* the most ranks a per-rank line had (0: none had several) */
+  double mean_ms, mean_pct; /* exposed comm, moving mean over about PLOT_MEAN_STEPS steps */
 } plot_data_t;
+
+/* Exposed comm per step is noisy (the scheduler's as much as ours): at 700 steps two raw series
+ * are a blur. Its panel draws each step faintly and a moving mean over this many steps boldly. */
+#define PLOT_MEAN_STEPS 20
 
 #define PLOT_RANKS_MAX 64 /* more ranks than this in one panel are not readable: the first 64 */
 
@@ -90,7 +95,11 @@ static void split_metrics(FILE *in, FILE *steps, FILE *evals, FILE *ranks, plot_
     if (tokens > rate * 1.001) d->tokens = 1;
     cddp__metrics_num(line, "comm_ms", &comm);
     cddp__metrics_num(line, "step_ms", &total);
-    fprintf(steps, "%.0f %.9g %.9g %.9g %.9g %.9g\n", step, loss, rate, tokens, comm, total > 0 ? 100.0 * comm / total : 0);
+    double pct = total > 0 ? 100.0 * comm / total : 0, a = 2.0 / (PLOT_MEAN_STEPS + 1); /* exponential: one pass */
+    d->mean_ms = d->steps ? d->mean_ms + a * (comm - d->mean_ms) : comm;
+    d->mean_pct = d->steps ? d->mean_pct + a * (pct - d->mean_pct) : pct;
+    fprintf(steps, "%.0f %.9g %.9g %.9g %.9g %.9g %.9g %.9g\n", step, loss, rate, tokens, comm, pct, d->mean_ms,
+            d->mean_pct);
     double work[PLOT_RANKS_MAX];
     int n = rank_work(line, work);
     if (n > 1) {
@@ -152,9 +161,13 @@ static void write_script(FILE *gp, const char *term, const char *out, const char
   }
   fprintf(gp,
           "\nunset key\nset ylabel '%s'\nplot '%s' using 1:%d with lines lw 1\n"
-          "set ylabel 'exposed comm (ms)'\nset y2label '%% of step'\nset y2tics\nset key top right\n"
-          "plot '%s' using 1:5 with lines lw 1 title 'ms', '' using 1:6 axes x1y2 with lines lw 1 title '%% of step'\n",
-          d->tokens ? "tokens/s" : "samples/s", steps_p, d->tokens ? 4 : 3, steps_p);
+          "set ylabel 'exposed comm (ms)'\nset y2label '%% of step'\nset y2tics\n"
+          "set key outside top center horizontal\n" /* above the panel: never over the data */
+          "plot '%s' using 1:5 with lines lw 1 lc rgb '#b8c8e0' title 'ms, each step', "
+          "'' using 1:7 with lines lw 2 lc rgb '#1f4e9a' title 'ms, moving mean (~%d steps)', "
+          "'' using 1:8 axes x1y2 with lines lw 2 lc rgb '#c0392b' title '%% of step, moving mean'\n"
+          "set key inside vertical\n",
+          d->tokens ? "tokens/s" : "samples/s", steps_p, d->tokens ? 4 : 3, steps_p, PLOT_MEAN_STEPS);
   if (d->ranks) /* rows are ragged when the world grew: a missing column is no point */
     fprintf(gp,
             "unset y2label\nunset y2tics\nset ylabel 'own work per rank (ms)'\nset key top right %s\n"

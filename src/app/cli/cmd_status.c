@@ -78,9 +78,11 @@ static int print_left(const char *dir, const cddp__endpoint_t *e, const char *wh
   else printf("run %s: starting (no metrics yet)\n", dir);
   if (m == CDDP_OK && has_step) printf("  last step %llu (metrics.jsonl)\n", (unsigned long long)step);
   else if (m == CDDP_OK) printf("  metrics.jsonl: no step yet\n");
-  else printf("  no metrics yet (metrics.jsonl)\n");
+  else if (has_config || has_ckpt) printf("  no metrics yet (metrics.jsonl)\n");
   if (bad[0]) printf("  metrics.jsonl: its last line does not parse (a write cut short?): '%s'\n", bad);
-  printf("  newest checkpoint: %s\n", has_ckpt ? strrchr(newest, '/') + 1 : "none");
+  /* a launcher's --log-dir holds no run's files: no line about them */
+  if (m == CDDP_OK || has_config || has_ckpt)
+    printf("  newest checkpoint: %s\n", has_ckpt ? strrchr(newest, '/') + 1 : "none");
   if (e) printf("events: only while the job runs (cddp status asks its store)\n");
   return 0;
 }

@@ -1016,6 +1016,17 @@ static void remove_dir(const char *dir) {
   rmdir(dir);
 }
 
+/* How the job ended, into its --log-dir's record: `cddp status LOG_DIR` says it once the job's
+ * store is gone, as it does for the trainer's run folder. */
+static void say_ended(const char *log_dir, int code) {
+  cddp_result_t r;
+  if (code == 0) r = cddp__endpoint_end(log_dir, "done (cddp run exit code 0)");
+  else if (code > 128 && sigabbrev_np(code - 128))
+    r = cddp__endpoint_end(log_dir, "stopped by signal SIG%s (cddp run exit code %d)", sigabbrev_np(code - 128), code);
+  else r = cddp__endpoint_end(log_dir, "failed (cddp run exit code %d; its output names the rank and the cause)", code);
+  if (r != CDDP_OK) CDDP_WARN("%s (cddp status LOG_DIR)", cddp_last_error());
+}
+
 int cddp__run_main(int argc, char **argv) {
   cddp_run_opts_t o;
   cddp_result_t r = cddp__run_parse(argc, argv, environ, &o);
@@ -1103,6 +1114,7 @@ int cddp__run_main(int argc, char **argv) {
     return 1;
   }
   int code = agent_main(&a);
+  if (a.endpoint_written) say_ended(o.log_dir, code);
   remove_dir(a.err_dir);
   cddp__etimer_close(a.timer);
   if (a.timer_dir[0]) rmdir(a.timer_dir);

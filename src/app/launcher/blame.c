@@ -8,6 +8,9 @@
 #define MS 1000000ull
 
 uint64_t cddp__failure_time(const cddp__failure_t *f) {
+  /* the watchdog measured when the hang began: however long its stack took (gdb on a loaded
+   * host: seconds), that is the failure's time, not the kill's */
+  if (f->hung && f->report_ns && f->report_ns <= f->exit_ns) return f->report_ns;
   if (f->report_ns && f->report_ns <= f->exit_ns && f->exit_ns - f->report_ns <= CDDP__BLAME_REPORT_WINDOW_MS * MS)
     return f->report_ns;
   return f->exit_ns;
