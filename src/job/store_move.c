@@ -267,6 +267,13 @@ static void *vote_main(void *arg) {
   pthread_mutex_lock(&mv->mu);
   mine->gen = mv->gen, mine->members = mv->cur, mine->restarts = mv->restarts;
   pthread_mutex_unlock(&mv->mu);
+  if (mv->restart_all && mine->gen < 0) {
+    /* restart-all, and no round of the job closed with this node in it: no generation to carry
+     * on with, nothing to move (the nodes still gathering end as they did without a move) */
+    set_line(mv, "lost the store at %s:%d before the job formed with this node", mv->lost_host, mv->lost_port);
+    say_stop(mv);
+    goto out;
+  }
   if (cddp__members_find(&mine->members, mv->self, NULL, NULL) < 0) {
     /* not a member (a node waiting to be taken in): its vote would not count, and the move is
      * not its to judge; its clients follow the store to its new host by themselves */
