@@ -8,7 +8,8 @@
 # of 192, 312 steps; 2: 2 x 2 workers, --nnodes 2, 256, 234 steps), c10d rendezvous at
 # 127.0.0.1:P, --max-restarts 3, 1 epoch of the MLP; when the step log reaches STEP (default 60)
 # the launcher listening on P (the store's host) is SIGKILLed. With 3 nodes cddp's store moves to
-# the next node (docs/store.md, "Failover"); with 2 the survivor is no majority and stops. Rows
+# the next node (docs/store.md, "Failover"), in both restart modes (cddp-run: the survivors restart
+# their workers on the new store); with 2 and --nnodes 2 the survivor is below MIN and stops. Rows
 # (default cddp,cddp-run,torchrun):
 #   cddp      cddp run --restart-mode replace --rdzv-timeout 20 + cddp train (a node cut off from
 #             the store waits --rdzv-timeout, default 300 s, for it to come back: 20 s here)

@@ -31,7 +31,7 @@ int cddp__agent_ev_recv(int fd, cddp__agent_ev_t *out, int max) {
     /* whole events only: every write was one event, so the pipe holds a multiple of its size */
     ssize_t n = read(fd, &out[k], sizeof out[k]);
     if (n != (ssize_t)sizeof out[k]) break;
-    if (out[k].kind < CDDP__AEV_LOST || out[k].kind > CDDP__AEV_STOP) continue;
+    if (out[k].kind < CDDP__AEV_LOST || out[k].kind > CDDP__AEV_STORE_MOVED) continue;
     out[k].why[sizeof out[k].why - 1] = '\0';
     k++;
   }

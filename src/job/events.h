@@ -18,6 +18,7 @@ typedef enum cddp__agent_ev_kind {
   CDDP__AEV_FROZE,      /* this store host stood still for `value` ms */
   CDDP__AEV_MINORITY,   /* this store host hears from `id` of its `n` nodes */
   CDDP__AEV_STOP,       /* the job's stop key was written */
+  CDDP__AEV_STORE_MOVED, /* this node voted for agent `id` to host the store at epoch `value`, or took it over */
 } cddp__agent_ev_kind_t;
 
 typedef struct cddp__agent_ev {

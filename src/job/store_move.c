@@ -25,7 +25,7 @@
 struct cddp__store_move {
   pthread_mutex_t mu; /* guards cur, gen and line */
   char run_id[160], token[256];
-  int self, hb_timeout_ms, notify_fd;
+  int self, hb_timeout_ms, notify_fd, restart_all;
   char store_host[256];
   int store_port;
   cddp_store_server_t *standby; /* this agent's server until it takes over (NULL: it hosts) */
@@ -50,8 +50,8 @@ struct cddp__store_move {
   char line[512];
 };
 
-int cddp__store_move_wanted(int replace, int max_nodes, int standalone) {
-  return replace && max_nodes >= 2 && !standalone && cddp__knob_int(CDDP_KNOB_STORE_FAILOVER) != 0;
+int cddp__store_move_wanted(int max_nodes, int standalone) {
+  return max_nodes >= 2 && !standalone && cddp__knob_int(CDDP_KNOB_STORE_FAILOVER) != 0;
 }
 
 /* This agent's own server as it reaches it: the address its standby listens on, or the loopback. */
@@ -210,6 +210,10 @@ static void take_over(cddp__store_move_t *mv, const cddp__job_vote_t *mine, cons
   /* the rebuild: the generation, the restart budget used, the agent ids handed out, the lost
    * host's will */
   cddp__job_announce_t what = cddp__job_announce_moved(mv->self);
+  if (mv->restart_all) { /* a round's generation stays a restart: a node joining later finds the round */
+    what = (cddp__job_announce_t){.kind = CDDP__GEN_RESTART};
+    snprintf(what.what, sizeof what.what, "restart %lld", (long long)best->gen);
+  }
   int64_t had = 0;
   if (r == CDDP_OK) r = cddp__gen_restore(view, best->gen, &what, &best->members);
   if (r == CDDP_OK) r = cddp_store_add(view, cddp__job_key(CDDP__JK_RESTARTS, 0, 0).s, 0, &had);
@@ -222,6 +226,8 @@ static void take_over(cddp__store_move_t *mv, const cddp__job_vote_t *mine, cons
   pthread_mutex_lock(&mv->mu);
   if (r == CDDP_OK && mv->rz.nodes) r = cddp__rdzv_restore(view, &mv->rcfg, &mv->rz); /* late nodes come in */
   pthread_mutex_unlock(&mv->mu);
+  /* said before the clients can move: a round this agent joins on the new store comes after it */
+  if (r == CDDP_OK) cddp__agent_ev_say(mv->notify_fd, CDDP__AEV_STORE_MOVED, mv->self, 0, epoch, NULL);
   if (r == CDDP_OK) { /* open for business: the clients take the first server past the lost epoch */
     cddp__peers_t *next = malloc(sizeof *next);
     char text[CDDP__MAX_PEERS * 300];
@@ -267,6 +273,13 @@ static void *vote_main(void *arg) {
   pthread_mutex_lock(&mv->mu);
   mine->gen = mv->gen, mine->members = mv->cur, mine->restarts = mv->restarts;
   pthread_mutex_unlock(&mv->mu);
+  if (mv->restart_all && mine->gen < 0) {
+    /* restart-all, and no round of the job closed with this node in it: no generation to carry
+     * on with, nothing to move (the nodes still gathering end as they did without a move) */
+    set_line(mv, "lost the store at %s:%d before the job formed with this node", mv->lost_host, mv->lost_port);
+    say_stop(mv);
+    goto out;
+  }
   if (cddp__members_find(&mine->members, mv->self, NULL, NULL) < 0) {
     /* not a member (a node waiting to be taken in): its vote would not count, and the move is
      * not its to judge; its clients follow the store to its new host by themselves */
@@ -306,6 +319,8 @@ static void *vote_main(void *arg) {
     if (r == CDDP_OK) {
       CDDP_INFO(CDDP_SUB_RUN, "store at %s:%d lost: voted for agent %d at %s:%d to take it over", mv->lost_host,
                 mv->lost_port, id, peers->p[k].host, peers->p[k].port);
+      /* the store moves there (or this node's calls end when nobody takes it) */
+      cddp__agent_ev_say(mv->notify_fd, CDDP__AEV_STORE_MOVED, id, 0, mv->lost_epoch + 1, NULL);
       goto out;
     }
   }
@@ -365,7 +380,7 @@ cddp_result_t cddp__store_move_start(cddp__store_move_t **out, const cddp__store
   snprintf(mv->token, sizeof mv->token, "%s", cfg->token ? cfg->token : "");
   snprintf(mv->store_host, sizeof mv->store_host, "%s", cfg->store_host);
   mv->self = cfg->self, mv->store_port = cfg->store_port, mv->hb_timeout_ms = cfg->hb_timeout_ms;
-  mv->notify_fd = cfg->notify_fd, mv->gen = -1, mv->read_at_gen = -1;
+  mv->notify_fd = cfg->notify_fd, mv->gen = -1, mv->read_at_gen = -1, mv->restart_all = cfg->restart_all;
   cddp_result_t r = CDDP_OK;
   if (!cfg->hosting) { /* only a store an agent hosts can move: it lists itself as it starts serving */
     void *v = NULL;

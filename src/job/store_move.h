@@ -1,4 +1,4 @@
-/* store_move.h - the job's store outlives its host (cddp run --restart-mode replace, --nnodes
+/* store_move.h - the job's store outlives its host (cddp run, either restart mode, --nnodes
  * MAX >= 2): every member agent serves a standby store and lists it in the store's peers list
  * (store/failover.h); when the host is lost, the next member in line takes the store over with
  * the votes of a majority of the latest generation's members (of two, the survivor alone when
@@ -22,12 +22,15 @@ typedef struct cddp__store_move_cfg {
   int store_port;
   int hosting;                 /* this agent's process serves that store */
   int hb_timeout_ms;           /* CDDP_HEARTBEAT_TIMEOUT_MS: the lease of a host cut off */
-  int notify_fd;               /* STORE_STOP / STORE_CUT (job/events.h) go here when this node must stop (-1: later) */
+  int notify_fd;               /* STORE_STOP / STORE_CUT (job/events.h) go here when this node must stop,
+                                  STORE_MOVED when it voted for or became the new host (-1: later) */
+  int restart_all;             /* --restart-mode restart-all: generations are rounds; a take-over
+                                  announces the latest as the restart it was */
 } cddp__store_move_cfg_t;
 
-/* 1 when the job's store should be able to move: the knob CDDP_STORE_FAILOVER is on, replace
- * mode, room for 2 or more nodes, not --standalone. */
-int cddp__store_move_wanted(int replace, int max_nodes, int standalone);
+/* 1 when the job's store should be able to move: the knob CDDP_STORE_FAILOVER is on, room for 2
+ * or more nodes, not --standalone (replace and restart-all mode alike). */
+int cddp__store_move_wanted(int max_nodes, int standalone);
 /* The store's host lists itself (agent id not known yet: -1) the moment it serves, so that
  * every client reads a list naming it from its first connection. */
 cddp_result_t cddp__store_move_list_host(const char *host, int port, const char *token);

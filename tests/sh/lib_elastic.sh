@@ -24,11 +24,12 @@ wait_line() { # SECS PATTERN FILE...: until a line matches (bounded)
   for _ in $(seq $((secs * 50))); do grep -q "$pat" "$@" 2>/dev/null && return 0; sleep 0.02; done; return 1
 }
 RUNX=() # more `cddp run` options
+MODE=replace # --restart-mode of the agents started next (replace, all)
 # agent NAME I NNODES [--set ...]: starts agent I (pid in A[I], output $T/NAME<I>.out); port in
 # $P, the endpoint 127.0.0.1:$P unless EP names another (a member's standby)
 agent() {
   "$CDDP" run --nnodes "$3" --nproc-per-node 1 --rdzv-backend c10d --rdzv-endpoint "${EP:-127.0.0.1:$P}" --rdzv-id "$1$P" \
-    --rdzv-last-call 1 --max-restarts 3 --restart-mode replace "${RUNX[@]}" \
+    --rdzv-last-call 1 --max-restarts 3 --restart-mode "$MODE" "${RUNX[@]}" \
     "$CDDP" train --config $CFG --work-dir "$T" --name "$1" "${ONE[@]}" "${@:4}" >"$T/$1$2.out" 2>&1 &
   A[$2]=$!; bg+=($!)
 }

@@ -1,7 +1,6 @@
 #!/usr/bin/env bash
-# test_store_failover.sh - the job's store survives its host (cddp run --restart-mode replace,
-# --nnodes 2:3, agents x 1 worker on this host; docs/store.md, "Failover"). (m) the store's
-# host, agent and worker, SIGKILLed mid-epoch: the next agent in line takes the store over, the
+# test_store_failover.sh - the job's store survives its host (cddp run, --nnodes 2:3, agents x 1
+# worker on this host; docs/store.md, "Failover"). Replace mode: (m) the store's host, agent and worker, SIGKILLed mid-epoch: the next agent in line takes the store over, the
 # two survivors drop the lost node and finish: one step redone at most, kill -> next step < 5 s,
 # every sample once, the accuracy of an uninterrupted run. (n) 2 nodes, the host SIGKILLed: its
 # port refuses, so the survivor alone takes the store over (one line) and finishes as world 1.
@@ -15,7 +14,10 @@
 # store moved: a node pointed at the lost host's endpoint fails with one line; two pointed at a
 # standby reach the new host: one is taken in, the other waits as a spare (world 4 cannot split
 # the batch), every step and sample once. (s) a spare waiting when the host is lost is taken in
-# by the new host, and the restart budget used before the move still counts after it.
+# by the new host, and the restart budget used before the move still counts after it. Restart-all
+# (--restart-mode all, every torch script's): (r) 3 agents of a checkpointing cddp train, (t) a
+# checkpointing torch 1.13 script under 3 launchers, (u) 2 agents: the store's host SIGKILLed, the
+# survivors move the store, restart their workers in the next round and resume from the checkpoint.
 cd "$(dirname "$0")/../.." && source tests/sh/lib.sh
 source tests/sh/lib_elastic.sh
 elastic_setup cddp-store-failover
@@ -234,8 +236,86 @@ case_s() {
   exactly_once s
 }
 
+# (r) restart-all (every torch script's mode) moves the store too: 3 agents of a checkpointing C
+# program, the store's host (agent and worker) SIGKILLed: a survivor takes the store over, the
+# two restart their workers in the next round on the new store (a restart spent, as torchrun
+# counts one), resume from the last checkpoint and finish: every step and sample once in the logs
+case_r() {
+  MODE=all
+  agents r 3 2:3 --set checkpoint.every_steps=20 --resume-from latest
+  MODE=replace
+  progress r 50
+  local h; h=$(store_host 1 2 3)
+  local kt; kt=$(date +%s.%N)
+  kill -KILL "${A[$h]}" $(worker_of "${A[$h]}"); wait "${A[$h]}" 2>/dev/null
+  local surv=() i; for i in 1 2 3; do [ "$i" != "$h" ] && surv+=("${A[$i]}"); done
+  all_exit0 r 90 "restart-all, the store's host SIGKILLed: both survivors" "${surv[@]}"
+  local took re
+  took=$(grep -m1 "^cddp run: the store's host (agent 0 at 127.0.0.1:$P) is lost; agent [12] took the store over at .* (epoch 1, [23] of the 3 nodes of generation 0 voted" "$T/r.out")
+  re=$(grep -m1 'restarting the workers (restart 1 of 3)' "$T/r.out")
+  [ -n "$took" ] && [ -n "$re" ] && ok "r: restart-all: ${took#cddp run: }; ${re#cddp run: }" ||
+    fail "r: no take-over and restart" "$(grep -hE 'store|restart' "$T/r.out" | head -4 | tr '\n' ' ')"
+  grep -q 'cddp train: MLP, .* world 2 ' "$T/r.out" && grep -q 'resum' "$T/r.out" &&
+    ok "r: the survivors resume as world 2 from the checkpoint: $(grep -m1 -o 'cddp train: resum.*' "$T/r.out")" ||
+    fail "r: no resume as world 2" "$(grep -hE 'cddp train' "$T/r.out" | tail -4 | tr '\n' ' ')"
+  local from dt; from=$(grep -m1 -o 'cddp train: resuming from .* (step [0-9]*' "$T/r.out" | sed 's/.*(step //')
+  dt=$(kill_to_step r "$kt" $((${from:-0} + 1))) # the old world may finish the step in flight and checkpoint it
+  [ -n "$dt" ] && ok "r: kill -> step $((${from:-0} + 1)), the first after the resume: $dt s" || fail "r: no step after the resume" "from=$from"
+  steps_once r "after the resume"
+  exactly_once r
+}
+
+# (t) a checkpointing torch script (tests/torch/tools/train.py, Debian's torch 1.13) under 3
+# launchers, restart-all by default: the store's host SIGKILLed (agent and worker); the other two
+# restart their workers on the new store, which resume from the script's own checkpoint and finish
+case_t() {
+  local py=/usr/bin/python3
+  if ! $py -c 'import torch.distributed' 2>/dev/null; then
+    echo "ok $((t_n += 1)) - $t_name:t # SKIP $py has no torch (scripts/install-deps.sh test)"; return
+  fi
+  P=$(free_port); A=()
+  echo "steps=40" >"$T/tcfg.py"
+  tagent() {
+    CDDP_PYTHON=$py "$CDDP" run --nnodes 2:3 --nproc-per-node 1 --rdzv-backend c10d --rdzv-endpoint "127.0.0.1:$P" \
+      --rdzv-id "t$P" --rdzv-last-call 1 --max-restarts 3 tests/torch/tools/train.py --config_path="$T/tcfg.py" \
+      --work_dir="$T" --name=t --resume_from=latest --step_ms=100 >"$T/t$1.out" 2>&1 &
+    A[$1]=$!; bg+=($!)
+  }
+  tagent 1; wait_for 10 port_listening "$P"; tagent 2; tagent 3
+  wait_for 60 test -e "$T/t/step-0005.pt" || fail "t: no progress" "$(tail -3 "$T/t1.out" | tr '\n' ' ')"
+  local h; h=$(store_host 1 2 3)
+  kill -KILL "${A[$h]}" $(worker_of "${A[$h]}"); wait "${A[$h]}" 2>/dev/null
+  local surv=() i; for i in 1 2 3; do [ "$i" != "$h" ] && surv+=("${A[$i]}"); done
+  all_exit0 t 90 "a torch 1.13 script, the store's host SIGKILLed: both survivors" "${surv[@]}"
+  local took res done
+  took=$(grep -m1 "^cddp run: the store's host (agent 0 at 127.0.0.1:$P) is lost; agent [12] took the store over" "$T/t.out")
+  res=$(grep -c "resumed from step-00[0-3][0-9].pt" "$T/t.out")
+  done=$(grep -c "train ok rank [01] of 2 steps [0-9]*-40" "$T/t.out")
+  [ -n "$took" ] && [ "$res" = 2 ] && [ "$done" = 2 ] &&
+    ok "t: ${took#cddp run: }; both ranks of world 2 $(grep -m1 -o 'resumed from step-[0-9]*.pt' "$T/t.out") and finish" ||
+    fail "t: torch script after the move" "took='$took' resumed=$res done=$done; $(grep -v '^\[rank' "$T/t.out" | tail -4 | tr '\n' ' ')"
+}
+
+# (u) 2 launchers in restart-all: the store's host SIGKILLed; its port refuses, so the survivor
+# alone takes the store over, restarts its worker as world 1 from the checkpoint and finishes
+case_u() {
+  MODE=all
+  agents u 2 1:2 --set checkpoint.every_steps=20 --resume-from latest
+  MODE=replace
+  progress u 30
+  local h o; h=$(store_host 1 2); o=$((3 - h))
+  kill -KILL "${A[$h]}" $(worker_of "${A[$h]}"); wait "${A[$h]}" 2>/dev/null
+  all_exit0 u 90 "restart-all, 2 nodes, the store's host SIGKILLed: the survivor" "${A[$o]}"
+  local line; line=$(grep -m1 "^cddp run: the store's host (agent 0 at 127.0.0.1:$P) is lost; agent 1 took the store over at .* (epoch 1, 1 of the 2 nodes of generation 0 voted, and the lost host's port refuses: its store is gone" "$T/u.out")
+  [ -n "$line" ] && grep -q 'cddp train: MLP, .* world 1 ' "$T/u.out" && ok "u: ${line#cddp run: }; it restarts as world 1" ||
+    fail "u: the lone survivor" "$(grep -v 'epoch 1/1' "$T/u.out" | grep -iE 'store|world' | tail -3 | tr '\n' ' ')"
+  steps_once u "after the resume"
+  exactly_once u
+}
+
 case "${1:-all}" in
   m) case_m ;; n) case_n ;; q) case_q ;; f) case_f ;; o) case_o ;; j) case_j ;; l) case_l ;; s) case_s ;;
-  *) case_m; case_n; case_q; case_f; case_o; case_j; case_l; case_s ;;
+  r) case_r ;; t) case_t ;; u) case_u ;;
+  *) case_m; case_n; case_q; case_f; case_o; case_j; case_l; case_s; case_r; case_t; case_u ;;
 esac
 finish

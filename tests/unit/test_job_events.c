@@ -45,6 +45,20 @@ TEST(events_unknown_kinds_and_long_text_are_bounded) {
   close(p[0]), close(p[1]);
 }
 
+TEST(events_the_last_kind_is_read_the_one_past_it_dropped) {
+  int p[2];
+  CHECK(pipe2(p, O_NONBLOCK) == 0);
+  cddp__agent_ev_say(p[1], CDDP__AEV_STORE_MOVED, 2, 0, 1, NULL); /* restart-all's move: the enum's last */
+  cddp__agent_ev_t past = {.kind = CDDP__AEV_STORE_MOVED + 1};
+  cddp__agent_ev_send(p[1], &past);
+  cddp__agent_ev_t ev[4];
+  CHECK_EQ(cddp__agent_ev_recv(p[0], ev, 4), 1);
+  CHECK_EQ(ev[0].kind, CDDP__AEV_STORE_MOVED);
+  CHECK_EQ(ev[0].id, 2);
+  CHECK_EQ(ev[0].value, 1);
+  close(p[0]), close(p[1]);
+}
+
 TEST(events_more_than_the_reader_takes_wait_for_the_next_read) {
   int p[2];
   CHECK(pipe2(p, O_NONBLOCK) == 0);

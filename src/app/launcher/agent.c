@@ -86,6 +86,9 @@ typedef struct agent {
   char timer_dir[4200], timer_path[4300];
   cddp__status_pub_t status; /* its node record and events for `cddp status` */
   int endpoint_written;   /* its --log-dir holds the endpoint record */
+  int move_pipe[2];       /* restart-all: the store move's events (job/events.h); -1 in replace mode */
+  int64_t moved_epoch;    /* restart-all: the latest store epoch this agent's rounds are past */
+  int store_moved;        /* restart-all: 1 the store moved under this round, -1 nobody took it over */
 } agent_t;
 
 /* Warm spares, when a restart can come (restarts allowed, or an elastic node count) and the
@@ -246,7 +249,7 @@ static int setup_store(agent_t *a) {
     /* a Slurm step's store follows the first live node of the step: any node may reach it
      * through the others, and the first node hosts it only when no other node serves it (a
      * restarted first node joins the job that went on without it) */
-    if (o->store_nodes[0] && cddp__store_move_wanted(o->replace, o->max_nodes, o->standalone) &&
+    if (o->store_nodes[0] && cddp__store_move_wanted(o->max_nodes, o->standalone) &&
         cddp__job_store_candidates(&a->js, o->store_nodes) != CDDP_OK) {
       fprintf(stderr, "cddp run: %s\n", cddp_last_error());
       return -1;
@@ -293,7 +296,7 @@ static int setup_store(agent_t *a) {
       usleep(20000 + 10000 * (getpid() % 5)); /* apart, so the next tries do not meet again */
     }
   }
-  if (a->server && cddp__store_move_wanted(o->replace, o->max_nodes, o->standalone) &&
+  if (a->server && cddp__store_move_wanted(o->max_nodes, o->standalone) &&
       cddp__store_move_list_host(a->js.host, a->js.port, a->token) != CDDP_OK) {
     fprintf(stderr, "cddp run: the store's failover: %s\n", cddp_last_error());
     return -1;
@@ -493,6 +496,26 @@ static void begin_ending(agent_t *a, cddp__workers_t *ws) {
   if (!ws->stop_at) ws->stop_at = cddp__deadline_ms(a->o->grace_ms);
 }
 
+/* restart-all: reads the store move's events. 1 when this round is over: the store moved
+ * (store_moved = 1; its generation is gone with the old store, so the workers restart on the
+ * new one, as torchrun restarts them after any failure) or nobody took it over (-1). */
+static int store_move_events(agent_t *a) {
+  cddp__agent_ev_t ev[8];
+  int over = 0;
+  for (int n; (n = cddp__agent_ev_recv(a->move_pipe[0], ev, 8)) > 0;)
+    for (int i = 0; i < n; i++) {
+      if (ev[i].kind == CDDP__AEV_STORE_MOVED && ev[i].value > a->moved_epoch) {
+        a->moved_epoch = ev[i].value;
+        if (!a->store_moved) a->store_moved = 1;
+        over = 1;
+      } else if (ev[i].kind == CDDP__AEV_STORE_STOP || ev[i].kind == CDDP__AEV_STORE_CUT) {
+        a->store_moved = -1;
+        over = 1;
+      }
+    }
+  return over;
+}
+
 static int run_round(agent_t *a, cddp__workers_t *ws, int first) {
   int n = a->rz.nodes[a->rz.node_rank].nproc;
   /* this round's torch workers find no key of the last round's (every node sets the same round) */
@@ -526,7 +549,8 @@ static int run_round(agent_t *a, cddp__workers_t *ws, int first) {
   ws->flight_dir = a->flight_dir;
   ws->warm = a->warm;
   ws->timer = a->timer;
-  ws->wake_fd = a->elastic ? a->ms.pipe[0] : -1;
+  ws->wake_fd = a->elastic ? a->ms.pipe[0] : a->move_pipe[0];
+  a->store_moved = 0;
   cddp__status_node_t *sn = &a->status.node;
   sn->round = a->rz.round, sn->node_rank = a->rz.node_rank, sn->nproc = n, sn->rank_base = rank_base;
   sn->world = a->rz.world_size, sn->restarts = a->rz.restart_count;
@@ -556,7 +580,10 @@ static int run_round(agent_t *a, cddp__workers_t *ws, int first) {
             a->rz.rank_base + n - 1, a->rz.world_size, a->rz.restart_count);
   watch(a, ws);
   for (;;) {
-    if (ws->outcome == CDDP__OUT_WAKE) {
+    if (ws->outcome == CDDP__OUT_WAKE && !a->elastic) {
+      if (store_move_events(a)) ws->stop_now = 1; /* the round is over: every worker restarts */
+      ws->outcome = CDDP__OUT_SUCCESS;
+    } else if (ws->outcome == CDDP__OUT_WAKE) {
       cddp__membership_events(&a->ms);
       ws->outcome = CDDP__OUT_SUCCESS;
     } else if (ws->outcome == CDDP__OUT_FAILED && ws->keep_going) {
@@ -821,17 +848,21 @@ static int agent_main(agent_t *a) {
     return finish(a, 1);
   }
   a->id = cfg.self.id = (int)n_agents - 1;
-  if (o->replace) {
-    /* no single point of failure: this agent's standby is listed before it joins, so every
-     * member knows every standby of the round it forms */
-    if (cddp__store_move_wanted(o->replace, o->max_nodes, o->standalone)) {
-      cddp__store_move_cfg_t mc = {.run_id = o->run_id, .token = a->token, .self = a->id, .store_host = a->js.host,
-                                   .store_port = a->js.port, .hosting = a->server != NULL,
-                                   .hb_timeout_ms = (int)cddp__knob_int(CDDP_KNOB_HEARTBEAT_TIMEOUT_MS), .notify_fd = -1};
-      if (cddp__store_move_start(&a->ms.mv, &mc) != CDDP_OK) {
-        fprintf(stderr, "cddp run: %s\n", cddp_last_error());
-        return finish(a, 1);
-      }
+  /* no single point of failure: this agent's standby is listed before it joins, so every
+   * member knows every standby of the round it forms (restart-all: the move's events come on a
+   * pipe of its own; replace mode: on the membership's, once it starts) */
+  if (cddp__store_move_wanted(o->max_nodes, o->standalone)) {
+    if (!o->replace && pipe2(a->move_pipe, O_CLOEXEC | O_NONBLOCK) != 0) {
+      fprintf(stderr, "cddp run: pipe: %s\n", strerror(errno));
+      return finish(a, 1);
+    }
+    cddp__store_move_cfg_t mc = {.run_id = o->run_id, .token = a->token, .self = a->id, .store_host = a->js.host,
+                                 .store_port = a->js.port, .hosting = a->server != NULL,
+                                 .hb_timeout_ms = (int)cddp__knob_int(CDDP_KNOB_HEARTBEAT_TIMEOUT_MS),
+                                 .notify_fd = a->move_pipe[1], .restart_all = !o->replace};
+    if (cddp__store_move_start(&a->ms.mv, &mc) != CDDP_OK) {
+      fprintf(stderr, "cddp run: %s\n", cddp_last_error());
+      return finish(a, 1);
     }
   }
   cddp__status_pub_begin(&a->status, a->js.host, a->js.port, a->token, o->run_id, a->host, o->replace ? a->id : -1,
@@ -861,6 +892,16 @@ static int agent_main(agent_t *a) {
               a->rz.world_size);
     if (first && a->torch_store && confirm_torch_store(a) != 0) return finish(a, 1);
     cddp__store_move_round(a->ms.mv, &cfg, &a->rz);
+    if (!o->replace && a->ms.mv) { /* restart-all: the round's nodes are the generation a move votes with */
+      cddp__members_t *m = malloc(sizeof *m);
+      if (m && !cddp__members_of_nodes(a->rz.nodes, a->rz.nnodes, m)) cddp__store_move_note(a->ms.mv, m, a->rz.round);
+      free(m);
+      store_move_events(a); /* a move before the round closed: this round formed on the new store */
+      if (a->store_moved < 0) {
+        fprintf(stderr, "cddp run: node %s (agent %d) %s\n", a->host, a->id, cddp__store_move_line(a->ms.mv));
+        return finish(a, 1);
+      }
+    }
     char nproc_line[400];
     if (first && cddp__rdzv_nproc_line(&a->rz, nproc_line, sizeof nproc_line))
       fprintf(stderr, "cddp run: %s\n", nproc_line);
@@ -904,7 +945,27 @@ static int agent_main(agent_t *a) {
     /* ev: what this node posts; now: the round's event that won (this one or another node's) */
     cddp__job_event_t ev = {.kind = CDDP__EV_FAIL}, now;
     const char *value = NULL;
-    switch (ws.outcome) {
+    if (a->store_moved && ws.outcome == CDDP__OUT_SUCCESS) { /* restart-all: the store moved under the round */
+      if (a->store_moved < 0) {
+        workers_done(&ws);
+        fprintf(stderr, "cddp run: node %s (agent %d) %s\n", a->host, a->id, cddp__store_move_line(a->ms.mv));
+        return finish(a, 1);
+      }
+      snprintf(line, sizeof line, "cddp run: the job's store moved (epoch %lld) under round %d", (long long)a->moved_epoch,
+               a->rz.round);
+      if (a->rz.restart_count < o->max_restarts) {
+        ev.kind = CDDP__EV_RESTART;
+      } else {
+        snprintf(line + strlen(line), sizeof line - strlen(line), "; no restarts left (--max-restarts %d)", o->max_restarts);
+        ev.code = 1;
+        snprintf(ev.line, sizeof ev.line, "%s", line);
+        post_now(a, ev.code, line);
+      }
+      now = ev;
+      if (cddp__rdzv_post(a->store, a->rz.round, &ev, &now) == CDDP_OK && ev.kind == CDDP__EV_RESTART &&
+          now.kind == CDDP__EV_RESTART)
+        fprintf(stderr, "%s; restarting the workers (restart %d of %d)\n", line, a->rz.restart_count + 1, o->max_restarts);
+    } else switch (ws.outcome) {
     case CDDP__OUT_FAILED:
       code = describe_failure(a, &ws.w[ws.fail_index], ws.fail_status, desc, sizeof desc);
       snprintf(line, sizeof line, "cddp run: rank %d (host %s, pid %d) %s", ws.fail_rank, a->host, (int)ws.fail_pid,
@@ -1058,7 +1119,7 @@ int cddp__run_main(int argc, char **argv) {
   }
   if (o.mode == CDDP_RUN_SLURM_RANK || o.mode == CDDP_RUN_MPI_RANK) return cddp__task_exec_rank(&o, prog.argv);
 
-  agent_t a = {.o = &o, .prog = prog.argv, .sig_fd = -1, .ev_pipe = {-1, -1}, .last = {.rank = -1}};
+  agent_t a = {.o = &o, .prog = prog.argv, .sig_fd = -1, .ev_pipe = {-1, -1}, .move_pipe = {-1, -1}, .last = {.rank = -1}};
   if (cddp_token_from_env(a.token, sizeof a.token) != CDDP_OK) {
     fprintf(stderr, "cddp run: %s\n", cddp_last_error());
     return 2;

@@ -1,11 +1,13 @@
 # tools/train.py - a script with the command line of the seeds' trainers (Sana's
 # tools/train.py): --config_path= --work_dir= --name= --resume_from=latest. It trains a tiny
 # DDP model over gloo for --steps steps, rank 0 saves a checkpoint every step, and
-# --resume_from=latest starts from the newest one. Used by tests/sh/test_torchrun.sh.
+# --resume_from=latest starts from the newest one; --step_ms=N makes each step last N ms more
+# (room to kill a node mid-run). Used by tests/sh/test_torchrun.sh and test_store_failover.sh.
 import argparse
 import gc
 import glob
 import os
+import time
 import torch
 import torch.distributed as dist
 from torch.distributed.elastic.multiprocessing.errors import record
@@ -19,6 +21,7 @@ def main():
     p.add_argument("--name", required=True)
     p.add_argument("--resume_from", default=None)
     p.add_argument("--steps", type=int, default=5)
+    p.add_argument("--step_ms", type=int, default=0)
     a = p.parse_args()
     steps = int(open(a.config_path).read().split("=")[1]) if os.path.exists(a.config_path) else a.steps
     dist.init_process_group("gloo", init_method="env://")
@@ -46,6 +49,7 @@ def main():
         if rank == 0:
             torch.save({"model": model.module.state_dict(), "step": step}, os.path.join(run, f"step-{step:04d}.pt"))
         dist.barrier()
+        time.sleep(a.step_ms / 1000)
     w = torch.cat([q.detach().flatten() for q in model.parameters()])
     ws = [torch.zeros_like(w) for _ in range(world)]
     dist.all_gather(ws, w)
