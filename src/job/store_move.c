@@ -13,6 +13,7 @@
 #include "common/sock.h"
 #include "job/events.h"
 #include "job/store_move.h"
+#include "job/worker_store.h"
 #include "store/failover.h"
 #include "store/store_internal.h"
 
@@ -371,6 +372,14 @@ cddp_result_t cddp__store_move_list_host(const char *host, int port, const char 
   return r;
 }
 
+/* the standby serves what the store it may replace serves: torch's protocol beside cddp's when the
+ * workers meet there */
+static cddp_result_t standby_start(cddp__store_move_t *mv, const cddp__store_move_cfg_t *cfg, const char *bind,
+                                   int port) {
+  return cfg->torch ? cddp__job_torch_store_start(&mv->standby, bind, port, mv->token, cfg->run_id)
+                    : cddp_store_server_start(&mv->standby, bind, port, mv->token);
+}
+
 cddp_result_t cddp__store_move_start(cddp__store_move_t **out, const cddp__store_move_cfg_t *cfg) {
   *out = NULL;
   cddp__store_move_t *mv = calloc(1, sizeof *mv);
@@ -409,8 +418,8 @@ cddp_result_t cddp__store_move_start(cddp__store_move_t **out, const cddp__store
     const char *bind = cddp__sock_listen_addr_for(mv->host, mv->bound, sizeof mv->bound, why, sizeof why) ? mv->bound
                                                                                                       : NULL;
     if (!bind && why[0]) CDDP_INFO(CDDP_SUB_RUN, "the standby store listens on every interface: %s", why);
-    r = cddp_store_server_start(&mv->standby, bind, cfg->store_port, mv->token);
-    if (r != CDDP_OK) r = cddp_store_server_start(&mv->standby, bind, 0, mv->token);
+    r = standby_start(mv, cfg, bind, cfg->store_port);
+    if (r != CDDP_OK) r = standby_start(mv, cfg, bind, 0);
     if (r == CDDP_OK) mv->port = cddp_store_server_port(mv->standby);
   }
   if (r == CDDP_OK && !mv->raw) r = open_store(mv, cfg->store_host, cfg->store_port, 10000, 0, &mv->raw, NULL);

@@ -26,6 +26,8 @@ typedef struct cddp__store_move_cfg {
                                   STORE_MOVED when it voted for or became the new host (-1: later) */
   int restart_all;             /* --restart-mode restart-all: generations are rounds; a take-over
                                   announces the latest as the restart it was */
+  int torch;                   /* the workers meet in the job's store (job/worker_store.h): a standby
+                                  must speak torch's protocol too, or they lose it at the move */
 } cddp__store_move_cfg_t;
 
 /* 1 when the job's store should be able to move: the knob CDDP_STORE_FAILOVER is on, room for 2

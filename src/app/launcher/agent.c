@@ -859,7 +859,8 @@ static int agent_main(agent_t *a) {
     cddp__store_move_cfg_t mc = {.run_id = o->run_id, .token = a->token, .self = a->id, .store_host = a->js.host,
                                  .store_port = a->js.port, .hosting = a->server != NULL,
                                  .hb_timeout_ms = (int)cddp__knob_int(CDDP_KNOB_HEARTBEAT_TIMEOUT_MS),
-                                 .notify_fd = a->move_pipe[1], .restart_all = !o->replace};
+                                 .notify_fd = a->move_pipe[1], .restart_all = !o->replace,
+                                 .torch = a->torch_store};
     if (cddp__store_move_start(&a->ms.mv, &mc) != CDDP_OK) {
       fprintf(stderr, "cddp run: %s\n", cddp_last_error());
       return finish(a, 1);
