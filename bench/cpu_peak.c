@@ -1,7 +1,9 @@
 /* cpu_peak.c - the limits the models' products are judged against, on one core: the clock, the
- * fp32 FMA and bf16 VDPBF16PS peaks (12 independent zmm accumulators, nothing from memory),
- * then OpenBLAS's sgemm and cddp's bf16 product (gemm_bf16.c) on the MLP's and the GPT's
- * shapes, each as GFLOP/s and as a fraction of its peak.
+ * fp32 FMA peak (12 independent zmm accumulators, or ymm without AVX-512, nothing from memory)
+ * and the bf16 VDPBF16PS peak where the CPU has it, then OpenBLAS's sgemm and cddp's bf16
+ * product (gemm_bf16.c, on the path CDDP_CPU_BF16 picks) on the MLP's and the GPT's shapes,
+ * each as GFLOP/s and as a fraction of its peak (the bf16 product's: VDPBF16PS's, or the fp32
+ * FMA peak on the FMA paths).
  *
  *   make lib && make -C bench peak && build/bench/cpu_peak [-r REPS]
  *
@@ -58,6 +60,28 @@ __attribute__((target("avx512f"))) static double fma_peak(void) {
   return rate(s, t, 32); /* 16 lanes x 2 flops */
 }
 
+/* the same with ymm registers (AVX2 + FMA) */
+#define DY(i) __m256 y##i = _mm256_set1_ps((float)(i) * 1e-3f);
+#define SY(i) sy = _mm256_add_ps(sy, y##i);
+__attribute__((target("avx2,fma"))) static double fma_peak_avx2(void) {
+  R12(DY)
+  __m256 x = _mm256_set1_ps(0.999f), z = _mm256_set1_ps(1e-6f);
+  double t = now();
+  for (long k = 0; k < LOOPS; k++) {
+#define FY(i) y##i = _mm256_fmadd_ps(y##i, x, z);
+    R12(FY)
+    __asm__ volatile("" ::: "memory");
+  }
+  t = now() - t;
+  __m256 sy = y0;
+  R12(SY)
+  float out[8];
+  _mm256_storeu_ps(out, sy);
+  volatile float sink = out[0];
+  (void)sink;
+  return LOOPS * 12.0 * 16 / t / 1e9; /* 8 lanes x 2 flops */
+}
+
 __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"))) static double bf16_peak(void) {
   R12(D)
   __m512bh p = (__m512bh)_mm512_set1_epi32(0x3f803f80), q = (__m512bh)_mm512_set1_epi32(0x3c003c00);
@@ -100,13 +124,21 @@ int main(int argc, char **argv) {
     }
   }
   __builtin_cpu_init();
-  int avx512 = __builtin_cpu_supports("avx512f"), bf16 = cddp__cpu_has_bf16();
+  const char *path = cddp__gemm_bf16_path(NULL);
+  if (!path || cddp__gemm_bf16_use(NULL) != CDDP_OK) {
+    fprintf(stderr, "cpu_peak: %s\n", cddp_last_error());
+    return 2;
+  }
+  int avx512 = __builtin_cpu_supports("avx512f"), avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  int dp = strcmp(path, "avx512_bf16") == 0, bf16 = 1;
   openblas_set_num_threads(1);
-  double ghz = clock_ghz(), fp = avx512 ? fma_peak() : 0, bp = bf16 ? bf16_peak() : 0;
-  printf("clock %.2f GHz; fp32 FMA peak %.1f GFLOP/s (%.1f flops a cycle)", ghz, fp, fp / ghz);
-  if (bf16) printf("; bf16 VDPBF16PS peak %.1f GFLOP/s (%.1f a cycle)", bp, bp / ghz);
-  printf("\n");
-  if (!avx512) printf("(no AVX-512 here: no peak to compare with)\n");
+  double ghz = clock_ghz(), fp = avx512 ? fma_peak() : avx2 ? fma_peak_avx2() : 0;
+  double bp = dp ? bf16_peak() : fp; /* the FMA paths' peak is the fp32 FMA peak */
+  printf("clock %.2f GHz; fp32 FMA peak %.1f GFLOP/s (%.1f flops a cycle, %s)", ghz, fp, fp / ghz,
+         avx512 ? "zmm" : "ymm");
+  if (dp) printf("; bf16 VDPBF16PS peak %.1f GFLOP/s (%.1f a cycle)", bp, bp / ghz);
+  printf("; bf16 path: %s\n", path);
+  if (!avx512 && !avx2) printf("(no AVX2 or AVX-512 here: no peak to compare with)\n");
   size_t span = (size_t)32 << 20; /* floats: 128 MiB, past any L3 here */
   float *A = malloc(span * sizeof *A), *B = malloc(span * sizeof *B), *C = malloc(span * sizeof *C);
   if (!A || !B || !C) {
@@ -134,7 +166,7 @@ int main(int argc, char **argv) {
     }
     double flops = 2.0 * p->m * p->n * p->k * reps, gs = flops / ts / 1e9, gb = bf16 ? flops / tb / 1e9 : 0;
     printf("%-30s %6d %6d %6d %10.1f %6.0f%%", p->what, p->m, p->n, p->k, gs, fp > 0 ? 100 * gs / fp : 0);
-    if (bf16) printf(" %10.1f %6.0f%%", gb, 100 * gb / bp);
+    if (bf16) printf(" %10.1f %6.0f%%", gb, bp > 0 ? 100 * gb / bp : 0);
     printf("\n");
   }
   free(A), free(B), free(C);

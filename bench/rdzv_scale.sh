@@ -5,7 +5,7 @@
 # time it started.
 #
 # Usage: bench/rdzv_scale.sh [--sizes 64,128,256,512,1024] [--hb-secs S] [--torchrun PATH]
-#                            [--torch-sizes 8,16] [--replace] [--out DIR]
+#                            [--torch-sizes 8,16] [--replace] [--recover N] [--out DIR]
 # Columns per N:
 #   rdzv    launch -> the last worker started (s): every agent through the rendezvous
 #   exited  launch -> the last agent exited (s)
@@ -16,6 +16,11 @@
 #           agent per second of that steady state (heartbeats and the membership watch)
 # --replace: the agents run --restart-mode replace with --nnodes 1:N (elastic membership: each
 # agent's monitor, heartbeats and wills), so hb is that mode's steady state.
+# --recover N: recovery at size, in replace mode: N agents whose workers sleep; once all started,
+# one agent is frozen (SIGSTOP: found by its ring predecessors when its heartbeat stands still
+# for CDDP_HEARTBEAT_TIMEOUT_MS) and the time to the generation without it is taken; then another
+# is killed (SIGKILL: its connection's will) and the time to the next generation taken.
+# (--sizes '' runs the recovery alone.)
 # --torchrun PATH: torchrun's c10d rendezvous (its agents are Python processes) at --torch-sizes,
 # in the same run: launch -> the last agent exited. The load average is printed with each row:
 # the machine may be shared.
@@ -29,6 +34,7 @@ TORCHRUN=
 TORCH_SIZES=8,16
 OUT=
 REPLACE=()
+RECOVER=
 while [ $# -gt 0 ]; do
   case $1 in
     --sizes) SIZES=$2; shift 2 ;;
@@ -37,6 +43,7 @@ while [ $# -gt 0 ]; do
     --torch-sizes) TORCH_SIZES=$2; shift 2 ;;
     --out) OUT=$2; shift 2 ;;
     --replace) REPLACE=(--restart-mode replace); shift ;;
+    --recover) RECOVER=$2; shift 2 ;;
     *) echo "rdzv_scale.sh: unknown argument $1 (see the usage at the top of the script)" >&2; exit 2 ;;
   esac
 done
@@ -53,19 +60,24 @@ free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",
 for n in ${SIZES//,/ } ${TORCH_SIZES//,/ }; do
   [[ $n =~ ^[1-9][0-9]{0,4}$ ]] || { echo "rdzv_scale.sh: --sizes/--torch-sizes take agent counts 1-99999, not '$n'" >&2; exit 2; }
 done
+[ -z "$RECOVER" ] || [[ $RECOVER =~ ^[1-9][0-9]{0,4}$ && $RECOVER -ge 4 ]] ||
+  { echo "rdzv_scale.sh: --recover takes an agent count 4-99999, not '$RECOVER'" >&2; exit 2; }
 [[ $HB_SECS =~ ^[0-9]+$ ]] || { echo "rdzv_scale.sh: --hb-secs takes whole seconds, not '$HB_SECS'" >&2; exit 2; }
 FAILED=0
 
+start_store() { # DIR: a store of its own on a free port; sets port, spid
+  port=$(free_port)
+  CDDP_DEBUG=INFO CDDP_DEBUG_SUBSYS=STORE "$CDDP" store --host 127.0.0.1 --port "$port" \
+    >"$1/store.out" 2>"$1/store.err" &
+  spid=$!
+  for _ in $(seq 100); do grep -q listening "$1/store.out" 2>/dev/null && break; sleep 0.05; done
+}
 # job N WORKER_SECS TAG: one job of N agents; prints "rdzv exited cpu rss_mb requests failed"
 job() {
   local n=$1 secs=$2 dir=$OUT/$3 port spid t0 i
   mkdir -p "$dir"
   : >"$dir/starts"
-  port=$(free_port)
-  CDDP_DEBUG=INFO CDDP_DEBUG_SUBSYS=STORE "$CDDP" store --host 127.0.0.1 --port "$port" \
-    >"$dir/store.out" 2>"$dir/store.err" &
-  spid=$!
-  for _ in $(seq 100); do grep -q listening "$dir/store.out" 2>/dev/null && break; sleep 0.05; done
+  start_store "$dir"
   t0=$(now)
   local pids=()
   for ((i = 0; i < n; i++)); do
@@ -102,6 +114,54 @@ for n in ${SIZES//,/ }; do
   printf '%-6s %-8s %-8s %-8s %-8s %-8s %-10s %s\n' "$n" "$rdzv" "$ex" "$cpu" "$rss" \
     "$(awk -v r="$req" -v n="$n" 'BEGIN {printf "%.1f", r / n}')" "$hb" "$(cut -d' ' -f1 /proc/loadavg)"
 done
+
+# seen FILE REGEX BOUND_S: waits for a line; prints the seconds it took, or -1
+seen() {
+  local t0 t
+  t0=$(now)
+  while ! grep -q -- "$2" "$1" 2>/dev/null; do
+    t=$(awk -v a="$t0" -v b="$(now)" 'BEGIN {print b - a}')
+    awk -v t="$t" -v b="$3" 'BEGIN {exit !(t > b)}' && { echo -1; return; }
+    sleep 0.02
+  done
+  awk -v a="$t0" -v b="$(now)" 'BEGIN {printf "%.2f", b - a}'
+}
+# recover N: prints "frozen_s killed_s" (-1: not seen within the bound)
+recover() {
+  local n=$1 dir=$OUT/recover-$1 port spid i frozen killed
+  mkdir -p "$dir"
+  : >"$dir/starts"
+  start_store "$dir"
+  local pids=()
+  for ((i = 0; i < n; i++)); do
+    "$CDDP" run --nnodes "1:$n" --restart-mode replace --rdzv-backend c10d --rdzv-endpoint "127.0.0.1:$port" \
+      --rdzv-id recover --nproc-per-node 1 --no-python sh -c "date +%s.%N >>'$dir/starts'; exec sleep 600" \
+      >>"$dir/agents.log" 2>&1 &
+    pids+=($!)
+  done
+  for _ in $(seq 3000); do [ "$(wc -l <"$dir/starts")" -ge "$n" ] && break; sleep 0.1; done
+  if [ "$(wc -l <"$dir/starts")" -ge "$n" ]; then
+    kill -STOP "${pids[$((n / 2))]}"
+    frozen=$(seen "$dir/agents.log" ' lost: no heartbeat for ' 60)
+    kill -KILL "${pids[$((n / 3))]}"
+    killed=$(seen "$dir/agents.log" ' lost: its connection closed' 60)
+    kill -CONT "${pids[$((n / 2))]}"
+  else
+    echo "rdzv_scale.sh: recover $n: only $(wc -l <"$dir/starts") workers started (see $dir/agents.log)" >&2
+    frozen=-1 killed=-1
+  fi
+  kill -TERM "${pids[@]}" 2>/dev/null
+  for p in "${pids[@]}"; do wait "$p" 2>/dev/null; done
+  kill -TERM "$spid"; wait "$spid"
+  echo "$frozen $killed"
+}
+
+if [ -n "$RECOVER" ]; then
+  read -r frozen killed < <(recover "$RECOVER")
+  echo "recovery at $RECOVER agents (heartbeat ${CDDP_HEARTBEAT_MS:-500} ms, timeout ${CDDP_HEARTBEAT_TIMEOUT_MS:-3000} ms):" \
+    "frozen -> next generation $frozen s, killed -> next generation $killed s (load $(cut -d' ' -f1 /proc/loadavg))"
+  awk -v f="$frozen" -v k="$killed" 'BEGIN {exit !(f > 0 && k > 0)}' || FAILED=1
+fi
 
 if [ -n "$TORCHRUN" ]; then
   echo "torchrun (c10d, its agents are Python processes):"

@@ -51,8 +51,15 @@ typedef struct cddp_ddp_stats {
  * (CDDP_SUM, or CDDP_AVG for the mean over ranks). Collective: every rank calls it. */
 cddp_result_t cddp_ddp_create(cddp_ddp_t **out, cddp_comm_t *comm, size_t n, size_t bucket_bytes,
                               cddp_redop_t op);
+/* The same over the caller's gradient buffer of n floats (a slice of one flat allocation of
+ * parameters, gradients and optimizer state, llm.c style): the buckets are slices of it, it is
+ * neither zeroed nor freed here, and it must outlive the object. Memory from
+ * cddp_comm_mem_alloc (or a slice of it) keeps shm's zero-copy path; any other memory is
+ * staged. Collective: every rank calls it. */
+cddp_result_t cddp_ddp_create_over(cddp_ddp_t **out, cddp_comm_t *comm, float *grads, size_t n,
+                                   size_t bucket_bytes, cddp_redop_t op);
 void cddp_ddp_destroy(cddp_ddp_t *d);
-/* The gradient buffer (n floats, zeroed at create). */
+/* The gradient buffer (n floats, zeroed at create; create_over: the caller's). */
 float *cddp_ddp_grads(cddp_ddp_t *d);
 size_t cddp_ddp_count(const cddp_ddp_t *d);
 int cddp_ddp_bucket_count(const cddp_ddp_t *d);

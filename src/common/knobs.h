@@ -61,7 +61,7 @@
   X(TOKEN, "CDDP_TOKEN", "", "job token for the store's challenge-response (never sent on the wire)") \
   X(TOKEN_FILE, "CDDP_TOKEN_FILE", "", "file holding the job token (used when CDDP_TOKEN is unset)") \
   X(CPU_BF16, "CDDP_CPU_BF16", "auto",                                                        \
-    "train.precision bf16: auto = use AVX512-BF16 when the CPU has it; 0 = act as if it had not (tests)") \
+    "train.precision bf16, its path: auto = the fastest this CPU has; avx512_bf16 (VDPBF16PS), avx512, avx2, sse2 (fp32 FMA, the same bits)") \
   X(LINEAR_FORM, "CDDP_LINEAR_FORM", "auto",                                                  \
     "the fully connected layers' product: auto = x W^T or (W x^T)^T, the faster timed per shape on first use; direct; transposed") \
   X(TRIAL_PICK, "CDDP_TRIAL_PICK", "",                                                         \

@@ -31,6 +31,7 @@ struct cddp_ddp {
   cddp_comm_t *comm;
   cddp_redop_t op;
   float *grads;
+  int grads_mine;  /* create allocated them (comm memory); create_over's belong to the caller */
   size_t n;
   bucket_t *b;
   int nb;
@@ -61,6 +62,11 @@ struct cddp_ddp {
 
 cddp_result_t cddp_ddp_create(cddp_ddp_t **out, cddp_comm_t *comm, size_t n, size_t bucket_bytes,
                               cddp_redop_t op) {
+  return cddp_ddp_create_over(out, comm, NULL, n, bucket_bytes, op);
+}
+
+cddp_result_t cddp_ddp_create_over(cddp_ddp_t **out, cddp_comm_t *comm, float *grads, size_t n,
+                                   size_t bucket_bytes, cddp_redop_t op) {
   *out = NULL;
   if (!comm) return cddp__fail(CDDP_INVALID_ARG, "ddp: communicator is NULL");
   if (n == 0) return cddp__fail(CDDP_INVALID_ARG, "ddp: gradient buffer of 0 floats");
@@ -73,14 +79,16 @@ cddp_result_t cddp_ddp_create(cddp_ddp_t **out, cddp_comm_t *comm, size_t n, siz
   d->comm = comm, d->op = op, d->n = n, d->per = per, d->overlap = 1, d->world = cddp_comm_world(comm);
   d->nb = (int)((n + per - 1) / per);
   d->b = calloc((size_t)d->nb, sizeof *d->b);
-  cddp_result_t r = d->b ? cddp_comm_mem_alloc(comm, n * sizeof(float), (void **)&d->grads)
-                         : cddp__fail(CDDP_SYSTEM, "ddp: out of memory");
+  d->grads = grads, d->grads_mine = grads == NULL;
+  cddp_result_t r = !d->b ? cddp__fail(CDDP_SYSTEM, "ddp: out of memory")
+                    : d->grads_mine ? cddp_comm_mem_alloc(comm, n * sizeof(float), (void **)&d->grads)
+                                    : CDDP_OK;
   if (r != CDDP_OK) {
     free(d->b);
     free(d);
     return r;
   }
-  memset(d->grads, 0, n * sizeof(float));
+  if (d->grads_mine) memset(d->grads, 0, n * sizeof(float));
   for (int i = 0; i < d->nb; i++) {
     size_t hi = n - (size_t)i * per;
     d->b[i].hi = hi;
@@ -99,7 +107,7 @@ void cddp_ddp_destroy(cddp_ddp_t *d) {
     if (d->b[i].req) cddp_wait(d->b[i].req);
   for (int i = 0; i < d->nb; i++)
     if (d->b[i].qreq) cddp_wait(d->b[i].qreq);
-  cddp_comm_mem_free(d->comm, d->grads);
+  if (d->grads_mine) cddp_comm_mem_free(d->comm, d->grads);
   cddp_comm_mem_free(d->comm, d->wire);
   cddp_comm_mem_free(d->comm, d->sign_send);
   cddp_comm_mem_free(d->comm, d->sign_recv);

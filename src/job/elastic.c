@@ -33,13 +33,15 @@ cddp_result_t cddp__members_read(cddp_store_t *s, int64_t gen, cddp__members_t *
 }
 
 cddp_result_t cddp__members_write(cddp_store_t *s, int64_t gen, const cddp__members_t *m) {
-  static __thread char buf[CDDP__MAX_MEMBERS * 96 + 512];
-  size_t len = cddp__members_format(m, buf, sizeof buf);
-  if (!len) return cddp__fail(CDDP_INTERNAL, "member record of generation %lld too long", (long long)gen);
+  size_t size = (size_t)m->n * 96 + 512;
+  char *buf = malloc(size);
+  if (!buf) return cddp__fail(CDDP_SYSTEM, "out of memory");
+  size_t len = cddp__members_format(m, buf, size);
   void *cur = NULL;
   size_t cl = 0;
-  cddp_result_t r = cddp_store_compare_set(s, KEY(GEN_MEMBERS, gen), NULL, 0, buf, len, &cur, &cl);
-  free(cur);
+  cddp_result_t r = len ? cddp_store_compare_set(s, KEY(GEN_MEMBERS, gen), NULL, 0, buf, len, &cur, &cl)
+                        : cddp__fail(CDDP_INTERNAL, "member record of generation %lld too long", (long long)gen);
+  free(cur), free(buf);
   return r;
 }
 

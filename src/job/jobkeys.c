@@ -47,6 +47,8 @@ static const keyshape_t shapes[CDDP__JK_COUNT] = {
     [CDDP__JK_STATUS_EVENT] = {{"status/event/", ""}, 1},
     [CDDP__JK_STATUS_ONCE] = {{"status/once/", ""}, 1},
     [CDDP__JK_RDZV_WATCH] = {{"rdzv-watch/latest"}, 0},
+    [CDDP__JK_TORCH_SERVED] = {{"torch/served"}, 0},
+    [CDDP__JK_TORCH_ROUND] = {{"torch/round"}, 0},
     [CDDP__JK_WORLD_DONE] = {{"world/g", "/done/", ""}, 2},
 };
 

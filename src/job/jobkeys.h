@@ -19,7 +19,7 @@ typedef enum cddp__jobkey_kind {
   CDDP__JK_RDZV_MEMBERS,  /* rdzv/<R>/members         the node records, one a line, or mismatch, or "error <line>" */
   CDDP__JK_RDZV_EVENT,    /* rdzv/<R>/event           cddp__job_event_t: the first value wins */
   CDDP__JK_RDZV_FAILURE,  /* rdzv/<R>/failure/<N>     cddp__job_failure_t of node rank N */
-  CDDP__JK_RDZV_NDONE,    /* rdzv/<R>/ndone           add(): nodes whose workers all succeeded */
+  CDDP__JK_RDZV_NDONE,    /* rdzv/<R>/ndone           add(): nodes whose workers all succeeded (replace mode: marks made) */
   CDDP__JK_RDZV_NEXIT,    /* rdzv/<R>/nexit           add(): agents counted out */
   CDDP__JK_RDZV_ALLEXIT,  /* rdzv/<R>/allexit         flag: every agent is out */
   CDDP__JK_RDZV_DONE,     /* rdzv/<R>/done/<A>        flag: member agent A's workers succeeded */
@@ -51,6 +51,9 @@ typedef enum cddp__jobkey_kind {
   /* the agents waiting in their first round, at the top of the store (no run id: they find
    * another --rdzv-id; job/rdzv_watch.c, values cddp__rdzv_waiter_t) */
   CDDP__JK_RDZV_WATCH,    /* rdzv-watch/latest        the waiter that refreshed it last */
+  /* a torch job's workers meet in the job's store (job/worker_store.c) */
+  CDDP__JK_TORCH_SERVED,  /* torch/served             flag: the store's host serves torch's protocol for this job */
+  CDDP__JK_TORCH_ROUND,   /* torch/round              int: the round whose workers own the torch keys now */
   /* the workers (world/world.c) */
   CDDP__JK_WORLD_DONE,    /* world/g<G>/done/<r>      flag: rank r is done with the store */
   CDDP__JK_COUNT
@@ -147,7 +150,7 @@ int cddp__job_failure_parse(const void *text, size_t len, cddp__job_failure_t *o
  * non-zero with that line). Or, below MIN after a loss, a first line "wait <ms> <lost>" (lost:
  * "H (agent A, why)") before the survivors: the job waits up to ms for pending nodes;
  * its workers do not form this generation but wait for the next (a join or a stop). */
-#define CDDP__MAX_MEMBERS 256
+#define CDDP__MAX_MEMBERS 4096
 
 typedef struct cddp__member {
   int id, nproc;

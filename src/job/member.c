@@ -1,5 +1,8 @@
 /* member.c - the agent's membership monitor: heartbeat, will, and the detection of crashed or
- * silent member agents (cddp run --restart-mode replace). */
+ * silent member agents (cddp run --restart-mode replace). Each agent watches only its ring
+ * successors (the next RING_WATCH members), so the store serves O(1) requests per agent per
+ * interval at any job size; the watcher that finds a loss makes the next generation, and the
+ * others learn of it through their one parked wait on its announcement. */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdarg.h>
@@ -18,8 +21,10 @@
 
 #define KEY(kind, a) cddp__job_key(CDDP__JK_##kind, a, 0).s
 
-#define TICK_MS 50 /* how often wills and announcements are looked at */
-#define MAX_AGENT_IDS 4096 /* pending agents are looked for among ids below this */
+#define TICK_MIN_MS 50  /* wills are looked at every half heartbeat, within these bounds */
+#define TICK_MAX_MS 250
+#define RING_WATCH 2     /* successors each member watches: two adjacent losses at once are still seen */
+#define MAX_AGENT_IDS 16384 /* pending agents are looked for among ids below this */
 
 typedef struct watched {
   int id, reported;
@@ -39,10 +44,16 @@ struct cddp__monitor {
   char pending[96];   /* this agent's pending record while it waits to be taken in ("": none): */
   size_t pending_len; /* published again when the store moves (its new host never saw it) */
   int lease_gone; /* "minority" or "froze" was said: once */
-  int n;
+  int n, tick_ms;
   watched_t w[CDDP__MAX_MEMBERS];
+  int ring[RING_WATCH], nring;       /* indices in w of the successors this agent watches */
   unsigned char said[MAX_AGENT_IDS]; /* a pending agent reported since the last watch */
+  unsigned char member[MAX_AGENT_IDS]; /* a member of the watched generation (not pending) */
 };
+
+/* The store host watches every member (its split-brain guard counts who is alive); the
+ * others their ring successors. Called with mu held. */
+static int looks_at_all(const cddp__monitor_t *m) { return m->hosting && __atomic_load_n(m->hosting, __ATOMIC_ACQUIRE); }
 
 /* An event for the agent's main loop (events.h). */
 #define SAY(m, kind, id, n, value, ...) cddp__agent_ev_say((m)->fd, kind, id, n, value, __VA_ARGS__)
@@ -66,8 +77,7 @@ static cddp_result_t scan_pending(cddp__monitor_t *m) {
   if (exists(m->s, KEY(COMPLETE, 0))) return CDDP_OK;
   for (int id = 0; id < n && id < MAX_AGENT_IDS; id++) {
     pthread_mutex_lock(&m->mu);
-    int skip = id == m->self || m->said[id];
-    for (int i = 0; i < m->n && !skip; i++) skip = m->w[i].id == id;
+    int skip = id == m->self || m->said[id] || m->member[id];
     pthread_mutex_unlock(&m->mu);
     if (skip || !pending_alive(m->s, id)) continue;
     pthread_mutex_lock(&m->mu);
@@ -78,7 +88,9 @@ static cddp_result_t scan_pending(cddp__monitor_t *m) {
   return CDDP_OK;
 }
 
-/* One heartbeat period: beat, then read every watched counter. */
+/* One heartbeat period: beat, then read the counters of the members watched (the ring
+ * successors, or every member on the store's host); the others count as just seen, so a
+ * member starts its full timeout when it comes into view. */
 static cddp_result_t beat(cddp__monitor_t *m, uint64_t now) {
   int64_t v;
   CDDP_CHECK(cddp_store_add(m->s, KEY(HEARTBEAT, m->self), 1, &v));
@@ -92,10 +104,14 @@ static cddp_result_t beat(cddp__monitor_t *m, uint64_t now) {
     pending_len = m->pending_len;
     memcpy(pending, m->pending, pending_len);
   }
-  int n_lost = 0, lost[CDDP__MAX_MEMBERS];
+  int n_lost = 0, lost[CDDP__MAX_MEMBERS], all = looks_at_all(m);
+  unsigned char look[CDDP__MAX_MEMBERS];
+  memset(look, all, (size_t)m->n);
+  for (int k = 0; k < m->nring; k++) look[m->ring[k]] = 1;
   for (int i = 0; i < m->n; i++) {
     watched_t *w = &m->w[i];
-    if (w->reported) continue;
+    if (!look[i]) w->last = -1, w->changed_at = now;
+    if (w->reported || !look[i]) continue;
     if (cddp_store_add(m->s, KEY(HEARTBEAT, w->id), 0, &v) != CDDP_OK) break;
     if (v != w->last) {
       w->last = v, w->changed_at = now;
@@ -168,8 +184,8 @@ static void *monitor_main(void *arg) {
       next_beat = now + (uint64_t)m->hb_ms * 1000000ull;
     }
     pthread_mutex_lock(&m->mu);
-    for (int i = 0; i < m->n; i++) {
-      watched_t *w = &m->w[i];
+    for (int k = 0; k < m->nring; k++) {
+      watched_t *w = &m->w[m->ring[k]];
       if (!w->reported && exists(m->s, KEY(DEAD, w->id))) {
         w->reported = 1;
         SAY(m, CDDP__AEV_LOST, w->id, 0, 0, "its connection closed");
@@ -182,7 +198,7 @@ static void *monitor_main(void *arg) {
     if (waited) SAY(m, CDDP__AEV_WAITED, 0, 0, 0, NULL);
     cddp__jobkey_t next = cddp__job_key(CDDP__JK_GEN_ANNOUNCE, g + 1, 0);
     const char *k = next.s;
-    cddp_result_t r = cddp_store_wait(m->s, &k, 1, TICK_MS);
+    cddp_result_t r = cddp_store_wait(m->s, &k, 1, m->tick_ms);
     if (r == CDDP_OK) {
       pthread_mutex_lock(&m->mu);
       m->gen_seen = g + 1;
@@ -205,6 +221,7 @@ cddp_result_t cddp__monitor_start(cddp__monitor_t **out, const char *host, int p
   if (!m) return cddp__fail(CDDP_SYSTEM, "out of memory");
   m->self = self_id, m->hb_ms = hb_ms > 0 ? hb_ms : 500, m->timeout_ms = timeout_ms > 0 ? timeout_ms : 3000;
   m->fd = notify_fd;
+  m->tick_ms = CDDP_MIN(CDDP_MAX(m->hb_ms / 2, TICK_MIN_MS), TICK_MAX_MS);
   pthread_mutex_init(&m->mu, NULL);
   char prefix[160];
   snprintf(prefix, sizeof prefix, "%s/", run_id);
@@ -231,21 +248,30 @@ cddp_result_t cddp__monitor_start(cddp__monitor_t **out, const char *host, int p
 void cddp__monitor_watch(cddp__monitor_t *m, const cddp__members_t *members, int64_t gen) {
   if (!m) return;
   uint64_t now = cddp__now_ns();
+  watched_t *old = malloc(sizeof *old * CDDP__MAX_MEMBERS);
+  if (!old) return; /* the last watch stays */
   pthread_mutex_lock(&m->mu);
-  watched_t old[CDDP__MAX_MEMBERS];
-  int nold = m->n;
+  int nold = m->n, at = -1;
   memcpy(old, m->w, sizeof(watched_t) * (size_t)nold);
-  m->n = 0;
+  m->n = 0, m->nring = 0;
+  memset(m->member, 0, sizeof m->member);
   for (int i = 0; i < members->n; i++) {
-    if (members->m[i].id == m->self) continue;
-    watched_t w = {.id = members->m[i].id, .last = -1, .changed_at = now};
+    int id = members->m[i].id;
+    if (id >= 0 && id < MAX_AGENT_IDS) m->member[id] = 1;
+    if (id == m->self) {
+      at = m->n; /* self's successors start at this index of w */
+      continue;
+    }
+    watched_t w = {.id = id, .last = -1, .changed_at = now};
     for (int j = 0; j < nold; j++) /* keep what is known of a member still watched */
       if (old[j].id == w.id) w.last = old[j].last, w.changed_at = old[j].changed_at;
     m->w[m->n++] = w;
   }
+  for (int k = 0; at >= 0 && k < RING_WATCH && k < m->n; k++) m->ring[m->nring++] = (at + k) % m->n;
   m->gen = gen;
   memset(m->said, 0, sizeof m->said); /* a new generation: pending agents are looked at again */
   pthread_mutex_unlock(&m->mu);
+  free(old);
 }
 
 void cddp__monitor_pending(cddp__monitor_t *m, const char *rec, size_t len) {
@@ -537,6 +563,12 @@ void cddp__membership_done(cddp__membership_t *ms, int mark) {
   if (ms->pending || ms->cur.n == 0) return; /* not a member: not ours to say */
   if (mark && cddp_store_set(ms->store, cddp__job_key(CDDP__JK_RDZV_DONE, ms->round, ms->self).s, CDDP__JOB_FLAG,
                              CDDP__JOB_FLAG_LEN) != CDDP_OK)
+    return;
+  /* the count of marks gates the exact look at every member's flag: without it each agent
+   * would read N flags at each change and at the end, N^2 requests for the job */
+  int64_t marked = 0;
+  if (cddp_store_add(ms->store, cddp__job_key(CDDP__JK_RDZV_NDONE, ms->round, 0).s, mark ? 1 : 0, &marked) != CDDP_OK ||
+      marked < ms->cur.n)
     return;
   for (int i = 0; i < ms->cur.n; i++)
     if (!exists(ms->store, cddp__job_key(CDDP__JK_RDZV_DONE, ms->round, ms->cur.m[i].id).s)) return;

@@ -28,7 +28,9 @@ typedef struct cddp__monitor cddp__monitor_t;
  * A member is reported lost once per cddp__monitor_watch. */
 cddp_result_t cddp__monitor_start(cddp__monitor_t **out, const char *host, int port, const char *token,
                                   const char *run_id, int self_id, int hb_ms, int timeout_ms, int notify_fd);
-/* The members to watch (self is skipped) as of generation gen. */
+/* The members as of generation gen: this agent watches the two after it in the record
+ * (wrapping; self is skipped), the store's host every member's heartbeat too; a pending agent,
+ * not in the record, watches none. */
 void cddp__monitor_watch(cddp__monitor_t *m, const cddp__members_t *members, int64_t gen);
 /* Reports WAITED once the monotonic time passes deadline_ns (0: none). */
 void cddp__monitor_deadline(cddp__monitor_t *m, uint64_t deadline_ns);

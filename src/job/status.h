@@ -20,7 +20,10 @@
 
 typedef struct cddp__status_rank {
   int rank, pid;
-  char state[12];     /* starting (no collective yet), alive, hung, exited, failed */
+  char state[12];     /* starting (no collective yet; without a flight page: no line yet, importing
+                         or forming its group), alive, exited, failed, hung (the watchdog killed
+                         it); and before any verdict, for a program without a flight page: stopped,
+                         waiting (in a collective), stuck (idle in its own code) */
   int replaced;       /* this process replaced one that failed */
   uint64_t step;      /* the program's steps done (the trainer's), 0: not said */
   double rate;        /* steps per second between the last two changes of step */

@@ -20,6 +20,7 @@
 #define LEASE_MARGIN_MS 1000 /* past the heartbeat timeout: a cut-off host has stopped by then */
 #define POLL_MS 50
 #define PEERS_WAIT_MS 1000 /* for the host's list: an agent that hosts the store lists itself at once */
+#define VOTE_TEXT_MAX (CDDP__MAX_MEMBERS * 80 + 64) /* a vote: the member record and a line */
 
 struct cddp__store_move {
   pthread_mutex_t mu; /* guards cur, gen and line */
@@ -178,10 +179,10 @@ static void take_over(cddp__store_move_t *mv, const cddp__job_vote_t *mine, cons
   cddp_store_t *raw = NULL, *view = NULL;
   int64_t epoch = mv->lost_epoch + 1;
   cddp__job_vote_t *best = malloc(sizeof *best);
-  char buf[CDDP__MAX_MEMBERS * 80 + 64];
-  cddp_result_t r = best ? open_store(mv, own_host(mv), mv->port, 2000, 1, &raw, &view) : CDDP_SYSTEM;
-  if (r != CDDP_OK && best) r = open_store(mv, mv->host, mv->port, 2000, 1, &raw, &view);
-  size_t bl = r == CDDP_OK ? cddp__job_vote_format(mine, buf, sizeof buf) : 0;
+  char *buf = malloc(VOTE_TEXT_MAX);
+  cddp_result_t r = best && buf ? open_store(mv, own_host(mv), mv->port, 2000, 1, &raw, &view) : CDDP_SYSTEM;
+  if (r != CDDP_OK && best && buf) r = open_store(mv, mv->host, mv->port, 2000, 1, &raw, &view);
+  size_t bl = r == CDDP_OK ? cddp__job_vote_format(mine, buf, VOTE_TEXT_MAX) : 0;
   if (r == CDDP_OK && bl) r = cddp_store_set(view, cddp__job_key(CDDP__JK_STORE_VOTE, epoch, mv->self).s, buf, bl);
   uint64_t lease = mv->lost_at + (uint64_t)(mv->hb_timeout_ms + LEASE_MARGIN_MS) * 1000000ull;
   uint64_t deadline = mv->lost_at + (uint64_t)(3 * mv->hb_timeout_ms + LEASE_MARGIN_MS) * 1000000ull;
@@ -252,7 +253,7 @@ static void take_over(cddp__store_move_t *mv, const cddp__job_vote_t *mine, cons
     say_stop(mv);
   }
   if (view) cddp_store_close(view);
-  free(best);
+  free(best), free(buf);
 }
 
 /* Votes for the first member in line (the latest generation's order) that is reachable, or
@@ -261,7 +262,8 @@ static void *vote_main(void *arg) {
   cddp__store_move_t *mv = arg;
   cddp__job_vote_t *mine = malloc(sizeof *mine);
   cddp__peers_t *peers = malloc(sizeof *peers);
-  if (!mine || !peers || cddp__failover_view(peers) != 0) goto out;
+  char *buf = malloc(VOTE_TEXT_MAX); /* up to CDDP__MAX_MEMBERS lines: too big for a thread's stack */
+  if (!mine || !peers || !buf || cddp__failover_view(peers) != 0) goto out;
   pthread_mutex_lock(&mv->mu);
   mine->gen = mv->gen, mine->members = mv->cur, mine->restarts = mv->restarts;
   pthread_mutex_unlock(&mv->mu);
@@ -273,8 +275,7 @@ static void *vote_main(void *arg) {
     goto out;
   }
   int at = cddp__peers_find(peers, mv->lost_host, mv->lost_port), lost_id = at >= 0 ? peers->p[at].id : -1;
-  char buf[CDDP__MAX_MEMBERS * 80 + 64];
-  size_t bl = cddp__job_vote_format(mine, buf, sizeof buf);
+  size_t bl = cddp__job_vote_format(mine, buf, VOTE_TEXT_MAX);
   for (int i = 0; i < mine->members.n && bl; i++) {
     int id = mine->members.m[i].id, k = -1;
     for (int j = 0; j < peers->n && k < 0; j++)
@@ -313,7 +314,7 @@ static void *vote_main(void *arg) {
   say_stop(mv);
 out:
   cddp__clear_error();
-  free(mine), free(peers);
+  free(mine), free(peers), free(buf);
   __atomic_store_n(&mv->running, 0, __ATOMIC_RELEASE); /* last: a later move is voted on again */
   return NULL;
 }

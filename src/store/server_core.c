@@ -21,6 +21,7 @@ cddp_result_t cddp__core_init(cddp__srv_core_t *core, const char *token) {
 void cddp__core_free(cddp__srv_core_t *core) {
   cddp__kv_free(&core->kv);
   cddp__kv_free(&core->torch_kv);
+  free(core->torch_round_key);
   free(core->token);
   memset(core, 0, sizeof *core);
 }
@@ -366,6 +367,24 @@ static int handle(cddp__srv_core_t *core, cddp__srv_conn_t *c, const cddp__wire_
   return 0;
 }
 
+/* A torch client belongs to the round the round key names when it comes. A new round starts with
+ * no torch keys; the last round's clients are closed when next served (torch_proto.c). */
+static void torch_join_round(cddp__srv_core_t *core, cddp__srv_conn_t *c) {
+  if (!core->torch_round_key) return;
+  const cddp__kv_entry_t *e = cddp__kv_find(&core->kv, core->torch_round_key, strlen(core->torch_round_key));
+  size_t n = e ? CDDP_MIN(e->vlen, sizeof c->torch_round) : 0;
+  if (n) memcpy(c->torch_round, e->val, n);
+  c->torch_round_len = (uint8_t)n;
+  if (n == core->torch_round_len && !memcmp(c->torch_round, core->torch_round, n)) return;
+  CDDP_INFO(CDDP_SUB_STORE, "store: torch round '%.*s' begins with %s; the %zu keys of round '%.*s' go", (int)n,
+            c->torch_round, c->addr, core->torch_kv.n, (int)core->torch_round_len, core->torch_round);
+  cddp__kv_free(&core->torch_kv);
+  cddp__kv_init(&core->torch_kv);
+  memcpy(core->torch_round, c->torch_round, n);
+  core->torch_round_len = (uint8_t)n;
+  cddp__core_wake(core); /* the last round's parked torch clients are served again: closed */
+}
+
 int cddp__core_process(cddp__srv_core_t *core, cddp__srv_conn_t *c) {
   if (c->proto == CDDP__PROTO_UNKNOWN) {
     size_t have = c->in.len - c->in.off; /* none yet: the buffer may not exist (NULL + 0 is UB) */
@@ -376,6 +395,7 @@ int cddp__core_process(cddp__srv_core_t *core, cddp__srv_conn_t *c) {
       c->state = CDDP__CONN_READY; /* torch's protocol has no authentication */
       CDDP_INFO(CDDP_SUB_STORE, "store: %s speaks torch %s's TCPStore protocol", c->addr,
                 proto == CDDP__PROTO_TORCH2 ? "2.x" : "1.x");
+      torch_join_round(core, c);
     }
   }
   if (c->proto != CDDP__PROTO_CDDP) return cddp__torch_process(core, c);

@@ -14,6 +14,7 @@ enum { CDDP__CONN_HELLO, CDDP__CONN_AUTH, CDDP__CONN_READY };
 enum { CDDP__PROTO_UNKNOWN, CDDP__PROTO_CDDP, CDDP__PROTO_TORCH1, CDDP__PROTO_TORCH2 };
 
 #define CDDP__SRV_WAIT_BUCKETS 4096
+#define CDDP__TORCH_ROUND_MAX 32 /* bytes of the round key's value that name a torch round */
 
 /* One client connection as the engine sees it. The loop appends received bytes to in
  * (unconsumed bytes are [in.off, in.len)) and sends out from out.off. */
@@ -44,6 +45,9 @@ typedef struct cddp__srv_conn {
   uint32_t will_klen;
   size_t will_vlen;
   uint8_t nonce[CDDP__WIRE_NONCE];
+  /* a torch client's round: the round key's value when it came (core->torch_round_key) */
+  char torch_round[CDDP__TORCH_ROUND_MAX];
+  uint8_t torch_round_len;
   char addr[80];
 } cddp__srv_conn_t;
 
@@ -52,6 +56,12 @@ typedef struct cddp__srv_core {
   char *token; /* NULL: no authentication */
   int torch;          /* serve torch's TCPStore protocol too (torch_proto.c) */
   cddp__kv_t torch_kv; /* torch clients' keys: apart from the job's, as they do not authenticate */
+  /* The torch keys belong to one round: the value of this key of the job's (NULL: one round for
+   * ever). A torch client that comes when the value changed empties torch_kv, and the clients of
+   * the round before are closed, so a restarted worker never reads the last round's keys. */
+  char *torch_round_key;
+  char torch_round[CDDP__TORCH_ROUND_MAX];
+  uint8_t torch_round_len;
   cddp__srv_conn_t *parked;
   cddp__srv_conn_t *waiters[CDDP__SRV_WAIT_BUCKETS]; /* the waiter index, by whash */
   uint64_t min_deadline; /* <= every parked deadline (may be early: the expiry scan renews it) */

@@ -73,9 +73,11 @@ void cddp__store_tcp_abandon(cddp_store_t *s);
 
 /* A store server that also serves torch's TCPStore protocol (1.x and 2.x, store/torch_proto.h)
  * on the same listener: each connection's first bytes say which it speaks. torch's clients do
- * not authenticate, so their keys are kept apart from the job's. */
+ * not authenticate, so their keys are kept apart from the job's. ROUND_KEY (a full key of the
+ * cddp clients', or NULL) names the torch keys' round: a torch client that comes after its value
+ * changed starts the new round with no torch keys, and the earlier round's clients are closed. */
 cddp_result_t cddp__store_server_start_torch(cddp_store_server_t **out, const char *host, int port,
-                                             const char *token);
+                                             const char *token, const char *round_key);
 
 /* Test hook: how long a server lets a client take to authenticate (default 10 s). */
 void cddp__store_server_set_handshake_ms(cddp_store_server_t *srv, int ms);

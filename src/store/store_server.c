@@ -329,7 +329,8 @@ static cddp_result_t bind_listener(cddp_store_server_t *srv, const char *host, i
   return CDDP_OK;
 }
 
-static cddp_result_t start(cddp_store_server_t **out, const char *host, int port, const char *token, int torch) {
+static cddp_result_t start(cddp_store_server_t **out, const char *host, int port, const char *token, int torch,
+                           const char *torch_round_key) {
   if (!out) return cddp__fail(CDDP_INVALID_ARG, "store server: NULL output");
   *out = NULL;
   if (port < 0 || port > 65535) return cddp__fail(CDDP_INVALID_ARG, "store server: bad port %d", port);
@@ -343,6 +344,10 @@ static cddp_result_t start(cddp_store_server_t **out, const char *host, int port
   cddp_result_t r;
   CDDP_CHECK_GOTO(cddp__core_init(&srv->core, token), r, fail);
   srv->core.torch = torch;
+  if (torch_round_key && !(srv->core.torch_round_key = strdup(torch_round_key))) {
+    r = cddp__fail(CDDP_SYSTEM, "store server: out of memory");
+    goto fail;
+  }
   CDDP_CHECK_GOTO(bind_listener(srv, host, port), r, fail);
   srv->epfd = epoll_create1(EPOLL_CLOEXEC);
   srv->evfd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
@@ -380,12 +385,12 @@ fail:
 
 cddp_result_t cddp_store_server_start(cddp_store_server_t **out, const char *host, int port,
                                       const char *token) {
-  return start(out, host, port, token, 0);
+  return start(out, host, port, token, 0, NULL);
 }
 
 cddp_result_t cddp__store_server_start_torch(cddp_store_server_t **out, const char *host, int port,
-                                             const char *token) {
-  return start(out, host, port, token, 1);
+                                             const char *token, const char *round_key) {
+  return start(out, host, port, token, 1, round_key);
 }
 
 int cddp_store_server_port(const cddp_store_server_t *srv) { return srv ? srv->port : -1; }

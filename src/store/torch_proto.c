@@ -251,8 +251,10 @@ static int serve_one(cddp__srv_core_t *core, cddp__srv_conn_t *c, size_t *used) 
     return -1;
   }
   if (created) cddp__core_wake(core);
+  core->n_clients += !c->requested;
+  core->n_requests++;
+  c->requested = 1; /* a client now, not a stranger that only connected (store_server.c sweeps those) */
   *used = cu.used;
-  c->requested = 1; /* a whole request: a torch client, not a stranger the hello timeout drops */
   return 0;
 }
 
@@ -275,6 +277,12 @@ static int cancel_parked(cddp__srv_core_t *core, cddp__srv_conn_t *c) {
 }
 
 int cddp__torch_process(cddp__srv_core_t *core, cddp__srv_conn_t *c) {
+  if (core->torch_round_key && (c->torch_round_len != core->torch_round_len ||
+                                memcmp(c->torch_round, core->torch_round, c->torch_round_len))) {
+    CDDP_INFO(CDDP_SUB_STORE, "store: %s is a torch client of round '%.*s', which is over; closing", c->addr,
+              (int)c->torch_round_len, c->torch_round);
+    return -1;
+  }
   if (c->parked) {
     int r = cancel_parked(core, c);
     if (r < 0) return -1;

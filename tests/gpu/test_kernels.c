@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "gpu/gpu_main.h"
+#include "trainer/gpt.h"
 
 #define TOL_F32 1e-4
 #define TOL_BF16 1e-2 /* 8 bits of mantissa: 2^-8 relative per operand */
@@ -152,6 +153,13 @@ static void test_mlp_layers(void) {
   cpu->bias_rows(yb, b, NULL, n, out);
   dev->bias_rows(dyb, db_, NULL, n, out);
   same("bias_rows without a residual", yb, dyb, (size_t)n * out, TOL_F32);
+  /* gpt.c's linear: the same, as one entry; with a residual, with the bias alone */
+  cpu->linear_xwt(yb, x, w, b, res, n, in, out);
+  dev->linear_xwt(dyb, dx_, dw_, db_, dres, n, in, out);
+  same("linear_xwt with bias and residual", yb, dyb, (size_t)n * out, TOL_F32);
+  cpu->linear_xwt(yb, x, w, b, NULL, n, in, out);
+  dev->linear_xwt(dyb, dx_, dw_, db_, NULL, n, in, out);
+  same("linear_xwt with the bias alone", yb, dyb, (size_t)n * out, TOL_F32);
   dev->fill_zero(dyb, (size_t)n * out * 4);
   memset(yb, 0, (size_t)n * out * 4);
   same("fill_zero", yb, dyb, (size_t)n * out, 0);
@@ -418,6 +426,59 @@ static void test_gpt_step(void) {
   free(p), free(gc), free(gd), free(tok), free(tgt);
 }
 
+/* gpt.c itself on a table (cddp__gpt_create_on): two micro-steps, the second accumulating
+ * into the first's gradients; loss sums out and the gradients to the host. */
+static void gpt_model_run(const cddp_ops_t *o, int recompute, double loss[2], float **g_host, size_t *np) {
+  cddp_gpt_spec_t s = {.n_layer = 2, .n_head = 4, .d_model = 64, .context = 32, .vocab = 256, .recompute = recompute};
+  const int B = 3;
+  cddp_gpt_t *m;
+  *g_host = NULL, *np = 0, loss[0] = loss[1] = NAN;
+  if (cddp__gpt_create_on(o, &s, B, &m) != CDDP_OK) {
+    result("gpt.c on the table: create", 0, cddp_last_error());
+    return;
+  }
+  *np = cddp__gpt_param_count(m);
+  float *params = o->alloc(*np * 4), *grads = o->alloc(*np * 4);
+  cddp__gpt_bind(m, params, grads);
+  cddp__gpt_init_params(m, 3);
+  uint64_t keep = rng;
+  rng = 12345; /* the same tokens on both tables */
+  uint8_t *tok = rand_u8((size_t)B * s.context, s.vocab), *tgt = rand_u8((size_t)B * s.context, s.vocab);
+  rng = keep;
+  for (int k = 0; k < 2; k++) {
+    loss[k] = cddp__gpt_forward(m, tok, tgt, B, k ? s.context - 5 : s.context);
+    cddp__gpt_backward(m, 0.25f, k, NULL, NULL);
+  }
+  *g_host = malloc(*np * 4);
+  o->to_host(*g_host, grads, *np * 4);
+  cddp__gpt_destroy(m);
+  o->release(params), o->release(grads);
+  free(tok), free(tgt);
+}
+
+static void test_gpt_model(void) {
+  for (int recompute = 0; recompute <= 2; recompute += 2) {
+    double lc[2], ld[2];
+    float *gc, *gd;
+    size_t nc, nd;
+    char name[96];
+    gpt_model_run(cpu, recompute, lc, &gc, &nc);
+    gpt_model_run(dev, recompute, ld, &gd, &nd);
+    snprintf(name, sizeof name, "gpt.c on the table (recompute %s): loss of two micro-steps",
+             recompute ? "block" : "none");
+    same_num(name, lc[0] + lc[1], ld[0] + ld[1], TOL_F32);
+    snprintf(name, sizeof name, "gpt.c on the table (recompute %s): accumulated gradients", recompute ? "block" : "none");
+    if (gc && gd && nc == nd) {
+      float *dgd = upf(gd, nd);
+      same(name, gc, dgd, nc, TOL_F32);
+      dev->release(dgd);
+    } else {
+      result(name, 0, "no gradients");
+    }
+    free(gc), free(gd);
+  }
+}
+
 int main(int argc, char **argv) {
   cpu = cddp__ops_for(CDDP_DEVICE_CPU);
   if (argc > 1 && !strcmp(argv[1], "--self")) {
@@ -433,6 +494,7 @@ int main(int argc, char **argv) {
   test_optim();
   test_mlp_step();
   test_gpt_step();
+  test_gpt_model();
   printf("1..%d\n# %d passed, %d failed\n", n_test, n_test - n_failed, n_failed);
   return n_failed ? 1 : 0;
 }

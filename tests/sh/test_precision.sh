@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # test_precision.sh - train.precision: bf16 trains the MLP and a small GPT as fp32 does (the
-# loss falls, the validation loss within 2% of fp32's after the same steps), and a CPU without
-# AVX512-BF16 (CDDP_CPU_BF16=0 pretends) is refused with one line naming the key, exit 2.
+# loss falls, the validation loss within 2% of fp32's after the same steps) on the fastest path
+# this CPU has; the SSE2 path gives the losses of the other FMA paths to the bit; and a path
+# CDDP_CPU_BF16 names that the CPU lacks, or no path, is refused with one line, exit 2.
 cd "$(dirname "$0")/../.." && source tests/sh/lib.sh
 T=$(mktemp -d /tmp/cddp-precision.XXXXXX)
 trap 'rm -rf "$T"' EXIT
@@ -33,33 +34,44 @@ compare() {
   else fail "$model bf16 against fp32" "fp32: $f; bf16: $b"; fi
 }
 
-if grep -qw avx512_bf16 /proc/cpuinfo; then
-  compare MLP "${MLP[@]}"
-  compare GPT "${GPT[@]}"
-  # the bf16 products round their inputs: the losses differ from fp32's, or the switch did nothing
-  [ "$(field loss "$T/MLP-fp32/metrics.jsonl" | tail -1)" != "$(field loss "$T/MLP-bf16/metrics.jsonl" | tail -1)" ] &&
-    ok "bf16 computes differently from fp32 (its products round their inputs)" || fail "bf16 changed nothing"
-  # the bf16 products of 2^24 multiply-adds or more are split over ddp.threads, with the bits
-  # of one thread: 2 threads train the MLP to the very losses of the run above
-  thr=$(train MLP-bf16-2t bf16 "${MLP[@]}" --set ddp.threads=2)
-  b1=$(losses MLP-bf16)
-  [ -n "$thr" ] && [ "$thr" = "$b1" ] && ! grep -qi "warning" "$T/MLP-bf16-2t.out" &&
-    ok "bf16 on 2 threads: the losses of 1 thread, to the bit ($thr)" ||
-    fail "bf16 threads" "2 threads: $thr; 1 thread: $b1; $(grep -i warn "$T/MLP-bf16-2t.out")"
+compare MLP "${MLP[@]}"
+compare GPT "${GPT[@]}"
+# the bf16 products round their inputs: the losses differ from fp32's, or the switch did nothing
+[ "$(field loss "$T/MLP-fp32/metrics.jsonl" | tail -1)" != "$(field loss "$T/MLP-bf16/metrics.jsonl" | tail -1)" ] &&
+  ok "bf16 computes differently from fp32 (its products round their inputs)" || fail "bf16 changed nothing"
+# the bf16 products of 2^24 multiply-adds or more are split over ddp.threads, with the bits
+# of one thread: 2 threads train the MLP to the very losses of the run above
+thr=$(train MLP-bf16-2t bf16 "${MLP[@]}" --set ddp.threads=2)
+b1=$(losses MLP-bf16)
+[ -n "$thr" ] && [ "$thr" = "$b1" ] && ! grep -qi "warning" "$T/MLP-bf16-2t.out" &&
+  ok "bf16 on 2 threads: the losses of 1 thread, to the bit ($thr)" ||
+  fail "bf16 threads" "2 threads: $thr; 1 thread: $b1; $(grep -i warn "$T/MLP-bf16-2t.out")"
+# every FMA path keeps one contract: SSE2 (which every x86-64 has) trains to the bits of the
+# widest FMA path here (auto's, unless auto is VDPBF16PS, which may differ below 2^-126)
+fma=$(grep -qw avx512_bf16 /proc/cpuinfo && echo "$(grep -qw avx2 /proc/cpuinfo && echo avx2 || echo sse2)")
+[ -n "$fma" ] && wide=$(CDDP_CPU_BF16=$fma train MLP-bf16-$fma bf16 "${MLP[@]}") || wide=$b1
+sse=$(CDDP_CPU_BF16=sse2 train MLP-bf16-sse2 bf16 "${MLP[@]}")
+[ -n "$sse" ] && [ "$sse" = "$wide" ] && ok "bf16 on the SSE2 path: the losses of the ${fma:-auto} path, to the bit ($sse)" ||
+  fail "bf16 paths" "sse2: $sse; ${fma:-auto}: $wide"
+# refusals: no path at all; a path this CPU lacks (on a CPU with every path: it trains)
+refused() { # NAME PATH: exit 2, one line naming CDDP_CPU_BF16=PATH, before any metrics
+  out=$(CDDP_CPU_BF16=$2 "$CDDP" train --work-dir "$T" --name "$1" "${MLP[@]}" --set train.precision=bf16 2>&1); rc=$?
+  [ $rc = 2 ] && [ "$(echo "$out" | wc -l)" = 1 ] && echo "$out" | grep -q "^cddp train: .*CDDP_CPU_BF16=$2" &&
+    [ ! -e "$T/$1/metrics.jsonl" ] || { echo "rc=$rc: $out"; return 1; }
+}
+why=$(refused none avx9) && ok "CDDP_CPU_BF16=avx9 (no such path) is refused in one line, exit 2" || fail "unknown path" "$why"
+lack=
+for f in avx512_bf16:avx512_bf16 avx512:avx512f avx2:avx2; do
+  grep -qw "${f#*:}" /proc/cpuinfo || { lack=${f%%:*}; break; }
+done
+if [ -n "$lack" ]; then
+  why=$(refused lacks "$lack") && ok "CDDP_CPU_BF16=$lack, which this CPU lacks, is refused in one line, exit 2" ||
+    fail "a lacking path" "$why"
 else
-  for c in "MLP bf16 trains as fp32" "GPT bf16 trains as fp32" "bf16 computes differently from fp32" \
-           "bf16 on 2 threads: the losses of 1 thread"; do
-    ok "$c # SKIP [cpu:avx512_bf16] the bf16 product needs it; its refusal is tested instead"
-  done
-  out=$("$CDDP" train --work-dir "$T" --name nat "${MLP[@]}" --set train.precision=bf16 2>&1); rc=$?
-  [ $rc = 2 ] && echo "$out" | grep -q "train.precision" && ok "refused on this CPU, which lacks AVX512-BF16" ||
-    fail "refusal on this CPU" "rc=$rc: $out"
+  timeout 120 env CDDP_CPU_BF16=avx512_bf16 "$CDDP" train --work-dir "$T" --name all "${MLP[@]}" --set train.precision=bf16 \
+    --set train.max_steps=2 >/dev/null 2>&1 && ok "this CPU lacks no path: CDDP_CPU_BF16=avx512_bf16 trains" ||
+    fail "CDDP_CPU_BF16=avx512_bf16 on a CPU with it"
 fi
-out=$(CDDP_CPU_BF16=0 "$CDDP" train --work-dir "$T" --name no "${MLP[@]}" --set train.precision=bf16 2>&1); rc=$?
-if [ $rc = 2 ] && [ "$(echo "$out" | wc -l)" = 1 ] && echo "$out" | grep -q "^cddp train: train.precision: bf16 needs a CPU with AVX512-BF16" &&
-   [ ! -e "$T/no/metrics.jsonl" ]
-then ok "a CPU without AVX512-BF16 is refused in one line naming train.precision, exit 2"
-else fail "refusal" "rc=$rc: $out"; fi
-CDDP_CPU_BF16=0 timeout 120 "$CDDP" train --work-dir "$T" --name no32 "${MLP[@]}" --set train.max_steps=2 >/dev/null 2>&1 &&
-  ok "fp32 is not refused there" || fail "fp32 with CDDP_CPU_BF16=0"
+CDDP_CPU_BF16=avx9 timeout 120 "$CDDP" train --work-dir "$T" --name no32 "${MLP[@]}" --set train.max_steps=2 >/dev/null 2>&1 &&
+  ok "fp32 does not read CDDP_CPU_BF16" || fail "fp32 with CDDP_CPU_BF16=avx9"
 finish

@@ -3,7 +3,7 @@
 # as torchrun's agent does with TORCHELASTIC_ENABLE_FILE_TIMER=1: under torch 1.13 and 2.x a rank
 # overstaying its timer is killed within a second and named with the timer; lines no request
 # should be (pid 1, over 4096 bytes, bad JSON, a terminal escape) are dropped with a line each and
-# kill nobody.
+# kill nobody; the user's own TORCHELASTIC_TIMER_FILE is the pipe served (torchrun keeps it too).
 cd "$(dirname "$0")/../.." && source tests/sh/lib.sh
 T=$(mktemp -d /tmp/cddp-torch-timer.XXXXXX)
 trap 'rm -rf "$T"' EXIT
@@ -31,4 +31,15 @@ done
 TORCHELASTIC_ENABLE_FILE_TIMER=0 CDDP_PYTHON=/usr/bin/python3 timeout 60 "$CDDP" run --standalone --nproc-per-node 1 \
   python3 -c 'import os; print("file", os.environ.get("TORCHELASTIC_TIMER_FILE", "<unset>"))' >"$T/n.out" 2>&1
 grep -q "file <unset>" "$T/n.out" && ok "TORCHELASTIC_ENABLE_FILE_TIMER unset: no pipe" || fail "no switch" "$(tr '\n' ' ' <"$T/n.out")"
+# the user's own TORCHELASTIC_TIMER_FILE is the pipe served and forwarded, as torchrun keeps it
+chk='import os, stat; f = os.environ.get("TORCHELASTIC_TIMER_FILE", "<unset>"); print("file", f, "fifo", os.path.exists(f) and stat.S_ISFIFO(os.stat(f).st_mode))'
+TORCHELASTIC_TIMER_FILE=$T/my.pipe timeout 60 "$CDDP" run --standalone --nproc-per-node 1 python3 -c "$chk" >"$T/u.out" 2>&1
+if grep -q "file $T/my.pipe fifo True" "$T/u.out" && [ ! -e "$T/my.pipe" ]; then ok "the user's TORCHELASTIC_TIMER_FILE is served and kept"
+else fail "the user's timer file" "$(tr '\n' ' ' <"$T/u.out")"; fi
+# ... but a file of the user's at that path is never replaced: one line, non-zero
+echo keep >"$T/mine.txt"
+TORCHELASTIC_TIMER_FILE=$T/mine.txt timeout 60 "$CDDP" run --standalone --nproc-per-node 1 python3 -c "$chk" >"$T/r.out" 2>&1; rc=$?
+if [ $rc != 0 ] && [ "$(cat "$T/mine.txt")" = keep ] && [ "$(wc -l <"$T/r.out")" = 1 ] && grep -q "mine.txt exists and is no pipe" "$T/r.out"; then
+  ok "a file at TORCHELASTIC_TIMER_FILE is refused in one line and kept"
+else fail "a file at the timer path" "rc $rc: $(tr '\n' ' ' <"$T/r.out")"; fi
 finish

@@ -28,19 +28,22 @@ worlds() {
   if [ "$rc0" = 0 ] && [ "$rc1" = 0 ] && [ "$n" = "$2" ]; then ok "$1"
   else fail "$1" "exits $rc0/$rc1, $n of $2 ranks: $(cat "$T/n0.out" "$T/n1.out" | tail -4 | tr '\n' ' ')"; fi
 }
-# ports_differ NAME: every worker's MASTER_PORT is one port, and never the port of cddp's store
-ports_differ() {
-  local mp sp
+# ports_same NAME PORT: every worker's MASTER_PORT is PORT, the port the user gave, where cddp's
+# store listens (its torch engine serves them: TORCHELASTIC_USE_AGENT_STORE=True); PORT "store":
+# the store's port, whichever it is (standalone)
+ports_same() {
+  local mp sp want=$2
   mp=$(cat "$T"/n*.out | grep -o 'MASTER_PORT=[0-9]*' | sort -u)
   sp=$(cat "$T"/n*.out | grep -o 'CDDP_STORE=[^ ]*' | sed 's/.*://' | sort -u)
-  if [ "$(echo "$mp" | wc -l)" = 1 ] && [ -n "$sp" ] && [ "${mp#MASTER_PORT=}" != "$sp" ]; then ok "$1: workers' $mp, store's port $sp"
-  else fail "$1" "MASTER_PORT '$mp', store port '$sp'"; fi
+  [ "$want" = store ] && want=$sp
+  if [ -n "$want" ] && [ "$mp" = "MASTER_PORT=$want" ] && [ "$sp" = "$want" ]; then ok "$1: the workers' MASTER_PORT is the port given, $want, the store's"
+  else fail "$1" "MASTER_PORT '$mp', store port '$sp', given $want"; fi
 }
 
 # cases: every check below, under the interpreter $PY (each TAP line names its torch)
 cases() {
 # 1. the issue's line, torchrun's default rendezvous (static, no --rdzv-* flag): cddp's store is on
-# --master-port, the workers' MASTER_PORT another port
+# --master-port, the workers' MASTER_PORT too
 P=$(free_port)
 env timeout 90 "$CDDP" run --nnodes 2 --nproc_per_node 1 --node_rank 0 --master_addr 127.0.0.1 \
   --master_port "$P" allreduce.py >"$T/n0.out" 2>&1 & p0=$!
@@ -48,7 +51,7 @@ env timeout 90 "$CDDP" run --nnodes 2 --nproc_per_node 1 --node_rank 1 --master_
   --master_port "$P" allreduce.py >"$T/n1.out" 2>&1 & p1=$!
 wait $p0; rc0=$?; wait $p1; rc1=$?
 worlds "static by default (torchrun's), 2 nodes, env:// + gloo (the issue's line)" 2
-ports_differ "static"
+ports_same "static" "$P"
 grep -q "CDDP_STORE=127.0.0.1:$P " "$T/n0.out" && ok "static: the store is on --master-port" || fail "static store port" "$(head -2 "$T/n0.out")"
 
 # 2. XTuner's two-node variables
@@ -56,7 +59,7 @@ P=$(free_port)
 two "NPROC_PER_NODE=1 NNODES=2 NODE_RANK=0 ADDR=127.0.0.1 PORT=$P" \
     "NPROC_PER_NODE=1 NNODES=2 NODE_RANK=1 ADDR=127.0.0.1 PORT=$P" allreduce.py
 worlds "XTuner's NPROC_PER_NODE NNODES NODE_RANK ADDR PORT, 2 nodes" 2
-ports_differ "XTuner"
+ports_same "XTuner" "$P"
 
 # 3. Sana's line verbatim (torchrun -> cddp run), twice: the second run resumes from latest
 P=$(free_port); ID=$RANDOM
@@ -83,7 +86,7 @@ P=$(free_port)
 two "X=0" "X=1" --nnodes 2 --nproc-per-node 1 --rdzv-backend c10d --rdzv-endpoint 127.0.0.1:$P --rdzv-id C$P \
   --role trainer allreduce.py
 worlds "c10d, 2 nodes" 2
-ports_differ "c10d"
+ports_same "c10d" "$P"
 if grep -q "TORCHELASTIC_USE_AGENT_STORE=True ROLE_NAME=trainer OMP_NUM_THREADS=- .* errfile=True" "$T/n0.out"; then
   ok "torchrun's environment: USE_AGENT_STORE=True (the agent's TCPStore), ROLE_NAME from --role, TORCHELASTIC_ERROR_FILE; OMP unset for 1 worker"
 else fail "worker environment" "$(grep 'allreduce ok' "$T/n0.out")"; fi
@@ -105,7 +108,7 @@ timeout 90 "$CDDP" run --standalone --nproc-per-node 2 own_store.py >"$T/n0.out"
 # 5. standalone, torchrun's usual form: a script in the current folder
 timeout 90 "$CDDP" run --standalone --nproc-per-node 2 allreduce.py >"$T/n0.out" 2>&1; rc0=$?; : >"$T/n1.out"; rc1=0
 worlds "standalone, 2 workers, 'allreduce.py' from the current folder" 2
-ports_differ "standalone"
+ports_same "standalone" store
 if grep -q "^cddp run: setting OMP_NUM_THREADS=1 for each worker (2 workers" "$T/n0.out" &&
    [ "$(grep -c 'OMP_NUM_THREADS=1 LOCAL_RANK' "$T/n0.out")" = 2 ]; then ok "OMP_NUM_THREADS=1 for 2 workers, with the notice"
 else fail "OMP_NUM_THREADS" "$(grep -i omp "$T/n0.out" | head -3 | tr '\n' ' ')"; fi
@@ -135,11 +138,11 @@ timeout 30 "$CDDP" run --standalone --no-python ./direct.py >"$T/d.out" 2>&1; rc
 [ $rc = 0 ] && grep -q '\[rank 0\] direct 0' "$T/d.out" && ok "--no-python runs a .py as it is" || fail "--no-python" "rc=$rc $(cat "$T/d.out")"
 
 # 8. restart-all (--max-restarts, c10d MIN:MAX): a SIGKILLed worker restarts every worker with a
-# new TORCHELASTIC_RESTART_COUNT and a new rendezvous port
+# new TORCHELASTIC_RESTART_COUNT, on the same port (the endpoint's), with a fresh round of keys
 P=$(free_port)
 two "X=0" "X=1" --nnodes 1:2 --nproc-per-node 1 --rdzv-backend c10d --rdzv-endpoint 127.0.0.1:$P --rdzv-id R$P \
   --max-restarts 2 restart.py
-n=$(cat "$T/n0.out" "$T/n1.out" | grep -c "restart ok rank [01] of 2 attempt 1 ")
+n=$(cat "$T/n0.out" "$T/n1.out" | grep -c "restart ok rank [01] of 2 attempt 1 port $P\$")
 if [ "$rc0" = 0 ] && [ "$rc1" = 0 ] && [ "$n" = 2 ] && cat "$T/n0.out" "$T/n1.out" |
    grep -q "was killed by signal 9 (SIGKILL); restarting the workers (restart 1 of 2)"; then
   ok "restart-all: worker SIGKILLed, every worker restarted (attempt 1), job completes"

@@ -2,8 +2,9 @@
 # test_train_runs.sh - a run folder holds one run: a fresh start into another run's folder is
 # refused (on every rank), as is one into a folder a live run holds (its lock), `--name auto`
 # gives a new folder that all ranks and a restarted job share, config.yaml is written only once
-# the start succeeded, a resume cuts metrics.jsonl back to its checkpoint; the `done:` line counts this process's own steps and time; epochs are
-# numbered from 1 alike on the console and in metrics.jsonl.
+# the start succeeded, a resume cuts metrics.jsonl back to its checkpoint; the `done:` line counts
+# this process's own steps and time; resuming a finished run says so in one line and touches
+# nothing; epochs are numbered from 1 alike on the console and in metrics.jsonl.
 cd "$(dirname "$0")/../.." && source tests/sh/lib.sh
 T=$(mktemp -d /tmp/cddp-runs-test.XXXXXX)
 bg=()
@@ -44,6 +45,18 @@ done_ok() {
 if done_ok "$T/d1.out" 20 "" && [ $rc = 0 ] && done_ok "$T/d2.out" 20 " (steps 21-40 of 40)"; then
   ok "done line: $(grep -ho 'done: [^;]*' "$T/d2.out") (rate x training time = 20 x 256 samples)"
 else fail "done line" "rc=$rc $(grep -h 'done:' "$T"/d?.out | tr '\n' ' ')"; fi
+
+# 2b. resuming a finished run (run d, 40 of 40): one line saying so and how to go on, exit 0 (as
+# a requeued job that resumes until done expects), its folder as the run left it; alike with 2 ranks
+sums() { stat -c '%n %Y %s' "$T/d/config.yaml" "$T/d/metrics.jsonl"; md5sum "$T/d/config.yaml" "$T/d/metrics.jsonl" "$T/d/endpoint" 2>/dev/null; }
+before=$(sums); sleep 1
+out1=$(run1 --name d --set ddp.threads=1 --set train.max_steps=40 --set eval.every_epoch=false --resume-from latest 2>&1); rc1=$?
+out2=$(run2 --name d --set ddp.threads=1 --set train.max_steps=40 --set eval.every_epoch=false --resume-from latest 2>&1); rc2=$?
+want="cddp train: nothing to do: $T/d/checkpoints/step-000000040 is at step 40 of 40, the run is finished; --set train.max_steps=N (more than 40) trains it further"
+if [ $rc1 = 0 ] && [ $rc2 = 0 ] && [ "$(wc -l <<<"$out1")" = 1 ] && [[ "$out1" == "$want"* ]] &&
+   [ "$(grep -c . <<<"$out2")" = 1 ] && [[ "$out2" == "[rank 0] $want"* ]] && [ "$(sums)" = "$before" ]
+then ok "a finished run resumed: exit 0, one line (${out1:12:40}...), config.yaml and metrics.jsonl untouched, alike with 2 ranks"
+else fail "resuming a finished run" "rc=$rc1/$rc2: $out1 | $out2 | $(diff <(echo "$before") <(sums) | tr '\n' ' ')"; fi
 
 # 3. epochs: 240 steps at 234 an epoch reach into 2 (not train.epochs' 3); the progress line's epoch
 # for a step is metrics.jsonl's, numbered from 1; an eval after the last step (mid-epoch) says so

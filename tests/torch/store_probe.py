@@ -1,7 +1,11 @@
 # store_probe.py - env:// rendezvous and one gloo all_reduce, then says whether this worker
-# listens on MASTER_PORT itself (it must not when the agent serves the workers' store) and
-# which torch it ran. Used by tests/sh/test_torch_agent_store.sh.
+# listens on MASTER_PORT itself (it must not when the agent serves the workers' store), which
+# torch it ran, its MASTER_PORT and whether a key the last round set is gone from the store.
+# PROBE_FAIL_ONCE=1: in the first round, rank 1 leaves a key and fails (a restart follows).
+# Used by tests/sh/test_torch_agent_store.sh.
 import os
+import time
+
 import torch
 import torch.distributed as dist
 
@@ -34,7 +38,18 @@ t = torch.full((256,), float(rank + 1))
 dist.all_reduce(t)
 assert torch.all(t == world * (world + 1) / 2), t[:4]
 port = int(os.environ["MASTER_PORT"])
+store = dist.distributed_c10d._get_default_store()
+restart = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+if os.environ.get("PROBE_FAIL_ONCE") == "1" and restart == "0":
+    store.add("probe_last_round", 1)
+    dist.barrier()
+    if rank == 1:
+        os._exit(3)
+    time.sleep(60)  # the agent stops it and restarts both
+fresh = store.add("probe_last_round", 0) == 0  # 1.13's PrefixStore has no check()
 print(f"probe ok rank {rank} of {world} torch {torch.__version__.split('.')[0]}.x "
       f"USE_AGENT_STORE={os.environ.get('TORCHELASTIC_USE_AGENT_STORE', '-')} "
-      f"listens_on_master_port={listens_on(port)}", flush=True)
+      f"listens_on_master_port={listens_on(port)} MASTER_PORT={port} CDDP_STORE={os.environ.get('CDDP_STORE', '-')} "
+      f"restart={restart} fresh_keys={fresh}",
+      flush=True)
 dist.destroy_process_group()

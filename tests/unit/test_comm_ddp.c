@@ -25,6 +25,7 @@ typedef struct {
   size_t n, bucket_bytes;
   cddp_redop_t op;
   cddp_compress_t compress;
+  int over;    /* create_over on: 1 a slice of comm memory (past a head), 2 plain heap memory */
   int failures[MAXW];
   int buckets;
   uint64_t bytes;
@@ -38,22 +39,44 @@ typedef struct {
 /* Gradients a rank "produces": small integers, so float sums are exact. */
 static float grad_value(int rank, size_t i, int step) { return (float)((int)(i % 97) + 10 * rank + step); }
 
+#define OVER_HEAD 40 /* floats before the gradients in a create_over buffer (the parameters' place) */
+
 /* A rank's communicator (shm) and DDP object with compression set; NULL (and nothing left
- * open) when any of it fails. */
-static cddp_ddp_t *open_ddp(cddp_store_t *store, int rank, int world, size_t n, size_t bucket, cddp_redop_t op,
-                            cddp_compress_t compress, cddp_comm_t **comm) {
+ * open) when any of it fails. over (ddp_case_t's) puts the gradients in *mem, the caller's. */
+static cddp_ddp_t *open_ddp_over(cddp_store_t *store, int rank, int world, size_t n, size_t bucket, cddp_redop_t op,
+                                 cddp_compress_t compress, int over, void **mem, cddp_comm_t **comm) {
   cddp_comm_config_t cfg;
   cddp_comm_config_default(&cfg);
   cfg.transport = "shm";
   cddp_ddp_t *d = NULL;
-  *comm = NULL;
-  if (cddp_comm_init(comm, store, rank, world, 0, &cfg) == CDDP_OK && cddp_ddp_create(&d, *comm, n, bucket, op) == CDDP_OK &&
-      cddp_ddp_set_compress(d, compress) == CDDP_OK)
+  *comm = NULL, *mem = NULL;
+  size_t bytes = (OVER_HEAD + n) * sizeof(float);
+  if (cddp_comm_init(comm, store, rank, world, 0, &cfg) != CDDP_OK) return NULL;
+  if (over == 1 && cddp_comm_mem_alloc(*comm, bytes, mem) != CDDP_OK) *mem = NULL;
+  if (over == 2) *mem = calloc(1, bytes);
+  float *grads = *mem ? (float *)*mem + OVER_HEAD : NULL;
+  if ((over == 0 || grads) && cddp_ddp_create_over(&d, *comm, grads, n, bucket, op) == CDDP_OK &&
+      cddp_ddp_set_compress(d, compress) == CDDP_OK && (!over || cddp_ddp_grads(d) == grads))
     return d;
   cddp_ddp_destroy(d);
+  if (over == 1) cddp_comm_mem_free(*comm, *mem);
+  if (over == 2) free(*mem);
   cddp_comm_destroy(*comm);
-  *comm = NULL;
+  *comm = NULL, *mem = NULL;
   return NULL;
+}
+
+static cddp_ddp_t *open_ddp(cddp_store_t *store, int rank, int world, size_t n, size_t bucket, cddp_redop_t op,
+                            cddp_compress_t compress, cddp_comm_t **comm) {
+  void *mem;
+  return open_ddp_over(store, rank, world, n, bucket, op, compress, 0, &mem, comm);
+}
+
+static void close_ddp_over(cddp_ddp_t *d, cddp_comm_t *comm, int over, void *mem) {
+  cddp_ddp_destroy(d); /* leaves the caller's gradients alone: freed below, after it */
+  if (over == 1) cddp_comm_mem_free(comm, mem);
+  if (over == 2) free(mem);
+  cddp_comm_destroy(comm);
 }
 
 static void *rank_main(void *p) {
@@ -61,7 +84,8 @@ static void *rank_main(void *p) {
   ddp_case_t *c = a->c;
   int rank = a->rank, bad = 0;
   cddp_comm_t *comm;
-  cddp_ddp_t *d = open_ddp(c->store, rank, c->world, c->n, c->bucket_bytes, c->op, c->compress, &comm);
+  void *mem;
+  cddp_ddp_t *d = open_ddp_over(c->store, rank, c->world, c->n, c->bucket_bytes, c->op, c->compress, c->over, &mem, &comm);
   if (!d) {
     c->failures[rank] = -1;
     return NULL;
@@ -96,10 +120,11 @@ static void *rank_main(void *p) {
   cddp_ddp_stats_t st;
   cddp_ddp_stats(d, &st, 0);
   if (rank == 0) c->buckets = st.buckets, c->bytes = st.bytes;
+  /* the head of a create_over buffer (where the parameters would be) is never written */
+  for (size_t i = 0; c->over && i < OVER_HEAD; i++) bad += ((float *)mem)[i] != 0.0f;
   c->failures[rank] = bad;
   free(params);
-  cddp_ddp_destroy(d);
-  cddp_comm_destroy(comm);
+  close_ddp_over(d, comm, c->over, mem);
   return NULL;
 }
 
@@ -122,6 +147,18 @@ TEST(ddp_sum_two_ranks_many_buckets) {
   run_case(&c);
   CHECK_EQ(c.buckets, 10); /* 10007 floats in buckets of 1024 */
   CHECK_EQ(c.bytes, (uint64_t)3 * 10007 * 4);
+}
+
+TEST(ddp_over_callers_gradients_comm_memory_and_heap) {
+  /* buckets as slices of the caller's buffer: a slice of comm memory (shm's zero copy) and
+   * plain heap memory (staged) give the same exact sums as create's own buffer */
+  for (int over = 1; over <= 2; over++) {
+    ddp_case_t c = {.world = 2, .overlap = 1, .n = 10007, .bucket_bytes = 4096, .op = CDDP_SUM, .over = over};
+    run_case(&c);
+    CHECK_EQ(c.buckets, 10);
+  }
+  ddp_case_t a = {.world = 3, .overlap = 0, .n = 5000, .bucket_bytes = 8192, .op = CDDP_AVG, .over = 1};
+  run_case(&a);
 }
 
 TEST(ddp_avg_three_ranks) {

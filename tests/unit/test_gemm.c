@@ -1,7 +1,8 @@
-/* test_gemm.c - the bf16 matrix product (gemm_bf16.c) against a double-precision product of
- * the same bf16-rounded inputs, over every orientation, ragged shapes, strides, several k
- * blocks and beta; threads that give the bits of one; and train.precision's refusal on a CPU
- * without AVX512-BF16. */
+/* test_gemm.c - the bf16 matrix product (gemm_bf16.c), on every path this CPU has (VDPBF16PS,
+ * FMA at 512, 256 and 128 bits), against a double-precision product of the same bf16-rounded
+ * inputs, over every orientation, ragged shapes, strides, several k blocks and beta; the FMA
+ * paths giving one another's bits; threads that give the bits of one; A by rows the bits of A
+ * packed; and CDDP_CPU_BF16's refusal of a path the CPU lacks. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -53,14 +54,17 @@ static void check_case(int ta, int tb, int M, int N, int K, float alpha, float b
   free(A), free(B), free(C), free(C0);
 }
 
-#define SKIP_WITHOUT_BF16()                                                               \
-  do {                                                                                    \
-    if (!cddp__cpu_has_bf16()) CDDP_TEST_SKIP("[cpu:avx512_bf16] the bf16 product needs it"); \
-  } while (0)
+/* The paths, fastest first; the FMA ones are checked wherever the CPU has them, VDPBF16PS's in
+ * its own tests, which skip (naming the feature) on a CPU without it. */
+static const char *const fma_paths[] = {"avx512", "avx2", "sse2"};
+enum { NFMA = sizeof fma_paths / sizeof fma_paths[0] };
 
-/* (the refusal where the CPU lacks it: gemm_precision_switches_and_refuses) */
-TEST(gemm_bf16_matches_rounded_reference) {
-  SKIP_WITHOUT_BF16();
+static void use(const char *path) {
+  if (cddp__gemm_bf16_use(path) != CDDP_OK) TEST_FAIL("%s: %s", path, cddp_last_error());
+}
+
+static void matches_rounded_reference(const char *path) {
+  use(path);
   int shapes[][3] = {{1, 1, 1}, {13, 37, 7}, {12, 32, 2}, {97, 70, 385}, {25, 9, 800}, {5, 130, 33}};
   for (size_t c = 0; c < sizeof shapes / sizeof shapes[0]; c++)
     for (int ta = 0; ta < 2; ta++)
@@ -72,13 +76,11 @@ TEST(gemm_bf16_matches_rounded_reference) {
       }
 }
 
-/* Products large enough to be split over threads (rows of C, or columns when there are few
- * row blocks) give the bits of one thread: each element sums the same blocks in the same order. */
-/* A whose k is contiguous is rounded row by row (round_rows), its transpose is packed in panels
- * (pack_panels): the same pairs summed in the same order, so the same bits, for ragged M (a
+/* A whose k is contiguous and its transpose are packed (or, on VDPBF16PS, rounded row by row)
+ * differently: the same pairs summed in the same order, so the same bits, for ragged M (a
  * partial last tile), odd K and K over several blocks. */
-TEST(gemm_bf16_a_by_rows_gives_the_bits_of_a_packed) {
-  SKIP_WITHOUT_BF16();
+static void a_by_rows_gives_the_bits_of_a_packed(const char *path) {
+  use(path);
   static const int shapes[][3] = {{13, 40, 31}, {25, 33, 257}, {96, 64, 600}, {1, 17, 2}, {130, 32, 513}};
   for (size_t c = 0; c < sizeof shapes / sizeof shapes[0]; c++) {
     int M = shapes[c][0], N = shapes[c][1], K = shapes[c][2];
@@ -90,13 +92,15 @@ TEST(gemm_bf16_a_by_rows_gives_the_bits_of_a_packed) {
     cddp__gemm_bf16(0, 0, M, N, K, 1.0f, A, K, B, N, 0.0f, C1, N);  /* A rows, k contiguous */
     cddp__gemm_bf16(1, 0, M, N, K, 1.0f, At, M, B, N, 0.0f, C2, N); /* the same A, lanes contiguous */
     if (memcmp(C1, C2, (size_t)M * N * sizeof *C1) != 0)
-      TEST_FAIL("%dx%dx%d: A by rows and A packed differ", M, N, K);
+      TEST_FAIL("%s %dx%dx%d: A by rows and A packed differ", path, M, N, K);
     free(A), free(At), free(B), free(C1), free(C2);
   }
 }
 
-TEST(gemm_bf16_threads_give_the_bits_of_one) {
-  SKIP_WITHOUT_BF16();
+/* Products large enough to be split over threads (rows of C, or columns when there are few
+ * row blocks) give the bits of one thread: each element sums the same blocks in the same order. */
+static void threads_give_the_bits_of_one(const char *path) {
+  use(path);
   int shapes[][3] = {{1000, 64, 300}, {400, 300, 160}, {150, 1100, 110}, {2050, 70, 129}};
   for (size_t c = 0; c < sizeof shapes / sizeof shapes[0]; c++)
     for (int ta = 0; ta < 2; ta++)
@@ -115,11 +119,71 @@ TEST(gemm_bf16_threads_give_the_bits_of_one) {
           CHECK_EQ(cddp__gemm_bf16_threads(), 3);
           cddp__gemm_bf16(ta, tb, M, N, K, 1.0f, A, lda, B, ldb, beta, C2, ldc);
           if (memcmp(C1, C2, (size_t)M * ldc * sizeof *C1) != 0)
-            TEST_FAIL("ta %d tb %d %dx%dx%d beta %g: 3 threads differ from 1", ta, tb, M, N, K, beta);
+            TEST_FAIL("%s ta %d tb %d %dx%dx%d beta %g: 3 threads differ from 1", path, ta, tb, M, N, K, beta);
           free(A), free(B), free(C1), free(C2);
         }
   cddp__gemm_bf16_set_threads(1);
   CHECK_EQ(cddp__gemm_bf16_threads(), 1);
+}
+
+/* each check on every FMA path this CPU has (SSE2: every x86-64), then back to auto */
+static void on_fma_paths(void (*check)(const char *path)) {
+  for (int i = 0; i < NFMA; i++)
+    if (cddp__gemm_bf16_path(fma_paths[i])) check(fma_paths[i]);
+  CHECK(cddp__gemm_bf16_path("sse2") != NULL);
+  use("auto");
+}
+
+static void on_vdpbf16ps(void (*check)(const char *path)) {
+  if (!cddp__gemm_bf16_path("avx512_bf16")) CDDP_TEST_SKIP("[cpu:avx512_bf16] VDPBF16PS needs it");
+  check("avx512_bf16");
+  use("auto");
+}
+
+TEST(gemm_bf16_fma_matches_rounded_reference) { on_fma_paths(matches_rounded_reference); }
+TEST(gemm_bf16_fma_a_by_rows_gives_the_bits_of_a_packed) { on_fma_paths(a_by_rows_gives_the_bits_of_a_packed); }
+TEST(gemm_bf16_fma_threads_give_the_bits_of_one) { on_fma_paths(threads_give_the_bits_of_one); }
+/* the three above on VDPBF16PS, as one test: one skip where the CPU lacks it */
+static void vdpbf16ps_contract(const char *path) {
+  matches_rounded_reference(path);
+  a_by_rows_gives_the_bits_of_a_packed(path);
+  threads_give_the_bits_of_one(path);
+}
+TEST(gemm_bf16_vdpbf16ps_keeps_the_contract) { on_vdpbf16ps(vdpbf16ps_contract); }
+
+/* The FMA paths keep one contract (gemm_bf16_kern.h), so each gives SSE2's bits: every
+ * orientation, beta 0, 1 and another, K over several blocks and odd, ragged tiles, and ties
+ * and denormals in the inputs. */
+TEST(gemm_bf16_fma_paths_give_the_same_bits) {
+  int shapes[][3] = {{13, 37, 7}, {97, 70, 385}, {25, 33, 800}, {130, 65, 513}};
+  for (size_t c = 0; c < sizeof shapes / sizeof shapes[0]; c++)
+    for (int ta = 0; ta < 2; ta++)
+      for (int tb = 0; tb < 2; tb++)
+        for (int b = 0; b < 3; b++) {
+          int M = shapes[c][0], N = shapes[c][1], K = shapes[c][2], ldc = N + 1;
+          int lda = ta ? M : K, ldb = tb ? K : N;
+          uint64_t s = (uint64_t)(M * 7 + N + K + ta + 2 * tb);
+          float *A = rnd((size_t)(ta ? K : M) * lda, &s), *B = rnd((size_t)(tb ? N : K) * ldb, &s);
+          float *C0 = rnd((size_t)M * ldc, &s), *C1 = malloc((size_t)M * ldc * sizeof *C1);
+          float *C2 = malloc((size_t)M * ldc * sizeof *C2), beta = b == 0 ? 0.0f : b == 1 ? 1.0f : -0.3f;
+          if (c == 0) { /* ties to even (down, up), just past a tie, denormals */
+            static const uint32_t odd[] = {0x3f808000u, 0x3f818000u, 0xbf808001u, 0x00000001u, 0x80018000u};
+            for (int k = 0; k < 5; k++) memcpy(ta ? &A[(size_t)k * lda] : &A[k], &odd[k], 4);
+          }
+          memcpy(C1, C0, (size_t)M * ldc * sizeof *C1);
+          use("sse2");
+          cddp__gemm_bf16(ta, tb, M, N, K, 1.5f, A, lda, B, ldb, beta, C1, ldc);
+          for (int i = 0; i < NFMA - 1; i++) {
+            if (!cddp__gemm_bf16_path(fma_paths[i])) continue;
+            memcpy(C2, C0, (size_t)M * ldc * sizeof *C2);
+            use(fma_paths[i]);
+            cddp__gemm_bf16(ta, tb, M, N, K, 1.5f, A, lda, B, ldb, beta, C2, ldc);
+            if (memcmp(C1, C2, (size_t)M * ldc * sizeof *C1) != 0)
+              TEST_FAIL("%s ta %d tb %d %dx%dx%d beta %g: not SSE2's bits", fma_paths[i], ta, tb, M, N, K, beta);
+          }
+          free(A), free(B), free(C0), free(C1), free(C2);
+        }
+  use("auto");
 }
 
 TEST(gemm_precision_switches_and_refuses) {
@@ -127,16 +191,36 @@ TEST(gemm_precision_switches_and_refuses) {
   float a[4] = {1.001f, 2, 3, 4}, b[4] = {1, 0, 0, 1}, c[4];
   cddp__gemm(CblasNoTrans, CblasNoTrans, 2, 2, 2, 1.0f, a, 2, b, 2, 0.0f, c, 2);
   CHECK(c[0] == 1.001f); /* fp32: no rounding of the inputs */
-  if (cddp__cpu_has_bf16()) {
-    CHECK_OK(cddp__gemm_set_precision(CDDP_PRECISION_BF16));
-    cddp__gemm(CblasNoTrans, CblasNoTrans, 2, 2, 2, 1.0f, a, 2, b, 2, 0.0f, c, 2);
-    CHECK(c[0] == 1.0f && c[3] == 4.0f); /* 1.001 has no bf16 of its own */
-    CHECK_OK(cddp__gemm_set_precision(CDDP_PRECISION_FP32));
+  CHECK_OK(cddp__gemm_set_precision(CDDP_PRECISION_BF16)); /* on any CPU */
+  cddp__gemm(CblasNoTrans, CblasNoTrans, 2, 2, 2, 1.0f, a, 2, b, 2, 0.0f, c, 2);
+  CHECK(c[0] == 1.0f && c[3] == 4.0f); /* 1.001 has no bf16 of its own */
+  float big = 3.4e38f, nan = NAN, one = 1.0f; /* the largest floats round up to infinity */
+  cddp__gemm(CblasNoTrans, CblasNoTrans, 1, 1, 1, 1.0f, &big, 1, &one, 1, 0.0f, c, 1);
+  CHECK(isinf(c[0]) && c[0] > 0);
+  cddp__gemm(CblasNoTrans, CblasNoTrans, 1, 1, 1, 1.0f, &nan, 1, &one, 1, 0.0f, c, 1);
+  CHECK(isnan(c[0]));
+  CHECK_OK(cddp__gemm_set_precision(CDDP_PRECISION_FP32));
+  /* auto is the fastest path this CPU has */
+  const char *best = cddp__gemm_bf16_path("auto");
+  CHECK(best != NULL);
+  if (cddp__gemm_bf16_path("avx512_bf16")) CHECK(strcmp(best, "avx512_bf16") == 0);
+  else if (cddp__gemm_bf16_path("avx2") && !cddp__gemm_bf16_path("avx512")) CHECK(strcmp(best, "avx2") == 0);
+  /* CDDP_CPU_BF16 names a path; one the CPU lacks, or no path at all, is refused in one line */
+  setenv("CDDP_CPU_BF16", "sse2", 1);
+  CHECK(strcmp(cddp__gemm_bf16_path(NULL), "sse2") == 0);
+  CHECK_OK(cddp__gemm_set_precision(CDDP_PRECISION_BF16));
+  CHECK_OK(cddp__gemm_set_precision(CDDP_PRECISION_FP32));
+  const char *lacking = !cddp__gemm_bf16_path("avx512_bf16") ? "avx512_bf16" : NULL;
+  for (int i = 0; i < 2; i++) {
+    const char *bad = i == 0 ? lacking : "avx9";
+    if (!bad) continue; /* this CPU has every path */
+    setenv("CDDP_CPU_BF16", bad, 1);
+    CHECK(cddp__gemm_bf16_path(NULL) == NULL);
+    CHECK_RESULT(cddp__gemm_set_precision(CDDP_PRECISION_BF16), CDDP_INVALID_ARG);
+    CHECK(strstr(cddp_last_error(), "CDDP_CPU_BF16") != NULL);
+    CHECK(strstr(cddp_last_error(), bad) != NULL);
+    CHECK(strchr(cddp_last_error(), '\n') == NULL);
+    CHECK_EQ(cddp__gemm_precision(), CDDP_PRECISION_FP32);
   }
-  setenv("CDDP_CPU_BF16", "0", 1);
-  CHECK(!cddp__cpu_has_bf16());
-  CHECK_RESULT(cddp__gemm_set_precision(CDDP_PRECISION_BF16), CDDP_INVALID_ARG);
-  CHECK(strstr(cddp_last_error(), "train.precision") != NULL);
-  CHECK(strchr(cddp_last_error(), '\n') == NULL);
-  CHECK_EQ(cddp__gemm_precision(), CDDP_PRECISION_FP32);
+  unsetenv("CDDP_CPU_BF16");
 }

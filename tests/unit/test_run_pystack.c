@@ -1,6 +1,7 @@
 /* test_run_pystack.c - where a Python worker is, from py-spy's dump (launcher/pystack.c): the user's
  * innermost frame and the torch.distributed call it waits in, under torch 1.13's and 2.x's
- * layouts, the main thread picked among several, and text that is no dump or is hostile. */
+ * layouts, the main thread picked among several, a group's set-up and an import told apart from a
+ * collective, and text that is no dump or is hostile. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -53,19 +54,49 @@ TEST(pystack_main_thread_picked) {
   if (strcmp(w.user, "step (train.py:12)")) TEST_FAIL("'%s'", w.user);
 }
 
+/* a rank forming the group waits for ranks still starting: set-up, not a collective; a rank still
+ * importing torch says so; a collective after set-up is no set-up */
+TEST(pystack_setup_and_import) {
+  cddp__pywhere_t w;
+  CHECK_EQ(WHERE("Thread 3 (idle): \"MainThread\"\n"
+                 "    _create_gloo_process_group (/v/lib/python3.11/site-packages/torch/distributed/distributed_c10d.py:2101)\n"
+                 "    _new_process_group_helper (/v/lib/python3.11/site-packages/torch/distributed/distributed_c10d.py:2050)\n"
+                 "    init_process_group (/v/lib/python3.11/site-packages/torch/distributed/distributed_c10d.py:1790)\n"
+                 "    wrapper (/v/lib/python3.11/site-packages/torch/distributed/c10d_logger.py:81)\n"
+                 "    main (/w/hang.py:26)\n", &w), 0);
+  if (!w.setup || w.importing || strcmp(w.coll, "_create_gloo_process_group")) TEST_FAIL("%d %d '%s'", w.setup, w.importing, w.coll);
+  CHECK_EQ(WHERE("Thread 3 (idle): \"MainThread\"\n"
+                 "    _create_c10d_store (/usr/lib/python3/dist-packages/torch/distributed/rendezvous.py:155)\n"
+                 "    _env_rendezvous_handler (/usr/lib/python3/dist-packages/torch/distributed/rendezvous.py:244)\n"
+                 "    main (/w/hang.py:26)\n", &w), 0);
+  CHECK(w.setup);
+  CHECK_EQ(WHERE("Thread 4 (active): \"MainThread\"\n"
+                 "    <module> (/v/lib/python3.11/site-packages/torch/__init__.py:290)\n"
+                 "    _call_with_frames_removed (<frozen importlib._bootstrap>:241)\n"
+                 "    exec_module (<frozen importlib._bootstrap_external>:940)\n"
+                 "    _find_and_load (<frozen importlib._bootstrap>:1178)\n"
+                 "    <module> (/w/hang.py:7)\n", &w), 0);
+  if (!w.importing || w.setup || strcmp(w.user, "<module> (hang.py:7)")) TEST_FAIL("%d %d '%s'", w.importing, w.setup, w.user);
+  CHECK_EQ(WHERE("Thread 1 (idle): \"MainThread\"\n"
+                 "    all_reduce (/usr/lib/python3/dist-packages/torch/distributed/distributed_c10d.py:1541)\n"
+                 "    main (/tmp/x/hang.py:31)\n", &w), 0);
+  CHECK(!w.setup && !w.importing);
+}
+
 /* no dump (py-spy's error text), malformed frames, a huge line: -1 or nothing named, never past a buffer */
 TEST(pystack_hostile) {
   cddp__pywhere_t w;
   CHECK_EQ(WHERE("Error: Failed to find python version from target process\n", &w), -1);
-  CHECK_EQ(WHERE("Thread 1 (idle)\n    (\n    f (nocolon)\n    ) x (\n", &w), 0);
+  CHECK_EQ(WHERE("Thread 1 (idle)\n    (\n    f (nocolon)\n    ) x (\n", &w), -1);
   CHECK(!w.user[0] && !w.coll[0]);
+  CHECK_EQ(WHERE("Thread 27617 (active+gil): \"MainThread\"\nThread 2 (idle): \"t\"\n    f (/w/x.py:1)\n", &w), -1); /* torn */
   size_t n = 300000;
   char *big = malloc(n + 64);
   CHECK(big != NULL);
   strcpy(big, "Thread 1 (idle)\n    ");
   memset(big + 20, 'a', n);
   strcpy(big + 20 + n, " (/w/x.py:1)\n");
-  CHECK_EQ(where_of(big, strlen(big), &w), 0);
+  CHECK_EQ(where_of(big, strlen(big), &w), -1); /* its one frame cut: none read */
   CHECK(strlen(w.user) < sizeof w.user);
   free(big);
 }

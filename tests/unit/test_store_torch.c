@@ -3,7 +3,7 @@
  * parked until another connection sets its key, requests split across writes and several in
  * one write, a request it does not serve, a field larger than torch sends; 2.x's validation,
  * ping, append and multi-key queries; cddp's own clients on the same listener, whose keys torch's
- * clients cannot see. (test_torchrun.sh and test_warm.sh have torch itself use it.) */
+ * clients cannot see; a key space per round of the job; a torch client is not swept as a stranger. (test_torchrun.sh and test_warm.sh have torch itself use it.) */
 #include <netinet/in.h>
 #include <poll.h>
 #include <stdint.h>
@@ -70,7 +70,7 @@ enum { V2_VALIDATE, V2_SET, V2_COMPARE_SET, V2_GET, V2_ADD, V2_CHECK, V2_WAIT, V
        V2_APPEND, V2_MULTI_GET, V2_MULTI_SET, V2_CANCEL_WAIT, V2_PING, V2_QUEUE_PUSH };
 
 static int start(cddp_store_server_t **srv) {
-  CHECK(cddp__store_server_start_torch(srv, "127.0.0.1", 0, NULL) == CDDP_OK);
+  CHECK(cddp__store_server_start_torch(srv, "127.0.0.1", 0, NULL, NULL) == CDDP_OK);
   return cddp_store_server_port(*srv);
 }
 
@@ -298,6 +298,62 @@ TEST(torchstore_shares_the_listener_with_cddp_clients) {
   free(val);
   cddp_store_close(s);
   close(fd), close(old);
+  cddp_store_server_stop(ts);
+}
+
+/* The torch keys belong to the round the job's round key names when a client comes: a client that
+ * comes after it changed finds none of the last round's keys, and the last round's clients
+ * (parked or not) are closed. */
+TEST(torchstore_a_round_of_keys_each) {
+  cddp_store_server_t *ts;
+  CHECK(cddp__store_server_start_torch(&ts, "127.0.0.1", 0, NULL, "job/torch/round") == CDDP_OK);
+  int port = cddp_store_server_port(ts);
+  cddp_store_t *s = NULL;
+  CHECK(cddp_store_tcp_connect(&s, "127.0.0.1", port, NULL, 5000) == CDDP_OK);
+  CHECK(cddp_store_set(s, "job/torch/round", "0", 1) == CDDP_OK);
+  int a = client(port), parked = client2(port);
+  req_t r = {0};
+  u8(&r, ADD), str(&r, "init/"), u64(&r, 2);
+  send_req(a, &r);
+  CHECK_EQ(recv_i64(a), 2);
+  r.n = 0, u8(&r, V2_WAIT), u64(&r, 1), str(&r, "never");
+  send_req(parked, &r);
+  CHECK(quiet(parked, 50));
+  CHECK(cddp_store_set(s, "job/torch/round", "1", 1) == CDDP_OK);
+  CHECK(quiet(parked, 50)); /* a new round begins with its first client, not with the key */
+  int b = client(port);
+  r.n = 0, u8(&r, ADD), str(&r, "init/"), u64(&r, 1);
+  send_req(b, &r);
+  CHECK_EQ(recv_i64(b), 1); /* round 0's count is gone */
+  char x;
+  CHECK_EQ(read(parked, &x, 1), 0); /* round 0's clients are closed */
+  send_req(a, &r);
+  CHECK_EQ(read(a, &x, 1), 0);
+  int c = client2(port); /* another client of round 1 sees its keys */
+  r.n = 0, u8(&r, V2_ADD), str(&r, "init/"), u64(&r, 1);
+  send_req(c, &r);
+  CHECK_EQ(recv_i64(c), 2);
+  cddp_store_close(s);
+  close(a), close(b), close(c), close(parked);
+  cddp_store_server_stop(ts);
+}
+
+/* A torch client that sent a request is the job's: the sweep of silent strangers leaves it be. */
+TEST(torchstore_client_outlives_the_handshake_time) {
+  cddp_store_server_t *ts;
+  int port = start(&ts);
+  cddp__store_server_set_handshake_ms(ts, 100);
+  int fd = client2(port), idle = client(port);
+  usleep(1500 * 1000); /* the sweep runs every handshake_ms / 4 */
+  char x;
+  CHECK_EQ(read(idle, &x, 1), 0); /* connected and silent: swept */
+  req_t r = {0};
+  uint32_t nonce = 77, back = 0;
+  u8(&r, V2_PING), memcpy(r.b + r.n, &nonce, 4), r.n += 4;
+  send_req(fd, &r);
+  recv_n(fd, &back, 4);
+  CHECK_EQ(back, nonce);
+  close(fd), close(idle);
   cddp_store_server_stop(ts);
 }
 

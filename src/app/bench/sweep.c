@@ -127,7 +127,7 @@ static void netns_of(const char *prefix, int i, char *ns, size_t ns_size, char *
  * (node 0's output to DIR/runs/NAME.log, node i's to NAME.node<i>.log), waited for together. */
 static int run_one(const char *self, const char *config, int steps, const axis_t *ax, int nax, const int *pick,
                    const char *dir, const char *netns, const char *name, result_t *r) {
-  char steps_set[64], runs[4200], *tail[12 + 2 * AXES_MAX];
+  char steps_set[64], runs[4200], *tail[14 + 2 * AXES_MAX];
   char sets[AXES_MAX + 2][700]; /* indexed by axis: nodes and nproc take none */
   const char *nproc = "2";
   int nodes = 1, t = 0;
@@ -139,7 +139,8 @@ static int run_one(const char *self, const char *config, int steps, const axis_t
   }
   tail[t++] = (char *)self, tail[t++] = "train", tail[t++] = "--config", tail[t++] = (char *)config;
   tail[t++] = "--work-dir", tail[t++] = runs, tail[t++] = "--name", tail[t++] = (char *)name;
-  tail[t++] = "--set", tail[t++] = steps_set, tail[t++] = "--set", tail[t++] = "eval.every_epoch=false";
+  tail[t++] = "--set", tail[t++] = steps_set; /* a speed run: no evaluation, per epoch or at the end */
+  tail[t++] = "--set", tail[t++] = "eval.every_epoch=false", tail[t++] = "--set", tail[t++] = "eval.at_end=false";
   for (int a = 0; a < nax; a++) {
     if (!strcmp(ax[a].key, "nproc") || !strcmp(ax[a].key, "nodes")) continue;
     snprintf(sets[a], sizeof sets[a], "%.127s=%.560s", ax[a].key, ax[a].val[pick[a]]);

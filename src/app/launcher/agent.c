@@ -77,13 +77,12 @@ typedef struct agent {
   const char *not_retried; /* why the last failure is not retried (launcher/blame.h), or NULL */
   cddp__failure_t last;   /* restart-all: the failure that ended the previous round (rank -1: none) */
   cddp__warm_t *warm;     /* warm spares for the workers' restarts (launcher/warm.h), or NULL */
-  int torch_store;        /* the workers meet in a torch TCPStore this agent serves (job/worker_store.h) */
+  int torch_store;        /* the workers meet in the job's store, which speaks torch's protocol too (job/worker_store.h) */
   int torch_major;        /* the script's torch (1, 2), -1 when it is not a Python script importing torch */
   char *fr_env[CDDP__TORCH_FR_VARS_MAX]; /* torch's flight-recorder variables the workers get (torch_fr_vars.h) */
   int n_fr_env;
   cddp__etimer_t *timer;  /* TORCHELASTIC_ENABLE_FILE_TIMER=1: the workers' elastic timers, served */
   char timer_dir[4200], timer_path[4300];
-  cddp_store_server_t *tstore; /* this round's, when torch_store: speaks torch's TCPStore protocol */
   cddp__status_pub_t status; /* its node record and events for `cddp status` */
   int endpoint_written;   /* its --log-dir holds the endpoint record */
 } agent_t;
@@ -100,8 +99,9 @@ static void start_warm(agent_t *a) {
   else CDDP_INFO(CDDP_SUB_RUN, "no warm spares: %s", why);
 }
 
-/* Whether the workers meet in a TCPStore this agent serves, as torchrun's static rendezvous
- * has them do: a torch 1.x or 2.x script (the protocols store/torch_proto.c speaks). */
+/* Whether the workers meet in the job's store, as torchrun's agent store has them do: a torch 1.x
+ * or 2.x script (the protocols store/torch_proto.c speaks). The store's host says whether it
+ * serves them (job/worker_store.h); when it does not, rank 0 hosts their TCPStore after all. */
 static void choose_torch_store(agent_t *a) {
   char why[320] = "";
   int at = cddp__program_python_args(a->prog, why, sizeof why);
@@ -117,7 +117,7 @@ static void choose_torch_store(agent_t *a) {
   else if (major != 1 && major != 2)
     snprintf(why, sizeof why, "%s has torch %d.x, whose TCPStore protocol is not served", a->prog[0], major);
   else a->torch_store = 1;
-  if (a->torch_store) CDDP_INFO(CDDP_SUB_RUN, "the workers meet in a TCPStore this agent serves (torch %d.x)", major);
+  if (a->torch_store) CDDP_INFO(CDDP_SUB_RUN, "the workers meet in the job's store, which speaks torch %d.x's TCPStore protocol too", major);
   else CDDP_INFO(CDDP_SUB_RUN, "the workers' rank 0 hosts their TCPStore: %s", why);
 }
 
@@ -272,7 +272,9 @@ static int setup_store(agent_t *a) {
         a->server = NULL;
         break;
       }
-      if (cddp_store_server_start(&a->server, bind, a->js.port, a->token) == CDDP_OK) {
+      cddp_result_t sr = a->torch_store ? cddp__job_torch_store_start(&a->server, bind, a->js.port, a->token, o->run_id)
+                                        : cddp_store_server_start(&a->server, bind, a->js.port, a->token);
+      if (sr == CDDP_OK) {
         a->js.port = cddp_store_server_port(a->server);
         break;
       }
@@ -290,6 +292,26 @@ static int setup_store(agent_t *a) {
     return -1;
   }
   if (connect_store(a, &a->store) != 0 || connect_store(a, &a->watch_store) != 0) return -1;
+  if (a->server && a->torch_store && cddp__job_torch_store_mark(a->store) != CDDP_OK) {
+    fprintf(stderr, "cddp run: %s\n", cddp_last_error());
+    return -1;
+  }
+  return 0;
+}
+
+/* Once the first round closed (the store's host joined it, so it has said whether it serves
+ * torch): the workers meet in the job's store only when it does. -1: the store did not answer. */
+static int confirm_torch_store(agent_t *a) {
+  int served = cddp__job_torch_store_served(a->store);
+  if (served < 0) {
+    fprintf(stderr, "cddp run: %s\n", cddp_last_error());
+    return -1;
+  }
+  if (!served) {
+    a->torch_store = 0;
+    CDDP_INFO(CDDP_SUB_RUN, "the job's store at %s:%d does not serve torch's protocol for this job (another program "
+              "hosts it): the workers' rank 0 hosts their TCPStore", a->js.host, a->js.port);
+  }
   return 0;
 }
 
@@ -312,13 +334,14 @@ static char **worker_env(agent_t *a, int local_rank, int64_t gen, int replacemen
     }
     if (!ours) env[k++] = strdup(environ[i]);
   }
-  /* the workers' own rendezvous (rank 0's TCPStore under env://): a port that was free on node 0
-   * when this round formed, never the store's (static: the store is on --master-port) */
-  const char *maddr = o->backend == CDDP_RDZV_STATIC ? o->master_addr : rz->nodes[0].addr;
-  int mport = rz->nodes[0].master_port;
   char shost[256];
   int sport;
   cddp__job_store_now(&a->js, shost, sizeof shost, &sport);
+  /* the workers' own rendezvous: the job's store, on the port the user gave, when it serves
+   * torch; else rank 0's TCPStore on a port that was free on node 0 when this round formed,
+   * never the store's (static: the store is on --master-port) */
+  const char *maddr = a->torch_store ? shost : o->backend == CDDP_RDZV_STATIC ? o->master_addr : rz->nodes[0].addr;
+  int mport = a->torch_store ? sport : rz->nodes[0].master_port;
   int v6 = strchr(shost, ':') != NULL;
   char store[300];
   snprintf(store, sizeof store, "%s%s%s:%d", v6 ? "[" : "", shost, v6 ? "]" : "", sport);
@@ -357,7 +380,8 @@ static char **worker_env(agent_t *a, int local_rank, int64_t gen, int replacemen
   PUT("TORCHELASTIC_MAX_RESTARTS", "%d", o->max_restarts);
   PUT("TORCHELASTIC_USE_AGENT_STORE", "%s", a->torch_store ? "True" : "False");
   PUT("TORCHELASTIC_SIGNALS_TO_HANDLE", "SIGTERM,SIGINT,SIGHUP");
-  if (a->timer) PUT("TORCHELASTIC_TIMER_FILE", "%s", a->timer_path); /* torchrun 2.x's; what the agent forwards */
+  /* torchrun 2.x's: the pipe the agent serves, or the user's own path, forwarded as torchrun does */
+  if (a->timer_path[0]) PUT("TORCHELASTIC_TIMER_FILE", "%s", a->timer_path);
   /* the console is a terminal, through us: a progress line may be rewritten in place */
   if (a->live_console && (o->console[local_rank] & 2)) PUT("CDDP_CONSOLE_LIVE", "1");
   PUT("ROLE_NAME", "%s", o->role);
@@ -464,6 +488,11 @@ static void begin_ending(agent_t *a, cddp__workers_t *ws) {
 
 static int run_round(agent_t *a, cddp__workers_t *ws, int first) {
   int n = a->rz.nodes[a->rz.node_rank].nproc;
+  /* this round's torch workers find no key of the last round's (every node sets the same round) */
+  if (a->torch_store && cddp__job_torch_store_round(a->store, a->rz.round) != CDDP_OK) {
+    fprintf(stderr, "cddp run: %s\n", cddp_last_error());
+    return -1;
+  }
   int64_t gen = a->rz.round; /* restart-all: the round gathered this generation */
   if (a->o->replace && cddp__gen_latest(a->store, &gen) != CDDP_OK) {
     fprintf(stderr, "cddp run: %s\n", cddp_last_error());
@@ -548,8 +577,6 @@ static int finish(agent_t *a, int code) {
   cddp__status_pub_end(&a->status);
   cddp__warm_free(a->warm); /* first: nothing waits on them */
   a->warm = NULL;
-  cddp_store_server_stop(a->tstore);
-  a->tstore = NULL;
   if (a->elastic) {
     cddp__monitor_stop(a->ms.mon, 1);
     a->ms.mon = NULL;
@@ -805,19 +832,9 @@ static int agent_main(agent_t *a) {
   int min_round = 0, first = 1;
   for (;;) {
     cddp__rdzv_release(&a->rz);
-    /* a fresh port each round: the last round's rank 0 may have left its port in TIME_WAIT;
-     * a fresh torch store too, so no key of an earlier round is seen */
-    if (a->torch_store) {
-      cddp_store_server_stop(a->tstore);
-      a->tstore = NULL;
-      if (cddp__job_worker_store_start(a->js.host, &a->tstore) != CDDP_OK) {
-        fprintf(stderr, "cddp run: the workers' TCPStore: %s\n", cddp_last_error());
-        return finish(a, 1);
-      }
-      cfg.self.master_port = cddp_store_server_port(a->tstore);
-    } else {
-      cfg.self.master_port = cddp__sock_free_port();
-    }
+    /* rank 0's TCPStore, when the workers host their own: a fresh port each round (the last
+     * round's rank 0 may have left its port in TIME_WAIT) */
+    cfg.self.master_port = cddp__sock_free_port();
     /* the first join of a multi-node job: another --rdzv-id or a refused token said in one line */
     cddp__rdzv_watch_t rw = {0};
     if (first && !o->standalone && o->max_nodes > 1) {
@@ -835,6 +852,7 @@ static int agent_main(agent_t *a) {
     }
     CDDP_INFO(CDDP_SUB_RDZV, "round %d closed: node %d of %d, world %d", a->rz.round, a->rz.node_rank, a->rz.nnodes,
               a->rz.world_size);
+    if (first && a->torch_store && confirm_torch_store(a) != 0) return finish(a, 1);
     cddp__store_move_round(a->ms.mv, &cfg, &a->rz);
     char nproc_line[400];
     if (first && cddp__rdzv_nproc_line(&a->rz, nproc_line, sizeof nproc_line))
@@ -1046,10 +1064,13 @@ int cddp__run_main(int argc, char **argv) {
   else flight_tmp_dir(a.flight_dir, sizeof a.flight_dir, o.run_id);
   if (a.torch_major >= 2) a.n_fr_env = cddp__torch_fr_vars(a.flight_dir, a.fr_env);
   const char *want_timer = getenv("TORCHELASTIC_ENABLE_FILE_TIMER"); /* torchrun's switch */
+  const char *user_timer = getenv("TORCHELASTIC_TIMER_FILE"); /* the user's path is kept, as torchrun does */
+  if (user_timer && user_timer[0]) snprintf(a.timer_path, sizeof a.timer_path, "%s", user_timer);
   if (want_timer && !strcmp(want_timer, "1")) {
-    if ((tmp_dir(a.timer_dir, sizeof a.timer_dir, "cddp-timer-") != 0 && !(a.timer_dir[0] = '\0')) ||
-        !(a.timer = cddp__etimer_open(a.timer_dir, a.timer_path, sizeof a.timer_path))) {
-      fprintf(stderr, "cddp run: TORCHELASTIC_ENABLE_FILE_TIMER=1: %s\n", a.timer_dir[0] ? cddp_last_error() : strerror(errno));
+    if (!a.timer_path[0] && tmp_dir(a.timer_dir, sizeof a.timer_dir, "cddp-timer-") != 0) a.timer_dir[0] = '\0';
+    else if (!a.timer_path[0]) snprintf(a.timer_path, sizeof a.timer_path, "%s/timer.pipe", a.timer_dir);
+    if (!a.timer_path[0] || !(a.timer = cddp__etimer_open(a.timer_path))) {
+      fprintf(stderr, "cddp run: TORCHELASTIC_ENABLE_FILE_TIMER=1: %s\n", a.timer_path[0] ? cddp_last_error() : strerror(errno));
       if (a.timer_dir[0]) rmdir(a.timer_dir);
       return 1;
     }

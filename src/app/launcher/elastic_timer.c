@@ -183,13 +183,30 @@ int cddp__etimer_expired(cddp__etimer_t *t, double now, cddp__etimer_req_t *out)
 
 /* ---- the pipe ---- */
 
-cddp__etimer_t *cddp__etimer_open(const char *dir, char *path, size_t size) {
+/* A pipe left at path by an earlier run of ours is made afresh (torch's server does the same);
+ * anything else there is the user's and is never removed. */
+static int make_fifo(const char *path) {
+  if (mkfifo(path, 0600) == 0) return 0;
+  struct stat st;
+  if (errno != EEXIST || lstat(path, &st) != 0) return cddp__fail_errno(CDDP_SYSTEM, "cannot make the elastic timer's pipe %s", path), -1;
+  if (!S_ISFIFO(st.st_mode) || st.st_uid != geteuid())
+    return cddp__fail(CDDP_INVALID_USAGE, "%s exists and is no pipe of this user's: remove it or choose another path", path), -1;
+  if (unlink(path) != 0 || mkfifo(path, 0600) != 0)
+    return cddp__fail_errno(CDDP_SYSTEM, "cannot make the elastic timer's pipe %s afresh", path), -1;
+  return 0;
+}
+
+cddp__etimer_t *cddp__etimer_open(const char *path) {
   cddp__etimer_t *t = calloc(1, sizeof *t);
   if (!t) return cddp__fail(CDDP_SYSTEM, "out of memory"), NULL;
   t->fd = t->keep_fd = -1;
-  snprintf(t->path, sizeof t->path, "%s/timer.pipe", dir);
-  if (mkfifo(t->path, 0600) != 0) {
-    cddp__fail_errno(CDDP_SYSTEM, "cannot make the elastic timer's pipe %s", t->path);
+  if (strlen(path) >= sizeof t->path) {
+    cddp__fail(CDDP_INVALID_USAGE, "the elastic timer's pipe path is over %zu bytes", sizeof t->path - 1);
+    free(t);
+    return NULL;
+  }
+  snprintf(t->path, sizeof t->path, "%s", path);
+  if (make_fifo(t->path) != 0) {
     free(t);
     return NULL;
   }
@@ -200,7 +217,6 @@ cddp__etimer_t *cddp__etimer_open(const char *dir, char *path, size_t size) {
     cddp__etimer_close(t);
     return NULL;
   }
-  snprintf(path, size, "%s", t->path);
   return t;
 }
 

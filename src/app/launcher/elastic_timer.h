@@ -22,9 +22,10 @@ typedef struct cddp__etimer cddp__etimer_t;
 /* One request line (without its newline): 0, or -1 with one line in err. Never blocks. */
 int cddp__etimer_parse(const char *line, size_t len, cddp__etimer_req_t *out, char *err, size_t errlen);
 
-/* Makes the fifo dir/timer.pipe (mode 0600; dir: a private folder) and opens it to read without
- * blocking; path gets its name for the workers. NULL with one line in cddp_last_error(). */
-cddp__etimer_t *cddp__etimer_open(const char *dir, char *path, size_t size);
+/* Makes the fifo path (mode 0600: a private folder's, or the user's own TORCHELASTIC_TIMER_FILE,
+ * which torchrun keeps too) and opens it to read without blocking. A pipe of this user's already
+ * there is made afresh; anything else there is refused. NULL with one line in cddp_last_error(). */
+cddp__etimer_t *cddp__etimer_open(const char *path);
 void cddp__etimer_close(cddp__etimer_t *t); /* NULL is fine; removes the fifo */
 int cddp__etimer_fd(const cddp__etimer_t *t);
 

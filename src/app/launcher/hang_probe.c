@@ -1,6 +1,8 @@
 /* hang_probe.c - the watchdog for programs without a flight page (a torch script): a worker that
- * neither spends CPU nor writes a line for the timeout, while a peer waits in a collective, is
- * hung; so is one that is stopped. A long silent step spends CPU, so it is never a hang. */
+ * neither spends nor wants CPU nor writes a line for the timeout, outside torch.distributed and
+ * past its imports, while a peer waits in a collective, is hung; so is one that is stopped. A long
+ * silent step spends CPU, and a rank starved on a loaded machine wants it: never a hang. Ranks
+ * waiting in the group's set-up wait for ranks still starting, which are not judged. */
 #include <fcntl.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -38,11 +40,28 @@ static void take(cddp__probe_t *q, uint64_t now_ns, const char *stack_dir) {
   char path[4300];
   snprintf(path, sizeof path, "%s/pystack-rank%d.txt", stack_dir, q->rank);
   q->stack_ns = now_ns;
-  q->have_where = cddp__pystack_take(q->pid, path) == 0 && cddp__pystack_where(path, &q->where) == 0;
+  q->have_where = 0;
+  for (int tries = 0; tries < 2 && !q->have_where; tries++) /* --nonblocking may read a stack mid-change */
+    q->have_where = cddp__pystack_take(q->pid, path) == 0 && cddp__pystack_where(path, &q->where) == 0;
 }
 
+/* Its main thread runnable (R) or in the kernel's I/O (D): it wants the CPU. On a loaded machine a
+ * starved rank gets a sliver of one, so its CPU share alone would call it idle. */
+static int wants_cpu(char state) { return state == 'R' || state == 'D'; }
+
+/* Its stack was read since its last sign of progress: it says where the worker is idle. */
+static int fresh(const cddp__probe_t *q) { return q->have_where && q->stack_ns >= q->since_ns; }
+
 int cddp__probe_waiting(const cddp__probe_t *q) {
-  return q->pid && q->have_where && q->where.coll[0] && q->stack_ns >= q->since_ns;
+  return q->pid && fresh(q) && q->where.coll[0] && !q->where.setup;
+}
+
+const char *cddp__probe_state(const cddp__probe_t *q, uint64_t now_ns, uint64_t idle_ns) {
+  if (!q->pid) return NULL;
+  if (q->state == 'T' || q->state == 't') return "stopped";
+  if (!q->since_ns || now_ns < q->since_ns || now_ns - q->since_ns < idle_ns || !fresh(q)) return NULL;
+  if (q->where.importing || q->where.setup) return "starting";
+  return q->where.coll[0] ? "waiting" : "stuck";
 }
 
 int cddp__probe_find(cddp__probe_t *p, int n, uint64_t now_ns, int timeout_ms, uint64_t remote_since,
@@ -53,16 +72,19 @@ int cddp__probe_find(cddp__probe_t *p, int n, uint64_t now_ns, int timeout_ms, u
   int idle_any = 0;
   for (int i = 0; i < n; i++) {
     uint64_t ticks = 0;
+    char was = p[i].state;
     if (!p[i].pid || cddp__proc_stat(p[i].pid, &ticks, &p[i].state) != 0) {
       p[i].pid = 0;
       continue;
     }
     int stopped = p[i].state == 'T' || p[i].state == 't';
     uint64_t spent = (ticks - p[i].cpu_ticks) * (uint64_t)tick_ns;
-    int busy = p[i].since_ns && spent * 100 >= (now_ns - p[i].read_ns) * CDDP__PROBE_BUSY_PCT;
+    /* runnable at two looks in a row: a waiting rank's thread caught awake for an instant is not */
+    int starved = wants_cpu(was) && wants_cpu(p[i].state);
+    int busy = p[i].since_ns && (spent * 100 >= (now_ns - p[i].read_ns) * CDDP__PROBE_BUSY_PCT || starved);
     if (!p[i].since_ns || (!stopped && (busy || p[i].line_ns != p[i].seen_line_ns))) p[i].since_ns = now_ns;
     p[i].cpu_ticks = ticks, p[i].read_ns = now_ns, p[i].seen_line_ns = p[i].line_ns;
-    idle_any |= now_ns - p[i].since_ns >= limit;
+    idle_any |= now_ns - p[i].since_ns >= limit / 2; /* stacks from half the timeout on: none to wait for at it */
   }
   if (!idle_any) return -1;
   for (int i = 0; i < n; i++) /* where everyone is, now: the idle one and those it may hold up */
@@ -76,7 +98,9 @@ int cddp__probe_find(cddp__probe_t *p, int n, uint64_t now_ns, int timeout_ms, u
       snprintf(why, size, "hung: stopped (SIGSTOP or a debugger), no progress for %.1f s%s", idle, in);
       return i;
     }
-    if (!p[i].have_where || p[i].where.coll[0]) continue; /* unknown, or itself waiting in one */
+    /* unknown; itself waiting (in a collective or the group's set-up); or still starting (an
+     * import): none of these is the rank that holds the others up */
+    if (!fresh(&p[i]) || p[i].where.coll[0] || p[i].where.importing) continue;
     char ranks[128] = "", coll[48] = "";
     for (int j = 0; j < n; j++) {
       if (j == i || !cddp__probe_waiting(&p[j])) continue;

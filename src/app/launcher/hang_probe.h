@@ -33,18 +33,27 @@ uint64_t cddp__proc_rss_kb(pid_t pid);
 /* A worker spends CPU (this share of one CPU, in percent, or more) or writes a line: progress. */
 #define CDDP__PROBE_BUSY_PCT 5
 
-/* Reads every live worker's signs, then names a hung one: no progress for timeout_ms and stopped
- * (SIGSTOP, a debugger), or idle outside torch.distributed while a local peer's main thread is
- * inside it, or while a rank of another node waits in one (remote_since: since when, from the nodes'
- * status records; 0: none). Stacks are taken (into stack_dir/pystack-rank<R>.txt) only once a worker has been
- * idle for timeout_ms, at most every 2 s. Blocks for the stacks (py-spy, bounded). Returns its
+/* Reads every live worker's signs, then names a hung one: no progress (no CPU spent or wanted, no
+ * line) for timeout_ms and stopped (SIGSTOP, a debugger), or idle outside torch.distributed and
+ * outside any import while a local peer's main thread waits in a collective, or while a rank of
+ * another node waits in one (remote_since: since when, from the nodes' status records; 0: none).
+ * A peer in the group's set-up (init_process_group) is no waiting peer: the ranks it waits for are
+ * starting. Stacks are taken (into stack_dir/pystack-rank<R>.txt) only once a worker has been idle
+ * for half of timeout_ms, at most every 2 s. Blocks for the stacks (py-spy, bounded). Returns its
  * index and why ("hung: no progress for 10.0 s while ranks 0 wait in all_reduce; in f (a.py:7)"),
  * or -1. */
 int cddp__probe_find(cddp__probe_t *p, int n, uint64_t now_ns, int timeout_ms, uint64_t remote_since,
                      const char *stack_dir, char *why, size_t size);
 
-/* Whether q waits inside torch.distributed now: its stack, taken since its last sign of progress,
- * says so (what other nodes' watchdogs read from the status record). */
+/* Whether q waits in a collective now: its stack, taken since its last sign of progress, is inside
+ * torch.distributed but not in the group's set-up (what other nodes' watchdogs read from the
+ * status record). */
 int cddp__probe_waiting(const cddp__probe_t *q);
+
+/* What the watchdog makes of q now, for `cddp status` before any verdict: "stopped" (SIGSTOP, a
+ * debugger); idle for idle_ns or more and, by a stack taken since: "waiting" (in a collective),
+ * "starting" (importing, or in the group's set-up), "stuck" (in its own code: the rank the waiting
+ * ones wait for, named hung at the timeout); else NULL (making progress, or not known). */
+const char *cddp__probe_state(const cddp__probe_t *q, uint64_t now_ns, uint64_t idle_ns);
 
 #endif /* CDDP_LAUNCHER_HANG_PROBE_H */

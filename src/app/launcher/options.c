@@ -55,7 +55,7 @@ static const struct flag {
     [F_WARM] = {"warm-workers", 0, 1, 1, "on|off", "on: a Python program's restarts take warm spares, started ahead with torch imported (default on)"},
     [F_WARM_PRELOAD] = {"warm-preload", 0, 1, 1, "MOD,...", "what a warm spare imports ahead (default torch,torch.distributed when the script imports torch; '' = no spares)"},
     [F_WARM_DELAY] = {"warm-delay", 0, 1, 1, "SECONDS", "start the spares this long after the workers, so as not to slow their start (default 2)"},
-    [F_AGENT_STORE] = {"agent-store", 0, 1, 1, "auto|off", "auto: a torch 1.x script's workers meet in a TCPStore the agent serves (TORCHELASTIC_USE_AGENT_STORE=True); off: rank 0 hosts it (default auto)"},
+    [F_AGENT_STORE] = {"agent-store", 0, 1, 1, "auto|off", "auto: a torch script's workers meet in the job's store, MASTER_PORT its port (TORCHELASTIC_USE_AGENT_STORE=True); off: rank 0 hosts their TCPStore (default auto)"},
     [F_CPU_BIND] = {"cpu-bind", 0, 1, 1, "auto|none", "auto: each worker on its own share of this node's CPUs, when there are enough (default auto)"},
     [F_MONITOR] = {"monitor-interval", 0, 1, 1, "SECONDS", "accepted for torchrun; not needed: an exit is seen at once (SIGCHLD), not polled"},
     [F_RDZV_CONF] = {"rdzv-conf", 0, 1, 1, "K=V,...", "join_timeout, last_call_timeout, close_timeout, read_timeout (seconds), is_host (bool)"},

@@ -39,6 +39,18 @@ static int library_file(const char *file) {
          strstr(file, "/lib/python3") || strstr(file, "/lib64/python3");
 }
 
+/* A frame of torch.distributed's set-up: the group is being formed, so the ranks it waits for may
+ * still be starting (importing torch on a loaded machine), not hung. */
+static int setup_frame(const char *func, const char *loc) {
+  static const char *const names[] = {"init_process_group", "new_group", "new_subgroups", "_store_based_barrier",
+                                      "init_device_mesh", "_new_process_group_helper"};
+  if (!strstr(loc, "/torch/distributed/")) return 0;
+  if (strstr(loc, "/torch/distributed/rendezvous.py:")) return 1;
+  for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+    if (!strcmp(func, names[i])) return 1;
+  return 0;
+}
+
 /* "    func (file:line)" -> func, file:line; 0 when the line is no frame. */
 static int frame(char *line, char **func, char **loc) {
   if (strncmp(line, "    ", 4) != 0) return 0;
@@ -56,7 +68,7 @@ int cddp__pystack_where(const char *path, cddp__pywhere_t *where) {
   if (!f) return -1;
   char line[1024];
   size_t total = 0;
-  int threads = 0, in_main = 0, user_found = 0;
+  int threads = 0, in_main = 0, user_found = 0, frames = 0;
   while (total < DUMP_MAX_BYTES && fgets(line, sizeof line, f)) {
     size_t n = strlen(line);
     total += n;
@@ -66,11 +78,14 @@ int cddp__pystack_where(const char *path, cddp__pywhere_t *where) {
     if (!strncmp(line, "Thread ", 7)) { /* py-spy lists the main thread first; it says so when it knows */
       threads++;
       in_main = threads == 1 || strstr(line, "\"MainThread\"") != NULL;
-      if (threads > 1 && in_main) user_found = 0, where->user[0] = where->coll[0] = '\0';
+      if (threads > 1 && in_main) memset(where, 0, sizeof *where), user_found = 0, frames = 0;
       continue;
     }
     char *func, *loc;
     if (!in_main || !frame(line, &func, &loc)) continue;
+    frames++;
+    where->setup |= setup_frame(func, loc);
+    where->importing |= strstr(loc, "importlib._bootstrap") != NULL;
     if (!where->coll[0] && strstr(loc, "/torch/distributed/") && !user_found)
       snprintf(where->coll, sizeof where->coll, "%.47s", func);
     if (!user_found && !library_file(loc)) {
@@ -80,5 +95,5 @@ int cddp__pystack_where(const char *path, cddp__pywhere_t *where) {
     }
   }
   fclose(f);
-  return threads > 0 ? 0 : -1;
+  return frames > 0 ? 0 : -1; /* a main thread without frames: py-spy read it mid-change (--nonblocking) */
 }

@@ -215,7 +215,8 @@ static void proc_entry(cddp__status_pub_t *p, const cddp__worker_t *w, int i, ui
     r->idle_ms = (int64_t)((now - w->probe.since_ns) / 1000000u);
 }
 
-static void rank_entry(cddp__status_pub_t *p, const cddp__worker_t *w, int i, uint64_t now, cddp__status_rank_t *r) {
+static void rank_entry(cddp__status_pub_t *p, const cddp__worker_t *w, int i, uint64_t now, int hang_ms,
+                       cddp__status_rank_t *r) {
   const cddp__flight_page_t *pg = w->progress.page;
   int live = pg && __atomic_load_n(&pg->magic, __ATOMIC_ACQUIRE) == CDDP__FLIGHT_MAGIC;
   *r = (cddp__status_rank_t){.rank = w->rank, .pid = w->exited ? 0 : (int)w->pid, .replaced = w->replaced};
@@ -228,10 +229,15 @@ static void rank_entry(cddp__status_pub_t *p, const cddp__worker_t *w, int i, ui
   } else if (cddp__probe_waiting(&w->probe)) { /* no page: idle inside torch.distributed, by its stack */
     r->coll = w->probe.since_ns, r->in_coll = 1; /* one wait, one number: the other nodes time it */
     snprintf(r->last, sizeof r->last, "%.60s (its Python stack)", w->probe.where.coll);
+  } else if (w->probe.where.user[0] && cddp__probe_state(&w->probe, now, 0)) { /* idle in its own code */
+    snprintf(r->last, sizeof r->last, "in %.70s (its Python stack)", w->probe.where.user);
   }
   proc_entry(p, w, i, now, r);
+  /* a program without a page: the watchdog's reading, from half its timeout on (hang_probe.h) */
+  const char *seen = live || w->probe.pid != w->pid ? NULL : cddp__probe_state(&w->probe, now, (uint64_t)hang_ms * 500000ull);
   if (w->exited) snprintf(r->state, sizeof r->state, "%s", w->hang[0] ? "hung" : w->status ? "failed" : "exited");
-  else snprintf(r->state, sizeof r->state, "%s", live && r->coll ? "alive" : "starting");
+  else if (seen) snprintf(r->state, sizeof r->state, "%s", seen);
+  else snprintf(r->state, sizeof r->state, "%s", (live && r->coll) || (!live && w->out_ns) ? "alive" : "starting");
   /* the rate between the last two changes of the step, per process (a new one starts counting
    * afresh); while it stays, at most one step over the time since (a stall shows as a fall) */
   if (p->prev_pid[i] != r->pid || !p->prev_ns[i] || r->step < p->prev_step[i]) {
@@ -279,7 +285,7 @@ void cddp__status_pub_tick(cddp__workers_t *ws, void *arg) {
     start_clock(p, ws, loss);
   }
   p->node.nranks = CDDP_MIN(ws->n, CDDP__STATUS_RANKS);
-  for (int i = 0; i < p->node.nranks; i++) rank_entry(p, &ws->w[i], i, now, &p->node.ranks[i]);
+  for (int i = 0; i < p->node.nranks; i++) rank_entry(p, &ws->w[i], i, now, ws->hang_ms, &p->node.ranks[i]);
   snprintf(p->node.state, sizeof p->node.state, "running");
   hand_over(p);
   check_recovered(p, now);

@@ -394,9 +394,24 @@ static int dump_pages(cddp__workers_t *ws, uint64_t now) {
   return k;
 }
 
+/* The watchdog's own stack of worker w, taken since it went idle (hang_probe.c reads them from
+ * half the timeout on), moved to path: the verdict costs no second py-spy run on a loaded host. */
+static int reuse_probe_stack(const cddp__workers_t *ws, const cddp__worker_t *w, const char *path) {
+  if (!ws->err_dir || w->probe.pid != w->pid || !w->probe.have_where || w->probe.stack_ns < w->probe.since_ns) return -1;
+  char from[4300];
+  snprintf(from, sizeof from, "%s/pystack-rank%d.txt", ws->err_dir, w->rank);
+  return rename(from, path);
+}
+
+/* pid's Python stack in path, whole (a main thread with frames). */
+static int stack_read(pid_t pid, const char *path) {
+  cddp__pywhere_t where;
+  return cddp__pystack_take(pid, path) == 0 && cddp__pystack_where(path, &where) == 0;
+}
+
 /* Every live Python worker's stack (all threads, py-spy) to flight_dir/rank<R>.pystack.txt: how
- * many, -1 when there is no folder. */
-static int dump_pystacks(cddp__workers_t *ws) {
+ * many, -1 when there is no folder. reuse: the watchdog's fresh stacks may stand in. */
+static int dump_pystacks(cddp__workers_t *ws, int reuse) {
   if (!ws->flight_dir || cddp__mkdir_p(ws->flight_dir) != 0) return -1;
   int k = 0;
   for (int i = 0; i < ws->n; i++) {
@@ -405,8 +420,9 @@ static int dump_pystacks(cddp__workers_t *ws) {
     char path[4300], tmp[4320];
     snprintf(path, sizeof path, "%s/rank%d.pystack.txt", ws->flight_dir, ws->w[i].rank);
     snprintf(tmp, sizeof tmp, "%s.part", path); /* a miss keeps the stack an earlier dump wrote */
-    if (cddp__pystack_take(ws->w[i].pid, tmp) == 0 || cddp__pystack_take(ws->w[i].pid, tmp) == 0) /* read */
-      k += rename(tmp, path) == 0;                                   /* without a pause, it can miss */
+    if (reuse && reuse_probe_stack(ws, &ws->w[i], path) == 0) k++;
+    else if (stack_read(ws->w[i].pid, tmp) || stack_read(ws->w[i].pid, tmp)) /* read without a pause, */
+      k += rename(tmp, path) == 0;                                          /* it can miss */
     else unlink(tmp);
   }
   return k;
@@ -417,7 +433,7 @@ static int dump_pystacks(cddp__workers_t *ws) {
 static void dump_on_failure(cddp__workers_t *ws, const char *what, int stacks) {
   for (int i = 0; i < ws->n; i++)
     if (ws->w[i].hang[0]) return; /* the watchdog's, taken before its kill, say more than these */
-  int k = dump_pages(ws, cddp__now_ns()), s = stacks ? dump_pystacks(ws) : 0;
+  int k = dump_pages(ws, cddp__now_ns()), s = stacks ? dump_pystacks(ws, 0) : 0;
   if (k > 0 && s > 0)
     CDDP_INFO(CDDP_SUB_RUN, "on %s: the Python stacks of %d worker(s) and the flight records of %d worker(s) are in %s",
               what, s, k, ws->flight_dir);
@@ -471,7 +487,7 @@ static void watchdog(cddp__workers_t *ws) {
   char path[4300], where[4200] = "";
   if (dump_pages(ws, now) >= 0) {
     snprintf(path, sizeof path, "%s/rank%d.stack.txt", ws->flight_dir, w->rank);
-    if (dump_pystacks(ws) <= 0 || !probed) take_stack(w->pid, path); /* gdb: slow on a Python process */
+    if (dump_pystacks(ws, probed) <= 0 || !probed) take_stack(w->pid, path); /* gdb: slow on a Python process */
     snprintf(where, sizeof where, "; flight records and stack in %s", ws->flight_dir);
   }
   snprintf(w->hang, sizeof w->hang, "%.200s%.119s", why, where);
@@ -586,7 +602,7 @@ void cddp__workers_watch(cddp__workers_t *ws, int sig_fd, int event_fd, int (*ac
         if (ws->w[i].fd[s] >= 0 && (pfd[2 + 2 * i + s].revents & (POLLIN | POLLHUP | POLLERR))) pump(ws, &ws->w[i], s);
     int sig = pfd[0].revents & POLLIN ? cddp__sigguard_read(sig_fd) : 0; /* SIGCHLD: reaped below */
     if (cddp__sigguard_dump_asked()) {
-      int k = dump_pages(ws, cddp__now_ns()), s = dump_pystacks(ws);
+      int k = dump_pages(ws, cddp__now_ns()), s = dump_pystacks(ws, 0);
       if (s > 0) fprintf(stderr, "cddp run: SIGUSR1: the Python stacks of %d worker(s) are in %s\n", s, ws->flight_dir);
       if (k > 0) fprintf(stderr, "cddp run: SIGUSR1: the flight records of %d worker(s) are in %s\n", k, ws->flight_dir);
       else if (s <= 0) fprintf(stderr, "cddp run: SIGUSR1: no flight records to write (%s)\n",

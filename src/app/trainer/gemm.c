@@ -1,25 +1,17 @@
-/* gemm.c - the models' one entry to matrix products: OpenBLAS's sgemm, or the bf16 kernel of
- * gemm_bf16.c when train.precision is bf16 and the CPU has AVX512-BF16. */
+/* gemm.c - the models' one entry to matrix products: OpenBLAS's sgemm, or the bf16 product of
+ * gemm_bf16.c when train.precision is bf16. */
 #include "trainer/gemm.h"
 
-#include <string.h>
-
 #include "common/check.h"
-#include "common/cpu.h"
-#include "common/knobs.h"
+#include "common/log.h"
 
 static cddp_precision_t precision = CDDP_PRECISION_FP32;
 
-int cddp__cpu_has_bf16(void) {
-  if (strcmp(cddp__knob_str(CDDP_KNOB_CPU_BF16), "0") == 0) return 0;
-  return cddp__cpu_has(CDDP_CPU_AVX512BF16 | CDDP_CPU_AVX512BW | CDDP_CPU_AVX512VL);
-}
-
 cddp_result_t cddp__gemm_set_precision(cddp_precision_t p) {
-  if (p == CDDP_PRECISION_BF16 && !cddp__cpu_has_bf16())
-    return cddp__fail(CDDP_INVALID_ARG,
-                      "train.precision: bf16 needs a CPU with AVX512-BF16 (avx512_bf16 in "
-                      "/proc/cpuinfo), which this one lacks; use fp32");
+  if (p == CDDP_PRECISION_BF16) {
+    CDDP_CHECK(cddp__gemm_bf16_use("auto"));
+    CDDP_INFO(CDDP_SUB_TRAIN, "train.precision bf16: the %s path", cddp__gemm_bf16_path("auto"));
+  }
   precision = p;
   return CDDP_OK;
 }

@@ -1,5 +1,6 @@
 /* gpt.c - the byte-level GPT over one flat parameter buffer: spec checks, layout and names
- * (nanoGPT's), GPT-2 init, forward, and a backward that reports finished gradients to DDP. */
+ * (nanoGPT's), GPT-2 init, forward, and a backward that reports finished gradients to DDP.
+ * Every buffer and every layer call goes through one device table (ops.h), as model.c's. */
 #include "trainer/gpt.h"
 
 #include <math.h>
@@ -8,11 +9,9 @@
 #include <string.h>
 
 #include "common/check.h"
-#include "common/hugepages.h"
 #include "common/log.h"
 #include "trainer/layers.h"
-#include "trainer/layers_gpt.h"
-#include "trainer/linear_form.h"
+#include "trainer/ops.h"
 
 #define MAX_LAYER 64
 #define MAX_ACT_BYTES ((double)(64ull << 30))
@@ -38,6 +37,7 @@ typedef struct block_a {
 } block_a_t;
 
 struct cddp_gpt {
+  const cddp_ops_t *ops; /* the device: params, grads, the arena, tok and tgt are its memory */
   cddp_gpt_spec_t spec;
   int max_batch;
   size_t wte, wpe, lnf_w, lnf_b;
@@ -171,39 +171,46 @@ static void plan_acts(cddp_gpt_t *m, float *base, size_t *total) {
 }
 
 cddp_result_t cddp__gpt_create(const cddp_gpt_spec_t *spec, int max_batch, cddp_gpt_t **out) {
+  return cddp__gpt_create_on(&cddp__ops_cpu, spec, max_batch, out);
+}
+
+cddp_result_t cddp__gpt_create_on(const cddp_ops_t *ops, const cddp_gpt_spec_t *spec, int max_batch,
+                                  cddp_gpt_t **out) {
   if (out) *out = NULL;
   if (!spec || !out) return cddp__fail(CDDP_INVALID_ARG, "gpt create: NULL spec or out");
   CDDP_CHECK(check_spec(spec, max_batch));
-  cddp__blas_select_core();
+  if (ops == &cddp__ops_cpu) cddp__blas_select_core();
   cddp_gpt_t *m = calloc(1, sizeof *m);
   if (!m) return cddp__fail(CDDP_SYSTEM, "gpt create: model struct");
-  m->spec = *spec, m->max_batch = max_batch;
+  m->ops = ops, m->spec = *spec, m->max_batch = max_batch;
   m->info = calloc((size_t)spec->n_layer * 12 + 4, sizeof *m->info);
   size_t rows = (size_t)max_batch * spec->context, total = 0;
-  m->tok = malloc(rows), m->tgt = malloc(rows);
-  if (!m->info || !m->tok || !m->tgt) goto oom;
+  if (!m->info || !(m->tok = ops->alloc(rows)) || !(m->tgt = ops->alloc(rows))) goto oom;
   plan_params(m);
   plan_acts(m, NULL, &total);
-  /* huge pages: GEMM packs these activations in strides of a row, 1-4 KiB apart, and on 4 KiB
-   * pages a strip of rows costs a TLB miss per row (2-3 % of the step) */
-  m->arena = cddp__huge_alloc(total * sizeof(float), NULL);
-  if (!m->arena) goto oom;
-  memset(m->arena, 0, total * sizeof(float));
+  if (!(m->arena = ops->alloc(total * sizeof(float)))) goto oom; /* zeroed; the CPU's in huge pages */
   plan_acts(m, m->arena, &total);
   m->arena_floats = total;
   *out = m;
   return CDDP_OK;
 oom:
   cddp__gpt_destroy(m);
-  return cddp__fail(CDDP_SYSTEM, "gpt create: activations for max_batch = %d x context = %d",
-                    max_batch, spec->context);
+  return cddp__fail(CDDP_SYSTEM, "gpt create: out of %s memory for activations of max_batch = %d x context = %d",
+                    ops->name, max_batch, spec->context);
+}
+
+static void release(const cddp_gpt_t *m, void *p) {
+  if (p) m->ops->release(p);
 }
 
 void cddp__gpt_destroy(cddp_gpt_t *m) {
   if (!m) return;
-  free(m->info), free(m->arena), free(m->tok), free(m->tgt);
+  release(m, m->arena), release(m, m->tok), release(m, m->tgt);
+  free(m->info);
   free(m);
 }
+
+const cddp_ops_t *cddp__gpt_ops(const cddp_gpt_t *m) { return m->ops; }
 
 const cddp_gpt_spec_t *cddp__gpt_spec(const cddp_gpt_t *m) { return &m->spec; }
 size_t cddp__gpt_param_count(const cddp_gpt_t *m) { return m->param_count; }
@@ -241,13 +248,17 @@ static void fill_normal(float *p, size_t n, float std, uint64_t *state) {
   }
 }
 
+/* Made on the host (a whole copy of the parameters, once), then copied to the device. */
 void cddp__gpt_init_params(cddp_gpt_t *m, uint64_t seed) {
   uint64_t st = seed;
   const cddp_gpt_spec_t *s = &m->spec;
-  float *P = m->params;
+  float *P = calloc(m->param_count, sizeof(float)); /* zero: the biases */
+  if (!P) { /* no caller can go on without its parameters */
+    CDDP_WARN("gpt init: out of memory for %zu parameters", m->param_count);
+    abort();
+  }
   size_t C = (size_t)s->d_model;
   float proj_std = 0.02f / sqrtf(2.0f * (float)s->n_layer);
-  memset(P, 0, m->param_count * sizeof(float)); /* biases */
   fill_normal(P + m->wte, (size_t)s->vocab * C, 0.02f, &st);
   fill_normal(P + m->wpe, (size_t)s->context * C, 0.02f, &st);
   for (int l = 0; l < s->n_layer; l++) {
@@ -259,14 +270,10 @@ void cddp__gpt_init_params(cddp_gpt_t *m, uint64_t seed) {
     fill_normal(P + b->mproj_w, 4 * C * C, proj_std, &st);
   }
   for (size_t j = 0; j < C; j++) P[m->lnf_w + j] = 1.0f;
+  m->ops->to_device(m->params, P, m->param_count * sizeof(float));
+  free(P);
 }
 
-/* y[n,out] = (r +) bias + x[n,in] W^T, in the form measured faster for the shape
- * (linear_form.c). */
-static void linear_into(float *y, const float *x, const float *w, const float *bias,
-                        const float *r, int n, int in, int out) {
-  cddp__linear_xwt(y, x, w, bias, r, n, in, out, 0);
-}
 
 /* Block l's forward from its input (x0 or block l - 1's res2) into m->ba[l]; backward calls it
  * again under model.recompute block, with the same inputs, so the same bits. */
@@ -276,14 +283,15 @@ static void block_forward(cddp_gpt_t *m, int l, int B, int T) {
   const float *P = m->params, *x = l ? m->ba[l - 1].res2 : m->x0;
   const block_p_t *b = &m->bp[l];
   const block_a_t *a = &m->ba[l];
-  cddp__layernorm_forward(a->ln1, a->mean1, a->rstd1, x, P + b->ln1_w, P + b->ln1_b, n, C);
-  linear_into(a->qkv, a->ln1, P + b->attn_w, P + b->attn_b, NULL, n, C, 3 * C);
-  cddp__attn_forward(a->y, a->att, a->qkv, B, T, C, s->n_head);
-  linear_into(a->res1, a->y, P + b->aproj_w, P + b->aproj_b, x, n, C, C);
-  cddp__layernorm_forward(a->ln2, a->mean2, a->rstd2, a->res1, P + b->ln2_w, P + b->ln2_b, n, C);
-  linear_into(a->fc, a->ln2, P + b->fc_w, P + b->fc_b, NULL, n, C, 4 * C);
-  cddp__bias_gelu_forward(a->gelu, a->fc, NULL, n, 4 * C);
-  linear_into(a->res2, a->gelu, P + b->mproj_w, P + b->mproj_b, a->res1, n, 4 * C, C);
+  const cddp_ops_t *ops = m->ops;
+  ops->layernorm_forward(a->ln1, a->mean1, a->rstd1, x, P + b->ln1_w, P + b->ln1_b, n, C);
+  ops->linear_xwt(a->qkv, a->ln1, P + b->attn_w, P + b->attn_b, NULL, n, C, 3 * C);
+  ops->attn_forward(a->y, a->att, a->qkv, B, T, C, s->n_head);
+  ops->linear_xwt(a->res1, a->y, P + b->aproj_w, P + b->aproj_b, x, n, C, C);
+  ops->layernorm_forward(a->ln2, a->mean2, a->rstd2, a->res1, P + b->ln2_w, P + b->ln2_b, n, C);
+  ops->linear_xwt(a->fc, a->ln2, P + b->fc_w, P + b->fc_b, NULL, n, C, 4 * C);
+  ops->bias_gelu_forward(a->gelu, a->fc, NULL, n, 4 * C);
+  ops->linear_xwt(a->res2, a->gelu, P + b->mproj_w, P + b->mproj_b, a->res1, n, 4 * C, C);
 }
 
 double cddp__gpt_forward(cddp_gpt_t *m, const uint8_t *tokens, const uint8_t *targets, int B,
@@ -303,15 +311,16 @@ double cddp__gpt_forward(cddp_gpt_t *m, const uint8_t *tokens, const uint8_t *ta
     }
   m->B = B, m->have_targets = targets != NULL;
   if (n == 0) return 0.0;
-  memcpy(m->tok, tokens, (size_t)n);
-  if (targets) memcpy(m->tgt, targets, (size_t)n);
+  const cddp_ops_t *ops = m->ops;
+  ops->to_device(m->tok, tokens, (size_t)n);
+  if (targets) ops->to_device(m->tgt, targets, (size_t)n);
   const float *P = m->params;
-  cddp__embed_forward(m->x0, m->tok, P + m->wte, P + m->wpe, B, T, C);
+  ops->embed_forward(m->x0, m->tok, P + m->wte, P + m->wpe, B, T, C);
   for (int l = 0; l < s->n_layer; l++) block_forward(m, l, B, T);
   const float *x = s->n_layer ? m->ba[s->n_layer - 1].res2 : m->x0;
-  cddp__layernorm_forward(m->lnf, m->meanf, m->rstdf, x, P + m->lnf_w, P + m->lnf_b, n, C);
-  cddp__head_forward(m->logits, m->lnf, P + m->wte, n, C, V);
-  return targets ? cddp__softmax_xent(m->prob, m->logits, m->tgt, n, V) : 0.0;
+  ops->layernorm_forward(m->lnf, m->meanf, m->rstdf, x, P + m->lnf_w, P + m->lnf_b, n, C);
+  ops->head_forward(m->logits, m->lnf, P + m->wte, n, C, V);
+  return targets ? ops->softmax_xent(m->prob, m->logits, m->tgt, n, V) : 0.0;
 }
 
 const float *cddp__gpt_logits(const cddp_gpt_t *m) { return m->logits; }
@@ -320,8 +329,9 @@ const float *cddp__gpt_logits(const cddp_gpt_t *m) { return m->logits; }
  * follows the weight in the buffer) then the weight, then the hook. */
 static void linear_params(cddp_gpt_t *m, size_t w, size_t bias, const float *dy, const float *x,
                           int n, int in, int out, int acc, cddp_grad_ready_fn ready, void *ctx) {
-  cddp__colsum(m->grads + bias, dy, n, out, acc);
-  cddp__linear_backward_weight_rows(m->grads + w, dy, x, n, in, out, 0, out, acc);
+  const cddp_ops_t *ops = m->ops;
+  ops->colsum(m->grads + bias, dy, n, out, acc);
+  ops->linear_backward_weight_rows(m->grads + w, dy, x, n, in, out, 0, out, acc);
   if (ready) ready(ctx, w);
 }
 
@@ -331,20 +341,21 @@ void cddp__gpt_backward(cddp_gpt_t *m, float grad_scale, int accumulate, cddp_gr
   int B = m->B, T = m->T, n = B * T, C = s->d_model, V = s->vocab, acc = accumulate;
   float *G = m->grads;
   const float *P = m->params;
+  const cddp_ops_t *ops = m->ops;
   if (n == 0 || !m->have_targets) {
     if (n > 0) CDDP_WARN("gpt backward: the last forward had no targets; gradients are zero");
-    if (!accumulate) memset(G, 0, m->param_count * sizeof(float));
+    if (!accumulate) ops->fill_zero(G, m->param_count * sizeof(float));
     if (ready) ready(ready_ctx, 0);
     return;
   }
   /* grad_scale enters once, in dlogits (into the logits buffer: prob stays for a second
    * backward of the same forward) */
   float *dlogits = m->logits;
-  cddp__xent_backward(dlogits, m->prob, m->tgt, n, V, grad_scale);
-  cddp__head_backward(m->dsmall, G + m->wte, dlogits, m->lnf, P + m->wte, n, C, V, acc);
+  ops->xent_backward(dlogits, m->prob, m->tgt, n, V, grad_scale);
+  ops->head_backward(m->dsmall, G + m->wte, dlogits, m->lnf, P + m->wte, n, C, V, acc);
   const float *xl = s->n_layer ? m->ba[s->n_layer - 1].res2 : m->x0;
-  memset(m->dres, 0, sizeof(float) * (size_t)n * C);
-  cddp__layernorm_backward(m->dres, G + m->lnf_w, G + m->lnf_b, m->dsmall, xl, P + m->lnf_w,
+  ops->fill_zero(m->dres, sizeof(float) * (size_t)n * C);
+  ops->layernorm_backward(m->dres, G + m->lnf_w, G + m->lnf_b, m->dsmall, xl, P + m->lnf_w,
                            m->meanf, m->rstdf, n, C, acc);
   if (ready) ready(ready_ctx, m->lnf_w);
   for (int l = s->n_layer - 1; l >= 0; l--) {
@@ -355,30 +366,30 @@ void cddp__gpt_backward(cddp_gpt_t *m, float grad_scale, int accumulate, cddp_gr
      * attention's y is rebuilt with its probabilities, the same bits as forward's */
     if (l < s->n_layer - 1 && s->recompute == CDDP_GPT_RECOMPUTE_BLOCK) block_forward(m, l, B, T);
     if (l < s->n_layer - 1 && s->recompute == CDDP_GPT_RECOMPUTE_ATTN)
-      cddp__attn_forward(a->y, a->att, a->qkv, B, T, C, s->n_head);
+      ops->attn_forward(a->y, a->att, a->qkv, B, T, C, s->n_head);
     /* mlp: res2 = res1 + c_proj(gelu(c_fc(ln_2(res1)))); dres is d res2 */
     linear_params(m, b->mproj_w, b->mproj_b, m->dres, a->gelu, n, 4 * C, C, acc, ready, ready_ctx);
-    cddp__linear_backward_input(m->dbig, m->dres, P + b->mproj_w, NULL, n, 4 * C, C, 0);
-    cddp__gelu_backward(m->dbig, a->fc, (size_t)n * 4 * C);
+    ops->linear_backward_input(m->dbig, m->dres, P + b->mproj_w, NULL, n, 4 * C, C, 0);
+    ops->gelu_backward(m->dbig, a->fc, (size_t)n * 4 * C);
     linear_params(m, b->fc_w, b->fc_b, m->dbig, a->ln2, n, C, 4 * C, acc, ready, ready_ctx);
-    cddp__linear_backward_input(m->dsmall, m->dbig, P + b->fc_w, NULL, n, C, 4 * C, 0);
-    cddp__layernorm_backward(m->dres, G + b->ln2_w, G + b->ln2_b, m->dsmall, a->res1,
+    ops->linear_backward_input(m->dsmall, m->dbig, P + b->fc_w, NULL, n, C, 4 * C, 0);
+    ops->layernorm_backward(m->dres, G + b->ln2_w, G + b->ln2_b, m->dsmall, a->res1,
                              P + b->ln2_w, a->mean2, a->rstd2, n, C, acc);
     if (ready) ready(ready_ctx, b->ln2_w);
     /* attention: res1 = x + c_proj(attn(c_attn(ln_1(x)))); dres is now d res1 */
     linear_params(m, b->aproj_w, b->aproj_b, m->dres, a->y, n, C, C, acc, ready, ready_ctx);
-    cddp__linear_backward_input(m->dsmall, m->dres, P + b->aproj_w, NULL, n, C, C, 0);
-    cddp__attn_backward(m->dbig, m->dsmall, a->qkv, a->att, m->scratch, B, T, C, s->n_head);
+    ops->linear_backward_input(m->dsmall, m->dres, P + b->aproj_w, NULL, n, C, C, 0);
+    ops->attn_backward(m->dbig, m->dsmall, a->qkv, a->att, m->scratch, B, T, C, s->n_head);
     linear_params(m, b->attn_w, b->attn_b, m->dbig, a->ln1, n, C, 3 * C, acc, ready, ready_ctx);
-    cddp__linear_backward_input(m->dsmall, m->dbig, P + b->attn_w, NULL, n, C, 3 * C, 0);
-    cddp__layernorm_backward(m->dres, G + b->ln1_w, G + b->ln1_b, m->dsmall, xin, P + b->ln1_w,
+    ops->linear_backward_input(m->dsmall, m->dbig, P + b->attn_w, NULL, n, C, 3 * C, 0);
+    ops->layernorm_backward(m->dres, G + b->ln1_w, G + b->ln1_b, m->dsmall, xin, P + b->ln1_w,
                              a->mean1, a->rstd1, n, C, acc);
     if (ready) ready(ready_ctx, b->ln1_w);
   }
   /* dres is d x0: the embeddings (wte adds to what the head wrote) */
   if (!acc) /* rows T..context of wpe get no gradient from a shorter forward */
-    memset(G + m->wpe, 0, sizeof(float) * (size_t)s->context * C);
-  cddp__embed_backward(G + m->wte, G + m->wpe, m->dres, m->tok, B, T, C, 1);
+    ops->fill_zero(G + m->wpe, sizeof(float) * (size_t)s->context * C);
+  ops->embed_backward(G + m->wte, G + m->wpe, m->dres, m->tok, B, T, C, 1);
   if (ready) ready(ready_ctx, m->wpe);
   if (ready) ready(ready_ctx, 0);
 }

@@ -40,6 +40,13 @@ typedef struct cddp_gpt cddp_gpt_t;
 /* Validates the spec (one cddp__fail line naming the bad field) and sizes the activations for
  * up to max_batch sequences of context tokens. */
 cddp_result_t cddp__gpt_create(const cddp_gpt_spec_t *spec, int max_batch, cddp_gpt_t **out);
+/* The same on the device of ops (cddp__ops_for): activations, tokens and targets in its memory,
+ * every layer through it; the buffers bound must be its memory too (the tokens and targets
+ * given to forward stay host memory: forward copies them). */
+struct cddp_ops;
+cddp_result_t cddp__gpt_create_on(const struct cddp_ops *ops, const cddp_gpt_spec_t *spec, int max_batch,
+                                  cddp_gpt_t **out);
+const struct cddp_ops *cddp__gpt_ops(const cddp_gpt_t *m);
 void cddp__gpt_destroy(cddp_gpt_t *m);
 const cddp_gpt_spec_t *cddp__gpt_spec(const cddp_gpt_t *m);
 size_t cddp__gpt_param_count(const cddp_gpt_t *m);
@@ -65,7 +72,8 @@ void cddp__gpt_init_params(cddp_gpt_t *m, uint64_t seed);
  * or token (>= vocab) logs a warning and returns NAN. */
 double cddp__gpt_forward(cddp_gpt_t *m, const uint8_t *tokens, const uint8_t *targets, int B,
                         int T);
-/* The logits [B, T, vocab] of the last forward (valid until the next backward). */
+/* The logits [B, T, vocab] of the last forward (valid until the next backward), in the
+ * device's memory. */
 const float *cddp__gpt_logits(const cddp_gpt_t *m);
 /* Backward of the last forward (which must have had targets): grads (+)= grad_scale *
  * d(sum loss)/d(params); accumulate=0 overwrites, 1 adds. ready (may be NULL) is called each

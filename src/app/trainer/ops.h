@@ -5,7 +5,7 @@
  * Every layer entry has the arguments and the meaning of its CPU function in layers.h,
  * layers_gpt.h and optim.h; on the CUDA table every pointer is device memory from alloc
  * (labels and tokens too), and the entries that return a number (losses, norms) wait for the
- * device. model.c calls this table; gpt.c does not yet (docs/gpu.md). */
+ * device. model.c and gpt.c call this table (docs/gpu.md). */
 #ifndef CDDP_TRAINER_OPS_H
 #define CDDP_TRAINER_OPS_H
 
@@ -67,6 +67,11 @@ typedef struct cddp_ops {
                             int h, int w, int relu_y);
 
   /* ---- the GPT's layers (layers_gpt.h) */
+  /* y[n,out] = (res +) bias + x W^T, W [out,in] as torch, res (may be NULL) not overlapping y:
+   * gpt.c's linear, bias and residual in the pass that writes y (CPU: linear_form.c's faster
+   * form for the shape; CUDA: bias_rows, then a GEMM with beta 1) */
+  void (*linear_xwt)(float *y, const float *x, const float *w, const float *bias, const float *res, int n, int in,
+                     int out);
   void (*layernorm_forward)(float *y, float *mean, float *rstd, const float *x, const float *w,
                             const float *b, int n, int c);
   void (*layernorm_backward)(float *dx, float *dw, float *db, const float *dy, const float *x,

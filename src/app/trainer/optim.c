@@ -20,10 +20,7 @@
 
 static int finite_nonneg(float x) { return isfinite(x) && x >= 0; }
 
-cddp_result_t cddp__optim_init(cddp_optim_t *o, const cddp_optim_spec_t *spec, size_t n) {
-  memset(o, 0, sizeof *o);
-  const cddp_optim_spec_t *s = spec;
-  if (n == 0) return cddp__fail(CDDP_INVALID_ARG, "optimizer: no parameters");
+cddp_result_t cddp__optim_check(const cddp_optim_spec_t *s) {
   if (s->kind != CDDP_OPTIM_SGD && s->kind != CDDP_OPTIM_ADAMW)
     return cddp__fail(CDDP_INVALID_ARG, "optimizer: unknown kind %d (sgd or adamw)", (int)s->kind);
   if (!finite_nonneg(s->weight_decay))
@@ -44,11 +41,22 @@ cddp_result_t cddp__optim_init(cddp_optim_t *o, const cddp_optim_spec_t *spec, s
     if (!finite_nonneg(s->eps))
       return cddp__fail(CDDP_INVALID_ARG, "optimizer: eps %g must be >= 0", s->eps);
   }
-  o->spec = *s;
+  return CDDP_OK;
+}
+
+int cddp__optim_moments(const cddp_optim_spec_t *s) {
+  return s->kind == CDDP_OPTIM_ADAMW ? 2 : s->momentum != 0;
+}
+
+cddp_result_t cddp__optim_init(cddp_optim_t *o, const cddp_optim_spec_t *spec, size_t n) {
+  memset(o, 0, sizeof *o);
+  if (n == 0) return cddp__fail(CDDP_INVALID_ARG, "optimizer: no parameters");
+  CDDP_CHECK(cddp__optim_check(spec));
+  o->spec = *spec;
   o->n = n;
-  int need_m = s->kind == CDDP_OPTIM_ADAMW || s->momentum != 0, need_v = s->kind == CDDP_OPTIM_ADAMW;
-  if (need_m && !(o->m = calloc(n, sizeof(float)))) goto oom;
-  if (need_v && !(o->v = calloc(n, sizeof(float)))) goto oom;
+  int moments = cddp__optim_moments(spec);
+  if (moments >= 1 && !(o->m = calloc(n, sizeof(float)))) goto oom;
+  if (moments >= 2 && !(o->v = calloc(n, sizeof(float)))) goto oom;
   return CDDP_OK;
 oom:
   cddp__optim_free(o);

@@ -28,6 +28,10 @@ typedef struct cddp_optim {
   int v_external; /* Adam: v is written by someone else, already bias-corrected (sign + vsync) */
 } cddp_optim_t;
 
+/* The spec's fields in range (one cddp__fail line naming the bad one). */
+cddp_result_t cddp__optim_check(const cddp_optim_spec_t *spec);
+/* Buffers of n floats the optimizer keeps: 0 (plain SGD), 1 (momentum: m), 2 (AdamW: m, v). */
+int cddp__optim_moments(const cddp_optim_spec_t *spec);
 cddp_result_t cddp__optim_init(cddp_optim_t *o, const cddp_optim_spec_t *spec, size_t n);
 void cddp__optim_free(cddp_optim_t *o);
 /* One update with learning rate lr. Clips grads in place first when spec.grad_clip > 0.

@@ -258,7 +258,9 @@ static cddp_result_t set_powersgd(trainer_t *t) {
 }
 
 cddp_result_t cddp__train_make_ddp(trainer_t *t) {
-  CDDP_CHECK(cddp_ddp_create(&t->ddp, cddp_world_comm(t->w), cddp__train_param_slots(t), (size_t)(t->cfg.bucket_mb * 1048576.0), CDDP_SUM));
+  /* the buckets are slices of the flat state's gradients (ZeRO-1: of comm memory of the ddp's) */
+  CDDP_CHECK(cddp_ddp_create_over(&t->ddp, cddp_world_comm(t->w), t->flat.grads, cddp__train_param_slots(t),
+                                  (size_t)(t->cfg.bucket_mb * 1048576.0), CDDP_SUM));
   t->grads = cddp_ddp_grads(t->ddp);
   t->overlap = cddp__train_overlap(t, cddp__train_blas_threads(t)); /* this world's transport */
   cddp_ddp_set_overlap(t->ddp, t->overlap);

@@ -277,8 +277,14 @@ static cddp_result_t restore_from(trainer_t *t, const char *want, const char *or
     if (r == CDDP_OK && dir[0]) {
       status = 1;
       snprintf(t->last_ckpt, sizeof t->last_ckpt, "%s", dir);
-      fprintf(stderr, "cddp train: resuming from %s (step %" PRIu64 ", epoch %" PRIu64 ", %" PRIu64 " samples into it)\n",
-              dir, hdr[0], hdr[1] + 1, hdr[2]);
+      if ((int64_t)hdr[0] >= t->total_steps) /* the job's only line: setup and the loop stay quiet */
+        fprintf(stderr,
+                "cddp train: nothing to do: %s is at step %" PRIu64 " of %" PRId64 ", the run is finished; "
+                "--set train.max_steps=N (more than %" PRIu64 ") trains it further, --name auto starts a new run\n",
+                dir, hdr[0], t->total_steps, hdr[0]);
+      else
+        fprintf(stderr, "cddp train: resuming from %s (step %" PRIu64 ", epoch %" PRIu64 ", %" PRIu64 " samples into it)\n",
+                dir, hdr[0], hdr[1] + 1, hdr[2]);
     }
   }
   if (r != CDDP_OK) status = -(int64_t)r;

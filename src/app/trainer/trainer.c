@@ -232,15 +232,22 @@ static cddp_result_t setup(trainer_t *t) {
   CDDP_CHECK(cddp__task_create(c, c->micro_batch, &t->task));
   t->n_params = t->task->ops->param_count(t->task);
   CDDP_CHECK(cddp__zero1_choose(t));
-  /* ZeRO-1 all-gathers into it: one shard per rank, the last padded */
-  t->params = aligned_alloc(64, (cddp__train_param_slots(t) * sizeof(float) + 63) / 64 * 64);
+  t->dev = cddp__ops_for(CDDP_DEVICE_CPU); /* the models run on the CPU until train.device cuda lands */
   t->idx = malloc((size_t)c->micro_batch * sizeof *t->idx);
   t->next_idx = malloc((size_t)c->micro_batch * sizeof *t->next_idx);
-  if (!t->params || !t->idx || !t->next_idx) return cddp__fail(CDDP_SYSTEM, "out of memory");
-  memset(t->params + t->n_params, 0, (cddp__train_param_slots(t) - t->n_params) * sizeof(float));
+  if (!t->idx || !t->next_idx) return cddp__fail(CDDP_SYSTEM, "out of memory");
   if (c->prefetch) CDDP_CHECK(cddp__prefetch_start(&t->prefetch, t->task, c->micro_batch));
-  /* before the DDP: sign + vsync writes its v; ZeRO-1: this rank's shard only */
-  CDDP_CHECK(cddp__optim_init(&t->opt, &c->optim, t->zero1.on ? t->zero1.len : t->n_params));
+  /* before the DDP: sign + vsync writes its v, and the buckets are slices of flat.grads */
+  if (!t->zero1.on && !t->zero1.candidate) {
+    CDDP_CHECK(cddp__flat_create(&t->flat, t->dev, t->n_params, &t->opt, &c->optim, t->n_params));
+    t->params = t->flat.params;
+  } else { /* ZeRO-1 moves its parameters (shared memory, re-sharding): buffers of its own */
+    /* it all-gathers into them: one shard per rank, the last padded */
+    t->params = aligned_alloc(64, (cddp__train_param_slots(t) * sizeof(float) + 63) / 64 * 64);
+    if (!t->params) return cddp__fail(CDDP_SYSTEM, "out of memory");
+    memset(t->params + t->n_params, 0, (cddp__train_param_slots(t) - t->n_params) * sizeof(float));
+    CDDP_CHECK(cddp__optim_init(&t->opt, &c->optim, t->zero1.on ? t->zero1.len : t->n_params));
+  }
   if (!lost) CDDP_CHECK(tolerate_lost_peer(t, cddp__train_make_ddp(t), &lost)); /* no ddp: recovery builds it */
   if (t->accum > 1 && !(t->scratch = aligned_alloc(64, (t->n_params * sizeof(float) + 63) / 64 * 64)))
     return cddp__fail(CDDP_SYSTEM, "out of memory");
@@ -259,6 +266,10 @@ static cddp_result_t setup(trainer_t *t) {
     CDDP_CHECK(cddp__train_restore(t, t->opts->resume, NULL, &resumed));
     t->has_state = 1;
     CDDP_CHECK(cddp__zero1_share(t)); /* every rank holds the same weights now */
+    /* resuming a finished run: its folder (config.yaml, metrics, the end in its record) stays as
+     * the run left it, and the job ends at once with rank 0's one line, exit 0 */
+    t->finished = resumed && t->step >= t->total_steps;
+    if (t->finished) return CDDP_OK;
   }
   char path[700];
   snprintf(path, sizeof path, "%s/metrics.jsonl", t->run_dir);
@@ -301,6 +312,10 @@ static void teardown(trainer_t *t, int clean) {
   cddp__metrics_close(&t->metrics);
   cddp__ranks_free(&t->ranks);
   cddp_ddp_destroy(t->ddp);
+  if (t->flat.base) { /* the parameters and the moments were in it */
+    cddp__flat_destroy(&t->flat, &t->opt);
+    t->params = NULL;
+  }
   cddp__optim_free(&t->opt);
   if (t->cfg.prefetch)
     CDDP_INFO(CDDP_SUB_TRAIN, "data.prefetch: %" PRIu64 " of %" PRIu64 " micro-batches were gathered ahead by the thread",
@@ -424,7 +439,7 @@ static int run_loop(trainer_t *t) {
               t->step, t->last_ckpt);
     return 128 + (cddp__train_stop ? (int)cddp__train_stop : SIGTERM);
   }
-  if (t->rank == 0) say_done(t);
+  if (t->rank == 0 && !t->finished) say_done(t);
   return 0;
 }
 

@@ -9,6 +9,7 @@
 #include "cddp/ddp.h"
 #include "trainer/config.h"
 #include "trainer/data.h"
+#include "trainer/flat.h"
 #include "trainer/metrics.h"
 #include "trainer/ranks.h"
 #include "trainer/model.h"
@@ -38,6 +39,8 @@ typedef struct trainer {
   cddp_world_t *w;
   int rank, world, accum;
   cddp_task_t *task;   /* the data set and the model */
+  const struct cddp_ops *dev; /* the device table the model's state lives on */
+  cddp_flat_t flat;    /* params, grads and moments in one allocation (not under ZeRO-1) */
   float *params, *grads;
   float *scratch;  /* gradient of one accumulation micro-step (accum > 1) */
   float *residuals; /* resume with ddp.compress sign: every rank's residual, read by rank 0 */
@@ -65,6 +68,7 @@ typedef struct trainer {
   char last_ckpt[600];
   int same_error_everywhere; /* the failing check gives every rank the same verdict */
   int has_state;    /* 0 in a replacement until a survivor sent it the run's state */
+  int finished;     /* resumed from a checkpoint at or past the last step: nothing to train */
   int recoveries;   /* in-place recoveries this process took part in */
   int endpoint_mine; /* rank 0 wrote the run folder's endpoint record: it says how the run ended */
   char failure[200];  /* the step that failed and why, for that record ("" = none) */

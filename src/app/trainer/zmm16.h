@@ -1,4 +1,4 @@
-/* zmm16.h - 16 lanes of 32 bits in zmm registers (AVX-512F), as the packing of gemm_bf16.c and
+/* zmm16.h - 16 lanes of 32 bits in zmm registers (AVX-512F), as the packing of gemm_bf16_dp.c and
  * the transposed form's epilogue of linear_form.c use them: the mask of the first n lanes, and
  * a 16 x 16 square transposed in registers. Callers of the transpose must themselves be
  * compiled for avx512f (the attribute below) and run only where the CPU has it. */

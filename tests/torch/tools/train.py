@@ -3,6 +3,7 @@
 # DDP model over gloo for --steps steps, rank 0 saves a checkpoint every step, and
 # --resume_from=latest starts from the newest one. Used by tests/sh/test_torchrun.sh.
 import argparse
+import gc
 import glob
 import os
 import torch
@@ -50,6 +51,11 @@ def main():
     dist.all_gather(ws, w)
     assert all(torch.equal(ws[0], v) for v in ws), "replicas differ"
     print(f"train ok rank {rank} of {world} steps {start + 1}-{steps}", flush=True)
+    # torch 2.x's gloo threads may drop the last collective's tensors after the interpreter has
+    # begun to exit, and abort the rank (pytorch/pytorch#190489). DDP holds the process group:
+    # free it first, so destroy_process_group joins gloo's threads while Python is alive.
+    del model, opt
+    gc.collect()
     dist.destroy_process_group()
 
 

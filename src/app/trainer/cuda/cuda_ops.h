@@ -36,6 +36,8 @@ void cu_linear_backward_params(float *dw, float *db, const float *dy, const floa
 void cu_linear_backward_weight_rows(float *dw, const float *dy, const float *x, int n, int in, int out, int r0,
                                    int r1, int accumulate);
 void cu_bias_rows(float *y, const float *b, const float *res, int n, int c);
+void cu_linear_xwt(float *y, const float *x, const float *w, const float *bias, const float *res, int n, int in,
+                   int out);
 void cu_linear_backward_input(float *dx, const float *dy, const float *w, const float *x, int n, int in,
                               int out, int relu_in);
 double cu_xent_forward(float *prob, const float *logits, const uint8_t *y, int n, int k, int *n_correct);

@@ -125,7 +125,7 @@ void cu_linear_backward_weight_rows(float *dw, const float *dy, const float *x, 
 
 __global__ void k_bias_residual(float *y, const float *b, const float *res, size_t n, int c) {
   size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
-  if (i < n * c) y[i] = b[i % c] + (res ? res[i] : 0.0f);
+  if (i < n * c) y[i] = (b ? b[i % c] : 0.0f) + (res ? res[i] : 0.0f);
 }
 
 void cu_bias_rows(float *y, const float *b, const float *res, int n, int c) {
@@ -133,6 +133,13 @@ void cu_bias_rows(float *y, const float *b, const float *res, int n, int c) {
   if (!count) return;
   k_bias_residual<<<cdiv(count, THREADS), THREADS, 0, st()>>>(y, b, res, (size_t)n, c);
   CUDA_LAUNCHED();
+}
+
+// y = (res +) bias + x W^T: the bias (and residual) rows first, then cuBLAS adds the product
+void cu_linear_xwt(float *y, const float *x, const float *w, const float *bias, const float *res, int n, int in,
+                   int out) {
+  if (bias || res) cu_bias_rows(y, bias, res, n, out);
+  cddp__cublas_gemm(0, 1, n, out, in, 1.0f, x, w, bias || res ? 1.0f : 0.0f, y);
 }
 
 void cu_linear_backward_input(float *dx, const float *dy, const float *w, const float *x, int n, int in, int out,

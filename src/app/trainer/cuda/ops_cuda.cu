@@ -72,6 +72,7 @@ const cddp_ops_t cddp__ops_cuda = {
     .conv2d_backward = NULL,
     .maxpool2_forward = NULL,
     .maxpool2_backward = NULL,
+    .linear_xwt = cu_linear_xwt,
     .layernorm_forward = cu_layernorm_forward,
     .layernorm_backward = cu_layernorm_backward,
     .colsum = cu_colsum,
