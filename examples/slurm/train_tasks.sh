@@ -17,5 +17,8 @@ CONFIG=${CONFIG:-configs/fmnist_mlp.yaml}
 WORK_DIR=${WORK_DIR:-$PWD/runs}
 RUN_NAME=${RUN_NAME:-slurm-$SLURM_JOB_ID}
 echo "cddp-train-tasks: job $SLURM_JOB_ID, ${SLURM_NTASKS:-?} tasks on ${SLURM_JOB_NODELIST:-?}"
+# the job's store token (docs/store.md, the threat model): srun hands it to every task, and no
+# stranger on the nodes' network can then join, read or stop the job
+export CDDP_TOKEN=${CDDP_TOKEN:-$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n')}
 srun --kill-on-bad-exit=1 "$CDDP" train --launcher slurm --config "$CONFIG" --work-dir "$WORK_DIR" --name "$RUN_NAME" "$@"
 echo "cddp-train-tasks: done"

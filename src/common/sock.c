@@ -372,15 +372,18 @@ int cddp__sock_listen_addr_for(const char *host, char *out, size_t size, char *w
   if (!host || !*host || !strcmp(host, "0.0.0.0") || !strcmp(host, "::")) return 0;
   struct addrinfo *res = NULL;
   lookup(host, 0, 0, &res);
-  char first[INET6_ADDRSTRLEN] = "", t[INET6_ADDRSTRLEN];
+  char first[INET6_ADDRSTRLEN] = "", v4[INET6_ADDRSTRLEN] = "", t[INET6_ADDRSTRLEN];
   int n = 0, loopback = 0;
   for (struct addrinfo *a = res; a; a = a->ai_next) { /* distinct addresses: a name may repeat one */
     cddp__sockaddr_ip(a->ai_addr, t, sizeof t);
     if (n == 0) snprintf(first, sizeof first, "%s", t);
     else if (!strcmp(first, t)) continue;
+    if (!v4[0] && a->ai_family == AF_INET) snprintf(v4, sizeof v4, "%s", t);
     n++;
     loopback += sa_is_loopback(a->ai_addr);
   }
+  /* localhost as most hosts list it, 127.0.0.1 and ::1: the IPv4 one (clients try each address) */
+  if (n > 1 && loopback == n && !strcmp(host, "localhost") && v4[0]) snprintf(first, sizeof first, "%s", v4), n = 1;
   int local = n == 1 && cddp__sock_host_is_local(first);
   if (res) freeaddrinfo(res);
   struct in_addr a4;

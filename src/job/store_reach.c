@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <unistd.h>
 
 #include "common/check.h"
@@ -154,4 +155,12 @@ int cddp__job_store_reconnect(cddp__job_store_t *js, cddp_store_t **view) {
   if (cddp__job_store_connect(js, &fresh) != CDDP_OK) return -1;
   *view = fresh;
   return 1;
+}
+
+int cddp__job_token_random(char *buf, size_t size) {
+  unsigned char b[16];
+  buf[0] = '\0';
+  if (size < 2 * sizeof b + 1 || getrandom(b, sizeof b, 0) != (ssize_t)sizeof b) return -1;
+  for (size_t i = 0; i < sizeof b; i++) snprintf(buf + 2 * i, 3, "%02x", b[i]);
+  return 0;
 }

@@ -33,6 +33,9 @@ cddp_result_t cddp__job_store_connect(cddp__job_store_t *js, cddp_store_t **view
 int cddp__job_store_reconnect(cddp__job_store_t *js, cddp_store_t **view);
 /* Where the store is now: moved by a take-over this process saw, else js->host/port. */
 void cddp__job_store_now(const cddp__job_store_t *js, char *host, size_t size, int *port);
+/* A fresh job token: 32 hex digits from getrandom, into buf (size >= 33). 0, or -1 with buf "" when
+ * the kernel gives no randomness (the job then runs without one, and says so). */
+int cddp__job_token_random(char *buf, size_t size);
 /* Frees the candidates. */
 void cddp__job_store_release(cddp__job_store_t *js);
 

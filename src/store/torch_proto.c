@@ -255,7 +255,6 @@ static int serve_one(cddp__srv_core_t *core, cddp__srv_conn_t *c, size_t *used) 
   core->n_requests++;
   c->requested = 1; /* a client now, not a stranger that only connected (store_server.c sweeps those) */
   *used = cu.used;
-  c->requested = 1; /* a whole request: a torch client, not a stranger the hello timeout drops */
   return 0;
 }
 

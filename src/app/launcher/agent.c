@@ -8,7 +8,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -208,12 +207,6 @@ static void workers_done(cddp__workers_t *ws) {
 }
 
 /* ---- the store ---- */
-
-static void random_token(char *buf, size_t size) {
-  unsigned char b[16];
-  if (getrandom(b, sizeof b, 0) != (ssize_t)sizeof b) return;
-  for (size_t i = 0; i < sizeof b && 2 * i + 2 < size; i++) snprintf(buf + 2 * i, 3, "%02x", b[i]);
-}
 
 /* The job's "<run_id>/" view on a fresh connection; the line says why not. */
 static int connect_store(agent_t *a, cddp_store_t **out) {
@@ -1162,7 +1155,7 @@ int cddp__run_main(int argc, char **argv) {
     }
     fprintf(stderr, "cddp run: --redirects without --log-dir: worker output goes to %s/rank<N>.log\n", o.log_dir);
   }
-  if (o.standalone && !a.token[0]) random_token(a.token, sizeof a.token);
+  if (o.standalone && !a.token[0]) cddp__job_token_random(a.token, sizeof a.token);
   if (gethostname(a.host, sizeof a.host) != 0) snprintf(a.host, sizeof a.host, "?");
   a.host[sizeof a.host - 1] = '\0';
   /* signals arrive on a pipe; set up before any thread of ours starts, so all keep them blocked */

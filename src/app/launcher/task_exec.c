@@ -6,6 +6,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "common/knobs.h"
+#include "job/store_reach.h"
 #include "launcher/task_exec.h"
 
 int cddp__task_exec_rank(cddp_run_opts_t *o, char **argv) {
@@ -46,6 +48,13 @@ int cddp__slurm_exec_srun(int argc, char **argv, int replace) {
   }
   self[l] = '\0';
   snprintf(nodes, sizeof nodes, "--nodes=%s", nn);
+  /* The job's token, unless the user gave one: the agents are this process's srun tasks, and srun
+   * hands them its environment, which only this user (and root, and Slurm) can read. So the job
+   * is authenticated without a flag, and a stranger on the nodes' network cannot join it. */
+  char token[40];
+  if (!getenv(cddp__knob_var(CDDP_KNOB_TOKEN)) && !getenv(cddp__knob_var(CDDP_KNOB_TOKEN_FILE)) &&
+      cddp__job_token_random(token, sizeof token) == 0)
+    setenv(cddp__knob_var(CDDP_KNOB_TOKEN), token, 1);
   char **av = calloc((size_t)argc + 8, sizeof *av);
   int k = 0;
   av[k++] = "srun";
