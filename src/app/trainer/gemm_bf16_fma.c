@@ -2,6 +2,7 @@
  * widened to fp32 and summed with fp32 FMA, under the contract of gemm_bf16_kern.h, so they
  * give the bits of VDPBF16PS. One body (gemm_bf16_fma_body.h) at three widths: AVX-512F,
  * AVX2 + FMA, and SSE2, which every x86-64 has (multiply then add: the products are exact). */
+#include <immintrin.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>

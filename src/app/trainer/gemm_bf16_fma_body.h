@@ -56,12 +56,17 @@ ATTR static void NAME(tile, SFX)(const float *a, const float *b, int ks, float *
     for (int v = 0; v < 2 && nv > W * v; v++) {
       float *cp = c + (size_t)r * ldc + W * v;
       VF x = acc[r][v] * alpha;
-#if W > 4 /* FMA in this width: beta * C + x contracts into one, as the contract wants */
+#if W > 4 /* FMA in this width: beta * C + x in one rounding, as the contract wants (spelled
+           * out: GCC contracts a * b + c only from -O2) */
       if (nv >= W * (v + 1)) {
         if (beta != 0.0f) {
           VF cv;
           memcpy(&cv, cp, sizeof cv);
-          x = beta * cv + x;
+#if W == 16
+          x = (VF)_mm512_fmadd_ps(_mm512_set1_ps(beta), (__m512)cv, (__m512)x);
+#else
+          x = (VF)_mm256_fmadd_ps(_mm256_set1_ps(beta), (__m256)cv, (__m256)x);
+#endif
         }
         memcpy(cp, &x, sizeof x);
         continue;
