@@ -14,9 +14,10 @@
 #   msgs    requests the store served per agent (its own count, CDDP_DEBUG=INFO at its exit)
 #   hb      --hb-secs S > 0: the job again with workers that sleep S s; the extra requests per
 #           agent per second of that steady state (heartbeats and the membership watch)
-# --replace: the agents run --restart-mode replace with --nnodes 1:N (elastic membership: each
+# --replace: the agents run --restart-mode replace with --nnodes N:N (elastic membership: each
 # agent's monitor, heartbeats and wills), so hb is that mode's steady state.
-# --recover N: recovery at size, in replace mode: N agents whose workers sleep; once all started,
+# --recover N: recovery at size, in replace mode (--nnodes N-2:N, so the round gathers all N and
+# two losses leave the job at or above MIN): N agents whose workers sleep; once all started,
 # one agent is frozen (SIGSTOP: found by its ring predecessors when its heartbeat stands still
 # for CDDP_HEARTBEAT_TIMEOUT_MS) and the time to the generation without it is taken; then another
 # is killed (SIGKILL: its connection's will) and the time to the next generation taken.
@@ -81,7 +82,7 @@ job() {
   t0=$(now)
   local pids=()
   for ((i = 0; i < n; i++)); do
-    "$CDDP" run --nnodes "${REPLACE:+1:}$n" "${REPLACE[@]}" --rdzv-backend c10d --rdzv-endpoint "127.0.0.1:$port" --rdzv-id scale \
+    "$CDDP" run --nnodes "${REPLACE:+$n:}$n" "${REPLACE[@]}" --rdzv-backend c10d --rdzv-endpoint "127.0.0.1:$port" --rdzv-id scale \
       --nproc-per-node 1 --no-python sh -c "date +%s.%N >>'$dir/starts'; sleep $secs" \
       >>"$dir/agents.log" 2>&1 &
     pids+=($!)
@@ -134,8 +135,8 @@ recover() {
   start_store "$dir"
   local pids=()
   for ((i = 0; i < n; i++)); do
-    "$CDDP" run --nnodes "1:$n" --restart-mode replace --rdzv-backend c10d --rdzv-endpoint "127.0.0.1:$port" \
-      --rdzv-id recover --nproc-per-node 1 --no-python sh -c "date +%s.%N >>'$dir/starts'; exec sleep 600" \
+    "$CDDP" run --nnodes "$((n - 2)):$n" --rdzv-last-call 120 --restart-mode replace --rdzv-backend c10d \
+      --rdzv-endpoint "127.0.0.1:$port" --rdzv-id recover --nproc-per-node 1 --no-python sh -c "date +%s.%N >>'$dir/starts'; exec sleep 600" \
       >>"$dir/agents.log" 2>&1 &
     pids+=($!)
   done
@@ -145,7 +146,7 @@ recover() {
     frozen=$(seen "$dir/agents.log" ' lost: no heartbeat for ' 60)
     kill -KILL "${pids[$((n / 3))]}"
     killed=$(seen "$dir/agents.log" ' lost: its connection closed' 60)
-    kill -CONT "${pids[$((n / 2))]}"
+    kill -KILL "${pids[$((n / 2))]}" # not thawed: it would come back as a pending node and wait
   else
     echo "rdzv_scale.sh: recover $n: only $(wc -l <"$dir/starts") workers started (see $dir/agents.log)" >&2
     frozen=-1 killed=-1

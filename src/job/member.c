@@ -1,7 +1,7 @@
 /* member.c - the agent's membership monitor: heartbeat, will, and the detection of crashed or
  * silent member agents (cddp run --restart-mode replace). Each agent watches only its ring
  * successors (the next RING_WATCH members), so the store serves O(1) requests per agent per
- * interval at any job size; the watcher that finds a loss makes the next generation, and the
+ * beat at any job size; the watcher that finds a loss makes the next generation, and the
  * others learn of it through their one parked wait on its announcement. */
 #include <pthread.h>
 #include <stdio.h>
@@ -21,9 +21,9 @@
 
 #define KEY(kind, a) cddp__job_key(CDDP__JK_##kind, a, 0).s
 
-#define TICK_MIN_MS 50  /* wills are looked at every half heartbeat, within these bounds */
-#define TICK_MAX_MS 250
 #define RING_WATCH 2     /* successors each member watches: two adjacent losses at once are still seen */
+#define PARK_MAX_MS 250 /* the wait on the next announcement, at most: how long a stop may take */
+#define SLOW_BEATS 4     /* the job-wide keys (stop, pending agents) are looked at every this many beats */
 #define MAX_AGENT_IDS 16384 /* pending agents are looked for among ids below this */
 
 typedef struct watched {
@@ -44,7 +44,8 @@ struct cddp__monitor {
   char pending[96];   /* this agent's pending record while it waits to be taken in ("": none): */
   size_t pending_len; /* published again when the store moves (its new host never saw it) */
   int lease_gone; /* "minority" or "froze" was said: once */
-  int n, tick_ms;
+  int n;
+  unsigned beats;
   watched_t w[CDDP__MAX_MEMBERS];
   int ring[RING_WATCH], nring;       /* indices in w of the successors this agent watches */
   unsigned char said[MAX_AGENT_IDS]; /* a pending agent reported since the last watch */
@@ -117,6 +118,13 @@ static cddp_result_t beat(cddp__monitor_t *m, uint64_t now) {
       w->last = v, w->changed_at = now;
       continue;
     }
+    /* still since the last beat: a crash leaves its will (a counter that moved needs no look,
+     * so a crash is seen within two beats at one request per watched member per beat) */
+    if (exists(m->s, KEY(DEAD, w->id))) {
+      w->reported = 1;
+      SAY(m, CDDP__AEV_LOST, w->id, 0, 0, "its connection closed");
+      continue;
+    }
     uint64_t still = (now - w->changed_at) / 1000000ull;
     if (still < (uint64_t)m->timeout_ms) continue;
     if (exists(m->s, KEY(LEFT, w->id))) continue; /* it left properly */
@@ -147,6 +155,7 @@ static cddp_result_t beat(cddp__monitor_t *m, uint64_t now) {
       (void)cddp_store_add(m->s, KEY(AGENTS, 0), m->self + 1 - ids, &ids);
     (void)cddp_store_set(m->s, KEY(PENDING, m->self), pending, pending_len);
   }
+  if (m->beats++ % SLOW_BEATS) return CDDP_OK;
   if (exists(m->s, KEY(STOP, 0))) SAY(m, CDDP__AEV_STOP, 0, 0, 0, NULL);
   return scan_pending(m);
 }
@@ -184,21 +193,18 @@ static void *monitor_main(void *arg) {
       next_beat = now + (uint64_t)m->hb_ms * 1000000ull;
     }
     pthread_mutex_lock(&m->mu);
-    for (int k = 0; k < m->nring; k++) {
-      watched_t *w = &m->w[m->ring[k]];
-      if (!w->reported && exists(m->s, KEY(DEAD, w->id))) {
-        w->reported = 1;
-        SAY(m, CDDP__AEV_LOST, w->id, 0, 0, "its connection closed");
-      }
-    }
     int64_t g = CDDP_MAX(m->gen, m->gen_seen);
     int waited = m->deadline && cddp__now_ns() >= m->deadline;
     if (waited) m->deadline = 0;
+    uint64_t until = m->deadline && m->deadline < next_beat ? m->deadline : next_beat;
     pthread_mutex_unlock(&m->mu);
     if (waited) SAY(m, CDDP__AEV_WAITED, 0, 0, 0, NULL);
     cddp__jobkey_t next = cddp__job_key(CDDP__JK_GEN_ANNOUNCE, g + 1, 0);
     const char *k = next.s;
-    cddp_result_t r = cddp_store_wait(m->s, &k, 1, m->tick_ms);
+    /* parked on the next announcement until the next beat or the deadline: one request */
+    uint64_t t = cddp__now_ns();
+    int park_ms = until > t ? (int)CDDP_MIN((until - t) / 1000000ull + 1, (uint64_t)PARK_MAX_MS) : 1;
+    cddp_result_t r = cddp_store_wait(m->s, &k, 1, park_ms);
     if (r == CDDP_OK) {
       pthread_mutex_lock(&m->mu);
       m->gen_seen = g + 1;
@@ -221,7 +227,6 @@ cddp_result_t cddp__monitor_start(cddp__monitor_t **out, const char *host, int p
   if (!m) return cddp__fail(CDDP_SYSTEM, "out of memory");
   m->self = self_id, m->hb_ms = hb_ms > 0 ? hb_ms : 500, m->timeout_ms = timeout_ms > 0 ? timeout_ms : 3000;
   m->fd = notify_fd;
-  m->tick_ms = CDDP_MIN(CDDP_MAX(m->hb_ms / 2, TICK_MIN_MS), TICK_MAX_MS);
   pthread_mutex_init(&m->mu, NULL);
   char prefix[160];
   snprintf(prefix, sizeof prefix, "%s/", run_id);
