@@ -32,8 +32,8 @@ wait_for() {
 # named NAME OUTS T0 PATTERN: the watchdog's line in OUTS matches PATTERN, came within HT + 5 s of T0
 named() {
   local t1 line dt
-  t1=$(wait_for "$2" "by the watchdog: hung" 40)
-  line=$(grep -h "by the watchdog: hung" $2 | head -1)
+  t1=$(wait_for "$2" "watchdog.* hung" 40) # its line at the verdict (the closing one waits for the others to stop)
+  line=$(grep -h "watchdog.* hung" $2 | head -1)
   dt=$(echo "${t1:-0} - ${3:-0}" | bc)
   if [ -n "$3" ] && [ -n "$t1" ] && [ "$(echo "$dt < $HT + 5" | bc)" = 1 ] && [[ "$line" == $4 ]]; then
     ok "$1: named in ${dt}s: ${line#cddp run: }"
@@ -80,7 +80,9 @@ for PY in "${PYS[@]}"; do
   # 3. a SIGSTOPped rank is named as stopped
   timeout 300 "$CDDP" run --standalone --nproc-per-node 2 --hang-timeout $HT hang.py steady >"st$V.out" 2>&1 & p=$!
   wait_for "st$V.out" "step 3 rank 1" $START >/dev/null
-  v=$(pgrep -f "hang.py steady" | while read -r q; do grep -qa "^RANK=1$" <(tr '\0' '\n' <"/proc/$q/environ") && echo "$q"; done | head -1)
+  # this job's rank 1 only (TMPDIR=$T): another session's test may run hang.py steady at the same time
+  v=$(pgrep -f "hang.py steady" | while read -r q; do
+    tr '\0' '\n' <"/proc/$q/environ" 2>/dev/null | grep -ax -c -e "RANK=1" -e "TMPDIR=$T" | grep -qx 2 && echo "$q"; done | head -1)
   t0=""; [ -n "$v" ] && kill -STOP "$v" && t0=$(date +%s.%N)
   named "torch $V: a SIGSTOPped rank" "st$V.out" "$t0" "*rank 1 (host *, pid $v) *hung: stopped (SIGSTOP or a debugger), no progress for * s*"
   wait $p

@@ -13,6 +13,7 @@
 #include "launcher/hang_probe.h"
 
 #define STACK_EVERY_NS 2000000000ull
+#define STACK_SOONER_NS 1000000000ull
 
 int cddp__proc_stat(pid_t pid, uint64_t *ticks, char *state) {
   char path[64], buf[1024];
@@ -69,7 +70,7 @@ int cddp__probe_find(cddp__probe_t *p, int n, uint64_t now_ns, int timeout_ms, u
   static long tick_ns;
   if (!tick_ns) tick_ns = 1000000000L / sysconf(_SC_CLK_TCK);
   uint64_t limit = (uint64_t)timeout_ms * 1000000ull;
-  int idle_any = 0;
+  int idle_any = 0, due = 0;
   for (int i = 0; i < n; i++) {
     uint64_t ticks = 0;
     char was = p[i].state;
@@ -85,10 +86,15 @@ int cddp__probe_find(cddp__probe_t *p, int n, uint64_t now_ns, int timeout_ms, u
     if (!p[i].since_ns || (!stopped && (busy || p[i].line_ns != p[i].seen_line_ns))) p[i].since_ns = now_ns;
     p[i].cpu_ticks = ticks, p[i].read_ns = now_ns, p[i].seen_line_ns = p[i].line_ns;
     idle_any |= now_ns - p[i].since_ns >= limit / 2; /* stacks from half the timeout on: none to wait for at it */
+    due |= now_ns - p[i].since_ns >= limit;
   }
   if (!idle_any) return -1;
-  for (int i = 0; i < n; i++) /* where everyone is, now: the idle one and those it may hold up */
-    if (p[i].pid && (!p[i].stack_ns || now_ns - p[i].stack_ns >= STACK_EVERY_NS)) take(&p[i], now_ns, stack_dir);
+  /* where everyone is, now: the idle one and those it may hold up; at the timeout, a peer whose
+   * stack predates its last sign of progress (a waiter caught awake) is read again sooner */
+  for (int i = 0; i < n; i++)
+    if (p[i].pid && (!p[i].stack_ns || now_ns - p[i].stack_ns >= STACK_EVERY_NS ||
+                     (due && !fresh(&p[i]) && now_ns - p[i].stack_ns >= STACK_SOONER_NS)))
+      take(&p[i], now_ns, stack_dir);
   for (int i = 0; i < n; i++) {
     if (!p[i].pid || now_ns - p[i].since_ns < limit) continue;
     double idle = (double)(now_ns - p[i].since_ns) / 1e9;
