@@ -26,7 +26,7 @@ TEST(flat_layout_sections_aligned_ordered_zeroed) {
   cddp_flat_t f;
   cddp_optim_t o;
   cddp_optim_spec_t s = adamw();
-  CHECK_OK(cddp__flat_create(&f, &cddp__ops_cpu, 1001, &o, &s, 333)); /* a ZeRO-1 shard's moments */
+  CHECK_OK(cddp__flat_create(&f, &cddp__ops_cpu, 1001, 1, &o, &s, 333)); /* a ZeRO-1 shard's moments */
   CHECK(f.params == f.base);
   CHECK(aligned64(f.params) && aligned64(f.grads) && aligned64(o.m) && aligned64(o.v));
   CHECK(f.grads >= f.params + 1001 && o.m >= f.grads + 1001 && o.v >= o.m + 333);
@@ -43,14 +43,19 @@ TEST(flat_moments_as_the_optimizer_needs) {
   cddp_flat_t f;
   cddp_optim_t o;
   cddp_optim_spec_t sgd = {.kind = CDDP_OPTIM_SGD};
-  CHECK_OK(cddp__flat_create(&f, &cddp__ops_cpu, 100, &o, &sgd, 100));
+  CHECK_OK(cddp__flat_create(&f, &cddp__ops_cpu, 100, 1, &o, &sgd, 100));
   CHECK(o.m == NULL && o.v == NULL);
   CHECK_EQ(f.floats, (size_t)2 * 112); /* two sections of 100 rounded to 16 */
   cddp__flat_destroy(&f, &o);
   sgd.momentum = 0.9f;
-  CHECK_OK(cddp__flat_create(&f, &cddp__ops_cpu, 100, &o, &sgd, 100));
+  CHECK_OK(cddp__flat_create(&f, &cddp__ops_cpu, 100, 1, &o, &sgd, 100));
   CHECK(o.m != NULL && o.v == NULL);
   CHECK_EQ(f.floats, (size_t)3 * 112);
+  cddp__flat_destroy(&f, &o);
+  /* the gradients held elsewhere (DDP's own comm memory): the momentum right after params */
+  CHECK_OK(cddp__flat_create(&f, &cddp__ops_cpu, 100, 0, &o, &sgd, 100));
+  CHECK(f.grads == NULL && o.m == f.params + 112);
+  CHECK_EQ(f.floats, (size_t)2 * 112);
   cddp__flat_destroy(&f, &o);
 }
 
@@ -59,11 +64,11 @@ TEST(flat_bad_spec_refused_nothing_allocated) {
   cddp_optim_t o;
   cddp_optim_spec_t s = adamw();
   s.beta2 = 1.5f;
-  CHECK_RESULT(cddp__flat_create(&f, &cddp__ops_cpu, 10, &o, &s, 10), CDDP_INVALID_ARG);
+  CHECK_RESULT(cddp__flat_create(&f, &cddp__ops_cpu, 10, 1, &o, &s, 10), CDDP_INVALID_ARG);
   CHECK(strstr(cddp_last_error(), "beta2") != NULL);
   CHECK(f.base == NULL && o.m == NULL);
   s = adamw();
-  CHECK_RESULT(cddp__flat_create(&f, &cddp__ops_cpu, 0, &o, &s, 10), CDDP_INVALID_ARG);
+  CHECK_RESULT(cddp__flat_create(&f, &cddp__ops_cpu, 0, 1, &o, &s, 10), CDDP_INVALID_ARG);
   cddp__flat_destroy(&f, &o); /* a zeroed one: a no-op */
 }
 
@@ -98,7 +103,7 @@ TEST(flat_mlp_trains_to_the_bits_of_separate_buffers) {
   CHECK_OK(cddp__optim_init(&oa, &s, np));
   train(pa, ga, &oa, m, x, y, N, loss_a);
   cddp_flat_t f;
-  CHECK_OK(cddp__flat_create(&f, &cddp__ops_cpu, np, &ob, &s, np));
+  CHECK_OK(cddp__flat_create(&f, &cddp__ops_cpu, np, 1, &ob, &s, np));
   train(f.params, f.grads, &ob, m, x, y, N, loss_b);
   CHECK(memcmp(loss_a, loss_b, sizeof loss_a) == 0);
   CHECK(loss_a[5] < loss_a[0]);

@@ -15,14 +15,16 @@ typedef struct cddp_flat {
   float *base;           /* the one allocation (NULL when none) */
   size_t floats;         /* its size */
   size_t slots;          /* floats of params and of grads (the model's, or ZeRO-1's padded) */
-  float *params, *grads; /* its first two sections; the moments follow in o->m, o->v */
+  float *params, *grads; /* its first two sections (grads NULL: held elsewhere); the moments
+                            follow in o->m, o->v */
 } cddp_flat_t;
 
 /* Checks spec (cddp__optim_check's line), then takes one zeroed allocation from ops for
- * params and grads of slots floats and the optimizer's moments of moment_floats each (n, or a
- * ZeRO-1 shard), and initialises o with its moments pointing into it (as cddp__optim_init
- * would, without its own buffers). SYSTEM naming the device when out of memory. */
-cddp_result_t cddp__flat_create(cddp_flat_t *f, const cddp_ops_t *ops, size_t slots, cddp_optim_t *o,
+ * params and (with_grads) grads of slots floats and the optimizer's moments of moment_floats
+ * each (n, or a ZeRO-1 shard), and initialises o with its moments pointing into it (as
+ * cddp__optim_init would, without its own buffers). SYSTEM naming the device when out of
+ * memory. */
+cddp_result_t cddp__flat_create(cddp_flat_t *f, const cddp_ops_t *ops, size_t slots, int with_grads, cddp_optim_t *o,
                                 const cddp_optim_spec_t *spec, size_t moment_floats);
 /* Releases the allocation; o (created with it) loses its moments. Either may be zeroed. */
 void cddp__flat_destroy(cddp_flat_t *f, cddp_optim_t *o);

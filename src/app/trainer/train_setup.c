@@ -14,6 +14,7 @@
 #include "common/log.h"
 #include "ddp/ddp_compress.h"
 #include "job/status.h"
+#include "trainer/ops.h"
 #include "trainer/run_lock.h"
 #include "trainer/trainer.h"
 
@@ -239,6 +240,19 @@ cddp_result_t cddp__train_write_config(trainer_t *t) {
   return r;
 }
 
+int cddp__train_shm_for_life(const trainer_t *t) {
+  cddp_comm_t *comm = cddp_world_comm(t->w);
+  return t->world > 1 && comm && !strcmp(cddp_comm_transport(comm), "shm") && !cddp_world_can_recover(t->w);
+}
+
+cddp_result_t cddp__train_make_flat(trainer_t *t) {
+  /* shm for the run's life: DDP keeps the gradients in comm memory of its own, where the peers
+   * reduce them in place (zero copy; the whole state there would cost peak RSS); else they are
+   * the flat state's, in memory that outlives a re-formed communicator */
+  int with_grads = t->dev != cddp__ops_for(CDDP_DEVICE_CPU) || !cddp__train_shm_for_life(t);
+  return cddp__flat_create(&t->flat, t->dev, t->n_params, with_grads, &t->opt, &t->cfg.optim, t->n_params);
+}
+
 /* ZeRO-1, on or a candidate: world x per floats, the tail zero */
 size_t cddp__train_param_slots(const trainer_t *t) { return t->zero1.on || t->zero1.candidate ? t->zero1.padded : t->n_params; }
 
@@ -258,7 +272,7 @@ static cddp_result_t set_powersgd(trainer_t *t) {
 }
 
 cddp_result_t cddp__train_make_ddp(trainer_t *t) {
-  /* the buckets are slices of the flat state's gradients (ZeRO-1: of comm memory of the ddp's) */
+  /* the buckets are slices of the flat state's gradients, or (NULL: ZeRO-1, shm for the run's life) of DDP's own comm memory */
   CDDP_CHECK(cddp_ddp_create_over(&t->ddp, cddp_world_comm(t->w), t->flat.grads, cddp__train_param_slots(t),
                                   (size_t)(t->cfg.bucket_mb * 1048576.0), CDDP_SUM));
   t->grads = cddp_ddp_grads(t->ddp);

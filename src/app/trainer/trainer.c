@@ -239,7 +239,7 @@ static cddp_result_t setup(trainer_t *t) {
   if (c->prefetch) CDDP_CHECK(cddp__prefetch_start(&t->prefetch, t->task, c->micro_batch));
   /* before the DDP: sign + vsync writes its v, and the buckets are slices of flat.grads */
   if (!t->zero1.on && !t->zero1.candidate) {
-    CDDP_CHECK(cddp__flat_create(&t->flat, t->dev, t->n_params, &t->opt, &c->optim, t->n_params));
+    CDDP_CHECK(cddp__train_make_flat(t));
     t->params = t->flat.params;
   } else { /* ZeRO-1 moves its parameters (shared memory, re-sharding): buffers of its own */
     /* it all-gathers into them: one shard per rank, the last padded */

@@ -102,6 +102,11 @@ float cddp__train_scaled_lr(const cddp_train_config_t *c);
 /* The DDP object on the current communicator (its gradient buffer is comm memory), with
  * ddp.overlap and ddp.compress applied. */
 cddp_result_t cddp__train_make_ddp(trainer_t *t);
+/* The ranks meet over shm in a world that never re-forms: comm memory lives as long as the run. */
+int cddp__train_shm_for_life(const trainer_t *t);
+/* t->flat and t->opt's moments from t->dev (not under ZeRO-1); the gradients too, except over
+ * shm for the run's life (cddp__train_shm_for_life), where DDP's comm memory keeps the zero copy. */
+cddp_result_t cddp__train_make_flat(trainer_t *t);
 /* Floats in the parameter and gradient buffers: n_params, or ZeRO-1's world x shard. */
 size_t cddp__train_param_slots(const trainer_t *t);
 

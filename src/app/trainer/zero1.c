@@ -20,10 +20,9 @@
 cddp_result_t cddp__zero1_choose(trainer_t *t) {
   cddp__zero1_t *z = &t->zero1;
   const cddp_train_config_t *c = &t->cfg;
-  cddp_comm_t *comm = cddp_world_comm(t->w);
   /* one copy of the parameters needs every rank's memory mapped here, and a world whose
    * members never change: re-forming (re-sharding, a rank taken in) works on private copies */
-  int can_share = t->world > 1 && comm && !strcmp(cddp_comm_transport(comm), "shm") && !cddp_world_can_recover(t->w);
+  int can_share = cddp__train_shm_for_life(t);
   const char *why;
   z->on = z->shared = z->candidate = 0;
   if (c->shard_optimizer == CDDP_SHARD_OFF) why = "off (ddp.shard_optimizer false)";
