@@ -2,7 +2,9 @@
  * with their deadlines, are common/sock.c's). */
 #include "common/io.h"
 
+#include <dirent.h>
 #include <errno.h>
+#include <stdlib.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
@@ -58,6 +60,29 @@ char cddp__proc_state(pid_t pid) {
   if (cddp__read_small(path, buf, sizeof buf) < 0) return 0;
   const char *close_paren = strrchr(buf, ')'); /* the name may hold spaces and parentheses */
   return close_paren && close_paren[1] == ' ' ? close_paren[2] : 0;
+}
+
+static int stopped_letter(char c) { return c == 'T' || c == 't'; }
+
+int cddp__proc_stopped(pid_t pid) {
+  if (stopped_letter(cddp__proc_state(pid))) return 1;
+  char path[64];
+  snprintf(path, sizeof path, "/proc/%d/task", (int)pid);
+  DIR *d = opendir(path);
+  if (!d) return 0;
+  int stopped = 0;
+  struct dirent *e;
+  for (int n = 0; !stopped && n < 4096 && (e = readdir(d)); n++) { /* bounded: a worker has tens */
+    char *end;
+    long tid = strtol(e->d_name, &end, 10);
+    if (*end || tid <= 0 || tid == pid) continue;
+    char stat[96], buf[512];
+    snprintf(stat, sizeof stat, "/proc/%d/task/%ld/stat", (int)pid, tid);
+    const char *close_paren = cddp__read_small(stat, buf, sizeof buf) > 0 ? strrchr(buf, ')') : NULL;
+    stopped = close_paren && close_paren[1] == ' ' && stopped_letter(close_paren[2]);
+  }
+  closedir(d);
+  return stopped;
 }
 
 int cddp__open_regular(const char *path) {

@@ -19,6 +19,10 @@ ssize_t cddp__read_small(const char *path, char *buf, size_t size);
 /* The state letter of process pid on this host, from /proc/PID/stat ('R', 'S', 'T': stopped,
  * 't': traced, 'Z': a zombie, dead but not yet reaped, ...), or 0 when there is none. */
 char cddp__proc_state(pid_t pid);
+/* 1 when process pid is stopped (SIGSTOP, a debugger): any of its threads shows 'T' or 't'. The
+ * first letter alone can lag: a thread inside a long system call (D) stops only when it returns,
+ * and a leader that called pthread_exit shows 'Z' while the rest of the process runs or stops. */
+int cddp__proc_stopped(pid_t pid);
 /* Opens path for reading when it is a regular file, never blocking on a FIFO or a device: for a
  * file another process wrote, in a folder that may hold anything. The descriptor (O_CLOEXEC), or
  * -1 with errno (EINVAL: not a regular file). */

@@ -1,11 +1,13 @@
 /* test_run_hang.c - the watchdog's rule on synthetic flight pages: a stopped worker, a worker
  * outside any collective while a peer waits inside one, and the cases that are not hangs. */
+#include <pthread.h>
 #include <signal.h>
 #include <string.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include "comm/flight.h"
+#include "common/io.h"
 #include "launcher/hang.h"
 #include "test.h"
 
@@ -80,6 +82,42 @@ TEST(hang_stopped_worker_inside_a_collective) {
   waitpid(child, NULL, 0);
   CHECK_EQ(h, 1);
   if (!strstr(why, "inside allreduce #6 (4096 f32, sum)") || !strstr(why, "stopped")) TEST_FAIL("why: %s", why);
+}
+
+static void *sleep_forever(void *arg) {
+  for (;;) pause();
+  return arg;
+}
+
+static int leader_gone(void *pid) { return cddp_test_proc_state(*(pid_t *)pid) == 'Z'; }
+static int any_thread_stopped(void *pid) { return cddp__proc_stopped(*(pid_t *)pid); }
+
+/* A stopped worker whose first thread does not show 'T' (here its leader left by pthread_exit and
+ * shows 'Z'; on a loaded host, one inside a long system call shows 'D' until it returns) is
+ * still named stopped: its peers' wait is not its own story (CI saw "outside any collective") */
+TEST(hang_stopped_worker_whose_leader_shows_no_T) {
+  cddp__progress_t p[2];
+  pid_t child = fork();
+  if (child == 0) {
+    pthread_t t;
+    if (pthread_create(&t, NULL, sleep_forever, NULL) != 0) _exit(1);
+    pthread_exit(NULL); /* the process lives on in t */
+  }
+  CHECK(cddp_test_wait_for(leader_gone, &child, 10));
+  kill(child, SIGSTOP);
+  CHECK(cddp_test_wait_for(any_thread_stopped, &child, 10));
+  char leader = cddp_test_proc_state(child);
+  pid_t pid[2] = {getpid(), child};
+  char why[320];
+  setup(p, 7, 6, 6, 6); /* worker 1 is outside any collective, worker 0 waits inside one */
+  CHECK_EQ(cddp__hang_find(p, pid, 2, 0, 5000, 0, why, sizeof why), -1);
+  int h = cddp__hang_find(p, pid, 2, 6 * S, 5000, 0, why, sizeof why);
+  kill(child, SIGKILL);
+  waitpid(child, NULL, 0);
+  CHECK(leader != 'T');
+  CHECK_EQ(h, 1);
+  if (!strstr(why, "stopped (SIGSTOP or a debugger)")) TEST_FAIL("why: %s", why);
+  CHECK_EQ(cddp__proc_stopped(getpid()), 0);
 }
 
 TEST(flight_records_start_and_end) {

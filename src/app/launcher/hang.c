@@ -49,8 +49,8 @@ int cddp__hang_find(cddp__progress_t *p, const pid_t *pid, int n, uint64_t now_n
   uint64_t limit = (uint64_t)timeout_ms * 1000000ull;
   for (int i = 0; i < n; i++) {
     if (!pid[i] || !live(&p[i]) || p[i].seq == 0 || now_ns - p[i].since_ns < limit) continue;
-    char st = cddp__proc_state(pid[i]);
-    const char *how = st == 'T' || st == 't' ? "stopped (SIGSTOP or a debugger)" : NULL;
+    /* stopped first, whatever its page says: a stopped rank is the cause, never a bystander */
+    const char *how = cddp__proc_stopped(pid[i]) ? "stopped (SIGSTOP or a debugger)" : NULL;
     /* collective numbers are each process's own (set-up runs differ by rank), so they are not
      * compared; what is: it is outside any collective while a peer waits, stalled, inside one */
     for (int j = 0; j < n && !how && p[i].done == p[i].seq; j++)
