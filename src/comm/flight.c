@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "cddp/comm.h"
@@ -80,6 +81,62 @@ void cddp_progress_step(uint64_t step) {
 }
 
 const cddp__flight_page_t *cddp__flight_page(void) { return get(); }
+
+struct cddp__alive {
+  pthread_t thread;
+  pthread_mutex_t mu;
+  pthread_cond_t cv; /* on CLOCK_MONOTONIC: a clock step neither stops nor floods the beats */
+  int beat_ms, max_ms, stop;
+};
+
+static void *alive_loop(void *arg) {
+  cddp__alive_t *a = arg;
+  struct timespec at;
+  clock_gettime(CLOCK_MONOTONIC, &at);
+  pthread_mutex_lock(&a->mu);
+  for (int ms = 0; !a->stop && ms <= a->max_ms; ms += a->beat_ms) {
+    cddp_progress_alive();
+    at.tv_nsec += (long)(a->beat_ms % 1000) * 1000000L, at.tv_sec += a->beat_ms / 1000 + at.tv_nsec / 1000000000L;
+    at.tv_nsec %= 1000000000L;
+    while (!a->stop && pthread_cond_timedwait(&a->cv, &a->mu, &at) == 0) {
+    }
+  }
+  pthread_mutex_unlock(&a->mu);
+  return NULL;
+}
+
+cddp__alive_t *cddp__alive_start(int beat_ms, int max_ms) {
+  cddp__alive_t *a = calloc(1, sizeof *a);
+  pthread_condattr_t ca;
+  if (!a || beat_ms <= 0 || pthread_condattr_init(&ca) != 0) {
+    free(a);
+    return NULL;
+  }
+  a->beat_ms = beat_ms, a->max_ms = max_ms;
+  pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+  pthread_mutex_init(&a->mu, NULL);
+  pthread_cond_init(&a->cv, &ca);
+  pthread_condattr_destroy(&ca);
+  if (pthread_create(&a->thread, NULL, alive_loop, a) != 0) {
+    pthread_cond_destroy(&a->cv);
+    pthread_mutex_destroy(&a->mu);
+    free(a);
+    return NULL;
+  }
+  return a;
+}
+
+void cddp__alive_stop(cddp__alive_t *a) {
+  if (!a) return;
+  pthread_mutex_lock(&a->mu);
+  a->stop = 1;
+  pthread_cond_signal(&a->cv);
+  pthread_mutex_unlock(&a->mu);
+  pthread_join(a->thread, NULL);
+  pthread_cond_destroy(&a->cv);
+  pthread_mutex_destroy(&a->mu);
+  free(a);
+}
 
 const char *cddp__flight_kind_name(int kind) {
   static const char *names[] = {"allreduce", "reduce_scatter", "allgather", "broadcast", "barrier"};

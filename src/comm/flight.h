@@ -44,6 +44,14 @@ void cddp__flight_end(uint64_t seq, int ok);
 /* The process's page (mapped from CDDP_FLIGHT_FILE when its agent gave one, else private). */
 const cddp__flight_page_t *cddp__flight_page(void);
 
+/* A helper thread that calls cddp_progress_alive every beat_ms, for one long call that cannot
+ * beat itself (writing and fsyncing hundreds of MB), at most max_ms: a call stuck longer is
+ * judged as any other. SIGSTOP stops it with the process, so a stopped rank is still found.
+ * alive_start returns NULL (nothing runs) when no thread can be made; alive_stop joins it. */
+typedef struct cddp__alive cddp__alive_t;
+cddp__alive_t *cddp__alive_start(int beat_ms, int max_ms);
+void cddp__alive_stop(cddp__alive_t *a);
+
 /* The name of a collective kind ("allreduce", ...). */
 const char *cddp__flight_kind_name(int kind);
 

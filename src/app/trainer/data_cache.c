@@ -13,6 +13,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "comm/flight.h"
 #include "common/check.h"
 #include "common/durable.h"
 #include "common/knobs.h"
@@ -23,6 +24,7 @@
 #define HDR_BYTES 4096          /* header page; the floats start on the next one */
 #define MIN_BYTES (4u << 20)    /* smaller sets load fast enough: not cached */
 #define STALE_S 120             /* a .tmp this old is a writer that died: taken over */
+#define BEAT_MS 500             /* the watchdog's pass; its shortest --hang-timeout is seconds */
 
 typedef struct cache_hdr {
   char magic[8];
@@ -128,11 +130,15 @@ void cddp__data_cache_save(const cddp_dataset_t *d, const char *split, const cha
     free(h);
     return;
   }
+  /* 188 MB written and fsynced in calls that cannot beat, seconds on a busy disk while the peers
+   * wait at the next collective: a helper beats meanwhile, or the watchdog takes it for a hang */
+  cddp__alive_t *alive = cddp__alive_start(BEAT_MS, STALE_S * 1000);
   cddp_result_t r = cddp__durable_write(&f, h, sizeof *h);
   if (r == CDDP_OK) r = cddp__durable_write(&f, d->x, floats);
   if (r == CDDP_OK) r = cddp__durable_write(&f, d->y, d->n);
   if (r == CDDP_OK) r = cddp__durable_commit(&f);
   else cddp__durable_abort(&f);
+  cddp__alive_stop(alive);
   if (r != CDDP_OK) CDDP_INFO(CDDP_SUB_TRAIN, "data cache: %s: not cached", cddp_last_error());
   else CDDP_INFO(CDDP_SUB_TRAIN, "data: %s split cached in %s", split, path);
   free(h);
