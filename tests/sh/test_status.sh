@@ -88,7 +88,10 @@ out=$(CDDP_TOKEN= "$CDDP" status "$T/st.logs" 2>&1); rc=$?
 # 2. replace mode: a killed worker is an event, and so is its recovery, with the time it took
 job rep --restart-mode replace --max-restarts 3
 at_step rep 10 || fail "replace job started" "$(tail -n 3 "$T"/rep.n*.out)"
-victim=$(pgrep -f "^$CDDP train --name rep " | sed -n 2p)
+victim=""  # rank 0: its replacement is the one that records how the run ended
+for p in $(pgrep -f "^$CDDP train --name rep "); do
+  tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx RANK=0 && victim=$p
+done
 kill -KILL "$victim"
 recovered "rep$P"
 if [ -n "$ev" ] && grep -qE "^  [0-9:]{8}  rank [0-3] \(host .*, pid $victim\) was killed by signal 9 \(SIGKILL\).*replaced by pid [0-9]+, generation [1-9]" <<<"$out" &&
@@ -96,6 +99,9 @@ if [ -n "$ev" ] && grep -qE "^  [0-9:]{8}  rank [0-3] \(host .*, pid $victim\) w
   ok "a killed worker: its loss, replacement and recovery time are events; the replacement is marked"
 else fail "replace events" "$out"; fi
 kill -TERM $pid_0 $pid_1 2>/dev/null; wait $pid_0 $pid_1 2>/dev/null
+out=$("$CDDP" status "$T/rep" 2>&1); rc=$?
+[ $rc = 0 ] && grep -qE "^run $T/rep: over, stopped by signal SIGTERM at step [0-9]+$" <<<"$out" &&
+  ok "a replacement rank 0 records how the run ended in its folder" || fail "replacement's ending" "rc=$rc: $out"
 
 # 3. a node lost (its agent SIGKILLed) in replace mode, 3 nodes x 1 worker: the generation's event
 # names it, the survivors' recovery is timed, their ranks follow the new generation, and its record

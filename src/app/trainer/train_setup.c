@@ -228,7 +228,11 @@ cddp_result_t cddp__train_write_config(trainer_t *t) {
   if (fclose(f) != 0 && r == CDDP_OK) r = cddp__fail_errno(CDDP_SYSTEM, "cannot write %s", path);
   if (r == CDDP_OK) r = cddp__durable_save(path, 0666, text, len); /* a crash leaves the old one or this */
   free(text);
-  if (r == CDDP_OK && getenv("CDDP_STORE")) { /* under cddp run: `cddp status RUN_DIR` finds the job */
+  return r;
+}
+
+void cddp__train_record_endpoint(trainer_t *t) {
+  if (getenv("CDDP_STORE")) { /* under cddp run: `cddp status RUN_DIR` finds the job */
     const cddp_env_t *e = cddp_world_env(t->w);
     cddp__endpoint_t ep = {.port = e->master_port};
     snprintf(ep.host, sizeof ep.host, "%s", e->master_addr);
@@ -237,7 +241,6 @@ cddp_result_t cddp__train_write_config(trainer_t *t) {
     t->endpoint_mine = cddp__endpoint_write(t->run_dir, &ep) == CDDP_OK;
     if (!t->endpoint_mine) CDDP_WARN("%s (cddp status RUN_DIR)", cddp_last_error());
   }
-  return r;
 }
 
 int cddp__train_shm_for_life(const trainer_t *t) {

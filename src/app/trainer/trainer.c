@@ -284,6 +284,8 @@ static cddp_result_t setup(trainer_t *t) {
   }
   /* only now: a start that failed (a bad --resume-from, no data) leaves the folder's config as it was */
   if (t->rank == 0 && !replacement && !t->refused[0]) CDDP_CHECK(cddp__train_write_config(t));
+  /* a replacement rank 0 too: it is the one that will say how the run ended */
+  if (t->rank == 0 && !t->refused[0]) cddp__train_record_endpoint(t);
   cddp__train_publish_worlds(t);
   /* a first start that formed late (cddp_world_replacement) still opens the job's log */
   char squeezed[96];

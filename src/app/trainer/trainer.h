@@ -98,6 +98,9 @@ int cddp__train_overlap(const trainer_t *t, int threads);
 cddp_result_t cddp__train_make_run_dir(trainer_t *t);
 /* Rank 0, once the start succeeded: the resolved config as RUN_DIR/config.yaml. */
 cddp_result_t cddp__train_write_config(trainer_t *t);
+/* Rank 0 under cddp run (a replacement too): RUN_DIR/endpoint, where `cddp status RUN_DIR` finds
+ * the job and, once it is over, reads how it ended; sets t->endpoint_mine. A failure is a warning. */
+void cddp__train_record_endpoint(trainer_t *t);
 float cddp__train_scaled_lr(const cddp_train_config_t *c);
 /* The DDP object on the current communicator (its gradient buffer is comm memory), with
  * ddp.overlap and ddp.compress applied. */
