@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "job/status.h"
+#include "launcher/status_pub.h"
 #include "test.h"
 
 static cddp__status_node_t sample(void) {
@@ -42,6 +43,33 @@ TEST(status_record_round_trip) {
   CHECK(!strcmp(back.ranks[0].last, "allreduce #300 (4096 f32, sum)"));
   CHECK(!strcmp(back.ranks[1].state, "hung") && back.ranks[1].replaced == 1);
   CHECK_EQ(cddp__status_format(&n, buf, 40), 0); /* does not fit: 0, never a cut record */
+}
+
+/* steps/s over the last 10 s of changes: steps alternating 1 s and 2 s read about 0.67, not 1.0 and
+ * 0.5 by turns; a new process starts afresh; a stall falls as 1 / the time since the last step */
+TEST(status_rate_averaged_over_a_window) {
+  static cddp__status_pub_t p;
+  cddp__status_rank_t r = {.pid = 100};
+  uint64_t t = 1000000000000ull, s = 1000000000ull;
+  double lo = 9, hi = 0;
+  for (int k = 0; k < 12; k++) {
+    r.step = (uint64_t)k, r.rate = 0;
+    cddp__status_pub_rate(&p, 0, &r, t);
+    if (k == 0) CHECK(r.rate == 0); /* one change: no rate yet */
+    if (k >= 6) lo = r.rate < lo ? r.rate : lo, hi = r.rate > hi ? r.rate : hi;
+    t += (k % 2 ? 2 : 1) * s;
+  }
+  fprintf(stderr, "# rate %.3f..%.3f\n", lo, hi);
+  CHECK(lo > 0.6 && hi < 0.75);
+  r.rate = 0; /* no step for 10 s: at most 1 / 10 */
+  cddp__status_pub_rate(&p, 0, &r, t + 8 * s);
+  CHECK(r.rate > 0.09 && r.rate <= 0.1 + 1e-9);
+  r.pid = 101, r.step = 3, r.rate = 0; /* a replacement: counts afresh */
+  cddp__status_pub_rate(&p, 0, &r, t + 9 * s);
+  CHECK(r.rate == 0);
+  r.step = 4;
+  cddp__status_pub_rate(&p, 0, &r, t + 12 * s);
+  CHECK(r.rate > 0.33 && r.rate < 0.34);
 }
 
 TEST(status_record_malformed) {

@@ -16,6 +16,7 @@
 #include "job/elastic.h"
 
 #define POST_TIMEOUT_MS 2000 /* the poster's bound on one store call */
+#define RATE_WINDOW_NS 10000000000ull /* steps/s: averaged over about this long */
 
 /* The generation moved from `from` to `to`: which nodes it lost and took in, one event for the
  * job (whichever agent posts it first); a loss starts the agent's recovery clock. */
@@ -196,6 +197,22 @@ static void event(cddp__status_pub_t *p, const char *fmt, ...) {
 }
 
 /* One worker's entry from its page. */
+void cddp__status_pub_rate(cddp__status_pub_t *p, int i, cddp__status_rank_t *r, uint64_t now) {
+  uint64_t *ns = p->rate_ns[i], *step = p->rate_step[i], n = p->rate_n[i];
+  enum { K = CDDP__STATUS_RATE_POINTS };
+  if (p->prev_pid[i] != r->pid || !n || r->step < step[(n - 1) % K]) {
+    p->prev_pid[i] = r->pid, p->rate_n[i] = 1, ns[0] = now, step[0] = r->step;
+    return;
+  }
+  if (r->step > step[(n - 1) % K]) ns[n % K] = now, step[n % K] = r->step, n = ++p->rate_n[i];
+  uint64_t last = n - 1, first = last;
+  while (first > 0 && last - first + 1 < K && (first == last || now - ns[(first - 1) % K] <= RATE_WINDOW_NS)) first--;
+  if (first == last || ns[last % K] <= ns[first % K]) return;
+  r->rate = (double)(step[last % K] - step[first % K]) / ((double)(ns[last % K] - ns[first % K]) / 1e9);
+  double since = now > ns[last % K] ? (double)(now - ns[last % K]) / 1e9 : 0;
+  if (since > 0 && r->rate > 1.0 / since) r->rate = 1.0 / since;
+}
+
 /* The process behind slot i as /proc and its output show it: CPU % since the last tick, memory,
  * its last line and how long ago, and how long the watchdog has seen it make no progress. */
 static void proc_entry(cddp__status_pub_t *p, const cddp__worker_t *w, int i, uint64_t now, cddp__status_rank_t *r) {
@@ -238,20 +255,7 @@ static void rank_entry(cddp__status_pub_t *p, const cddp__worker_t *w, int i, ui
   if (w->exited) snprintf(r->state, sizeof r->state, "%s", w->hang[0] ? "hung" : w->status ? "failed" : "exited");
   else if (seen) snprintf(r->state, sizeof r->state, "%s", seen);
   else snprintf(r->state, sizeof r->state, "%s", (live && r->coll) || (!live && w->out_ns) ? "alive" : "starting");
-  /* the rate between the last two changes of the step, per process (a new one starts counting
-   * afresh); while it stays, at most one step over the time since (a stall shows as a fall) */
-  if (p->prev_pid[i] != r->pid || !p->prev_ns[i] || r->step < p->prev_step[i]) {
-    p->prev_pid[i] = r->pid, p->prev_ns[i] = now, p->prev_step[i] = r->step, p->prev_rate[i] = 0;
-    return;
-  }
-  if (now <= p->prev_ns[i]) return;
-  double since = (double)(now - p->prev_ns[i]) / 1e9;
-  if (r->step > p->prev_step[i]) {
-    p->prev_rate[i] = (double)(r->step - p->prev_step[i]) / since;
-    p->prev_ns[i] = now, p->prev_step[i] = r->step;
-    since = 0;
-  }
-  r->rate = since > 0 && p->prev_rate[i] > 1.0 / since ? 1.0 / since : p->prev_rate[i];
+  cddp__status_pub_rate(p, i, r, now);
 }
 
 /* A loss at `at`: recovered once every local worker made a step past where it was. */

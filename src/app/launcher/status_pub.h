@@ -10,16 +10,18 @@
 #include "job/status.h"
 #include "launcher/workers.h"
 
-#define CDDP__STATUS_QUEUE 8 /* events waiting to be posted (more are dropped) */
+#define CDDP__STATUS_QUEUE 8       /* events waiting to be posted (more are dropped) */
+#define CDDP__STATUS_RATE_POINTS 8  /* step changes kept per rank for its steps/s */
 
 typedef struct cddp__status_pub {
   int on;                   /* the poster runs */
   cddp__status_node_t node; /* the agent fills round, node_rank, ... per round; the ranks per tick */
   int replace;              /* replace mode: the generation comes from the store */
-  /* when each slot's step last changed, and the rate between its last two changes (a tick is
-   * 1 s: a step longer than that would read 0 over one tick) */
-  uint64_t prev_ns[CDDP__STATUS_RANKS], prev_step[CDDP__STATUS_RANKS];
-  double prev_rate[CDDP__STATUS_RANKS];
+  /* each slot's last CDDP__STATUS_RATE_POINTS changes of the step (when, to what; a ring of
+   * rate_n in all) and whose: the rate is averaged over those of the last 10 s, at least two (a
+   * tick is 1 s: a step longer than that would read 0 over one tick) */
+  uint64_t rate_ns[CDDP__STATUS_RANKS][CDDP__STATUS_RATE_POINTS], rate_step[CDDP__STATUS_RANKS][CDDP__STATUS_RATE_POINTS];
+  uint64_t rate_n[CDDP__STATUS_RANKS];
   int prev_pid[CDDP__STATUS_RANKS];
   /* each slot's CPU time as last read, when, and whose (the CPU % between two ticks) */
   uint64_t prev_ticks[CDDP__STATUS_RANKS], prev_ticks_ns[CDDP__STATUS_RANKS];
@@ -64,5 +66,10 @@ void cddp__status_pub_lost(cddp__status_pub_t *p, const cddp__workers_t *ws, con
     __attribute__((format(printf, 3, 4)));
 /* Posts what is left (waiting at most about a second: the store may be gone) and stops. */
 void cddp__status_pub_end(cddp__status_pub_t *p);
+/* r->rate, the steps/s of slot i's process (r->pid at r->step, seen at now): averaged over its
+ * step's changes of the last 10 s (at least the last two), so one slow or fast step does not
+ * swing it; a new process counts afresh. While the step stays, at most one step over the time
+ * since: a stall shows as a fall. Left as it is (0) until two changes are seen. */
+void cddp__status_pub_rate(cddp__status_pub_t *p, int i, cddp__status_rank_t *r, uint64_t now);
 
 #endif /* CDDP_LAUNCHER_STATUS_PUB_H */
