@@ -242,6 +242,60 @@ cddp_result_t cddp__endpoint_end(const char *dir, const char *fmt, ...) {
   return cddp__endpoint_write(dir, &e);
 }
 
+/* ---- a job's events, kept in its folder ---- */
+
+#define EVENT_LINE_MAX 340 /* "WALL_MS " and an event's text */
+
+cddp_result_t cddp__events_save(const char *dir, cddp_store_t *s) {
+  cddp__status_event_t *ev = calloc(CDDP__EVENTS_KEPT, sizeof *ev);
+  char *text = malloc((size_t)CDDP__EVENTS_KEPT * EVENT_LINE_MAX), path[4200];
+  int n = 0;
+  size_t len = 0;
+  cddp_result_t r = ev && text ? cddp__status_events(s, ev, CDDP__EVENTS_KEPT, &n)
+                               : cddp__fail(CDDP_SYSTEM, "out of memory for the job's events");
+  for (int i = 0; r == CDDP_OK && i < n; i++)
+    len += (size_t)snprintf(text + len, EVENT_LINE_MAX, "%llu %s\n", (unsigned long long)ev[i].wall_ms, ev[i].text);
+  snprintf(path, sizeof path, "%s/events", dir);
+  if (r == CDDP_OK && n > 0) r = cddp__durable_save(path, 0600, text, len);
+  free(ev);
+  free(text);
+  return r;
+}
+
+cddp_result_t cddp__events_load(const char *dir, cddp__status_event_t *out, int max, int *n) {
+  char path[4200];
+  *n = 0;
+  snprintf(path, sizeof path, "%s/events", dir);
+  int fd = cddp__open_regular(path);
+  if (fd < 0) {
+    if (errno == ENOENT) return cddp__fail(CDDP_NOT_FOUND, "%s has no events file", dir);
+    return cddp__fail_errno(CDDP_SYSTEM, "cannot read %s", path);
+  }
+  size_t cap = (size_t)CDDP__EVENTS_KEPT * EVENT_LINE_MAX;
+  char *buf = malloc(cap + 1);
+  ssize_t got = buf ? pread(fd, buf, cap, 0) : -1;
+  close(fd);
+  if (got < 0) {
+    free(buf);
+    return cddp__fail(CDDP_SYSTEM, "cannot read %s", path);
+  }
+  buf[got] = '\0';
+  for (char *line = buf, *next; *line && max > 0; line = next) { /* each line once: bounded by the buffer */
+    next = strchr(line, '\n');
+    next = next ? (*next = '\0', next + 1) : line + strlen(line);
+    unsigned long long t;
+    int off = 0;
+    if (sscanf(line, "%llu %n", &t, &off) != 1 || off <= 0 || !line[off]) continue; /* not one of ours */
+    if (*n == max) memmove(out, out + 1, (size_t)(max - 1) * sizeof *out), (*n)--; /* the newest max */
+    out[*n].wall_ms = t;
+    snprintf(out[*n].text, sizeof out[*n].text, "%s", line + off);
+    cddp__printable(out[*n].text);
+    (*n)++;
+  }
+  free(buf);
+  return CDDP_OK;
+}
+
 /* ---- a run folder's metrics ---- */
 
 #define TAIL_BYTES 65536

@@ -88,6 +88,15 @@ cddp_result_t cddp__endpoint_read(const char *dir, cddp__endpoint_t *e);
 /* Records in dir's endpoint file how the run ended (printf-style); NOT_FOUND when it has none. */
 cddp_result_t cddp__endpoint_end(const char *dir, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
+/* A job's events outlive its store in its folder (the --log-dir, the run folder): "<dir>/events",
+ * one "WALL_MS TEXT" line each. save reads the last CDDP__EVENTS_KEPT from s (each call bounded
+ * by s's timeout) and replaces the file (0600) when there are any. load reads the newest max of
+ * them (the file is hostile: bounded, printable); NOT_FOUND when there is none. */
+#define CDDP__EVENTS_KEPT 100
+#define CDDP__EVENTS_SAVE_MS 1000 /* the bound its savers set on a store that may be going away */
+cddp_result_t cddp__events_save(const char *dir, cddp_store_t *s);
+cddp_result_t cddp__events_load(const char *dir, cddp__status_event_t *out, int max, int *n);
+
 /* What a run folder's metrics.jsonl says, read from its last 64 KiB (the file is hostile: any
  * size, any bytes): the last step of a line that parses, 0 and *has_step 0 when none does; bad
  * gets the start of the last line that does not parse and came after it ("" when none). NOT_FOUND

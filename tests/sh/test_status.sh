@@ -102,6 +102,12 @@ kill -TERM $pid_0 $pid_1 2>/dev/null; wait $pid_0 $pid_1 2>/dev/null
 out=$("$CDDP" status "$T/rep" 2>&1); rc=$?
 [ $rc = 0 ] && grep -qE "^run $T/rep: over, stopped by signal SIGTERM at step [0-9]+$" <<<"$out" &&
   ok "a replacement rank 0 records how the run ended in its folder" || fail "replacement's ending" "rc=$rc: $out"
+# the events outlive the store: kept in the run folder (by rank 0) and the --log-dir (by its agent)
+kept='^  [0-9:]{8}  rank 0 \(host .*, pid '$victim'\) was killed by signal 9 \(SIGKILL\).*replaced by pid'
+outl=$("$CDDP" status "$T/rep.logs" 2>&1)
+grep -qx "events (kept when the job ended)" <<<"$out" && grep -qE "$kept" <<<"$out" &&
+  grep -qx "events (kept when the job ended)" <<<"$outl" && grep -qE "$kept" <<<"$outl" &&
+  ok "a finished job's events: kept in its run folder and its --log-dir" || fail "kept events" "$out // $outl"
 
 # 3. a node lost (its agent SIGKILLed) in replace mode, 3 nodes x 1 worker: the generation's event
 # names it, the survivors' recovery is timed, their ranks follow the new generation, and its record

@@ -103,6 +103,40 @@ TEST(status_through_a_store) {
   cddp_store_close(s);
 }
 
+/* A job's events kept in its folder: saved from the store, read back newest-last; the file is
+ * anyone's bytes (no number, no text, an escape, no end of line, longer than a text) */
+TEST(events_kept_in_the_folder) {
+  char dir[] = "/tmp/cddp-events-XXXXXX", path[64];
+  CHECK(mkdtemp(dir) != NULL);
+  cddp_store_t *s;
+  CHECK_OK(cddp_store_mem_create(&s));
+  cddp__status_event_t ev[4];
+  int n = -1;
+  CHECK(cddp__events_load(dir, ev, 4, &n) == CDDP_NOT_FOUND && n == 0);
+  CHECK_OK(cddp__events_save(dir, s)); /* none: no file */
+  CHECK(cddp__events_load(dir, ev, 4, &n) == CDDP_NOT_FOUND);
+  for (int i = 0; i < 6; i++) CHECK_OK(cddp__status_event(s, "rank %d was lost", i));
+  CHECK_OK(cddp__events_save(dir, s));
+  snprintf(path, sizeof path, "%s/events", dir);
+  struct stat st;
+  CHECK(stat(path, &st) == 0 && (st.st_mode & 0777) == 0600);
+  CHECK_OK(cddp__events_load(dir, ev, 4, &n));
+  CHECK_EQ(n, 4);
+  CHECK(!strcmp(ev[0].text, "rank 2 was lost") && !strcmp(ev[3].text, "rank 5 was lost") && ev[3].wall_ms > 0);
+  FILE *f = fopen(path, "w");
+  CHECK(f != NULL);
+  fprintf(f, "garbage\n12 \n\n34 \x1b[2Jcleared\n56 ");
+  for (int i = 0; i < 1000; i++) fputc('x', f);
+  fclose(f);
+  CHECK_OK(cddp__events_load(dir, ev, 4, &n));
+  CHECK_EQ(n, 2);
+  CHECK(ev[0].wall_ms == 34 && !strcmp(ev[0].text, "?[2Jcleared"));
+  CHECK(ev[1].wall_ms == 56 && strlen(ev[1].text) == sizeof ev[1].text - 1);
+  unlink(path);
+  rmdir(dir);
+  cddp_store_close(s);
+}
+
 /* The event counter is anyone's value: INT64_MAX once wrapped the loop's index (a signed
  * overflow, then writes past the caller's array); with only the counter set it never ended. */
 TEST(status_events_hostile_counter) {

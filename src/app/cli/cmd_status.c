@@ -49,9 +49,32 @@ static int by_place(const void *a, const void *b) {
   return rx != ry ? (rx > ry) - (rx < ry) : (x->slot > y->slot) - (x->slot < y->slot);
 }
 
-/* A run folder without a live job: its last step, newest checkpoint and how it ended. why: why
- * the job is not asked. Exit 0, or 1 when dir holds no run. */
-static int print_left(const char *dir, const cddp__endpoint_t *e, const char *why) {
+static void print_events(const char *title, const cddp__status_event_t *ev, int n) {
+  printf("%s%s\n", title, n ? "" : ": none");
+  for (int i = 0; i < n; i++) {
+    time_t t = (time_t)(ev[i].wall_ms / 1000);
+    struct tm tm;
+    char when[32];
+    strftime(when, sizeof when, "%H:%M:%S", localtime_r(&t, &tm));
+    printf("  %s  %s\n", when, ev[i].text);
+  }
+}
+
+/* The events the job's agent or rank 0 kept in dir when it ended (the store went with it). */
+static void print_kept_events(const char *dir, int max) {
+  cddp__status_event_t *ev = calloc((size_t)CDDP_MAX(max, 1), sizeof *ev);
+  int n = 0;
+  cddp_result_t r = ev ? cddp__events_load(dir, ev, max, &n) : CDDP_SYSTEM;
+  if (r == CDDP_OK) print_events("events (kept when the job ended)", ev, n);
+  else if (r == CDDP_NOT_FOUND) printf("events: none kept (the job ended without saying them: killed, or its store lost)\n");
+  else printf("events: %s\n", cddp_last_error());
+  cddp__clear_error();
+  free(ev);
+}
+
+/* A run folder without a live job: its last step, newest checkpoint, how it ended and its last
+ * events (at most max). why: why the job is not asked. Exit 0, or 1 when dir holds no run. */
+static int print_left(const char *dir, const cddp__endpoint_t *e, const char *why, int max) {
   uint64_t step = 0;
   int has_step = 0;
   char bad[64] = "", path[4200], newest[4200];
@@ -83,7 +106,7 @@ static int print_left(const char *dir, const cddp__endpoint_t *e, const char *wh
   /* a launcher's --log-dir holds no run's files: no line about them */
   if (m == CDDP_OK || has_config || has_ckpt)
     printf("  newest checkpoint: %s\n", has_ckpt ? strrchr(newest, '/') + 1 : "none");
-  if (e) printf("events: only while the job runs (cddp status asks its store)\n");
+  if (e && max > 0) print_kept_events(dir, max);
   return 0;
 }
 
@@ -100,22 +123,23 @@ static int job_gone(const cddp__endpoint_t *e, char *why, size_t size) {
   return 1;
 }
 
-/* ENDPOINT or RUN_DIR into e (run_id from --rdzv-id for an endpoint). -1: a live job to ask; else
+/* ENDPOINT or RUN_DIR into e (run_id from --rdzv-id for an endpoint; events: how many a folder
+ * whose job is over shows). -1: a live job to ask; else
  * the exit code (a folder whose job is over is told here). */
-static int resolve(const char *arg, const char *run_id, cddp__endpoint_t *e) {
+static int resolve(const char *arg, const char *run_id, int events, cddp__endpoint_t *e) {
   struct stat st;
   memset(e, 0, sizeof *e);
   int st_rc = stat(arg, &st), stat_errno = st_rc ? errno : ENOTDIR;
   if (st_rc == 0 && S_ISDIR(st.st_mode)) {
     char why[400] = "";
     cddp_result_t r = cddp__endpoint_read(arg, e);
-    if (r == CDDP_NOT_FOUND) return print_left(arg, NULL, "");
+    if (r == CDDP_NOT_FOUND) return print_left(arg, NULL, "", events);
     if (r != CDDP_OK) {
       fprintf(stderr, "cddp status: %s\n", cddp_last_error());
       return 1;
     }
     /* an ended run whose store still answers: its agents restart it, or are finishing */
-    if (job_gone(e, why, sizeof why)) return print_left(arg, e, why);
+    if (job_gone(e, why, sizeof why)) return print_left(arg, e, why, events);
     if (!e->token[0]) (void)cddp_token_from_env(e->token, sizeof e->token);
     return -1;
   }
@@ -182,14 +206,14 @@ int cddp__cmd_status(int argc, char **argv) {
     return 2;
   }
   cddp__endpoint_t e;
-  if ((rc = resolve(target, run_id, &e)) >= 0) return rc; /* bad input, or a folder told from its files */
+  if ((rc = resolve(target, run_id, (int)events, &e)) >= 0) return rc; /* bad input, or a folder told from its files */
   cddp_store_t *base = NULL, *s = NULL;
   cddp_result_t r = cddp_store_tcp_connect(&base, e.host, e.port, e.token, 5000);
   struct stat st;
   if (r != CDDP_OK && stat(target, &st) == 0 && S_ISDIR(st.st_mode)) { /* the port is another's now */
     char why[400];
     snprintf(why, sizeof why, "%s:%d is no longer its store: %s", e.host, e.port, cddp_last_error());
-    return print_left(target, &e, why);
+    return print_left(target, &e, why, (int)events);
   }
   if (r == CDDP_AUTH) {
     fprintf(stderr, "cddp status: the store at %s:%d refused our token (the job's record, else CDDP_TOKEN / "
@@ -228,16 +252,7 @@ int cddp__cmd_status(int argc, char **argv) {
          e.port, n, n == 1 ? "" : "s", ranks, ranks == 1 ? "" : "s", round, restarts, (long long)gen);
   uint64_t now = wall_ms();
   for (int i = 0; i < n; i++) print_node(&nodes[i], now);
-  if (events > 0) {
-    printf("events%s\n", nev ? "" : ": none");
-    for (int i = 0; i < nev; i++) {
-      time_t t = (time_t)(ev[i].wall_ms / 1000);
-      struct tm tm;
-      char when[32];
-      strftime(when, sizeof when, "%H:%M:%S", localtime_r(&t, &tm));
-      printf("  %s  %s\n", when, ev[i].text);
-    }
-  }
+  if (events > 0) print_events("events", ev, nev);
   rc = 0;
 exit:
   free(nodes);

@@ -602,6 +602,11 @@ static int run_round(agent_t *a, cddp__workers_t *ws, int first) {
 static int finish(agent_t *a, int code) {
   cddp__status_pub_state(&a->status, code == 0 ? "done" : "failed");
   cddp__status_pub_end(&a->status);
+  if (a->endpoint_written && a->store) { /* `cddp status LOG_DIR` shows them once the store is gone */
+    cddp_store_set_timeout(a->store, CDDP__EVENTS_SAVE_MS);
+    if (cddp__events_save(a->o->log_dir, a->store) != CDDP_OK)
+      CDDP_INFO(CDDP_SUB_RUN, "the job's events are not kept in %s: %s", a->o->log_dir, cddp_last_error());
+  }
   cddp__warm_free(a->warm); /* first: nothing waits on them */
   a->warm = NULL;
   if (a->elastic) {

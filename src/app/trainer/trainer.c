@@ -456,6 +456,10 @@ static void say_ended(trainer_t *t, int rc) {
     r = cddp__endpoint_end(t->run_dir, "stopped by signal SIG%s at step %" PRId64, sigabbrev_np(rc - 128), t->step);
   else r = cddp__endpoint_end(t->run_dir, "failed (exit code %d) at step %" PRId64, rc, t->step);
   if (r != CDDP_OK) CDDP_WARN("%s (cddp status RUN_DIR)", cddp_last_error());
+  cddp_store_t *s = cddp_world_store(t->w); /* the job's events go with its store: kept here */
+  if (s) cddp_store_set_timeout(s, CDDP__EVENTS_SAVE_MS);
+  if (s && cddp__events_save(t->run_dir, s) != CDDP_OK)
+    CDDP_INFO(CDDP_SUB_TRAIN, "the job's events are not kept in %s: %s", t->run_dir, cddp_last_error());
 }
 
 int cddp__train_main(const cddp_train_opts_t *o) {
