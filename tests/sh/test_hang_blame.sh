@@ -3,7 +3,8 @@
 # restart mode: a SIGSTOPped rank 0 or rank 1 of a 2-worker job under --hang-timeout 2, with
 # --max-restarts 0 (the job ends on one line naming it), --max-restarts 1 (restarted) and
 # --restart-mode replace. It judges the worker once: the stack file is of the live, stopped
-# process (its threads listed, not "a zombie"). Over tcp (HANG_TRANSPORT), where the peer exits
+# process (its threads listed, not "a zombie"), and it is named stopped. Each trial starts with no
+# data cache, so rank 0 writes it while its peer waits: no verdict may come of that. Over tcp (HANG_TRANSPORT), where the peer exits
 # by itself on the reset connection, racing the killed worker's reap. HANG_REPS (default 1)
 # repeats each case; HANG_MODES picks the modes.
 cd "$(dirname "$0")/../.." && source tests/sh/lib.sh
@@ -39,11 +40,13 @@ trial() {
   local stack="$T/$name.tmp/rank$victim.stack.txt"
   [ -f "$stack" ] || stack=$(ls "$T/$name.tmp"/*/rank$victim.stack.txt 2>/dev/null | head -1)
   local want_rc=0; [ $mode = none ] && want_rc=137
-  if [ -n "$v" ] && [ $rc = $want_rc ] && [[ "$line" == "cddp run: rank $victim (host "*", pid $v) "*"by the watchdog: hung"* ]] &&
+  if [ -n "$v" ] && [ $rc = $want_rc ] &&
+     [[ "$line" == "cddp run: rank $victim (host "*", pid $v) "*"by the watchdog: hung"*"stopped (SIGSTOP or a debugger)"* ]] &&
      ! grep -q "cddp run: rank $((1 - victim)) (host" <<<"$out" && [ -f "$stack" ] && grep -q "threads of pid $v" "$stack" &&
      ! grep -q zombie "$stack" && [ "$(grep -c "by the watchdog" "$T/$name.out")" = 1 ]
   then ok "$mode, rank $victim stopped (try $k): exit $rc, named once: ${line:0:90}..."
   else fail "$mode, rank $victim stopped (try $k)" "pid '$v' rc=$rc stack '$stack': $(grep -v 'epoch [0-9]' "$T/$name.out" | tail -4 | tr '\n' ' ')"; fi
+  rm -rf "$T/$name.tmp"/cddp-cache-* "$T/$name" # each trial writes the 188 MB data cache afresh: 120 would fill /tmp
 }
 
 for mode in ${HANG_MODES:-none restart replace}; do
