@@ -1,6 +1,6 @@
 /* fuzz_status.c - libFuzzer target: what `cddp status` reads that another process wrote: node
  * records and events from the store (with hostile counters), the endpoint record and the tail of
- * metrics.jsonl in a run folder. Everything parsed must stay within its fields and be printable. */
+ * metrics.jsonl and the kept events in a run folder. Everything parsed must stay within its fields and be printable. */
 #include <stdint.h>
 #include <string.h>
 
@@ -87,13 +87,24 @@ static void metrics_tail(const uint8_t *p, size_t n) {
   if (!fuzz_printable(bad, sizeof bad) || (has != 0 && has != 1)) __builtin_trap();
 }
 
+/* the events a finished job kept in its folder: the same bytes as a file of lines */
+static void events_file(const uint8_t *p, size_t n) {
+  static cddp__status_event_t ev[CDDP__EVENTS_KEPT];
+  int max = n ? 1 + p[0] % CDDP__EVENTS_KEPT : 1, got = -1;
+  fuzz_dir_put("events", p, n);
+  if (cddp__events_load(fuzz_dir_get(), ev, max, &got) != CDDP_OK) return;
+  if (got < 0 || got > max) __builtin_trap();
+  for (int i = 0; i < got; i++)
+    if (!fuzz_printable(ev[i].text, sizeof ev[i].text)) __builtin_trap();
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (size < 1) return 0;
   switch (data[0] % 4) {
   case 0: node_record(data + 1, size - 1); break;
   case 1: store_records(data + 1, size - 1); break;
   case 2: endpoint_file(data + 1, size - 1); break;
-  default: metrics_tail(data + 1, size - 1);
+  default: metrics_tail(data + 1, size - 1), events_file(data + 1, size - 1); /* both files of lines */
   }
   return 0;
 }
