@@ -8,14 +8,16 @@ T=$(mktemp -d /tmp/cddp-hang.XXXXXX)
 trap 'kill -KILL $(jobs -p) 2>/dev/null; rm -rf "$T"' EXIT
 TR=(--config configs/fmnist_mlp.yaml --work-dir "$T" --set batch.micro=64 --set eval.every_epoch=false
     --set ddp.threads=1)
-# job NAME MODE-ARGS...: two launchers (c10d, 2 workers each) in the background, logs in $T/NAME.n*.out
+# job NAME MODE-ARGS...: two launchers (c10d, 2 workers each) in the background, logs in $T/NAME.n*.out;
+# 120 steps: the stop comes at step 20, and a replaced job must finish within the timeout on a
+# loaded host (700 steps at 0.7 s each did not)
 job() {
   local name=$1; shift
   P=$(free_port)
   for n in 0 1; do
     TMPDIR=$T timeout 150 "$CDDP" run --nnodes 2 --nproc-per-node 2 --rdzv-backend c10d --rdzv-endpoint 127.0.0.1:$P \
       --rdzv-id "$name$P" --hang-timeout 5 --grace-period 1 "$@" "$CDDP" train --name "$name" "${TR[@]}" \
-      --set train.max_steps=700 >"$T/$name.n$n.out" 2>&1 &
+      --set train.max_steps=120 >"$T/$name.n$n.out" 2>&1 &
     eval "pid_$n=\$!"
   done
 }
