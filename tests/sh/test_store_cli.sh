@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# test_store_cli.sh - `cddp store`: starts and stops on signals, port in use, bad flags.
+# test_store_cli.sh - `cddp store`: starts and stops on signals, port in use, bad flags, fd limit.
 source "$(dirname "$0")/lib.sh"
 tmp=$(mktemp -d /tmp/cddp-store-cli.XXXXXX)
 trap 'kill $pid 2>/dev/null; rm -rf "$tmp"' EXIT
@@ -55,6 +55,16 @@ mkfifo "$tmp/fifo"
 timeout 10 "$CDDP" store --port 0 --token-file "$tmp/fifo" >"$tmp/out9" 2>&1; rc=$?
 if [ $rc -eq 1 ] && grep -q "is not a regular file" "$tmp/out9"; then ok "a FIFO as token file: one line, exit 1, no hang"
 else fail "FIFO token file" "rc=$rc $(cat "$tmp/out9")"; fi
+
+# the soft open-file limit rises to the hard one, said at INFO with the agents it leaves room for
+(ulimit -Sn 64 && ulimit -Hn 256 && CDDP_DEBUG=INFO CDDP_DEBUG_SUBSYS=STORE exec "$CDDP" store --port 0) >"$tmp/out10" 2>&1 &
+pid=$!
+for _ in $(seq 100); do grep -q listening "$tmp/out10" && break; sleep 0.05; done
+soft=$(awk '/^Max open files/ {print $4}' "/proc/$pid/limits" 2>/dev/null)
+kill -TERM $pid; wait $pid
+if [ "$soft" = 256 ] && grep -q "open-file limit 256: room for about 48 agents" "$tmp/out10"; then
+  ok "open-file soft limit 64 raised to the hard 256, INFO says 48 agents"
+else fail "open-file limit raise" "soft=$soft $(cat "$tmp/out10")"; fi
 
 if "$CDDP" store --help | grep -q "^usage: cddp store"; then ok "--help"; else fail "--help"; fi
 pid=
