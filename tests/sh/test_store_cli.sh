@@ -22,6 +22,18 @@ if [ $rc -eq 1 ] && [ $ms -lt 2000 ] && [ "$(wc -l <"$tmp/err2")" -eq 1 ] && gre
   ok "port in use: one line naming the port, exit 1, ${ms} ms"
 else fail "port in use" "rc=$rc ms=$ms: $(cat "$tmp/err2")"; fi
 
+# agents at a `cddp store` know at once it never moves (cddp/fixed): no wait for a peers list
+for i in 1 2; do
+  CDDP_TOKEN_FILE="$tmp/token" CDDP_DEBUG=INFO CDDP_DEBUG_SUBSYS=RUN timeout 60 "$CDDP" run --nnodes 2 --rdzv-backend c10d \
+    --rdzv-endpoint "127.0.0.1:$port" --rdzv-id fixed --nproc-per-node 1 --no-python true >"$tmp/agent$i" 2>&1 &
+  apids[$i]=$!
+done
+wait "${apids[1]}"; rc1=$?; wait "${apids[2]}"; rc2=$?
+if [ $rc1 = 0 ] && [ $rc2 = 0 ] && grep -q "is not an agent's (a \`cddp store\`): it cannot move" "$tmp/agent1" "$tmp/agent2" &&
+   [ "$(grep -c "a \`cddp store\`" "$tmp/agent1" "$tmp/agent2" | grep -c ':1$')" = 2 ]; then
+  ok "2 agents at a cddp store: each knows at once it cannot move (no wait for a peers list), exit 0"
+else fail "agents at a cddp store" "rc $rc1 $rc2: $(grep -h "cannot move" "$tmp/agent1" "$tmp/agent2")"; fi
+
 kill -TERM $pid
 for _ in $(seq 100); do kill -0 $pid 2>/dev/null || break; sleep 0.05; done
 if kill -0 $pid 2>/dev/null; then fail "exits on SIGTERM" "still running"; kill -9 $pid
