@@ -326,3 +326,31 @@ TEST(jobkeys_member_list_packed_when_long_and_hostile_forms_refused) {
   CHECK(back == NULL);
   free(small), free(text), free(orig);
 }
+
+TEST(jobkeys_long_member_record_travels_deflated) {
+  /* elastic/members/<G>: every agent reads each generation's record, N copies of N lines */
+  cddp_store_t *s;
+  CHECK_OK(cddp_store_mem_create(&s));
+  cddp__members_t *m = calloc(1, sizeof *m), *back = calloc(1, sizeof *back);
+  CHECK(m && back);
+  m->n = 1000;
+  for (int i = 0; i < m->n; i++) {
+    m->m[i].id = i, m->m[i].nproc = 8;
+    snprintf(m->m[i].host, sizeof m->m[i].host, "node%04d.c1.example.org", i);
+  }
+  CHECK_OK(cddp__members_write(s, 3, m));
+  void *v = NULL;
+  size_t len = 0;
+  CHECK_OK(cddp_store_get(s, "elastic/members/3", &v, &len, 0));
+  CHECK(len > 3 && !memcmp(v, "#z ", 3) && len * 4 < 1000 * 30);
+  free(v);
+  CHECK_OK(cddp__members_read(s, 3, back));
+  CHECK_EQ(back->n, 1000);
+  CHECK(back->m[999].id == 999 && back->m[999].nproc == 8 && !strcmp(back->m[999].host, "node0999.c1.example.org"));
+  /* a packed record that lies is malformed: REMOTE, one line */
+  const char *lie = "#z 40\nnot a zlib stream";
+  CHECK_OK(cddp_store_set(s, "elastic/members/4", lie, strlen(lie)));
+  CHECK_RESULT(cddp__members_read(s, 4, back), CDDP_REMOTE);
+  free(m), free(back);
+  cddp_store_close(s);
+}
