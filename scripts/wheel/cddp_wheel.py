@@ -1,5 +1,6 @@
 """cddp_wheel.py - the PEP 517 build backend of pyproject.toml: `make lib cli`, then `make install`
-into a staging folder, packed as a wheel whose .data puts bin/cddp, lib/libcddp*, include/cddp and
+into a staging folder, packed as a wheel whose .data puts bin/cddp, libexec/cddp/cddp-full (the
+commands with BLAS and MPI, which bin/cddp runs), lib/libcddp*, include/cddp and
 lib/pkgconfig/cddp.pc into the Python environment's prefix (a venv's bin/ is on its PATH).
 Environment: CDDP_WHEEL_BUILD (make's BUILD, default build-wheel), CDDP_WHEEL_MAKEFLAGS
 (more make variables, e.g. WERROR=1), CDDP_WHEEL_JOBS. The binary links libcddp statically; it needs the system's libraries that make found (BLAS,
@@ -82,7 +83,8 @@ def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
 
     with tempfile.TemporaryDirectory() as stage, zipfile.ZipFile(os.path.join(wheel_directory, wheel), "w") as zf:
         _stage(stage)
-        for top, where in (("bin", "scripts"), ("lib", "data/lib"), ("include", "data/include")):
+        for top, where in (("bin", "scripts"), ("libexec", "data/libexec"), ("lib", "data/lib"),
+                           ("include", "data/include")):
             for dirpath, _, files in os.walk(os.path.join(stage, top)):
                 for name in sorted(files):
                     path = os.path.join(dirpath, name)

@@ -18,6 +18,11 @@ static cddp_result_t announce(cddp_store_t *s, int64_t gen, const cddp__job_anno
   return cddp_store_set(s, announce_key(gen).s, text, len);
 }
 
+/* The longest member record: its lines (under 128 bytes each) and the wait line. Each agent
+ * reads the record of every generation it sees, N copies of N lines at the store: it travels
+ * deflated when long (job/jobkeys.h). */
+#define MEMBERS_MAX_TEXT ((size_t)CDDP__MAX_MEMBERS * 128 + 1024)
+
 cddp_result_t cddp__members_read(cddp_store_t *s, int64_t gen, cddp__members_t *out) {
   cddp__jobkey_t k = cddp__job_key(CDDP__JK_GEN_MEMBERS, gen, 0);
   const char *key = k.s;
@@ -26,7 +31,10 @@ cddp_result_t cddp__members_read(cddp_store_t *s, int64_t gen, cddp__members_t *
   cddp_result_t r = cddp_store_get(s, key, &v, &len, 0);
   if (r == CDDP_TIMEOUT) return cddp__fail(CDDP_NOT_FOUND, "no member record %s", key);
   CDDP_CHECK(r);
-  int bad = cddp__members_parse(v, len, out);
+  char *text = NULL;
+  int bad = cddp__job_list_unpack(v, len, MEMBERS_MAX_TEXT, &text, &len) != 0;
+  if (text) free(v), v = text;
+  bad = bad || cddp__members_parse(v, len, out);
   free(v);
   if (bad) return cddp__fail(CDDP_REMOTE, "member record %s is malformed", key);
   return CDDP_OK;
@@ -37,6 +45,10 @@ cddp_result_t cddp__members_write(cddp_store_t *s, int64_t gen, const cddp__memb
   char *buf = malloc(size);
   if (!buf) return cddp__fail(CDDP_SYSTEM, "out of memory");
   size_t len = cddp__members_format(m, buf, size);
+  if (len && cddp__job_list_pack(&buf, &len) != 0) {
+    free(buf);
+    return cddp__fail(CDDP_SYSTEM, "out of memory");
+  }
   void *cur = NULL;
   size_t cl = 0;
   cddp_result_t r = len ? cddp_store_compare_set(s, KEY(GEN_MEMBERS, gen), NULL, 0, buf, len, &cur, &cl)

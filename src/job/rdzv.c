@@ -178,9 +178,13 @@ done:
   return ret;
 }
 
-/* rdzv/<R>/members from n node records: one a line, in node order (NULL when out of memory). */
+/* The longest member list of n nodes: a record a line. */
+static size_t members_max(int n) { return (size_t)n * 256 + 1; }
+
+/* rdzv/<R>/members from n node records: one a line, in node order, deflated when long (every
+ * node reads it once: N copies of N records at the store); NULL when out of memory. */
 static char *members_format(const cddp__rdzv_cfg_t *cfg, const cddp__rdzv_node_t *nodes, int n, size_t *len) {
-  size_t cap = (size_t)n * 256 + 1, at = 0;
+  size_t cap = members_max(n), at = 0;
   char *buf = malloc(cap);
   for (int i = 0; buf && i < n; i++) {
     cddp__job_node_rec_t rec = {.node = nodes[i], .min_nodes = cfg->min_nodes, .max_nodes = cfg->max_nodes};
@@ -188,6 +192,7 @@ static char *members_format(const cddp__rdzv_cfg_t *cfg, const cddp__rdzv_node_t
     buf[at++] = '\n';
   }
   *len = at;
+  if (buf && cddp__job_list_pack(&buf, len) != 0) free(buf), buf = NULL;
   return buf;
 }
 
@@ -221,6 +226,12 @@ static cddp_result_t read_members(cddp_store_t *s, const cddp__rdzv_cfg_t *cfg, 
   cddp_result_t r = cddp_store_get(s, KEY(RDZV_MEMBERS, round, 0), &v, &len, cddp__ms_left(deadline));
   if (r == CDDP_TIMEOUT) return gather(s, cfg, round, n, deadline, cfg->timeout_ms, out);
   CDDP_CHECK(r);
+  char *text = NULL;
+  if (cddp__job_list_unpack(v, len, members_max(n), &text, &len) != 0) {
+    free(v);
+    return cddp__fail(CDDP_REMOTE, "rendezvous round %d: the member list is malformed (a bad deflated list)", round);
+  }
+  if (text) free(v), v = text;
   const char *p = v, *end = p + len;
   cddp__job_node_rec_t word;
   if (cddp__job_node_parse(p, len, &word) == 0 && word.mismatch) r = mismatch_here(s);

@@ -395,11 +395,16 @@ cddp_result_t cddp__store_move_start(cddp__store_move_t **out, const cddp__store
     void *v = NULL;
     size_t len = 0;
     r = open_store(mv, cfg->store_host, cfg->store_port, 10000, 0, &mv->raw, NULL);
-    cddp_result_t g = r == CDDP_OK ? cddp_store_get(mv->raw, CDDP__PEERS_KEY, &v, &len, PEERS_WAIT_MS) : r;
+    /* a `cddp store` says it never moves: no wait (1 s at every agent's start, before) */
+    int fixed = r == CDDP_OK && cddp_store_get(mv->raw, CDDP__FIXED_KEY, &v, &len, 0) == CDDP_OK;
+    free(v), v = NULL;
+    cddp__clear_error();
+    cddp_result_t g = fixed ? CDDP_TIMEOUT
+                      : r == CDDP_OK ? cddp_store_get(mv->raw, CDDP__PEERS_KEY, &v, &len, PEERS_WAIT_MS) : r;
     free(v);
     if (g == CDDP_TIMEOUT) {
-      CDDP_INFO(CDDP_SUB_RUN, "the store at %s:%d is not an agent's (it lists no peers): it cannot move", cfg->store_host,
-                cfg->store_port);
+      CDDP_INFO(CDDP_SUB_RUN, "the store at %s:%d is not an agent's (%s): it cannot move", cfg->store_host,
+                cfg->store_port, fixed ? "a `cddp store`" : "it lists no peers");
       cddp__clear_error();
       release(mv);
       free(mv);

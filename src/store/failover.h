@@ -16,6 +16,9 @@
 #include <stdint.h>
 
 #define CDDP__PEERS_KEY "cddp/peers"
+/* Set by a store that never moves (`cddp store`), so that an agent knows at once that no peers
+ * list will come, instead of waiting for one as it does at an agent's store that is starting. */
+#define CDDP__FIXED_KEY "cddp/fixed"
 #define CDDP__MAX_PEERS 64
 
 typedef struct cddp__peer {

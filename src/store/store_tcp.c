@@ -187,31 +187,43 @@ static cddp_result_t expect(tcp_store_t *t, const cddp__wire_msg_t *m, uint8_t o
   return cddp__fail(CDDP_REMOTE, "store %s: %s: unexpected answer opcode 0x%02x", t->ep, what, m->op);
 }
 
-/* Locks and starts a request frame; REMOTE (unlocked) when the connection is unusable. */
 static cddp_result_t peek_peers(tcp_store_t *t, int wait_ms, uint64_t deadline, cddp__peers_t *p);
 
+/* Reads the peers list again when it is due (members come and go, and a list may appear). A
+ * peek that fails leaves t->broken set when its answer may still be on the way, and why in why. */
+static void refresh_peers(tcp_store_t *t, char *why, size_t whysize) {
+  cddp__peers_t *p = malloc(sizeof *p);
+  cddp_result_t r = p ? peek_peers(t, 0, call_deadline(t, 0), p) : CDDP_SYSTEM;
+  if (r != CDDP_OK) snprintf(why, whysize, "%s", cddp_last_error());
+  if (r == CDDP_OK) {
+    int host = p->n > 0 && p->p[0].port == t->port && !strcmp(p->p[0].host, t->host); /* not a standby's copy */
+    if (host && p->epoch > t->epoch) t->epoch = p->epoch, reg_update(t);
+    cddp__failover_note(p);
+  }
+  free(p);
+  cddp__clear_error();
+  t->peek_at = cddp__now_ns() + PEEK_EVERY_MS * 1000000ull;
+}
+
+/* Locks and starts a request frame; REMOTE (unlocked) when the connection is unusable. */
 static cddp_result_t begin(tcp_store_t *t, uint8_t op, size_t *start) {
+  char why[400] = "an earlier failure";
   pthread_mutex_lock(&t->mu);
-  if (t->epoch >= 0 && cddp__failover_epoch() > t->epoch) t->broken = 1; /* the job's store moved on */
-  if (t->broken) epoch_from_view(t);
-  if (t->broken && t->epoch >= 0) {
-    t->out.len = 0;
-    (void)failover(t);
-  }
-  if (t->broken) {
-    pthread_mutex_unlock(&t->mu);
-    return cddp__fail(CDDP_REMOTE, "store %s: connection unusable after an earlier failure", t->ep);
-  }
-  if (cddp__now_ns() >= t->peek_at) { /* members come and go (and a list may appear): keep it fresh */
-    cddp__peers_t *p = malloc(sizeof *p);
-    if (p && peek_peers(t, 0, call_deadline(t, 0), p) == CDDP_OK) {
-      int host = p->n > 0 && p->p[0].port == t->port && !strcmp(p->p[0].host, t->host); /* not a standby's copy */
-      if (host && p->epoch > t->epoch) t->epoch = p->epoch, reg_update(t);
-      cddp__failover_note(p);
+  /* twice: a peek that timed out broke the stream as any call does, and its late answer must
+   * never be read as the answer to this request (it was: "unexpected answer opcode 0x93") */
+  for (int pass = 0;; pass++) {
+    if (t->epoch >= 0 && cddp__failover_epoch() > t->epoch) t->broken = 1; /* the job's store moved on */
+    if (t->broken) epoch_from_view(t);
+    if (t->broken && t->epoch >= 0) {
+      t->out.len = 0;
+      (void)failover(t);
     }
-    free(p);
-    cddp__clear_error();
-    t->peek_at = cddp__now_ns() + PEEK_EVERY_MS * 1000000ull;
+    if (t->broken) {
+      pthread_mutex_unlock(&t->mu);
+      return cddp__fail(CDDP_REMOTE, "store %s: connection unusable after %s", t->ep, why);
+    }
+    if (pass > 0 || cddp__now_ns() < t->peek_at) break;
+    refresh_peers(t, why, sizeof why);
   }
   t->out.len = 0;
   t->out.oom = 0;

@@ -1,7 +1,9 @@
 /* fuzz_status.c - libFuzzer target: what `cddp status` reads that another process wrote: node
  * records and events from the store (with hostile counters), the endpoint record and the tail of
- * metrics.jsonl and the kept events in a run folder. Everything parsed must stay within its fields and be printable. */
+ * metrics.jsonl and the kept events in a run folder; and the rendezvous' member list as every
+ * agent unpacks it. Everything parsed must stay within its fields and be printable. */
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "fuzz_dir.h"
@@ -98,8 +100,29 @@ static void events_file(const uint8_t *p, size_t n) {
     if (!fuzz_printable(ev[i].text, sizeof ev[i].text)) __builtin_trap();
 }
 
+/* rdzv/R/members, packed or not: within the reader's bound, NUL-terminated, its lines node records */
+static void member_list(const uint8_t *p, size_t n) {
+  char *text = NULL;
+  size_t len = 0, max = 64 * 256 + 1;
+  if (cddp__job_list_unpack(p, n, max, &text, &len) != 0 || !text) return;
+  if (len > max || text[len] != '\0') __builtin_trap();
+  cddp__job_node_rec_t rec;
+  for (char *line = text, *nl; line < text + len; line = nl + 1) {
+    nl = memchr(line, '\n', (size_t)(text + len - line));
+    if (!nl) nl = text + len;
+    if (cddp__job_node_parse(line, (size_t)(nl - line), &rec) == 0 && !rec.mismatch &&
+        (!fuzz_printable(rec.node.host, sizeof rec.node.host) || !fuzz_printable(rec.node.addr, sizeof rec.node.addr)))
+      __builtin_trap();
+  }
+  free(text);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (size < 1) return 0;
+  if (data[0] == 0xff) { /* apart from the % 4 below, so the earlier findings keep their cases */
+    member_list(data + 1, size - 1);
+    return 0;
+  }
   switch (data[0] % 4) {
   case 0: node_record(data + 1, size - 1); break;
   case 1: store_records(data + 1, size - 1); break;

@@ -7,8 +7,9 @@ cd "$(dirname "$0")/../.." && source tests/sh/lib.sh
 tmp=$(mktemp -d /tmp/cddp-gpu.XXXXXX); trap 'rm -rf "$tmp"' EXIT
 
 # no CUDA library is needed to start: the runtime is static, cuBLAS/NCCL/NVML are dlopened
-needed=$(ldd "$CDDP" | grep -oE 'lib(cuda|cudart|cublas|cublasLt|nccl|nvidia-ml)\.so[.0-9]*' | tr '\n' ' ')
-[ -z "$needed" ] && ok "build/cddp needs no CUDA, NCCL or NVML library to start" || fail "build/cddp needs" "$needed"
+# (cddp-full, which runs train, holds the device layer: build/cddp links none of it)
+needed=$(ldd "$CDDP" build/libexec/cddp/cddp-full | grep -oE 'lib(cuda|cudart|cublas|cublasLt|nccl|nvidia-ml)\.so[.0-9]*' | tr '\n' ' ')
+[ -z "$needed" ] && ok "build/cddp and cddp-full need no CUDA, NCCL or NVML library to start" || fail "build/cddp needs" "$needed"
 "$CDDP" --version >"$tmp/v" 2>&1 && grep -q '^cuda: ' "$tmp/v" && ok "cddp --version runs here: $(grep '^cuda: ' "$tmp/v" | cut -c1-40)... ($(ldconfig -p | grep -q 'libcuda\.so\.1 ' && echo driver present || echo no driver))" ||
   fail "cddp --version" "$(head -c 200 "$tmp/v")"
 

@@ -11,7 +11,7 @@ P=$T/prefix
 if make --no-print-directory install PREFIX="$P" >"$T/install.log" 2>&1; then ok "make install PREFIX=..."
 else fail "make install" "$(tail -3 "$T/install.log" | tr '\n' ' ')"; finish; fi
 missing=""
-for f in bin/cddp lib/libcddp.a lib/libcddp.so lib/libcddp.so.0 include/cddp/cddp.h include/cddp/ddp.h \
+for f in bin/cddp libexec/cddp/cddp-full lib/libcddp.a lib/libcddp.so lib/libcddp.so.0 include/cddp/cddp.h include/cddp/ddp.h \
          include/cddp/comm.h include/cddp/store.h include/cddp/env.h include/cddp/ckpt.h lib/pkgconfig/cddp.pc; do
   [ -e "$P/$f" ] || missing="$missing $f"
 done

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# test_store_cli.sh - `cddp store`: starts and stops on signals, port in use, bad flags.
+# test_store_cli.sh - `cddp store`: starts and stops on signals, port in use, bad flags, fd limit.
 source "$(dirname "$0")/lib.sh"
 tmp=$(mktemp -d /tmp/cddp-store-cli.XXXXXX)
 trap 'kill $pid 2>/dev/null; rm -rf "$tmp"' EXIT
@@ -21,6 +21,18 @@ ms=$(( ($(date +%s%N) - start) / 1000000 ))
 if [ $rc -eq 1 ] && [ $ms -lt 2000 ] && [ "$(wc -l <"$tmp/err2")" -eq 1 ] && grep -q "port $port is in use" "$tmp/err2"; then
   ok "port in use: one line naming the port, exit 1, ${ms} ms"
 else fail "port in use" "rc=$rc ms=$ms: $(cat "$tmp/err2")"; fi
+
+# agents at a `cddp store` know at once it never moves (cddp/fixed): no wait for a peers list
+for i in 1 2; do
+  CDDP_TOKEN_FILE="$tmp/token" CDDP_DEBUG=INFO CDDP_DEBUG_SUBSYS=RUN timeout 60 "$CDDP" run --nnodes 2 --rdzv-backend c10d \
+    --rdzv-endpoint "127.0.0.1:$port" --rdzv-id fixed --nproc-per-node 1 --no-python true >"$tmp/agent$i" 2>&1 &
+  apids[$i]=$!
+done
+wait "${apids[1]}"; rc1=$?; wait "${apids[2]}"; rc2=$?
+if [ $rc1 = 0 ] && [ $rc2 = 0 ] && grep -q "is not an agent's (a \`cddp store\`): it cannot move" "$tmp/agent1" "$tmp/agent2" &&
+   [ "$(grep -c "a \`cddp store\`" "$tmp/agent1" "$tmp/agent2" | grep -c ':1$')" = 2 ]; then
+  ok "2 agents at a cddp store: each knows at once it cannot move (no wait for a peers list), exit 0"
+else fail "agents at a cddp store" "rc $rc1 $rc2: $(grep -h "cannot move" "$tmp/agent1" "$tmp/agent2")"; fi
 
 kill -TERM $pid
 for _ in $(seq 100); do kill -0 $pid 2>/dev/null || break; sleep 0.05; done
@@ -55,6 +67,16 @@ mkfifo "$tmp/fifo"
 timeout 10 "$CDDP" store --port 0 --token-file "$tmp/fifo" >"$tmp/out9" 2>&1; rc=$?
 if [ $rc -eq 1 ] && grep -q "is not a regular file" "$tmp/out9"; then ok "a FIFO as token file: one line, exit 1, no hang"
 else fail "FIFO token file" "rc=$rc $(cat "$tmp/out9")"; fi
+
+# the soft open-file limit rises to the hard one, said at INFO with the agents it leaves room for
+(ulimit -Sn 64 && ulimit -Hn 256 && CDDP_DEBUG=INFO CDDP_DEBUG_SUBSYS=STORE exec "$CDDP" store --port 0) >"$tmp/out10" 2>&1 &
+pid=$!
+for _ in $(seq 100); do grep -q listening "$tmp/out10" && break; sleep 0.05; done
+soft=$(awk '/^Max open files/ {print $4}' "/proc/$pid/limits" 2>/dev/null)
+kill -TERM $pid; wait $pid
+if [ "$soft" = 256 ] && grep -q "open-file limit 256: room for about 48 agents" "$tmp/out10"; then
+  ok "open-file soft limit 64 raised to the hard 256, INFO says 48 agents"
+else fail "open-file limit raise" "soft=$soft $(cat "$tmp/out10")"; fi
 
 if "$CDDP" store --help | grep -q "^usage: cddp store"; then ok "--help"; else fail "--help"; fi
 pid=

@@ -1,6 +1,8 @@
 /* test_jobkeys.c - the job protocol's keys and values: every key's text (the wire format other
  * cddp versions and docs/elastic.md rely on), each value's round trip and its malformed forms,
  * and the generation state machine driven directly on the in-memory store. */
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cddp/ddp.h"
@@ -286,5 +288,69 @@ TEST(jobkeys_world_says_sizes_and_stop_in_the_jobs_keys) {
   CHECK_EQ(cddp_world_env(NULL)->world_size, 0);
   CHECK_RESULT(cddp_world_recover(NULL), CDDP_INVALID_USAGE);
   cddp_world_leave(NULL, 1);
+  cddp_store_close(s);
+}
+
+TEST(jobkeys_member_list_packed_when_long_and_hostile_forms_refused) {
+  size_t len = 0, cap = 10000 * 64;
+  char *text = malloc(cap);
+  CHECK(text != NULL);
+  for (int i = 0; i < 10000; i++)
+    len += (size_t)snprintf(text + len, cap - len, "node%04d.c1.example.org 10.1.%d.%d 8 29500 %d 10000 10000\n", i,
+                            i / 250, i % 250, i);
+  char *orig = malloc(len);
+  memcpy(orig, text, len);
+  size_t raw = len;
+  CHECK_EQ(cddp__job_list_pack(&text, &len), 0);
+  CHECK(len * 4 < raw); /* 10,000 records: over 4x smaller */
+  CHECK(!memcmp(text, "#z ", 3));
+  char *back = NULL;
+  size_t bl = 0;
+  CHECK_EQ(cddp__job_list_unpack(text, len, raw, &back, &bl), 0);
+  CHECK(back != NULL && bl == raw && !memcmp(back, orig, raw) && back[bl] == '\0');
+  free(back);
+  /* a list longer than the reader's bound (n records of at most 256 bytes): refused, never allocated */
+  CHECK_EQ(cddp__job_list_unpack(text, len, raw - 1, &back, &bl), -1);
+  /* cut short, a byte flipped, a length that lies, no length, garbage after the tag: refused */
+  CHECK_EQ(cddp__job_list_unpack(text, len / 2, raw, &back, &bl), -1);
+  text[len / 2] ^= 0x5a;
+  CHECK_EQ(cddp__job_list_unpack(text, len, raw, &back, &bl), -1);
+  const char *bad[] = {"#z 12\nxyz", "#z \n", "#z x\nabc", "#z 0\n", "#z 5", "#z 99999999999999999999\nx"};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) CHECK_EQ(cddp__job_list_unpack(bad[i], strlen(bad[i]), raw, &back, &bl), -1);
+  /* a short list stays text, and text is not taken for a packed list */
+  char *small = strdup("vm 127.0.0.1 1 29500 0 2 2\nvm 127.0.0.1 1 29501 1 2 2\n");
+  size_t sl = strlen(small);
+  CHECK_EQ(cddp__job_list_pack(&small, &sl), 0);
+  CHECK(!strncmp(small, "vm ", 3) && sl == strlen(small));
+  CHECK_EQ(cddp__job_list_unpack(small, sl, 1000, &back, &bl), 0);
+  CHECK(back == NULL);
+  free(small), free(text), free(orig);
+}
+
+TEST(jobkeys_long_member_record_travels_deflated) {
+  /* elastic/members/<G>: every agent reads each generation's record, N copies of N lines */
+  cddp_store_t *s;
+  CHECK_OK(cddp_store_mem_create(&s));
+  cddp__members_t *m = calloc(1, sizeof *m), *back = calloc(1, sizeof *back);
+  CHECK(m && back);
+  m->n = 1000;
+  for (int i = 0; i < m->n; i++) {
+    m->m[i].id = i, m->m[i].nproc = 8;
+    snprintf(m->m[i].host, sizeof m->m[i].host, "node%04d.c1.example.org", i);
+  }
+  CHECK_OK(cddp__members_write(s, 3, m));
+  void *v = NULL;
+  size_t len = 0;
+  CHECK_OK(cddp_store_get(s, "elastic/members/3", &v, &len, 0));
+  CHECK(len > 3 && !memcmp(v, "#z ", 3) && len * 4 < 1000 * 30);
+  free(v);
+  CHECK_OK(cddp__members_read(s, 3, back));
+  CHECK_EQ(back->n, 1000);
+  CHECK(back->m[999].id == 999 && back->m[999].nproc == 8 && !strcmp(back->m[999].host, "node0999.c1.example.org"));
+  /* a packed record that lies is malformed: REMOTE, one line */
+  const char *lie = "#z 40\nnot a zlib stream";
+  CHECK_OK(cddp_store_set(s, "elastic/members/4", lie, strlen(lie)));
+  CHECK_RESULT(cddp__members_read(s, 4, back), CDDP_REMOTE);
+  free(m), free(back);
   cddp_store_close(s);
 }

@@ -56,7 +56,7 @@ static void start(agent_t *a, cddp_store_t *base, int minn, int maxn, int node_r
 
 /* Members of one round agree on it; node ranks are 0..n-1 and rank bases follow node order. */
 static void check_round(agent_t **m, int n) {
-  int seen[64] = {0};
+  int seen[256] = {0};
   for (int i = 0; i < n; i++) {
     CHECK_EQ(m[i]->out.nnodes, n);
     CHECK_EQ(m[i]->out.round, m[0]->out.round);
@@ -88,6 +88,29 @@ TEST(rdzv_closes_at_max_nodes) {
   CHECK_EQ(a[0].out.world_size, 6);
   CHECK_EQ(a[0].out.closed_here + a[1].out.closed_here + a[2].out.closed_here, 1);
   for (int i = 0; i < 3; i++) cddp__rdzv_release(&a[i].out);
+  cddp_store_close(s);
+}
+
+TEST(rdzv_long_member_list_travels_deflated) {
+  /* 160 nodes: the list the closing node leaves is packed (job/jobkeys.h); every node reads it back */
+  enum { N = 160 };
+  cddp_store_t *s;
+  CHECK_OK(cddp_store_mem_create(&s));
+  agent_t *a = calloc(N, sizeof *a), *m[N];
+  for (int i = 0; i < N; i++) start(&a[i], s, N, N, -1, 60000, 20000, 1, i);
+  for (int i = 0; i < N; i++) {
+    pthread_join(a[i].th, NULL);
+    if (a[i].rc != CDDP_OK) TEST_FAIL("agent %d: %s", i, a[i].err);
+    m[i] = &a[i];
+  }
+  check_round(m, N);
+  void *v = NULL;
+  size_t len = 0;
+  CHECK_OK(cddp_store_get(s, "job/rdzv/0/members", &v, &len, 0));
+  CHECK(len > 3 && !memcmp(v, "#z ", 3));
+  free(v);
+  for (int i = 0; i < N; i++) cddp__rdzv_release(&a[i].out);
+  free(a);
   cddp_store_close(s);
 }
 

@@ -506,3 +506,36 @@ TEST(will_fires_on_abrupt_close_only) {
   cddp_store_close(watcher);
   cddp_store_server_stop(srv);
 }
+
+static void *cont_later(void *arg) {
+  usleep(300000 * cddp_test_scale()); /* after the peek's 200 ms, before the next call's end */
+  kill(*(pid_t *)arg, SIGCONT);
+  return NULL;
+}
+
+TEST(late_answer_is_never_read_as_the_next) {
+  /* the client's periodic read of the peers list times out while the server is frozen; its
+   * late TIMEOUT answer (0x93) was then read as the answer to the call that followed */
+  pid_t pid;
+  int port = server_process(NULL, &pid);
+  cddp_store_t *s = connect_ok(port, NULL);
+  cddp_store_set_timeout(s, 200 * cddp_test_scale());
+  usleep(2100000); /* the peers list is due again (every 2 s) */
+  kill(pid, SIGSTOP);
+  pthread_t th;
+  pthread_create(&th, NULL, cont_later, &pid);
+  CHECK_RESULT(cddp_store_add(s, "n", 1, NULL), CDDP_REMOTE);
+  CHECK(strstr(cddp_last_error(), "unexpected answer") == NULL);
+  CHECK(strstr(cddp_last_error(), "peers") != NULL); /* says which read failed */
+  pthread_join(th, NULL);
+  usleep(100000); /* the late answer has come: it must not be taken for anything */
+  CHECK_RESULT(cddp_store_add(s, "n", 1, NULL), CDDP_REMOTE);
+  CHECK(strstr(cddp_last_error(), "unexpected answer") == NULL);
+  cddp_store_close(s);
+  cddp_store_t *fresh = connect_ok(port, NULL);
+  int64_t n = -1;
+  CHECK_OK(cddp_store_add(fresh, "n", 0, &n));
+  CHECK_EQ(n, 0); /* the add was never sent on the stream with an answer owed */
+  cddp_store_close(fresh);
+  server_process_end(pid);
+}

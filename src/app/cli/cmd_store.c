@@ -10,6 +10,21 @@
 #include "cli/commands.h"
 #include "cli/flags.h"
 #include "common/check.h"
+#include "common/log.h"
+#include "store/failover.h"
+#include "store/store_internal.h"
+
+/* Marks this store as one that never moves (store/failover.h), through a client of its own: the
+ * agents then skip their wait for a peers list. Without it they only wait, so a failure is INFO. */
+static void mark_fixed(const char *host, int port, const char *token) {
+  const char *to = !host || !strcmp(host, "0.0.0.0") ? "127.0.0.1" : !strcmp(host, "::") ? "::1" : host;
+  cddp_store_t *s = NULL;
+  if (cddp__store_tcp_connect_here(&s, to, port, token, 5000) != CDDP_OK ||
+      cddp_store_set(s, CDDP__FIXED_KEY, "1", 1) != CDDP_OK)
+    CDDP_INFO(CDDP_SUB_STORE, "store: cannot set %s (agents wait 1 s for a peers list): %s", CDDP__FIXED_KEY,
+              cddp_last_error());
+  cddp_store_close(s);
+}
 
 static void usage(FILE *f) {
   fprintf(f,
@@ -54,6 +69,7 @@ int cddp__cmd_store(int argc, char **argv) {
     fprintf(stderr, "cddp store: %s\n", cddp_last_error());
     return 1;
   }
+  mark_fixed(host, cddp_store_server_port(srv), token);
   printf("cddp store: listening on %s:%d%s\n", host ? host : "0.0.0.0",
          cddp_store_server_port(srv), token[0] ? " (token required)" : "");
   fflush(stdout);

@@ -1,22 +1,40 @@
-/* main.c - the cddp binary: dispatches to a subcommand. */
+/* main.c - the cddp binary: dispatches to a subcommand.
+ *
+ * Built twice. cddp-full (CDDP_CLI_LIGHT 0) holds every command. cddp itself (CDDP_CLI_LIGHT 1)
+ * holds the commands that need neither BLAS nor MPI nor CUDA, the launcher's agent first: at
+ * 1,024 agents the dynamic loader and those libraries' constructors were 9 ms of CPU per start,
+ * the light binary's ~1.5 ms. It runs the others by exec'ing cddp-full with the same arguments. */
+#include <errno.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cddp/cddp.h"
 #include "cli/commands.h"
 #include "common/nearest.h"
+
+#ifndef CDDP_CLI_LIGHT
+#define CDDP_CLI_LIGHT 0
+#endif
+/* a command the light binary leaves to cddp-full (it links BLAS, MPI or CUDA) */
+#if CDDP_CLI_LIGHT
+#define FULL(fn) NULL
+#else
+#define FULL(fn) fn
+#endif
 
 static const struct {
   const char *name;
   int (*fn)(int, char **);
   const char *help;
 } commands[] = {
-    {"train", cddp__cmd_train, "data-parallel training from a YAML config (run it under `cddp run`)"},
+    {"train", FULL(cddp__cmd_train), "data-parallel training from a YAML config (run it under `cddp run`)"},
     {"run", cddp__cmd_run, "start workers on this node (torchrun-style launcher)"},
     {"store", cddp__cmd_store, "serve a rendezvous store on a TCP port"},
-    {"bench", cddp__cmd_bench, "benchmark collectives (nccl-tests dialect)"},
-    {"sample", cddp__cmd_sample, "print text from a trained GPT checkpoint (temperature, top-k)"},
+    {"bench", FULL(cddp__cmd_bench), "benchmark collectives (nccl-tests dialect)"},
+    {"sample", FULL(cddp__cmd_sample), "print text from a trained GPT checkpoint (temperature, top-k)"},
     {"plot", cddp__cmd_plot, "draw a run's loss, throughput and communication (gnuplot)"},
     {"doctor", cddp__cmd_doctor, "check hosts, interfaces, links, clocks and configs of a job (run it like the job)"},
     {"ckpt", cddp__cmd_ckpt, "inspect or verify a checkpoint (info|verify PATH)"},
@@ -29,6 +47,29 @@ static void usage(FILE *f) {
   for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
     fprintf(f, "  %-8s %s\n", commands[i].name, commands[i].help);
   fprintf(f, "\n`cddp <command> --help` for a command's options; `cddp --version`.\n");
+}
+
+/* Runs argv as cddp-full: next to this binary under libexec/cddp/ (the build tree), or in
+ * ../libexec/cddp/ (an install). argv[0] stays, so the process looks as it did to pgrep -f. */
+static int exec_full(char **argv) {
+  char self[PATH_MAX], path[PATH_MAX + 64];
+  ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+  if (n <= 0) {
+    fprintf(stderr, "cddp %s: cannot find its own executable (/proc/self/exe): %s\n", argv[1], strerror(errno));
+    return 127;
+  }
+  self[n] = '\0';
+  char *slash = strrchr(self, '/');
+  if (slash) *slash = '\0';
+  static const char *const where[] = {"/libexec/cddp/cddp-full", "/../libexec/cddp/cddp-full"};
+  for (size_t i = 0; i < sizeof where / sizeof where[0]; i++) {
+    snprintf(path, sizeof path, "%s%s", self, where[i]);
+    execv(path, argv);
+    if (errno != ENOENT) break;
+  }
+  fprintf(stderr, "cddp %s: cannot run %s: %s (it is built and installed with cddp)\n", argv[1], path,
+          strerror(errno));
+  return 127;
 }
 
 int main(int argc, char **argv) {
@@ -48,7 +89,8 @@ int main(int argc, char **argv) {
     return 0;
   }
   for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
-    if (!strcmp(argv[1], commands[i].name)) return commands[i].fn(argc - 1, argv + 1);
+    if (!strcmp(argv[1], commands[i].name))
+      return commands[i].fn ? commands[i].fn(argc - 1, argv + 1) : exec_full(argv);
   const char *names[sizeof commands / sizeof commands[0]];
   for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++) names[i] = commands[i].name;
   const char *near = cddp__nearest(argv[1], names, sizeof names / sizeof names[0]);
