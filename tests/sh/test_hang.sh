@@ -24,7 +24,7 @@ stop_one() {
   local v=""
   for _ in $(seq 300); do
     if [ "$(sed -n 's/.*"step":\([0-9]*\).*/\1/p' "$T/$1/metrics.jsonl" 2>/dev/null | tail -1)" -ge 20 ] 2>/dev/null; then
-      v=$(pgrep -f "^$CDDP train --name $1 " | sed -n 2p); break; fi
+      v=$(pgrep -f "^$CDDP train --name $1 --config configs/fmnist_mlp.yaml --work-dir $T " | sed -n 2p); break; fi
     sleep 0.05
   done
   [ -n "$v" ] && kill -STOP "$v" && date +%s.%N && echo "$v" >"$T/$1.victim"

@@ -27,7 +27,7 @@ trial() {
   mkdir -p "$T/$name.tmp"
   for _ in $(seq 600); do
     if [ "$(sed -n 's/.*"step":\([0-9]*\).*/\1/p' "$T/$name/metrics.jsonl" 2>/dev/null | tail -1)" -ge 5 ] 2>/dev/null; then
-      for q in $(pgrep -f -- "train --name $name "); do
+      for q in $(pgrep -f -- "train --name $name --config configs/fmnist_mlp.yaml --work-dir $T "); do
         tr '\0' '\n' <"/proc/$q/environ" 2>/dev/null | grep -qx "RANK=$victim" && v=$q; done
       break; fi
     sleep 0.05

@@ -88,7 +88,7 @@ out=$(CDDP_TOKEN= "$CDDP" status "$T/st.logs" 2>&1); rc=$?
 # 2. replace mode: a killed worker is an event, and so is its recovery, with the time it took
 job rep --restart-mode replace --max-restarts 3
 at_step rep 10 || fail "replace job started" "$(tail -n 3 "$T"/rep.n*.out)"
-victim=$(pgrep -f "^$CDDP train --name rep " | sed -n 2p)
+victim=$(pgrep -f "^$CDDP train --name rep --config configs/fmnist_mlp.yaml --work-dir $T " | sed -n 2p)
 kill -KILL "$victim"
 recovered "rep$P"
 if [ -n "$ev" ] && grep -qE "^  [0-9:]{8}  rank [0-3] \(host .*, pid $victim\) was killed by signal 9 \(SIGKILL\).*replaced by pid [0-9]+, generation [1-9]" <<<"$out" &&
@@ -149,7 +149,7 @@ out=$("$CDDP" status "$T/slow" 2>&1); rc=$?
 timeout 120 "$CDDP" run --standalone --nproc-per-node 2 "$CDDP" train --name kil "${TR[@]}" >"$T/kil.out" 2>&1 &
 kil=$!
 at_step kil 5 || fail "job to kill started" "$(tail -n 3 "$T/kil.out")"
-for p in $(pgrep -f "^$CDDP train --name kil "); do
+for p in $(pgrep -f "^$CDDP train --name kil --config configs/fmnist_mlp.yaml --work-dir $T "); do
   tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx RANK=1 && kill -KILL "$p"
 done
 wait $kil 2>/dev/null
