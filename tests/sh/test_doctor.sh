@@ -2,6 +2,7 @@
 # test_doctor.sh - `cddp doctor`: healthy on one host (3x3 matrices, exit 0), bad usage (exit 2),
 # configs that differ (names the key), and on namespace hosts: a partition between two hosts, a
 # host whose link is down, and a CDDP_SOCKET_IFNAME naming no interface (each named, exit 1).
+# suite: alone (measures latency and bandwidth; its namespaces share 10.77.x with test_elastic_netns)
 cd "$(dirname "$0")/../.." && source tests/sh/lib.sh
 T=$(mktemp -d /tmp/cddp-doctor.XXXXXX)
 NS=tests/cluster/netns.sh

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # test_slurm.sh - `cddp bench` and `cddp train` on a real local Slurm cluster: srun tasks as ranks, one cddp run agent per node (loopback nodes), namespace hosts over TCP, and a 3-node step whose store follows its first live node when nodes are killed and started again.
+# suite: alone (the machine-global local Slurm cluster)
 set -u
 cd "$(dirname "$0")/../.." || exit 1
 . tests/sh/lib.sh
