@@ -29,6 +29,28 @@ finish() { exit $((t_failed > 0)); }
 test_scale=$(awk -v k="${CDDP_TEST_SCALE:-1}" 'BEGIN { print (k + 0 > 0 ? k + 0 : 1) }')
 # scaled SECS: SECS times the factor
 scaled() { awk -v s="$1" -v k="$test_scale" 'BEGIN { print s * k }'; }
+# timeout [OPTION...] DURATION CMD...: coreutils' timeout with DURATION (and -k's) scaled, so that
+# every `timeout N` of a test that sourced this file stretches with the factor; at 1, unchanged
+timeout() {
+  [ "$test_scale" = 1 ] && { command timeout "$@"; return; }
+  local a=() d
+  while [ $# -gt 0 ]; do
+    case $1 in
+      -k | --kill-after) a+=("$1" "$(scaled_duration "$2")"); shift 2 ;;
+      -s | --signal) a+=("$1" "$2"); shift 2 ;;
+      -*) a+=("$1"); shift ;;
+      *) break ;;
+    esac
+  done
+  d=$1; shift
+  command timeout "${a[@]}" "$(scaled_duration "$d")" "$@"
+}
+# scaled_duration DURATION: a timeout(1) duration (N, N.N, with s, m, h or d) times the factor
+scaled_duration() {
+  local n=${1%[smhd]} u=${1##*[0-9.]}
+  [[ $n =~ ^[0-9]+(\.[0-9]+)?$ ]] || { echo "$1"; return; }
+  echo "$(scaled "$n")$u"
+}
 # wait_for SECS CMD...: runs CMD every 50 ms until it succeeds (0), or 1 once SECS (scaled) have
 # passed: polling for the event itself, never a sleep that guesses how long it takes
 wait_for() {
@@ -59,13 +81,14 @@ netns_down() { timeout 30 tests/cluster/netns.sh down >/dev/null 2>&1; }
 # hw_absent TAG: 0 when this host lacks what a skip's tag names (tests/tap.sh, run.sh's own
 # probe); a case that needs it then reports "ok N - name # SKIP [TAG] why"
 hw_absent() { ( . tests/tap.sh && tap_hw_absent "$1" ); }
-# wait_all SECS PID...: waits for each (SIGKILLing what is left after SECS); exit codes in RC[].
+# wait_all SECS PID...: waits for each (SIGKILLing what is left after SECS, scaled); exit codes in RC[].
 # The watchdog holds no output pipe (a reader of the test's output would wait for its sleep),
 # and it is stopped with SIGKILL: a subshell that catches a signal before it has reset the
 # traps it inherited runs this shell's EXIT trap, and a SIGTERM sent as it starts (every PID
 # already gone) once removed a test's whole work folder that way.
 wait_all() {
   local secs=$1; shift; local p; RC=()
+  secs=$(scaled "$secs")
   ( exec >/dev/null 2>&1; sleep "$secs"; for p in "$@"; do kill -KILL "$p"; done ) & local dog=$!
   for p in "$@"; do wait "$p"; RC+=($?); done
   kill -KILL "$dog" $(pgrep -P "$dog") 2>/dev/null; wait "$dog" 2>/dev/null

@@ -38,7 +38,7 @@ t1=$(date +%s.%N)
 wait $pid_0; rc0=$?; wait $pid_1; rc1=$?
 line=$(grep -h "by the watchdog: hung" "$T"/rep.n*.out | head -1)
 dt=$(echo "$t1 - ${t0:-$t1}" | bc)
-if [ -n "$t0" ] && [ -n "$line" ] && [ "$(echo "$dt < 8" | bc)" = 1 ] &&
+if [ -n "$t0" ] && [ -n "$line" ] && [ "$(echo "$dt < $(scaled 8)" | bc)" = 1 ] &&
    [[ "$line" == *"pid $(cat "$T/rep.victim"))"*"no progress for "*" s"*" #"* ]] &&
    [[ "$line" == *"stopped (SIGSTOP or a debugger)"* || "$line" == *"outside any collective while its local peers wait"* ]]; then
   # (the state letter is read once; on a loaded host it was seen before the stop showed in it)
@@ -84,7 +84,7 @@ wait $pid_0; rc0=$?; wait $pid_1; rc1=$?
 dt=$(echo "$(date +%s.%N) - $t0" | bc)
 l1=$(grep '^cddp run:' "$T/lone.n1.out" | tail -1)
 if [ $rc1 = 137 ] && [[ "$l1" == "cddp run: rank 1 "*"by the watchdog: hung: no progress for "*"outside any collective while ranks on other nodes wait inside one"* ]] &&
-   [ "$(echo "$dt < 30" | bc)" = 1 ]; then ok "alone on its node: a stalled rank named from the other node's status record (job ended in ${dt}s)"
+   [ "$(echo "$dt < $(scaled 30)" | bc)" = 1 ]; then ok "alone on its node: a stalled rank named from the other node's status record (job ended in ${dt}s)"
 else fail "lone worker hang" "exits $rc0/$rc1 in ${dt}s: '$l1' $(tail -2 "$T/lone.n0.out" | tr '\n' ' ')"; fi
 
 # 4. bad input, and off

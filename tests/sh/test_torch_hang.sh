@@ -35,7 +35,7 @@ named() {
   t1=$(wait_for "$2" "watchdog.* hung" 40) # its line at the verdict (the closing one waits for the others to stop)
   line=$(grep -h "watchdog.* hung" $2 | head -1)
   dt=$(echo "${t1:-0} - ${3:-0}" | bc)
-  if [ -n "$3" ] && [ -n "$t1" ] && [ "$(echo "$dt < $HT + 5" | bc)" = 1 ] && [[ "$line" == $4 ]]; then
+  if [ -n "$3" ] && [ -n "$t1" ] && [ "$(echo "$dt < ($HT + 5) * $test_scale" | bc)" = 1 ] && [[ "$line" == $4 ]]; then
     ok "$1: named in ${dt}s: ${line#cddp run: }"
   else fail "$1" "t0 '$3', after ${dt}s: '$line' $(tail -q -n 3 $2 | tr '\n' ' ')"; fi
 }
