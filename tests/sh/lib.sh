@@ -29,28 +29,11 @@ finish() { exit $((t_failed > 0)); }
 test_scale=$(awk -v k="${CDDP_TEST_SCALE:-1}" 'BEGIN { print (k + 0 > 0 ? k + 0 : 1) }')
 # scaled SECS: SECS times the factor
 scaled() { awk -v s="$1" -v k="$test_scale" 'BEGIN { print s * k }'; }
-# timeout [OPTION...] DURATION CMD...: coreutils' timeout with DURATION (and -k's) scaled, so that
-# every `timeout N` of a test that sourced this file stretches with the factor; at 1, unchanged
-timeout() {
-  [ "$test_scale" = 1 ] && { command timeout "$@"; return; }
-  local a=() d
-  while [ $# -gt 0 ]; do
-    case $1 in
-      -k | --kill-after) a+=("$1" "$(scaled_duration "$2")"); shift 2 ;;
-      -s | --signal) a+=("$1" "$2"); shift 2 ;;
-      -*) a+=("$1"); shift ;;
-      *) break ;;
-    esac
-  done
-  d=$1; shift
-  command timeout "${a[@]}" "$(scaled_duration "$d")" "$@"
-}
-# scaled_duration DURATION: a timeout(1) duration (N, N.N, with s, m, h or d) times the factor
-scaled_duration() {
-  local n=${1%[smhd]} u=${1##*[0-9.]}
-  [[ $n =~ ^[0-9]+(\.[0-9]+)?$ ]] || { echo "$1"; return; }
-  echo "$(scaled "$n")$u"
-}
+# every `timeout N` (of the test and of what it runs) scaled too: tests/sh/scaled/timeout first on
+# PATH, which execs coreutils' (the pid and the name stay those of timeout); at 1, PATH as it was
+if [ "$test_scale" != 1 ] && [ -z "${CDDP_REAL_TIMEOUT:-}" ]; then
+  CDDP_REAL_TIMEOUT=$(command -v timeout) && export CDDP_REAL_TIMEOUT PATH=$PWD/tests/sh/scaled:$PATH
+fi
 # wait_for SECS CMD...: runs CMD every 50 ms until it succeeds (0), or 1 once SECS (scaled) have
 # passed: polling for the event itself, never a sleep that guesses how long it takes
 wait_for() {
