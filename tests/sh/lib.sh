@@ -31,8 +31,9 @@ test_scale=$(awk -v k="${CDDP_TEST_SCALE:-1}" 'BEGIN { print (k + 0 > 0 ? k + 0 
 scaled() { awk -v s="$1" -v k="$test_scale" 'BEGIN { print s * k }'; }
 # every `timeout N` (of the test and of what it runs) scaled too: tests/sh/scaled/timeout first on
 # PATH, which execs coreutils' (the pid and the name stay those of timeout); at 1, PATH as it was
-if [ "$test_scale" != 1 ] && [ -z "${CDDP_REAL_TIMEOUT:-}" ]; then
-  CDDP_REAL_TIMEOUT=$(command -v timeout) && export CDDP_REAL_TIMEOUT PATH=$PWD/tests/sh/scaled:$PATH
+if [ "$test_scale" != 1 ]; then
+  PATH=$(tr ':' '\n' <<<"$PATH" | grep -vx '.*/tests/sh/scaled' | paste -sd:) # never the shim twice,
+  CDDP_REAL_TIMEOUT=$(command -v timeout) && export CDDP_REAL_TIMEOUT PATH=$PWD/tests/sh/scaled:$PATH # nor as the real one
 fi
 # wait_for SECS CMD...: runs CMD every 50 ms until it succeeds (0), or 1 once SECS (scaled) have
 # passed: polling for the event itself, never a sleep that guesses how long it takes
