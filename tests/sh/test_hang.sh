@@ -14,7 +14,7 @@ job() {
   P=$(free_port)
   for n in 0 1; do
     TMPDIR=$T timeout 150 "$CDDP" run --nnodes 2 --nproc-per-node 2 --rdzv-backend c10d --rdzv-endpoint 127.0.0.1:$P \
-      --rdzv-id "$name$P" --hang-timeout 5 --grace-period 1 "$@" "$CDDP" train --name "$name" "${TR[@]}" \
+      --rdzv-id "$name$P" --hang-timeout "$(scaled 5)" --grace-period 1 "$@" "$CDDP" train --name "$name" "${TR[@]}" \
       --set train.max_steps=700 >"$T/$name.n$n.out" 2>&1 &
     eval "pid_$n=\$!"
   done
@@ -75,7 +75,7 @@ else fail "restart-all hang" "exits $rc0/$rc1: '$l0' / '$l1'"; fi
 P=$(free_port)
 for n in 0 1; do
   TMPDIR=$T timeout 150 "$CDDP" run --nnodes 2 --nproc-per-node 1 --rdzv-backend c10d --rdzv-endpoint 127.0.0.1:$P \
-    --rdzv-id "lone$P" --hang-timeout 3 --grace-period 1 "$CDDP" train --name lone "${TR[@]}" --set ddp.overlap=false \
+    --rdzv-id "lone$P" --hang-timeout "$(scaled 3)" --grace-period 1 "$CDDP" train --name lone "${TR[@]}" --set ddp.overlap=false \
     --set debug.slow_rank=1 --set debug.slow_ms=60000 --set train.max_steps=20 >"$T/lone.n$n.out" 2>&1 &
   eval "pid_$n=\$!"
 done

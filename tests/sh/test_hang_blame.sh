@@ -21,7 +21,7 @@ trial() {
   restart) args=(--max-restarts 1) ;;
   replace) args=(--restart-mode replace --max-restarts 1) ;;
   esac
-  TMPDIR=$T/$name.tmp timeout 90 "$CDDP" run --standalone --nproc-per-node 2 --hang-timeout 2 --grace-period 1 \
+  TMPDIR=$T/$name.tmp timeout 90 "$CDDP" run --standalone --nproc-per-node 2 --hang-timeout "$(scaled 2)" --grace-period 1 \
     "${args[@]}" "$CDDP" train --name "$name" "${TR[@]}" >"$T/$name.out" 2>&1 &
   pid=$!
   mkdir -p "$T/$name.tmp"
