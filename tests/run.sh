@@ -3,6 +3,7 @@
 # tests, the shell (multi-process, Slurm, namespace) tests, the sanitizer builds and the
 # fuzzers briefly; ends with "N passed, N failed, N skipped".
 # Usage: tests/run.sh [--quick]   (--quick: skip sanitizers and fuzzing)
+# CDDP_SUITE_JOBS (2): how many shell tests run at once; 1 runs them one after another.
 # A test that cannot run here says "ok ... # SKIP why": it is counted as skipped, never as
 # passed. With CI=true (as .ci/run sets) a skip is a failure: CI installs everything the
 # tests need, so a skip there means something this machine could run did not. The one
@@ -15,19 +16,10 @@ log=$(mktemp -d /tmp/cddp-tests.XXXXXX)
 passed=0; failed=0; skipped=0
 ci=0; [ "${CI:-}" = true ] && ci=1
 
-. tests/tap.sh # count FILE
-run_tap() { # NAME CMD...: runs CMD, counts its TAP lines; a crash with no lines counts as one failure
-  local name=$1; shift
-  local out="$log/$name.out" t0=$SECONDS
-  timeout "${CDDP_SUITE_TIMEOUT:-900}" "$@" >"$out" 2>"$log/$name.err"
-  local rc=$?
-  count "$out"
-  if [ $rc -ne 0 ] && ! grep -q '^not ok ' "$out"; then
-    echo "not ok - $name exited $rc without a failing test line (stderr: $log/$name.err)"
-    failed=$((failed + 1))
-  fi
-  echo "# $name: $(grep '^ok ' "$out" | grep -vc ' # SKIP') ok, $(grep -c '^not ok ' "$out") not ok, $(grep -c '^ok .* # SKIP' "$out") skipped, $((SECONDS - t0)) s" >&2
-}
+. tests/tap.sh # count FILE, run_tap NAME CMD..., run_shell_tests
+# the shell tests CDDP_SUITE_JOBS (2) at a time, but for those marked "# suite: alone" (tap.sh)
+jobs_max=${CDDP_SUITE_JOBS:-2}
+[[ $jobs_max =~ ^[1-9][0-9]?$ ]] || { echo "tests/run.sh: CDDP_SUITE_JOBS must be 1 to 99, got '$jobs_max'"; exit 2; }
 
 scripts/install-deps.sh test || { echo "0 passed, 1 failed, 0 skipped"; exit 1; }
 if ! make -j"$(nproc)" WERROR=1 all bench >"$log/build.log" 2>&1; then
@@ -37,9 +29,11 @@ for t in build/tests/test_*; do run_tap "$(basename "$t")" "$t"; done
 # the layers again on OpenBLAS's Haswell kernels, where the linear layer's two forms differ in
 # bits (linear_form.c must then keep x W^T); any CPU with AVX2 runs them
 grep -qw avx2 /proc/cpuinfo && OPENBLAS_CORETYPE=Haswell run_tap test_model_layers-haswell build/tests/test_model_layers
-for t in tests/sh/test_*.sh; do [ -e "$t" ] && run_tap "$(basename "$t" .sh)" bash "$t"; done
+run_shell_tests
 
 if [ $quick = 0 ]; then
+  # the sanitizers slow a test down about 4 times: their bounds are 4 times the suite's own
+  san_scale=$(awk -v k="${CDDP_TEST_SCALE:-1}" 'BEGIN { k += 0; print 4 * (k > 0 ? k : 1) }')
   for san in asan tsan; do
     if make -j"$(nproc)" WERROR=1 "$san" >"$log/build-$san.log" 2>&1; then
       # store and comm under both; the trainer's and the launcher's parsers and file formats under
@@ -50,7 +44,7 @@ if [ $quick = 0 ]; then
       for t in build-$san/tests/test_store* build-$san/tests/test_comm* $extra; do
         [ -e "$t" ] || continue
         TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" ASAN_OPTIONS="detect_leaks=1" \
-          CDDP_TEST_SCALE=4 run_tap "$san-$(basename "$t")" "$t"
+          CDDP_TEST_SCALE=$san_scale run_tap "$san-$(basename "$t")" "$t"
       done
     else
       tail -20 "$log/build-$san.log"; echo "not ok - $san build failed"; failed=$((failed + 1))

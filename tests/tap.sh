@@ -1,10 +1,11 @@
-# tap.sh - counting TAP lines for tests/run.sh (sourced; tests/sh/test_tap.sh tests it).
+# tap.sh - running tests and counting their TAP lines for tests/run.sh (sourced; tests/sh/test_tap.sh
+# tests it).
 # "ok ... # SKIP why" is a skip, never a pass. With ci=1 a skip is a failure, except one for
 # hardware this host lacks: its reason starts with a tag that is checked here against the
 # host, independently of the test that skipped: [cpu:FLAG] (a /proc/cpuinfo flag), [gpu] (an
 # NVIDIA device), [cpus:N] (fewer than N CPUs to run on), [nvcc] (no CUDA compiler), [cma]
 # (process_vm_readv between processes not permitted).
-passed=${passed:-0}; failed=${failed:-0}; skipped=${skipped:-0}; ci=${ci:-0}
+passed=${passed:-0}; failed=${failed:-0}; skipped=${skipped:-0}; ci=${ci:-0}; jobs_max=${jobs_max:-1}
 tap_cpuinfo=/proc/cpuinfo
 
 tap_gpu_present() { # an NVIDIA device node, or a driver that lists one
@@ -67,4 +68,42 @@ count() { # FILE: counts its TAP lines; prints failures and skips
       'ok '*) passed=$((passed + 1)) ;;
     esac
   done <"$1"
+}
+
+# Running: each test is one command whose output goes to $log/NAME.out (log: a folder of the
+# caller's), counted by count() once it has finished.
+run_one() { # NAME CMD...: runs CMD; its output in $log/NAME.out, its exit status and seconds in $log/NAME.rc
+  local name=$1; shift
+  local t0=$SECONDS
+  timeout "${CDDP_SUITE_TIMEOUT:-900}" "$@" >"$log/$name.out" 2>"$log/$name.err"
+  echo "$? $((SECONDS - t0))" >"$log/$name.rc"
+}
+tally_one() { # NAME: counts the TAP lines of a finished run_one; a crash with no lines counts as one failure
+  local name=$1 out="$log/$1.out" rc=1 secs=0
+  read -r rc secs <"$log/$name.rc"
+  count "$out"
+  if [ "$rc" -ne 0 ] && ! grep -q '^not ok ' "$out"; then
+    echo "not ok - $name exited $rc without a failing test line (stderr: $log/$name.err)"
+    failed=$((failed + 1))
+  fi
+  echo "# $name: $(grep '^ok ' "$out" | grep -vc ' # SKIP') ok, $(grep -c '^not ok ' "$out") not ok, $(grep -c '^ok .* # SKIP' "$out") skipped, $secs s" >&2
+}
+run_tap() { run_one "$@"; tally_one "$1"; }
+# Shell tests run $jobs_max at a time (run.sh: CDDP_SUITE_JOBS, 2): each has its own temporary folder, free ports,
+# and namespaces and process names of its own, and most spend their time waiting on timeouts
+# and recoveries. One whose header has a line "# suite: alone (why)" runs with nothing beside
+# it: the machine-global Slurm cluster, a measurement that another test's load would skew.
+run_shell_tests() { # [DIR]: DIR/test_*.sh (tests/sh), the shared ones $jobs_max at a time, then those alone; tallied in order
+  local dir=${1:-tests/sh} t shared=() alone=()
+  for t in "$dir"/test_*.sh; do
+    [ -e "$t" ] || continue
+    if grep -q '^# suite: alone' "$t"; then alone+=("$t"); else shared+=("$t"); fi
+  done
+  for t in "${shared[@]}"; do
+    while [ "$(jobs -rp | wc -l)" -ge "$jobs_max" ]; do wait -n; done
+    run_one "$(basename "$t" .sh)" bash "$t" &
+  done
+  wait
+  for t in "${alone[@]}"; do run_one "$(basename "$t" .sh)" bash "$t"; done
+  for t in "$dir"/test_*.sh; do [ -e "$t" ] && tally_one "$(basename "$t" .sh)"; done
 }

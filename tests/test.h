@@ -81,7 +81,7 @@ char cddp_test_proc_state(int pid);
 #define CHECK_OK(call) CHECK_RESULT(call, CDDP_OK)
 
 /* Forks n processes running fn(rank, n, arg) and waits for all of them, at most
- * timeout_s (then kills the rest). Returns how many failed (non-zero exit or signal). */
+ * timeout_s, scaled by cddp_test_scale() (then kills the rest). Returns how many failed (non-zero exit or signal). */
 int cddp_test_fork_ranks(int n, void (*fn)(int rank, int world, void *arg), void *arg,
                          int timeout_s);
 

@@ -109,7 +109,7 @@ int cddp_test_fork_ranks(int n, void (*fn)(int, int, void *), void *arg, int tim
       _exit(0);
     }
   }
-  double deadline = now_s() + timeout_s;
+  double deadline = now_s() + timeout_s * cddp_test_scale();
   for (int r = 0; r < n && r < 256; r++) {
     int to, st = wait_until(pids[r], deadline, &to);
     if (to || !WIFEXITED(st) || WEXITSTATUS(st) != 0) {

@@ -29,6 +29,12 @@ finish() { exit $((t_failed > 0)); }
 test_scale=$(awk -v k="${CDDP_TEST_SCALE:-1}" 'BEGIN { print (k + 0 > 0 ? k + 0 : 1) }')
 # scaled SECS: SECS times the factor
 scaled() { awk -v s="$1" -v k="$test_scale" 'BEGIN { print s * k }'; }
+# every `timeout N` (of the test and of what it runs) scaled too: tests/sh/scaled/timeout first on
+# PATH, which execs coreutils' (the pid and the name stay those of timeout); at 1, PATH as it was
+if [ "$test_scale" != 1 ]; then
+  PATH=$(tr ':' '\n' <<<"$PATH" | grep -vx '.*/tests/sh/scaled' | paste -sd:) # never the shim twice,
+  CDDP_REAL_TIMEOUT=$(command -v timeout) && export CDDP_REAL_TIMEOUT PATH=$PWD/tests/sh/scaled:$PATH # nor as the real one
+fi
 # wait_for SECS CMD...: runs CMD every 50 ms until it succeeds (0), or 1 once SECS (scaled) have
 # passed: polling for the event itself, never a sleep that guesses how long it takes
 wait_for() {
@@ -59,13 +65,14 @@ netns_down() { timeout 30 tests/cluster/netns.sh down >/dev/null 2>&1; }
 # hw_absent TAG: 0 when this host lacks what a skip's tag names (tests/tap.sh, run.sh's own
 # probe); a case that needs it then reports "ok N - name # SKIP [TAG] why"
 hw_absent() { ( . tests/tap.sh && tap_hw_absent "$1" ); }
-# wait_all SECS PID...: waits for each (SIGKILLing what is left after SECS); exit codes in RC[].
+# wait_all SECS PID...: waits for each (SIGKILLing what is left after SECS, scaled); exit codes in RC[].
 # The watchdog holds no output pipe (a reader of the test's output would wait for its sleep),
 # and it is stopped with SIGKILL: a subshell that catches a signal before it has reset the
 # traps it inherited runs this shell's EXIT trap, and a SIGTERM sent as it starts (every PID
 # already gone) once removed a test's whole work folder that way.
 wait_all() {
   local secs=$1; shift; local p; RC=()
+  secs=$(scaled "$secs")
   ( exec >/dev/null 2>&1; sleep "$secs"; for p in "$@"; do kill -KILL "$p"; done ) & local dog=$!
   for p in "$@"; do wait "$p"; RC+=($?); done
   kill -KILL "$dog" $(pgrep -P "$dog") 2>/dev/null; wait "$dog" 2>/dev/null

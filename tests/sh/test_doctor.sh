@@ -2,6 +2,7 @@
 # test_doctor.sh - `cddp doctor`: healthy on one host (3x3 matrices, exit 0), bad usage (exit 2),
 # configs that differ (names the key), and on namespace hosts: a partition between two hosts, a
 # host whose link is down, and a CDDP_SOCKET_IFNAME naming no interface (each named, exit 1).
+# suite: alone (measures latency and bandwidth; its namespaces share 10.77.x with test_elastic_netns)
 cd "$(dirname "$0")/../.." && source tests/sh/lib.sh
 T=$(mktemp -d /tmp/cddp-doctor.XXXXXX)
 NS=tests/cluster/netns.sh
@@ -103,7 +104,7 @@ wait $q1; r1=$?; wait $q2; r2=$?; wait $q3; r3=$?
 dt=$(( $(date +%s) - t0 ))
 if [ $r1 = 1 ] && [ $r3 = 1 ] && grep -q "^problem: rank 2 did not report within 3.0 s -> it cannot reach the store at $NET.1:$P" "$T/DOWN.1" &&
    grep -q "^cddp doctor: rank 2 (host .*, eth0 $NET.3) cannot reach the job's store at $NET.1:$P within 3.0 s: .* -> check this host's link" "$T/DOWN.3" &&
-   [ $dt -le 20 ]; then
+   [ $dt -le "$(scaled 20)" ]; then
   ok "host 3's link down: rank 0 names rank 2, rank 2 names its host and the store, exit 1 in ${dt} s"
 else fail "linkdown 3" "rc=$r1/$r2/$r3 ${dt}s $(grep problem "$T/DOWN.1" | tr '\n' ' ') / $(cat "$T/DOWN.3")"; fi
 "$NS" linkup 3
@@ -115,7 +116,7 @@ agents IF
 dt=$(( $(date +%s) - t0 ))
 unset ENV_2
 if [ "${rc[0]}" = 1 ] && grep -q "^problem: interface bogus0 chosen by CDDP_SOCKET_IFNAME does not exist on host [^ ]*$NET\.2\]\? (it has: lo, eth0) -> set CDDP_SOCKET_IFNAME=eth0 there" "$T/IF.all" &&
-   [ "$(grep -c '^problem:' "$T/IF.all")" = 1 ] && [ $dt -le 20 ]; then
+   [ "$(grep -c '^problem:' "$T/IF.all")" = 1 ] && [ $dt -le "$(scaled 20)" ]; then
   ok "CDDP_SOCKET_IFNAME=bogus0 on host 2: named, eth0 suggested, exit 1 in ${dt} s"
 else fail "wrong interface" "rc=${rc[*]} ${dt}s $(grep -E '^problem' "$T/IF.all" | tr '\n' ' ') $(tail -2 "$T/IF.2")"; fi
 

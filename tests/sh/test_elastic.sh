@@ -58,7 +58,7 @@ check_recovered() {
     ok "$name: 1 step redone (step $redone; $before logged before the kill); $steps step lines, none twice"
   else fail "$name: steps redone" "redone=$redone before=$before lines=$steps unique=$uniq"; fi
   # a sanity bound only (timings on a shared CI machine are noisy); the number is the result
-  if [ -n "$dt" ] && awk -v d="$dt" 'BEGIN { exit !(d < 15) }'; then ok "$name: kill -> redone step $first completed in $dt s"
+  if [ -n "$dt" ] && awk -v d="$dt" -v b="$(scaled 15)" 'BEGIN { exit !(d < b) }'; then ok "$name: kill -> redone step $first completed in $dt s"
   else fail "$name: no step after the kill" "first=$first dt=$dt"; fi
   [ "$samples" = clean ] && ok "$name: sample log: each of the epoch's 59904 samples exactly once" ||
     fail "$name: sample log" "$samples"
@@ -187,7 +187,7 @@ if [ -n "$S" ] && [ $((S % 20)) = 0 ] && [ "$L" -ge "$before" ] && [ "$L" -le $(
 else fail "w: disk fallback" "line='$line' before=$before S=$S N=$N lines=$steps unique=$uniq"; fi
 read -r first dt < <(grep -v '"eval"' "$m" | sed -n 's/.*"step":\([0-9]*\).*"time":\([0-9.]*\).*/\1 \2/p' |
   awk -v k="$kt" '$2 > k { printf "%d %.3f\n", $1, $2 - k; exit }')
-if [ -n "$dt" ] && awk -v d="$dt" 'BEGIN { exit !(d < 15) }'; then ok "w: kill -> first redone step ($first) completed in $dt s"
+if [ -n "$dt" ] && awk -v d="$dt" -v b="$(scaled 15)" 'BEGIN { exit !(d < b) }'; then ok "w: kill -> first redone step ($first) completed in $dt s"
 else fail "w: no step after the kill" "first=$first dt=$dt"; fi
 s=$(samples_verdict "$T/w" 234 256 "$T/ref")
 [ "$s" = clean ] && ok "w: sample log: each of the epoch's 59904 samples exactly once, the same as the uninterrupted run's" ||

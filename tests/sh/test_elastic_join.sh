@@ -71,7 +71,7 @@ case_c() {
   for i in 1 2 3; do [ $i != "$victim" ] && surv+=("$T/f$i.out"); done
   wait_line 10 'lost: no heartbeat for\|lost; generation' "${surv[@]}" &&
     det=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.2f", b - a }')
-  if [ -n "$det" ] && awk -v d="$det" 'BEGIN { exit !(d < 5) }'; then
+  if [ -n "$det" ] && awk -v d="$det" -v b="$(scaled 5)" 'BEGIN { exit !(d < b) }'; then
     ok "f: frozen node declared lost ${det} s after SIGSTOP (< 5 s): $(grep -h '^cddp run: .*no heartbeat' "${surv[@]}" | head -1 | sed 's/^cddp run: //')"
   else fail "f: frozen node not declared lost within 5 s" "det=$det"; fi
   wait_line 10 "cddp train: recovered from the loss of node .* no heartbeat for .*world 3 -> 2" "$T"/f?.out &&

@@ -74,7 +74,7 @@ if [ -n "$redone" ] && [ "$redone" -ge $((before + 1)) ] && [ "$steps" = 312 ] &
 else fail "k: steps" "redone=$redone before=$before lines=$steps unique=$uniq"; fi
 read -r first dt < <(grep -v '"eval"' "$m" | sed -n 's/.*"step":\([0-9]*\).*"time":\([0-9.]*\).*/\1 \2/p' |
   awk -v k="$kt" -v s="${redone:-0}" '$1 >= s && $2 > k { printf "%d %.3f\n", $1, $2 - k; exit }')
-if [ -n "$dt" ] && awk -v d="$dt" 'BEGIN { exit !(d < 15) }'; then ok "k: kill -> step $first completed in $dt s"
+if [ -n "$dt" ] && awk -v d="$dt" -v b="$(scaled 15)" 'BEGIN { exit !(d < b) }'; then ok "k: kill -> step $first completed in $dt s"
 else fail "k: no step after the kill" "first=$first dt=$dt"; fi
 exactly_once k
 acc=$(acc_of "$m")

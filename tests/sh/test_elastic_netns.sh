@@ -81,7 +81,7 @@ after_fault() {
   read -r first dt < <(grep -v '"eval"' "$m" | sed -n 's/.*"step":\([0-9]*\).*"time":\([0-9.]*\).*/\1 \2/p' |
     awk -v k="$t0" -v s="${redone:-0}" '$1 >= s && $2 > k { printf "%d %.2f\n", $1, $2 - k; exit }')
   DT=$dt
-  if [ -n "$rline" ] && [ -n "$dt" ] && awk -v d="$dt" -v b="$bound" 'BEGIN { exit !(d <= b) }'; then
+  if [ -n "$rline" ] && [ -n "$dt" ] && awk -v d="$dt" -v b="$(scaled "$bound")" 'BEGIN { exit !(d <= b) }'; then
     ok "$name: $what -> step $first completed by world 2 in $dt s (<= $bound s): ${rline#*cddp train: }"
   else fail "$name: $what -> next step" "first=$first dt=$dt; $(grep -h 'recovered\|lost' "$T/$name.out" | tr '\n' ' ')"; fi
   local steps uniq
@@ -121,7 +121,7 @@ cut_case() {
   cat "$T/$name"?.out >"$T/$name.out"
   [ "$r1" = 0 ] && [ "$r2" = 0 ] && ok "$name: host 3 cut ($how) at step $before: hosts 1 and 2 finish (exit 0) $t_surv s later" ||
     fail "$name: survivors' exit codes" "$r1 $r2; $(grep -hv 'epoch 1/1' "$T/${name}1.out" "$T/${name}2.out" | tail -4 | tr '\n' ' ')"
-  if [ -n "$det" ] && awk -v d="$det" 'BEGIN { exit !(d < 5) }'; then
+  if [ -n "$det" ] && awk -v d="$det" -v b="$(scaled 5)" 'BEGIN { exit !(d < b) }'; then
     ok "$name: host 3 declared lost ${det} s after the cut (< 5 s): ${line#*cddp run: }"
   else fail "$name: host 3 not declared lost within 5 s" "det=$det $(tail -2 "$T/${name}1.out" | tr '\n' ' ')"; fi
   after_fault "$name" "$t0" cut 5 'cddp train: recovered from the loss of node .* no heartbeat for .*world 3 -> 2'

@@ -16,7 +16,7 @@ job() {
   P=$(free_port)
   for n in 0 1; do
     TMPDIR=$T timeout 150 "$CDDP" run --nnodes 2 --nproc-per-node 2 --rdzv-backend c10d --rdzv-endpoint 127.0.0.1:$P \
-      --rdzv-id "$name$P" --hang-timeout 5 --grace-period 1 "$@" "$CDDP" train --name "$name" "${TR[@]}" \
+      --rdzv-id "$name$P" --hang-timeout "$(scaled 5)" --grace-period 1 "$@" "$CDDP" train --name "$name" "${TR[@]}" \
       --set train.max_steps=120 >"$T/$name.n$n.out" 2>&1 &
     eval "pid_$n=\$!"
   done
@@ -26,7 +26,7 @@ stop_one() {
   local v=""
   for _ in $(seq 300); do
     if [ "$(sed -n 's/.*"step":\([0-9]*\).*/\1/p' "$T/$1/metrics.jsonl" 2>/dev/null | tail -1)" -ge 20 ] 2>/dev/null; then
-      v=$(pgrep -f "^$CDDP train --name $1 " | sed -n 2p); break; fi
+      v=$(pgrep -f "^$CDDP train --name $1 --config configs/fmnist_mlp.yaml --work-dir $T " | sed -n 2p); break; fi
     sleep 0.05
   done
   [ -n "$v" ] && kill -STOP "$v" && date +%s.%N && echo "$v" >"$T/$1.victim"
@@ -40,7 +40,7 @@ t1=$(date +%s.%N)
 wait $pid_0; rc0=$?; wait $pid_1; rc1=$?
 line=$(grep -h "by the watchdog: hung" "$T"/rep.n*.out | head -1)
 dt=$(echo "$t1 - ${t0:-$t1}" | bc)
-if [ -n "$t0" ] && [ -n "$line" ] && [ "$(echo "$dt < 8" | bc)" = 1 ] &&
+if [ -n "$t0" ] && [ -n "$line" ] && [ "$(echo "$dt < $(scaled 8)" | bc)" = 1 ] &&
    [[ "$line" == *"pid $(cat "$T/rep.victim"))"*"no progress for "*" s"*" #"*"stopped (SIGSTOP or a debugger)"* ]]; then
   ok "SIGSTOPped worker named in ${dt}s (timeout 5 s), with its collective"
 else fail "hung worker named" "after ${dt}s: '$line'"; fi
@@ -73,7 +73,7 @@ else fail "restart-all hang" "exits $rc0/$rc1: '$l0' / '$l1'"; fi
 P=$(free_port)
 for n in 0 1; do
   TMPDIR=$T timeout 150 "$CDDP" run --nnodes 2 --nproc-per-node 1 --rdzv-backend c10d --rdzv-endpoint 127.0.0.1:$P \
-    --rdzv-id "lone$P" --hang-timeout 3 --grace-period 1 "$CDDP" train --name lone "${TR[@]}" --set ddp.overlap=false \
+    --rdzv-id "lone$P" --hang-timeout "$(scaled 3)" --grace-period 1 "$CDDP" train --name lone "${TR[@]}" --set ddp.overlap=false \
     --set debug.slow_rank=1 --set debug.slow_ms=60000 --set train.max_steps=20 >"$T/lone.n$n.out" 2>&1 &
   eval "pid_$n=\$!"
 done
@@ -82,7 +82,7 @@ wait $pid_0; rc0=$?; wait $pid_1; rc1=$?
 dt=$(echo "$(date +%s.%N) - $t0" | bc)
 l1=$(grep '^cddp run:' "$T/lone.n1.out" | tail -1)
 if [ $rc1 = 137 ] && [[ "$l1" == "cddp run: rank 1 "*"by the watchdog: hung: no progress for "*"outside any collective while ranks on other nodes wait inside one"* ]] &&
-   [ "$(echo "$dt < 30" | bc)" = 1 ]; then ok "alone on its node: a stalled rank named from the other node's status record (job ended in ${dt}s)"
+   [ "$(echo "$dt < $(scaled 30)" | bc)" = 1 ]; then ok "alone on its node: a stalled rank named from the other node's status record (job ended in ${dt}s)"
 else fail "lone worker hang" "exits $rc0/$rc1 in ${dt}s: '$l1' $(tail -2 "$T/lone.n0.out" | tr '\n' ' ')"; fi
 
 # 4. bad input, and off

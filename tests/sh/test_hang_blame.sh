@@ -22,13 +22,13 @@ trial() {
   restart) args=(--max-restarts 1) ;;
   replace) args=(--restart-mode replace --max-restarts 1) ;;
   esac
-  TMPDIR=$T/$name.tmp timeout 90 "$CDDP" run --standalone --nproc-per-node 2 --hang-timeout 2 --grace-period 1 \
+  TMPDIR=$T/$name.tmp timeout 90 "$CDDP" run --standalone --nproc-per-node 2 --hang-timeout "$(scaled 2)" --grace-period 1 \
     "${args[@]}" "$CDDP" train --name "$name" "${TR[@]}" >"$T/$name.out" 2>&1 &
   pid=$!
   mkdir -p "$T/$name.tmp"
   for _ in $(seq 600); do
     if [ "$(sed -n 's/.*"step":\([0-9]*\).*/\1/p' "$T/$name/metrics.jsonl" 2>/dev/null | tail -1)" -ge 5 ] 2>/dev/null; then
-      for q in $(pgrep -f -- "train --name $name "); do
+      for q in $(pgrep -f -- "train --name $name --config configs/fmnist_mlp.yaml --work-dir $T "); do
         tr '\0' '\n' <"/proc/$q/environ" 2>/dev/null | grep -qx "RANK=$victim" && v=$q; done
       break; fi
     sleep 0.05

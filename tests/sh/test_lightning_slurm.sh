@@ -4,6 +4,7 @@
 # agent per node under srun (Lightning sees torchrun's variables); `srun -n` with cddp run as
 # each task (it execs into the rank and must not get in the way); and Lightning's own
 # task-per-rank mode with no launcher, on the same cluster. Uses the machine-global cluster: run it under flock /tmp/cddp-cluster.lock.
+# suite: alone (the machine-global local Slurm cluster)
 cd "$(dirname "$0")/../.." && source tests/sh/lib.sh
 PY=$PWD/.venv/bin/python SL=$PWD/tests/cluster/slurm-local.sh
 if ! "$PY" -c 'import lightning, torch.distributed' 2>/dev/null; then

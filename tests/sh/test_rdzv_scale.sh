@@ -3,6 +3,7 @@
 # loopback, every agent through, and the requests each costs the store within 1.5x of each other
 # (they were N per agent while every node read every record); the heartbeat load per agent in
 # replace mode stays flat from 8 to 32 agents; bad input gets one line.
+# suite: alone (compares request rates at two scales, which another test's load would skew)
 cd "$(dirname "$0")/../.." && source tests/sh/lib.sh
 T=$(mktemp -d /tmp/cddp-rdzv-scale-test.XXXXXX)
 trap 'rm -rf "$T"' EXIT

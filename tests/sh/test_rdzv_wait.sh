@@ -55,7 +55,7 @@ wait_for 10 grep -q listening "$T/holder.out"
 t0=$(date +%s)
 out=$(timeout 120 "$CDDP" run --nnodes 1 --nproc-per-node 2 --rdzv-endpoint 127.0.0.1:$H --rdzv-timeout 100 true 2>&1); rc=$?
 secs=$(($(date +%s) - t0))
-[ $rc = 1 ] && [ "$(wc -l <<<"$out")" = 1 ] && [ $secs -lt 30 ] &&
+[ $rc = 1 ] && [ "$(wc -l <<<"$out")" = 1 ] && [ $secs -lt "$(scaled 30 | cut -d. -f1)" ] &&
   grep -q "port $H accepts connections but did not answer the handshake within 5 s: another program holds it" <<<"$out" &&
   ok "a port held by another program: one line naming port $H, ${secs} s of --rdzv-timeout 100" ||
   fail "port held by a stranger" "rc=$rc after ${secs} s: $out"

@@ -76,9 +76,12 @@ if [ $rc = 143 ] && ! grep -q "restarting the workers" "$T/s.out" && [ "$(echo "
 else fail "signal (while stopping)" "rc=$rc after ${dt}s: $(grep -v '^\[rank' "$T/s.out" | tr '\n' ' ')"; fi
 
 # (blame) rank 0 reports its error and takes 0.6 s to exit (it ignores the agent's SIGTERM); rank 1
-# fails 0.1 s later because of it and exits at once, so the agent reaps rank 1 first
-timeout 20 "$CDDP" run --nproc-per-node 2 sh -c 'if [ $RANK = 0 ]; then echo "checkpoint /x is corrupt" >&2; trap "" TERM
-  sleep 0.6; exit 2; else sleep 0.1; echo "rank 0 could not load the checkpoint" >&2; exit 2; fi' >/dev/null 2>"$T/b.err"
+# fails after the report (a file, not a guess of how long it takes) and exits at once, so the
+# agent reaps rank 1 first
+rm -f "$T/said"
+timeout 20 "$CDDP" run --nproc-per-node 2 sh -c 'if [ $RANK = 0 ]; then echo "checkpoint /x is corrupt" >&2; touch "$0/said"
+  trap "" TERM; sleep 0.6; exit 2; else while [ ! -e "$0/said" ]; do sleep 0.02; done; sleep 0.1
+  echo "rank 0 could not load the checkpoint" >&2; exit 2; fi' "$T" >/dev/null 2>"$T/b.err"
 rc=$?
 last=$(tail -1 "$T/b.err")
 if [ $rc = 2 ] && echo "$last" | grep -q "^cddp run: rank 0 (host $HOST, pid [0-9]*) exited with code 2$"; then

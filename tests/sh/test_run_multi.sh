@@ -89,7 +89,7 @@ for _ in $(seq 50); do (exec 3<>/dev/tcp/127.0.0.1/$P) 2>/dev/null && break; sle
 t0=$(date +%s.%N)
 bad "port in use for a store we host (names the port)" "^cddp run: cannot host the store on port $P: " \
   "$CDDP" run --rdzv-backend static --nnodes 2 --node-rank 0 --master-port $P true
-[ "$(echo "$(date +%s.%N) - $t0 <= 2" | bc)" = 1 ] && ok "port in use reported within 2 s" || fail "port in use took too long"
+[ "$(echo "$(date +%s.%N) - $t0 <= $(scaled 2)" | bc)" = 1 ] && ok "port in use reported within 2 s" || fail "port in use took too long"
 # a store that refuses our token: node 0 hosts with one token, node 1 brings another
 P=$(free_port)
 CDDP_TOKEN=right timeout 20 "$CDDP" run --rdzv-backend static --nnodes 2 --node-rank 0 --master-port $P --rdzv-timeout 3 true >/dev/null 2>&1 & bg+=($!)
@@ -109,7 +109,7 @@ disagree() { # NAME SETTING "ARGS of node 0" "ARGS of node 1" [ENV0 ENV1]: both 
   l0=$(cat "$T/d0.out"); l1=$(cat "$T/d1.out")
   if [ $rc0 = 2 ] && [ $rc1 = 2 ] && [ "$(grep -c . <<<"$l0")" = 1 ] && [ "$(grep -c . <<<"$l1")" = 1 ] &&
      grep -q "^cddp run: the nodes disagree on $what: node .* was started with [^ ]*, node .* with [^ ]*[;,] .*every node" <<<"$l0" &&
-     [ "$l0" = "$l1" ] && [ "$(echo "$dt < 5" | bc)" = 1 ]; then
+     [ "$l0" = "$l1" ] && [ "$(echo "$dt < $(scaled 5)" | bc)" = 1 ]; then
     ok "$name: one line on both nodes, exit 2, in ${dt}s"
   else fail "$name" "exits $rc0/$rc1 after ${dt}s: '$l0' / '$l1'"; fi
 }

@@ -4,6 +4,7 @@
 # environment, so every node holds the same token, no node warns that the store is open, and a
 # stranger's client without it is refused by the job's store. Runs on the local Slurm cluster
 # (tests/cluster/slurm-local.sh; by hand: under flock /tmp/cddp-cluster.lock).
+# suite: alone (the machine-global local Slurm cluster)
 set -u
 cd "$(dirname "$0")/../.." || exit 1
 . tests/sh/lib.sh

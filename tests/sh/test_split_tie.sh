@@ -32,9 +32,9 @@ done
 all_in() { [ "$(cat "$T"/h?.out | grep -c 'rank=')" = 4 ]; } # every worker started: one generation of 4
 wait_for 60 all_in || fail "4 hosts formed no job" "$(tail -q -n 2 "$T"/h?.out | tr '\n' ' ')"
 "$NS" partition 1,2 3,4
-wait_all "$(scaled 60)" "${A[3]}" "${A[4]}"
+wait_all 60 "${A[3]}" "${A[4]}"
 r3=${RC[0]} r4=${RC[1]}
-wait_all "$(scaled 60)" "${A[1]}" "${A[2]}"
+wait_all 60 "${A[1]}" "${A[2]}"
 r1=${RC[0]} r2=${RC[1]}
 "$NS" heal
 cat "$T"/h?.out >"$T/all.out"

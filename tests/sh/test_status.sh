@@ -89,7 +89,7 @@ out=$(CDDP_TOKEN= "$CDDP" status "$T/st.logs" 2>&1); rc=$?
 job rep --restart-mode replace --max-restarts 3
 at_step rep 10 || fail "replace job started" "$(tail -n 3 "$T"/rep.n*.out)"
 victim=""  # rank 0: its replacement is the one that records how the run ended
-for p in $(pgrep -f "^$CDDP train --name rep "); do
+for p in $(pgrep -f "^$CDDP train --name rep --config configs/fmnist_mlp.yaml --work-dir $T "); do
   tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx RANK=0 && victim=$p
 done
 kill -KILL "$victim"
@@ -161,7 +161,7 @@ out=$("$CDDP" status "$T/slow" 2>&1); rc=$?
 timeout 120 "$CDDP" run --standalone --nproc-per-node 2 "$CDDP" train --name kil "${TR[@]}" >"$T/kil.out" 2>&1 &
 kil=$!
 at_step kil 5 || fail "job to kill started" "$(tail -n 3 "$T/kil.out")"
-for p in $(pgrep -f "^$CDDP train --name kil "); do
+for p in $(pgrep -f "^$CDDP train --name kil --config configs/fmnist_mlp.yaml --work-dir $T "); do
   tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx RANK=1 && kill -KILL "$p"
 done
 wait $kil 2>/dev/null

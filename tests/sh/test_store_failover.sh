@@ -51,7 +51,7 @@ case_m() {
     fail "m: no re-forming" "$(grep -hE 'lost|recovered' "$T/m.out" | tr '\n' ' ')"
   local redone dt; redone=$(echo "$rline" | sed -n 's/.* step \([0-9]*\) redone.*/\1/p')
   dt=$(kill_to_step m "$kt" "${redone:-0}")
-  [ -n "$dt" ] && awk -v d="$dt" 'BEGIN { exit !(d < 5) }' && ok "m: kill -> step $redone (redone) completed in $dt s (< 5 s)" ||
+  [ -n "$dt" ] && awk -v d="$dt" -v b="$(scaled 5)" 'BEGIN { exit !(d < b) }' && ok "m: kill -> step $redone (redone) completed in $dt s (< 5 s)" ||
     fail "m: kill -> next step" "dt=$dt redone=$redone"
   steps_once m
   exactly_once m

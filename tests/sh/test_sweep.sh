@@ -3,6 +3,7 @@
 # its figures, a combination that cannot run named with the trainer's own line (exit 1), a slow
 # setting named against the one that differs only there, sweep.tsv drawn by `cddp plot`, and one
 # line for each bad input. Nodes: 1 and 2 agents on the loopback, and 2 namespace hosts over tcp.
+# suite: alone (its namespace hosts use netns.sh's default subnet)
 cd "$(dirname "$0")/../.." && source tests/sh/lib.sh
 T=$(mktemp -d /tmp/cddp-sweep-test.XXXXXX)
 trap 'rm -rf "$T"' EXIT

@@ -18,7 +18,7 @@ trap 'kill -KILL $(jobs -p) 2>/dev/null; rm -rf "$T"' EXIT
 cp tests/torch/hang.py "$T/"
 cd "$T" || exit 1
 export CDDP_PY_SPY=$SPY TMPDIR=$T
-HT=5
+HT=$(scaled 5) # the watchdog judges progress by the wall clock: a loaded host stretches it
 # how long a job may take to start (torch's import, on a loaded host: minutes at load 100+); the
 # bound under test, the watchdog's line within HT + 5 s of the hang, does not move with it
 START=180
@@ -27,7 +27,7 @@ ver() { "$1" -c 'import torch; print(torch.__version__.split("+")[0])'; }
 # wait_for FILES PATTERN SECS: prints the time the pattern first showed in FILES (a glob: the
 # nodes' outputs, as c10d places ranks on either); nothing if never
 wait_for() {
-  for _ in $(seq $(($3 * 20))); do grep -qh "$2" $1 2>/dev/null && { date +%s.%N; return; }; sleep 0.05; done
+  for _ in $(seq "$(awk -v s="$3" -v k="$test_scale" 'BEGIN { printf "%d", s * k * 20 }')"); do grep -qh "$2" $1 2>/dev/null && { date +%s.%N; return; }; sleep 0.05; done
 }
 # named NAME OUTS T0 PATTERN: the watchdog's line in OUTS matches PATTERN, came within HT + 5 s of T0
 named() {
@@ -35,7 +35,7 @@ named() {
   t1=$(wait_for "$2" "watchdog.* hung" 40) # its line at the verdict (the closing one waits for the others to stop)
   line=$(grep -h "watchdog.* hung" $2 | head -1)
   dt=$(echo "${t1:-0} - ${3:-0}" | bc)
-  if [ -n "$3" ] && [ -n "$t1" ] && [ "$(echo "$dt < $HT + 5" | bc)" = 1 ] && [[ "$line" == $4 ]]; then
+  if [ -n "$3" ] && [ -n "$t1" ] && [ "$(echo "$dt < $HT + 5 * $test_scale" | bc)" = 1 ] && [[ "$line" == $4 ]]; then
     ok "$1: named in ${dt}s: ${line#cddp run: }"
   else fail "$1" "t0 '$3', after ${dt}s: '$line' $(tail -q -n 3 $2 | tr '\n' ' ')"; fi
 }
