@@ -6,8 +6,8 @@
 # every line, the same variables: checked per run), in pairs run in ABBA order. Prints each run's
 # median step (rank 0) and the agent's own CPU, then the median of the pairs' ratios with a 95%
 # confidence interval (distribution-free: order statistics of the binomial), the watchdog's CPU
-# against the steps', and how often py-spy ran (never, in a healthy job). About 15-20 s a pair of
-# 300 steps on a quiet 2-core host.
+# against the steps', how often py-spy ran (never, in a healthy job), and the pass alone
+# (bench/probe_bench.c). About 15-20 s a pair of 300 steps on a quiet 2-core host.
 # Usage: bench/torch_watchdog_bench.sh [--pairs N] [--steps S] [--python PY]   (default 20 pairs of 300 steps, .venv's torch)
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
@@ -75,4 +75,5 @@ printf 'median step: with --hang-timeout 5 %.3f ms, without %.3f ms\n' "$mw" "$m
 printf 'the watchdog'"'"'s cost, the median of the pairs'"'"' ratios: %+.2f%%, 95%% interval %s\n' "$mr" "$(ci "${ratios[@]}")"
 awk -v a="$mcw" -v b="$mco" -v s="$STEPS" -v o="$mo" 'BEGIN { printf "the agent'"'"'s own CPU (median): with %.0f ms, without %.0f ms: the watchdog'"'"'s %.0f ms is %.3f%% of the two ranks'"'"' %.0f ms of steps\n", a, b, a - b, 100 * (a - b) / (2 * s * o), 2 * s * o }'
 echo "py-spy runs (a rank idle for half the timeout): $(cat "$T/spy.count" 2>/dev/null | wc -l) in $PAIRS runs with the watchdog"
+make -s -C bench BUILD="$PWD/build" probe >/dev/null 2>&1 && build/bench/probe_bench 2 20000 # the pass alone
 echo "# load at the end: $(cut -d' ' -f1-3 /proc/loadavg)"
