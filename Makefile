@@ -239,7 +239,7 @@ check-tsan: tsan
 
 # every bench program (bench/Makefile) into build/bench/; the MPI peer when mpicc is there
 bench: lib $(BUILD)/libcddp-app.a
-	@$(MAKE) --no-print-directory -C bench BUILD=$(abspath $(BUILD)) CUDA_LDLIBS="$(CUDA_LDLIBS)" model gpt recompute reduce ceiling store desync peak $(if $(filter 1,$(HAVE_MPI)),all)
+	@$(MAKE) --no-print-directory -C bench BUILD=$(abspath $(BUILD)) CUDA_LDLIBS="$(CUDA_LDLIBS)" model gpt recompute reduce ceiling store desync peak probe $(if $(filter 1,$(HAVE_MPI)),all)
 
 # libFuzzer targets (clang): build/fuzz/fuzz_*. The sources are instrumented once into one
 # archive every fuzzer links (not recompiled per fuzzer), and only what changed is rebuilt.

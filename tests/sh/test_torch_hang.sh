@@ -2,7 +2,8 @@
 # test_torch_hang.sh - the watchdog on torch scripts, which keep no flight page (launcher/hang_probe.c):
 # under torch 1.13 (/usr/bin/python3) and torch 2.x (.venv), a rank sleeping in its data loader
 # while its peer waits in all_reduce is named with its function and line within --hang-timeout + 5 s,
-# as 2 ranks on 1 node and as 2 nodes of 1 rank, SIGUSR1 before that writing every rank's Python
+# as 2 ranks on 1 node and as 2 nodes of 1 rank (there with its DataLoader's 2 worker processes
+# spinning: their CPU is not the rank's progress), SIGUSR1 before that writing every rank's Python
 # stack; a SIGSTOPped rank is named as stopped; 30 s silent CPU-bound steps with --hang-timeout 5
 # are no hang.
 cd "$(dirname "$0")/../.." && source tests/sh/lib.sh
@@ -64,17 +65,18 @@ for PY in "${PYS[@]}"; do
   if [ -n "$udir" ] && grep -q "Thread" "$udir/rank0.pystack.txt"; then ok "torch $V: SIGUSR1 writes every rank's Python stack"
   else fail "torch $V: SIGUSR1" "$(grep SIGUSR1 "s1$V.out")"; fi
 
-  # 2. two nodes of one rank each: the waiting rank is on the other node
+  # 2. two nodes of one rank each: the waiting rank is on the other node; the sleeping rank's
+  # main thread waits for its DataLoader, whose 2 worker processes spin (their CPU is not its own)
   P=$(free_port)
   nodes=()
   for n in 0 1; do
     timeout 300 "$CDDP" run --nnodes 2 --nproc-per-node 1 --rdzv-backend c10d --rdzv-endpoint 127.0.0.1:$P \
-      --rdzv-id "h$P" --hang-timeout $HT hang.py sleep >"s2$V.n$n.out" 2>&1 &
+      --rdzv-id "h$P" --hang-timeout $HT hang.py loader >"s2$V.n$n.out" 2>&1 &
     nodes+=($!)
   done
   t0=$(wait_for "s2$V.n*.out" "step 4 rank 1" $START)
-  named "torch $V, 2 nodes: the sleeping rank" "s2$V.n*.out" "$t0" \
-    "*rank 1 (host *, pid *) *hung: no progress for * s while ranks on other nodes wait in a collective; in sleepy_data_loader (hang.py:13)*"
+  named "torch $V, 2 nodes: the rank waiting for its spinning DataLoader workers" "s2$V.n*.out" "$t0" \
+    "*rank 1 (host *, pid *) *hung: no progress for * s while ranks on other nodes wait in a collective; in sleepy_data_loader (hang.py:15)*"
   wait "${nodes[@]}"
 
   # 3. a SIGSTOPped rank is named as stopped

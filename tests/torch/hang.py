@@ -11,7 +11,22 @@ import torch.distributed as dist
 def sleepy_data_loader(step, rank):
     if rank == 1 and step == 5 and sys.argv[1] == "sleep":
         time.sleep(3600)
+    if rank == 1 and step == 5 and sys.argv[1] == "loader":
+        next(iter(torch.utils.data.DataLoader(SpinningSet(), num_workers=2)))
     return torch.ones(1024)
+
+
+class SpinningSet(torch.utils.data.Dataset):
+    """`loader`: as `sleep`, but rank 1's main thread waits for a DataLoader over this set, whose
+    2 worker processes spin on the CPU for ever: their CPU is not the rank's progress."""
+
+    def __len__(self):
+        return 4
+
+    def __getitem__(self, i):
+        x = 0
+        while True:
+            x += 1
 
 
 def silent_step(secs):

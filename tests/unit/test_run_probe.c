@@ -134,3 +134,15 @@ TEST(probe_stopped_rank_named) {
     TEST_FAIL("why: %s", why);
   remove_dir();
 }
+
+/* a worker names itself "x) T 1 2 3" (prctl PR_SET_NAME): the state and times are read after the
+ * last ')', never from the name; a line without them is refused */
+TEST(probe_stat_name_is_hostile) {
+  uint64_t ticks = 0;
+  char state = 0;
+  CHECK_EQ(cddp__proc_stat_parse("42 (x) T 1 2 3) S 1 42 42 0 -1 4194560 9 0 0 0 1234 56 0 0 20 0 3 0\n", &ticks, &state), 0);
+  CHECK_EQ(state, 'S');
+  CHECK_EQ(ticks, 1290);
+  CHECK_EQ(cddp__proc_stat_parse("42 (x) S 1 2", &ticks, &state), -1);
+  CHECK_EQ(cddp__proc_stat_parse("no name at all", &ticks, &state), -1);
+}

@@ -100,3 +100,10 @@ TEST(pystack_hostile) {
   CHECK(strlen(w.user) < sizeof w.user);
   free(big);
 }
+
+/* a frame whose names carry an escape sequence: the hang line the terminal shows gets '?' instead */
+TEST(pystack_escape_in_names) {
+  cddp__pywhere_t w;
+  CHECK_EQ(WHERE("Thread 1 (idle): \"MainThread\"\n    \x1b]0;x\astep\xc3\xa9 (/w/\x1b[2Jtrain.py:12)\n", &w), 0);
+  if (strcmp(w.user, "?]0;x?step?? (?[2Jtrain.py:12)")) TEST_FAIL("'%s'", w.user);
+}

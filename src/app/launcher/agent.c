@@ -79,6 +79,7 @@ typedef struct agent {
   cddp__warm_t *warm;     /* warm spares for the workers' restarts (launcher/warm.h), or NULL */
   int torch_store;        /* the workers meet in the job's store, which speaks torch's protocol too (job/worker_store.h) */
   int torch_major;        /* the script's torch (1, 2), -1 when it is not a Python script importing torch */
+  int torch_minor;        /* and its minor version (capped at 19: program.h) */
   char *fr_env[CDDP__TORCH_FR_VARS_MAX]; /* torch's flight-recorder variables the workers get (torch_fr_vars.h) */
   int n_fr_env;
   cddp__etimer_t *timer;  /* TORCHELASTIC_ENABLE_FILE_TIMER=1: the workers' elastic timers, served */
@@ -110,7 +111,7 @@ static void choose_torch_store(agent_t *a) {
   int at = cddp__program_python_args(a->prog, why, sizeof why);
   int module = at >= 0 && !strcmp(a->prog[at], "-m");
   int imports = at >= 0 && !module && cddp__program_imports_torch(a->prog[at]);
-  int major = a->torch_major = imports ? cddp__program_torch_major(a->prog[0]) : -1;
+  int major = a->torch_major = imports ? cddp__program_torch_major(a->prog[0], &a->torch_minor) : -1;
   if (!a->o->agent_store) snprintf(why, sizeof why, "--agent-store off");
   else if (at < 0) {} /* why: what cddp__program_python_args said */
   else if (module) snprintf(why, sizeof why, "-m (its imports are not looked at)");
@@ -1140,7 +1141,7 @@ int cddp__run_main(int argc, char **argv) {
   a.live_console = isatty(STDERR_FILENO) && !o.log_dir[0] && !o.tmp_log_dir;
   if (o.log_dir[0]) snprintf(a.flight_dir, sizeof a.flight_dir, "%s/flight", o.log_dir);
   else flight_tmp_dir(a.flight_dir, sizeof a.flight_dir, o.run_id);
-  if (a.torch_major >= 2) a.n_fr_env = cddp__torch_fr_vars(a.flight_dir, a.fr_env);
+  if (a.torch_major >= 2) a.n_fr_env = cddp__torch_fr_vars(a.flight_dir, a.torch_minor, a.fr_env);
   const char *want_timer = getenv("TORCHELASTIC_ENABLE_FILE_TIMER"); /* torchrun's switch */
   const char *user_timer = getenv("TORCHELASTIC_TIMER_FILE"); /* the user's path is kept, as torchrun does */
   if (user_timer && user_timer[0]) snprintf(a.timer_path, sizeof a.timer_path, "%s", user_timer);

@@ -15,10 +15,7 @@
 #define STACK_EVERY_NS 2000000000ull
 #define STACK_SOONER_NS 1000000000ull
 
-int cddp__proc_stat(pid_t pid, uint64_t *ticks, char *state) {
-  char path[64], buf[1024];
-  snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
-  if (cddp__read_small(path, buf, sizeof buf) < 0) return -1;
+int cddp__proc_stat_parse(const char *buf, uint64_t *ticks, char *state) {
   const char *s = strrchr(buf, ')'); /* the name may hold spaces and parentheses */
   unsigned long long ut = 0, st = 0;
   char c = 0;
@@ -26,6 +23,13 @@ int cddp__proc_stat(pid_t pid, uint64_t *ticks, char *state) {
   if (!s || sscanf(s + 1, " %c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &c, &ut, &st) != 3) return -1;
   *ticks = ut + st, *state = c;
   return 0;
+}
+
+int cddp__proc_stat(pid_t pid, uint64_t *ticks, char *state) {
+  char path[64], buf[1024];
+  snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+  if (cddp__read_small(path, buf, sizeof buf) < 0) return -1;
+  return cddp__proc_stat_parse(buf, ticks, state);
 }
 
 uint64_t cddp__proc_rss_kb(pid_t pid) {

@@ -25,8 +25,11 @@ typedef struct cddp__probe {
   cddp__pywhere_t where;
 } cddp__probe_t;
 
-/* utime + stime (clock ticks) and the state letter of pid from /proc; -1 when it is gone. */
+/* utime + stime (clock ticks) and the state letter of pid from /proc; -1 when it is gone. Its own
+ * threads only (not cutime): a child's CPU, a DataLoader worker's, is never the rank's progress. */
 int cddp__proc_stat(pid_t pid, uint64_t *ticks, char *state);
+/* The same from the text of a /proc/PID/stat (NUL-terminated; the name in it is the process's own). */
+int cddp__proc_stat_parse(const char *buf, uint64_t *ticks, char *state);
 /* pid's resident memory in KiB (/proc/PID/statm); 0 when it is gone. */
 uint64_t cddp__proc_rss_kb(pid_t pid);
 

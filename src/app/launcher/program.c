@@ -157,17 +157,20 @@ static int probe(const char *interp, const char *module, int need_torch) {
   return r == 3 || r == 4 || r == 0 ? r : -1;
 }
 
-int cddp__program_torch_major(const char *interp) {
+/* The probe's exit status carries both numbers: 10 + major * 20 + minor (both capped), under 256. */
+#define TORCH_MINOR_CAP 19
+int cddp__program_torch_major(const char *interp, int *minor) {
   static const char code[] = /* reads torch/version.py: importing torch would take seconds */
       "import importlib.util as u, os, re, sys\n"
       "s = u.find_spec('torch')\n"
       "if s is None: sys.exit(10)\n"
       "try: t = open(os.path.join(s.submodule_search_locations[0], 'version.py')).read()\n"
       "except Exception: sys.exit(1)\n"
-      "m = re.search(r\"__version__ = '(\\d+)\\.\", t)\n"
-      "sys.exit(10 + int(m.group(1)) if m and int(m.group(1)) < 100 else 1)\n";
+      "m = re.search(r\"__version__ = '(\\d+)\\.(\\d+)\", t)\n"
+      "sys.exit(10 + int(m.group(1)) * 20 + min(int(m.group(2)), 19) if m and int(m.group(1)) < 10 else 1)\n";
   int r = run_probe(interp, code, NULL, NULL);
-  return r >= 10 ? r - 10 : -1;
+  if (minor) *minor = r >= 10 ? (r - 10) % (TORCH_MINOR_CAP + 1) : 0;
+  return r >= 10 ? (r - 10) / (TORCH_MINOR_CAP + 1) : -1;
 }
 
 /* A script with the run bit whose "#!" line names a Python ("#!/opt/venv/bin/python3" or

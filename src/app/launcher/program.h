@@ -29,7 +29,9 @@ int cddp__program_mentions(const char *script, const char *word);
  * -1 otherwise, with why ("the interpreter flag -X", ...). */
 int cddp__program_python_args(char *const *argv, char *why, size_t why_size);
 /* torch's major version under interp, read from its version.py without importing it: 0 when
- * the interpreter has no torch, -1 when unknown. Blocks at most 30 s (usually 30 ms). */
-int cddp__program_torch_major(const char *interp);
+ * the interpreter has no torch, -1 when unknown; minor (may be NULL): its minor version, capped at
+ * 19 (enough to tell apart the releases where a variable's name changed), 0 when unknown. Blocks
+ * at most 30 s (usually 30 ms). */
+int cddp__program_torch_major(const char *interp, int *minor);
 
 #endif /* CDDP_LAUNCHER_PROGRAM_H */

@@ -51,6 +51,12 @@ static int setup_frame(const char *func, const char *loc) {
   return 0;
 }
 
+/* Bytes outside printable ASCII (an escape sequence in a file or function name) become '?'. */
+static void printable(char *s) {
+  for (; *s; s++)
+    if ((unsigned char)*s < ' ' || (unsigned char)*s >= 127) *s = '?';
+}
+
 /* "    func (file:line)" -> func, file:line; 0 when the line is no frame. */
 static int frame(char *line, char **func, char **loc) {
   if (strncmp(line, "    ", 4) != 0) return 0;
@@ -95,5 +101,6 @@ int cddp__pystack_where(const char *path, cddp__pywhere_t *where) {
     }
   }
   fclose(f);
+  printable(where->user), printable(where->coll); /* names the worker chose reach the terminal */
   return frames > 0 ? 0 : -1; /* a main thread without frames: py-spy read it mid-change (--nonblocking) */
 }

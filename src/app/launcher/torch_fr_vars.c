@@ -13,7 +13,8 @@
 #include "launcher/workers.h"
 
 /* Each row: the name torch 2.7+ reads first, the older name torch 2.2-2.6 reads (NCCL only),
- * the value. A user who set either name keeps both as they are: torch takes the first it finds. */
+ * the value. A user who set either name keeps both as they are: torch takes the first it finds.
+ * Only the name the worker's torch reads is set: 2.7+ warns on each rank about an older one. */
 static const struct { const char *name, *old_name, *value; } vars[] = {
     {"TORCH_FR_BUFFER_SIZE", "TORCH_NCCL_TRACE_BUFFER_SIZE", "2000"},
     {"TORCH_FR_DUMP_ON_TIMEOUT", "TORCH_NCCL_DUMP_ON_TIMEOUT", "1"},
@@ -21,7 +22,8 @@ static const struct { const char *name, *old_name, *value; } vars[] = {
     {"TORCH_NCCL_DEBUG_INFO_PIPE_FILE", NULL, NULL},                        /* flight_dir/torch-fr-pipe- */
 };
 
-int cddp__torch_fr_vars(const char *flight_dir, char **out) {
+int cddp__torch_fr_vars(const char *flight_dir, int torch_minor, char **out) {
+  int old = torch_minor < CDDP__TORCH_FR_NEW_NAMES_MINOR;
   int n = 0, paths = 0;
   for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {
     if (getenv(vars[i].name) || (vars[i].old_name && getenv(vars[i].old_name))) continue;
@@ -30,9 +32,7 @@ int cddp__torch_fr_vars(const char *flight_dir, char **out) {
     else if (flight_dir && flight_dir[0])
       snprintf(value, sizeof value, "%s/%s", flight_dir, i == 2 ? CDDP__TORCH_FR_DUMP : CDDP__TORCH_FR_PIPE), paths++;
     else continue;
-    /* both names: torch 2.2-2.6 read only the old one */
-    if (asprintf(&out[n], "%s=%s", vars[i].name, value) >= 0) n++;
-    if (vars[i].old_name && asprintf(&out[n], "%s=%s", vars[i].old_name, value) >= 0) n++;
+    if (asprintf(&out[n], "%s=%s", old && vars[i].old_name ? vars[i].old_name : vars[i].name, value) >= 0) n++;
   }
   if (paths && cddp__mkdir_p(flight_dir) != 0) {
     for (int i = 0; i < n; i++) free(out[i]);

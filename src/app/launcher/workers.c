@@ -369,7 +369,7 @@ static void take_stack(pid_t pid, const char *path) {
       line[strcspn(line, "\n")] = '\0';
       if (k == 0) { /* stat: "tid (comm) S ...": keep comm and state */
         char *close = strrchr(line, ')');
-        if (close && close[1]) close[3] = '\0';
+        if (close && close[1] && close[2]) close[3] = '\0';
       }
       fprintf(f, "  %s", line);
     }
