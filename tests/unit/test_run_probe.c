@@ -4,6 +4,7 @@
  * group's set-up, or itself importing) and a rank that wants the CPU (starved) are not; a stopped
  * rank is named whatever its stack. Times are the test's own clock, so a starved rank is simulated:
  * its CPU share over the window is nil, but it is runnable. */
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,6 +13,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "common/io.h"
 #include "launcher/hang_probe.h"
 #include "test.h"
 
@@ -145,4 +147,45 @@ TEST(probe_stat_name_is_hostile) {
   CHECK_EQ(ticks, 1290);
   CHECK_EQ(cddp__proc_stat_parse("42 (x) S 1 2", &ticks, &state), -1);
   CHECK_EQ(cddp__proc_stat_parse("no name at all", &ticks, &state), -1);
+}
+
+static void *sleep_forever(void *arg) {
+  for (;;) pause();
+  return arg;
+}
+static int any_thread_stopped(void *pid) { return cddp__proc_stopped(*(pid_t *)pid); }
+
+/* a stopped rank whose first thread shows no T (it left by pthread_exit and shows Z; one in a long
+ * system call shows D) is named stopped, not idle in its own code */
+TEST(probe_stopped_rank_whose_leader_shows_no_T) {
+  char why[320];
+  spy();
+  cddp__probe_t p[2];
+  memset(p, 0, sizeof p);
+  p[0].pid = child(0, WAIT_ALL_REDUCE);
+  pid_t c = fork();
+  CHECK(c >= 0);
+  if (c == 0) {
+    pthread_t t;
+    if (pthread_create(&t, NULL, sleep_forever, NULL) != 0) _exit(1);
+    pthread_exit(NULL); /* the process lives on in t */
+  }
+  char path[128];
+  snprintf(path, sizeof path, "%s/%d.txt", dir, (int)c);
+  FILE *f = fopen(path, "w");
+  CHECK(f != NULL);
+  fputs(SLEEPING, f);
+  fclose(f);
+  int zombie[2] = {c, 'Z'};
+  CHECK(cddp_test_wait_for(state_is, zombie, 10));
+  kill(c, SIGSTOP);
+  CHECK(cddp_test_wait_for(any_thread_stopped, &c, 10));
+  p[1].pid = c, p[1].rank = 1;
+  CHECK_EQ(cddp__probe_find(p, 2, 1 * S, 5000, 0, dir, why, sizeof why), -1);
+  cddp__probe_find(p, 2, 4 * S, 5000, 0, dir, why, sizeof why);
+  int h = cddp__probe_find(p, 2, 7 * S, 5000, 0, dir, why, sizeof why);
+  for (int i = 0; i < 2; i++) kill(p[i].pid, SIGKILL), waitpid(p[i].pid, NULL, 0);
+  CHECK_EQ(h, 1);
+  if (!strstr(why, "hung: stopped (SIGSTOP or a debugger)")) TEST_FAIL("why: %s", why);
+  remove_dir();
 }

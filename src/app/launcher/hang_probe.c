@@ -82,6 +82,9 @@ int cddp__probe_find(cddp__probe_t *p, int n, uint64_t now_ns, int timeout_ms, u
       p[i].pid = 0;
       continue;
     }
+    /* the first thread may sit in D (a long system call) or Z (pthread_exit) while the rest are
+     * stopped: then any thread's T names the process stopped */
+    if ((p[i].state == 'D' || p[i].state == 'Z') && cddp__proc_stopped(p[i].pid)) p[i].state = 'T';
     int stopped = p[i].state == 'T' || p[i].state == 't';
     uint64_t spent = (ticks - p[i].cpu_ticks) * (uint64_t)tick_ns;
     /* runnable at two looks in a row: a waiting rank's thread caught awake for an instant is not */
