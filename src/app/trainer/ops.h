@@ -30,6 +30,10 @@ typedef struct cddp_ops {
   void (*to_host)(void *host_dst, const void *src, size_t bytes);
   void (*fill_zero)(void *p, size_t bytes);
   void (*sync)(void);
+  /* host memory the device copies from fastest (CUDA: pinned), zeroed; host_release frees it.
+   * The host reads and writes it; the batches are staged in it. */
+  void *(*host_alloc)(size_t bytes);
+  void (*host_release)(void *p);
 
   /* ---- GEMM, row-major: C[m,n] = alpha op(A) op(B) + beta C, op(A) [m,k], op(B) [k,n];
    * ta / tb: A / B is stored transposed. Leading dimensions are the stored rows' lengths. */
@@ -98,6 +102,9 @@ typedef struct cddp_ops {
 
   /* ---- reductions and casts */
   double (*sumsq)(const float *x, size_t n); /* sum of squares (the gradient norm's square) */
+  /* dst[i] += src[i]: a later micro-step's gradient added into the first's, each element
+   * rounded once, as the all-reduce of the same micro-batches on more ranks rounds it */
+  void (*add_into)(float *dst, const float *src, size_t n);
   void (*to_bf16)(uint16_t *dst, const float *src, size_t n);   /* round to nearest even */
   void (*from_bf16)(float *dst, const uint16_t *src, size_t n);
 } cddp_ops_t;
@@ -106,6 +113,9 @@ extern const cddp_ops_t cddp__ops_cpu;
 #if CDDP_HAVE_CUDA
 extern const cddp_ops_t cddp__ops_cuda;
 #endif
+/* The emulated device (ops_emu.c): the CPU's kernels on memory the host cannot dereference,
+ * so the trainer's device plumbing is tested where there is no GPU (CDDP_DEVICE_EMULATE=1). */
+extern const cddp_ops_t cddp__ops_emu;
 
 /* The table of a device (CPU or CUDA), NULL for CUDA in a build without it. */
 const cddp_ops_t *cddp__ops_for(cddp_device_kind_t kind);

@@ -62,6 +62,10 @@ static void cpu_gemm_bf16(int ta, int tb, int m, int n, int k, float alpha, cons
   free(b);
 }
 
+static void cpu_add_into(float *restrict dst, const float *restrict src, size_t n) {
+  for (size_t i = 0; i < n; i++) dst[i] += src[i];
+}
+
 static double cpu_sumsq(const float *x, size_t n) {
   double s[8] = {0};
   size_t i = 0;
@@ -79,6 +83,8 @@ const cddp_ops_t cddp__ops_cpu = {
     .to_host = cpu_copy,
     .fill_zero = cpu_fill_zero,
     .sync = cpu_sync,
+    .host_alloc = cpu_alloc,
+    .host_release = free,
     .gemm = cpu_gemm,
     .gemm_bf16 = cpu_gemm_bf16,
     .linear_forward = cddp__linear_forward,
@@ -107,6 +113,7 @@ const cddp_ops_t cddp__ops_cpu = {
     .softmax_xent = cddp__softmax_xent,
     .optim_step = cddp__optim_step,
     .sumsq = cpu_sumsq,
+    .add_into = cpu_add_into,
     .to_bf16 = cddp__f32_to_bf16_n,
     .from_bf16 = cddp__bf16_to_f32_n,
 };
