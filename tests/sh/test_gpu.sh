@@ -2,7 +2,8 @@
 # test_gpu.sh - the GPU path where there is no GPU (CI, this machine): cddp starts without the
 # NVIDIA driver or any CUDA library, train.device cuda is refused in one line naming the key,
 # and tests/gpu/run.sh (the device tests) says 'no GPU' with its own exit code. The device
-# tests themselves run only on a GPU machine: tests/gpu/run.sh.
+# tests themselves run only on a GPU machine: tests/gpu/run.sh; its trainer checks also run here
+# at toy sizes on the emulated device (run.sh --emulate).
 cd "$(dirname "$0")/../.." && source tests/sh/lib.sh
 tmp=$(mktemp -d /tmp/cddp-gpu.XXXXXX); trap 'rm -rf "$tmp"' EXIT
 
@@ -62,4 +63,12 @@ else
     ok "$c # SKIP [nvcc] built without CUDA: the device tests' CPU modes are not compiled"
   done
 fi
+
+# run.sh's trainer checks (loss against the CPU, 2 ranks on 1 GPU, MFU) at toy sizes on the
+# emulated device: every figure line written, every check passed
+FIGURES=$tmp/fig bash tests/gpu/run.sh --emulate >"$tmp/emu" 2>&1; rc=$?
+n=$(grep -c '^\(loss_fp32\|loss_bf16\|two_ranks_one_gpu\|mfu_bf16\|mfu_fp32\): ' "$tmp/fig" 2>/dev/null)
+[ $rc = 0 ] && [ "$n" = 5 ] && grep -q '^result: all device checks passed' "$tmp/fig" && ! grep -q FAILED "$tmp/fig" &&
+  ok "tests/gpu/run.sh --emulate: 5 figure lines, all passed: $(grep '^two_ranks' "$tmp/fig" | cut -c1-80)" ||
+  fail "tests/gpu/run.sh --emulate" "rc $rc, $n figures: $(grep -m3 'FAILED' "$tmp/fig" "$tmp/emu" | tr '\n' ' ' | cut -c1-300)"
 finish
