@@ -87,6 +87,11 @@ typedef struct cddp_ops {
   void (*attn_forward)(float *y, float *att, const float *qkv, int B, int T, int C, int n_head);
   void (*attn_backward)(float *dqkv, const float *dy, const float *qkv, const float *att,
                         float *scratch, int B, int T, int C, int n_head);
+  /* the fused causal attention (layers_gpt.h: cddp__attn_flash_forward): y and each row's
+   * log-sum-exp lse [B, n_head, T], no T x T scores; _bf16 reads qkv as bf16, sums in fp32.
+   * Not in the models' step yet (its backward is not written): compared in test_kernels. */
+  void (*attn_flash_forward)(float *y, float *lse, const float *qkv, int B, int T, int C, int n_head);
+  void (*attn_flash_forward_bf16)(float *y, float *lse, const uint16_t *qkv, int B, int T, int C, int n_head);
   void (*embed_forward)(float *x, const uint8_t *tok, const float *wte, const float *wpe, int B, int T,
                         int C);
   void (*embed_backward)(float *dwte, float *dwpe, const float *dx, const uint8_t *tok, int B, int T,
