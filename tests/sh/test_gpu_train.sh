@@ -3,7 +3,8 @@
 # on the emulated device (CDDP_DEVICE_EMULATE=1, src/app/trainer/ops_emu.c: the CPU's kernels on
 # memory the host cannot dereference, so a host access through a device pointer crashes). The
 # state lives on the "device", batches are copied in, gradients are staged through DDP's host
-# buffer, the optimizer runs through the table, checkpoints go through to_host / to_device.
+# buffer, the optimizer runs through the table, checkpoints go through to_host / to_device, and
+# cddp sample generates there.
 # Every check is bits: the emulated device must give the CPU table's loss lines and weights.
 cd "$(dirname "$0")/../.." && source tests/sh/lib.sh
 T=$(mktemp -d /tmp/cddp-gpu-train-test.XXXXXX)
@@ -54,6 +55,13 @@ ev() { grep '^eval after' "$T/$1.out"; }
 [ $rc1 = 0 ] && [ $rc = 0 ] && same gpt_cpu gpt_emu 8 && [ -n "$(ev gpt_emu)" ] && [ "$(ev gpt_cpu)" = "$(ev gpt_emu)" ] &&
   ok "GPT on the emulated device: the CPU's loss lines, eval line and weights, bit for bit" ||
   fail "GPT emulated vs cpu" "$(why "$rc1/$rc" gpt_emu)"
+
+# cddp sample on the device: the same text as on the CPU from the same checkpoint and seed
+smp() { CDDP_DEVICE_EMULATE=$1 timeout "$(scaled 60)" "$CDDP" sample --ckpt "$T/gpt_emu" --device "$2" -n 40 --seed 3 --prompt "In the"; }
+a=$(smp 0 cpu 2>&1); rc1=$?
+b=$(smp 1 cuda 2>&1); rc=$?
+[ $rc1 = 0 ] && [ $rc = 0 ] && [ ${#a} -gt 40 ] && [ "$a" = "$b" ] &&
+  ok "cddp sample --device cuda on the emulated device: the CPU's 40 bytes" || fail "sample on the device" "rc $rc1/$rc: '$a' vs '$b'"
 
 # 4. a checkpoint written on the device resumes on the CPU, and one from the CPU on the device:
 # the rest of the run is the uninterrupted run's, bit for bit
