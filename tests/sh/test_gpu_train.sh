@@ -75,6 +75,13 @@ for way in emu:cpu cpu:emu; do
     fail "resume $from -> $to" "$(why $rc "$name")"
 done
 
+# cddp bench train --device: the device is one more axis of the sweep, the same loss on both
+CDDP_DEVICE_EMULATE=1 timeout "$(scaled 120)" "$CDDP" bench train --sweep --config configs/fmnist_mlp.yaml --device cpu,cuda \
+  --nproc 1 --steps 4 --set model.hidden=[64] --out "$T/sweep" >"$T/sweep.out" 2>&1; rc=$?
+rows=$(grep -c '^s0[01]	1 \[64\] \(cpu\|cuda\)	' "$T/sweep/sweep.tsv" 2>/dev/null)
+[ $rc = 0 ] && [ "$rows" = 2 ] && [ "$(grep -v '^#' "$T/sweep/sweep.tsv" | cut -f7 | sort -u | wc -l)" = 1 ] &&
+  ok "cddp bench train --device cpu,cuda: a row each, the same end loss" || fail "bench train --device" "rc $rc, $rows rows: $(tail -3 "$T/sweep.out")"
+
 # 5. what does not run on the device yet is refused in one line naming the key, exit 2
 CDDP_DEVICE_EMULATE=1 "$CDDP" train --work-dir "$T" --name cnn --config configs/fmnist_cnn.yaml --set train.device=cuda >"$T/cnn.out" 2>&1; rc=$?
 [ $rc = 2 ] && [ "$(wc -l <"$T/cnn.out")" = 1 ] && grep -q 'model.type' "$T/cnn.out" &&
