@@ -34,6 +34,11 @@ typedef struct cddp_ops {
    * The host reads and writes it; the batches are staged in it. */
   void *(*host_alloc)(size_t bytes);
   void (*host_release)(void *p);
+  /* Pins host memory allocated elsewhere (DDP's gradient buffer, the staging of several ranks
+   * on one GPU) so copies to and from it run at the link's speed; 0 when pinned, -1 when it
+   * stays pageable (still correct, slower). unregister before the memory is freed. */
+  int (*host_register)(void *p, size_t bytes);
+  void (*host_unregister)(void *p);
 
   /* ---- GEMM, row-major: C[m,n] = alpha op(A) op(B) + beta C, op(A) [m,k], op(B) [k,n];
    * ta / tb: A / B is stored transposed. Leading dimensions are the stored rows' lengths. */

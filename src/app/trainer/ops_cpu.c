@@ -26,6 +26,8 @@ static void *cpu_alloc(size_t bytes) {
 }
 static void cpu_copy(void *dst, const void *src, size_t bytes) { memcpy(dst, src, bytes); }
 static void cpu_sync(void) {}
+static int cpu_host_register(void *p, size_t bytes) { return (void)p, (void)bytes, 0; }
+static void cpu_host_unregister(void *p) { (void)p; }
 static void cpu_fill_zero(void *p, size_t bytes) { memset(p, 0, bytes); }
 
 static void cpu_bias_rows(float *y, const float *b, const float *res, int n, int c) {
@@ -85,6 +87,8 @@ const cddp_ops_t cddp__ops_cpu = {
     .sync = cpu_sync,
     .host_alloc = cpu_alloc,
     .host_release = free,
+    .host_register = cpu_host_register,
+    .host_unregister = cpu_host_unregister,
     .gemm = cpu_gemm,
     .gemm_bf16 = cpu_gemm_bf16,
     .linear_forward = cddp__linear_forward,

@@ -29,6 +29,8 @@ static void emu_to_host(void *dst, const void *src, size_t bytes) { CPU.to_host(
 static void emu_sync(void) {}
 static void *emu_host_alloc(size_t bytes) { return CPU.host_alloc(bytes); }
 static void emu_host_release(void *p) { CPU.host_release(p); }
+static int emu_host_register(void *p, size_t bytes) { return CPU.host_register(p, bytes); }
+static void emu_host_unregister(void *p) { CPU.host_unregister(p); }
 static void emu_fill_zero(void *p, size_t bytes) { CPU.fill_zero(R(p), bytes); }
 
 static void emu_gemm(int ta, int tb, int m, int n, int k, float alpha, const float *A, const float *B, float beta,
@@ -137,6 +139,8 @@ const cddp_ops_t cddp__ops_emu = {
     .sync = emu_sync,
     .host_alloc = emu_host_alloc,
     .host_release = emu_host_release,
+    .host_register = emu_host_register,
+    .host_unregister = emu_host_unregister,
     .gemm = emu_gemm,
     .gemm_bf16 = emu_gemm_bf16,
     .linear_forward = emu_linear_forward,

@@ -284,6 +284,12 @@ cddp_result_t cddp__train_alloc_scratch(trainer_t *t) {
   return t->scratch ? CDDP_OK : cddp__fail(CDDP_SYSTEM, "out of %s memory for the accumulated gradient", t->dev->name);
 }
 
+void cddp__train_destroy_ddp(trainer_t *t) {
+  if (t->staged && t->ddp && t->world > 1) t->dev->host_unregister(t->grads);
+  cddp_ddp_destroy(t->ddp);
+  t->ddp = NULL, t->grads = NULL;
+}
+
 /* ZeRO-1, on or a candidate: world x per floats, the tail zero */
 size_t cddp__train_param_slots(const trainer_t *t) { return t->zero1.on || t->zero1.candidate ? t->zero1.padded : t->n_params; }
 
@@ -308,6 +314,10 @@ cddp_result_t cddp__train_make_ddp(trainer_t *t) {
   CDDP_CHECK(cddp_ddp_create_over(&t->ddp, cddp_world_comm(t->w), t->staged ? NULL : t->flat.grads, cddp__train_param_slots(t),
                                   (size_t)(t->cfg.bucket_mb * 1048576.0), CDDP_SUM));
   t->grads = cddp_ddp_grads(t->ddp);
+  /* staged: the gradients cross to it and back every step */
+  if (t->staged && t->world > 1 && t->dev->host_register(t->grads, t->n_params * sizeof(float)) != 0)
+    CDDP_INFO(CDDP_SUB_TRAIN, "DDP's gradient buffer could not be pinned: its copies to and from the %s device are "
+              "pageable", t->dev->name);
   /* staged: the gradients reach the host after backward, so the buckets start after it */
   t->overlap = t->staged ? 0 : cddp__train_overlap(t, cddp__train_blas_threads(t)); /* this world's transport */
   cddp_ddp_set_overlap(t->ddp, t->overlap);

@@ -329,7 +329,7 @@ static void teardown(trainer_t *t, int clean) {
   if (t->sample_log) fclose(t->sample_log);
   cddp__metrics_close(&t->metrics);
   cddp__ranks_free(&t->ranks);
-  cddp_ddp_destroy(t->ddp);
+  cddp__train_destroy_ddp(t);
   if (t->staged) { /* the device's state; params and opt are host copies */
     cddp__flat_destroy(&t->flat, &t->dopt);
     free(t->params);

@@ -106,6 +106,8 @@ float cddp__train_scaled_lr(const cddp_train_config_t *c);
 /* The DDP object on the current communicator (its gradient buffer is comm memory), with
  * ddp.overlap and ddp.compress applied. */
 cddp_result_t cddp__train_make_ddp(trainer_t *t);
+/* The DDP object gone (its staging buffer unpinned first); t->ddp and t->grads NULL. */
+void cddp__train_destroy_ddp(trainer_t *t);
 /* The ranks meet over shm in a world that never re-forms: comm memory lives as long as the run. */
 int cddp__train_shm_for_life(const trainer_t *t);
 /* t->flat and t->opt's moments from t->dev (not under ZeRO-1); the gradients too, except over

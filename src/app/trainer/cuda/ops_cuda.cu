@@ -45,6 +45,15 @@ static void *cu_host_alloc(size_t bytes) {
   return p;
 }
 static void cu_host_release(void *p) { CUDA_CHECK(cudaFreeHost(p)); }
+// Memory the host allocated (shared memory too): pinned in place, or left pageable on failure.
+static int cu_host_register(void *p, size_t bytes) {
+  if (cudaHostRegister(p, bytes, cudaHostRegisterPortable) == cudaSuccess) return 0;
+  (void)cudaGetLastError();
+  return -1;
+}
+static void cu_host_unregister(void *p) {
+  if (cudaHostUnregister(p) != cudaSuccess) (void)cudaGetLastError(); // it was never pinned
+}
 
 static struct {
   void *p;
@@ -74,6 +83,8 @@ const cddp_ops_t cddp__ops_cuda = {
     .sync = cu_sync,
     .host_alloc = cu_host_alloc,
     .host_release = cu_host_release,
+    .host_register = cu_host_register,
+    .host_unregister = cu_host_unregister,
     .gemm = cddp__cublas_gemm,
     .gemm_bf16 = cddp__cublas_gemm_bf16,
     .linear_forward = cu_linear_forward,
