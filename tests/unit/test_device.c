@@ -139,12 +139,19 @@ TEST(the_emulated_devices_memory_faults_on_host_access) {
   fflush(NULL);
   pid_t pid = fork();
   if (pid == 0) {
+    signal(SIGSEGV, SIG_DFL); /* a sanitizer's handler would report and exit instead */
+    signal(SIGBUS, SIG_DFL);
     volatile float x = d[1]; /* must not return */
     (void)x;
     _exit(0);
   }
   int st = 0;
   CHECK(pid > 0 && waitpid(pid, &st, 0) == pid);
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+  /* the sanitizer's shadow lookup of the address may fail first, its own way: never a return */
+  CHECK(!(WIFEXITED(st) && WEXITSTATUS(st) == 0));
+#else
   CHECK(WIFSIGNALED(st) && (WTERMSIG(st) == SIGSEGV || WTERMSIG(st) == SIGBUS));
+#endif
   e->release(d);
 }
