@@ -14,7 +14,8 @@
 #  5. GPT-2 small's shape (12 layers, d 768, 12 heads, context 1024) trained on the GPU: tokens/s
 #     and MFU, 6N flops per token plus attention's 12 L d T (PaLM's count), over the H100's bf16
 #     dense peak of 989 TFLOP/s (MFU_PEAK), the measured cuBLAS peak beside it;
-#  6. what is not built yet is named as FAILED, so the run cannot pass without it.
+#  6. train.device auto takes the GPU (its INFO line); what is not built yet is named as
+#     FAILED, so the run cannot pass without it.
 # --emulate runs 3.-5. at toy sizes on the emulated device (CDDP_DEVICE_EMULATE=1, the CPU's
 # kernels; any build, CUDA or not) against a CPU run made on the spot: what tests/sh/test_gpu.sh
 # runs on machines without a GPU, so the script's own logic is tested there.
@@ -115,6 +116,13 @@ else
   fig "two_ranks_one_gpu: $n steps, worst loss difference $worst relative against 1 rank x 2 accumulation steps (at most 1e-6)"
   [ "$n" -ge 4 ] && awk -v w="$worst" 'BEGIN { exit !(w <= 1e-6) }' || bad "two_ranks_one_gpu: $worst apart over $n steps"
 fi
+
+# train.device auto takes the GPU, and says so in one INFO line
+CDDP_DEVICE_EMULATE=$EMU CDDP_DEBUG=INFO CDDP_DEBUG_SUBSYS=TRAIN timeout 300 "$CDDP" train --work-dir "$T" --name auto \
+  "${LOSS[@]}" --set train.max_steps=4 --set schedule.warmup_steps=1 --set train.device=auto >"$T/auto.out" 2>&1; r=$?
+line=$(grep -m1 -o 'train.device auto: .*' "$T/auto.out")
+fig "auto: ${line:-no line} (exit $r)"
+[ $r = 0 ] && grep -q 'train.device auto: cuda' <<<"$line" || bad "train.device auto did not take the GPU: $(last_line auto)"
 
 # 5. GPT-2 small's shape: tokens/s and MFU (bf16; fp32 while bf16 is refused on the GPU)
 B=${MFU_BATCH:-16} L=12 C=768 Tc=1024
