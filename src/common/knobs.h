@@ -65,7 +65,9 @@
   X(LINEAR_FORM, "CDDP_LINEAR_FORM", "auto",                                                  \
     "the fully connected layers' product: auto = x W^T or (W x^T)^T, the faster timed per shape on first use; direct; transposed") \
   X(TRIAL_PICK, "CDDP_TRIAL_PICK", "",                                                         \
-    "tests: the way the first steps' trial keeps once it has timed them all (after, overlapped, sharded), not the fastest")
+    "tests: the way the first steps' trial keeps once it has timed them all (after, overlapped, sharded), not the fastest") \
+  X(DEVICE_EMULATE, "CDDP_DEVICE_EMULATE", "0",                                                 \
+    "tests: 1 = train.device cuda|auto with no GPU trains on an emulated device (the CPU's kernels on memory the host cannot read)")
 
 typedef enum cddp_knob {
 #define CDDP_KNOB_ENUM(id, var, def, doc) CDDP_KNOB_##id,

@@ -78,14 +78,16 @@ int main(int argc, char **argv) {
   float *mean = d->alloc((size_t)n * 4), *rstd = d->alloc((size_t)n * 4);
   float *qkv = dev_random(3 * NC, 6), *dqkv = d->alloc(3 * NC * 4);
   float *att = d->alloc((size_t)B * H * T * T * 4), *scratch = d->alloc((size_t)T * T * 4);
+  float *lse = d->alloc((size_t)B * H * T * 4); /* the fused attention's log-sum-exp per row */
   float *fc = dev_random(4 * NC, 7), *fcx = dev_random(4 * NC, 8), *b4 = dev_random(4 * (size_t)C, 9);
   float *W = dev_random((size_t)4 * C * C, 10), *Wg = d->alloc((size_t)4 * C * C * 4);
   uint16_t *x16 = dev_bf16(x, NC), *W16 = dev_bf16(W, (size_t)4 * C * C), *fc16 = dev_bf16(fc, 4 * NC);
+  uint16_t *qkv16 = dev_bf16(qkv, 3 * NC);
   float *out4 = d->alloc(4 * NC * 4);
   float *wte = dev_random((size_t)V * C, 11), *dwte = d->alloc((size_t)V * C * 4);
   float *logits = d->alloc((size_t)n * V * 4), *prob = d->alloc((size_t)n * V * 4);
   uint8_t *tok_h = malloc((size_t)n), *tok = d->alloc((size_t)n);
-  if (!dx || !dw || !db || !mean || !rstd || !dqkv || !att || !scratch || !Wg || !out4 || !dwte ||
+  if (!dx || !dw || !db || !mean || !rstd || !dqkv || !att || !scratch || !lse || !Wg || !out4 || !dwte ||
       !logits || !prob || !tok_h || !tok) {
     fprintf(stderr, "bench_ops: out of memory\n");
     return 1;
@@ -140,6 +142,11 @@ int main(int argc, char **argv) {
        d->attn_forward(y, att, qkv, B, T, C, H));
   TIME("causal attention backward", 1, 2 * attn_flop / 1e12, "TFLOP/s", reps,
        d->attn_backward(dqkv, dy, qkv, att, scratch, B, T, C, H));
+  /* the fused kernel, timed beside the form the step uses (0: not composed into it yet) */
+  TIME("causal attention forward, fused (flash; fp32; not in the step yet)", 0, attn_flop / 1e12, "TFLOP/s", reps,
+       d->attn_flash_forward(y, lse, qkv, B, T, C, H));
+  TIME("causal attention forward, fused (flash; bf16 q, k, v; not in the step yet)", 0, attn_flop / 1e12, "TFLOP/s",
+       reps, d->attn_flash_forward_bf16(y, lse, qkv16, B, T, C, H));
   TIME("head forward (tied, V 256)", 0, 2.0 * n * (double)C * V / 1e12, "TFLOP/s", reps,
        d->head_forward(logits, x, wte, n, C, V));
   TIME("softmax cross-entropy", 0, (2.0 * n * V * f4) / 1e9, "GB/s", reps,

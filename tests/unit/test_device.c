@@ -1,11 +1,15 @@
 /* test_device.c - train.device's choice as a pure function: one GPU per local rank modulo the
  * visible GPUs (ranks may share one), CUDA_VISIBLE_DEVICES' numbering, and the refusals. */
 #include <stdlib.h>
+#include <signal.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "test.h"
 #include "trainer/config.h"
 #include "trainer/device.h"
+#include "trainer/ops.h"
 
 static cddp_cuda_probe_t probe(cddp_cuda_status_t st, int n) {
   cddp_cuda_probe_t p = {.status = st, .count = n};
@@ -80,9 +84,10 @@ TEST(cuda_without_a_gpu_is_refused_naming_the_key_and_why) {
 }
 
 /* Here (no driver, or a build without CUDA) the trainer's resolve refuses cuda and runs auto
- * on the CPU; on a GPU machine cuda is refused too until the models run there (docs/gpu.md). */
+ * on the CPU. */
 TEST(resolve_refuses_cuda_and_auto_runs_on_the_cpu) {
   cddp_device_choice_t c;
+  unsetenv("CDDP_DEVICE_EMULATE");
   CHECK_RESULT(cddp__device_resolve(CDDP_DEVICE_CUDA, &c), CDDP_INVALID_ARG);
   CHECK(strncmp(cddp_last_error(), "train.device: cuda", 18) == 0);
   CHECK_OK(cddp__device_resolve(CDDP_DEVICE_AUTO, &c));
@@ -100,4 +105,53 @@ TEST(the_config_key_parses_and_rejects) {
   const char *bad[] = {"train.device=tpu"};
   CHECK_RESULT(cddp__config_load(&c, NULL, bad, 1), CDDP_INVALID_ARG);
   CHECK(strstr(cddp_last_error(), "train.device") != NULL);
+}
+
+/* CDDP_DEVICE_EMULATE=1 with no GPU: cuda and auto take the emulated device's table; with a
+ * GPU the GPU. */
+TEST(the_emulated_device_stands_in_for_a_missing_gpu) {
+  cddp_cuda_probe_t p;
+  cddp__cuda_probe(&p);
+  setenv("CDDP_DEVICE_EMULATE", "1", 1);
+  cddp_device_choice_t c;
+  CHECK_OK(cddp__device_resolve(CDDP_DEVICE_CUDA, &c));
+  CHECK_EQ(c.kind, CDDP_DEVICE_CUDA);
+  CHECK_EQ(c.emulated, p.status != CDDP_CUDA_OK);
+  CHECK(cddp__device_ops(&c) == (p.status == CDDP_CUDA_OK ? cddp__ops_for(CDDP_DEVICE_CUDA) : &cddp__ops_emu));
+  CHECK_OK(cddp__device_resolve(CDDP_DEVICE_AUTO, &c));
+  CHECK(cddp__device_ops(&c) == (p.status == CDDP_CUDA_OK ? cddp__ops_for(CDDP_DEVICE_CUDA) : &cddp__ops_emu));
+  CHECK_OK(cddp__device_resolve(CDDP_DEVICE_CPU, &c));
+  CHECK(cddp__device_ops(&c) == &cddp__ops_cpu);
+  unsetenv("CDDP_DEVICE_EMULATE");
+}
+
+/* The emulated device's memory is not the host's: a host load through it faults (what makes
+ * a missed to_host in the trainer a crash in the tests, not a silent read), while its own
+ * copies and kernels reach it. */
+TEST(the_emulated_devices_memory_faults_on_host_access) {
+  const cddp_ops_t *e = &cddp__ops_emu;
+  float *d = e->alloc(4 * sizeof(float)), h[4] = {1, 2, 3, 4}, back[4] = {0};
+  CHECK(d != NULL);
+  e->to_device(d, h, sizeof h);
+  e->add_into(d, d, 4);
+  e->to_host(back, d, sizeof back);
+  CHECK(back[0] == 2 && back[3] == 8);
+  fflush(NULL);
+  pid_t pid = fork();
+  if (pid == 0) {
+    signal(SIGSEGV, SIG_DFL); /* a sanitizer's handler would report and exit instead */
+    signal(SIGBUS, SIG_DFL);
+    volatile float x = d[1]; /* must not return */
+    (void)x;
+    _exit(0);
+  }
+  int st = 0;
+  CHECK(pid > 0 && waitpid(pid, &st, 0) == pid);
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+  /* the sanitizer's shadow lookup of the address may fail first, its own way: never a return */
+  CHECK(!(WIFEXITED(st) && WEXITSTATUS(st) == 0));
+#else
+  CHECK(WIFSIGNALED(st) && (WTERMSIG(st) == SIGSEGV || WTERMSIG(st) == SIGBUS));
+#endif
+  e->release(d);
 }

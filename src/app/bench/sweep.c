@@ -44,7 +44,7 @@ typedef struct result {
 static void usage(FILE *f) {
   fprintf(f,
           "usage: cddp bench train --sweep --config PATH [--steps N] [--nodes LIST [--netns PREFIX]] [--nproc LIST]\n"
-          "                     [--set KEY=V1,V2...]... [--out DIR]\n"
+          "                     [--set KEY=V1,V2...]... [--device LIST] [--out DIR]\n"
           "  --config PATH      the cddp train config every run starts from\n"
           "  --steps N          steps per run (default 30; the first fifth, at most 5, are warm-up)\n"
           "  --nodes LIST       nodes, comma-separated (default 1; at most %d): one `cddp run` agent each\n"
@@ -55,6 +55,7 @@ static void usage(FILE *f) {
           "  --set KEY=V1,V2    a config key and its values (repeatable, up to %d keys; a value in [...] may\n"
           "                     hold commas): batch.micro=32,64  batch.accum=1,8  ddp.bucket_mb=1,25\n"
           "                     ddp.overlap=on,off  ddp.compress=none,powersgd  train.precision=fp32,bf16\n"
+          "  --device LIST      train.device of the runs, comma-separated: cpu, cuda, auto (default: the config's)\n"
           "  --out DIR          the runs, their logs and sweep.tsv (default a new /tmp/cddp-sweep-XXXXXX)\n"
           "Every combination runs `cddp run --nproc-per-node P cddp train` on each node for N steps, one\n"
           "after another (at most %d runs). The table: samples/s (tokens/s for a text model), median\n"
@@ -218,7 +219,7 @@ static void why_failed(const char *path, char *buf, size_t size) {
 }
 
 int cddp__bench_sweep(int argc, char **argv) {
-  const char *config = NULL, *out = NULL, *nproc = NULL, *nodes = NULL, *netns = NULL, *sets[AXES_MAX];
+  const char *config = NULL, *out = NULL, *nproc = NULL, *nodes = NULL, *netns = NULL, *device = NULL, *sets[AXES_MAX];
   long steps = 30;
   int nsets = 0, sweep = 0, n_pos = 0;
   char *args[64];
@@ -235,8 +236,10 @@ int cddp__bench_sweep(int argc, char **argv) {
       CDDP__FLAG_STR_ROW("--nproc", NULL, &nproc),
       CDDP__FLAG_LIST_ROW("--set", sets, &nsets, AXES_MAX, NULL, NULL),
       CDDP__FLAG_STR_ROW("--out", NULL, &out),
+      CDDP__FLAG_STR_ROW("--device", NULL, &device),
   };
-  const cddp__cli_t cli = {.cmd = "bench train", .flags = flags, .n_flags = 7, .usage = usage, .n_positional = &n_pos};
+  const cddp__cli_t cli = {.cmd = "bench train", .flags = flags, .n_flags = (int)CDDP_ARRAY_LEN(flags), .usage = usage,
+                           .n_positional = &n_pos};
   int parsed = cddp__flags_parse(&cli, nargs, args);
   if (parsed >= 0) return parsed;
   if (!sweep) {
@@ -247,6 +250,26 @@ int cddp__bench_sweep(int argc, char **argv) {
     fprintf(stderr, "cddp bench train: --config %s: %s\n", config ? config : "(missing)",
             config ? strerror(errno) : "the config every run starts from is needed");
     return 2;
+  }
+  char device_set[300];
+  if (device) { /* one more --set axis: train.device=LIST */
+    static const char *const kinds = ",cpu,cuda,auto,";
+    char one[300], *save = NULL;
+    snprintf(one, sizeof one, "%s", device);
+    for (char *v = strtok_r(one, ",", &save); v; v = strtok_r(NULL, ",", &save)) {
+      char key[40];
+      snprintf(key, sizeof key, ",%.30s,", v);
+      if (!strstr(kinds, key) || strlen(v) > 30) {
+        fprintf(stderr, "cddp bench train: --device %s: '%s' is not cpu, cuda or auto\n", device, v);
+        return 2;
+      }
+    }
+    if (nsets == AXES_MAX) {
+      fprintf(stderr, "cddp bench train: --device with %d --set keys: at most %d axes\n", nsets, AXES_MAX);
+      return 2;
+    }
+    snprintf(device_set, sizeof device_set, "train.device=%s", device);
+    sets[nsets++] = device_set;
   }
   axis_t ax[AXES_MAX + 2] = {0};
   int nax = 0;

@@ -13,19 +13,22 @@
 #include "cli/flags.h"
 #include "common/check.h"
 #include "trainer/config.h"
+#include "trainer/device.h"
 #include "trainer/gpt.h"
+#include "trainer/ops.h"
 
 static void usage(FILE *f) {
   fprintf(f,
           "usage: cddp sample --ckpt PATH [--prompt TEXT] [-n N] [--temperature T] [--top-k K]\n"
-          "                   [--seed S] [--config YAML]\n"
+          "                   [--seed S] [--config YAML] [--device cpu|cuda|auto]\n"
           "  --ckpt PATH        a checkpoint dir, a checkpoints/ dir (its newest) or a run dir\n"
           "  --prompt TEXT      the text to continue (default: a new line)\n"
           "  -n N               bytes to generate (default 200)\n"
           "  --temperature T    > 0; lower is more conservative (default 0.8)\n"
           "  --top-k K          sample among the K likeliest bytes; 0 = all (default 40)\n"
           "  --seed S           the sampler's seed (default 1): same seed, same text\n"
-          "  --config YAML      the run's config (default: config.yaml of the checkpoint's run)\n");
+          "  --config YAML      the run's config (default: config.yaml of the checkpoint's run)\n"
+          "  --device D         where the model runs: cpu, cuda or auto (default: the run's train.device)\n");
 }
 
 static int is_dir(const char *p) {
@@ -107,8 +110,9 @@ int cddp__cmd_sample(int argc, char **argv) {
   long n = 200, top_k = 40;
   double temp = 0.8;
   uint64_t seed = 1;
-  const char *config_flag = NULL;
+  const char *config_flag = NULL, *device_flag = NULL;
   const cddp__flag_t flags[] = {
+      CDDP__FLAG_STR_ROW("--device", NULL, &device_flag),
       CDDP__FLAG_STR_ROW("--ckpt", NULL, &path),
       CDDP__FLAG_STR_ROW("--prompt", NULL, &prompt),
       CDDP__FLAG_STR_ROW("--config", NULL, &config_flag),
@@ -129,6 +133,17 @@ int cddp__cmd_sample(int argc, char **argv) {
     fprintf(stderr, "cddp sample: %s\n", cddp_last_error());
     return 1;
   }
+  static const char *const devices[] = {"cpu", "cuda", "auto"}; /* train.device's order */
+  if (device_flag) {
+    int k = 0;
+    while (k < 3 && strcmp(device_flag, devices[k])) k++;
+    if (k == 3) return fprintf(stderr, "cddp sample: --device %.40s: not cpu, cuda or auto\n", device_flag), 2;
+    cfg.device = k;
+  }
+  cddp_device_choice_t choice;
+  if (cddp__device_resolve((cddp_device_kind_t)cfg.device, &choice) != CDDP_OK)
+    return fprintf(stderr, "cddp sample: %s\n", cddp_last_error()), 2;
+  const cddp_ops_t *ops = cddp__device_ops(&choice);
   if (cfg.model.kind != CDDP_MODEL_GPT) {
     fprintf(stderr, "cddp sample: %s trains model.type %s, not gpt: nothing to sample\n", config,
             cfg.model.kind == CDDP_MODEL_CNN ? "cnn" : "mlp");
@@ -136,10 +151,10 @@ int cddp__cmd_sample(int argc, char **argv) {
   }
   cddp_gpt_t *m = NULL;
   cddp_ckpt_t *c = NULL;
-  float *params = NULL;
+  float *params = NULL, *dparams = NULL, row[CDDP_GPT_VOCAB];
   uint8_t *window = NULL;
   int rc = 1, T = cfg.gpt.context;
-  if (cddp__gpt_create(&cfg.gpt, 1, &m) != CDDP_OK || cddp_ckpt_load(dir, &c) != CDDP_OK) {
+  if (cddp__gpt_create_on(ops, &cfg.gpt, 1, &m) != CDDP_OK || cddp_ckpt_load(dir, &c) != CDDP_OK) {
     fprintf(stderr, "cddp sample: %s\n", cddp_last_error());
     goto out;
   }
@@ -162,7 +177,14 @@ int cddp__cmd_sample(int argc, char **argv) {
       goto out;
     }
   }
-  cddp__gpt_bind(m, params, NULL);
+  if (ops != &cddp__ops_cpu) { /* the weights to the device, once */
+    if (!(dparams = ops->alloc(np * sizeof *dparams))) {
+      fprintf(stderr, "cddp sample: out of %s memory for %zu parameters\n", ops->name, np);
+      goto out;
+    }
+    ops->to_device(dparams, params, np * sizeof *params);
+  }
+  cddp__gpt_bind(m, dparams ? dparams : params, NULL);
   size_t plen = strlen(prompt);
   int len = (int)(plen < (size_t)T ? plen : (size_t)T);
   memcpy(window, prompt + plen - (size_t)len, (size_t)len);
@@ -171,6 +193,10 @@ int cddp__cmd_sample(int argc, char **argv) {
     if (len == 0) window[len++] = '\n';
     cddp__gpt_forward(m, window, NULL, 1, len);
     const float *logits = cddp__gpt_logits(m) + (size_t)(len - 1) * CDDP_GPT_VOCAB;
+    if (dparams) { /* the last position's, from the device */
+      ops->to_host(row, logits, sizeof row);
+      logits = row;
+    }
     int finite = 1;
     for (int v = 0; v < CDDP_GPT_VOCAB; v++) finite &= isfinite(logits[v]) != 0;
     if (!finite) { /* finite weights can still overflow */
@@ -188,6 +214,7 @@ int cddp__cmd_sample(int argc, char **argv) {
 out:
   cddp_ckpt_close(c);
   cddp__gpt_destroy(m);
+  if (dparams) ops->release(dparams);
   free(params), free(window);
   return rc;
 }

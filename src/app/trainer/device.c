@@ -7,7 +7,9 @@
 #include <string.h>
 
 #include "common/check.h"
+#include "common/knobs.h"
 #include "common/log.h"
+#include "trainer/ops.h"
 
 #if !CDDP_HAVE_CUDA
 void cddp__cuda_probe(cddp_cuda_probe_t *p) {
@@ -93,19 +95,28 @@ cddp_result_t cddp__device_resolve(cddp_device_kind_t want, cddp_device_choice_t
   if (want == CDDP_DEVICE_CPU) return CDDP_OK;
   cddp__cuda_probe(&p);
   const char *cvd = getenv("CUDA_VISIBLE_DEVICES");
-  CDDP_CHECK(cddp__device_choose(want, &p, env_int("LOCAL_RANK", 0), env_int("LOCAL_WORLD_SIZE", 1), cvd, out));
-  if (out->kind == CDDP_DEVICE_CUDA) {
-    /* the device layer (trainer/ops.h) is built, the models are not yet written against it */
-    if (want == CDDP_DEVICE_CUDA)
-      return cddp__fail(CDDP_INVALID_ARG,
-                        "train.device: cuda: GPU %s is visible, but the trainer's models do not run on "
-                        "the GPU yet (docs/gpu.md); use train.device cpu or auto", out->physical);
-    snprintf(out->why_cpu, sizeof out->why_cpu, "GPU %.20s is visible, but the models do not run on it yet (docs/gpu.md)",
-             out->physical);
-    out->kind = CDDP_DEVICE_CPU;
-    out->ordinal = -1;
+  if (p.status != CDDP_CUDA_OK && cddp__knob_int(CDDP_KNOB_DEVICE_EMULATE) == 1) {
+    /* no GPU, and a test asks for the emulated one (ops_emu.c) in its place */
+    out->kind = CDDP_DEVICE_CUDA;
+    out->emulated = 1;
+    snprintf(out->physical, sizeof out->physical, "emulated");
+  } else {
+    CDDP_CHECK(cddp__device_choose(want, &p, env_int("LOCAL_RANK", 0), env_int("LOCAL_WORLD_SIZE", 1), cvd, out));
   }
-  if (want == CDDP_DEVICE_AUTO)
+  if (out->kind == CDDP_DEVICE_CUDA && !out->emulated) {
+    char err[200];
+    if (cddp__cuda_bind(out->ordinal, err, sizeof err) != 0)
+      return cddp__fail(CDDP_INVALID_ARG, "train.device: %s: %s", want == CDDP_DEVICE_AUTO ? "auto" : "cuda", err);
+  }
+  if (want == CDDP_DEVICE_AUTO && out->kind == CDDP_DEVICE_CUDA)
+    CDDP_INFO(CDDP_SUB_TRAIN, "train.device auto: cuda (GPU %s%s)", out->physical,
+              out->sharing ? ", shared with other local ranks" : "");
+  else if (want == CDDP_DEVICE_AUTO)
     CDDP_INFO(CDDP_SUB_TRAIN, "train.device auto: cpu (%s)", out->why_cpu);
   return CDDP_OK;
+}
+
+const cddp_ops_t *cddp__device_ops(const cddp_device_choice_t *c) {
+  if (c->kind != CDDP_DEVICE_CUDA) return &cddp__ops_cpu;
+  return c->emulated ? &cddp__ops_emu : cddp__ops_for(CDDP_DEVICE_CUDA);
 }

@@ -37,6 +37,7 @@ typedef struct cddp_device_choice {
   int sharing;             /* CUDA: other local ranks use the same GPU (local_world > GPUs) */
   char physical[32];       /* CUDA: CUDA_VISIBLE_DEVICES' entry for the ordinal, else its number */
   char why_cpu[200];      /* CPU from auto: why not CUDA ("no NVIDIA driver ...") */
+  int emulated;            /* CUDA: no GPU; the emulated device (CDDP_DEVICE_EMULATE=1, ops_emu.c) */
 } cddp_device_choice_t;
 
 /* Asks the CUDA runtime (statically linked) how many GPUs are visible. Never fails to run:
@@ -54,10 +55,13 @@ cddp_result_t cddp__device_choose(cddp_device_kind_t want, const cddp_cuda_probe
                                   int local_world, const char *cvd, cddp_device_choice_t *out);
 
 /* The trainer's choice: the probe, LOCAL_RANK / LOCAL_WORLD_SIZE / CUDA_VISIBLE_DEVICES from
- * the environment, then cddp__device_choose. The models do not run on the GPU yet
- * (docs/gpu.md): a CUDA choice is refused naming train.device, auto falls back to the CPU
- * and says why. */
+ * the environment, then cddp__device_choose; a CUDA choice binds this process to its GPU
+ * (cddp__cuda_bind). auto says what it chose, and why not CUDA, in one INFO line. With no GPU
+ * and CDDP_DEVICE_EMULATE=1, cuda and auto choose the emulated device. */
 cddp_result_t cddp__device_resolve(cddp_device_kind_t want, cddp_device_choice_t *out);
+/* The table the choice's models run on: the CPU's, the CUDA one, or the emulated device's. */
+struct cddp_ops;
+const struct cddp_ops *cddp__device_ops(const cddp_device_choice_t *c);
 
 #ifdef __cplusplus
 }

@@ -47,6 +47,13 @@ void cddp__attn_forward(float *y, float *att, const float *qkv, int B, int T, in
 void cddp__attn_backward(float *dqkv, const float *dy, const float *qkv, const float *att,
                          float *scratch, int B, int T, int C, int n_head);
 
+/* The fused form (layer_attn_flash.c, the reference of the CUDA kernel in cuda/k_flash.cu): the
+ * same y without the T x T scores, each row's softmax taken online over its keys, plus each
+ * row's log-sum-exp lse [B, n_head, T] (what a fused backward recomputes P from). _bf16: qkv
+ * as bf16 bits (uint16_t), every product and sum in float32. */
+void cddp__attn_flash_forward(float *y, float *lse, const float *qkv, int B, int T, int C, int n_head);
+void cddp__attn_flash_forward_bf16(float *y, float *lse, const uint16_t *qkv, int B, int T, int C, int n_head);
+
 /* ---- embeddings and the tied head (layer_embed.c): wte [V, C], wpe [context, C]. */
 /* x [B,T,C] = wte[tok[b,t]] + wpe[t]. Tokens must be < V (the caller checks). */
 void cddp__embed_forward(float *x, const uint8_t *tok, const float *wte, const float *wpe, int B,

@@ -30,6 +30,15 @@ typedef struct cddp_ops {
   void (*to_host)(void *host_dst, const void *src, size_t bytes);
   void (*fill_zero)(void *p, size_t bytes);
   void (*sync)(void);
+  /* host memory the device copies from fastest (CUDA: pinned), zeroed; host_release frees it.
+   * The host reads and writes it; the batches are staged in it. */
+  void *(*host_alloc)(size_t bytes);
+  void (*host_release)(void *p);
+  /* Pins host memory allocated elsewhere (DDP's gradient buffer, the staging of several ranks
+   * on one GPU) so copies to and from it run at the link's speed; 0 when pinned, -1 when it
+   * stays pageable (still correct, slower). unregister before the memory is freed. */
+  int (*host_register)(void *p, size_t bytes);
+  void (*host_unregister)(void *p);
 
   /* ---- GEMM, row-major: C[m,n] = alpha op(A) op(B) + beta C, op(A) [m,k], op(B) [k,n];
    * ta / tb: A / B is stored transposed. Leading dimensions are the stored rows' lengths. */
@@ -83,6 +92,11 @@ typedef struct cddp_ops {
   void (*attn_forward)(float *y, float *att, const float *qkv, int B, int T, int C, int n_head);
   void (*attn_backward)(float *dqkv, const float *dy, const float *qkv, const float *att,
                         float *scratch, int B, int T, int C, int n_head);
+  /* the fused causal attention (layers_gpt.h: cddp__attn_flash_forward): y and each row's
+   * log-sum-exp lse [B, n_head, T], no T x T scores; _bf16 reads qkv as bf16, sums in fp32.
+   * Not in the models' step yet (its backward is not written): compared in test_kernels. */
+  void (*attn_flash_forward)(float *y, float *lse, const float *qkv, int B, int T, int C, int n_head);
+  void (*attn_flash_forward_bf16)(float *y, float *lse, const uint16_t *qkv, int B, int T, int C, int n_head);
   void (*embed_forward)(float *x, const uint8_t *tok, const float *wte, const float *wpe, int B, int T,
                         int C);
   void (*embed_backward)(float *dwte, float *dwpe, const float *dx, const uint8_t *tok, int B, int T,
@@ -98,6 +112,9 @@ typedef struct cddp_ops {
 
   /* ---- reductions and casts */
   double (*sumsq)(const float *x, size_t n); /* sum of squares (the gradient norm's square) */
+  /* dst[i] += src[i]: a later micro-step's gradient added into the first's, each element
+   * rounded once, as the all-reduce of the same micro-batches on more ranks rounds it */
+  void (*add_into)(float *dst, const float *src, size_t n);
   void (*to_bf16)(uint16_t *dst, const float *src, size_t n);   /* round to nearest even */
   void (*from_bf16)(float *dst, const uint16_t *src, size_t n);
 } cddp_ops_t;
@@ -106,6 +123,9 @@ extern const cddp_ops_t cddp__ops_cpu;
 #if CDDP_HAVE_CUDA
 extern const cddp_ops_t cddp__ops_cuda;
 #endif
+/* The emulated device (ops_emu.c): the CPU's kernels on memory the host cannot dereference,
+ * so the trainer's device plumbing is tested where there is no GPU (CDDP_DEVICE_EMULATE=1). */
+extern const cddp_ops_t cddp__ops_emu;
 
 /* The table of a device (CPU or CUDA), NULL for CUDA in a build without it. */
 const cddp_ops_t *cddp__ops_for(cddp_device_kind_t kind);

@@ -26,6 +26,8 @@ static void *cpu_alloc(size_t bytes) {
 }
 static void cpu_copy(void *dst, const void *src, size_t bytes) { memcpy(dst, src, bytes); }
 static void cpu_sync(void) {}
+static int cpu_host_register(void *p, size_t bytes) { return (void)p, (void)bytes, 0; }
+static void cpu_host_unregister(void *p) { (void)p; }
 static void cpu_fill_zero(void *p, size_t bytes) { memset(p, 0, bytes); }
 
 static void cpu_bias_rows(float *y, const float *b, const float *res, int n, int c) {
@@ -62,6 +64,10 @@ static void cpu_gemm_bf16(int ta, int tb, int m, int n, int k, float alpha, cons
   free(b);
 }
 
+static void cpu_add_into(float *restrict dst, const float *restrict src, size_t n) {
+  for (size_t i = 0; i < n; i++) dst[i] += src[i];
+}
+
 static double cpu_sumsq(const float *x, size_t n) {
   double s[8] = {0};
   size_t i = 0;
@@ -79,6 +85,10 @@ const cddp_ops_t cddp__ops_cpu = {
     .to_host = cpu_copy,
     .fill_zero = cpu_fill_zero,
     .sync = cpu_sync,
+    .host_alloc = cpu_alloc,
+    .host_release = free,
+    .host_register = cpu_host_register,
+    .host_unregister = cpu_host_unregister,
     .gemm = cpu_gemm,
     .gemm_bf16 = cpu_gemm_bf16,
     .linear_forward = cddp__linear_forward,
@@ -100,6 +110,8 @@ const cddp_ops_t cddp__ops_cpu = {
     .gelu_backward = cddp__gelu_backward,
     .attn_forward = cddp__attn_forward,
     .attn_backward = cddp__attn_backward,
+    .attn_flash_forward = cddp__attn_flash_forward,
+    .attn_flash_forward_bf16 = cddp__attn_flash_forward_bf16,
     .embed_forward = cddp__embed_forward,
     .embed_backward = cddp__embed_backward,
     .head_forward = cddp__head_forward,
@@ -107,6 +119,7 @@ const cddp_ops_t cddp__ops_cpu = {
     .softmax_xent = cddp__softmax_xent,
     .optim_step = cddp__optim_step,
     .sumsq = cpu_sumsq,
+    .add_into = cpu_add_into,
     .to_bf16 = cddp__f32_to_bf16_n,
     .from_bf16 = cddp__bf16_to_f32_n,
 };

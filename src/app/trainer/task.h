@@ -40,10 +40,17 @@ struct cddp_task {
   int has_accuracy;       /* eval's acc[0] means something */
 };
 
-/* Loads the data set and builds the model of cfg for micro-batches of up to micro samples.
- * Errors name the data file / package or the bad model field. */
-cddp_result_t cddp__task_create(const cddp_train_config_t *cfg, int micro, cddp_task_t **out);
-cddp_result_t cddp__task_image_create(const cddp_train_config_t *cfg, int micro, cddp_task_t **out);
-cddp_result_t cddp__task_gpt_create(const cddp_train_config_t *cfg, int micro, cddp_task_t **out);
+struct cddp_ops;
+
+/* Loads the data set and builds the model of cfg for micro-batches of up to micro samples on
+ * the device of ops (trainer/ops.h): the model's buffers and the bound ones are its memory;
+ * the input slots are host memory it copies from fastest (pinned on a GPU), copied in by
+ * forward. Errors name the data file / package or the bad model field. */
+cddp_result_t cddp__task_create(const cddp_train_config_t *cfg, int micro, const struct cddp_ops *ops,
+                                cddp_task_t **out);
+cddp_result_t cddp__task_image_create(const cddp_train_config_t *cfg, int micro, const struct cddp_ops *ops,
+                                      cddp_task_t **out);
+cddp_result_t cddp__task_gpt_create(const cddp_train_config_t *cfg, int micro, const struct cddp_ops *ops,
+                                    cddp_task_t **out);
 
 #endif /* CDDP_TRAINER_TASK_H */

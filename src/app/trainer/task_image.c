@@ -6,6 +6,7 @@
 #include "common/check.h"
 #include "trainer/data.h"
 #include "trainer/gemm.h"
+#include "trainer/ops.h"
 #include "trainer/task.h"
 
 #define EVAL_BATCH 500
@@ -14,9 +15,23 @@ typedef struct image_task {
   cddp_task_t base;
   cddp_dataset_t train, test;
   cddp_model_t *model;
-  float *x[2];   /* input slots */
+  const cddp_ops_t *ops; /* the model's device */
+  float *x[2];   /* input slots (host memory the device copies from fastest) */
   uint8_t *y[2];
+  float *dx;     /* off the CPU: the rows forward reads, in the device's memory */
+  uint8_t *dy;
 } image_task_t;
+
+/* Off the CPU the rows are copied to the device first; on it forward reads them in place. */
+static double forward_rows(image_task_t *m, const float *x, const uint8_t *y, int n, int *correct) {
+  if (m->dx) {
+    size_t d = (size_t)m->train.c * m->train.h * m->train.w;
+    m->ops->to_device(m->dx, x, (size_t)n * d * sizeof(float));
+    m->ops->to_device(m->dy, y, (size_t)n);
+    x = m->dx, y = m->dy;
+  }
+  return cddp__model_forward(m->model, x, y, n, correct);
+}
 
 static size_t param_count(cddp_task_t *t) { return cddp__model_param_count(((image_task_t *)t)->model); }
 static int n_params(cddp_task_t *t) { return cddp__model_n_params(((image_task_t *)t)->model); }
@@ -31,7 +46,7 @@ static void gather(cddp_task_t *t, int slot, const uint32_t *idx, int n) {
 
 static double forward(cddp_task_t *t, int slot, int n) {
   image_task_t *m = (image_task_t *)t;
-  return cddp__model_forward(m->model, m->x[slot], m->y[slot], n, NULL);
+  return forward_rows(m, m->x[slot], m->y[slot], n, NULL);
 }
 
 static void backward(cddp_task_t *t, float scale, int accumulate, cddp_grad_ready_fn ready, void *ctx) {
@@ -43,7 +58,7 @@ static void eval(cddp_task_t *t, size_t lo, size_t hi, double acc[2]) {
   size_t d = (size_t)m->test.c * m->test.h * m->test.w;
   for (size_t i = lo; i < hi; i += EVAL_BATCH) {
     int n = (int)CDDP_MIN((size_t)EVAL_BATCH, hi - i), correct = 0;
-    acc[1] += cddp__model_forward(m->model, m->test.x + i * d, m->test.y + i, n, &correct);
+    acc[1] += forward_rows(m, m->test.x + i * d, m->test.y + i, n, &correct);
     acc[0] += correct;
   }
 }
@@ -53,7 +68,9 @@ static void destroy(cddp_task_t *t) {
   cddp__model_destroy(m->model);
   cddp__dataset_free(&m->train);
   cddp__dataset_free(&m->test);
-  for (int s = 0; s < 2; s++) free(m->x[s]), free(m->y[s]);
+  for (int s = 0; s < 2 && m->ops; s++) m->ops->host_release(m->x[s]), m->ops->host_release(m->y[s]);
+  if (m->dx) m->ops->release(m->dx);
+  if (m->dy) m->ops->release(m->dy);
   free(m);
 }
 
@@ -76,9 +93,11 @@ static void *load_test(void *arg) {
   return NULL;
 }
 
-cddp_result_t cddp__task_image_create(const cddp_train_config_t *c, int micro, cddp_task_t **out) {
+cddp_result_t cddp__task_image_create(const cddp_train_config_t *c, int micro, const cddp_ops_t *ops,
+                                      cddp_task_t **out) {
   image_task_t *m = calloc(1, sizeof *m);
   if (!m) return cddp__fail(CDDP_SYSTEM, "out of memory");
+  m->ops = ops;
   m->base = (cddp_task_t){&image_ops, c->model.kind == CDDP_MODEL_CNN ? "CNN" : "MLP", 0, 0, 1, "samples", 1};
   load_job_t job = {&m->test, c->data_dir, CDDP_OK, ""};
   pthread_t th;
@@ -87,11 +106,15 @@ cddp_result_t cddp__task_image_create(const cddp_train_config_t *c, int micro, c
   cddp_result_t r = cddp__dataset_load_fmnist(&m->train, c->data_dir, "train");
   if (threaded) pthread_join(th, NULL);
   if (r == CDDP_OK && job.r != CDDP_OK) r = cddp__fail(job.r, "%s", job.err);
-  if (r == CDDP_OK) r = cddp__model_create(&c->model, CDDP_MAX(micro, EVAL_BATCH), &m->model);
+  int rows = CDDP_MAX(micro, EVAL_BATCH);
+  if (r == CDDP_OK) r = cddp__model_create_on(ops, &c->model, rows, &m->model);
   size_t d = (size_t)m->train.c * m->train.h * m->train.w;
   for (int s = 0; s < 2 && r == CDDP_OK; s++)
-    if (!(m->x[s] = malloc((size_t)micro * d * sizeof(float))) || !(m->y[s] = malloc((size_t)micro)))
+    if (!(m->x[s] = ops->host_alloc((size_t)micro * d * sizeof(float))) || !(m->y[s] = ops->host_alloc((size_t)micro)))
       r = cddp__fail(CDDP_SYSTEM, "out of memory");
+  if (r == CDDP_OK && ops != &cddp__ops_cpu &&
+      (!(m->dx = ops->alloc((size_t)rows * d * sizeof(float))) || !(m->dy = ops->alloc((size_t)rows))))
+    r = cddp__fail(CDDP_SYSTEM, "out of %s memory for the input rows", ops->name);
   if (r != CDDP_OK) {
     destroy(&m->base);
     return r;
@@ -101,8 +124,8 @@ cddp_result_t cddp__task_image_create(const cddp_train_config_t *c, int micro, c
   return CDDP_OK;
 }
 
-cddp_result_t cddp__task_create(const cddp_train_config_t *c, int micro, cddp_task_t **out) {
+cddp_result_t cddp__task_create(const cddp_train_config_t *c, int micro, const cddp_ops_t *ops, cddp_task_t **out) {
   CDDP_CHECK(cddp__gemm_set_precision((cddp_precision_t)c->precision)); /* before any data loads */
-  if (c->model.kind == CDDP_MODEL_GPT) return cddp__task_gpt_create(c, micro, out);
-  return cddp__task_image_create(c, micro, out);
+  if (c->model.kind == CDDP_MODEL_GPT) return cddp__task_gpt_create(c, micro, ops, out);
+  return cddp__task_image_create(c, micro, ops, out);
 }

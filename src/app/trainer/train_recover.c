@@ -66,8 +66,9 @@ static cddp_result_t trim_metrics(trainer_t *t, int64_t step, int64_t *last) {
 
 /* Back to step 0 of the config's init: what a fresh start of the job trains first. */
 static cddp_result_t restart_from_init(trainer_t *t) {
-  t->task->ops->bind(t->task, t->params, t->grads);
+  t->task->ops->bind(t->task, cddp__train_model_params(t), cddp__train_model_grads(t));
   t->task->ops->init_params(t->task, t->cfg.seed);
+  cddp__train_state_pull(t); /* staged: the init is on the device; the moments' copies are zeroed below */
   CDDP_CHECK(cddp_broadcast(cddp_world_comm(t->w), t->params, t->n_params, CDDP_F32, 0)); /* as setup does */
   if (t->opt.m) memset(t->opt.m, 0, t->opt.n * sizeof *t->opt.m); /* ZeRO-1: the shard */
   if (t->opt.v) memset(t->opt.v, 0, t->opt.n * sizeof *t->opt.v);
@@ -242,9 +243,7 @@ static cddp_result_t adopt_world(trainer_t *t) {
     return cddp__fail(CDDP_INVALID_ARG, "%s", line);
   }
   if (t->zero1.on) CDDP_CHECK(cddp__zero1_relayout(t)); /* before the ddp: its buffer is world x shard */
-  if (t->accum > 1 && !t->scratch && !(t->scratch = aligned_alloc(64, (t->n_params * sizeof(float) + 63) / 64 * 64)))
-    return cddp__fail(CDDP_SYSTEM, "out of memory");
-  return CDDP_OK;
+  return cddp__train_alloc_scratch(t);
 }
 
 static cddp_result_t recover_as(trainer_t *t, uint64_t t_fail, int join) {
@@ -264,14 +263,13 @@ static cddp_result_t recover_as(trainer_t *t, uint64_t t_fail, int join) {
     CDDP_INFO(CDDP_SUB_TRAIN, "gathering the optimizer shards before re-forming failed (%s): from the checkpoint", cddp_last_error());
   for (;;) {
     cddp_comm_abort(cddp_world_comm(t->w)); /* ends the buckets still in flight */
-    cddp_ddp_destroy(t->ddp);
-    t->ddp = NULL, t->grads = NULL;
+    cddp__train_destroy_ddp(t);
     r = cddp_world_recover(t->w);
     if (r != CDDP_OK) break;
     if ((r = adopt_world(t)) != CDDP_OK) break;
     r = cddp__train_make_ddp(t);
     /* ZeRO-1 moved the parameters (relayout): an evaluation redone before the next step reads them */
-    if (r == CDDP_OK && t->zero1.on) t->task->ops->bind(t->task, t->params, t->grads);
+    if (r == CDDP_OK && t->zero1.on) t->task->ops->bind(t->task, cddp__train_model_params(t), cddp__train_model_grads(t));
     if (r == CDDP_OK && kept) memcpy(cddp_ddp_residual(t->ddp), kept, res_len * sizeof *kept);
     if (r == CDDP_OK) r = sync_state(t, t_fail, old_world, old_accum, join, gen0);
     if (r == CDDP_OK || !cddp__train_recoverable(t, r)) break;
@@ -288,9 +286,18 @@ static cddp_result_t recover_as(trainer_t *t, uint64_t t_fail, int join) {
   return r;
 }
 
-cddp_result_t cddp__train_recover(trainer_t *t, uint64_t t_fail) { return recover_as(t, t_fail, 0); }
+/* Staged: the device's state (the last committed step's) is what a survivor sends, and what
+ * the re-formed world agreed on goes back to the device. */
+static cddp_result_t recover_staged(trainer_t *t, uint64_t t_fail, int join) {
+  cddp__train_state_pull(t);
+  cddp_result_t r = recover_as(t, t_fail, join);
+  if (r == CDDP_OK) cddp__train_state_push(t);
+  return r;
+}
 
-cddp_result_t cddp__train_reform(trainer_t *t) { return recover_as(t, cddp__now_ns(), 1); }
+cddp_result_t cddp__train_recover(trainer_t *t, uint64_t t_fail) { return recover_staged(t, t_fail, 0); }
+
+cddp_result_t cddp__train_reform(trainer_t *t) { return recover_staged(t, cddp__now_ns(), 1); }
 
 void cddp__train_publish_worlds(trainer_t *t) {
   if (t->rank != 0 || !cddp_world_can_recover(t->w)) return;
@@ -306,6 +313,7 @@ cddp_result_t cddp__train_join_as_replacement(trainer_t *t) {
   /* no ddp: a peer died while setup built it (see setup): straight to the next generation */
   cddp_result_t r =
       t->ddp ? sync_state(t, 0, t->world, t->accum, 0, cddp_world_generation(t->w) - 1) : CDDP_ABORTED;
+  if (r == CDDP_OK) cddp__train_state_push(t);
   if (r != CDDP_OK && cddp__train_recoverable(t, r)) r = cddp__train_recover(t, 0);
   return r;
 }

@@ -252,8 +252,45 @@ cddp_result_t cddp__train_make_flat(trainer_t *t) {
   /* shm for the run's life: DDP keeps the gradients in comm memory of its own, where the peers
    * reduce them in place (zero copy; the whole state there would cost peak RSS); else they are
    * the flat state's, in memory that outlives a re-formed communicator */
-  int with_grads = t->dev != cddp__ops_for(CDDP_DEVICE_CPU) || !cddp__train_shm_for_life(t);
-  return cddp__flat_create(&t->flat, t->dev, t->n_params, with_grads, &t->opt, &t->cfg.optim, t->n_params);
+  int with_grads = t->staged || !cddp__train_shm_for_life(t);
+  if (!t->staged) return cddp__flat_create(&t->flat, t->dev, t->n_params, with_grads, &t->opt, &t->cfg.optim, t->n_params);
+  /* staged: the host keeps copies of the parameters and moments for checkpoints and broadcasts */
+  CDDP_CHECK(cddp__flat_create(&t->flat, t->dev, t->n_params, 1, &t->dopt, &t->cfg.optim, t->n_params));
+  CDDP_CHECK(cddp__optim_init(&t->opt, &t->cfg.optim, t->n_params));
+  if (!(t->params = calloc(t->n_params ? t->n_params : 1, sizeof(float))))
+    return cddp__fail(CDDP_SYSTEM, "out of memory for the host copy of %zu parameters", t->n_params);
+  return CDDP_OK;
+}
+
+void cddp__train_state_pull(trainer_t *t) {
+  if (!t->staged) return;
+  size_t bytes = t->n_params * sizeof(float);
+  t->dev->to_host(t->params, t->flat.params, bytes);
+  if (t->opt.m) t->dev->to_host(t->opt.m, t->dopt.m, bytes);
+  if (t->opt.v) t->dev->to_host(t->opt.v, t->dopt.v, bytes);
+  t->opt.t = t->dopt.t;
+}
+
+void cddp__train_state_push(trainer_t *t) {
+  if (!t->staged) return;
+  size_t bytes = t->n_params * sizeof(float);
+  t->dev->to_device(t->flat.params, t->params, bytes);
+  if (t->opt.m) t->dev->to_device(t->dopt.m, t->opt.m, bytes);
+  if (t->opt.v) t->dev->to_device(t->dopt.v, t->opt.v, bytes);
+  t->dopt.t = t->opt.t;
+}
+
+cddp_result_t cddp__train_alloc_scratch(trainer_t *t) {
+  if (t->accum <= 1 || t->scratch) return CDDP_OK;
+  t->scratch = t->staged ? t->dev->alloc(t->n_params * sizeof(float))
+                         : aligned_alloc(64, (t->n_params * sizeof(float) + 63) / 64 * 64);
+  return t->scratch ? CDDP_OK : cddp__fail(CDDP_SYSTEM, "out of %s memory for the accumulated gradient", t->dev->name);
+}
+
+void cddp__train_destroy_ddp(trainer_t *t) {
+  if (t->staged && t->ddp && t->world > 1) t->dev->host_unregister(t->grads);
+  cddp_ddp_destroy(t->ddp);
+  t->ddp = NULL, t->grads = NULL;
 }
 
 /* ZeRO-1, on or a candidate: world x per floats, the tail zero */
@@ -275,17 +312,26 @@ static cddp_result_t set_powersgd(trainer_t *t) {
 }
 
 cddp_result_t cddp__train_make_ddp(trainer_t *t) {
-  /* the buckets are slices of the flat state's gradients, or (NULL: ZeRO-1, shm for the run's life) of DDP's own comm memory */
-  CDDP_CHECK(cddp_ddp_create_over(&t->ddp, cddp_world_comm(t->w), t->flat.grads, cddp__train_param_slots(t),
+  /* the buckets are slices of the flat state's gradients, or (NULL: ZeRO-1, shm for the run's life,
+   * staged: the device's gradients are copied through it) of DDP's own comm memory */
+  CDDP_CHECK(cddp_ddp_create_over(&t->ddp, cddp_world_comm(t->w), t->staged ? NULL : t->flat.grads, cddp__train_param_slots(t),
                                   (size_t)(t->cfg.bucket_mb * 1048576.0), CDDP_SUM));
   t->grads = cddp_ddp_grads(t->ddp);
-  t->overlap = cddp__train_overlap(t, cddp__train_blas_threads(t)); /* this world's transport */
+  /* staged: the gradients cross to it and back every step */
+  if (t->staged && t->world > 1 && t->dev->host_register(t->grads, t->n_params * sizeof(float)) != 0)
+    CDDP_INFO(CDDP_SUB_TRAIN, "DDP's gradient buffer could not be pinned: its copies to and from the %s device are "
+              "pageable", t->dev->name);
+  /* staged: the gradients reach the host after backward, so the buckets start after it */
+  t->overlap = t->staged ? 0 : cddp__train_overlap(t, cddp__train_blas_threads(t)); /* this world's transport */
   cddp_ddp_set_overlap(t->ddp, t->overlap);
-  cddp__overlap_trial_start(t); /* auto over shm: the first steps time both ways */
+  if (!t->staged) cddp__overlap_trial_start(t); /* auto over shm: the first steps time both ways */
   if (t->cfg.compress == CDDP_COMPRESS_POWERSGD) return set_powersgd(t);
   CDDP_CHECK(cddp_ddp_set_compress(t->ddp, (cddp_compress_t)t->cfg.compress));
   if (t->cfg.compress != CDDP_COMPRESS_SIGN || t->cfg.sign_adam <= 0) return CDDP_OK;
   if (!t->opt.v) return cddp__fail(CDDP_INVALID_ARG, "ddp.sign_adam needs optim.type adamw");
+  if (t->staged)
+    return cddp__fail(CDDP_INVALID_ARG, "ddp.sign_adam does not run on the %s device yet (docs/gpu.md): use train.device cpu",
+                      t->dev->name);
   t->opt.m_external = t->opt.v_external = 1; /* the optimizer must be initialised first */
   return cddp__ddp_set_sign_adam(t->ddp, t->cfg.sign_adam, t->opt.spec.beta1, t->opt.spec.beta2, t->opt.v, &t->opt.t);
 }

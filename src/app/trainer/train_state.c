@@ -56,6 +56,7 @@ static float *gather_residuals(trainer_t *t, int healthy, cddp_result_t *r) {
 
 cddp_result_t cddp__train_save(trainer_t *t, int healthy) {
   cddp_result_t r;
+  cddp__train_state_pull(t); /* staged: written from the device's state, through to_host */
   float *residuals = gather_residuals(t, healthy, &r);
   /* ZeRO-1: the moments whole on rank 0, as the unsharded run saves them, for any world to resume */
   if (r == CDDP_OK && t->zero1.on && !healthy)

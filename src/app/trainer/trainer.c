@@ -19,6 +19,7 @@
 #include "job/status.h"
 #include "cddp/ckpt.h"
 #include "trainer/device.h"
+#include "trainer/ops.h"
 #include "trainer/gemm.h"
 #include "trainer/trainer.h"
 
@@ -64,9 +65,13 @@ static cddp_result_t log_samples(trainer_t *t, const uint32_t *idx, int n) {
  * micro-batches on more ranks would round them, so 1 rank and 2 ranks train the same bits. */
 static void add_ready(void *ctx, size_t offset) {
   trainer_t *t = ctx;
-  float *restrict g = t->grads;
-  const float *restrict s = t->scratch;
-  for (size_t i = offset; i < t->added_to; i++) g[i] += s[i];
+  if (t->staged) {
+    t->dev->add_into(t->flat.grads + offset, t->scratch + offset, t->added_to - offset);
+  } else {
+    float *restrict g = t->grads;
+    const float *restrict s = t->scratch;
+    for (size_t i = offset; i < t->added_to; i++) g[i] += s[i];
+  }
   t->added_to = offset;
   if (t->ddp_after_add) cddp_ddp_grad_ready(t->ddp, offset);
 }
@@ -132,20 +137,26 @@ static cddp_result_t train_step(trainer_t *t, cddp_step_record_t *rec, int *stop
     /* ZeRO-1 reduce-scatters the whole buffer after backward: no buckets */
     int buckets = last && !t->zero1.on;
     if (buckets) cddp_ddp_begin(t->ddp);
+    /* staged: the buckets start once the gradients are copied to the host, after backward */
+    int hooks = buckets && !t->staged;
     /* micro-steps after the first write their own gradient and add it (see add_ready) */
-    t->task->ops->bind(t->task, t->params, j == 0 ? t->grads : t->scratch);
+    t->task->ops->bind(t->task, cddp__train_model_params(t), j == 0 ? cddp__train_model_grads(t) : t->scratch);
     stats[0] += t->task->ops->forward(t->task, slot, n);
     if (j == 0) {
-      t->task->ops->backward(t->task, scale, 0, buckets ? cddp_ddp_grad_ready : NULL, t->ddp);
+      t->task->ops->backward(t->task, scale, 0, hooks ? cddp_ddp_grad_ready : NULL, t->ddp);
     } else {
       t->added_to = t->n_params;
-      t->ddp_after_add = buckets;
+      t->ddp_after_add = hooks;
       t->task->ops->backward(t->task, scale, 0, add_ready, t);
     }
   }
+  /* staged: a world of one has nothing to combine (unless compression rounds the gradients) */
+  int staging = t->staged && (t->world > 1 || t->cfg.compress != CDDP_COMPRESS_NONE);
+  if (staging) t->dev->to_host(t->grads, t->flat.grads, t->n_params * sizeof(float));
   if (t->cfg.slow_rank == t->rank && t->cfg.slow_ms > 0) usleep((useconds_t)t->cfg.slow_ms * 1000u); /* a test's straggler */
   uint64_t tc = cddp__now_ns();
   if (!t->zero1.on) CDDP_CHECK(cddp_ddp_finish(t->ddp));
+  if (staging) t->dev->to_device(t->flat.grads, t->grads, t->n_params * sizeof(float));
   CDDP_CHECK(cddp_allreduce(cddp_world_comm(t->w), stats, stats, 3, CDDP_F64, CDDP_SUM));
   comm_ns = cddp__now_ns() - tc;
   float lr = cddp__sched_lr(&t->sched, t->step);
@@ -153,6 +164,10 @@ static cddp_result_t train_step(trainer_t *t, cddp_step_record_t *rec, int *stop
   if (t->zero1.on) {
     CDDP_CHECK(cddp__zero1_step(t, lr, &rec->grad_norm, &zero1_comm_ns, &optim_ns));
     comm_ns += zero1_comm_ns;
+  } else if (t->staged) {
+    rec->grad_norm = t->dev->optim_step(&t->dopt, t->flat.params, t->flat.grads, lr);
+    t->opt.t = t->dopt.t;
+    optim_ns = cddp__now_ns() - to;
   } else {
     rec->grad_norm = cddp__optim_step(&t->opt, t->params, t->grads, lr);
     optim_ns = cddp__now_ns() - to;
@@ -229,10 +244,9 @@ static cddp_result_t setup(trainer_t *t) {
   openblas_set_num_threads(threads);
   if (c->precision == CDDP_PRECISION_BF16) cddp__gemm_bf16_set_threads(threads);
   CDDP_CHECK(cddp__train_make_run_dir(t));
-  CDDP_CHECK(cddp__task_create(c, c->micro_batch, &t->task));
+  CDDP_CHECK(cddp__task_create(c, c->micro_batch, t->dev, &t->task));
   t->n_params = t->task->ops->param_count(t->task);
   CDDP_CHECK(cddp__zero1_choose(t));
-  t->dev = cddp__ops_for(CDDP_DEVICE_CPU); /* the models run on the CPU until train.device cuda lands */
   t->idx = malloc((size_t)c->micro_batch * sizeof *t->idx);
   t->next_idx = malloc((size_t)c->micro_batch * sizeof *t->next_idx);
   if (!t->idx || !t->next_idx) return cddp__fail(CDDP_SYSTEM, "out of memory");
@@ -240,7 +254,7 @@ static cddp_result_t setup(trainer_t *t) {
   /* before the DDP: sign + vsync writes its v, and the buckets are slices of flat.grads */
   if (!t->zero1.on && !t->zero1.candidate) {
     CDDP_CHECK(cddp__train_make_flat(t));
-    t->params = t->flat.params;
+    if (!t->staged) t->params = t->flat.params; /* staged: a host copy (make_flat) */
   } else { /* ZeRO-1 moves its parameters (shared memory, re-sharding): buffers of its own */
     /* it all-gathers into them: one shard per rank, the last padded */
     t->params = aligned_alloc(64, (cddp__train_param_slots(t) * sizeof(float) + 63) / 64 * 64);
@@ -249,10 +263,10 @@ static cddp_result_t setup(trainer_t *t) {
     CDDP_CHECK(cddp__optim_init(&t->opt, &c->optim, t->zero1.on ? t->zero1.len : t->n_params));
   }
   if (!lost) CDDP_CHECK(tolerate_lost_peer(t, cddp__train_make_ddp(t), &lost)); /* no ddp: recovery builds it */
-  if (t->accum > 1 && !(t->scratch = aligned_alloc(64, (t->n_params * sizeof(float) + 63) / 64 * 64)))
-    return cddp__fail(CDDP_SYSTEM, "out of memory");
-  t->task->ops->bind(t->task, t->params, t->grads);
+  CDDP_CHECK(cddp__train_alloc_scratch(t));
+  t->task->ops->bind(t->task, cddp__train_model_params(t), cddp__train_model_grads(t));
   t->task->ops->init_params(t->task, c->seed);
+  cddp__train_state_pull(t); /* staged: rank 0's init is broadcast from the host copy */
   CDDP_CHECK(cddp__sampler_init(&t->sampler, c->seed, t->task->n_train, c->global_batch, c->drop_last));
   int64_t per_epoch = cddp__sampler_steps_per_epoch(&t->sampler);
   t->total_steps = c->max_steps > 0 ? c->max_steps : per_epoch * c->epochs;
@@ -270,6 +284,7 @@ static cddp_result_t setup(trainer_t *t) {
      * the run left it, and the job ends at once with rank 0's one line, exit 0 */
     t->finished = resumed && t->step >= t->total_steps;
     if (t->finished) return CDDP_OK;
+    cddp__train_state_push(t); /* staged: the agreed state, restored or initial, to the device */
   }
   char path[700];
   snprintf(path, sizeof path, "%s/metrics.jsonl", t->run_dir);
@@ -301,6 +316,9 @@ static cddp_result_t setup(trainer_t *t) {
             t->zero1.shared ? "ZeRO-1 (optimizer state sharded, one copy of the weights in shared memory): reduce-scatter"
             : t->zero1.on ? "ZeRO-1 (optimizer state sharded): reduce-scatter + all-gather" : "all-reduce",
             when_reduced(t), compressed(t, squeezed, sizeof squeezed), t->run_dir);
+  if (t->rank == 0 && t->staged && !cddp_world_env(t->w)->replacement)
+    fprintf(stderr, "cddp train: the model trains on %s: its state there, batches copied in%s\n", t->device_name,
+            t->world > 1 ? ", gradients all-reduced through host memory after backward" : "");
   if (replacement) return cddp__train_join_as_replacement(t);
   if (lost) {
     CDDP_INFO(CDDP_SUB_TRAIN, "a peer was lost while the job started (%s): recovering", cddp_last_error());
@@ -313,8 +331,12 @@ static void teardown(trainer_t *t, int clean) {
   if (t->sample_log) fclose(t->sample_log);
   cddp__metrics_close(&t->metrics);
   cddp__ranks_free(&t->ranks);
-  cddp_ddp_destroy(t->ddp);
-  if (t->flat.base) { /* the parameters and the moments were in it */
+  cddp__train_destroy_ddp(t);
+  if (t->staged) { /* the device's state; params and opt are host copies */
+    cddp__flat_destroy(&t->flat, &t->dopt);
+    free(t->params);
+    t->params = NULL;
+  } else if (t->flat.base) { /* the parameters and the moments were in it */
     cddp__flat_destroy(&t->flat, &t->opt);
     t->params = NULL;
   }
@@ -326,7 +348,9 @@ static void teardown(trainer_t *t, int clean) {
   cddp__sampler_free(&t->sampler);
   if (t->task) t->task->ops->destroy(t->task);
   cddp__zero1_free_params(t);
-  free(t->scratch), free(t->idx), free(t->next_idx);
+  if (t->staged && t->scratch) t->dev->release(t->scratch);
+  else free(t->scratch);
+  free(t->idx), free(t->next_idx);
   cddp_world_leave(t->w, clean);
 }
 
@@ -472,9 +496,19 @@ int cddp__train_main(const cddp_train_opts_t *o) {
     free(t);
     return 2;
   }
-  cddp_device_choice_t device; /* cpu until the models run through trainer/ops.h (docs/gpu.md) */
+  cddp_device_choice_t device;
   if (cddp__device_resolve((cddp_device_kind_t)t->cfg.device, &device) != CDDP_OK) {
     say(cddp_last_error());
+    free(t);
+    return 2;
+  }
+  t->dev = cddp__device_ops(&device);
+  t->staged = t->dev != &cddp__ops_cpu;
+  if (device.emulated) snprintf(t->device_name, sizeof t->device_name, "the emulated device");
+  else snprintf(t->device_name, sizeof t->device_name, "GPU %s", device.physical);
+  if (device.kind == CDDP_DEVICE_CUDA && !device.emulated && t->cfg.precision != CDDP_PRECISION_FP32) {
+    say("train.precision: bf16 does not run on the GPU yet (its bf16 GEMMs and fused attention are not wired into "
+        "the models; docs/gpu.md): use train.precision fp32 or train.device cpu");
     free(t);
     return 2;
   }

@@ -40,7 +40,11 @@ typedef struct trainer {
   int rank, world, accum;
   cddp_task_t *task;   /* the data set and the model */
   const struct cddp_ops *dev; /* the device table the model's state lives on */
+  int staged;          /* dev is not the CPU: the model's state is in flat on the device, and
+                          params, grads and opt are host copies (checkpoints, broadcasts, DDP) */
   cddp_flat_t flat;    /* params, grads and moments in one allocation (not under ZeRO-1) */
+  cddp_optim_t dopt;   /* staged: the optimizer over flat, its moments on the device */
+  char device_name[48]; /* staged: "GPU 0", "the emulated device" */
   float *params, *grads;
   float *scratch;  /* gradient of one accumulation micro-step (accum > 1) */
   float *residuals; /* resume with ddp.compress sign: every rank's residual, read by rank 0 */
@@ -105,6 +109,8 @@ float cddp__train_scaled_lr(const cddp_train_config_t *c);
 /* The DDP object on the current communicator (its gradient buffer is comm memory), with
  * ddp.overlap and ddp.compress applied. */
 cddp_result_t cddp__train_make_ddp(trainer_t *t);
+/* The DDP object gone (its staging buffer unpinned first); t->ddp and t->grads NULL. */
+void cddp__train_destroy_ddp(trainer_t *t);
 /* The ranks meet over shm in a world that never re-forms: comm memory lives as long as the run. */
 int cddp__train_shm_for_life(const trainer_t *t);
 /* t->flat and t->opt's moments from t->dev (not under ZeRO-1); the gradients too, except over
@@ -112,6 +118,16 @@ int cddp__train_shm_for_life(const trainer_t *t);
 cddp_result_t cddp__train_make_flat(trainer_t *t);
 /* Floats in the parameter and gradient buffers: n_params, or ZeRO-1's world x shard. */
 size_t cddp__train_param_slots(const trainer_t *t);
+/* What the model computes over: the device's flat state when staged, else params and grads. */
+static inline float *cddp__train_model_params(const trainer_t *t) { return t->staged ? t->flat.params : t->params; }
+static inline float *cddp__train_model_grads(const trainer_t *t) { return t->staged ? t->flat.grads : t->grads; }
+/* Staged (no-ops on the CPU): the device's parameters and moments into the host copies that
+ * checkpoints and broadcasts read (pull), and the host copies back to the device after a
+ * restore, a broadcast or a recovery wrote them (push). */
+void cddp__train_state_pull(trainer_t *t);
+void cddp__train_state_push(trainer_t *t);
+/* The gradient of accumulation micro-steps after the first (accum > 1), in the model's memory. */
+cddp_result_t cddp__train_alloc_scratch(trainer_t *t);
 
 /* train_state.c */
 /* Collective when ddp.compress is sign and healthy (the residuals are gathered); rank 0

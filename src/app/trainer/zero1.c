@@ -26,6 +26,11 @@ cddp_result_t cddp__zero1_choose(trainer_t *t) {
   const char *why;
   z->on = z->shared = z->candidate = 0;
   if (c->shard_optimizer == CDDP_SHARD_OFF) why = "off (ddp.shard_optimizer false)";
+  else if (t->staged && c->shard_optimizer == CDDP_SHARD_ON)
+    return cddp__fail(CDDP_INVALID_ARG, "ddp.shard_optimizer: true does not run on the %s device yet (the state lives there, "
+                      "ZeRO-1 works on host memory; docs/gpu.md): use ddp.shard_optimizer false or train.device cpu",
+                      t->dev->name);
+  else if (t->staged) why = "off: the state lives on the device";
   else if (c->shard_optimizer == CDDP_SHARD_ON) z->on = 1, why = "on (ddp.shard_optimizer true)";
   else if (c->compress != 0) why = "off: ddp.compress is not none (the compressed all-reduce has no reduce-scatter form)";
   else if (!can_share) why = t->world < 2 ? "off: a world of one" : "off: the ranks cannot share one copy of the parameters "

@@ -52,6 +52,8 @@ void cu_gelu_backward(float *d, const float *x, size_t count);
 void cu_attn_forward(float *y, float *att, const float *qkv, int B, int T, int C, int n_head);
 void cu_attn_backward(float *dqkv, const float *dy, const float *qkv, const float *att, float *scratch, int B,
                       int T, int C, int n_head);
+void cu_attn_flash_forward(float *y, float *lse, const float *qkv, int B, int T, int C, int n_head);
+void cu_attn_flash_forward_bf16(float *y, float *lse, const uint16_t *qkv, int B, int T, int C, int n_head);
 void cu_embed_forward(float *x, const uint8_t *tok, const float *wte, const float *wpe, int B, int T, int C);
 void cu_embed_backward(float *dwte, float *dwpe, const float *dx, const uint8_t *tok, int B, int T, int C,
                        int accumulate);
@@ -61,6 +63,7 @@ void cu_head_backward(float *dh, float *dwte, const float *dlogits, const float 
 double cu_softmax_xent(float *prob, const float *z, const uint8_t *y, int n, int V);
 double cu_optim_step(cddp_optim_t *o, float *params, float *grads, float lr);
 double cu_sumsq(const float *x, size_t n);
+void cu_add_into(float *dst, const float *src, size_t n);
 void cu_to_bf16(uint16_t *dst, const float *src, size_t n);
 void cu_from_bf16(float *dst, const uint16_t *src, size_t n);
 

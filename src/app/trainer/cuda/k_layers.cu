@@ -413,3 +413,16 @@ double cu_sumsq(const float *x, size_t n) {
   CUDA_CHECK(cudaStreamSynchronize(st()));
   return h;
 }
+
+// ---- a later micro-step's gradient into the first's (one rounding per element, as the CPU)
+
+__global__ void k_add_into(float *dst, const float *src, size_t n) {
+  size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+  if (i < n) dst[i] += src[i];
+}
+
+void cu_add_into(float *dst, const float *src, size_t n) {
+  if (!n) return;
+  k_add_into<<<cdiv(n, THREADS), THREADS, 0, st()>>>(dst, src, n);
+  CUDA_LAUNCHED();
+}

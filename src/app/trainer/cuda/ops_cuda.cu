@@ -1,6 +1,7 @@
 // ops_cuda.cu - the device layer's CUDA table (trainer/ops.h): device memory and copies on
 // the one stream, cuBLAS GEMMs, and the kernels of k_layers.cu, k_attn.cu and k_optim.cu.
 #include <stdio.h>
+#include <string.h>
 
 #include "trainer/cuda/cuda_ops.h"
 #include "trainer/cuda/cuda_util.h"
@@ -33,6 +34,27 @@ static void cu_to_host(void *dst, const void *src, size_t bytes) {
 static void cu_fill_zero(void *p, size_t bytes) { CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, cddp__cuda_stream())); }
 static void cu_sync(void) { CUDA_CHECK(cudaStreamSynchronize(cddp__cuda_stream())); }
 
+// Pinned: the copies of batches and of the staged gradients run at the link's speed.
+static void *cu_host_alloc(size_t bytes) {
+  void *p = NULL;
+  if (cudaHostAlloc(&p, bytes ? bytes : 1, cudaHostAllocDefault) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return NULL;
+  }
+  memset(p, 0, bytes);
+  return p;
+}
+static void cu_host_release(void *p) { CUDA_CHECK(cudaFreeHost(p)); }
+// Memory the host allocated (shared memory too): pinned in place, or left pageable on failure.
+static int cu_host_register(void *p, size_t bytes) {
+  if (cudaHostRegister(p, bytes, cudaHostRegisterPortable) == cudaSuccess) return 0;
+  (void)cudaGetLastError();
+  return -1;
+}
+static void cu_host_unregister(void *p) {
+  if (cudaHostUnregister(p) != cudaSuccess) (void)cudaGetLastError(); // it was never pinned
+}
+
 static struct {
   void *p;
   size_t bytes;
@@ -59,6 +81,10 @@ const cddp_ops_t cddp__ops_cuda = {
     .to_host = cu_to_host,
     .fill_zero = cu_fill_zero,
     .sync = cu_sync,
+    .host_alloc = cu_host_alloc,
+    .host_release = cu_host_release,
+    .host_register = cu_host_register,
+    .host_unregister = cu_host_unregister,
     .gemm = cddp__cublas_gemm,
     .gemm_bf16 = cddp__cublas_gemm_bf16,
     .linear_forward = cu_linear_forward,
@@ -80,6 +106,8 @@ const cddp_ops_t cddp__ops_cuda = {
     .gelu_backward = cu_gelu_backward,
     .attn_forward = cu_attn_forward,
     .attn_backward = cu_attn_backward,
+    .attn_flash_forward = cu_attn_flash_forward,
+    .attn_flash_forward_bf16 = cu_attn_flash_forward_bf16,
     .embed_forward = cu_embed_forward,
     .embed_backward = cu_embed_backward,
     .head_forward = cu_head_forward,
@@ -87,6 +115,7 @@ const cddp_ops_t cddp__ops_cuda = {
     .softmax_xent = cu_softmax_xent,
     .optim_step = cu_optim_step,
     .sumsq = cu_sumsq,
+    .add_into = cu_add_into,
     .to_bf16 = cu_to_bf16,
     .from_bf16 = cu_from_bf16,
 };

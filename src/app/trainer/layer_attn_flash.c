@@ -1,0 +1,55 @@
+/* layer_attn_flash.c - causal self-attention without the T x T scores: for each row its keys'
+ * scores are taken one at a time and folded into a running maximum, sum and weighted sum of
+ * v (the online softmax of FlashAttention), all in float32. The reference the CUDA kernel
+ * (cuda/k_flash.cu) is compared against, in the same order of operations per row; the
+ * trainer's CPU path keeps layer_attn.c's GEMM form, which is faster here. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "comm/reduce.h"
+#include "trainer/layers_gpt.h"
+
+/* One (sample, head): q, k, v rows ld floats apart; y rows C apart; lse [T]. acc: hs floats. */
+static void flash_head(float *y, float *lse, const float *q, const float *k, const float *v, int T, int hs, int ld,
+                       int C, float scale, float *acc) {
+  for (int t = 0; t < T; t++) {
+    const float *qt = q + (size_t)t * ld;
+    float m = -INFINITY, l = 0.0f;
+    memset(acc, 0, (size_t)hs * sizeof *acc);
+    for (int j = 0; j <= t; j++) {
+      const float *kj = k + (size_t)j * ld, *vj = v + (size_t)j * ld;
+      float s = 0.0f;
+      for (int d = 0; d < hs; d++) s += qt[d] * scale * kj[d];
+      float mn = fmaxf(m, s), corr = expf(m - mn), p = expf(s - mn);
+      l = l * corr + p;
+      for (int d = 0; d < hs; d++) acc[d] = acc[d] * corr + p * vj[d];
+      m = mn;
+    }
+    float *yt = y + (size_t)t * C;
+    for (int d = 0; d < hs; d++) yt[d] = acc[d] / l;
+    lse[t] = m + logf(l);
+  }
+}
+
+void cddp__attn_flash_forward(float *y, float *lse, const float *qkv, int B, int T, int C, int n_head) {
+  int hs = C / n_head, ld = 3 * C;
+  float scale = 1.0f / sqrtf((float)hs), *acc = malloc((size_t)hs * sizeof *acc);
+  if (!acc) abort(); /* hs floats: a reference for tests */
+  for (int b = 0; b < B; b++)
+    for (int h = 0; h < n_head; h++) {
+      const float *q = qkv + (size_t)b * T * ld + (size_t)h * hs;
+      flash_head(y + (size_t)b * T * C + (size_t)h * hs, lse + ((size_t)b * n_head + h) * T, q, q + C, q + 2 * C, T,
+                 hs, ld, C, scale, acc);
+    }
+  free(acc);
+}
+
+void cddp__attn_flash_forward_bf16(float *y, float *lse, const uint16_t *qkv, int B, int T, int C, int n_head) {
+  size_t n = (size_t)B * T * 3 * C;
+  float *wide = malloc(n * sizeof *wide);
+  if (!wide) abort();
+  cddp__bf16_to_f32_n(wide, qkv, n);
+  cddp__attn_flash_forward(y, lse, wide, B, T, C, n_head);
+  free(wide);
+}

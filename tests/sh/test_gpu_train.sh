@@ -1,0 +1,92 @@
+#!/usr/bin/env bash
+# test_gpu_train.sh - the trainer's device path on a machine without a GPU: train.device cuda
+# on the emulated device (CDDP_DEVICE_EMULATE=1, src/app/trainer/ops_emu.c: the CPU's kernels on
+# memory the host cannot dereference, so a host access through a device pointer crashes). The
+# state lives on the "device", batches are copied in, gradients are staged through DDP's host
+# buffer, the optimizer runs through the table, checkpoints go through to_host / to_device, and
+# cddp sample generates there.
+# Every check is bits: the emulated device must give the CPU table's loss lines and weights.
+cd "$(dirname "$0")/../.." && source tests/sh/lib.sh
+T=$(mktemp -d /tmp/cddp-gpu-train-test.XXXXXX)
+trap 'pkill -KILL -f "$T" 2>/dev/null; rm -rf "$T"' EXIT
+MLP=(--config configs/fmnist_mlp.yaml --set model.hidden=[128] --set train.max_steps=24 --set checkpoint.every_steps=12
+     --set eval.every_epoch=false --set log.every_steps=1 --set train.seed=7 --set ddp.threads=1)
+GPT=(--config configs/gpt_kjv.yaml --set model.n_layer=2 --set model.d_model=32 --set model.n_head=2 --set model.context=32
+     --set train.max_steps=8 --set schedule.warmup_steps=2 --set checkpoint.every_steps=4 --set eval.every_epoch=false
+     --set log.every_steps=1)
+# on DEV NAME ARGS...: one rank, train.device DEV (emu: cuda on the emulated device)
+on() {
+  local dev=$1 name=$2; shift 2
+  if [ "$dev" = emu ]; then set -- --set train.device=cuda "$@"; else set -- --set train.device=cpu "$@"; fi
+  CDDP_DEVICE_EMULATE=$([ "$dev" = emu ] && echo 1 || echo 0) timeout "$(scaled 120)" \
+    "$CDDP" train --work-dir "$T" --name "$name" "$@" >"$T/$name.out" 2>&1
+}
+# on2 DEV NAME ARGS...: the same over two ranks
+on2() {
+  local dev=$1 name=$2; shift 2
+  if [ "$dev" = emu ]; then set -- --set train.device=cuda "$@"; else set -- --set train.device=cpu "$@"; fi
+  CDDP_DEVICE_EMULATE=$([ "$dev" = emu ] && echo 1 || echo 0) timeout "$(scaled 180)" \
+    "$CDDP" run --standalone --nproc-per-node 2 "$CDDP" train --work-dir "$T" --name "$name" "$@" >"$T/$name.out" 2>&1
+}
+losses() { grep -v '"eval"' "$T/$1/metrics.jsonl" | sed -n 's/.*"step":\([0-9]*\).*"loss":\([^,]*\).*/\1 \2/p'; }
+weights() { md5sum <"$T/$1/checkpoints/step-$(printf %09d "$2")/model.safetensors"; }
+same() { [ -n "$(losses "$1")" ] && [ "$(losses "$1")" = "$(losses "$2")" ] && [ "$(weights "$1" "$3")" = "$(weights "$2" "$3")" ]; }
+why() { echo "rc $1; $(tail -2 "$T/$2.out" | tr '\n' ' ' | cut -c1-300)"; }
+
+# 1. the MLP, one rank, two accumulation micro-steps (the second added on the device)
+on cpu mlp_cpu "${MLP[@]}"; rc1=$?
+on emu mlp_emu "${MLP[@]}"; rc=$?
+[ $rc1 = 0 ] && [ $rc = 0 ] && same mlp_cpu mlp_emu 24 &&
+  grep -q 'the model trains on the emulated device' "$T/mlp_emu.out" &&
+  ok "MLP on the emulated device, 1 rank x 2 micro-steps: the CPU's 24 loss lines and weights, bit for bit" ||
+  fail "MLP emulated vs cpu" "$(why "$rc1/$rc" mlp_emu)"
+
+# 2. two ranks: the gradients staged through DDP's host buffer; the same bits as one rank
+# with two accumulation steps (the 2-ranks-on-1-GPU check's CPU form)
+on2 emu mlp_emu2 "${MLP[@]}"; rc=$?
+[ $rc = 0 ] && same mlp_emu mlp_emu2 24 &&
+  ok "MLP, 2 ranks on the emulated device: staged all-reduce gives 1 rank x 2 micro-steps' bits" ||
+  fail "MLP 2 ranks emulated" "$(why $rc mlp_emu2) $(diff <(losses mlp_emu) <(losses mlp_emu2) | head -4 | tr '\n' ' ')"
+
+# 3. the GPT (AdamW, clipping, the tied head; eval's logits copied to the host)
+on cpu gpt_cpu "${GPT[@]}"; rc1=$?
+on emu gpt_emu "${GPT[@]}"; rc=$?
+ev() { grep '^eval after' "$T/$1.out"; }
+[ $rc1 = 0 ] && [ $rc = 0 ] && same gpt_cpu gpt_emu 8 && [ -n "$(ev gpt_emu)" ] && [ "$(ev gpt_cpu)" = "$(ev gpt_emu)" ] &&
+  ok "GPT on the emulated device: the CPU's loss lines, eval line and weights, bit for bit" ||
+  fail "GPT emulated vs cpu" "$(why "$rc1/$rc" gpt_emu)"
+
+# cddp sample on the device: the same text as on the CPU from the same checkpoint and seed
+smp() { CDDP_DEVICE_EMULATE=$1 timeout "$(scaled 60)" "$CDDP" sample --ckpt "$T/gpt_emu" --device "$2" -n 40 --seed 3 --prompt "In the"; }
+a=$(smp 0 cpu 2>&1); rc1=$?
+b=$(smp 1 cuda 2>&1); rc=$?
+[ $rc1 = 0 ] && [ $rc = 0 ] && [ ${#a} -gt 40 ] && [ "$a" = "$b" ] &&
+  ok "cddp sample --device cuda on the emulated device: the CPU's 40 bytes" || fail "sample on the device" "rc $rc1/$rc: '$a' vs '$b'"
+
+# 4. a checkpoint written on the device resumes on the CPU, and one from the CPU on the device:
+# the rest of the run is the uninterrupted run's, bit for bit
+for way in emu:cpu cpu:emu; do
+  from=${way%:*} to=${way#*:} name=resume_${from}_$to
+  src=mlp_$from
+  on "$to" "$name" "${MLP[@]}" --resume-from "$T/$src/checkpoints/step-000000012"; rc=$?
+  [ $rc = 0 ] && grep -q 'resuming from' "$T/$name.out" &&
+    [ "$(losses "$name" | awk '$1 > 12')" = "$(losses mlp_cpu | awk '$1 > 12')" ] && [ "$(weights "$name" 24)" = "$(weights mlp_cpu 24)" ] &&
+    ok "a checkpoint from the $from resumed on the $to: steps 13-24 and the weights as uninterrupted" ||
+    fail "resume $from -> $to" "$(why $rc "$name")"
+done
+
+# cddp bench train --device: the device is one more axis of the sweep, the same loss on both
+CDDP_DEVICE_EMULATE=1 timeout "$(scaled 120)" "$CDDP" bench train --sweep --config configs/fmnist_mlp.yaml --device cpu,cuda \
+  --nproc 1 --steps 4 --set model.hidden=[64] --out "$T/sweep" >"$T/sweep.out" 2>&1; rc=$?
+rows=$(grep -c '^s0[01]	1 \[64\] \(cpu\|cuda\)	' "$T/sweep/sweep.tsv" 2>/dev/null)
+[ $rc = 0 ] && [ "$rows" = 2 ] && [ "$(grep -v '^#' "$T/sweep/sweep.tsv" | cut -f7 | sort -u | wc -l)" = 1 ] &&
+  ok "cddp bench train --device cpu,cuda: a row each, the same end loss" || fail "bench train --device" "rc $rc, $rows rows: $(tail -3 "$T/sweep.out")"
+
+# 5. what does not run on the device yet is refused in one line naming the key, exit 2
+CDDP_DEVICE_EMULATE=1 "$CDDP" train --work-dir "$T" --name cnn --config configs/fmnist_cnn.yaml --set train.device=cuda >"$T/cnn.out" 2>&1; rc=$?
+[ $rc = 2 ] && [ "$(wc -l <"$T/cnn.out")" = 1 ] && grep -q 'model.type' "$T/cnn.out" &&
+  ok "the CNN on the device: exit 2, one line: $(cut -c1-100 "$T/cnn.out")" || fail "CNN refusal" "$(why $rc cnn)"
+CDDP_DEVICE_EMULATE=1 "$CDDP" train --work-dir "$T" --name z1 "${MLP[@]}" --set train.device=cuda --set ddp.shard_optimizer=true >"$T/z1.out" 2>&1; rc=$?
+[ $rc = 2 ] && grep -q 'ddp.shard_optimizer' "$T/z1.out" &&
+  ok "ZeRO-1 on the device: exit 2 naming ddp.shard_optimizer" || fail "ZeRO-1 refusal" "$(why $rc z1)"
+finish
