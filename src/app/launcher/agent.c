@@ -27,6 +27,7 @@
 #include "job/store_reach.h"
 #include "launcher/program.h"
 #include "launcher/sigguard.h"
+#include "launcher/slurm_token.h"
 #include "launcher/status_pub.h"
 #include "launcher/task_exec.h"
 #include "job/worker_store.h"
@@ -56,6 +57,7 @@ typedef struct agent {
   cddp_run_opts_t *o;
   char **prog;
   char token[256];
+  char token_file[4096]; /* a Slurm job's token file (launcher/slurm_token.h): its host removes it */
   int store_loopback; /* the store this agent hosts listens on the loopback only */
   char host[64];
   cddp__job_store_t js;   /* where the job's store is (its endpoint, a Slurm step's nodes) */
@@ -620,9 +622,11 @@ static int finish(agent_t *a, int code) {
   /* the watcher may still be blocked on the connection: leave it to process exit */
   if (!a->watcher_running) cddp_store_close(a->watch_store);
   cddp_store_close(a->store);
+  int hosted = a->server != NULL || cddp__store_move_hosting(a->ms.mv);
   cddp_store_server_stop(a->server);
   cddp__store_move_stop(a->ms.mv);
   cddp__job_store_release(&a->js);
+  if (hosted) cddp__slurm_token_remove(a->token_file); /* the job is over: no node will read it again */
   return code;
 }
 
@@ -1117,6 +1121,14 @@ int cddp__run_main(int argc, char **argv) {
   if (cddp_token_from_env(a.token, sizeof a.token) != CDDP_OK) {
     fprintf(stderr, "cddp run: %s\n", cddp_last_error());
     return 2;
+  }
+  /* a hand-written `srun cddp run` over several nodes: the job's own token, no flag needed */
+  if (!a.token[0] && o.slurm && o.max_nodes > 1 && !o.standalone) {
+    if (cddp__slurm_token(environ, a.token, sizeof a.token, a.token_file, sizeof a.token_file) != CDDP_OK) {
+      fprintf(stderr, "cddp run: %s\n", cddp_last_error());
+      return 2;
+    }
+    CDDP_INFO(CDDP_SUB_RUN, "the job's token is in %s (no CDDP_TOKEN given)", a.token_file);
   }
   CDDP_INFO(CDDP_SUB_RUN, "%d workers on this node (%s); each runs %s%s%s", o.nproc_per_node, o.nproc_src, prog.argv[0],
             prog.python ? " " : "", prog.python ? argv[o.prog_index] : "");
