@@ -1075,6 +1075,17 @@ static void remove_dir(const char *dir) {
   rmdir(dir);
 }
 
+/* The agent's folders in $TMPDIR, however it ends (its own end, the guard's, an early return):
+ * the error files and pages go, the timer's folder and an empty flight folder too. Flight records
+ * that the log named stay, also when the job recovered from that hang or failure and ended well. */
+static void leave_tmp(void *arg) {
+  agent_t *a = arg;
+  remove_dir(a->err_dir);
+  if (a->timer_dir[0]) rmdir(a->timer_dir);
+  const char *log = a->o->log_dir;
+  if (a->flight_dir[0] && (!log[0] || strncmp(a->flight_dir, log, strlen(log)))) rmdir(a->flight_dir);
+}
+
 /* How the job ended, into its --log-dir's record: `cddp status LOG_DIR` says it once the job's
  * store is gone, as it does for the trainer's run folder. */
 static void say_ended(const char *log_dir, int code) {
@@ -1156,13 +1167,14 @@ int cddp__run_main(int argc, char **argv) {
     else if (!a.timer_path[0]) snprintf(a.timer_path, sizeof a.timer_path, "%s/timer.pipe", a.timer_dir);
     if (!a.timer_path[0] || !(a.timer = cddp__etimer_open(a.timer_path))) {
       fprintf(stderr, "cddp run: TORCHELASTIC_ENABLE_FILE_TIMER=1: %s\n", a.timer_path[0] ? cddp_last_error() : strerror(errno));
-      if (a.timer_dir[0]) rmdir(a.timer_dir);
+      leave_tmp(&a);
       return 1;
     }
   }
   if (o.tmp_log_dir) {
     if (tmp_dir(o.log_dir, sizeof o.log_dir, "cddp-logs-") != 0) {
       fprintf(stderr, "cddp run: --redirects without --log-dir: cannot make a folder for the log files: %s\n", strerror(errno));
+      leave_tmp(&a);
       return 1;
     }
     fprintf(stderr, "cddp run: --redirects without --log-dir: worker output goes to %s/rank<N>.log\n", o.log_dir);
@@ -1174,22 +1186,19 @@ int cddp__run_main(int argc, char **argv) {
   signal(SIGPIPE, SIG_IGN);
   if (cddp__sigguard_start(o.grace_ms, a.host, &a.sig_fd) != CDDP_OK) {
     fprintf(stderr, "cddp run: %s\n", cddp_last_error());
+    leave_tmp(&a);
     return 1;
   }
+  cddp__sigguard_at_exit(leave_tmp, &a);
   if (pipe2(a.ev_pipe, O_CLOEXEC) != 0) {
     fprintf(stderr, "cddp run: pipe: %s\n", strerror(errno));
+    leave_tmp(&a);
     return 1;
   }
   int code = agent_main(&a);
   if (a.endpoint_written) say_ended(o.log_dir, code);
-  remove_dir(a.err_dir);
   cddp__etimer_close(a.timer);
-  if (a.timer_dir[0]) rmdir(a.timer_dir);
-  if (!o.log_dir[0] || strncmp(a.flight_dir, o.log_dir, strlen(o.log_dir))) { /* our private one */
-    /* an empty one goes: a job that dumped nothing leaves nothing in $TMPDIR. Records the log named
-     * stay, also when the job recovered from that hang or failure and ended well. */
-    if (a.flight_dir[0]) rmdir(a.flight_dir);
-  }
+  leave_tmp(&a);
   cddp__program_free(&prog);
   return cddp__sigguard_end(code);
 }
