@@ -75,6 +75,7 @@ typedef struct agent {
   int failure_posted;     /* round + 1 when this node posted its first failure of that round */
   int live_console;       /* our stderr is a terminal and no --log-dir: workers' progress lines live */
   char flight_dir[4200];  /* where a hang's flight records and stack go (--log-dir/flight, else $TMPDIR) */
+  int flight_named;       /* a line named flight_dir: its records stay (workers.h) */
   cddp__membership_t ms;  /* replace mode: the job's members as this agent knows them */
   const char *not_retried; /* why the last failure is not retried (launcher/blame.h), or NULL */
   cddp__failure_t last;   /* restart-all: the failure that ended the previous round (rank -1: none) */
@@ -542,6 +543,7 @@ static int run_round(agent_t *a, cddp__workers_t *ws, int first) {
   ws->err_dir = a->err_dir[0] ? a->err_dir : NULL;
   ws->hang_ms = a->o->hang_ms;
   ws->flight_dir = a->flight_dir;
+  ws->flight_named = &a->flight_named;
   ws->warm = a->warm;
   ws->timer = a->timer;
   ws->wake_fd = a->elastic ? a->ms.pipe[0] : a->move_pipe[0];
@@ -1066,7 +1068,7 @@ static void remove_dir(const char *dir) {
   if (!dir[0]) return;
   DIR *d = opendir(dir);
   for (struct dirent *e; d && (e = readdir(d));) {
-    char path[512];
+    char path[4400];
     if (e->d_name[0] == '.') continue;
     snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
     unlink(path);
@@ -1076,14 +1078,17 @@ static void remove_dir(const char *dir) {
 }
 
 /* The agent's folders in $TMPDIR, however it ends (its own end, the guard's, an early return):
- * the error files and pages go, the timer's folder and an empty flight folder too. Flight records
- * that the log named stay, also when the job recovered from that hang or failure and ended well. */
+ * the error files and pages go, the timer's folder too, and the private flight folder unless a
+ * line named it: records the log named stay, also when the job recovered from that hang or
+ * failure and ended well; records nobody was told of would only pile up in $TMPDIR. */
 static void leave_tmp(void *arg) {
   agent_t *a = arg;
   remove_dir(a->err_dir);
   if (a->timer_dir[0]) rmdir(a->timer_dir);
   const char *log = a->o->log_dir;
-  if (a->flight_dir[0] && (!log[0] || strncmp(a->flight_dir, log, strlen(log)))) rmdir(a->flight_dir);
+  if (!a->flight_dir[0] || (log[0] && !strncmp(a->flight_dir, log, strlen(log)))) return; /* the user's */
+  if (__atomic_load_n(&a->flight_named, __ATOMIC_ACQUIRE)) rmdir(a->flight_dir); /* only when empty */
+  else remove_dir(a->flight_dir);
 }
 
 /* How the job ended, into its --log-dir's record: `cddp status LOG_DIR` says it once the job's

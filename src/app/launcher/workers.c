@@ -428,12 +428,18 @@ static int dump_pystacks(cddp__workers_t *ws, int reuse) {
   return k;
 }
 
+/* A line is about to name the flight folder: what is in it stays after the job. */
+static void said_where(cddp__workers_t *ws) {
+  if (ws->flight_named) __atomic_store_n(ws->flight_named, 1, __ATOMIC_RELEASE);
+}
+
 /* What every local rank was doing when the job lost one of them: their records and (stacks) Python
  * stacks, before they are stopped (a respawn or the next round replaces the pages). */
 static void dump_on_failure(cddp__workers_t *ws, const char *what, int stacks) {
   for (int i = 0; i < ws->n; i++)
     if (ws->w[i].hang[0]) return; /* the watchdog's, taken before its kill, say more than these */
   int k = dump_pages(ws, cddp__now_ns()), s = stacks ? dump_pystacks(ws, 0) : 0;
+  if ((k > 0 || s > 0) && cddp__log_enabled(CDDP_LOG_INFO, CDDP_SUB_RUN)) said_where(ws);
   if (k > 0 && s > 0)
     CDDP_INFO(CDDP_SUB_RUN, "on %s: the Python stacks of %d worker(s) and the flight records of %d worker(s) are in %s",
               what, s, k, ws->flight_dir);
@@ -489,6 +495,7 @@ static void watchdog(cddp__workers_t *ws) {
     snprintf(path, sizeof path, "%s/rank%d.stack.txt", ws->flight_dir, w->rank);
     if (dump_pystacks(ws, probed) <= 0 || !probed) take_stack(w->pid, path); /* gdb: slow on a Python process */
     snprintf(where, sizeof where, "; flight records and stack in %s", ws->flight_dir);
+    said_where(ws);
   }
   snprintf(w->hang, sizeof w->hang, "%.200s%.119s", why, where);
   /* said now: the job's closing line waits for the other workers to stop, seconds on a loaded host */
@@ -606,6 +613,7 @@ void cddp__workers_watch(cddp__workers_t *ws, int sig_fd, int event_fd, int (*ac
     int sig = pfd[0].revents & POLLIN ? cddp__sigguard_read(sig_fd) : 0; /* SIGCHLD: reaped below */
     if (cddp__sigguard_dump_asked()) {
       int k = dump_pages(ws, cddp__now_ns()), s = dump_pystacks(ws, 0);
+      if (k > 0 || s > 0) said_where(ws);
       if (s > 0) fprintf(stderr, "cddp run: SIGUSR1: the Python stacks of %d worker(s) are in %s\n", s, ws->flight_dir);
       if (k > 0) fprintf(stderr, "cddp run: SIGUSR1: the flight records of %d worker(s) are in %s\n", k, ws->flight_dir);
       else if (s <= 0) fprintf(stderr, "cddp run: SIGUSR1: no flight records to write (%s)\n",
