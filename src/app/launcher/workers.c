@@ -54,6 +54,20 @@ static void traceback_line(cddp__worker_t *w, const char *line, size_t n) {
   snprintf(w->exception, sizeof w->exception, "%.*s", (int)CDDP_MIN(n, sizeof w->exception - 1), line);
 }
 
+/* A log file that cannot take a line (a full disk): said once, with its path and the error, and
+ * the worker's output is no longer logged; the job goes on (its output is not its result). */
+static void log_failed(cddp__worker_t *w) {
+  int err = errno;
+  char link[64], path[4200];
+  snprintf(link, sizeof link, "/proc/self/fd/%d", w->log_fd);
+  ssize_t n = readlink(link, path, sizeof path - 1);
+  path[n > 0 ? n : 0] = '\0';
+  fprintf(stderr, "cddp run: cannot write rank %d's log %s: %s; the rest of its output is not logged, the job goes on\n",
+          w->rank, n > 0 ? path : "(--log-dir)", strerror(err));
+  close(w->log_fd);
+  w->log_fd = -1;
+}
+
 /* One line (with its newline) of stream s of worker w: to the console with the prefix,
  * in a single write, and to the log file. */
 static void emit(cddp__workers_t *ws, cddp__worker_t *w, int s, const char *line, size_t len) {
@@ -69,7 +83,7 @@ static void emit(cddp__workers_t *ws, cddp__worker_t *w, int s, const char *line
     memcpy(out + p, line, len);
     (void)cddp__write_all(s ? STDERR_FILENO : STDOUT_FILENO, out, (size_t)p + len); /* console gone: dropped */
   }
-  if (w->log_fd >= 0) (void)cddp__write_all(w->log_fd, line, len);
+  if (w->log_fd >= 0 && cddp__write_all(w->log_fd, line, len) != 0) log_failed(w);
   w->probe.line_ns = cddp__now_ns(); /* a sign of progress for the watchdog */
   size_t n = len;
   while (n && (line[n - 1] == '\n' || line[n - 1] == '\r' || line[n - 1] == ' ')) n--;
