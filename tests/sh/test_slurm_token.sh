@@ -52,6 +52,17 @@ job "cddp run --launcher slurm" batch "$CDDP run --launcher slurm --nproc-per-no
 export HOME=$CDDP_SLURM_STATE/home
 mkdir -p "$HOME"
 job "srun cddp run" srun "srun --ntasks-per-node=1 $CDDP run --nproc-per-node 1 $CDDP_SLURM_STATE/worker.sh"
+# one task per rank over 2 nodes (no agent): every rank gets the job's token for rank 0's store
+out=$CDDP_SLURM_STATE/ranks.out
+timeout 120 "$SL" run sbatch --wait -N2 -o "$out" --wrap \
+  "env -u CDDP_TOKEN -u CDDP_TOKEN_FILE srun -O --ntasks-per-node=2 $CDDP run $CDDP_SLURM_STATE/worker.sh" \
+  >"$CDDP_SLURM_STATE/ranks.submit.log" 2>&1
+rc=$?
+n=$(grep -c 'rank [0-3] token [0-9a-f]\{32\}$' "$out")
+tokens=$(grep -o 'rank [0-3] token [0-9a-f]*' "$out" | awk '{ print $4 }' | sort -u | wc -l)
+if [ $rc = 0 ] && [ "$n" = 4 ] && [ "$tokens" = 1 ]; then ok "srun -n 4 cddp run (a task per rank): the 4 ranks hold one token"
+else fail "a task per rank: one token" "sbatch exit $rc: $(grep 'token' "$out" | tr '\n' ' ')"; fi
+rm -f "$HOME"/.cddp/slurm-tokens/* # no agent removes a rank job's file (it goes a month later)
 left=$(find "$HOME/.cddp/slurm-tokens" -type f 2>/dev/null | wc -l)
 mode=$(stat -c %a "$HOME/.cddp/slurm-tokens" 2>/dev/null)
 if [ "$left" = 0 ] && [ "$mode" = 700 ]; then ok "the token folder is private (700) and the job's file is gone"

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/time.h>
 #include <unistd.h>
 
 #include "launcher/slurm_token.h"
@@ -100,4 +101,26 @@ TEST(slurm_token_names_only_what_is_a_plain_word) {
   CHECK_OK(cddp__slurm_token(odd_cluster, tok, sizeof tok, path, sizeof path));
   snprintf(want, sizeof want, "%s/.cddp/slurm-tokens/slurm-7", home);
   CHECK(strcmp(path, want) == 0);
+}
+
+TEST(slurm_token_files_a_month_old_go_when_a_new_one_is_made) {
+  char **envp = job_env();
+  char tok[64], path[4096], old[4200], recent[4200];
+  CHECK_OK(cddp__slurm_token(envp, tok, sizeof tok, path, sizeof path));
+  snprintf(old, sizeof old, "%s.old", path); /* another job's, 31 days old */
+  snprintf(recent, sizeof recent, "%s.recent", path);
+  CHECK(unlink(path) == 0);
+  const char *files[] = {old, recent};
+  for (int i = 0; i < 2; i++) {
+    int fd = open(files[i], O_WRONLY | O_CREAT | O_EXCL, 0600);
+    CHECK(fd >= 0 && write(fd, "0123456789abcdef0123456789abcdef\n", 33) == 33 && close(fd) == 0);
+  }
+  struct timeval tv[2];
+  gettimeofday(&tv[0], NULL);
+  tv[0].tv_sec -= 31L * 24 * 3600, tv[1] = tv[0];
+  CHECK(utimes(old, tv) == 0);
+  CHECK_OK(cddp__slurm_token(envp, tok, sizeof tok, path, sizeof path)); /* makes job 4242's anew */
+  CHECK_EQ(mode_of(old), -1);
+  CHECK_EQ(mode_of(recent), 0600);
+  CHECK_EQ(mode_of(path), 0600);
 }

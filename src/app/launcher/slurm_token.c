@@ -2,8 +2,10 @@
  * share. Slurm hands the tasks of `srun cddp run` nothing secret (the job id is public), so the
  * secret lives where only this user can read it; the first node to look makes it. Every name
  * below is opened relative to a checked folder and never through a link. */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <time.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -16,6 +18,8 @@
 #include "launcher/slurm_token.h"
 
 #define TOKEN_DIR ".cddp/slurm-tokens"
+/* a job's file left by a job with nobody to remove it (one task per rank) goes after this long */
+#define STALE_S (30 * 24 * 3600)
 
 /* name, or the fallback, when it is a plain file-name word */
 static const char *word(const char *name, const char *fallback, int digits_only) {
@@ -64,10 +68,28 @@ static cddp_result_t read_token(int dir, const char *path, const char *name, cha
   return CDDP_OK;
 }
 
+/* removes the folder's files older than STALE_S (jobs long over whose file nobody removed) */
+static void prune(int dir) {
+  int fd = dup(dir);
+  DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
+  if (!d) {
+    if (fd >= 0) close(fd);
+    return;
+  }
+  time_t now = time(NULL);
+  struct stat st;
+  for (struct dirent *e; (e = readdir(d));)
+    if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..") &&
+        fstatat(dir, e->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode) && now - st.st_mtime > STALE_S)
+      unlinkat(dir, e->d_name, 0);
+  closedir(d);
+}
+
 /* writes a fresh token to a file of our own, then links it in under name: whoever links first
  * wins, and the others read the winner's whole file (link(2) never shows half a file) */
 static cddp_result_t publish(int dir, const char *path, const char *name) {
   char fresh[40], tmp[224], line[48];
+  prune(dir);
   if (cddp__job_token_random(fresh, sizeof fresh) != 0) return cddp__fail_errno(CDDP_SYSTEM, "no random token");
   snprintf(tmp, sizeof tmp, ".%s.%ld.%.8s", name, (long)getpid(), fresh + 24);
   int fd = openat(dir, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);

@@ -14,7 +14,8 @@
  * link(2) so a node never reads half of one) by whichever node comes first. The folders must be
  * the user's own and private (0700): anything else is refused in one line, as is a token file
  * that is a link, not the user's or readable by others. path (path_size bytes) gets the file's
- * path, for cddp__slurm_token_remove once the job is over. */
+ * path, for cddp__slurm_token_remove once the job is over; files older than 30 days (of jobs
+ * whose tasks ran as ranks, with no agent left to remove them) go when a new one is made. */
 cddp_result_t cddp__slurm_token(char **envp, char *token, size_t size, char *path, size_t path_size);
 /* Removes the job's token file (the node that hosted the store, after the others left). */
 void cddp__slurm_token_remove(const char *path);
