@@ -41,7 +41,7 @@ static cddp_result_t private_dir(const char *path, int *fd) {
     close(*fd);
     *fd = -1;
     return cddp__fail(CDDP_INVALID_ARG, "%s is not a private folder of this user (mode %03o, owner %d): "
-                      "chmod 700 it, or set CDDP_TOKEN_FILE", path, (unsigned)(st.st_mode & 0777), (int)st.st_uid);
+                      "chmod 700 it", path, (unsigned)(st.st_mode & 0777), (int)st.st_uid);
   }
   return CDDP_OK;
 }
@@ -105,26 +105,21 @@ static cddp_result_t publish(int dir, const char *path, const char *name) {
   return ok ? CDDP_OK : cddp__fail_errno(CDDP_SYSTEM, "cannot write a token file next to %s", path);
 }
 
-cddp_result_t cddp__slurm_token(char **envp, char *token, size_t size, char *path, size_t path_size) {
-  token[0] = path[0] = '\0';
+static cddp_result_t find_or_make(char **envp, char *token, size_t size, char *path, size_t path_size) {
   const char *home = cddp__envp_get(envp, "HOME");
   const char *job = word(cddp__envp_get(envp, "SLURM_JOB_ID"), NULL, 1);
   if (!job) job = word(cddp__envp_get(envp, "SLURM_JOBID"), NULL, 1);
   if (!job) return cddp__fail(CDDP_INVALID_ARG, "the Slurm job's token: SLURM_JOB_ID is not a job id");
   if (!home || home[0] != '/')
-    return cddp__fail(CDDP_INVALID_ARG, "the Slurm job's token: HOME is not set to a folder; set CDDP_TOKEN_FILE");
+    return cddp__fail(CDDP_INVALID_ARG, "the Slurm job's token: HOME is not set to a folder");
   char name[160], top[4096], dir_path[4096];
   snprintf(name, sizeof name, "%s-%s", word(cddp__envp_get(envp, "SLURM_CLUSTER_NAME"), "slurm", 0), job);
   if ((size_t)snprintf(top, sizeof top, "%s/.cddp", home) >= sizeof top ||
       (size_t)snprintf(dir_path, sizeof dir_path, "%s/%s", home, TOKEN_DIR) >= sizeof dir_path ||
-      (size_t)snprintf(path, path_size, "%s/%s", dir_path, name) >= path_size) {
-    path[0] = '\0';
-    return cddp__fail(CDDP_INVALID_ARG, "the Slurm job's token: HOME is too long; set CDDP_TOKEN_FILE");
-  }
-  if (mkdir(top, 0700) != 0 && errno != EEXIST) {
-    path[0] = '\0';
+      (size_t)snprintf(path, path_size, "%s/%s", dir_path, name) >= path_size)
+    return cddp__fail(CDDP_INVALID_ARG, "the Slurm job's token: HOME is too long");
+  if (mkdir(top, 0700) != 0 && errno != EEXIST)
     return cddp__fail_errno(CDDP_SYSTEM, "the Slurm job's token: cannot make %s", top);
-  }
   int dir = -1, found = 0;
   cddp_result_t r = private_dir(dir_path, &dir);
   for (int tries = 0; r == CDDP_OK && !found && tries < 2; tries++) {
@@ -133,8 +128,17 @@ cddp_result_t cddp__slurm_token(char **envp, char *token, size_t size, char *pat
   }
   if (dir >= 0) close(dir);
   if (r == CDDP_OK && !found) r = cddp__fail(CDDP_SYSTEM, "the Slurm job's token: %s could not be made", path);
-  if (r != CDDP_OK) path[0] = token[0] = '\0';
   return r;
+}
+
+cddp_result_t cddp__slurm_token(char **envp, char *token, size_t size, char *path, size_t path_size) {
+  token[0] = path[0] = '\0';
+  cddp_result_t r = find_or_make(envp, token, size, path, path_size);
+  if (r == CDDP_OK) return r;
+  path[0] = token[0] = '\0';
+  char why[600]; /* every refusal says the way around it */
+  snprintf(why, sizeof why, "%s", cddp_last_error());
+  return cddp__fail(r, "%s (or give the job a token: CDDP_TOKEN or CDDP_TOKEN_FILE on every node)", why);
 }
 
 void cddp__slurm_token_remove(const char *path) {
