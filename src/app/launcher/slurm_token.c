@@ -21,14 +21,9 @@
 /* a job's file left by a job with nobody to remove it (one task per rank) goes after this long */
 #define STALE_S (30 * 24 * 3600)
 
-/* name, or the fallback, when it is a plain file-name word */
-static const char *word(const char *name, const char *fallback, int digits_only) {
-  if (!name || !*name || *name == '.' || strlen(name) > 64) return fallback;
-  for (const char *c = name; *c; c++)
-    if (!((*c >= '0' && *c <= '9') ||
-          (!digits_only && ((*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || *c == '-' || *c == '_' || *c == '.'))))
-      return fallback;
-  return name;
+/* v when it is a job id (digits only, short), else NULL: it becomes part of a file name */
+static const char *job_id(const char *v) {
+  return v && *v && strlen(v) <= 20 && strspn(v, "0123456789") == strlen(v) ? v : NULL;
 }
 
 /* the user's own folder, private: made 0700 when absent; one that others can read is refused */
@@ -107,13 +102,15 @@ static cddp_result_t publish(int dir, const char *path, const char *name) {
 
 static cddp_result_t find_or_make(char **envp, char *token, size_t size, char *path, size_t path_size) {
   const char *home = cddp__envp_get(envp, "HOME");
-  const char *job = word(cddp__envp_get(envp, "SLURM_JOB_ID"), NULL, 1);
-  if (!job) job = word(cddp__envp_get(envp, "SLURM_JOBID"), NULL, 1);
+  const char *job = job_id(cddp__envp_get(envp, "SLURM_JOB_ID"));
+  if (!job) job = job_id(cddp__envp_get(envp, "SLURM_JOBID"));
   if (!job) return cddp__fail(CDDP_INVALID_ARG, "the Slurm job's token: SLURM_JOB_ID is not a job id");
   if (!home || home[0] != '/')
     return cddp__fail(CDDP_INVALID_ARG, "the Slurm job's token: HOME is not set to a folder");
   char name[160], top[4096], dir_path[4096];
-  snprintf(name, sizeof name, "%s-%s", word(cddp__envp_get(envp, "SLURM_CLUSTER_NAME"), "slurm", 0), job);
+  /* the job id alone: SLURM_CLUSTER_NAME is not in every task's environment (an `srun --jobid`
+   * from outside the allocation lacks it), and every agent of the job must name the same file */
+  snprintf(name, sizeof name, "job-%s", job);
   if ((size_t)snprintf(top, sizeof top, "%s/.cddp", home) >= sizeof top ||
       (size_t)snprintf(dir_path, sizeof dir_path, "%s/%s", home, TOKEN_DIR) >= sizeof dir_path ||
       (size_t)snprintf(path, path_size, "%s/%s", dir_path, name) >= path_size)

@@ -9,8 +9,8 @@
 
 #include "cddp/cddp.h"
 
-/* The token of the Slurm job that envp names (SLURM_JOB_ID, SLURM_CLUSTER_NAME): read from
- * HOME/.cddp/slurm-tokens/CLUSTER-JOBID, made there first (random, 0600, published whole with
+/* The token of the Slurm job that envp names (SLURM_JOB_ID): read from
+ * HOME/.cddp/slurm-tokens/job-JOBID, made there first (random, 0600, published whole with
  * link(2) so a node never reads half of one) by whichever node comes first. The folders must be
  * the user's own and private (0700): anything else is refused in one line, as is a token file
  * that is a link, not the user's or readable by others. path (path_size bytes) gets the file's
