@@ -8,6 +8,10 @@ SL=tests/cluster/slurm-local.sh
 T=${CDDP_SLURM_TEST_TIMEOUT:-120}
 export CDDP_SLURM_STATE
 CDDP_SLURM_STATE=$(mktemp -d /tmp/cddp-test-slurm.XXXXXX)
+# a home of the test's own: the jobs' token files (launcher/slurm_token.h) of agents killed on
+# purpose stay there, not in the user's home
+export HOME=$CDDP_SLURM_STATE/home
+mkdir -p "$HOME"
 # our own namespace names: helpers running netns tests at the same time do not collide
 export CDDP_NETNS_PREFIX=cddps$$
 trap 'timeout 30 "$SL" down >/dev/null 2>&1; rm -rf "$CDDP_SLURM_STATE"' EXIT
