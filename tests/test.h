@@ -31,6 +31,10 @@ void cddp_test_register(const char *name, cddp_test_fn fn, int timeout_s, int fi
 void cddp_test_skip(const char *fmt, ...) __attribute__((noreturn, format(printf, 1, 2)));
 #define CDDP_TEST_SKIP(...) cddp_test_skip(__VA_ARGS__)
 
+/* Runs fn when the test ends, however it ends (a passed test leaves by _exit, which skips
+ * atexit): for removing the test's own temporary files. */
+void cddp_test_at_end(void (*fn)(void));
+
 /* The one factor every time bound of the tests is scaled by: CDDP_TEST_SCALE (4 under the
  * sanitizers in tests/run.sh; raise it on a loaded host), 1 when unset or not a positive number. */
 double cddp_test_scale(void);

@@ -32,6 +32,21 @@ void cddp_test_register(const char *name, cddp_test_fn fn, int timeout_s, int fi
 #define SKIP_REASON_MAX 256
 static char *skip_reason;
 
+/* What the test asked to run when it ends: passed (the runner's _exit skips atexit), failed or
+ * skipped (exit runs atexit), last registered first. */
+static void (*at_end[16])(void);
+static int n_at_end;
+
+static void run_at_end(void) {
+  while (n_at_end > 0) at_end[--n_at_end]();
+}
+
+void cddp_test_at_end(void (*fn)(void)) {
+  if (n_at_end == 0) atexit(run_at_end);
+  if (n_at_end < (int)(sizeof at_end / sizeof at_end[0])) at_end[n_at_end++] = fn;
+  else TEST_FAIL("cddp_test_at_end: more than %d functions", n_at_end);
+}
+
 void cddp_test_skip(const char *fmt, ...) {
   if (skip_reason) {
     va_list ap;
@@ -161,6 +176,7 @@ int main(int argc, char **argv) {
     if (pid == 0) {
       setpgid(0, 0); /* so a timeout kills the test's own children too */
       tests[i].fn();
+      run_at_end();
       fflush(NULL);
       _exit(0);
     }

@@ -9,6 +9,10 @@ SL=tests/cluster/slurm-local.sh
 T=${CDDP_SLURM_TEST_TIMEOUT:-120}
 export CDDP_SLURM_STATE
 CDDP_SLURM_STATE=$(mktemp -d /tmp/cddp-test-slurm.XXXXXX)
+# a home of the test's own: the jobs' token files (launcher/slurm_token.h) of agents killed on
+# purpose stay there, not in the user's home
+export HOME=$CDDP_SLURM_STATE/home
+mkdir -p "$HOME"
 # our own namespace names: helpers running netns tests at the same time do not collide
 export CDDP_NETNS_PREFIX=cddps$$
 trap 'timeout 30 "$SL" down >/dev/null 2>&1; rm -rf "$CDDP_SLURM_STATE"' EXIT
@@ -281,9 +285,10 @@ if wait_line 60 "recovered from the loss of node node1" "$F/job.out"; then
     fail store_follows_step_below_min "$(tail -3 "$F/job.out" | tr '\n' ' ')"
 fi
 J=$(sed -n 's/^SLURM_JOB_ID=//p' "$F/step1.env")
-mapfile -t ov < <(grep -E '^SLURM_(STEP_ID|STEP_NODELIST|STEP_NUM_NODES|STEP_NUM_TASKS|STEP_TASKS_PER_NODE|NODEID|PROCID|LOCALID|JOB_ID)=' "$F/step3.env")
+mapfile -t ov < <(grep -E '^SLURM_(STEP_ID|STEP_NODELIST|STEP_NUM_NODES|STEP_NUM_TASKS|STEP_TASKS_PER_NODE|NODEID|PROCID|LOCALID|JOB_ID|CLUSTER_NAME)=' "$F/step3.env")
 # another job's agent on the same port (run id "other"): node2's store is not its job's, so it is
-# not taken; the one line names the nodes tried
+# not taken; the one line names the nodes tried. It is of the same Slurm job (and cluster), so it
+# holds the job's token (launcher/slurm_token.h) and gets as far as the run id
 env -u MASTER_ADDR -u MASTER_PORT timeout 60 "$SL" run env "${ov[@]}" "$CDDP" run --launcher slurm --restart-mode replace \
   --nnodes 2:3 --rdzv-id other --rdzv-timeout 3 true >"$F/other.out" 2>&1
 rc=$?

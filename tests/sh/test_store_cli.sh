@@ -14,6 +14,19 @@ else fail "prints its listening line" "$(cat "$tmp/out" "$tmp/err")"; fi
 
 if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then ok "accepts connections"; else fail "accepts connections"; fi
 
+# TCP keepalive on every accepted connection: a half-open peer (its host gone) is found by
+# probes, so its will fires; without it the connection would wait for ever
+exec 4<>"/dev/tcp/127.0.0.1/$port"
+timers=""
+for _ in $(seq 40); do
+  timers=$(ss -tno state established "( sport = :$port )" 2>/dev/null | grep -o 'timer:([a-z]*' | sort -u | tr '\n' ' ')
+  [ -n "$timers" ] && break
+  sleep 0.05
+done
+exec 4<&-
+if [ "$timers" = "timer:(keepalive " ]; then ok "the store's side of a connection has TCP keepalive on"
+else fail "TCP keepalive on accepted connections" "ss timers: '${timers:-none}'"; fi
+
 start=$(date +%s%N)
 "$CDDP" store --port "$port" >"$tmp/out2" 2>"$tmp/err2"
 rc=$?

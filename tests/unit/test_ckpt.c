@@ -31,11 +31,11 @@ static void remove_tmp(void) {
   if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", tmp_root);
 }
 
-/* A fresh directory for this test (each test runs in its own process), removed at exit. */
+/* A fresh directory for this test (each test runs in its own process), removed when it ends. */
 static char *tmpdir(void) {
   snprintf(tmp_root, sizeof tmp_root, "/tmp/cddp-ckpt.XXXXXX");
   if (!mkdtemp(tmp_root)) TEST_FAIL("mkdtemp");
-  atexit(remove_tmp);
+  cddp_test_at_end(remove_tmp);
   return tmp_root;
 }
 

@@ -27,7 +27,7 @@ static void remove_root(void) {
 static const char *fresh_dir(void) {
   snprintf(root, sizeof root, "/tmp/cddp-durable.XXXXXX");
   if (!mkdtemp(root)) TEST_FAIL("mkdtemp: %s", strerror(errno));
-  atexit(remove_root);
+  cddp_test_at_end(remove_root);
   return root;
 }
 

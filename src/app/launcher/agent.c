@@ -27,6 +27,7 @@
 #include "job/store_reach.h"
 #include "launcher/program.h"
 #include "launcher/sigguard.h"
+#include "launcher/slurm_token.h"
 #include "launcher/status_pub.h"
 #include "launcher/task_exec.h"
 #include "job/worker_store.h"
@@ -56,6 +57,7 @@ typedef struct agent {
   cddp_run_opts_t *o;
   char **prog;
   char token[256];
+  char token_file[4096]; /* a Slurm job's token file (launcher/slurm_token.h): its host removes it */
   int store_loopback; /* the store this agent hosts listens on the loopback only */
   char host[64];
   cddp__job_store_t js;   /* where the job's store is (its endpoint, a Slurm step's nodes) */
@@ -73,6 +75,7 @@ typedef struct agent {
   int failure_posted;     /* round + 1 when this node posted its first failure of that round */
   int live_console;       /* our stderr is a terminal and no --log-dir: workers' progress lines live */
   char flight_dir[4200];  /* where a hang's flight records and stack go (--log-dir/flight, else $TMPDIR) */
+  int flight_named;       /* a line named flight_dir: its records stay (workers.h) */
   cddp__membership_t ms;  /* replace mode: the job's members as this agent knows them */
   const char *not_retried; /* why the last failure is not retried (launcher/blame.h), or NULL */
   cddp__failure_t last;   /* restart-all: the failure that ended the previous round (rank -1: none) */
@@ -541,6 +544,7 @@ static int run_round(agent_t *a, cddp__workers_t *ws, int first) {
   ws->err_dir = a->err_dir[0] ? a->err_dir : NULL;
   ws->hang_ms = a->o->hang_ms;
   ws->flight_dir = a->flight_dir;
+  ws->flight_named = &a->flight_named;
   ws->warm = a->warm;
   ws->timer = a->timer;
   ws->wake_fd = a->elastic ? a->ms.pipe[0] : a->move_pipe[0];
@@ -626,9 +630,11 @@ static int finish(agent_t *a, int code) {
   /* the watcher may still be blocked on the connection: leave it to process exit */
   if (!a->watcher_running) cddp_store_close(a->watch_store);
   cddp_store_close(a->store);
+  int hosted = a->server != NULL || cddp__store_move_hosting(a->ms.mv);
   cddp_store_server_stop(a->server);
   cddp__store_move_stop(a->ms.mv);
   cddp__job_store_release(&a->js);
+  if (hosted) cddp__slurm_token_remove(a->token_file); /* the job is over: no node will read it again */
   return code;
 }
 
@@ -1068,13 +1074,27 @@ static void remove_dir(const char *dir) {
   if (!dir[0]) return;
   DIR *d = opendir(dir);
   for (struct dirent *e; d && (e = readdir(d));) {
-    char path[512];
+    char path[4400];
     if (e->d_name[0] == '.') continue;
     snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
     unlink(path);
   }
   if (d) closedir(d);
   rmdir(dir);
+}
+
+/* The agent's folders in $TMPDIR, however it ends (its own end, the guard's, an early return):
+ * the error files and pages go, the timer's folder too, and the private flight folder unless a
+ * line named it: records the log named stay, also when the job recovered from that hang or
+ * failure and ended well; records nobody was told of would only pile up in $TMPDIR. */
+static void leave_tmp(void *arg) {
+  agent_t *a = arg;
+  remove_dir(a->err_dir);
+  if (a->timer_dir[0]) rmdir(a->timer_dir);
+  const char *log = a->o->log_dir;
+  if (!a->flight_dir[0] || (log[0] && !strncmp(a->flight_dir, log, strlen(log)))) return; /* the user's */
+  if (__atomic_load_n(&a->flight_named, __ATOMIC_ACQUIRE)) rmdir(a->flight_dir); /* only when empty */
+  else remove_dir(a->flight_dir);
 }
 
 /* How the job ended, into its --log-dir's record: `cddp status LOG_DIR` says it once the job's
@@ -1124,6 +1144,14 @@ int cddp__run_main(int argc, char **argv) {
     fprintf(stderr, "cddp run: %s\n", cddp_last_error());
     return 2;
   }
+  /* a hand-written `srun cddp run` over several nodes: the job's own token, no flag needed */
+  if (!a.token[0] && o.slurm && o.max_nodes > 1 && !o.standalone) {
+    if (cddp__slurm_token(environ, a.token, sizeof a.token, a.token_file, sizeof a.token_file) != CDDP_OK) {
+      fprintf(stderr, "cddp run: %s\n", cddp_last_error());
+      return 2;
+    }
+    CDDP_INFO(CDDP_SUB_RUN, "the job's token is in %s (no CDDP_TOKEN given)", a.token_file);
+  }
   CDDP_INFO(CDDP_SUB_RUN, "%d workers on this node (%s); each runs %s%s%s", o.nproc_per_node, o.nproc_src, prog.argv[0],
             prog.python ? " " : "", prog.python ? argv[o.prog_index] : "");
   if (!getenv("OMP_NUM_THREADS") && o.nproc_per_node > 1) { /* torchrun's default, and its notice */
@@ -1150,13 +1178,14 @@ int cddp__run_main(int argc, char **argv) {
     else if (!a.timer_path[0]) snprintf(a.timer_path, sizeof a.timer_path, "%s/timer.pipe", a.timer_dir);
     if (!a.timer_path[0] || !(a.timer = cddp__etimer_open(a.timer_path))) {
       fprintf(stderr, "cddp run: TORCHELASTIC_ENABLE_FILE_TIMER=1: %s\n", a.timer_path[0] ? cddp_last_error() : strerror(errno));
-      if (a.timer_dir[0]) rmdir(a.timer_dir);
+      leave_tmp(&a);
       return 1;
     }
   }
   if (o.tmp_log_dir) {
     if (tmp_dir(o.log_dir, sizeof o.log_dir, "cddp-logs-") != 0) {
       fprintf(stderr, "cddp run: --redirects without --log-dir: cannot make a folder for the log files: %s\n", strerror(errno));
+      leave_tmp(&a);
       return 1;
     }
     fprintf(stderr, "cddp run: --redirects without --log-dir: worker output goes to %s/rank<N>.log\n", o.log_dir);
@@ -1168,22 +1197,19 @@ int cddp__run_main(int argc, char **argv) {
   signal(SIGPIPE, SIG_IGN);
   if (cddp__sigguard_start(o.grace_ms, a.host, &a.sig_fd) != CDDP_OK) {
     fprintf(stderr, "cddp run: %s\n", cddp_last_error());
+    leave_tmp(&a);
     return 1;
   }
+  cddp__sigguard_at_exit(leave_tmp, &a);
   if (pipe2(a.ev_pipe, O_CLOEXEC) != 0) {
     fprintf(stderr, "cddp run: pipe: %s\n", strerror(errno));
+    leave_tmp(&a);
     return 1;
   }
   int code = agent_main(&a);
   if (a.endpoint_written) say_ended(o.log_dir, code);
-  remove_dir(a.err_dir);
   cddp__etimer_close(a.timer);
-  if (a.timer_dir[0]) rmdir(a.timer_dir);
-  if (!o.log_dir[0] || strncmp(a.flight_dir, o.log_dir, strlen(o.log_dir))) { /* our private one */
-    /* an empty one goes: a job that dumped nothing leaves nothing in $TMPDIR. Records the log named
-     * stay, also when the job recovered from that hang or failure and ended well. */
-    if (a.flight_dir[0]) rmdir(a.flight_dir);
-  }
+  leave_tmp(&a);
   cddp__program_free(&prog);
   return cddp__sigguard_end(code);
 }

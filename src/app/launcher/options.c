@@ -98,7 +98,8 @@ void cddp__run_usage(FILE *f) {
           "Workers get RANK LOCAL_RANK WORLD_SIZE LOCAL_WORLD_SIZE GROUP_RANK GROUP_WORLD_SIZE\n"
           "MASTER_ADDR MASTER_PORT CDDP_RUN_ID CDDP_ROUND CDDP_RESTART_COUNT CDDP_MAX_RESTARTS\n"
           "CDDP_STORE CDDP_TOKEN (and TORCHELASTIC_RUN_ID/RESTART_COUNT/MAX_RESTARTS).\n"
-          "The store token comes from CDDP_TOKEN or CDDP_TOKEN_FILE (random with --standalone).\n"
+          "The store token comes from CDDP_TOKEN or CDDP_TOKEN_FILE (random with --standalone;\n"
+          "under srun, ~/.cddp/slurm-tokens/job-JOBID, made once per job).\n"
           "Output lines are prefixed \"[rank N] \". Exit status: the first failing worker's\n"
           "(128+signal when killed). See docs/launcher.md.\n");
 }

@@ -30,6 +30,8 @@ static struct {
   uint64_t taken_at;
   const cddp__workers_t *ws;
   int dump_asked;              /* SIGUSR1 came: the workers' flight records are wanted */
+  void (*at_exit)(void *);     /* run before the guard ends the process */
+  void *at_exit_arg;
 } g = {.pipe = {-1, -1}, .mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
 
 static void on_signal(int sig) {
@@ -81,6 +83,17 @@ static void wait_until(uint64_t until) {
   pthread_cond_timedwait(&g.cv, &g.mu, &ts);
 }
 
+static void leave(int code) {
+  if (g.at_exit) g.at_exit(g.at_exit_arg);
+  _exit(code);
+}
+
+void cddp__sigguard_at_exit(void (*fn)(void *arg), void *arg) {
+  pthread_mutex_lock(&g.mu);
+  g.at_exit = fn, g.at_exit_arg = arg;
+  pthread_mutex_unlock(&g.mu);
+}
+
 /* The agent cannot take the signal where it is: stop the workers as its own loop would (the
  * signal, then SIGKILL after the grace period), say so, and end. Called with g.mu held, which it
  * keeps: the main thread cannot go on meanwhile. */
@@ -102,7 +115,7 @@ static void act(int sig) {
   }
   for (int i = 0; ws && i < ws->n; i++)
     if (ws->w[i].pid > 0) kill(-ws->w[i].pid, SIGKILL);
-  _exit(128 + sig);
+  leave(128 + sig);
 }
 
 static void *guard_main(void *arg) {
@@ -122,7 +135,7 @@ static void *guard_main(void *arg) {
       if (cddp__now_ns() >= until) {
         fprintf(stderr, "cddp run: the agent on %s did not end within twice --grace-period after a signal; exiting\n",
                 g.host);
-        _exit(128 + g.taken);
+        leave(128 + g.taken);
       }
       drain(g.pipe[0]); /* a repeat does not shorten it */
       wait_until(CDDP_MIN(until, cddp__now_ns() + 100000000ull));

@@ -27,6 +27,10 @@ void cddp__sigguard_release(void);
 /* The workers the guard stops when it acts (NULL: none). Set it to NULL before they are freed. */
 void cddp__sigguard_workers(const cddp__workers_t *ws);
 
+/* What the guard runs just before it ends the process itself (the agent's temporary folders:
+ * an agent stopped while it waited on its peers leaves nothing in $TMPDIR). NULL: nothing. */
+void cddp__sigguard_at_exit(void (*fn)(void *arg), void *arg);
+
 /* The agent ends with code: waits for a guard that is acting (it ends the process), and turns a
  * stop signal that came since the agent last looked into one line and 128+signal. */
 int cddp__sigguard_end(int code);

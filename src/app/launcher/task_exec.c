@@ -8,7 +8,10 @@
 
 #include "common/knobs.h"
 #include "job/store_reach.h"
+#include "launcher/slurm_token.h"
 #include "launcher/task_exec.h"
+
+extern char **environ;
 
 int cddp__task_exec_rank(cddp_run_opts_t *o, char **argv) {
   char v[64];
@@ -28,6 +31,17 @@ int cddp__task_exec_rank(cddp_run_opts_t *o, char **argv) {
 #undef SETI
   setenv("MASTER_ADDR", o->master_addr, 1);
   setenv("CDDP_RUN_ID", o->run_id, 1);
+  /* an srun step over several nodes and no token: the Slurm job's, for rank 0's store (no agent
+   * is left to remove its file: it goes when it is a month old) */
+  char token[64], path[4096];
+  if (o->mode == CDDP_RUN_SLURM_RANK && o->max_nodes > 1 && !getenv(cddp__knob_var(CDDP_KNOB_TOKEN)) &&
+      !getenv(cddp__knob_var(CDDP_KNOB_TOKEN_FILE))) {
+    if (cddp__slurm_token(environ, token, sizeof token, path, sizeof path) != CDDP_OK) {
+      fprintf(stderr, "cddp run: %s\n", cddp_last_error());
+      return 2;
+    }
+    setenv(cddp__knob_var(CDDP_KNOB_TOKEN), token, 1);
+  }
   setenv("TORCHELASTIC_RUN_ID", o->run_id, 1);
   setenv("TORCHELASTIC_USE_AGENT_STORE", "False", 1); /* torch's rank 0 hosts its TCPStore */
   setenv("ROLE_NAME", o->role, 1);

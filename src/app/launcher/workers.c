@@ -54,6 +54,20 @@ static void traceback_line(cddp__worker_t *w, const char *line, size_t n) {
   snprintf(w->exception, sizeof w->exception, "%.*s", (int)CDDP_MIN(n, sizeof w->exception - 1), line);
 }
 
+/* A log file that cannot take a line (a full disk): said once, with its path and the error, and
+ * the worker's output is no longer logged; the job goes on (its output is not its result). */
+static void log_failed(cddp__worker_t *w) {
+  int err = errno;
+  char link[64], path[4200];
+  snprintf(link, sizeof link, "/proc/self/fd/%d", w->log_fd);
+  ssize_t n = readlink(link, path, sizeof path - 1);
+  path[n > 0 ? n : 0] = '\0';
+  fprintf(stderr, "cddp run: cannot write rank %d's log %s: %s; the rest of its output is not logged, the job goes on\n",
+          w->rank, n > 0 ? path : "(--log-dir)", strerror(err));
+  close(w->log_fd);
+  w->log_fd = -1;
+}
+
 /* One line (with its newline) of stream s of worker w: to the console with the prefix,
  * in a single write, and to the log file. */
 static void emit(cddp__workers_t *ws, cddp__worker_t *w, int s, const char *line, size_t len) {
@@ -69,7 +83,7 @@ static void emit(cddp__workers_t *ws, cddp__worker_t *w, int s, const char *line
     memcpy(out + p, line, len);
     (void)cddp__write_all(s ? STDERR_FILENO : STDOUT_FILENO, out, (size_t)p + len); /* console gone: dropped */
   }
-  if (w->log_fd >= 0) (void)cddp__write_all(w->log_fd, line, len);
+  if (w->log_fd >= 0 && cddp__write_all(w->log_fd, line, len) != 0) log_failed(w);
   w->probe.line_ns = cddp__now_ns(); /* a sign of progress for the watchdog */
   size_t n = len;
   while (n && (line[n - 1] == '\n' || line[n - 1] == '\r' || line[n - 1] == ' ')) n--;
@@ -428,12 +442,18 @@ static int dump_pystacks(cddp__workers_t *ws, int reuse) {
   return k;
 }
 
+/* A line is about to name the flight folder: what is in it stays after the job. */
+static void said_where(cddp__workers_t *ws) {
+  if (ws->flight_named) __atomic_store_n(ws->flight_named, 1, __ATOMIC_RELEASE);
+}
+
 /* What every local rank was doing when the job lost one of them: their records and (stacks) Python
  * stacks, before they are stopped (a respawn or the next round replaces the pages). */
 static void dump_on_failure(cddp__workers_t *ws, const char *what, int stacks) {
   for (int i = 0; i < ws->n; i++)
     if (ws->w[i].hang[0]) return; /* the watchdog's, taken before its kill, say more than these */
   int k = dump_pages(ws, cddp__now_ns()), s = stacks ? dump_pystacks(ws, 0) : 0;
+  if ((k > 0 || s > 0) && cddp__log_enabled(CDDP_LOG_INFO, CDDP_SUB_RUN)) said_where(ws);
   if (k > 0 && s > 0)
     CDDP_INFO(CDDP_SUB_RUN, "on %s: the Python stacks of %d worker(s) and the flight records of %d worker(s) are in %s",
               what, s, k, ws->flight_dir);
@@ -489,6 +509,7 @@ static void watchdog(cddp__workers_t *ws) {
     snprintf(path, sizeof path, "%s/rank%d.stack.txt", ws->flight_dir, w->rank);
     if (dump_pystacks(ws, probed) <= 0 || !probed) take_stack(w->pid, path); /* gdb: slow on a Python process */
     snprintf(where, sizeof where, "; flight records and stack in %s", ws->flight_dir);
+    said_where(ws);
   }
   snprintf(w->hang, sizeof w->hang, "%.200s%.119s", why, where);
   /* said now: the job's closing line waits for the other workers to stop, seconds on a loaded host */
@@ -606,6 +627,7 @@ void cddp__workers_watch(cddp__workers_t *ws, int sig_fd, int event_fd, int (*ac
     int sig = pfd[0].revents & POLLIN ? cddp__sigguard_read(sig_fd) : 0; /* SIGCHLD: reaped below */
     if (cddp__sigguard_dump_asked()) {
       int k = dump_pages(ws, cddp__now_ns()), s = dump_pystacks(ws, 0);
+      if (k > 0 || s > 0) said_where(ws);
       if (s > 0) fprintf(stderr, "cddp run: SIGUSR1: the Python stacks of %d worker(s) are in %s\n", s, ws->flight_dir);
       if (k > 0) fprintf(stderr, "cddp run: SIGUSR1: the flight records of %d worker(s) are in %s\n", k, ws->flight_dir);
       else if (s <= 0) fprintf(stderr, "cddp run: SIGUSR1: no flight records to write (%s)\n",

@@ -69,6 +69,8 @@ typedef struct cddp__workers {
                        its peers wait is hung (launcher/hang.h): its pages are dumped to
                        flight_dir, its stack taken, and it is killed (a failure, its line why) */
   const char *flight_dir;
+  int *flight_named; /* NULL, or set once a line (the watchdog's, SIGUSR1's, an INFO one) names
+                        flight_dir: the agent keeps a private folder's records only then */
   void (*tick)(struct cddp__workers *ws, void *arg); /* NULL, or called about every second while
                                                        the workers run (the agent's status record) */
   void *tick_arg;
