@@ -93,10 +93,11 @@ struct cddp__warm {
   spare_t *s;         /* per slot */
   char ***env;        /* per slot: the last round's environment, copied */
   uint64_t due;
-  int nice;           /* > 0: spares import at this nice value and are set back to 0 when taken */
+  int nice;           /* > 0: spares import this much nicer and are set back to base when taken */
+  int base;           /* the agent's own nice: a taken spare runs as a fresh worker would */
 };
 
-/* Whether the agent may set a spare back from SPARE_NICE to 0 when it is taken: CAP_SYS_NICE,
+/* Whether the agent may set a spare back from SPARE_NICE to its own nice when taken: CAP_SYS_NICE,
  * or an RLIMIT_NICE that allows nice 0. Without it spares run at 0 (a spare left at 19 would be
  * a slow worker) and only --warm-delay keeps them out of the workers' way. */
 static int may_renice(void) {
@@ -107,16 +108,17 @@ static int may_renice(void) {
   return syscall(SYS_capget, &h, d) == 0 && (d[CAP_TO_INDEX(CAP_SYS_NICE)].effective & CAP_TO_MASK(CAP_SYS_NICE));
 }
 
-/* Every thread of pid back to nice 0 (a thread's nice is its own; the import may have started some). */
-static void renice_all(pid_t pid) {
+/* Every thread of pid back to the agent's nice (a thread's nice is its own; the import may have
+ * started some). */
+static void renice_all(pid_t pid, int base) {
   char dir[64];
   snprintf(dir, sizeof dir, "/proc/%d/task", (int)pid);
   DIR *d = opendir(dir);
   struct dirent *e;
   while (d && (e = readdir(d)))
-    if (e->d_name[0] != '.') setpriority(PRIO_PROCESS, (id_t)atoi(e->d_name), 0);
+    if (e->d_name[0] != '.') setpriority(PRIO_PROCESS, (id_t)atoi(e->d_name), base);
   if (d) closedir(d);
-  else setpriority(PRIO_PROCESS, (id_t)pid, 0);
+  else setpriority(PRIO_PROCESS, (id_t)pid, base);
 }
 
 /* What a spare of argv preloads (warm_new says when), and where SCRIPT or -m is in argv (*at). */
@@ -150,6 +152,9 @@ cddp__warm_t *cddp__warm_new(char *const *argv, const char *preload, int delay_m
   wp->delay_ms = delay_ms;
   wp->due = UINT64_MAX;
   wp->nice = may_renice() ? SPARE_NICE : 0;
+  errno = 0;
+  int base = getpriority(PRIO_PROCESS, 0);
+  wp->base = errno ? 0 : base;
   return wp;
 }
 
@@ -314,7 +319,7 @@ int cddp__warm_take(cddp__warm_t *wp, int slot, char *const *argv, char **env, c
   }
   close(s->ctl);
   if (cpus) sched_setaffinity(s->pid, sizeof *cpus, cpus);
-  if (wp->nice > 0) renice_all(s->pid);
+  if (wp->nice > 0) renice_all(s->pid, wp->base);
   CDDP_INFO(CDDP_SUB_RUN, "slot %d: the warm spare (pid %d, up %.1f s) takes over", slot, (int)s->pid,
             (double)(cddp__now_ns() - s->born_ns) / 1e9);
   *pid = s->pid;
