@@ -106,6 +106,7 @@ static cddp_result_t beat(cddp__monitor_t *m, uint64_t now) {
     memcpy(pending, m->pending, pending_len);
   }
   int n_lost = 0, lost[CDDP__MAX_MEMBERS], all = looks_at_all(m);
+  unsigned char willed[CDDP__MAX_MEMBERS]; /* lost[k] left its will (its connection closed) */
   unsigned char look[CDDP__MAX_MEMBERS];
   memset(look, all, (size_t)m->n);
   for (int k = 0; k < m->nring; k++) look[m->ring[k]] = 1;
@@ -120,20 +121,21 @@ static cddp_result_t beat(cddp__monitor_t *m, uint64_t now) {
     }
     /* still since the last beat: a crash leaves its will (a counter that moved needs no look,
      * so a crash is seen within two beats at one request per watched member per beat) */
-    if (exists(m->s, KEY(DEAD, w->id))) {
-      w->reported = 1;
-      SAY(m, CDDP__AEV_LOST, w->id, 0, 0, "its connection closed");
+    if (exists(m->s, KEY(DEAD, w->id))) { /* reported below, under the lease like the silent */
+      willed[n_lost] = 1, lost[n_lost++] = i;
       continue;
     }
     uint64_t still = (now - w->changed_at) / 1000000ull;
     if (still < (uint64_t)m->timeout_ms) continue;
     if (exists(m->s, KEY(LEFT, w->id))) continue; /* it left properly */
-    lost[n_lost++] = i;
+    willed[n_lost] = 0, lost[n_lost++] = i;
   }
   /* the store's host judges its lease before it drops anyone: a host cut off sees the others
    * go silent one beat apart, and dropping the first would leave it a "majority" of the smaller
    * generation while they vote with the larger one; so when someone is lost, a member silent
-   * for half the timeout counts as gone too */
+   * for half the timeout counts as gone too. A will counts the same way: a member that gave the
+   * store up closes its connection, and after a link flap that close arrives while the rest are
+   * still silent (docs/store.md, "A link flap") */
   int alive = m->n + 1;
   uint64_t gone_after = (uint64_t)(n_lost ? m->timeout_ms / 2 : m->timeout_ms);
   for (int i = 0; i < m->n; i++)
@@ -144,7 +146,8 @@ static cddp_result_t beat(cddp__monitor_t *m, uint64_t now) {
   for (int k = 0; k < n_lost && !m->lease_gone; k++) {
     watched_t *w = &m->w[lost[k]];
     w->reported = 1;
-    SAY(m, CDDP__AEV_LOST, w->id, 0, 0, "no heartbeat for %llu ms", (unsigned long long)((now - w->changed_at) / 1000000ull));
+    if (willed[k]) SAY(m, CDDP__AEV_LOST, w->id, 0, 0, "its connection closed");
+    else SAY(m, CDDP__AEV_LOST, w->id, 0, 0, "no heartbeat for %llu ms", (unsigned long long)((now - w->changed_at) / 1000000ull));
   }
   int members = m->n + 1;
   pthread_mutex_unlock(&m->mu);
@@ -538,13 +541,13 @@ void cddp__membership_events(cddp__membership_t *ms) {
               ms->host, ms->self, cddp__store_move_line(ms->mv));
       break;
     case CDDP__AEV_FROZE:
-      ms->ending = 2;
+      ms->ending = 2, ms->fence = 1;
       LINE_OF("node %s (agent %d) hosts the job's store but stood still for %lld ms (frozen or starved, past the "
               "heartbeat timeout): the others may have taken the store over, so it stops (split-brain guard)",
               ms->host, ms->self, (long long)e->value);
       break;
     case CDDP__AEV_MINORITY:
-      ms->ending = 2;
+      ms->ending = 2, ms->fence = 1;
       LINE_OF("node %s (agent %d) hosts the job's store but hears from only %d of its %d nodes: it stops, so that "
               "the others, a majority, may take the store over and go on (split-brain guard)", ms->host, ms->self,
               e->id, e->n);

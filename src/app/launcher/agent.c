@@ -484,8 +484,11 @@ static int all_exited(const cddp__workers_t *ws) {
 }
 
 /* The job goes on without this node, or stops: no replacements; the workers get grace_ms to
- * exit by themselves (they learn it from the generation record), then TERM, then KILL. */
+ * exit by themselves (they learn it from the generation record), then TERM, then KILL. A store
+ * host whose lease is gone kills them at once: the others may take over once the lease has run
+ * out, and no step of the old world may come after that (docs/store.md, "The lease"). */
 static void begin_ending(agent_t *a, cddp__workers_t *ws) {
+  if (a->ms.fence == 1) cddp__workers_kill(ws), a->ms.fence = 2; /* once: reaped pids are reused */
   if (!ws->stop_at) ws->stop_at = cddp__deadline_ms(a->o->grace_ms);
 }
 
