@@ -522,6 +522,9 @@ void cddp__membership_events(cddp__membership_t *ms) {
       cddp__membership_refresh(ms);
       if (!ms->ending) cddp__membership_done(ms, 0);
       break;
+    case CDDP__AEV_STORE_MOVED: /* the done marks stayed with the old store: this node's again */
+      if (ms->marked && !ms->ending) cddp__membership_done(ms, 1);
+      break;
     default: break;
     }
     if (ms->ending) continue; /* the first reason to end is the one said */
@@ -572,6 +575,7 @@ void cddp__membership_done(cddp__membership_t *ms, int mark) {
   if (mark && cddp_store_set(ms->store, cddp__job_key(CDDP__JK_RDZV_DONE, ms->round, ms->self).s, CDDP__JOB_FLAG,
                              CDDP__JOB_FLAG_LEN) != CDDP_OK)
     return;
+  if (mark) ms->marked = 1;
   /* the count of marks gates the exact look at every member's flag: without it each agent
    * would read N flags at each change and at the end, N^2 requests for the job */
   int64_t marked = 0;

@@ -179,8 +179,9 @@ flap_case() {
   local w1 before t0 up=0 took='' t_took='' alive='' el p
   w1=$(pgrep -P "${A[1]}" | tr '\n' ' ') before=$(last_step "$m") t0=$(date +%s.%N)
   "$NS" linkdown 1
-  for _ in $(seq 4500); do # 90 s at most: the link back after S s, the take-over seen
+  while :; do # 90 s at most: the link back after S s, the take-over seen
     el=$(since "$t0")
+    awk -v e="$el" 'BEGIN { exit !(e >= 90) }' && break
     [ $up = 0 ] && awk -v e="$el" -v s="$s" 'BEGIN { exit !(e >= s) }' && { "$NS" linkup 1; up=$el; }
     if [ -z "$took" ] && grep -q "^cddp run: the store's host .* took the store over" "$T/${name}2.out" "$T/${name}3.out"; then
       took=1 t_took=$(since "$t0")
