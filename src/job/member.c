@@ -44,6 +44,8 @@ struct cddp__monitor {
   char pending[96];   /* this agent's pending record while it waits to be taken in ("": none): */
   size_t pending_len; /* published again when the store moves (its new host never saw it) */
   int lease_gone; /* "minority" or "froze" was said: once */
+  int n_dropped;  /* members a later generation left out, still counted by the lease (below) */
+  uint64_t dropped_at[CDDP__MAX_MEMBERS];
   int n;
   unsigned beats;
   watched_t w[CDDP__MAX_MEMBERS];
@@ -136,11 +138,19 @@ static cddp_result_t beat(cddp__monitor_t *m, uint64_t now) {
    * for half the timeout counts as gone too. A will counts the same way: a member that gave the
    * store up closes its connection, and after a link flap that close arrives while the rest are
    * still silent (docs/store.md, "A link flap") */
-  int alive = m->n + 1;
+  /* a member dropped lately may be alive, cut off, and voting with the generation it last saw:
+   * it stays in the count, not alive, for as long as a take-over can count its vote (the next in
+   * line loses the store up to two heartbeat timeouts after it, then waits three and 1 s) */
+  uint64_t vote_ns = (uint64_t)(5 * m->timeout_ms + 1000) * 1000000ull;
+  int kept = 0;
+  for (int k = 0; k < m->n_dropped; k++)
+    if (now - m->dropped_at[k] < vote_ns) m->dropped_at[kept++] = m->dropped_at[k];
+  m->n_dropped = kept;
+  int alive = m->n + 1, members = m->n + 1 + kept;
   uint64_t gone_after = (uint64_t)(n_lost ? m->timeout_ms / 2 : m->timeout_ms);
   for (int i = 0; i < m->n; i++)
     if ((now - m->w[i].changed_at) / 1000000ull >= gone_after) alive--;
-  int minority = m->hosting && __atomic_load_n(m->hosting, __ATOMIC_ACQUIRE) && 2 * alive < m->n + 1 &&
+  int minority = m->hosting && __atomic_load_n(m->hosting, __ATOMIC_ACQUIRE) && 2 * alive < members &&
                  !m->lease_gone;
   if (minority) m->lease_gone = 1;
   for (int k = 0; k < n_lost && !m->lease_gone; k++) {
@@ -149,7 +159,6 @@ static cddp_result_t beat(cddp__monitor_t *m, uint64_t now) {
     if (willed[k]) SAY(m, CDDP__AEV_LOST, w->id, 0, 0, "its connection closed");
     else SAY(m, CDDP__AEV_LOST, w->id, 0, 0, "no heartbeat for %llu ms", (unsigned long long)((now - w->changed_at) / 1000000ull));
   }
-  int members = m->n + 1;
   pthread_mutex_unlock(&m->mu);
   if (minority) SAY(m, CDDP__AEV_MINORITY, alive, members, 0, NULL);
   if (pending_len) { /* the new host knows the agent ids of the members only: ours too, so it is scanned */
@@ -276,6 +285,10 @@ void cddp__monitor_watch(cddp__monitor_t *m, const cddp__members_t *members, int
     m->w[m->n++] = w;
   }
   for (int k = 0; at >= 0 && k < RING_WATCH && k < m->n; k++) m->ring[m->nring++] = (at + k) % m->n;
+  for (int j = 0; j < nold; j++) /* dropped by this generation: the lease counts it a while */
+    if (old[j].id != m->self && cddp__members_find(members, old[j].id, NULL, NULL) < 0 &&
+        m->n_dropped < CDDP__MAX_MEMBERS)
+      m->dropped_at[m->n_dropped++] = now;
   m->gen = gen;
   memset(m->said, 0, sizeof m->said); /* a new generation: pending agents are looked at again */
   pthread_mutex_unlock(&m->mu);

@@ -327,6 +327,18 @@ static void *vote_main(void *arg) {
                 mv->lost_port, id, peers->p[k].host, peers->p[k].port);
       /* the store moves there (or this node's calls end when nobody takes it) */
       cddp__agent_ev_say(mv->notify_fd, CDDP__AEV_STORE_MOVED, id, 0, mv->lost_epoch + 1, NULL);
+      /* after a link flap the others may still reach the old host, which keeps its majority, and
+       * nobody takes over: this node left that epoch for good, so it is cut off, and says so once
+       * the latest take-over could have happened (the next in line may lose the store two
+       * heartbeat timeouts after this node, then waits three and its margin at most) */
+      uint64_t until = mv->lost_at + (uint64_t)(5 * mv->hb_timeout_ms + 2 * LEASE_MARGIN_MS) * 1000000ull;
+      while (cddp__failover_epoch() <= mv->lost_epoch && cddp__now_ns() < until) usleep(POLL_MS * 1000);
+      if (cddp__failover_epoch() <= mv->lost_epoch) {
+        set_line(mv, "lost the store at %s:%d and voted for agent %d to take it over, which did not within %.1f s "
+                 "(the others still reach the old host: this node is the one cut off)", mv->lost_host, mv->lost_port,
+                 id, (cddp__now_ns() - mv->lost_at) / 1e9);
+        say_stop(mv);
+      }
       goto out;
     }
   }

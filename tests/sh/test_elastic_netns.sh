@@ -196,11 +196,21 @@ flap_case() {
   wait_all 5 "${A[1]}" "${A[2]}" "${A[3]}"
   local r1=${RC[0]} r2=${RC[1]} r3=${RC[2]} t_end; t_end=$(since "$t0")
   cat "$T/$name"?.out >"$T/$name.out"
-  [ "$r2" = 0 ] && [ "$r3" = 0 ] && ok "$name: host 1's link down ${s} s at step $before: hosts 2 and 3 finish (exit 0) $t_end s after the cut" ||
-    fail "$name: exit codes" "$r1 $r2 $r3; $(grep -h '^cddp run: \|recovered' "$T/$name.out" | tail -5 | tr '\n' ' ')"
+  # taken over: both others finish. Not: the old host kept its majority and finishes, and so does
+  # one other at least; a host whose calls went unanswered past the heartbeat timeout took itself
+  # for cut off (its vote led nowhere), was dropped, and ended by itself with one line
+  local left='' r how
+  [ "$r2" = 0 ] || left=2
+  [ "$r3" = 0 ] || left+=3
+  r=$([ "$left" = 2 ] && echo "$r2" || echo "$r3")
+  if [ -n "$took" ] && [ -z "$left" ]; then
+    ok "$name: host 1's link down $s s at step $before: hosts 2 and 3 finish (exit 0) $t_end s after the cut"
+  elif [ -z "$took" ] && [ "$r1" = 0 ] && [ ${#left} -le 1 ] && [ "$r" != 137 ]; then
+    how=$([ -n "$left" ] && echo "; host $left ended by itself (exit $r): $(grep -h '^cddp run: ' "$T/${name}$left.out" | tail -1 | cut -c11-130)")
+    ok "$name: host 1's link down $s s at step $before: no take-over, the old host kept its majority and the job finished $t_end s after the cut$how"
+  else fail "$name: exit codes" "$r1 $r2 $r3 (taken over: ${took:-no}); $(grep -h '^cddp run: \|recovered' "$T/$name.out" | tail -5 | tr '\n' ' ')"; fi
   if [ -z "$took" ]; then
-    [ "$r1" = 0 ] && ok "$name: no take-over: the old host rode the flap out and finished (exit 0)" ||
-      fail "$name: the old host, no take-over" "rc=$r1: $(tail -3 "$T/${name}1.out" | tr '\n' ' ')"
+    ok "$name: no take-over, so no host was deposed"
   elif [ -z "$alive" ] && [ "$r1" != 0 ] && [ "$r1" != 137 ]; then
     ok "$name: taken over $t_took s after the cut; the old host's workers had stopped by then; it ended (exit $r1)"
   else fail "$name: the fence" "taken over after $t_took s; old host's workers still running then:${alive:- none}; rc=$r1: $(grep -h '^cddp run: ' "$T/${name}1.out" | tail -2 | tr '\n' ' ')"; fi
@@ -210,7 +220,6 @@ flap_case() {
   v=$(samples "$name")
   [ "$v" = clean ] && ok "$name: every sample of the epoch exactly once" || fail "$name: samples" "$v"
   echo "# $name: link down $s s at step $before: taken over after ${t_took:-never} s, all ended after $t_end s; test time so far ${SECONDS} s"
-  FLAP_ROW="$s ${t_took:-none} $r1 $r2 $r3 $t_end $steps/$uniq $v"
 }
 
 want cut && { cut_case cut linkdown; "$NS" linkup 3; }
