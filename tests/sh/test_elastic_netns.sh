@@ -7,7 +7,10 @@
 # host 3 joins again (skipped until scale-up is on the branch). (storekill) host 1, the store's
 # host, kill -9'd whole: host 2 takes the store over, hosts 2 and 3 finish. (storecut) host 1's
 # cable pulled: taken over after its lease; host 1 stops by itself (docs/store.md, "Failover").
-# Prints cut -> detection and cut -> the survivors' next completed step.
+# (flap) host 1's cable pulled for 1, 3 and 8 s, then plugged back (`flap:S,...` for others;
+# tests/cluster/flap_table.sh runs the whole table): the job completes, every step and sample
+# once, and host 1's workers are gone when anyone takes the store over (docs/store.md, "A link
+# flap"). Prints cut -> detection and cut -> the survivors' next completed step.
 cd "$(dirname "$0")/../.." && source tests/sh/lib.sh
 NS=tests/cluster/netns.sh
 T=$(mktemp -d /tmp/cddp-elastic-netns.XXXXXX)
