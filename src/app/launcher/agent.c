@@ -719,8 +719,11 @@ static int follow_value(agent_t *a, const char *value, int *exit_code) {
     return r;
   }
   free(ev);
-  fprintf(stderr, "cddp run: lost the store at %s:%d: %s\n", a->js.host, a->js.port,
-          !strncmp(value, "lost ", 5) ? value + 5 : value);
+  /* the store's move said why this node stops (its clients were cut for it): that line */
+  const char *why = cddp__store_move_line(a->ms.mv);
+  if (why[0]) fprintf(stderr, "cddp run: node %s (agent %d) %s\n", a->host, a->id, why);
+  else fprintf(stderr, "cddp run: lost the store at %s:%d: %s\n", a->js.host, a->js.port,
+               !strncmp(value, "lost ", 5) ? value + 5 : value);
   *exit_code = 1;
   return 1;
 }
