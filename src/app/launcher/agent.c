@@ -719,11 +719,14 @@ static int follow_value(agent_t *a, const char *value, int *exit_code) {
     return r;
   }
   free(ev);
-  /* the store's move said why this node stops (its clients were cut for it): that line */
-  const char *why = cddp__store_move_line(a->ms.mv);
+  /* the store's move said why this node stops (its clients were cut for it): that line; a store
+   * that may move and moved nowhere with this node: it is the one cut off */
+  const char *why = cddp__store_move_line(a->ms.mv), *lost = !strncmp(value, "lost ", 5) ? value + 5 : value;
   if (why[0]) fprintf(stderr, "cddp run: node %s (agent %d) %s\n", a->host, a->id, why);
-  else fprintf(stderr, "cddp run: lost the store at %s:%d: %s\n", a->js.host, a->js.port,
-               !strncmp(value, "lost ", 5) ? value + 5 : value);
+  else if (a->ms.mv)
+    fprintf(stderr, "cddp run: node %s (agent %d) is cut off from the job (lost the store at %s:%d: %s)\n", a->host,
+            a->id, a->js.host, a->js.port, lost);
+  else fprintf(stderr, "cddp run: lost the store at %s:%d: %s\n", a->js.host, a->js.port, lost);
   *exit_code = 1;
   return 1;
 }
