@@ -58,7 +58,7 @@ const cddp__cfg_key_t cddp__cfg_keys[] = {
      "matrix products: fp32, or bf16 inputs with fp32 accumulation (needs AVX512-BF16; weights, gradients and optimizer state stay fp32)"},
     /* the GPU issue's key (trainer/device.h; docs/gpu.md) */
     {"train.device", CDDP__CFG_ENUM, F(device), 0, "auto", NONE, 0, "cpu|cuda|auto",
-     "where the model runs: cpu, cuda (one GPU per local rank; refused without one) or auto (cuda when a GPU is visible and the models run there: not yet, docs/gpu.md)"},
+     "where the model runs: cpu, cuda (one GPU per local rank, several ranks may share one; refused without one) or auto (cuda when a GPU is visible, else cpu; docs/gpu.md)"},
     {"batch.global", CDDP__CFG_INT, F(global_batch), 0, "256", 1, 1 << 24, 0, NULL,
      "samples per optimizer step, over all ranks (= micro x world x accumulation steps)"},
     {"batch.micro", CDDP__CFG_INT, F(micro_batch), 0, "128", 1, 1 << 24, 0, NULL,
