@@ -54,6 +54,8 @@
     "1: record every collective (the flight recorder the agent reads to find hangs); 0: off") \
   X(PY_SPY, "CDDP_PY_SPY", "py-spy",                                                          \
     "cddp run: the py-spy the watchdog runs for Python workers' stacks (a path, or a name on PATH)") \
+  X(WARM_NICE, "CDDP_WARM_NICE", "0",                                                        \
+    "cddp run: the nice value (0-19) a warm spare imports at; set back to the agent's own when it becomes a worker") \
   X(DESYNC_CHECK, "CDDP_DESYNC_CHECK", "1",                                                    \
     "1: every collective's kind, count, dtype and op are compared across ranks (a mismatch fails every rank, naming both calls); 0: off") \
   X(RDZV_SAY_MS, "CDDP_RDZV_SAY_MS", "10000",                                                 \

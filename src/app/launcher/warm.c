@@ -23,13 +23,14 @@
 
 #include "common/check.h"
 #include "common/clock.h"
+#include "common/knobs.h"
 #include "common/log.h"
 #include "launcher/cpubind.h"
 #include "launcher/program.h"
 #include "launcher/proc.h"
 
 #define MSG_MAX (1 << 20) /* arguments + environment; larger: a fresh start */
-#define SPARE_NICE 19     /* a spare's import yields the CPUs to the workers */
+#define DEFAULT_PRELOAD "torch,torch.distributed,torch._dynamo"
 
 static const char STUB[] =
     "import os, sys\n"
@@ -93,11 +94,11 @@ struct cddp__warm {
   spare_t *s;         /* per slot */
   char ***env;        /* per slot: the last round's environment, copied */
   uint64_t due;
-  int nice;           /* > 0: spares import at this nice value and are set back to 0 when taken */
+  int nice;           /* > 0: spares import at this nice value (CDDP_WARM_NICE), set back to the agent's when taken */
 };
 
-/* Whether the agent may set a spare back from SPARE_NICE to 0 when it is taken: CAP_SYS_NICE,
- * or an RLIMIT_NICE that allows nice 0. Without it spares run at 0 (a spare left at 19 would be
+/* Whether the agent may set a spare back from CDDP_WARM_NICE to its own nice when it is taken:
+ * CAP_SYS_NICE, or an RLIMIT_NICE that allows nice 0. Without it spares run at 0 (a spare left at 19 would be
  * a slow worker) and only --warm-delay keeps them out of the workers' way. */
 static int may_renice(void) {
   struct rlimit rl;
@@ -107,16 +108,16 @@ static int may_renice(void) {
   return syscall(SYS_capget, &h, d) == 0 && (d[CAP_TO_INDEX(CAP_SYS_NICE)].effective & CAP_TO_MASK(CAP_SYS_NICE));
 }
 
-/* Every thread of pid back to nice 0 (a thread's nice is its own; the import may have started some). */
-static void renice_all(pid_t pid) {
+/* Every thread of pid to nice (a thread's nice is its own; the import may have started some). */
+static void renice_all(pid_t pid, int nice) {
   char dir[64];
   snprintf(dir, sizeof dir, "/proc/%d/task", (int)pid);
   DIR *d = opendir(dir);
   struct dirent *e;
   while (d && (e = readdir(d)))
-    if (e->d_name[0] != '.') setpriority(PRIO_PROCESS, (id_t)atoi(e->d_name), 0);
+    if (e->d_name[0] != '.') setpriority(PRIO_PROCESS, (id_t)atoi(e->d_name), nice);
   if (d) closedir(d);
-  else setpriority(PRIO_PROCESS, (id_t)pid, 0);
+  else setpriority(PRIO_PROCESS, (id_t)pid, nice);
 }
 
 /* What a spare of argv preloads (warm_new says when), and where SCRIPT or -m is in argv (*at). */
@@ -127,7 +128,9 @@ static const char *preload_of(char *const *argv, const char *preload, int *at_ou
     if (!*preload) snprintf(why, why_size, "nothing to preload (--warm-preload '')");
     return *preload ? preload : NULL;
   }
-  if (strcmp(argv[at], "-m") != 0 && cddp__program_imports_torch(argv[at])) return "torch,torch.distributed";
+  /* torch 2.x imports torch._dynamo (sympy, inductor) at a script's first optimizer: 1.5 s of an
+   * idle core, more than torch's own import; 1.13 has no such module and the stub skips it */
+  if (strcmp(argv[at], "-m") != 0 && cddp__program_imports_torch(argv[at])) return DEFAULT_PRELOAD;
   snprintf(why, why_size, "%.200s does not import torch (name modules with --warm-preload)", argv[at]);
   return NULL;
 }
@@ -149,7 +152,10 @@ cddp__warm_t *cddp__warm_new(char *const *argv, const char *preload, int delay_m
   snprintf(wp->preload, sizeof wp->preload, "%s", what);
   wp->delay_ms = delay_ms;
   wp->due = UINT64_MAX;
-  wp->nice = may_renice() ? SPARE_NICE : 0;
+  /* nice 0 by default: on a host whose CPUs the workers keep busy (CPU training), a spare at
+   * nice 19 gets 1.5% of a core and was still importing 60 s on, when the restart came */
+  int64_t nice = cddp__knob_int(CDDP_KNOB_WARM_NICE);
+  wp->nice = nice > 0 && may_renice() ? (int)CDDP_MIN(nice, (int64_t)19) : 0;
   return wp;
 }
 
@@ -314,7 +320,11 @@ int cddp__warm_take(cddp__warm_t *wp, int slot, char *const *argv, char **env, c
   }
   close(s->ctl);
   if (cpus) sched_setaffinity(s->pid, sizeof *cpus, cpus);
-  if (wp->nice > 0) renice_all(s->pid);
+  if (wp->nice > 0) { /* to the agent's own nice, which a fresh worker inherits */
+    errno = 0;
+    int own = getpriority(PRIO_PROCESS, 0);
+    renice_all(s->pid, errno ? 0 : own);
+  }
   CDDP_INFO(CDDP_SUB_RUN, "slot %d: the warm spare (pid %d, up %.1f s) takes over", slot, (int)s->pid,
             (double)(cddp__now_ns() - s->born_ns) / 1e9);
   *pid = s->pid;
