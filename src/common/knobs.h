@@ -10,6 +10,8 @@
   X(DEBUG, "CDDP_DEBUG", "WARN", "log level: NONE, WARN, INFO or TRACE")                       \
   X(DEBUG_SUBSYS, "CDDP_DEBUG_SUBSYS", "",                                                     \
     "subsystems logged at INFO/TRACE: comma list of INIT,STORE,RDZV,RUN,COMM,SHM,NET,BENCH,ENV,ERR,TRAIN,DDP; ^ excludes; empty = all") \
+  X(DEBUG_TIMESTAMP, "CDDP_DEBUG_TIMESTAMP", "0",                                             \
+    "1: each log line starts with the wall clock in seconds, to line up an agent's events with its workers'") \
   X(SOCKET_IFNAME, "CDDP_SOCKET_IFNAME", "",                                                   \
     "interface for TCP: prefix list (eth,ib), ^prefix to exclude, =name exact; empty = the one routing to the master") \
   X(NSTREAMS, "CDDP_NSTREAMS", "2", "TCP connections per peer")                                \
