@@ -128,8 +128,8 @@ static const char *preload_of(char *const *argv, const char *preload, int *at_ou
     if (!*preload) snprintf(why, why_size, "nothing to preload (--warm-preload '')");
     return *preload ? preload : NULL;
   }
-  /* torch 2.x imports torch._dynamo (sympy, inductor) at a script's first optimizer: 1.5 s of an
-   * idle core, more than torch's own import; 1.13 has no such module and the stub skips it */
+  /* torch 2.x imports torch._dynamo (sympy, inductor) at a script's first optimizer: almost as
+   * long as torch's own import, on every restart; 1.13 has no such module and the stub skips it */
   if (strcmp(argv[at], "-m") != 0 && cddp__program_imports_torch(argv[at])) return DEFAULT_PRELOAD;
   snprintf(why, why_size, "%.200s does not import torch (name modules with --warm-preload)", argv[at]);
   return NULL;
