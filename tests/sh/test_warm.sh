@@ -41,7 +41,8 @@ grep -q "\"argv\": \[\"warm_probe.py\", \"a1\", \"--b=2\"\]" "$T/script.out" && 
   grep -q "\"path0\": \"$T\"" "$T/script.out" && grep -q '"warm_vars": \[\]' "$T/script.out" && grep -q "\"nice\": $(nice)" "$T/script.out" &&
   ok "the probe's own view is a plain python3 run's" || fail "probe view" "$(grep probe "$T/script.out" | head -1)"
 sleep 0.2
-left=$(pgrep -f '_cddp_warm' | wc -l)
+left=0 # this test's spares (their folder is $T; other jobs on the machine have spares too)
+for p in $(pgrep -f '_cddp_warm'); do [ "$(readlink "/proc/$p/cwd")" = "$T" ] && left=$((left + 1)); done
 [ "$left" = 0 ] && ok "no spare outlives the job" || fail "spares left" "$left processes"
 
 # 2. -m: sys.path[0] is the working folder, argv[0] the module's file
@@ -83,12 +84,32 @@ CDDP_WARM_WORKERS=x "$CDDP" run --standalone warm_probe.py >"$T/bad.out" 2>&1; r
 # 6. torch, its default preload: restart-all with a SIGKILLed worker takes the spares; under
 # torch 2.x the restarted script finds torch._dynamo imported (torch 1.13 has none)
 cat >"$T/dynamo_probe.py" <<'PY'
-import os, signal, sys
+import os, signal, sys, time
 pre = "torch._dynamo" in sys.modules
 import torch
 attempt, rank = os.environ["TORCHELASTIC_RESTART_COUNT"], os.environ["RANK"]
 print(f"dynamo attempt {attempt} rank {rank} preloaded {pre}", flush=True)
-if attempt == "0" and rank == "1":
+
+def ready_spares():  # the agent's children that wait on their fd 3: done preloading
+    n = 0
+    for p in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            if b"_cddp_warm" not in open(f"/proc/{p}/cmdline", "rb").read():
+                continue
+            if int(open(f"/proc/{p}/stat").read().rsplit(")", 1)[1].split()[1]) != os.getppid():
+                continue
+            try:
+                n += open(f"/proc/{p}/syscall").read().split()[:2] == ["0", "0x3"]
+            except OSError:  # no ptrace rights over it: what the kernel says it waits in
+                n += "pipe_read" in open(f"/proc/{p}/wchan").read()
+        except (OSError, ValueError, IndexError):
+            pass
+    return n
+
+if attempt == "0" and rank == "1":  # a spare taken mid-preload stops preloading: wait for both
+    end = time.time() + 100
+    while ready_spares() < 2 and time.time() < end:
+        time.sleep(0.1)
     os.kill(os.getpid(), signal.SIGKILL)
 PY
 for tpy in /usr/bin/python3 "$ROOT/.venv/bin/python"; do

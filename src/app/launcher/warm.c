@@ -1,7 +1,8 @@
 /* warm.c - warm spare workers (warm.h).
  *
  * A spare is the program's interpreter running a small stub (STUB below): it imports the
- * preload list, then blocks reading fd 3. When a restart takes it, the agent writes the
+ * preload list (and stops at the next module once fd 3 is readable: taken early, the script
+ * should not wait for modules it may never import), then blocks reading fd 3. When a restart takes it, the agent writes the
  * worker's arguments and environment there and closes it; the stub replaces os.environ, sets
  * sys.argv and sys.path[0] as the interpreter would have, and runs the script (runpy) as
  * __main__. An empty read (the agent gave it up) ends it. The spare is a child of the agent,
@@ -35,8 +36,11 @@
 static const char STUB[] =
     "import os, sys\n"
     "def _cddp_warm():\n"
+    "    import select\n"
     "    fd = int(os.environ.pop('CDDP_WARM_FD'))\n"
     "    for m in os.environ.pop('CDDP_WARM_PRELOAD', '').split(','):\n"
+    "        if select.select([fd], [], [], 0)[0]:\n" /* taken mid-preload: the script now, */
+    "            break  # it imports what it needs itself\n"      /* not modules it may never use */
     "        try:\n"
     "            m and __import__(m)\n"
     "        except Exception:\n"
