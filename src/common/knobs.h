@@ -10,6 +10,8 @@
   X(DEBUG, "CDDP_DEBUG", "WARN", "log level: NONE, WARN, INFO or TRACE")                       \
   X(DEBUG_SUBSYS, "CDDP_DEBUG_SUBSYS", "",                                                     \
     "subsystems logged at INFO/TRACE: comma list of INIT,STORE,RDZV,RUN,COMM,SHM,NET,BENCH,ENV,ERR,TRAIN,DDP; ^ excludes; empty = all") \
+  X(DEBUG_TIMESTAMP, "CDDP_DEBUG_TIMESTAMP", "0",                                             \
+    "1: each log line starts with the wall clock in seconds, to line up an agent's events with its workers'") \
   X(SOCKET_IFNAME, "CDDP_SOCKET_IFNAME", "",                                                   \
     "interface for TCP: prefix list (eth,ib), ^prefix to exclude, =name exact; empty = the one routing to the master") \
   X(NSTREAMS, "CDDP_NSTREAMS", "2", "TCP connections per peer")                                \
@@ -54,6 +56,8 @@
     "1: record every collective (the flight recorder the agent reads to find hangs); 0: off") \
   X(PY_SPY, "CDDP_PY_SPY", "py-spy",                                                          \
     "cddp run: the py-spy the watchdog runs for Python workers' stacks (a path, or a name on PATH)") \
+  X(WARM_NICE, "CDDP_WARM_NICE", "0",                                                        \
+    "cddp run: the nice value (0-19) a warm spare imports at; set back to the agent's own when it becomes a worker") \
   X(DESYNC_CHECK, "CDDP_DESYNC_CHECK", "1",                                                    \
     "1: every collective's kind, count, dtype and op are compared across ranks (a mismatch fails every rank, naming both calls); 0: off") \
   X(RDZV_SAY_MS, "CDDP_RDZV_SAY_MS", "10000",                                                 \

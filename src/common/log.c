@@ -1,10 +1,11 @@
-/* log.c - formats "host:pid [rank] CDDP LEVEL SUB file:line message" lines on stderr. */
+/* log.c - formats "[seconds] host:pid [rank] CDDP LEVEL SUB file:line message" lines on stderr. */
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "common/knobs.h"
@@ -14,6 +15,7 @@
 int cddp__log_level = -1;
 unsigned cddp__log_subsys = CDDP_SUB_ALL;
 static int log_rank = -1;
+static int log_time; /* CDDP_DEBUG_TIMESTAMP */
 static char log_host[64];
 static pthread_once_t log_once = PTHREAD_ONCE_INIT;
 
@@ -73,6 +75,7 @@ static void init_once(void) {
   if (gethostname(log_host, sizeof log_host) != 0) strcpy(log_host, "?");
   log_host[sizeof log_host - 1] = '\0';
   if (log_rank < 0) log_rank = cddp__launcher_rank(environ); /* until cddp_env_read says */
+  log_time = cddp__knob_int(CDDP_KNOB_DEBUG_TIMESTAMP) != 0;
   cddp__log_subsys = mask;
   __atomic_store_n(&cddp__log_level, level, __ATOMIC_RELEASE);
   /* said where a user of NCCL looks: the settings they gave NCCL steer cddp's logs too */
@@ -86,15 +89,20 @@ void cddp__log_set_rank(int rank) { log_rank = rank; }
 
 void cddp__log(int level, unsigned sub, const char *file, int line, const char *fmt, ...) {
   static const char *names[] = {"NONE", "WARN", "INFO", "TRACE"};
-  char msg[1024];
+  char msg[1024], when[32] = "";
   int n;
   const char *base = strrchr(file, '/');
   base = base ? base + 1 : file;
+  if (log_time) { /* the wall clock: the one an agent and its workers (and torch's own lines) share */
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    snprintf(when, sizeof when, "%lld.%06ld ", (long long)ts.tv_sec, ts.tv_nsec / 1000);
+  }
   if (log_rank >= 0)
-    n = snprintf(msg, sizeof msg, "%s:%d [%d] CDDP %s %s %s:%d ", log_host, (int)getpid(), log_rank,
+    n = snprintf(msg, sizeof msg, "%s%s:%d [%d] CDDP %s %s %s:%d ", when, log_host, (int)getpid(), log_rank,
                  names[level], subsys_name(sub), base, line);
   else
-    n = snprintf(msg, sizeof msg, "%s:%d CDDP %s %s %s:%d ", log_host, (int)getpid(), names[level],
+    n = snprintf(msg, sizeof msg, "%s%s:%d CDDP %s %s %s:%d ", when, log_host, (int)getpid(), names[level],
                  subsys_name(sub), base, line);
   if (n < 0 || (size_t)n >= sizeof msg) n = 0;
   va_list ap;

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # test_debug.sh - CDDP_DEBUG / CDDP_DEBUG_SUBSYS: INFO names the interface, the transport and
-# the algorithm; WARN (the default) is quiet; a subsystem can be excluded.
+# the algorithm; WARN (the default) is quiet; a subsystem can be excluded; CDDP_DEBUG_TIMESTAMP.
 cd "$(dirname "$0")/../.." && source tests/sh/lib.sh
 T=$(mktemp -d /tmp/cddp-debug.XXXXXX)
 trap 'rm -rf "$T"' EXIT
@@ -17,6 +17,10 @@ check "INFO over tcp names the interface" grep -q 'CDDP INFO NET .*using lo 127.
 check "INFO over tcp names streams per peer" grep -q 'CDDP INFO NET .*stream(s) to each of 1 peer' "$T/tcp.out"
 check "INFO names transport and algorithm" grep -q 'comm ready: rank 1 of 2, .*transport tcp, .*algorithm auto' "$T/tcp.out"
 check "INFO lines carry host:pid [rank]" grep -qE '^\[rank 0\] [^ ]+:[0-9]+ \[0\] CDDP INFO' "$T/tcp.out"
+
+CDDP_DEBUG=INFO CDDP_DEBUG_TIMESTAMP=1 CDDP_DEBUG_SUBSYS=RUN,COMM job "$T/time.out"
+check "CDDP_DEBUG_TIMESTAMP=1: a worker's lines start with the wall clock" grep -qE '^\[rank 0\] [0-9]{10}\.[0-9]{6} [^ ]+:[0-9]+ \[0\] CDDP INFO' "$T/time.out"
+check "CDDP_DEBUG_TIMESTAMP=1: the agent's too" grep -qE '^[0-9]{10}\.[0-9]{6} [^ ]+:[0-9]+ CDDP INFO RUN' "$T/time.out"
 
 CDDP_DEBUG=INFO job "$T/shm.out"
 check "INFO over shm names the algorithms" grep -q 'CDDP INFO SHM .*direct .* up to 65536 B, ring above' "$T/shm.out"

@@ -4,8 +4,10 @@
 # __name__, __file__, sys.argv, sys.path[0], environment (the new round's, none of the spare's
 # own variables) and nice value as a fresh worker; its exception and exit code reach the blame
 # line as a fresh worker's do; -m works; no spare outlives the job; --warm-workers off and bad
-# values. Plain python3 with --warm-preload json for most; one case with torch and its default.
+# values. Plain python3 with --warm-preload json for most; torch and its default preload under
+# both torches (torch 2.x: torch._dynamo is imported before the script, as its optimizers need).
 cd "$(dirname "$0")/../.." && source tests/sh/lib.sh
+ROOT=$PWD
 CORETYPE=$(scripts/openblas-coretype.sh) # for torch 1.13: the best kernels this CPU runs
 T=$(mktemp -d /tmp/cddp-warm.XXXXXX)
 trap 'kill $(jobs -p) 2>/dev/null; rm -rf "$T"' EXIT
@@ -22,8 +24,9 @@ run() { # OUT ARGS...: cddp run, 2 workers, one restart allowed, INFO for the la
 # what a probe line shows, less what differs between attempts by design
 seen() { grep -o "probe attempt $2 rank $3 .*" "$T/$1" | sed 's/^probe attempt [0-9] //'; }
 
-# 1. a script: both workers restarted from warm spares, indistinguishable from fresh ones
-run script.out --warm-preload json --warm-delay 0 warm_probe.py a1 --b=2
+# 1. a script: both workers restarted from warm spares, indistinguishable from fresh ones (the
+# spares import at nice 19: a taken one is set back to 0)
+CDDP_WARM_NICE=19 run script.out --warm-preload json --warm-delay 0 warm_probe.py a1 --b=2
 takes=$(grep -c 'the warm spare .* takes over' "$T/script.out")
 if [ "$(cat "$T/script.out.rc")" = 0 ] && [ "$takes" = 2 ]; then ok "a restart takes 2 warm spares; the job completes"
 else fail "warm restart" "rc $(cat "$T/script.out.rc"), $takes taken: $(tail -5 "$T/script.out" | tr '\n' ' ')"; fi
@@ -38,8 +41,8 @@ grep -q "\"argv\": \[\"warm_probe.py\", \"a1\", \"--b=2\"\]" "$T/script.out" && 
   grep -q "\"path0\": \"$T\"" "$T/script.out" && grep -q '"warm_vars": \[\]' "$T/script.out" && grep -q "\"nice\": $(nice)" "$T/script.out" &&
   ok "the probe's own view is a plain python3 run's" || fail "probe view" "$(grep probe "$T/script.out" | head -1)"
 sleep 0.2
-# this test's spares only (their working folder is $T): another test may run warm workers now
-left=$(for q in $(pgrep -f '_cddp_warm'); do [ "$(readlink "/proc/$q/cwd")" = "$T" ] && echo "$q"; done | wc -l)
+left=0 # this test's spares (their folder is $T; other jobs on the machine have spares too)
+for p in $(pgrep -f '_cddp_warm'); do [ "$(readlink "/proc/$p/cwd")" = "$T" ] && left=$((left + 1)); done
 [ "$left" = 0 ] && ok "no spare outlives the job" || fail "spares left" "$left processes"
 
 # 2. -m: sys.path[0] is the working folder, argv[0] the module's file
@@ -78,14 +81,54 @@ bad "--warm-delay -1" "--warm-delay" --warm-delay -1
 CDDP_WARM_WORKERS=x "$CDDP" run --standalone warm_probe.py >"$T/bad.out" 2>&1; rc=$?
 [ $rc = 2 ] && grep -q CDDP_WARM_WORKERS "$T/bad.out" && ok "bad input: CDDP_WARM_WORKERS=x" || fail "env mirror" "rc $rc: $(cat "$T/bad.out")"
 
-# 6. torch, its default preload: restart-all with a SIGKILLed worker takes the spares
-if /usr/bin/python3 -c 'import torch.distributed' 2>/dev/null; then
-  CDDP_PYTHON=/usr/bin/python3 OPENBLAS_CORETYPE=$CORETYPE run torch.out --warm-delay 0 restart.py
-  n=$(grep -c "restart ok rank [01] of 2 attempt 1 " "$T/torch.out")
-  if [ "$(cat "$T/torch.out.rc")" = 0 ] && [ "$n" = 2 ] && grep -q 'preloading torch,torch.distributed' "$T/torch.out" &&
-     [ "$(grep -c 'takes over' "$T/torch.out")" = 2 ]; then ok "torch: a SIGKILLed worker; both restart from spares with torch imported"
-  else fail "torch warm restart" "rc $(cat "$T/torch.out.rc"), $n ok: $(tail -4 "$T/torch.out" | tr '\n' ' ')"; fi
-else
-  ok "torch warm restart # SKIP /usr/bin/python3 has no torch (apt-get install python3-torch)"
-fi
+# 6. torch, its default preload: restart-all with a SIGKILLed worker takes the spares; under
+# torch 2.x the restarted script finds torch._dynamo imported (torch 1.13 has none)
+cat >"$T/dynamo_probe.py" <<'PY'
+import os, signal, sys, time
+pre = "torch._dynamo" in sys.modules
+import torch
+attempt, rank = os.environ["TORCHELASTIC_RESTART_COUNT"], os.environ["RANK"]
+print(f"dynamo attempt {attempt} rank {rank} preloaded {pre}", flush=True)
+
+def ready_spares():  # the agent's children that wait on their fd 3: done preloading
+    n = 0
+    for p in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            if b"_cddp_warm" not in open(f"/proc/{p}/cmdline", "rb").read():
+                continue
+            if int(open(f"/proc/{p}/stat").read().rsplit(")", 1)[1].split()[1]) != os.getppid():
+                continue
+            try:
+                n += open(f"/proc/{p}/syscall").read().split()[:2] == ["0", "0x3"]
+            except OSError:  # no ptrace rights over it: what the kernel says it waits in
+                n += "pipe_read" in open(f"/proc/{p}/wchan").read()
+        except (OSError, ValueError, IndexError):
+            pass
+    return n
+
+if attempt == "0" and rank == "1":  # a spare taken mid-preload stops preloading: wait for both
+    end = time.time() + 100
+    while ready_spares() < 2 and time.time() < end:
+        time.sleep(0.1)
+    os.kill(os.getpid(), signal.SIGKILL)
+PY
+for tpy in /usr/bin/python3 "$ROOT/.venv/bin/python"; do
+  if ! "$tpy" -c 'import torch.distributed' 2>/dev/null; then
+    ok "torch warm restart:$tpy # SKIP $tpy has no torch (scripts/install-deps.sh test)"; continue
+  fi
+  if [ "$tpy" = /usr/bin/python3 ]; then # gloo re-forms in spares (test_torchrun runs restart.py under both)
+    CDDP_PYTHON=$tpy OPENBLAS_CORETYPE=$CORETYPE run torch.out --warm-delay 0 restart.py
+    n=$(grep -c "restart ok rank [01] of 2 attempt 1 " "$T/torch.out")
+    if [ "$(cat "$T/torch.out.rc")" = 0 ] && [ "$n" = 2 ] && [ "$(grep -c 'takes over' "$T/torch.out")" = 2 ]; then
+      ok "torch:$tpy: a SIGKILLed worker; both restart from spares with torch imported"
+    else fail "torch warm restart:$tpy" "rc $(cat "$T/torch.out.rc"), $n ok: $(tail -4 "$T/torch.out" | tr '\n' ' ')"; fi
+  fi
+  want=False; "$tpy" -c 'import torch._dynamo' 2>/dev/null && want=True
+  CDDP_PYTHON=$tpy OPENBLAS_CORETYPE=$CORETYPE run dynamo.out --warm-delay 0 dynamo_probe.py
+  if [ "$(cat "$T/dynamo.out.rc")" = 0 ] && [ "$(grep -c "dynamo attempt 1 rank [01] preloaded $want" "$T/dynamo.out")" = 2 ] &&
+     [ "$(grep -c 'dynamo attempt 0 rank [01] preloaded False' "$T/dynamo.out")" -ge 1 ] &&
+     grep -q 'preloading torch,torch.distributed,torch._dynamo' "$T/dynamo.out" && [ "$(grep -c 'takes over' "$T/dynamo.out")" = 2 ]; then
+    ok "torch:$tpy: restarted from spares, the script finds torch._dynamo preloaded: $want (fresh workers: False)"
+  else fail "dynamo preload:$tpy" "rc $(cat "$T/dynamo.out.rc"): $(grep -e dynamo -e rank "$T/dynamo.out" | head -6 | tr '\n' ' ')"; fi
+done
 finish

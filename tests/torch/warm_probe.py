@@ -12,7 +12,7 @@ rank = os.environ.get("RANK", "?")
 if attempt == "1" and "raise" in sys.argv[1:]:
     raise ValueError("warm boom")
 seen = {"name": __name__, "file": __file__, "argv": sys.argv, "path0": sys.path[0], "cwd": os.getcwd(),
-        "warm_vars": sorted(k for k in os.environ if k.startswith("CDDP_WARM")), "nice": os.nice(0),
+        "warm_vars": sorted(k for k in os.environ if k in ("CDDP_WARM_FD", "CDDP_WARM_PRELOAD")), "nice": os.nice(0),
         "world": os.environ.get("WORLD_SIZE")}
 print(f"probe attempt {attempt} rank {rank} {json.dumps(seen, sort_keys=True)}", flush=True)
 if attempt == "0" and rank == str(int(os.environ["WORLD_SIZE"]) - 1):

@@ -53,7 +53,7 @@ static const struct flag {
     [F_GRACE] = {"grace-period", 0, 1, 1, "SECONDS", "SIGTERM to SIGKILL delay when stopping workers (default 5)"},
     [F_HANG_TIMEOUT] = {"hang-timeout", 0, 1, 1, "SECONDS", "a worker whose collectives stand still this long while its peers wait is hung: dumped, killed, handled as a failure (default 60, 0 = off)"},
     [F_WARM] = {"warm-workers", 0, 1, 1, "on|off", "on: a Python program's restarts take warm spares, started ahead with torch imported (default on)"},
-    [F_WARM_PRELOAD] = {"warm-preload", 0, 1, 1, "MOD,...", "what a warm spare imports ahead (default torch,torch.distributed when the script imports torch; '' = no spares)"},
+    [F_WARM_PRELOAD] = {"warm-preload", 0, 1, 1, "MOD,...", "what a warm spare imports ahead (default torch,torch.distributed,torch._dynamo when the script imports torch; '' = no spares)"},
     [F_WARM_DELAY] = {"warm-delay", 0, 1, 1, "SECONDS", "start the spares this long after the workers, so as not to slow their start (default 2)"},
     [F_AGENT_STORE] = {"agent-store", 0, 1, 1, "auto|off", "auto: a torch script's workers meet in the job's store, MASTER_PORT its port (TORCHELASTIC_USE_AGENT_STORE=True); off: rank 0 hosts their TCPStore (default auto)"},
     [F_CPU_BIND] = {"cpu-bind", 0, 1, 1, "auto|none", "auto: each worker on its own share of this node's CPUs, when there are enough (default auto)"},

@@ -1,7 +1,8 @@
 /* warm.c - warm spare workers (warm.h).
  *
  * A spare is the program's interpreter running a small stub (STUB below): it imports the
- * preload list, then blocks reading fd 3. When a restart takes it, the agent writes the
+ * preload list (and stops at the next module once fd 3 is readable: taken early, the script
+ * should not wait for modules it may never import), then blocks reading fd 3. When a restart takes it, the agent writes the
  * worker's arguments and environment there and closes it; the stub replaces os.environ, sets
  * sys.argv and sys.path[0] as the interpreter would have, and runs the script (runpy) as
  * __main__. An empty read (the agent gave it up) ends it. The spare is a child of the agent,
@@ -23,19 +24,23 @@
 
 #include "common/check.h"
 #include "common/clock.h"
+#include "common/knobs.h"
 #include "common/log.h"
 #include "launcher/cpubind.h"
 #include "launcher/program.h"
 #include "launcher/proc.h"
 
 #define MSG_MAX (1 << 20) /* arguments + environment; larger: a fresh start */
-#define SPARE_NICE 19     /* a spare's import yields the CPUs to the workers */
+#define DEFAULT_PRELOAD "torch,torch.distributed,torch._dynamo"
 
 static const char STUB[] =
     "import os, sys\n"
     "def _cddp_warm():\n"
+    "    import select\n"
     "    fd = int(os.environ.pop('CDDP_WARM_FD'))\n"
     "    for m in os.environ.pop('CDDP_WARM_PRELOAD', '').split(','):\n"
+    "        if select.select([fd], [], [], 0)[0]:\n" /* taken mid-preload: the script now, */
+    "            break  # it imports what it needs itself\n"      /* not modules it may never use */
     "        try:\n"
     "            m and __import__(m)\n"
     "        except Exception:\n"
@@ -93,12 +98,11 @@ struct cddp__warm {
   spare_t *s;         /* per slot */
   char ***env;        /* per slot: the last round's environment, copied */
   uint64_t due;
-  int nice;           /* > 0: spares import this much nicer and are set back to base when taken */
-  int base;           /* the agent's own nice: a taken spare runs as a fresh worker would */
+  int nice;           /* > 0: spares import at this nice value (CDDP_WARM_NICE), set back to the agent's when taken */
 };
 
-/* Whether the agent may set a spare back from SPARE_NICE to its own nice when taken: CAP_SYS_NICE,
- * or an RLIMIT_NICE that allows nice 0. Without it spares run at 0 (a spare left at 19 would be
+/* Whether the agent may set a spare back from CDDP_WARM_NICE to its own nice when it is taken:
+ * CAP_SYS_NICE, or an RLIMIT_NICE that allows nice 0. Without it spares run at 0 (a spare left at 19 would be
  * a slow worker) and only --warm-delay keeps them out of the workers' way. */
 static int may_renice(void) {
   struct rlimit rl;
@@ -108,17 +112,16 @@ static int may_renice(void) {
   return syscall(SYS_capget, &h, d) == 0 && (d[CAP_TO_INDEX(CAP_SYS_NICE)].effective & CAP_TO_MASK(CAP_SYS_NICE));
 }
 
-/* Every thread of pid back to the agent's nice (a thread's nice is its own; the import may have
- * started some). */
-static void renice_all(pid_t pid, int base) {
+/* Every thread of pid to nice (a thread's nice is its own; the import may have started some). */
+static void renice_all(pid_t pid, int nice) {
   char dir[64];
   snprintf(dir, sizeof dir, "/proc/%d/task", (int)pid);
   DIR *d = opendir(dir);
   struct dirent *e;
   while (d && (e = readdir(d)))
-    if (e->d_name[0] != '.') setpriority(PRIO_PROCESS, (id_t)atoi(e->d_name), base);
+    if (e->d_name[0] != '.') setpriority(PRIO_PROCESS, (id_t)atoi(e->d_name), nice);
   if (d) closedir(d);
-  else setpriority(PRIO_PROCESS, (id_t)pid, base);
+  else setpriority(PRIO_PROCESS, (id_t)pid, nice);
 }
 
 /* What a spare of argv preloads (warm_new says when), and where SCRIPT or -m is in argv (*at). */
@@ -129,7 +132,9 @@ static const char *preload_of(char *const *argv, const char *preload, int *at_ou
     if (!*preload) snprintf(why, why_size, "nothing to preload (--warm-preload '')");
     return *preload ? preload : NULL;
   }
-  if (strcmp(argv[at], "-m") != 0 && cddp__program_imports_torch(argv[at])) return "torch,torch.distributed";
+  /* torch 2.x imports torch._dynamo (sympy, inductor) at a script's first optimizer: almost as
+   * long as torch's own import, on every restart; 1.13 has no such module and the stub skips it */
+  if (strcmp(argv[at], "-m") != 0 && cddp__program_imports_torch(argv[at])) return DEFAULT_PRELOAD;
   snprintf(why, why_size, "%.200s does not import torch (name modules with --warm-preload)", argv[at]);
   return NULL;
 }
@@ -151,10 +156,10 @@ cddp__warm_t *cddp__warm_new(char *const *argv, const char *preload, int delay_m
   snprintf(wp->preload, sizeof wp->preload, "%s", what);
   wp->delay_ms = delay_ms;
   wp->due = UINT64_MAX;
-  wp->nice = may_renice() ? SPARE_NICE : 0;
-  errno = 0;
-  int base = getpriority(PRIO_PROCESS, 0);
-  wp->base = errno ? 0 : base;
+  /* nice 0 by default: on a host whose CPUs the workers keep busy (CPU training), a spare at
+   * nice 19 gets 1.5% of a core and was still importing 60 s on, when the restart came */
+  int64_t nice = cddp__knob_int(CDDP_KNOB_WARM_NICE);
+  wp->nice = nice > 0 && may_renice() ? (int)CDDP_MIN(nice, (int64_t)19) : 0;
   return wp;
 }
 
@@ -319,7 +324,11 @@ int cddp__warm_take(cddp__warm_t *wp, int slot, char *const *argv, char **env, c
   }
   close(s->ctl);
   if (cpus) sched_setaffinity(s->pid, sizeof *cpus, cpus);
-  if (wp->nice > 0) renice_all(s->pid, wp->base);
+  if (wp->nice > 0) { /* to the agent's own nice, which a fresh worker inherits */
+    errno = 0;
+    int own = getpriority(PRIO_PROCESS, 0);
+    renice_all(s->pid, errno ? 0 : own);
+  }
   CDDP_INFO(CDDP_SUB_RUN, "slot %d: the warm spare (pid %d, up %.1f s) takes over", slot, (int)s->pid,
             (double)(cddp__now_ns() - s->born_ns) / 1e9);
   *pid = s->pid;

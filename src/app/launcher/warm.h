@@ -12,7 +12,7 @@ typedef struct cddp__warm cddp__warm_t;
 
 /* A pool for argv, spares started delay_ms after each round starts. argv must be a Python
  * interpreter running a script or -m with only flags a spare can reproduce (-u -B -s -E -I -q).
- * A spare preloads preload when given ("" = nothing: no spares), else torch,torch.distributed
+ * A spare preloads preload when given ("" = nothing: no spares), else torch,torch.distributed,torch._dynamo
  * when the script imports torch. NULL: no spares for this program (why says so). */
 cddp__warm_t *cddp__warm_new(char *const *argv, const char *preload, int delay_ms, char *why, size_t why_size);
 /* Kills and reaps the spares. NULL is fine. */
