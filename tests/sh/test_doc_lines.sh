@@ -24,6 +24,7 @@ NOT_HERE=(
   "bench/store_host_bench.sh|a minute per run (test_store_host_bench.sh)"
   "bench/store_flood.sh|a benchmark: 20,000 connections for half a minute (test_store_attack.sh and test_store_flood test the defences)"
   "bench/rdzv_scale.sh|64 to 1,024 agents: minutes (test_rdzv_scale.sh runs it at 16 and 128)"
+  "bench/torch_watchdog_bench.sh|a benchmark: 20 pairs of torch jobs, minutes (test_torch_hang covers the watchdog)"
   "bench/tuner_bench.sh|a benchmark: bench/, not timed tests (test_tune.sh covers the tuner)"
   "tests/sh/test_elastic_join.sh|a test of its own"
   "10.0.0.1|a second host"

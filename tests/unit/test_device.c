@@ -141,7 +141,7 @@ TEST(the_emulated_devices_memory_faults_on_host_access) {
   if (pid == 0) {
     signal(SIGSEGV, SIG_DFL); /* a sanitizer's handler would report and exit instead */
     signal(SIGBUS, SIG_DFL);
-    volatile float x = d[1]; /* must not return */
+    volatile float x = d[1]; /* this read must fault */
     (void)x;
     _exit(0);
   }
