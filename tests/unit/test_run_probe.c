@@ -45,6 +45,16 @@ static int state_is(void *arg) {
   return cddp_test_proc_state(pc[0]) == pc[1];
 }
 
+/* The stack the stand-in py-spy prints for pid. */
+static void put_stack(pid_t pid, const char *stack) {
+  char path[128];
+  snprintf(path, sizeof path, "%s/%d.txt", dir, (int)pid);
+  FILE *f = fopen(path, "w");
+  CHECK(f != NULL);
+  fputs(stack, f);
+  fclose(f);
+}
+
 /* A child that sleeps (spin 0) or spins (1), and the stack the stand-in py-spy prints for it. */
 static pid_t child(int spin, const char *stack) {
   pid_t p = fork();
@@ -53,12 +63,7 @@ static pid_t child(int spin, const char *stack) {
     for (volatile unsigned long x = 0;; x++)
       if (!spin) pause();
   }
-  char path[128];
-  snprintf(path, sizeof path, "%s/%d.txt", dir, (int)p);
-  FILE *f = fopen(path, "w");
-  CHECK(f != NULL);
-  fputs(stack, f);
-  fclose(f);
+  put_stack(p, stack);
   int want[2] = {p, spin ? 'R' : 'S'};
   CHECK(cddp_test_wait_for(state_is, want, 10));
   return p;
@@ -170,12 +175,7 @@ TEST(probe_stopped_rank_whose_leader_shows_no_T) {
     if (pthread_create(&t, NULL, sleep_forever, NULL) != 0) _exit(1);
     pthread_exit(NULL); /* the process lives on in t */
   }
-  char path[128];
-  snprintf(path, sizeof path, "%s/%d.txt", dir, (int)c);
-  FILE *f = fopen(path, "w");
-  CHECK(f != NULL);
-  fputs(SLEEPING, f);
-  fclose(f);
+  put_stack(c, SLEEPING);
   int zombie[2] = {c, 'Z'};
   CHECK(cddp_test_wait_for(state_is, zombie, 10));
   kill(c, SIGSTOP);
