@@ -43,7 +43,9 @@ verdict "XTuner variables: allreduce exact"
 P=$(free_port)
 CDDP_TOKEN=s3cret timeout 60 "$CDDP" run --nnodes 1 --nproc-per-node 2 --rdzv-endpoint 127.0.0.1:$P --rdzv-id J5 \
   "$CDDP" bench allreduce -b 1K -e 16M -f 4 -n 50 -c 1 >"$T/a1.out" 2>&1 & p1=$!
-for _ in $(seq 100); do grep -q "(B)" "$T/a1.out" 2>/dev/null && break; sleep 0.05; done
+# the stranger comes only once the job's store is up and its bench runs: before, it would host a
+# store of its own on the port and the job would be the one refused
+wait_for 30 grep -q "(B)" "$T/a1.out" || fail "the job's bench started within 30 s" "$(tail -3 "$T/a1.out" | tr '\n' ' ')"
 CDDP_TOKEN=wrong timeout 20 "$CDDP" run --nnodes 2 --nproc-per-node 1 --rdzv-endpoint 127.0.0.1:$P --rdzv-id J5 --rdzv-timeout 5 true >"$T/stranger.out" 2>&1
 src=$?
 wait $p1; rc1=$?; rc2=0; : >"$T/a2.out"
