@@ -145,6 +145,8 @@ int main(int argc, char **argv) {
   /* the fused kernel, timed beside the form the step uses (0: not composed into it yet) */
   TIME("causal attention forward, fused (flash; fp32; not in the step yet)", 0, attn_flop / 1e12, "TFLOP/s", reps,
        d->attn_flash_forward(y, lse, qkv, B, T, C, H));
+  TIME("causal attention backward, fused (flash; fp32; not in the step yet)", 0, 2 * attn_flop / 1e12, "TFLOP/s",
+       reps, d->attn_flash_backward(dqkv, dy, qkv, y, lse, B, T, C, H));
   TIME("causal attention forward, fused (flash; bf16 q, k, v; not in the step yet)", 0, attn_flop / 1e12, "TFLOP/s",
        reps, d->attn_flash_forward_bf16(y, lse, qkv16, B, T, C, H));
   TIME("head forward (tied, V 256)", 0, 2.0 * n * (double)C * V / 1e12, "TFLOP/s", reps,

@@ -94,9 +94,12 @@ typedef struct cddp_ops {
                         float *scratch, int B, int T, int C, int n_head);
   /* the fused causal attention (layers_gpt.h: cddp__attn_flash_forward): y and each row's
    * log-sum-exp lse [B, n_head, T], no T x T scores; _bf16 reads qkv as bf16, sums in fp32.
-   * Not in the models' step yet (its backward is not written): compared in test_kernels. */
+   * The backward (cddp__attn_flash_backward) recomputes the probabilities from y and lse.
+   * Not in the models' step yet: compared in test_kernels and test_attn_flash. */
   void (*attn_flash_forward)(float *y, float *lse, const float *qkv, int B, int T, int C, int n_head);
   void (*attn_flash_forward_bf16)(float *y, float *lse, const uint16_t *qkv, int B, int T, int C, int n_head);
+  void (*attn_flash_backward)(float *dqkv, const float *dy, const float *qkv, const float *y, const float *lse,
+                              int B, int T, int C, int n_head);
   void (*embed_forward)(float *x, const uint8_t *tok, const float *wte, const float *wpe, int B, int T,
                         int C);
   void (*embed_backward)(float *dwte, float *dwpe, const float *dx, const uint8_t *tok, int B, int T,
