@@ -79,6 +79,7 @@ static double cpu_sumsq(const float *x, size_t n) {
 
 const cddp_ops_t cddp__ops_cpu = {
     .name = "cpu",
+    .attn_fused = 0, /* layer_attn.c's GEMM form is the faster here */
     .alloc = cpu_alloc,
     .release = free,
     .to_device = cpu_copy,

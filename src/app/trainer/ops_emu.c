@@ -135,6 +135,7 @@ static void emu_from_bf16(float *dst, const uint16_t *src, size_t n) { CPU.from_
 /* The CNN is left out, as on CUDA: model.c refuses it by name on a table without conv2d. */
 const cddp_ops_t cddp__ops_emu = {
     .name = "emulated",
+    .attn_fused = 1, /* as the CUDA table: the device path's attention */
     .alloc = emu_alloc,
     .release = emu_release,
     .to_device = emu_to_device,

@@ -75,6 +75,7 @@ void *cddp__cu_scratch(int slot, size_t bytes) {
 
 const cddp_ops_t cddp__ops_cuda = {
     .name = "cuda",
+    .attn_fused = 1, /* no T x T probabilities in device memory */
     .alloc = cu_alloc,
     .release = cu_release,
     .to_device = cu_to_device,
