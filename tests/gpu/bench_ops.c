@@ -138,13 +138,15 @@ int main(int argc, char **argv) {
   TIME("column sums (bias gradients, x4 per block)", 4, (NC * f4) / 1e9, "GB/s", reps,
        d->colsum(db, dy, n, C, 0));
   double attn_flop = 4.0 * B * (double)T * T * C / 2; /* QK^T and AV, causal half */
-  TIME("causal attention forward", 1, attn_flop / 1e12, "TFLOP/s", reps,
+  /* the materialised form (the CPU's), timed beside the fused one a device's step uses */
+  TIME("causal attention forward, materialised (not in a device's step)", 0, attn_flop / 1e12, "TFLOP/s", reps,
        d->attn_forward(y, att, qkv, B, T, C, H));
-  TIME("causal attention backward", 1, 2 * attn_flop / 1e12, "TFLOP/s", reps,
+  TIME("causal attention backward, materialised (not in a device's step)", 0, 2 * attn_flop / 1e12, "TFLOP/s", reps,
        d->attn_backward(dqkv, dy, qkv, att, scratch, B, T, C, H));
-  /* the fused kernel, timed beside the form the step uses (0: not composed into it yet) */
-  TIME("causal attention forward, fused (flash; fp32; not in the step yet)", 0, attn_flop / 1e12, "TFLOP/s", reps,
+  TIME("causal attention forward, fused (flash; fp32)", 1, attn_flop / 1e12, "TFLOP/s", reps,
        d->attn_flash_forward(y, lse, qkv, B, T, C, H));
+  TIME("causal attention backward, fused (flash; fp32)", 1, 2 * attn_flop / 1e12, "TFLOP/s", reps,
+       d->attn_flash_backward(dqkv, dy, qkv, y, lse, B, T, C, H));
   TIME("causal attention forward, fused (flash; bf16 q, k, v; not in the step yet)", 0, attn_flop / 1e12, "TFLOP/s",
        reps, d->attn_flash_forward_bf16(y, lse, qkv16, B, T, C, H));
   TIME("head forward (tied, V 256)", 0, 2.0 * n * (double)C * V / 1e12, "TFLOP/s", reps,

@@ -13,7 +13,8 @@
 #     accumulation steps: every step's loss within 1e-6 relative;
 #  5. GPT-2 small's shape (12 layers, d 768, 12 heads, context 1024) trained on the GPU: tokens/s
 #     and MFU, 6N flops per token plus attention's 12 L d T (PaLM's count), over the H100's bf16
-#     dense peak of 989 TFLOP/s (MFU_PEAK), the measured cuBLAS peak beside it;
+#     dense peak of 989 TFLOP/s (MFU_PEAK), the measured cuBLAS peak beside it; the step runs
+#     the fused attention (its start line says so, or the check fails);
 #  6. train.device auto takes the GPU (its INFO line); what is not built yet is named as
 #     FAILED, so the run cannot pass without it.
 # --emulate runs 3.-5. at toy sizes on the emulated device (CDDP_DEVICE_EMULATE=1, the CPU's
@@ -135,7 +136,10 @@ MFU=(--config configs/gpt_kjv.yaml --set model.n_layer=12 --set model.d_model=76
 for prec in bf16 fp32; do
   train mfu_$prec 1 "${MFU[@]}" --set train.precision=$prec; r=$?
   if [ $r != 0 ]; then bad "mfu_$prec: the run failed (exit $r): $(last_line mfu_$prec)"; continue; fi
-  N=$(grep -m1 'cddp train: GPT, ' "$T/mfu_$prec.out" | sed -n 's/.*GPT, \([0-9]*\) parameters.*/\1/p')
+  # "GPT, N parameters", or "GPT (fused attention), N parameters" (a device's default)
+  N=$(grep -m1 'cddp train: GPT[^,]*, [0-9]* parameters' "$T/mfu_$prec.out" | sed -n 's/.*GPT[^,]*, \([0-9]*\) parameters.*/\1/p')
+  [ -n "$N" ] || { bad "mfu_$prec: no parameter count in the start line: $(last_line mfu_$prec)"; continue; }
+  grep -q 'cddp train: GPT (fused attention)' "$T/mfu_$prec.out" || bad "mfu_$prec: the GPT did not take the fused attention"
   # the median tokens/s of the steps after the first two (allocation, cuBLAS's first calls)
   tps=$(grep -v '"eval"' "$T/mfu_$prec/metrics.jsonl" | sed -n 's/.*"step":\([0-9]*\),.*"tokens_per_s":\([^,]*\).*/\1 \2/p' |
         awk '$1 > 2 { print $2 }' | sort -g | awk '{ v[NR] = $1 } END { print NR ? v[int((NR + 1) / 2)] : 0 }')

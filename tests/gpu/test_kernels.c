@@ -288,9 +288,10 @@ static void lse_direct(float *lse, const float *qkv, int B, int T, int C, int nh
   free(sc);
 }
 
-/* The fused attention (no T x T scores) against the CPU's GEMM form and its own reference, at
- * shapes that end mid-tile and cross several key tiles, up to GPT-2 small's head width 64 and
- * one of 128; bf16 inputs against the reference on the same bf16 bits, and against float32. */
+/* The fused attention (no T x T scores), forward and backward, against the CPU's GEMM form and
+ * its own reference, at shapes that end mid-tile and cross several key tiles, up to GPT-2
+ * small's head width 64 and one of 128; bf16 inputs against the reference on the same bf16
+ * bits, and against float32. */
 static void test_flash(void) {
   static const struct { int B, T, C, nh; } shapes[] = {{2, 64, 64, 4}, {1, 100, 96, 3}, {2, 257, 128, 2}, {1, 130, 256, 2}};
   for (size_t c = 0; c < sizeof shapes / sizeof shapes[0]; c++) {
@@ -307,6 +308,20 @@ static void test_flash(void) {
     lse_direct(lse, qkv, B, T, C, nh);
     snprintf(name, sizeof name, "attn_flash_forward log-sum-exp vs direct, in double (T %d, hs %d)", T, C / nh);
     same(name, lse, dlse, nl, TOL_F32);
+    { /* the backward: the materialised form's dqkv, from each side's own y and lse */
+      float *g = rand_f(nc, 1.0f), *want = malloc(n3 * 4), *scratch = malloc((size_t)T * T * 4);
+      float *dg = upf(g, nc), *dgot = dev->alloc(n3 * 4);
+      cpu->attn_backward(want, g, qkv, att, scratch, B, T, C, nh);
+      dev->attn_flash_backward(dgot, dg, dqkv, dy, dlse, B, T, C, nh);
+      snprintf(name, sizeof name, "attn_flash_backward dqkv vs the materialised backward (T %d, hs %d)", T, C / nh);
+      same(name, want, dgot, n3, TOL_F32);
+      cpu->attn_flash_forward(fy, lse, qkv, B, T, C, nh);
+      cpu->attn_flash_backward(want, g, qkv, fy, lse, B, T, C, nh);
+      snprintf(name, sizeof name, "attn_flash_backward dqkv vs its reference (T %d, hs %d)", T, C / nh);
+      same(name, want, dgot, n3, TOL_F32);
+      free(g), free(want), free(scratch);
+      dev->release(dg), dev->release(dgot);
+    }
     uint16_t *q16 = malloc(n3 * 2), *dq16 = dev->alloc(n3 * 2);
     cpu->to_bf16(q16, qkv, n3);
     dev->to_device(dq16, q16, n3 * 2);

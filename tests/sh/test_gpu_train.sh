@@ -5,7 +5,9 @@
 # state lives on the "device", batches are copied in, gradients are staged through DDP's host
 # buffer, the optimizer runs through the table, checkpoints go through to_host / to_device, and
 # cddp sample generates there.
-# Every check is bits: the emulated device must give the CPU table's loss lines and weights.
+# Every check is bits (the emulated device must give the CPU table's loss lines and weights),
+# but for the GPT's fused attention (model.attention auto on a device), which sums in another
+# order: within 1e-5 relative of the CPU's materialised attention at every step.
 cd "$(dirname "$0")/../.." && source tests/sh/lib.sh
 T=$(mktemp -d /tmp/cddp-gpu-train-test.XXXXXX)
 trap 'pkill -KILL -f "$T" 2>/dev/null; rm -rf "$T"' EXIT
@@ -48,13 +50,23 @@ on2 emu mlp_emu2 "${MLP[@]}"; rc=$?
   ok "MLP, 2 ranks on the emulated device: staged all-reduce gives 1 rank x 2 micro-steps' bits" ||
   fail "MLP 2 ranks emulated" "$(why $rc mlp_emu2) $(diff <(losses mlp_emu) <(losses mlp_emu2) | head -4 | tr '\n' ' ')"
 
-# 3. the GPT (AdamW, clipping, the tied head; eval's logits copied to the host)
+# 3. the GPT (AdamW, clipping, the tied head; eval's logits copied to the host), with the
+# CPU's materialised attention for bits
 on cpu gpt_cpu "${GPT[@]}"; rc1=$?
-on emu gpt_emu "${GPT[@]}"; rc=$?
+on emu gpt_emu "${GPT[@]}" --set model.attention=materialised; rc=$?
 ev() { grep '^eval after' "$T/$1.out"; }
 [ $rc1 = 0 ] && [ $rc = 0 ] && same gpt_cpu gpt_emu 8 && [ -n "$(ev gpt_emu)" ] && [ "$(ev gpt_cpu)" = "$(ev gpt_emu)" ] &&
   ok "GPT on the emulated device: the CPU's loss lines, eval line and weights, bit for bit" ||
   fail "GPT emulated vs cpu" "$(why "$rc1/$rc" gpt_emu)"
+
+# the device's own attention, fused (model.attention auto): every loss within 1e-5 relative
+on emu gpt_fused "${GPT[@]}"; rc=$?
+worst=$(paste -d' ' <(losses gpt_cpu) <(losses gpt_fused) |
+  awk '$1 != $3 { bad = 1 } { d = ($2 - $4) / $2; d = d < 0 ? -d : d; if (d > w) w = d } END { n = NR; if (bad || n != 8) print "mismatch"; else printf "%.2e", w }')
+[ $rc = 0 ] && grep -q 'GPT (fused attention), [0-9]* parameters' "$T/gpt_fused.out" && [ "$worst" != mismatch ] &&
+  awk -v w="$worst" 'BEGIN { exit !(w <= 1e-5) }' &&
+  ok "GPT with the fused attention on the emulated device: 8 losses within $worst relative of the CPU's" ||
+  fail "GPT fused vs cpu" "worst $worst; $(why $rc gpt_fused)"
 
 # cddp sample on the device: the same text as on the CPU from the same checkpoint and seed
 smp() { CDDP_DEVICE_EMULATE=$1 timeout "$(scaled 60)" "$CDDP" sample --ckpt "$T/gpt_emu" --device "$2" -n 40 --seed 3 --prompt "In the"; }

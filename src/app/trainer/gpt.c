@@ -27,7 +27,7 @@ typedef struct block_p {
 typedef struct block_a {
   float *ln1, *mean1, *rstd1; /* ln_1 output, its row statistics */
   float *qkv;                 /* c_attn output [rows, 3C] */
-  float *att;                 /* softmax probabilities [B, n_head, T, T] */
+  float *att;                 /* softmax probabilities [B, n_head, T, T]; fused: lse [B, n_head, T] */
   float *y;                   /* attention output (c_proj's input) [rows, C] */
   float *res1;                /* x + attn(ln_1(x)) */
   float *ln2, *mean2, *rstd2;
@@ -39,6 +39,7 @@ typedef struct block_a {
 struct cddp_gpt {
   const cddp_ops_t *ops; /* the device: params, grads, the arena, tok and tgt are its memory */
   cddp_gpt_spec_t spec;
+  int fused; /* the attention keeps lse, not the probabilities (model.attention resolved) */
   int max_batch;
   size_t wte, wpe, lnf_w, lnf_b;
   block_p_t bp[MAX_LAYER];
@@ -53,7 +54,7 @@ struct cddp_gpt {
   float *lnf, *meanf, *rstdf;   /* final LayerNorm */
   float *logits, *prob;         /* [rows, V] */
   float *dres, *dsmall, *dbig;  /* gradient scratch: [rows, C], [rows, C], [rows, 4C] */
-  float *scratch;               /* [T, T] of attention backward */
+  float *scratch;               /* [T, T] of attention backward (none when fused) */
   uint8_t *tok, *tgt;           /* [rows] copies of the last forward's input */
   int B, T, have_targets;
 };
@@ -77,6 +78,7 @@ static cddp_result_t check_spec(const cddp_gpt_spec_t *s, int max_batch) {
   CDDP_CHECK(check_range("vocab", s->vocab, 2, CDDP_GPT_VOCAB));
   CDDP_CHECK(check_range("recompute", s->recompute, CDDP_GPT_RECOMPUTE_NONE,
                          CDDP_GPT_RECOMPUTE_BLOCK));
+  CDDP_CHECK(check_range("attention", s->attention, CDDP_GPT_ATTN_AUTO, CDDP_GPT_ATTN_FUSED));
   CDDP_CHECK(check_range("max_batch", max_batch, 1, 1 << 20));
   double C = s->d_model, rows = (double)max_batch * s->context;
   double params = s->vocab * C + s->context * C + s->n_layer * (12.0 * C * C + 13.0 * C) + 2 * C;
@@ -144,7 +146,7 @@ static float *carve(float **cursor, size_t count) {
 static void plan_acts(cddp_gpt_t *m, float *base, size_t *total) {
   const cddp_gpt_spec_t *s = &m->spec;
   size_t C = (size_t)s->d_model, rows = (size_t)m->max_batch * s->context, V = (size_t)s->vocab;
-  size_t att = (size_t)m->max_batch * s->n_head * s->context * s->context;
+  size_t att = (size_t)m->max_batch * s->n_head * s->context * (m->fused ? 1 : (size_t)s->context);
   float *cur = base;
   for (int l = 0; l < s->n_layer; l++) {
     block_a_t *a = &m->ba[l];
@@ -166,7 +168,7 @@ static void plan_acts(cddp_gpt_t *m, float *base, size_t *total) {
   m->logits = carve(&cur, rows * V), m->prob = carve(&cur, rows * V);
   m->dres = carve(&cur, rows * C), m->dsmall = carve(&cur, rows * C);
   m->dbig = carve(&cur, rows * 4 * C);
-  m->scratch = carve(&cur, (size_t)s->context * s->context);
+  m->scratch = m->fused ? NULL : carve(&cur, (size_t)s->context * s->context);
   *total = (size_t)(cur - base);
 }
 
@@ -183,6 +185,7 @@ cddp_result_t cddp__gpt_create_on(const cddp_ops_t *ops, const cddp_gpt_spec_t *
   cddp_gpt_t *m = calloc(1, sizeof *m);
   if (!m) return cddp__fail(CDDP_SYSTEM, "gpt create: model struct");
   m->ops = ops, m->spec = *spec, m->max_batch = max_batch;
+  m->fused = spec->attention == CDDP_GPT_ATTN_FUSED || (spec->attention == CDDP_GPT_ATTN_AUTO && ops->attn_fused);
   m->info = calloc((size_t)spec->n_layer * 12 + 4, sizeof *m->info);
   size_t rows = (size_t)max_batch * spec->context, total = 0;
   if (!m->info || !(m->tok = ops->alloc(rows)) || !(m->tgt = ops->alloc(rows))) goto oom;
@@ -211,6 +214,7 @@ void cddp__gpt_destroy(cddp_gpt_t *m) {
 }
 
 const cddp_ops_t *cddp__gpt_ops(const cddp_gpt_t *m) { return m->ops; }
+int cddp__gpt_attention_fused(const cddp_gpt_t *m) { return m->fused; }
 
 const cddp_gpt_spec_t *cddp__gpt_spec(const cddp_gpt_t *m) { return &m->spec; }
 size_t cddp__gpt_param_count(const cddp_gpt_t *m) { return m->param_count; }
@@ -275,6 +279,24 @@ void cddp__gpt_init_params(cddp_gpt_t *m, uint64_t seed) {
 }
 
 
+/* The attention of block a's qkv into a->y, keeping what its backward needs in a->att. */
+static void attention_forward(const cddp_gpt_t *m, const block_a_t *a, int B, int T) {
+  int C = m->spec.d_model, H = m->spec.n_head;
+  if (m->fused)
+    m->ops->attn_flash_forward(a->y, a->att, a->qkv, B, T, C, H);
+  else
+    m->ops->attn_forward(a->y, a->att, a->qkv, B, T, C, H);
+}
+
+/* dqkv from dy through block a's attention. */
+static void attention_backward(cddp_gpt_t *m, const block_a_t *a, float *dqkv, const float *dy, int B, int T) {
+  int C = m->spec.d_model, H = m->spec.n_head;
+  if (m->fused)
+    m->ops->attn_flash_backward(dqkv, dy, a->qkv, a->y, a->att, B, T, C, H);
+  else
+    m->ops->attn_backward(dqkv, dy, a->qkv, a->att, m->scratch, B, T, C, H);
+}
+
 /* Block l's forward from its input (x0 or block l - 1's res2) into m->ba[l]; backward calls it
  * again under model.recompute block, with the same inputs, so the same bits. */
 static void block_forward(cddp_gpt_t *m, int l, int B, int T) {
@@ -286,7 +308,7 @@ static void block_forward(cddp_gpt_t *m, int l, int B, int T) {
   const cddp_ops_t *ops = m->ops;
   ops->layernorm_forward(a->ln1, a->mean1, a->rstd1, x, P + b->ln1_w, P + b->ln1_b, n, C);
   ops->linear_xwt(a->qkv, a->ln1, P + b->attn_w, P + b->attn_b, NULL, n, C, 3 * C);
-  ops->attn_forward(a->y, a->att, a->qkv, B, T, C, s->n_head);
+  attention_forward(m, a, B, T);
   ops->linear_xwt(a->res1, a->y, P + b->aproj_w, P + b->aproj_b, x, n, C, C);
   ops->layernorm_forward(a->ln2, a->mean2, a->rstd2, a->res1, P + b->ln2_w, P + b->ln2_b, n, C);
   ops->linear_xwt(a->fc, a->ln2, P + b->fc_w, P + b->fc_b, NULL, n, C, 4 * C);
@@ -366,7 +388,7 @@ void cddp__gpt_backward(cddp_gpt_t *m, float grad_scale, int accumulate, cddp_gr
      * attention's y is rebuilt with its probabilities, the same bits as forward's */
     if (l < s->n_layer - 1 && s->recompute == CDDP_GPT_RECOMPUTE_BLOCK) block_forward(m, l, B, T);
     if (l < s->n_layer - 1 && s->recompute == CDDP_GPT_RECOMPUTE_ATTN)
-      ops->attn_forward(a->y, a->att, a->qkv, B, T, C, s->n_head);
+      attention_forward(m, a, B, T);
     /* mlp: res2 = res1 + c_proj(gelu(c_fc(ln_2(res1)))); dres is d res2 */
     linear_params(m, b->mproj_w, b->mproj_b, m->dres, a->gelu, n, 4 * C, C, acc, ready, ready_ctx);
     ops->linear_backward_input(m->dbig, m->dres, P + b->mproj_w, NULL, n, 4 * C, C, 0);
@@ -379,7 +401,7 @@ void cddp__gpt_backward(cddp_gpt_t *m, float grad_scale, int accumulate, cddp_gr
     /* attention: res1 = x + c_proj(attn(c_attn(ln_1(x)))); dres is now d res1 */
     linear_params(m, b->aproj_w, b->aproj_b, m->dres, a->y, n, C, C, acc, ready, ready_ctx);
     ops->linear_backward_input(m->dsmall, m->dres, P + b->aproj_w, NULL, n, C, C, 0);
-    ops->attn_backward(m->dbig, m->dsmall, a->qkv, a->att, m->scratch, B, T, C, s->n_head);
+    attention_backward(m, a, m->dbig, m->dsmall, B, T);
     linear_params(m, b->attn_w, b->attn_b, m->dbig, a->ln1, n, C, 3 * C, acc, ready, ready_ctx);
     ops->linear_backward_input(m->dsmall, m->dbig, P + b->attn_w, NULL, n, C, 3 * C, 0);
     ops->layernorm_backward(m->dres, G + b->ln1_w, G + b->ln1_b, m->dsmall, xin, P + b->ln1_w,

@@ -26,6 +26,17 @@ typedef enum cddp_gpt_recompute {
   CDDP_GPT_RECOMPUTE_BLOCK = 2
 } cddp_gpt_recompute_t;
 
+/* model.attention: materialised keeps the [B, n_head, T, T] probabilities (layer_attn.c: the
+ * CPU's fastest); fused keeps each row's log-sum-exp [B, n_head, T] and recomputes the
+ * probabilities in backward (FlashAttention: layer_attn_flash.c, cuda/k_flash.cu), the same
+ * function with its sums in another order, so not the same bits; auto takes the device table's
+ * choice (cddp_ops_t.attn_fused: the CPU materialised, CUDA and the emulated device fused). */
+typedef enum cddp_gpt_attention {
+  CDDP_GPT_ATTN_AUTO = 0,
+  CDDP_GPT_ATTN_MATERIALISED = 1,
+  CDDP_GPT_ATTN_FUSED = 2
+} cddp_gpt_attention_t;
+
 typedef struct cddp_gpt_spec {
   int n_layer;  /* blocks, 1..64 */
   int n_head;   /* heads; must divide d_model */
@@ -33,6 +44,7 @@ typedef struct cddp_gpt_spec {
   int context;  /* T: the longest sequence (positions of wpe) */
   int vocab;    /* 2..256; tokens are bytes < vocab (256 for the byte-level model) */
   int recompute; /* cddp_gpt_recompute_t: what backward rebuilds instead of forward keeping it */
+  int attention; /* cddp_gpt_attention_t */
 } cddp_gpt_spec_t;
 
 typedef struct cddp_gpt cddp_gpt_t;
@@ -47,6 +59,8 @@ struct cddp_ops;
 cddp_result_t cddp__gpt_create_on(const struct cddp_ops *ops, const cddp_gpt_spec_t *spec, int max_batch,
                                   cddp_gpt_t **out);
 const struct cddp_ops *cddp__gpt_ops(const cddp_gpt_t *m);
+/* 1 when the model's attention is the fused one (model.attention, auto resolved), else 0. */
+int cddp__gpt_attention_fused(const cddp_gpt_t *m);
 void cddp__gpt_destroy(cddp_gpt_t *m);
 const cddp_gpt_spec_t *cddp__gpt_spec(const cddp_gpt_t *m);
 size_t cddp__gpt_param_count(const cddp_gpt_t *m);

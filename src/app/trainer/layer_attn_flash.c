@@ -1,7 +1,8 @@
 /* layer_attn_flash.c - causal self-attention without the T x T scores: for each row its keys'
  * scores are taken one at a time and folded into a running maximum, sum and weighted sum of
- * v (the online softmax of FlashAttention), all in float32. The reference the CUDA kernel
- * (cuda/k_flash.cu) is compared against, in the same order of operations per row; the
+ * v (the online softmax of FlashAttention), all in float32; the backward recomputes each
+ * probability from the row's log-sum-exp (FlashAttention-2's backward). The reference the CUDA
+ * kernels (cuda/k_flash.cu) are compared against, in the same order of operations per row; the
  * trainer's CPU path keeps layer_attn.c's GEMM form, which is faster here. */
 #include <math.h>
 #include <stdlib.h>
@@ -52,4 +53,49 @@ void cddp__attn_flash_forward_bf16(float *y, float *lse, const uint16_t *qkv, in
   cddp__bf16_to_f32_n(wide, qkv, n);
   cddp__attn_flash_forward(y, lse, wide, B, T, C, n_head);
   free(wide);
+}
+
+/* One (sample, head): dq, dk, dv rows ld floats apart (zeroed here); dy, y rows C apart. Per
+ * query row i: D = dy_i . y_i; per key j <= i: p = exp(q_i k_j scale - lse_i), dp = dy_i . v_j,
+ * ds = p (dp - D) scale; dq_i += ds k_j, dk_j += ds q_i, dv_j += p dy_i. */
+static void flash_head_backward(float *dq, float *dk, float *dv, const float *dy, const float *y, const float *lse,
+                                const float *q, const float *k, const float *v, int T, int hs, int ld, int C,
+                                float scale) {
+  for (int t = 0; t < T; t++) {
+    memset(dq + (size_t)t * ld, 0, (size_t)hs * sizeof *dq);
+    memset(dk + (size_t)t * ld, 0, (size_t)hs * sizeof *dk);
+    memset(dv + (size_t)t * ld, 0, (size_t)hs * sizeof *dv);
+  }
+  for (int i = 0; i < T; i++) {
+    const float *qi = q + (size_t)i * ld, *dyi = dy + (size_t)i * C, *yi = y + (size_t)i * C;
+    float *dqi = dq + (size_t)i * ld, D = 0.0f;
+    for (int d = 0; d < hs; d++) D += dyi[d] * yi[d];
+    for (int j = 0; j <= i; j++) {
+      const float *kj = k + (size_t)j * ld, *vj = v + (size_t)j * ld;
+      float *dkj = dk + (size_t)j * ld, *dvj = dv + (size_t)j * ld;
+      float s = 0.0f, dp = 0.0f;
+      for (int d = 0; d < hs; d++) s += qi[d] * scale * kj[d];
+      for (int d = 0; d < hs; d++) dp += dyi[d] * vj[d];
+      float p = expf(s - lse[i]), ds = p * (dp - D) * scale;
+      for (int d = 0; d < hs; d++) {
+        dqi[d] += ds * kj[d];
+        dkj[d] += ds * qi[d];
+        dvj[d] += p * dyi[d];
+      }
+    }
+  }
+}
+
+void cddp__attn_flash_backward(float *dqkv, const float *dy, const float *qkv, const float *y, const float *lse,
+                               int B, int T, int C, int n_head) {
+  int hs = C / n_head, ld = 3 * C;
+  float scale = 1.0f / sqrtf((float)hs);
+  for (int b = 0; b < B; b++)
+    for (int h = 0; h < n_head; h++) {
+      size_t off = (size_t)b * T * ld + (size_t)h * hs, yo = (size_t)b * T * C + (size_t)h * hs;
+      const float *q = qkv + off;
+      float *dq = dqkv + off;
+      flash_head_backward(dq, dq + C, dq + 2 * C, dy + yo, y + yo, lse + ((size_t)b * n_head + h) * T, q, q + C,
+                          q + 2 * C, T, hs, ld, C, scale);
+    }
 }

@@ -53,6 +53,10 @@ void cddp__attn_backward(float *dqkv, const float *dy, const float *qkv, const f
  * as bf16 bits (uint16_t), every product and sum in float32. */
 void cddp__attn_flash_forward(float *y, float *lse, const float *qkv, int B, int T, int C, int n_head);
 void cddp__attn_flash_forward_bf16(float *y, float *lse, const uint16_t *qkv, int B, int T, int C, int n_head);
+/* Its backward: dqkv [B,T,3C] = the gradient of qkv (overwritten) from dy [B,T,C], the
+ * forward's y and lse, each probability recomputed from lse (no scratch, no T x T). */
+void cddp__attn_flash_backward(float *dqkv, const float *dy, const float *qkv, const float *y, const float *lse,
+                               int B, int T, int C, int n_head);
 
 /* ---- embeddings and the tied head (layer_embed.c): wte [V, C], wpe [context, C]. */
 /* x [B,T,C] = wte[tok[b,t]] + wpe[t]. Tokens must be < V (the caller checks). */

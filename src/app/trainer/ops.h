@@ -21,6 +21,8 @@ extern "C" {
 
 typedef struct cddp_ops {
   const char *name; /* "cpu" or "cuda" */
+  /* 1: the GPT's attention is the fused one unless model.attention says otherwise (gpt.h) */
+  int attn_fused;
 
   /* ---- memory. alloc returns zeroed device memory (the CPU: 64-byte aligned), NULL when out
    * of memory; the copies and sync order after everything queued before them. */
@@ -94,9 +96,12 @@ typedef struct cddp_ops {
                         float *scratch, int B, int T, int C, int n_head);
   /* the fused causal attention (layers_gpt.h: cddp__attn_flash_forward): y and each row's
    * log-sum-exp lse [B, n_head, T], no T x T scores; _bf16 reads qkv as bf16, sums in fp32.
-   * Not in the models' step yet (its backward is not written): compared in test_kernels. */
+   * The backward (cddp__attn_flash_backward) recomputes the probabilities from y and lse.
+   * The GPT's attention where attn_fused (or model.attention fused) says so. */
   void (*attn_flash_forward)(float *y, float *lse, const float *qkv, int B, int T, int C, int n_head);
   void (*attn_flash_forward_bf16)(float *y, float *lse, const uint16_t *qkv, int B, int T, int C, int n_head);
+  void (*attn_flash_backward)(float *dqkv, const float *dy, const float *qkv, const float *y, const float *lse,
+                              int B, int T, int C, int n_head);
   void (*embed_forward)(float *x, const uint8_t *tok, const float *wte, const float *wpe, int B, int T,
                         int C);
   void (*embed_backward)(float *dwte, float *dwpe, const float *dx, const uint8_t *tok, int B, int T,

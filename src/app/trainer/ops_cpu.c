@@ -79,6 +79,7 @@ static double cpu_sumsq(const float *x, size_t n) {
 
 const cddp_ops_t cddp__ops_cpu = {
     .name = "cpu",
+    .attn_fused = 0, /* layer_attn.c's GEMM form is the faster here */
     .alloc = cpu_alloc,
     .release = free,
     .to_device = cpu_copy,
@@ -112,6 +113,7 @@ const cddp_ops_t cddp__ops_cpu = {
     .attn_backward = cddp__attn_backward,
     .attn_flash_forward = cddp__attn_flash_forward,
     .attn_flash_forward_bf16 = cddp__attn_flash_forward_bf16,
+    .attn_flash_backward = cddp__attn_flash_backward,
     .embed_forward = cddp__embed_forward,
     .embed_backward = cddp__embed_backward,
     .head_forward = cddp__head_forward,

@@ -98,6 +98,10 @@ static void emu_attn_flash_forward(float *y, float *lse, const float *qkv, int B
 static void emu_attn_flash_forward_bf16(float *y, float *lse, const uint16_t *qkv, int B, int T, int C, int n_head) {
   CPU.attn_flash_forward_bf16(R(y), R(lse), R(qkv), B, T, C, n_head);
 }
+static void emu_attn_flash_backward(float *dqkv, const float *dy, const float *qkv, const float *y,
+                                    const float *lse, int B, int T, int C, int n_head) {
+  CPU.attn_flash_backward(R(dqkv), R(dy), R(qkv), R(y), R(lse), B, T, C, n_head);
+}
 static void emu_embed_forward(float *x, const uint8_t *tok, const float *wte, const float *wpe, int B, int T, int C) {
   CPU.embed_forward(R(x), R(tok), R(wte), R(wpe), B, T, C);
 }
@@ -131,6 +135,7 @@ static void emu_from_bf16(float *dst, const uint16_t *src, size_t n) { CPU.from_
 /* The CNN is left out, as on CUDA: model.c refuses it by name on a table without conv2d. */
 const cddp_ops_t cddp__ops_emu = {
     .name = "emulated",
+    .attn_fused = 1, /* as the CUDA table: the device path's attention */
     .alloc = emu_alloc,
     .release = emu_release,
     .to_device = emu_to_device,
@@ -160,6 +165,7 @@ const cddp_ops_t cddp__ops_emu = {
     .attn_backward = emu_attn_backward,
     .attn_flash_forward = emu_attn_flash_forward,
     .attn_flash_forward_bf16 = emu_attn_flash_forward_bf16,
+    .attn_flash_backward = emu_attn_flash_backward,
     .embed_forward = emu_embed_forward,
     .embed_backward = emu_embed_backward,
     .head_forward = emu_head_forward,

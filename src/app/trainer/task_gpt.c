@@ -90,6 +90,7 @@ cddp_result_t cddp__task_gpt_create(const cddp_train_config_t *c, int micro, con
   m->base = (cddp_task_t){&gpt_ops, "GPT", 0, 0, m->T, "tokens", 1};
   cddp_result_t r = cddp__text_load_kjv(m->T, &m->train, &m->val);
   if (r == CDDP_OK) r = cddp__gpt_create_on(ops, &c->gpt, m->max_batch, &m->model);
+  if (r == CDDP_OK && cddp__gpt_attention_fused(m->model)) m->base.name = "GPT (fused attention)"; /* the start line */
   size_t bytes = (size_t)micro * (size_t)m->T, eval_bytes = (size_t)EVAL_BATCH * (size_t)m->T;
   for (int s = 0; s < 2 && r == CDDP_OK; s++)
     if (!(m->tokens[s] = ops->host_alloc(bytes)) || !(m->targets[s] = ops->host_alloc(bytes)))

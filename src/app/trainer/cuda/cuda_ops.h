@@ -54,6 +54,8 @@ void cu_attn_backward(float *dqkv, const float *dy, const float *qkv, const floa
                       int T, int C, int n_head);
 void cu_attn_flash_forward(float *y, float *lse, const float *qkv, int B, int T, int C, int n_head);
 void cu_attn_flash_forward_bf16(float *y, float *lse, const uint16_t *qkv, int B, int T, int C, int n_head);
+void cu_attn_flash_backward(float *dqkv, const float *dy, const float *qkv, const float *y, const float *lse, int B,
+                            int T, int C, int n_head);
 void cu_embed_forward(float *x, const uint8_t *tok, const float *wte, const float *wpe, int B, int T, int C);
 void cu_embed_backward(float *dwte, float *dwpe, const float *dx, const uint8_t *tok, int B, int T, int C,
                        int accumulate);

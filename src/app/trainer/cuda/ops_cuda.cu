@@ -75,6 +75,7 @@ void *cddp__cu_scratch(int slot, size_t bytes) {
 
 const cddp_ops_t cddp__ops_cuda = {
     .name = "cuda",
+    .attn_fused = 1, /* no T x T probabilities in device memory */
     .alloc = cu_alloc,
     .release = cu_release,
     .to_device = cu_to_device,
@@ -108,6 +109,7 @@ const cddp_ops_t cddp__ops_cuda = {
     .attn_backward = cu_attn_backward,
     .attn_flash_forward = cu_attn_flash_forward,
     .attn_flash_forward_bf16 = cu_attn_flash_forward_bf16,
+    .attn_flash_backward = cu_attn_flash_backward,
     .embed_forward = cu_embed_forward,
     .embed_backward = cu_embed_backward,
     .head_forward = cu_head_forward,
