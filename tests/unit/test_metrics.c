@@ -86,6 +86,33 @@ TEST(a_new_rank0_logs_the_committed_step_the_old_one_died_before_logging) {
   unlink(file), rmdir(path);
 }
 
+/* logged: where this process knows the file ends; the recovery takes the file over whenever
+ * it is not at the synced step (a replacement rank 0 starts at -1: the dead writer's file) */
+TEST(logged_says_where_the_file_ends_for_the_recovery_to_take_it_over) {
+  char path[] = "/tmp/cddp-metrics-test.XXXXXX", file[64], got[256];
+  CHECK(mkdtemp(path) != NULL);
+  snprintf(file, sizeof file, "%s/metrics.jsonl", path);
+  log_steps(file, 1, 2); /* the old rank 0 died after committing step 3, before its line */
+  cddp_metrics_t m;
+  CHECK_OK(cddp__metrics_open(&m, file, 1, 1000000)); /* its replacement: the dead writer's file */
+  CHECK(m.logged == -1);
+  cddp_step_record_t src = {.step = 3, .total = 100, .epochs = 1, .loss = 1.0 / 3, .samples = 8, .step_s = 0.01};
+  m.last = src, m.have_last = 1; /* the state's source's record, sent with the state */
+  CHECK_OK(cddp__metrics_take_over(&m, file, 3, NULL));
+  CHECK(m.logged == 3);
+  cddp_step_record_t r = {.step = 4, .total = 100, .epochs = 1, .loss = 0.25, .samples = 8, .step_s = 0.01};
+  CHECK_OK(cddp__metrics_step(&m, &r));
+  CHECK(m.logged == 4);
+  cddp__metrics_close(&m);
+  steps_of(file, got, sizeof got);
+  CHECK(!strcmp(got, "1 2 3 4"));
+  follower(&m, 2); /* no record of step 6: the file stays behind it, and logged says so */
+  CHECK_OK(cddp__metrics_take_over(&m, file, 6, NULL));
+  CHECK(m.logged == 4);
+  cddp__metrics_close(&m);
+  unlink(file), rmdir(path);
+}
+
 /* path's bytes, for checking a refused repair left the file as it was */
 static size_t slurp(const char *path, char *buf, size_t size) {
   FILE *f = fopen(path, "r");

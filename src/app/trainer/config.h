@@ -60,6 +60,7 @@ typedef struct cddp_train_config {
   int sample_log;            /* debug.sample_log: write the indices each rank consumed */
   int slow_rank;             /* debug.slow_rank: this rank sleeps debug.slow_ms a step (-1: none) */
   int slow_ms;
+  int die_unlogged;          /* debug.die_unlogged: rank 0 is SIGKILLed after committing this step, unlogged */
 } cddp_train_config_t;
 
 /* Defaults for every key. */

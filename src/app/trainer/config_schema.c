@@ -128,6 +128,9 @@ const cddp__cfg_key_t cddp__cfg_keys[] = {
     {"debug.slow_rank", CDDP__CFG_INT, F(slow_rank), 0, "-1", -1, 1000000, 0, NULL,
      "this rank sleeps debug.slow_ms every step (a straggler on purpose, for tests); -1 = none"},
     {"debug.slow_ms", CDDP__CFG_INT, F(slow_ms), 0, "0", 0, 60000, 0, NULL, "see debug.slow_rank"},
+    {"debug.die_unlogged", CDDP__CFG_INT, F(die_unlogged), 0, "0", 0, 1000000000, 0, NULL,
+     "rank 0 SIGKILLs itself once this step is committed, before logging it (a kill at the worst moment, for "
+     "tests; not a replacement or a restart); 0 = never"},
 };
 const int cddp__cfg_n_keys = (int)(sizeof cddp__cfg_keys / sizeof cddp__cfg_keys[0]);
 

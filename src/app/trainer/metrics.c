@@ -28,6 +28,7 @@ cddp_result_t cddp__metrics_open(cddp_metrics_t *m, const char *jsonl_path, int 
   const char *live = getenv("CDDP_CONSOLE_LIVE");
   m->live = isatty(STDERR_FILENO) || (live && !strcmp(live, "1"));
   m->first_step = -1;
+  m->logged = -1;
   if (!jsonl_path) return CDDP_OK;
   m->jsonl = fopen(jsonl_path, append ? "a" : "w");
   snprintf(m->path, sizeof m->path, "%s", jsonl_path);
@@ -151,6 +152,7 @@ cddp_result_t cddp__metrics_take_over(cddp_metrics_t *m, const char *jsonl_path,
   CDDP_CHECK(cddp__metrics_trim(jsonl_path, step, -1, &had));
   CDDP_CHECK(cddp__metrics_reopen(m, jsonl_path));
   if (had < step && m->have_last && m->last.step == step) CDDP_CHECK(write_step(m->jsonl, m->path, &m->last));
+  m->logged = had < step && !(m->have_last && m->last.step == step) ? had : step;
   if (logged) *logged = had;
   return CDDP_OK;
 }
@@ -165,6 +167,7 @@ cddp_result_t cddp__metrics_step(cddp_metrics_t *m, const cddp_step_record_t *r)
   m->last = *r, m->last.ranks = NULL, m->have_last = 1;
   if (m->jsonl) {
     CDDP_CHECK(write_step(m->jsonl, m->path, r));
+    m->logged = r->step;
     double avg = cddp__metrics_rate(m);
     double per_step = (t - m->started_s) / (double)(r->step - m->first_step);
     char eta[32];

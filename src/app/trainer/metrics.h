@@ -38,6 +38,7 @@ typedef struct cddp_metrics {
   int pending_newline;
   cddp_step_record_t last; /* this rank's last step (every rank keeps it: it may become rank 0) */
   int have_last;
+  int64_t logged;      /* the file ends at this step as this process knows it (-1: not its file yet) */
 } cddp_metrics_t;
 
 /* Rank 0 passes the jsonl path (appended to when resuming); others pass NULL. */
@@ -57,8 +58,9 @@ cddp_result_t cddp__metrics_trim(const char *path, int64_t step, int64_t need, i
 cddp_result_t cddp__metrics_step(cddp_metrics_t *m, const cddp_step_record_t *r);
 /* Rank 0 after a recovery or a restore: cuts jsonl_path back to the lines of steps <= step (an
  * old rank 0 may have logged a step the others redo) and appends from now on; when the file
- * has no line for step and this rank ran it, logs it from its own record (the old rank 0 died
- * before logging it). *logged (may be NULL): the highest step the file had, -1: no file. */
+ * has no line for step and this rank holds step's record (its own, or the state's source's),
+ * logs it from that (the old rank 0 died between the step's commit and its line). *logged (may
+ * be NULL): the highest step the file had, -1: no file. */
 cddp_result_t cddp__metrics_take_over(cddp_metrics_t *m, const char *jsonl_path, int64_t step, int64_t *logged);
 /* epoch: the sampler's index (from 0); epoch_end: the evaluation closes that epoch (else it
  * comes after the run's last step, inside it). */

@@ -142,6 +142,23 @@ static int gen_causes(const trainer_t *t, int gen0, char *buf, size_t size) {
   return join_alone;
 }
 
+/* The state's source's record of the step it holds, to every rank: a new metrics writer (a
+ * replacement, a survivor renumbered to rank 0, a rank 0 behind the source) logs that step
+ * from it when the old writer died between the step's commit and its line. A peer's record
+ * is used only for the step every rank now holds. */
+static cddp_result_t share_last_record(trainer_t *t, int src) {
+  typedef struct { int64_t have; cddp_step_record_t rec; } shared_t;
+  enum { W = (sizeof(shared_t) + 7) / 8 };
+  union { int64_t w[W]; shared_t s; } u;
+  memset(&u, 0, sizeof u);
+  cddp_metrics_t *m = &t->metrics;
+  if (t->rank == src && m->have_last && m->last.step == t->step) u.s.have = 1, u.s.rec = m->last;
+  CDDP_CHECK(cddp_broadcast(cddp_world_comm(t->w), u.w, W, CDDP_I64, src));
+  if (t->rank != src && u.s.have == 1 && u.s.rec.step == t->step)
+    m->last = u.s.rec, m->last.ranks = NULL, m->have_last = 1;
+  return CDDP_OK;
+}
+
 /* Every rank reports (has state, step, config hash, ms since its failure); the lowest rank
  * holding the highest step sends params, optimizer moments and counters, sampler position.
  * gen0: the generation this rank trained in before; the line names what came since the
@@ -195,7 +212,10 @@ static cddp_result_t sync_state(trainer_t *t, uint64_t t_fail, int old_world, in
   t->step = (int64_t)hdr[0];
   t->opt.t = (int64_t)hdr[1];
   CDDP_CHECK(cddp__sampler_restore(&t->sampler, hdr[2], hdr[3]));
+  CDDP_CHECK(share_last_record(t, src));
   CDDP_CHECK(reopen_logs(t));
+  /* a new metrics writer, or one behind the source: its file is cut or filled to the step */
+  if (t->rank == 0 && t->metrics.logged != t->step) CDDP_CHECK(trim_metrics(t, t->step, NULL));
   t->has_state = 1;
   t->recoveries++;
   if (t->rank == 0) {
@@ -256,7 +276,7 @@ static cddp_result_t recover_as(trainer_t *t, uint64_t t_fail, int join) {
   if (cddp__train_stop) return cddp__fail(CDDP_ABORTED, "stopped by signal %d", (int)cddp__train_stop);
   cddp__train_recovering = 1;
   /* taken once: a recovery interrupted by another loss goes on from the world it started in */
-  int old_world = t->world, old_accum = t->accum, gen0 = cddp_world_generation(t->w), was_rank0 = t->rank == 0;
+  int old_world = t->world, old_accum = t->accum, gen0 = cddp_world_generation(t->w);
   /* ZeRO-1 and a node taken in: no rank is lost, so rank 0 gathers the whole moments while the
    * old communicator still works, and the new world re-shards them (else: from disk) */
   if (join && t->zero1.on && cddp__zero1_hold_whole(t) != CDDP_OK)
@@ -278,8 +298,6 @@ static cddp_result_t recover_as(trainer_t *t, uint64_t t_fail, int join) {
   cddp__train_recovering = 0;
   cddp__zero1_drop_whole(t);
   free(kept);
-  if (r == CDDP_OK && t->rank == 0 && !was_rank0) /* the metrics writer was lost: its log ends at the committed step */
-    r = trim_metrics(t, t->step, NULL);
   /* the world sizes again: the store may have moved, and its new host rebuilt only what the
    * agents hold (a joiner would then be taken into a world the batch cannot split) */
   if (r == CDDP_OK) cddp__train_publish_worlds(t);

@@ -291,6 +291,9 @@ static cddp_result_t setup(trainer_t *t) {
   /* resumed from a checkpoint: the lines of later steps go, as they are trained again */
   if (t->rank == 0 && resumed && !replacement) CDDP_CHECK(cddp__metrics_trim(path, t->step, t->step, NULL));
   CDDP_CHECK(cddp__metrics_open(&t->metrics, t->rank == 0 ? path : NULL, resumed, c->log_every));
+  /* the file ends at the start's step (cut to it on a resume); a replacement's is the dead
+   * writer's, taken over once the state is synced */
+  if (!replacement) t->metrics.logged = t->step;
   cddp__ranks_init(&t->ranks, c->rank_every, c->straggler_pct, c->straggler_windows);
   if (c->sample_log) {
     snprintf(path, sizeof path, "%s/samples/rank%d.txt", t->run_dir, t->rank);
@@ -419,6 +422,9 @@ static int run_loop(trainer_t *t) {
         fprintf(stderr, "cddp train: saved %s before stopping\n", t->last_ckpt);
       return cddp__train_stop ? 128 + (int)cddp__train_stop : 1;
     }
+    if (t->rank == 0 && t->step == t->cfg.die_unlogged && !cddp_world_replacement(t->w) &&
+        cddp_world_env(t->w)->restart_count == 0)
+      raise(SIGKILL); /* a test's kill between the step's commit and its metrics line */
     if (cddp__metrics_step(&t->metrics, &rec) != CDDP_OK) { /* before this step's checkpoint: resumable */
       cddp__metrics_break_line(&t->metrics);
       fprintf(stderr, "cddp train: rank 0: step %" PRId64 ": %s; stopping (--resume-from latest continues the run "
