@@ -597,6 +597,9 @@ static cddp_result_t failover(tcp_store_t *t) {
   __atomic_store_n(&t->reg_fd, -1, __ATOMIC_RELEASE);
   if (t->fd >= 0) close(t->fd);
   t->fd = -1;
+  /* this process took the epoch for lost: none of its clients acts on that store again, even
+   * when it answers once more after a link flap (they fail over with this one) */
+  cut_stale(t->epoch + 1);
   int ms = (int)cddp__knob_int(CDDP_KNOB_STORE_FAILOVER_MS);
   uint64_t t0 = cddp__now_ns(), deadline = cddp__deadline_ms(ms);
   cddp__peers_t *p = malloc(sizeof *p);
