@@ -28,6 +28,7 @@
 
 typedef struct watched {
   int id, reported;
+  int beat_here;       /* its counter moved between two reads on this store epoch: it is a client of it */
   int64_t last;        /* heartbeat counter last read (-1: never) */
   uint64_t changed_at; /* when it was last seen moving */
 } watched_t;
@@ -40,7 +41,8 @@ struct cddp__monitor {
   int64_t gen, gen_seen;
   uint64_t deadline; /* "waited" after this (0: none) */
   const int *hosting; /* cddp__monitor_lease */
-  int64_t epoch;      /* the store's epoch at the last beat (store/failover.h) */
+  int64_t epoch;      /* the store's epoch this monitor last saw (store/failover.h) */
+  int moved;          /* the epoch changed since the last beat: the pending record is published again */
   char pending[96];   /* this agent's pending record while it waits to be taken in ("": none): */
   size_t pending_len; /* published again when the store moves (its new host never saw it) */
   int lease_gone; /* "minority" or "froze" was said: once */
@@ -53,6 +55,16 @@ struct cddp__monitor {
   unsigned char said[MAX_AGENT_IDS]; /* a pending agent reported since the last watch */
   unsigned char member[MAX_AGENT_IDS]; /* a member of the watched generation (not pending) */
 };
+
+/* A store that moved: nobody could beat while it did, so every member starts afresh, and
+ * none has beaten on the new store yet (the lease counts only those that have, below). Called
+ * with mu held, by the beat and by a watch (which may come first after a take-over). */
+static void follow_epoch(cddp__monitor_t *m, uint64_t now) {
+  int64_t epoch = cddp__failover_epoch();
+  if (epoch == m->epoch) return;
+  m->epoch = epoch, m->moved = 1;
+  for (int i = 0; i < m->n; i++) m->w[i].changed_at = now, m->w[i].last = -1, m->w[i].beat_here = 0;
+}
 
 /* The store host watches every member (its split-brain guard counts who is alive); the
  * others their ring successors. Called with mu held. */
@@ -98,12 +110,11 @@ static cddp_result_t beat(cddp__monitor_t *m, uint64_t now) {
   int64_t v;
   CDDP_CHECK(cddp_store_add(m->s, KEY(HEARTBEAT, m->self), 1, &v));
   pthread_mutex_lock(&m->mu);
-  int64_t epoch = cddp__failover_epoch();
   char pending[sizeof m->pending];
   size_t pending_len = 0;
-  if (epoch != m->epoch) { /* the store moved: nobody could beat while it did; every member starts afresh */
-    m->epoch = epoch;
-    for (int i = 0; i < m->n; i++) m->w[i].changed_at = now;
+  follow_epoch(m, now);
+  if (m->moved) {
+    m->moved = 0;
     pending_len = m->pending_len;
     memcpy(pending, m->pending, pending_len);
   }
@@ -118,6 +129,7 @@ static cddp_result_t beat(cddp__monitor_t *m, uint64_t now) {
     if (w->reported || !look[i]) continue;
     if (cddp_store_add(m->s, KEY(HEARTBEAT, w->id), 0, &v) != CDDP_OK) break;
     if (v != w->last) {
+      if (w->last >= 0) w->beat_here = 1; /* -1: the first read, a baseline only */
       w->last = v, w->changed_at = now;
       continue;
     }
@@ -140,7 +152,11 @@ static cddp_result_t beat(cddp__monitor_t *m, uint64_t now) {
    * still silent (docs/store.md, "A link flap") */
   /* a member dropped lately may be alive, cut off, and voting with the generation it last saw:
    * it stays in the count, not alive, for as long as a take-over can count its vote (the next in
-   * line loses the store up to two heartbeat timeouts after it, then waits three and 1 s) */
+   * line loses the store up to two heartbeat timeouts after it, then waits three and 1 s). Only
+   * a client of this store can vote against it (a vote is for the epoch after the one its voter
+   * lost), so monitor_watch keeps only members seen beating here: not the host this one took
+   * the store from, whose vote could only be for the epoch this host already holds
+   * (docs/store.md, "The old host stops when it is the minority") */
   uint64_t vote_ns = (uint64_t)(5 * m->timeout_ms + 1000) * 1000000ull;
   int kept = 0;
   for (int k = 0; k < m->n_dropped; k++)
@@ -268,6 +284,7 @@ void cddp__monitor_watch(cddp__monitor_t *m, const cddp__members_t *members, int
   watched_t *old = malloc(sizeof *old * CDDP__MAX_MEMBERS);
   if (!old) return; /* the last watch stays */
   pthread_mutex_lock(&m->mu);
+  follow_epoch(m, now);
   int nold = m->n, at = -1;
   memcpy(old, m->w, sizeof(watched_t) * (size_t)nold);
   m->n = 0, m->nring = 0;
@@ -281,12 +298,12 @@ void cddp__monitor_watch(cddp__monitor_t *m, const cddp__members_t *members, int
     }
     watched_t w = {.id = id, .last = -1, .changed_at = now};
     for (int j = 0; j < nold; j++) /* keep what is known of a member still watched */
-      if (old[j].id == w.id) w.last = old[j].last, w.changed_at = old[j].changed_at;
+      if (old[j].id == w.id) w.last = old[j].last, w.changed_at = old[j].changed_at, w.beat_here = old[j].beat_here;
     m->w[m->n++] = w;
   }
   for (int k = 0; at >= 0 && k < RING_WATCH && k < m->n; k++) m->ring[m->nring++] = (at + k) % m->n;
-  for (int j = 0; j < nold; j++) /* dropped by this generation: the lease counts it a while */
-    if (old[j].id != m->self && cddp__members_find(members, old[j].id, NULL, NULL) < 0 &&
+  for (int j = 0; j < nold; j++) /* dropped by this generation: the lease counts it a while (beat) */
+    if (old[j].id != m->self && old[j].beat_here && cddp__members_find(members, old[j].id, NULL, NULL) < 0 &&
         m->n_dropped < CDDP__MAX_MEMBERS)
       m->dropped_at[m->n_dropped++] = now;
   m->gen = gen;
