@@ -28,6 +28,7 @@
 
 typedef struct watched {
   int id, reported;
+  int beat_here;       /* its counter moved between two reads on this store epoch: it is a client of it */
   int64_t last;        /* heartbeat counter last read (-1: never) */
   uint64_t changed_at; /* when it was last seen moving */
 } watched_t;
@@ -40,10 +41,13 @@ struct cddp__monitor {
   int64_t gen, gen_seen;
   uint64_t deadline; /* "waited" after this (0: none) */
   const int *hosting; /* cddp__monitor_lease */
-  int64_t epoch;      /* the store's epoch at the last beat (store/failover.h) */
+  int64_t epoch;      /* the store's epoch this monitor last saw (store/failover.h) */
+  int moved;          /* the epoch changed since the last beat: the pending record is published again */
   char pending[96];   /* this agent's pending record while it waits to be taken in ("": none): */
   size_t pending_len; /* published again when the store moves (its new host never saw it) */
   int lease_gone; /* "minority" or "froze" was said: once */
+  int n_dropped;  /* members a later generation left out, still counted by the lease (below) */
+  uint64_t dropped_at[CDDP__MAX_MEMBERS];
   int n;
   unsigned beats;
   watched_t w[CDDP__MAX_MEMBERS];
@@ -51,6 +55,16 @@ struct cddp__monitor {
   unsigned char said[MAX_AGENT_IDS]; /* a pending agent reported since the last watch */
   unsigned char member[MAX_AGENT_IDS]; /* a member of the watched generation (not pending) */
 };
+
+/* A store that moved: nobody could beat while it did, so every member starts afresh, and
+ * none has beaten on the new store yet (the lease counts only those that have, below). Called
+ * with mu held, by the beat and by a watch (which may come first after a take-over). */
+static void follow_epoch(cddp__monitor_t *m, uint64_t now) {
+  int64_t epoch = cddp__failover_epoch();
+  if (epoch == m->epoch) return;
+  m->epoch = epoch, m->moved = 1;
+  for (int i = 0; i < m->n; i++) m->w[i].changed_at = now, m->w[i].last = -1, m->w[i].beat_here = 0;
+}
 
 /* The store host watches every member (its split-brain guard counts who is alive); the
  * others their ring successors. Called with mu held. */
@@ -96,16 +110,16 @@ static cddp_result_t beat(cddp__monitor_t *m, uint64_t now) {
   int64_t v;
   CDDP_CHECK(cddp_store_add(m->s, KEY(HEARTBEAT, m->self), 1, &v));
   pthread_mutex_lock(&m->mu);
-  int64_t epoch = cddp__failover_epoch();
   char pending[sizeof m->pending];
   size_t pending_len = 0;
-  if (epoch != m->epoch) { /* the store moved: nobody could beat while it did; every member starts afresh */
-    m->epoch = epoch;
-    for (int i = 0; i < m->n; i++) m->w[i].changed_at = now;
+  follow_epoch(m, now);
+  if (m->moved) {
+    m->moved = 0;
     pending_len = m->pending_len;
     memcpy(pending, m->pending, pending_len);
   }
   int n_lost = 0, lost[CDDP__MAX_MEMBERS], all = looks_at_all(m);
+  unsigned char willed[CDDP__MAX_MEMBERS]; /* lost[k] left its will (its connection closed) */
   unsigned char look[CDDP__MAX_MEMBERS];
   memset(look, all, (size_t)m->n);
   for (int k = 0; k < m->nring; k++) look[m->ring[k]] = 1;
@@ -115,38 +129,52 @@ static cddp_result_t beat(cddp__monitor_t *m, uint64_t now) {
     if (w->reported || !look[i]) continue;
     if (cddp_store_add(m->s, KEY(HEARTBEAT, w->id), 0, &v) != CDDP_OK) break;
     if (v != w->last) {
+      if (w->last >= 0) w->beat_here = 1; /* -1: the first read, a baseline only */
       w->last = v, w->changed_at = now;
       continue;
     }
     /* still since the last beat: a crash leaves its will (a counter that moved needs no look,
      * so a crash is seen within two beats at one request per watched member per beat) */
-    if (exists(m->s, KEY(DEAD, w->id))) {
-      w->reported = 1;
-      SAY(m, CDDP__AEV_LOST, w->id, 0, 0, "its connection closed");
+    if (exists(m->s, KEY(DEAD, w->id))) { /* reported below, under the lease like the silent */
+      willed[n_lost] = 1, lost[n_lost++] = i;
       continue;
     }
     uint64_t still = (now - w->changed_at) / 1000000ull;
     if (still < (uint64_t)m->timeout_ms) continue;
     if (exists(m->s, KEY(LEFT, w->id))) continue; /* it left properly */
-    lost[n_lost++] = i;
+    willed[n_lost] = 0, lost[n_lost++] = i;
   }
   /* the store's host judges its lease before it drops anyone: a host cut off sees the others
    * go silent one beat apart, and dropping the first would leave it a "majority" of the smaller
    * generation while they vote with the larger one; so when someone is lost, a member silent
-   * for half the timeout counts as gone too */
-  int alive = m->n + 1;
+   * for half the timeout counts as gone too. A will counts the same way: a member that gave the
+   * store up closes its connection, and after a link flap that close arrives while the rest are
+   * still silent (docs/store.md, "A link flap") */
+  /* a member dropped lately may be alive, cut off, and voting with the generation it last saw:
+   * it stays in the count, not alive, for as long as a take-over can count its vote (the next in
+   * line loses the store up to two heartbeat timeouts after it, then waits three and 1 s). Only
+   * a client of this store can vote against it (a vote is for the epoch after the one its voter
+   * lost), so monitor_watch keeps only members seen beating here: not the host this one took
+   * the store from, whose vote could only be for the epoch this host already holds
+   * (docs/store.md, "The old host stops when it is the minority") */
+  uint64_t vote_ns = (uint64_t)(5 * m->timeout_ms + 1000) * 1000000ull;
+  int kept = 0;
+  for (int k = 0; k < m->n_dropped; k++)
+    if (now - m->dropped_at[k] < vote_ns) m->dropped_at[kept++] = m->dropped_at[k];
+  m->n_dropped = kept;
+  int alive = m->n + 1, members = m->n + 1 + kept;
   uint64_t gone_after = (uint64_t)(n_lost ? m->timeout_ms / 2 : m->timeout_ms);
   for (int i = 0; i < m->n; i++)
     if ((now - m->w[i].changed_at) / 1000000ull >= gone_after) alive--;
-  int minority = m->hosting && __atomic_load_n(m->hosting, __ATOMIC_ACQUIRE) && 2 * alive < m->n + 1 &&
+  int minority = m->hosting && __atomic_load_n(m->hosting, __ATOMIC_ACQUIRE) && 2 * alive < members &&
                  !m->lease_gone;
   if (minority) m->lease_gone = 1;
   for (int k = 0; k < n_lost && !m->lease_gone; k++) {
     watched_t *w = &m->w[lost[k]];
     w->reported = 1;
-    SAY(m, CDDP__AEV_LOST, w->id, 0, 0, "no heartbeat for %llu ms", (unsigned long long)((now - w->changed_at) / 1000000ull));
+    if (willed[k]) SAY(m, CDDP__AEV_LOST, w->id, 0, 0, "its connection closed");
+    else SAY(m, CDDP__AEV_LOST, w->id, 0, 0, "no heartbeat for %llu ms", (unsigned long long)((now - w->changed_at) / 1000000ull));
   }
-  int members = m->n + 1;
   pthread_mutex_unlock(&m->mu);
   if (minority) SAY(m, CDDP__AEV_MINORITY, alive, members, 0, NULL);
   if (pending_len) { /* the new host knows the agent ids of the members only: ours too, so it is scanned */
@@ -256,6 +284,7 @@ void cddp__monitor_watch(cddp__monitor_t *m, const cddp__members_t *members, int
   watched_t *old = malloc(sizeof *old * CDDP__MAX_MEMBERS);
   if (!old) return; /* the last watch stays */
   pthread_mutex_lock(&m->mu);
+  follow_epoch(m, now);
   int nold = m->n, at = -1;
   memcpy(old, m->w, sizeof(watched_t) * (size_t)nold);
   m->n = 0, m->nring = 0;
@@ -269,10 +298,14 @@ void cddp__monitor_watch(cddp__monitor_t *m, const cddp__members_t *members, int
     }
     watched_t w = {.id = id, .last = -1, .changed_at = now};
     for (int j = 0; j < nold; j++) /* keep what is known of a member still watched */
-      if (old[j].id == w.id) w.last = old[j].last, w.changed_at = old[j].changed_at;
+      if (old[j].id == w.id) w.last = old[j].last, w.changed_at = old[j].changed_at, w.beat_here = old[j].beat_here;
     m->w[m->n++] = w;
   }
   for (int k = 0; at >= 0 && k < RING_WATCH && k < m->n; k++) m->ring[m->nring++] = (at + k) % m->n;
+  for (int j = 0; j < nold; j++) /* dropped by this generation: the lease counts it a while (beat) */
+    if (old[j].id != m->self && old[j].beat_here && cddp__members_find(members, old[j].id, NULL, NULL) < 0 &&
+        m->n_dropped < CDDP__MAX_MEMBERS)
+      m->dropped_at[m->n_dropped++] = now;
   m->gen = gen;
   memset(m->said, 0, sizeof m->said); /* a new generation: pending agents are looked at again */
   pthread_mutex_unlock(&m->mu);
@@ -519,6 +552,9 @@ void cddp__membership_events(cddp__membership_t *ms) {
       cddp__membership_refresh(ms);
       if (!ms->ending) cddp__membership_done(ms, 0);
       break;
+    case CDDP__AEV_STORE_MOVED: /* the done marks stayed with the old store: this node's again */
+      if (ms->marked && !ms->ending) cddp__membership_done(ms, 1);
+      break;
     default: break;
     }
     if (ms->ending) continue; /* the first reason to end is the one said */
@@ -538,13 +574,13 @@ void cddp__membership_events(cddp__membership_t *ms) {
               ms->host, ms->self, cddp__store_move_line(ms->mv));
       break;
     case CDDP__AEV_FROZE:
-      ms->ending = 2;
+      ms->ending = 2, ms->fence = 1;
       LINE_OF("node %s (agent %d) hosts the job's store but stood still for %lld ms (frozen or starved, past the "
               "heartbeat timeout): the others may have taken the store over, so it stops (split-brain guard)",
               ms->host, ms->self, (long long)e->value);
       break;
     case CDDP__AEV_MINORITY:
-      ms->ending = 2;
+      ms->ending = 2, ms->fence = 1;
       LINE_OF("node %s (agent %d) hosts the job's store but hears from only %d of its %d nodes: it stops, so that "
               "the others, a majority, may take the store over and go on (split-brain guard)", ms->host, ms->self,
               e->id, e->n);
@@ -569,6 +605,7 @@ void cddp__membership_done(cddp__membership_t *ms, int mark) {
   if (mark && cddp_store_set(ms->store, cddp__job_key(CDDP__JK_RDZV_DONE, ms->round, ms->self).s, CDDP__JOB_FLAG,
                              CDDP__JOB_FLAG_LEN) != CDDP_OK)
     return;
+  if (mark) ms->marked = 1;
   /* the count of marks gates the exact look at every member's flag: without it each agent
    * would read N flags at each change and at the end, N^2 requests for the job */
   int64_t marked = 0;

@@ -63,6 +63,8 @@ typedef struct cddp__membership {
   cddp__store_move_t *mv; /* the store's failover (NULL: off): told each generation seen */
   int pipe[2];          /* the monitor's reports */
   int ending;           /* 0 running; 1 this node was dropped; 2 the job stops */
+  int marked;           /* this node's workers are done and it said so (marked again after a move) */
+  int fence;            /* 1: the store's host lost its lease: its workers die now, no grace (2: done) */
   int pending;          /* 1 while this agent waits in elastic/pending/<self> to be taken in */
   int joined;           /* set when a generation took this pending agent in (the agent clears it) */
   char line[512];       /* why, one line (printed by the agent at exit) */

@@ -185,12 +185,16 @@ static void take_over(cddp__store_move_t *mv, const cddp__job_vote_t *mine, cons
   if (r != CDDP_OK && best && buf) r = open_store(mv, mv->host, mv->port, 2000, 1, &raw, &view);
   size_t bl = r == CDDP_OK ? cddp__job_vote_format(mine, buf, VOTE_TEXT_MAX) : 0;
   if (r == CDDP_OK && bl) r = cddp_store_set(view, cddp__job_key(CDDP__JK_STORE_VOTE, epoch, mv->self).s, buf, bl);
-  uint64_t lease = mv->lost_at + (uint64_t)(mv->hb_timeout_ms + LEASE_MARGIN_MS) * 1000000ull;
+  /* the lease runs from the last vote counted: a voter's process stopped speaking to the lost
+   * host when it took that store for lost, before it voted (every client of it is cut then) */
+  uint64_t heard = mv->lost_at;
   uint64_t deadline = mv->lost_at + (uint64_t)(3 * mv->hb_timeout_ms + LEASE_MARGIN_MS) * 1000000ull;
-  int dead = 0, n_for = 0, max_id = mv->self, said = 0, conceded = 0;
+  int dead = 0, n_for = 0, counted = 0, max_id = mv->self, said = 0, conceded = 0;
   for (; r == CDDP_OK;) {
     *best = *mine;
     count_votes(view, epoch, best, &n_for, &max_id);
+    if (n_for > counted) counted = n_for, heard = cddp__now_ns();
+    uint64_t lease = heard + (uint64_t)(mv->hb_timeout_ms + LEASE_MARGIN_MS) * 1000000ull;
     if (!dead) dead = knock(mv->lost_host, mv->lost_port) == 0;
     /* of two members, the lost host cannot vote and this one cannot be a majority alone; but a
      * refused port proves the lost host's store process is gone, and with no third member no
@@ -198,8 +202,9 @@ static void take_over(cddp__store_move_t *mv, const cddp__job_vote_t *mine, cons
      * survivors cut apart could each count it and each take over. */
     conceded = dead && best->members.n == 2 && lost_id >= 0 && cddp__members_find(&best->members, lost_id, NULL, NULL) >= 0;
     uint64_t now = cddp__now_ns();
-    if (2 * (n_for + conceded) > best->members.n && (dead || now >= lease)) break;
-    if (now >= deadline) {
+    int majority = 2 * (n_for + conceded) > best->members.n;
+    if (majority && (dead || now >= lease)) break;
+    if (now >= deadline && !majority) {
       set_line(mv, "lost the store at %s:%d, and only %d of the %d nodes of generation %lld reached agent %d, next "
                "in line to host it: carrying on needs a majority (split-brain guard)", mv->lost_host, mv->lost_port,
                n_for, best->members.n, (long long)best->gen, mv->self);
@@ -322,6 +327,18 @@ static void *vote_main(void *arg) {
                 mv->lost_port, id, peers->p[k].host, peers->p[k].port);
       /* the store moves there (or this node's calls end when nobody takes it) */
       cddp__agent_ev_say(mv->notify_fd, CDDP__AEV_STORE_MOVED, id, 0, mv->lost_epoch + 1, NULL);
+      /* after a link flap the others may still reach the old host, which keeps its majority, and
+       * nobody takes over: this node left that epoch for good, so it is cut off, and says so once
+       * the latest take-over could have happened (the next in line may lose the store two
+       * heartbeat timeouts after this node, then waits three and its margin at most) */
+      uint64_t until = mv->lost_at + (uint64_t)(5 * mv->hb_timeout_ms + 2 * LEASE_MARGIN_MS) * 1000000ull;
+      while (cddp__failover_epoch() <= mv->lost_epoch && cddp__now_ns() < until) usleep(POLL_MS * 1000);
+      if (cddp__failover_epoch() <= mv->lost_epoch) {
+        set_line(mv, "lost the store at %s:%d and voted for agent %d to take it over, which did not within %.1f s "
+                 "(the others still reach the old host: this node is the one cut off)", mv->lost_host, mv->lost_port,
+                 id, (cddp__now_ns() - mv->lost_at) / 1e9);
+        say_stop(mv);
+      }
       goto out;
     }
   }

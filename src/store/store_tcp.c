@@ -69,9 +69,10 @@ static void reg_del(tcp_store_t *t) {
   pthread_mutex_unlock(&reg_mu);
 }
 
-static void cut_stale(int64_t epoch) {
+static void cut_stale(int64_t epoch, int64_t era) {
   pthread_mutex_lock(&reg_mu);
   for (tcp_store_t *t = reg_head; t; t = t->reg_next) {
+    if (t->era > era) continue; /* made after a give-up (a node that came back): not the cutter's to cut */
     int64_t e = __atomic_load_n(&t->reg_epoch, __ATOMIC_ACQUIRE);
     int fd = __atomic_load_n(&t->reg_fd, __ATOMIC_ACQUIRE);
     if (e >= 0 && e < epoch && fd >= 0) shutdown(fd, SHUT_RDWR);
@@ -597,6 +598,9 @@ static cddp_result_t failover(tcp_store_t *t) {
   __atomic_store_n(&t->reg_fd, -1, __ATOMIC_RELEASE);
   if (t->fd >= 0) close(t->fd);
   t->fd = -1;
+  /* this process took the epoch for lost: none of its clients acts on that store again, even
+   * when it answers once more after a link flap (they fail over with this one) */
+  cut_stale(t->epoch + 1, t->era);
   int ms = (int)cddp__knob_int(CDDP_KNOB_STORE_FAILOVER_MS);
   uint64_t t0 = cddp__now_ns(), deadline = cddp__deadline_ms(ms);
   cddp__peers_t *p = malloc(sizeof *p);
@@ -620,7 +624,7 @@ static cddp_result_t failover(tcp_store_t *t) {
                       "(CDDP_STORE_FAILOVER_MS)", lost, ms / 1e3);
   }
   reg_update(t);
-  cut_stale(t->epoch);
+  cut_stale(t->epoch, t->era);
   CDDP_INFO(CDDP_SUB_STORE, "store: %s lost; the store is now at %s (epoch %lld; %.2f s to find it%s)", lost, t->ep,
             (long long)t->epoch, (cddp__now_ns() - t0) / 1e9, t->has_will ? "; the will moved with it" : "");
   return CDDP_OK;

@@ -7,7 +7,10 @@
 # host 3 joins again (skipped until scale-up is on the branch). (storekill) host 1, the store's
 # host, kill -9'd whole: host 2 takes the store over, hosts 2 and 3 finish. (storecut) host 1's
 # cable pulled: taken over after its lease; host 1 stops by itself (docs/store.md, "Failover").
-# Prints cut -> detection and cut -> the survivors' next completed step.
+# (flap) host 1's cable pulled for 1, 3 and 8 s, then plugged back (`flap:S,...` for others;
+# tests/cluster/flap_table.sh runs the whole table): the job completes, every step and sample
+# once, and host 1's workers are gone when anyone takes the store over (docs/store.md, "A link
+# flap"). Prints cut -> detection and cut -> the survivors' next completed step.
 cd "$(dirname "$0")/../.." && source tests/sh/lib.sh
 NS=tests/cluster/netns.sh
 T=$(mktemp -d /tmp/cddp-elastic-netns.XXXXXX)
@@ -167,10 +170,71 @@ store_case() {
   echo "# $name: store's host $how at step $before: next step after $dt s, survivors done after $t_surv s; test time so far ${SECONDS} s"
 }
 
+# flap_case NAME S: host 1's cable (the store's host, rank 0) pulled at step ~60 for S s, then
+# plugged back (docs/store.md, "A link flap"). Short flaps are ridden out; long ones end in a
+# take-over after the old host fenced itself. Either way the job completes, every step and
+# sample once, and the old host's workers are gone by the time anyone takes the store over.
+flap_case() {
+  local name=$1 s=$2 m=$T/$1/metrics.jsonl
+  hosts "$name"
+  wait_step "$m" 60 || fail "$name: no progress" "$(tail -3 "$T/${name}1.out" | tr '
+' ' ')"
+  local w1 before t0 up=0 took='' t_took='' alive='' el p
+  w1=$(pgrep -P "${A[1]}" | tr '\n' ' ') before=$(last_step "$m") t0=$(date +%s.%N)
+  "$NS" linkdown 1
+  while :; do # 90 s at most: the link back after S s, the take-over seen
+    el=$(since "$t0")
+    awk -v e="$el" 'BEGIN { exit !(e >= 90) }' && break
+    [ $up = 0 ] && awk -v e="$el" -v s="$s" 'BEGIN { exit !(e >= s) }' && { "$NS" linkup 1; up=$el; }
+    if [ -z "$took" ] && grep -q "^cddp run: the store's host .* took the store over" "$T/${name}2.out" "$T/${name}3.out"; then
+      took=1 t_took=$(since "$t0")
+      for p in $w1; do # a deposed worker still running (a zombie has stopped) when the others go on
+        [ -n "$(ps -o stat= -p "$p" 2>/dev/null | grep -v Z)" ] && alive+=" $p"
+      done
+    fi
+    kill -0 "${A[1]}" 2>/dev/null || kill -0 "${A[2]}" 2>/dev/null || kill -0 "${A[3]}" 2>/dev/null || break
+    sleep 0.02
+  done
+  [ $up = 0 ] && "$NS" linkup 1
+  wait_all 5 "${A[1]}" "${A[2]}" "${A[3]}"
+  local r1=${RC[0]} r2=${RC[1]} r3=${RC[2]} t_end; t_end=$(since "$t0")
+  cat "$T/$name"?.out >"$T/$name.out"
+  # taken over: both others finish. Not: the old host kept its majority and finishes, and so does
+  # one other at least; a host whose calls went unanswered past the heartbeat timeout took itself
+  # for cut off (its vote led nowhere), was dropped, and ended by itself with one line
+  local left='' r how
+  [ "$r2" = 0 ] || left=2
+  [ "$r3" = 0 ] || left+=3
+  r=$([ "$left" = 2 ] && echo "$r2" || echo "$r3")
+  if [ -n "$took" ] && [ -z "$left" ]; then
+    ok "$name: host 1's link down $s s at step $before: hosts 2 and 3 finish (exit 0) $t_end s after the cut"
+  elif [ -z "$took" ] && [ "$r1" = 0 ] && [ ${#left} -le 1 ] && [ "$r" != 137 ]; then
+    how=$([ -n "$left" ] && echo "; host $left ended by itself (exit $r): $(grep -h '^cddp run: ' "$T/${name}$left.out" | tail -1 | cut -c11-130)")
+    ok "$name: host 1's link down $s s at step $before: no take-over, the old host kept its majority and the job finished $t_end s after the cut$how"
+  else fail "$name: exit codes" "$r1 $r2 $r3 (taken over: ${took:-no}); $(grep -h '^cddp run: \|recovered' "$T/$name.out" | tail -5 | tr '\n' ' ')"; fi
+  if [ -z "$took" ]; then
+    ok "$name: no take-over, so no host was deposed"
+  elif [ -z "$alive" ] && [ "$r1" != 0 ] && [ "$r1" != 137 ]; then
+    ok "$name: taken over $t_took s after the cut; the old host's workers had stopped by then; it ended (exit $r1)"
+  else fail "$name: the fence" "taken over after $t_took s; old host's workers still running then:${alive:- none}; rc=$r1: $(grep -h '^cddp run: ' "$T/${name}1.out" | tail -2 | tr '\n' ' ')"; fi
+  local steps uniq v
+  steps=$(grep -vc '"eval"' "$m"); uniq=$(grep -v '"eval"' "$m" | sed -n 's/.*"step":\([0-9]*\).*/\1/p' | sort -u | wc -l)
+  [ "$steps" = $STEPS ] && [ "$uniq" = $STEPS ] && ok "$name: $STEPS step lines, none twice" || fail "$name: steps" "lines=$steps unique=$uniq"
+  v=$(samples "$name")
+  [ "$v" = clean ] && ok "$name: every sample of the epoch exactly once" || fail "$name: samples" "$v"
+  echo "# $name: link down $s s at step $before: taken over after ${t_took:-never} s, all ended after $t_end s; test time so far ${SECONDS} s"
+}
+
 want cut && { cut_case cut linkdown; "$NS" linkup 3; }
 want storekill && store_case storekill crash
 want storecut && store_case storecut linkdown
 want part && { cut_case part partition; "$NS" heal; }
+# flap[:S,S...]: host 1's link flapped for each S s (default: 1, 3 and 8: a ride-out, the lease's
+# edge and a take-over; tests/cluster/flap_table.sh runs the whole table)
+if [ "${ONLY%%:*}" = flap ] || [ "$ONLY" = all ]; then
+  cuts=1,3,8; [ "${ONLY#flap:}" != "$ONLY" ] && cuts=${ONLY#flap:}
+  for s in ${cuts//,/ }; do flap_case "flap${s/./_}" "$s"; done
+fi
 
 # rejoin NAME: host 3 cut at step ~40, dropped; its link restored: its agent comes back as a
 # pending node and is taken in again at a step boundary (world 2 -> 3); all three finish;

@@ -313,9 +313,37 @@ case_u() {
   exactly_once u
 }
 
+# (w) the store's host lost while the others wait for the job's end (their workers are done, the
+# host's still runs), in each mode: replace (the done marks went with the old store: the
+# survivors mark again on the new one and the job ends) and restart-all (the round ends in a
+# restart on the new store). 3 agents of a shell program; both survivors exit 0 within 20 s.
+case_w() {
+  local mode n i h t0 el hold prog='if [ -n "$HOLD" ] && [ "$TORCHELASTIC_RESTART_COUNT" = 0 ]; then echo holding; sleep 60; fi; echo "done $GROUP_RANK"'
+  for mode in replace all; do
+    n=w$mode P=$(free_port) A=()
+    for i in 1 2 3; do
+      hold=(); [ $i = 1 ] && hold=(HOLD=1) # agent 1 hosts the store; its worker holds the job open
+      env "${hold[@]}" "$CDDP" run --nnodes 2:3 --nproc-per-node 1 --rdzv-backend c10d --rdzv-endpoint "127.0.0.1:$P" \
+        --rdzv-id "$n$P" --rdzv-last-call 1 --max-restarts 3 --restart-mode $mode sh -c "$prog" >"$T/$n$i.out" 2>&1 &
+      A[$i]=$!; bg+=($!)
+      [ $i = 1 ] && wait_for 10 port_listening "$P"
+    done
+    wait_line 30 holding "$T/${n}1.out" && wait_line 30 'done' "$T/${n}2.out" && wait_line 30 'done' "$T/${n}3.out" ||
+      fail "$n: workers" "$(tail -2 "$T/$n"?.out | tr '\n' ' ')"
+    sleep 1 # the two agents say they are done
+    h=$(store_host 1 2 3) t0=$(date +%s.%N)
+    kill -KILL "${A[$h]}" $(worker_of "${A[$h]}"); wait "${A[$h]}" 2>/dev/null
+    all_exit0 "$n" 20 "$mode: the store's host SIGKILLed (host $h) while the others waited for the job's end: both others" \
+      $(for i in 1 2 3; do [ "$i" != "$h" ] && echo "${A[$i]}"; done)
+    el=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }')
+    [ "${RC[*]}" = "0 0" ] && grep -q "took the store over" "$T/$n.out" && ok "$n: the store moved, and the job ended $el s after the kill" ||
+      fail "$n: no take-over" "$(grep -h 'store' "$T/$n.out" | tail -3 | tr '\n' ' ')"
+  done
+}
+
 case "${1:-all}" in
   m) case_m ;; n) case_n ;; q) case_q ;; f) case_f ;; o) case_o ;; j) case_j ;; l) case_l ;; s) case_s ;;
-  r) case_r ;; t) case_t ;; u) case_u ;;
-  *) case_m; case_n; case_q; case_f; case_o; case_j; case_l; case_s; case_r; case_t; case_u ;;
+  r) case_r ;; t) case_t ;; u) case_u ;; w) case_w ;;
+  *) case_m; case_n; case_q; case_f; case_o; case_j; case_l; case_s; case_r; case_t; case_u; case_w ;;
 esac
 finish

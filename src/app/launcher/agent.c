@@ -168,13 +168,37 @@ static const char *event_value(const char *msg) {
   return sp ? sp + 1 : "";
 }
 
-/* Blocks until the watcher reports this round's event or a signal arrives. */
+/* restart-all: reads the store move's events. 1 when this round is over: the store moved
+ * (store_moved = 1; its generation is gone with the old store, so the workers restart on the
+ * new one, as torchrun restarts them after any failure) or nobody took it over (-1). */
+static int store_move_events(agent_t *a) {
+  cddp__agent_ev_t ev[8];
+  int over = 0;
+  for (int n; (n = cddp__agent_ev_recv(a->move_pipe[0], ev, 8)) > 0;)
+    for (int i = 0; i < n; i++) {
+      if (ev[i].kind == CDDP__AEV_STORE_MOVED && ev[i].value > a->moved_epoch) {
+        a->moved_epoch = ev[i].value;
+        if (!a->store_moved) a->store_moved = 1;
+        over = 1;
+      } else if (ev[i].kind == CDDP__AEV_STORE_STOP || ev[i].kind == CDDP__AEV_STORE_CUT) {
+        a->store_moved = -1;
+        over = 1;
+      }
+    }
+  return over;
+}
+
+/* Blocks until the watcher reports this round's event or a signal arrives: 0, or the signal;
+ * -1 the watcher is gone; -2 the membership ends this node, -3 it was taken in; -4 (restart-all)
+ * the store moved under the round, or nobody took it over (a->store_moved). */
 static int wait_event_loop(agent_t *a, char *msg, size_t size) {
   for (;;) {
+    int ev_fd = a->elastic ? a->ms.pipe[0] : a->move_pipe[0]; /* -1 (replace mode, inelastic): none */
     struct pollfd p[3] = {{.fd = a->ev_pipe[0], .events = POLLIN}, {.fd = a->sig_fd, .events = POLLIN},
-                          {.fd = a->elastic ? a->ms.pipe[0] : -1, .events = POLLIN}};
+                          {.fd = ev_fd, .events = POLLIN}};
     if (poll(p, 3, -1) < 0 && errno != EINTR) return -1;
-    if (p[2].revents & POLLIN) {
+    if ((p[2].revents & POLLIN) && !a->elastic && store_move_events(a)) return -4;
+    if ((p[2].revents & POLLIN) && a->elastic) {
       cddp__membership_events(&a->ms);
       if (a->ms.ending) return -2;
       if (a->ms.joined) return -3;
@@ -488,29 +512,12 @@ static int all_exited(const cddp__workers_t *ws) {
 }
 
 /* The job goes on without this node, or stops: no replacements; the workers get grace_ms to
- * exit by themselves (they learn it from the generation record), then TERM, then KILL. */
+ * exit by themselves (they learn it from the generation record), then TERM, then KILL. A store
+ * host whose lease is gone kills them at once: the others may take over once the lease has run
+ * out, and no step of the old world may come after that (docs/store.md, "The lease"). */
 static void begin_ending(agent_t *a, cddp__workers_t *ws) {
+  if (a->ms.fence == 1) cddp__workers_kill(ws), a->ms.fence = 2; /* once: reaped pids are reused */
   if (!ws->stop_at) ws->stop_at = cddp__deadline_ms(a->o->grace_ms);
-}
-
-/* restart-all: reads the store move's events. 1 when this round is over: the store moved
- * (store_moved = 1; its generation is gone with the old store, so the workers restart on the
- * new one, as torchrun restarts them after any failure) or nobody took it over (-1). */
-static int store_move_events(agent_t *a) {
-  cddp__agent_ev_t ev[8];
-  int over = 0;
-  for (int n; (n = cddp__agent_ev_recv(a->move_pipe[0], ev, 8)) > 0;)
-    for (int i = 0; i < n; i++) {
-      if (ev[i].kind == CDDP__AEV_STORE_MOVED && ev[i].value > a->moved_epoch) {
-        a->moved_epoch = ev[i].value;
-        if (!a->store_moved) a->store_moved = 1;
-        over = 1;
-      } else if (ev[i].kind == CDDP__AEV_STORE_STOP || ev[i].kind == CDDP__AEV_STORE_CUT) {
-        a->store_moved = -1;
-        over = 1;
-      }
-    }
-  return over;
 }
 
 static int run_round(agent_t *a, cddp__workers_t *ws, int first) {
@@ -659,6 +666,33 @@ static void post_now(agent_t *a, int code, const char *line) {
   a->failure_posted = a->rz.round + 1;
 }
 
+/* restart-all: the store moved under this round, while its workers ran or after they were done
+ * (its generation and done marks are gone with the old store): the round ends in a restart on
+ * the new store, as after a failure, which *now gets. -1 (said) when nobody took the store over. */
+static int moved_under_round(agent_t *a, cddp__job_event_t *ev, cddp__job_event_t *now) {
+  if (a->store_moved < 0) {
+    fprintf(stderr, "cddp run: node %s (agent %d) %s\n", a->host, a->id, cddp__store_move_line(a->ms.mv));
+    return -1;
+  }
+  char line[480];
+  snprintf(line, sizeof line, "cddp run: the job's store moved (epoch %lld) under round %d", (long long)a->moved_epoch,
+           a->rz.round);
+  *ev = (cddp__job_event_t){.kind = CDDP__EV_FAIL};
+  if (a->rz.restart_count < a->o->max_restarts) {
+    ev->kind = CDDP__EV_RESTART;
+  } else {
+    snprintf(line + strlen(line), sizeof line - strlen(line), "; no restarts left (--max-restarts %d)", a->o->max_restarts);
+    ev->code = 1;
+    snprintf(ev->line, sizeof ev->line, "%s", line);
+    post_now(a, ev->code, line);
+  }
+  *now = *ev;
+  if (cddp__rdzv_post(a->store, a->rz.round, ev, now) == CDDP_OK && ev->kind == CDDP__EV_RESTART &&
+      now->kind == CDDP__EV_RESTART)
+    fprintf(stderr, "%s; restarting the workers (restart %d of %d)\n", line, a->rz.restart_count + 1, a->o->max_restarts);
+  return 0;
+}
+
 /* The round's event decides the agent's next step: -1 = go to the next round. */
 static int follow_event(agent_t *a, const cddp__job_event_t *ev, int *exit_code) {
   if (ev->kind == CDDP__EV_DONE) {
@@ -697,8 +731,14 @@ static int follow_value(agent_t *a, const char *value, int *exit_code) {
     return r;
   }
   free(ev);
-  fprintf(stderr, "cddp run: lost the store at %s:%d: %s\n", a->js.host, a->js.port,
-          !strncmp(value, "lost ", 5) ? value + 5 : value);
+  /* the store's move said why this node stops (its clients were cut for it): that line; a store
+   * that may move and moved nowhere with this node: it is the one cut off */
+  const char *why = cddp__store_move_line(a->ms.mv), *lost = !strncmp(value, "lost ", 5) ? value + 5 : value;
+  if (why[0]) fprintf(stderr, "cddp run: node %s (agent %d) %s\n", a->host, a->id, why);
+  else if (a->ms.mv)
+    fprintf(stderr, "cddp run: node %s (agent %d) is cut off from the job (lost the store at %s:%d: %s)\n", a->host,
+            a->id, a->js.host, a->js.port, lost);
+  else fprintf(stderr, "cddp run: lost the store at %s:%d: %s\n", a->js.host, a->js.port, lost);
   *exit_code = 1;
   return 1;
 }
@@ -952,25 +992,10 @@ static int agent_main(agent_t *a) {
     cddp__job_event_t ev = {.kind = CDDP__EV_FAIL}, now;
     const char *value = NULL;
     if (a->store_moved && ws.outcome == CDDP__OUT_SUCCESS) { /* restart-all: the store moved under the round */
-      if (a->store_moved < 0) {
+      if (moved_under_round(a, &ev, &now) != 0) {
         workers_done(&ws);
-        fprintf(stderr, "cddp run: node %s (agent %d) %s\n", a->host, a->id, cddp__store_move_line(a->ms.mv));
         return finish(a, 1);
       }
-      snprintf(line, sizeof line, "cddp run: the job's store moved (epoch %lld) under round %d", (long long)a->moved_epoch,
-               a->rz.round);
-      if (a->rz.restart_count < o->max_restarts) {
-        ev.kind = CDDP__EV_RESTART;
-      } else {
-        snprintf(line + strlen(line), sizeof line - strlen(line), "; no restarts left (--max-restarts %d)", o->max_restarts);
-        ev.code = 1;
-        snprintf(ev.line, sizeof ev.line, "%s", line);
-        post_now(a, ev.code, line);
-      }
-      now = ev;
-      if (cddp__rdzv_post(a->store, a->rz.round, &ev, &now) == CDDP_OK && ev.kind == CDDP__EV_RESTART &&
-          now.kind == CDDP__EV_RESTART)
-        fprintf(stderr, "%s; restarting the workers (restart %d of %d)\n", line, a->rz.restart_count + 1, o->max_restarts);
     } else switch (ws.outcome) {
     case CDDP__OUT_FAILED:
       code = describe_failure(a, &ws.w[ws.fail_index], ws.fail_status, desc, sizeof desc);
@@ -1038,6 +1063,11 @@ static int agent_main(agent_t *a) {
         workers_done(&ws);
         return finish(a, 128 + sig);
       }
+      if (sig == -4 && moved_under_round(a, &ev, &now) != 0) { /* the store moved while this node waited */
+        workers_done(&ws);
+        return finish(a, 1);
+      }
+      if (sig == -4) break;
       if (sig == -2) {
         workers_done(&ws);
         fprintf(stderr, "cddp run: %s\n", a->ms.line);

@@ -193,6 +193,8 @@ static void kill_groups(cddp__workers_t *ws, int sig) {
   }
 }
 
+void cddp__workers_kill(cddp__workers_t *ws) { kill_groups(ws, SIGKILL); }
+
 int cddp__mkdir_p(const char *dir) {
   char p[4096];
   snprintf(p, sizeof p, "%s", dir);

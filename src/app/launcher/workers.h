@@ -118,6 +118,9 @@ cddp_result_t cddp__workers_respawn(cddp__workers_t *ws, int i, char *const *arg
 /* The failure record of worker i (it exited non-zero). */
 void cddp__workers_failure(const cddp__workers_t *ws, int i, cddp__failure_t *f);
 
+/* SIGKILL to every worker's process group now (a fence: no grace, no last step); watch reaps. */
+void cddp__workers_kill(cddp__workers_t *ws);
+
 /* Frees buffers, closes fds and log files. */
 void cddp__workers_release(cddp__workers_t *ws);
 
