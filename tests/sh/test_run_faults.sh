@@ -34,7 +34,7 @@ for sig in TERM INT; do
   env "${blas[@]}" timeout 60 "$CDDP" run --nnodes 2 --nproc-per-node 1 --rdzv-backend c10d --rdzv-endpoint 127.0.0.1:$P --rdzv-id w$P \
     --rdzv-timeout 30 true >"$T/w$sig.out" 2>&1 &
   p=$!; bg+=($p)
-  wait_for 10 port_listening $P # its store is up: it waits in the rendezvous
+  await "signal (waiting in the rendezvous): SIG$sig: the store is up" 10 port_listening $P # its store is up: it waits in the rendezvous
   stop_in $p "$T/w$sig.out" $sig "signal (waiting in the rendezvous)"
 done
 
@@ -46,14 +46,15 @@ for i in 1 2; do
   CDDP_HEARTBEAT_TIMEOUT_MS=1000 "$CDDP" run --restart-mode replace --max-restarts 3 --nnodes 1:2 --nproc-per-node 1 \
     --rdzv-backend c10d --rdzv-endpoint 127.0.0.1:$P --rdzv-id c$P --rdzv-timeout 30 --grace-period 1 \
     "$W" sleep=60 >"$T/c$i.out" 2>&1 &
-  bg+=($!); [ $i = 1 ] && wait_for 10 port_listening "$P" # the first one hosts the store
+  bg+=($!); [ $i = 1 ] && await "signal (cut off): the first agent hosts the store" 10 port_listening "$P"
 done
 host=${bg[-2]} other=${bg[-1]}
-for _ in $(seq 200); do [ "$(cat "$T"/c[12].out | grep -c 'rank=')" = 2 ] && break; sleep 0.05; done
+both_ran() { [ "$(cat "$T"/c[12].out | grep -c 'rank=')" = 2 ]; }
+await "signal (cut off): both workers run" 10 both_ran
 kill -STOP "$host"
-for _ in $(seq 200); do grep -q "is cut off from the job" "$T/c2.out" && break; sleep 0.05; done
+wait_for 10 grep -q "is cut off from the job" "$T/c2.out" # the check below names a miss
 # past its worker's grace period (its worker gone): in the store's retry loop now
-wait_for 10 bash -c "! pgrep -P $other >/dev/null"
+await "signal (cut off): its worker gone" 10 bash -c "! pgrep -P $other >/dev/null"
 if grep -q "is cut off from the job" "$T/c2.out"; then stop_in "$other" "$T/c2.out" TERM "signal (cut off, reconnecting)"
 else fail "signal (cut off): never cut off" "$(tail -3 "$T/c2.out" | tr '\n' ' ')"; fi
 kill -KILL "$host"; wait "$host" 2>/dev/null
