@@ -62,13 +62,16 @@ kill -KILL "$host"; wait "$host" 2>/dev/null
 # (signal, stopping) rank 1 fails; rank 0 ignores the agent's SIGTERM, so stopping it takes the
 # whole --grace-period 2. A SIGTERM to the agent meanwhile ends the job (it used to be dropped,
 # and the restart that followed went on)
-timeout 30 "$CDDP" run --nproc-per-node 2 --max-restarts 3 --grace-period 2 sh -c 'if [ $RANK = 1 ]; then sleep 0.3
-  echo "rank 1 fails in restart $CDDP_RESTART_COUNT" >&2; exit 1; fi; trap "" TERM; sleep 30' >"$T/s.out" 2>&1 &
+# rank 1 fails once rank 0 ignores SIGTERM (a file, not a guess of how long that takes)
+rm -f "$T/trapped"
+timeout 30 "$CDDP" run --nproc-per-node 2 --max-restarts 3 --grace-period 2 sh -c 'if [ $RANK = 1 ]; then i=0
+  while [ ! -e "$0/trapped" ] && [ $i -lt 400 ]; do sleep 0.02; i=$((i + 1)); done
+  echo "rank 1 fails in restart $CDDP_RESTART_COUNT" >&2; exit 1; fi; trap "" TERM; touch "$0/trapped"; sleep 30' "$T" >"$T/s.out" 2>&1 &
 p=$!; bg+=($p)
 # stopping: rank 1 has been reaped (the agent signals rank 0 in the same pass), rank 0 lives on
 agent=""; find_agent() { agent=$(pgrep -P $p -x cddp); [ -n "$agent" ]; }
 only_rank0_left() { grep -q "rank 1 fails" "$T/s.out" && [ "$(pgrep -P "$agent" | wc -l)" = 1 ]; }
-wait_for 10 find_agent && wait_for 10 only_rank0_left || echo "# (signal, stopping): never saw rank 1 reaped" >&2
+await "signal (while stopping): the agent runs" 10 find_agent && await "signal (while stopping): rank 1 reaped, rank 0 left" 10 only_rank0_left
 t0=$(date +%s.%N); kill -TERM $p; wait $p; rc=$?
 dt=$(echo "$(date +%s.%N) - $t0" | bc)
 if [ $rc = 143 ] && ! grep -q "restarting the workers" "$T/s.out" && [ "$(echo "$dt < $(scaled 3)" | bc)" = 1 ] &&

@@ -15,7 +15,7 @@ t0=$(date +%s.%N); in_test 3 'timeout -s KILL -k 9 0.1s sleep 5' 2>/dev/null; rc
 check "at 3: options pass through, 0.1s -> 0.3s ($dt s, exit $rc)" \
   awk -v d="$dt" -v r="$rc" -v u="$(scaled 2)" 'BEGIN { exit !(r == 137 && d >= 0.28 && d < 0.3 + u) }'
 # a backgrounded timeout: $! is timeout itself (its child is the command), as tests rely on
-out=$(in_test 2 'timeout 5 sleep 3 & p=$!; sleep 0.3; echo "$(cat /proc/$p/comm) $(pgrep -P $p -x sleep | wc -l)"; kill $p')
+out=$(in_test 2 'timeout 5 sleep 3 & p=$!; wait_for 5 pgrep -P $p -x sleep >/dev/null; echo "$(cat /proc/$p/comm) $(pgrep -P $p -x sleep | wc -l)"; kill $p')
 check "at 2: \$! of 'timeout 5 sleep 3 &' is a process named timeout, parent of the sleep [$out]" test "$out" = "timeout 1"
 check "at 2: what a test runs is scaled too" test "$(in_test 2 'bash -c "timeout 0.1 sleep 1; echo \$?"')" = 124
 t0=$(date +%s.%N); in_test 2 'sleep 5 & wait_all 0.2 $!' 2>/dev/null; dt=$(secs "$t0")
