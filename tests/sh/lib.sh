@@ -35,18 +35,37 @@ if [ "$test_scale" != 1 ]; then
   PATH=$(tr ':' '\n' <<<"$PATH" | grep -vx '.*/tests/sh/scaled' | paste -sd:) # never the shim twice,
   CDDP_REAL_TIMEOUT=$(command -v timeout) && export CDDP_REAL_TIMEOUT PATH=$PWD/tests/sh/scaled:$PATH # nor as the real one
 fi
-# wait_for SECS CMD...: runs CMD every 50 ms until it succeeds (0), or 1 once SECS (scaled) have
-# passed: polling for the event itself, never a sleep that guesses how long it takes
+# wait_for SECS CMD...: runs CMD every $poll_every s (0.05 unless set; 0 to catch a worker before
+# its first step) until it succeeds (0), or 1 once SECS (scaled) have passed by the clock: polling
+# for the event itself, never a sleep that guesses how long it takes. CMD may be a function that
+# sets a variable.
+now_us() { echo "${EPOCHREALTIME//[!0-9]/}"; }
 wait_for() {
-  local n; n=$(awk -v s="$1" -v k="$test_scale" 'BEGIN { printf "%d", s * k * 20 + 1 }'); shift
-  while [ "$n" -gt 0 ]; do "$@" && return 0; sleep 0.05; n=$((n - 1)); done
-  return 1
+  local every=${poll_every:-0.05} end
+  end=$(( $(now_us) + $(awk -v s="$1" -v k="$test_scale" 'BEGIN { printf "%d", s * k * 1e6 }') )); shift
+  while :; do
+    "$@" && return 0
+    [ "$(now_us)" -lt "$end" ] || return 1
+    [ "$every" = 0 ] || sleep "$every"
+  done
 }
-# port_listening PORT: some socket of this network namespace listens on PORT (read from /proc:
-# connecting to find out would be a stray client of the server under test)
+# await NAME SECS CMD...: wait_for, and when the wait runs out one failing line that says what
+# never happened ("NAME (not within S s: CMD)") and 1, so that the test never races on past it
+await() {
+  local name=$1 secs=$2; shift 2
+  wait_for "$secs" "$@" && return 0
+  fail "$name" "not within $(scaled "$secs") s: $*"; return 1
+}
+# last_step METRICS: the last training step in a run's metrics.jsonl (evals left out; empty when
+# none); step_reached METRICS N: it is N or past; wait_step METRICS N: until then (60 s, scaled)
+last_step() { grep -v '"eval"' "$1" 2>/dev/null | tail -1 | sed -n 's/.*"step":\([0-9]*\).*/\1/p'; }
+step_reached() { [ "$(last_step "$1")" -ge "$2" ] 2>/dev/null; }
+wait_step() { poll_every=0.02 wait_for 60 step_reached "$@"; }
+# port_listening PORT [PID]: some socket of this network namespace (of process PID's) listens on
+# PORT (read from /proc: connecting to find out would be a stray client of the server under test)
 port_listening() {
-  local hex; hex=$(printf '%04X' "$1")
-  awk -v p=":$hex" '$4 == "0A" && substr($2, length($2) - 4) == p { f = 1 } END { exit !f }' /proc/net/tcp /proc/net/tcp6 2>/dev/null
+  local hex at=/proc/${2:-self}/net; hex=$(printf '%04X' "$1")
+  awk -v p=":$hex" '$4 == "0A" && substr($2, length($2) - 4) == p { f = 1 } END { exit !f }' "$at/tcp" "$at/tcp6" 2>/dev/null
 }
 # netns_up N DIR TAG OCTET: N namespace hosts of this test's own (tests/cluster/netns.sh): names
 # cddp<TAG><pid>, subnet 10.OCTET.x, the record under DIR, so namespace tests running at the same

@@ -15,14 +15,7 @@ elastic_setup() {
   export CDDP_HEARTBEAT_MS=250 CDDP_HEARTBEAT_TIMEOUT_MS=2000
 }
 acc_of() { grep '"eval"' "$1" | tail -1 | sed -n 's/.*"accuracy":\([0-9.]*\).*/\1/p'; }
-last_step() { grep -v '"eval"' "$1" 2>/dev/null | tail -1 | sed -n 's/.*"step":\([0-9]*\).*/\1/p'; }
-wait_step() { # FILE N: until metrics FILE reaches step N (bounded: 60 s)
-  for _ in $(seq 3000); do [ "$(last_step "$1")" -ge "$2" ] 2>/dev/null && return 0; sleep 0.02; done; return 1
-}
-wait_line() { # SECS PATTERN FILE...: until a line matches (bounded)
-  local secs=$1 pat=$2; shift 2
-  for _ in $(seq $((secs * 50))); do grep -q "$pat" "$@" 2>/dev/null && return 0; sleep 0.02; done; return 1
-}
+wait_line() { local secs=$1; shift; poll_every=0.02 wait_for "$secs" grep -qs "$@"; } # SECS PATTERN FILE...
 RUNX=() # more `cddp run` options
 MODE=replace # --restart-mode of the agents started next (replace, all)
 # agent NAME I NNODES [--set ...]: starts agent I (pid in A[I], output $T/NAME<I>.out); port in
@@ -38,7 +31,7 @@ agent() {
 agents() {
   local name=$1 count=$2 nn=$3 i; shift 3
   P=$(free_port); A=()
-  agent "$name" 1 "$nn" "$@"; wait_for 10 port_listening "$P"
+  agent "$name" 1 "$nn" "$@"; await "$name: agent 1 hosts the store" 10 port_listening "$P"
   for i in $(seq 2 "$count"); do agent "$name" "$i" "$nn" "$@"; done
 }
 # progress NAME STEP: until job NAME's metrics reach STEP; else a failure with agent 1's last lines

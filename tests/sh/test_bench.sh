@@ -113,8 +113,7 @@ p0=$!
 (export MASTER_ADDR=127.0.0.1 MASTER_PORT=$port WORLD_SIZE=2 LOCAL_WORLD_SIZE=2
  RANK=1 LOCAL_RANK=1 exec "$CDDP" bench allreduce -b 4M -e 4M -n 1000000 -c 0 >"$tmp/kill1.out" 2>&1) &
 p1=$!
-for _ in $(seq 100); do grep -q "(B)" "$tmp/kill0.out" 2>/dev/null && break; sleep 0.1; done
-sleep 0.3
+await "kill: rank 0 prints its table" 10 grep -qs "(B)" "$tmp/kill0.out"
 t0=$(date +%s%N)
 kill -9 $p1 2>/dev/null
 wait $p0; rc=$?

@@ -41,7 +41,6 @@ case $MAXN in
 esac
 echo "# chaos seed $SEED (replay: CHAOS_SEED=$SEED tests/sh/$t_name.sh; one run: CHAOS_ONLY=I)"
 
-last_step() { grep -v '"eval"' "$1" 2>/dev/null | tail -1 | sed -n 's/.*"step":\([0-9]*\).*/\1/p'; }
 acc_of() { grep '"eval"' "$1" 2>/dev/null | tail -1 | sed -n 's/.*"accuracy":\([0-9.]*\).*/\1/p'; }
 # run_of NODE: the `cddp run` of node NODE (its subshell's `timeout`'s child); workers_of NODE: its workers
 run_of() { local t; t=$(pgrep -P "${AGENTS[$1]}" -x timeout) && pgrep -P "$t" -f "$CDDP run"; }
@@ -57,6 +56,11 @@ worker_pid() {
 # writes_metrics PID...: one of them is rank 0 (it holds metrics.jsonl open)
 writes_metrics() { local p; for p in "$@"; do ls -l "/proc/$p/fd" 2>/dev/null | grep -q 'metrics.jsonl$' && return 0; done; return 1; }
 alive() { local p; for p in "$@"; do kill -0 "$p" 2>/dev/null && return 0; done; return 1; }
+# the killer's waits (each sets its p): a worker of NODE LOCAL; the writer of NAME's next
+# checkpoint, by the pid its .tmp- name ends with; step_or_gone METRICS N: step N, or every agent gone
+victim_of() { p=$(worker_pid "$1" "$2"); [ -n "$p" ]; }
+ckpt_writer() { local d; for d in $(compgen -G "$T/$1/checkpoints/.tmp-step-*"); do kill -0 "${d##*-}" 2>/dev/null && p=${d##*-}; done; [ -n "$p" ]; }
+step_or_gone() { step_reached "$1" "$2" || ! alive "${AGENTS[@]}"; }
 
 # ---- the plan: run I = "NODES K KILL..." with KILL = kind:rank:step:delay_ms; rank R is local
 # rank R%NPROC of node R/NPROC (the next node once that node's agent is dead). kind worker: wait
@@ -129,15 +133,13 @@ killer() {
   for kill in "$@"; do
     IFS=: read -r kind rank step delay <<<"$kill"
     if [ "$kind" != burst ] && [ "$step" != - ]; then
-      for i in $(seq 1200); do [ "$(last_step "$m")" -ge "$step" ] 2>/dev/null && break; alive "${AGENTS[@]}" || return; sleep 0.05; done
+      wait_for 60 step_or_gone "$m" "$step"; alive "${AGENTS[@]}" || return
+      # a live job stuck short of the step is a hang: the run fails with this reason
+      step_reached "$m" "$step" || { echo "no step $step to kill at within $(scaled 60) s" >>"$T/$name.stuck"; return; }
     fi
     p="" who=""
     if [ "$kind" = ckpt ]; then # the writer of the next checkpoint (2 s at most), by the pid its .tmp- name ends with
-      for i in $(seq 600); do
-        for d in $(compgen -G "$T/$name/checkpoints/.tmp-step-*"); do kill -0 "${d##*-}" 2>/dev/null && p=${d##*-}; done
-        [ -n "$p" ] && break
-        sleep 0.003
-      done
+      poll_every=0.003 wait_for 2 ckpt_writer "$name"
       if [ -z "$p" ]; then # no checkpoint write seen: rank 0 anyway
         for d in $(for n in "${!AGENTS[@]}"; do workers_of "$n"; done); do writes_metrics "$d" && { p=$d; break; }; done
       fi
@@ -168,7 +170,7 @@ killer() {
       printf '%s %s\n%s %s\n' "$t1" "${lines[0]}" "$t2" "${lines[1]}" >>"$T/$name.kills"
       continue
     fi
-    for i in $(seq 100); do [ -n "$p" ] && break; p=$(worker_pid "$node" "$lr"); [ -n "$p" ] && break; sleep 0.01; done
+    [ -n "$p" ] || poll_every=0.01 wait_for 1 victim_of "$node" "$lr" # one being replaced comes back
     [ "$kind" = ckpt ] && node=x lr=x
     [ -n "$p" ] || { echo "# $name: no worker n${node}l$lr to kill" >&2; continue; }
     # rank 0 holds metrics.jsonl open; killed while a checkpoint's .tmp- directory exists, it died writing it
@@ -221,8 +223,6 @@ REF_ACC=$(acc_of "$T/ref/metrics.jsonl")
   ok "reference: $STEPS steps uninterrupted, test accuracy $REF_ACC" ||
   { fail "reference run" "$(tail -3 "$T/ref.out" | tr '\n' ' ')"; finish; }
 
-# listening PORT: a socket of this host listens on PORT (the store's host has bound it)
-listening() { awk -v p="$(printf ':%04X' "$1")" '$4 == "0A" && substr($2, length($2) - 4) == p { f = 1 } END { exit !f }' /proc/net/tcp /proc/net/tcp6 2>/dev/null; }
 
 completed=0 corrupt=0 ckpts=0 total=0 midckpt=0 nkills=0 nagent=0 nwhole=0 nhost=0
 : >"$T/all.ep"
@@ -242,7 +242,7 @@ for i in $(seq "$RUNS"); do
     if [ "$nodes" = 1 ]; then launch=(--standalone --nproc-per-node 2) micro=()
     else launch=(--nnodes $((nodes - 1)):$nodes --nproc-per-node $NPROC --rdzv-backend c10d --rdzv-endpoint 127.0.0.1:$P
                  --rdzv-id C$P --rdzv-last-call 10) micro=(--set batch.micro=$MICRO); fi
-    [ "$n" = 1 ] && for _ in $(seq 250); do listening "$P" && break; sleep 0.02; done
+    [ "$n" = 1 ] && ! wait_for 5 port_listening "$P" && echo "node 0 did not host the store within $(scaled 5) s" >>"$T/$name.stuck"
     # in a subshell that exits (not execs): a SIGKILLed agent then raises no "Killed" job notice here
     ( timeout 120 "$CDDP" run "${launch[@]}" --max-restarts $((2 * k)) --restart-mode replace \
       "$CDDP" train "${JOB[@]}" --work-dir "$T" --name "$name" "${micro[@]}"; exit $? ) >"$T/$name.out$n" 2>&1 &
@@ -259,6 +259,7 @@ for i in $(seq "$RUNS"); do
     if [ "$n" = "$dead" ]; then [ "$r" != 0 ] || rc=killed-agent-exit-0; else [ "$r" = 0 ] || rc=$r; fi
   done
   why=()
+  [ -s "$T/$name.stuck" ] && why+=("$(cat "$T/$name.stuck")")
   [ "$rc" = 0 ] || why+=("exit$rcs: $(cat "$T/$name".out* | grep -v '^\[rank' | grep -v 'epoch 1/1' | tail -2 | tr '\n' ' ')")
   w0=$((nodes * NPROC)) w1=$(((nodes - 1) * NPROC))
   [ "$nodes" = 1 ] || grep -q "cddp train: MLP, .* world $w0 " "$T/$name.out0" || why+=("the ${nodes} x $NPROC job did not start with world $w0")

@@ -16,10 +16,6 @@ ONE=(--set debug.sample_log=true --set train.epochs=1 --set checkpoint.every_ste
      --set batch.global=192 --set batch.micro=32 --set 'model.hidden=[256]')
 
 acc_of() { grep '"eval"' "$1" | tail -1 | sed -n 's/.*"accuracy":\([0-9.]*\).*/\1/p'; }
-last_step() { grep -v '"eval"' "$1" 2>/dev/null | tail -1 | sed -n 's/.*"step":\([0-9]*\).*/\1/p'; }
-wait_step() { # FILE N: until metrics FILE reaches step N (bounded: 60 s)
-  for _ in $(seq 3000); do [ "$(last_step "$1")" -ge "$2" ] 2>/dev/null && return 0; sleep 0.02; done; return 1
-}
 RUNX=() # more `cddp run` options
 # agents NAME NNODES: starts 3 agents (pids in A[1..3], outputs $T/NAME<i>.out); the first hosts the store
 agents() {

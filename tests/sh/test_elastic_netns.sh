@@ -36,11 +36,9 @@ ONE=(--set debug.sample_log=true --set checkpoint.every_steps=1000 --set ddp.thr
 TRAIN=("${ONE[@]}" --set train.epochs=1) RUNX=(--grace-period 1) STEPS=312 BATCH=192
 
 acc_of() { grep '"eval"' "$1" 2>/dev/null | tail -1 | sed -n 's/.*"accuracy":\([0-9.]*\).*/\1/p'; }
-last_step() { grep -v '"eval"' "$1" 2>/dev/null | tail -1 | sed -n 's/.*"step":\([0-9]*\).*/\1/p'; }
-wait_step() { # FILE N: until metrics FILE reaches step N (bounded: 60 s)
-  for _ in $(seq 3000); do [ "$(last_step "$1")" -ge "$2" ] 2>/dev/null && return 0; sleep 0.02; done; return 1
-}
 since() { awk -v a="$1" -v b="$(date +%s.%N)" 'BEGIN { printf "%.2f", b - a }'; }
+# store_up PID: PID, host 1's agent once `ip netns exec` has become it, listens on 29500 there
+store_up() { [ /proc/$1/exe -ef "$CDDP" ] && port_listening 29500 "$1"; }
 # hosts NAME: one agent per host (pids in A[1..3], outputs $T/NAME<i>.out); host 1 holds the
 # store and starts first, so its agent (and worker: rank 0, the metrics writer) comes first
 # (the trainer's flags: TRAIN; more `cddp run` flags: RUNX)
@@ -51,7 +49,7 @@ hosts() {
       --rdzv-id "$name" --rdzv-last-call 1 --rdzv-timeout 10 --max-restarts 3 --restart-mode replace "${RUNX[@]}" \
       "$CDDP" train --config $CFG --work-dir "$T" --name "$name" "${TRAIN[@]}" >"$T/$name$i.out" 2>&1 &
     A[$i]=$!; bg+=($!)
-    [ $i = 1 ] && sleep 0.3
+    [ $i = 1 ] && await "$name: host 1 hosts the store" 10 store_up "${A[1]}"
   done
 }
 # the exactly-once verdict: lib.sh's samples_verdict when this tree has it, else counting epoch 0
@@ -111,10 +109,7 @@ cut_case() {
   local det='' line
   # the agent's line: "node H (agent A) lost: no heartbeat for N ms; ..." (or "... (agent A, no heartbeat for N ms) lost; ...")
   local lost='lost: no heartbeat for\|no heartbeat for [0-9]* ms) lost'
-  for _ in $(seq 500); do
-    grep -q "$lost" "$T/${name}1.out" "$T/${name}2.out" && { det=$(since "$t0"); break; }
-    sleep 0.02
-  done
+  poll_every=0.02 wait_for 10 grep -q "$lost" "$T/${name}1.out" "$T/${name}2.out" && det=$(since "$t0")
   line=$(grep -h -m1 "$lost" "$T/${name}1.out" "$T/${name}2.out")
   wait_all 60 "${A[1]}" "${A[2]}"
   local r1=${RC[0]} r2=${RC[1]} t_surv; t_surv=$(since "$t0")
@@ -250,21 +245,20 @@ rejoin_case() {
   local t0; t0=$(date +%s.%N)
   "$NS" linkdown 3
   local o3=$T/${name}3.out t_off='' t1 t_in='' line
-  for _ in $(seq 750); do # host 3 knows it is out (cut off, or told it was dropped): 15 s at most
-    grep -q '^cddp run: node .* \(is cut off from the job\|was dropped from the job\)' "$o3" && { t_off=$(since "$t0"); break; }
-    sleep 0.02
-  done
+  # host 3 knows it is out (cut off, or told it was dropped)
+  poll_every=0.02 await "$name: host 3 knows it is out" 15 grep -q '^cddp run: node .* \(is cut off from the job\|was dropped from the job\)' "$o3" &&
+    t_off=$(since "$t0")
   grep -q 'cddp train: recovered from the loss of node .*world 3 -> 2' "$T/${name}1.out" &&
     ok "$name: host 3 cut at step ~40: the others re-formed with world 2; host 3 knows it is out after $t_off s" ||
     fail "$name: the cut" "t_off=$t_off; $(grep -h 'lost\|recovered\|cut off\|dropped' "$T/$name"?.out | tr '\n' ' ')"
   "$NS" linkup 3; t1=$(date +%s.%N)
   local t_back=
-  for _ in $(seq 3000); do # 60 s at most, while the job runs
+  back_in() { # host 3 back (t_back) and taken in (0), or the job over (0 too)
     [ -z "$t_back" ] && grep -q '^cddp run: node .* comes back as agent' "$o3" && t_back=$(since "$t1")
-    grep -q 'cddp train: .* joined: generation [0-9]*, world 2 -> 3' "$T/${name}1.out" && { t_in=$(since "$t1"); break; }
-    kill -0 "${A[1]}" 2>/dev/null || break
-    sleep 0.02
-  done
+    grep -q 'cddp train: .* joined: generation [0-9]*, world 2 -> 3' "$T/${name}1.out" && { t_in=$(since "$t1"); return 0; }
+    ! kill -0 "${A[1]}" 2>/dev/null
+  }
+  poll_every=0.02 wait_for 60 back_in # the check below says which
   line=$(grep -h -m1 'cddp train: .* joined: generation [0-9]*, world 2 -> 3' "$T/${name}1.out")
   [ -n "$t_in" ] && ok "$name: link restored -> host 3 taken in again after $t_in s: ${line#*cddp train: }" ||
     fail "$name: host 3 not taken in again" "$(tail -3 "$o3" | tr '\n' ' ')"

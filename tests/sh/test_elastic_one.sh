@@ -28,7 +28,7 @@ kill_back() {
   progress "$1" 40
   kill -KILL "${A[2]}"; wait "${A[2]}" 2>/dev/null
   wait_line 30 'world 2 -> 1' "$T/${1}1.out" || fail "$1: no shrink to one" "$(tail -2 "$T/${1}1.out" | tr '\n' ' ')"
-  wait_step "$T/$1/metrics.jsonl" $(($(last_step "$T/$1/metrics.jsonl") + 20))
+  await "$1: 20 steps alone" 60 step_reached "$T/$1/metrics.jsonl" $(($(last_step "$T/$1/metrics.jsonl") + 20))
   agent "$1" 2 1:2 --set checkpoint.every_steps="$2"
   all_exit0 "$1" 120 "SIGKILLed at step 40 and started again: both agents" "${A[1]}" "${A[2]}"
   grown "$1"

@@ -30,7 +30,7 @@ fi
 {
   timeout 60 "$CDDP" run --standalone --nproc-per-node 2 "$EX" "$T/killed" 60 20000 >/dev/null 2>&1 &
   pid=$!
-  for _ in $(seq 200); do [ -d "$T/killed/step-000000020" ] && break; sleep 0.05; done
+  await "the run to be killed saves step 20" 10 test -d "$T/killed/step-000000020"
   pkill -KILL -f "train_linear $T/killed"; kill -KILL $pid; wait $pid
 } 2>/dev/null
 out=$(run2 "$T/killed" 60)

@@ -43,12 +43,8 @@ mkdir -p "$T/empty"; out=$("$CDDP" flight "$T/empty" 2>&1); rc=$?
 timeout 120 "$CDDP" run --standalone --nproc-per-node 2 --log-dir "$T/logs" --tee 3 "$CDDP" train \
   --config configs/fmnist_mlp.yaml --work-dir "$T" --name usr1 --set eval.every_epoch=false --set ddp.threads=1 \
   --set train.max_steps=150 >"$T/usr1.out" 2>&1 & agent=$!
-for _ in $(seq 400); do
-  [ "$(sed -n 's/.*"step":\([0-9]*\).*/\1/p' "$T/usr1/metrics.jsonl" 2>/dev/null | tail -1)" -ge 10 ] 2>/dev/null && break
-  sleep 0.05
-done
+await "usr1: step 10" 20 step_reached "$T/usr1/metrics.jsonl" 10
 kill -USR1 "$(pgrep -P $agent | head -1)" # cddp run, not timeout(1)
-for _ in $(seq 100); do grep -q 'SIGUSR1' "$T/usr1.out" && break; sleep 0.05; done
 wait $agent; rc=$?
 out=$("$CDDP" flight "$T/logs/flight" 2>&1); frc=$?
 if [ $rc = 0 ] && grep -q "^cddp run: SIGUSR1: the flight records of 2 worker(s) are in $T/logs/flight$" "$T/usr1.out" &&
@@ -64,10 +60,7 @@ kill_one() {
   CDDP_DEBUG=INFO CDDP_DEBUG_SUBSYS=RUN timeout 120 "$CDDP" run --standalone --nproc-per-node 2 --tee 3 "$@" \
     "$CDDP" train --config configs/fmnist_mlp.yaml --work-dir "$T" --name "$name" --set eval.every_epoch=false \
     --set ddp.threads=1 --set train.max_steps=300 >"$T/$name.out" 2>&1 & agent=$!
-  for _ in $(seq 400); do
-    [ "$(sed -n 's/.*"step":\([0-9]*\).*/\1/p' "$T/$name/metrics.jsonl" 2>/dev/null | tail -1)" -ge 10 ] 2>/dev/null && break
-    sleep 0.05
-  done
+  await "$name: step 10" 20 step_reached "$T/$name/metrics.jsonl" 10
   kill -KILL "$(pgrep -f "^$CDDP train --config configs/fmnist_mlp.yaml --work-dir $T --name $name" | sed -n 2p)"
   wait $agent; rc=$?
 }

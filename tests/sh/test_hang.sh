@@ -24,18 +24,16 @@ job() {
 # stop_one NAME: SIGSTOP one worker once training runs (after step 20); prints the stop time
 stop_one() {
   local v=""
-  for _ in $(seq 300); do
-    if [ "$(sed -n 's/.*"step":\([0-9]*\).*/\1/p' "$T/$1/metrics.jsonl" 2>/dev/null | tail -1)" -ge 20 ] 2>/dev/null; then
-      v=$(pgrep -f "^$CDDP train --name $1 --config configs/fmnist_mlp.yaml --work-dir $T " | sed -n 2p); break; fi
-    sleep 0.05
-  done
+  # its output is the stop time: the reason it stopped nobody goes to the case's failing line
+  wait_for 15 step_reached "$T/$1/metrics.jsonl" 20 || { echo "$1: no step 20 within $(scaled 15) s" >"$T/$1.victim"; return; }
+  v=$(pgrep -f "^$CDDP train --name $1 --config configs/fmnist_mlp.yaml --work-dir $T " | sed -n 2p)
   [ -n "$v" ] && kill -STOP "$v" && date +%s.%N && echo "$v" >"$T/$1.victim"
 }
 
 # 1. replace mode: named within 5 + 3 s, replaced, the job completes
 job rep --restart-mode replace --max-restarts 3
 t0=$(stop_one rep)
-for _ in $(seq 200); do grep -qh "by the watchdog: hung" "$T"/rep.n*.out && break; sleep 0.05; done
+wait_for 10 sh -c 'grep -qh "by the watchdog: hung" "$@"' - "$T"/rep.n*.out # the case's check names a miss
 t1=$(date +%s.%N)
 wait $pid_0; rc0=$?; wait $pid_1; rc1=$?
 line=$(grep -h "by the watchdog: hung" "$T"/rep.n*.out | head -1)
@@ -43,7 +41,7 @@ dt=$(echo "$t1 - ${t0:-$t1}" | bc)
 if [ -n "$t0" ] && [ -n "$line" ] && [ "$(echo "$dt < $(scaled 8)" | bc)" = 1 ] &&
    [[ "$line" == *"pid $(cat "$T/rep.victim"))"*"no progress for "*" s"*" #"*"stopped (SIGSTOP or a debugger)"* ]]; then
   ok "SIGSTOPped worker named in ${dt}s (timeout 5 s), with its collective"
-else fail "hung worker named" "after ${dt}s: '$line'"; fi
+else fail "hung worker named" "after ${dt}s (${t0:-$(cat "$T/rep.victim" 2>/dev/null)}): '$line'"; fi
 dir=$(sed -n 's/.*flight records and stack in \([^;]*\);.*/\1/p' <<<"$line")
 if [ -n "$dir" ] && [ "$(ls "$dir"/rank*.json 2>/dev/null | wc -l)" = 2 ] && ls "$dir"/rank*.stack.txt >/dev/null 2>&1 &&
    grep -q '"op": "allreduce"' "$dir"/rank*.json && grep -q "threads of pid" "$dir"/rank*.stack.txt; then
@@ -65,7 +63,7 @@ l0=$(grep '^cddp run:' "$T/all.n0.out" | tail -1); l1=$(grep '^cddp run:' "$T/al
 if [ -n "$t0" ] && [ $rc0 = 137 ] && [ $rc1 = 137 ] && [ "$l0" = "$l1" ] &&
    [[ "$l0" == *"pid $(cat "$T/all.victim"))"*"by the watchdog: hung: no progress for"*"#"*"stopped (SIGSTOP or a debugger)"* ]]; then
   ok "restart-all, no restarts: both nodes end with the same line naming the hung rank (exit 137)"
-else fail "restart-all hang" "exits $rc0/$rc1: '$l0' / '$l1'"; fi
+else fail "restart-all hang" "${t0:-$(cat "$T/all.victim" 2>/dev/null); }exits $rc0/$rc1: '$l0' / '$l1'"; fi
 
 # 3. alone on its node: 2 launchers x 1 worker, rank 1 stalls outside any collective (60 s in
 # debug.slow_ms) while rank 0, on the other node, waits in the gradients' allreduce; node 1's

@@ -26,13 +26,10 @@ trial() {
     "${args[@]}" "$CDDP" train --name "$name" "${TR[@]}" >"$T/$name.out" 2>&1 &
   pid=$!
   mkdir -p "$T/$name.tmp"
-  for _ in $(seq 600); do
-    if [ "$(sed -n 's/.*"step":\([0-9]*\).*/\1/p' "$T/$name/metrics.jsonl" 2>/dev/null | tail -1)" -ge 5 ] 2>/dev/null; then
-      for q in $(pgrep -f -- "train --name $name --config configs/fmnist_mlp.yaml --work-dir $T "); do
-        tr '\0' '\n' <"/proc/$q/environ" 2>/dev/null | grep -qx "RANK=$victim" && v=$q; done
-      break; fi
-    sleep 0.05
-  done
+  if await "$mode, rank $victim (try $k): step 5" 30 step_reached "$T/$name/metrics.jsonl" 5; then
+    for q in $(pgrep -f -- "train --name $name --config configs/fmnist_mlp.yaml --work-dir $T "); do
+      tr '\0' '\n' <"/proc/$q/environ" 2>/dev/null | grep -qx "RANK=$victim" && v=$q; done
+  fi
   [ -n "$v" ] && kill -STOP "$v"
   wait $pid; rc=$?
   out=$(grep "cddp run: rank [0-9]* (host" "$T/$name.out")

@@ -51,7 +51,7 @@ s.bind(("127.0.0.1", int(sys.argv[1]))); s.listen(8); held = []
 print("listening", flush=True)
 while True: held.append(s.accept())' $H >"$T/holder.out" 2>&1 &
 bg+=($!)
-wait_for 10 grep -q listening "$T/holder.out"
+await "the holder listens" 10 grep -q listening "$T/holder.out"
 t0=$(date +%s)
 out=$(timeout 120 "$CDDP" run --nnodes 1 --nproc-per-node 2 --rdzv-endpoint 127.0.0.1:$H --rdzv-timeout 100 true 2>&1); rc=$?
 secs=$(($(date +%s) - t0))

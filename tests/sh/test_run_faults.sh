@@ -34,7 +34,7 @@ for sig in TERM INT; do
   env "${blas[@]}" timeout 60 "$CDDP" run --nnodes 2 --nproc-per-node 1 --rdzv-backend c10d --rdzv-endpoint 127.0.0.1:$P --rdzv-id w$P \
     --rdzv-timeout 30 true >"$T/w$sig.out" 2>&1 &
   p=$!; bg+=($p)
-  wait_for 10 port_listening $P # its store is up: it waits in the rendezvous
+  await "signal (waiting in the rendezvous): SIG$sig: the store is up" 10 port_listening $P # its store is up: it waits in the rendezvous
   stop_in $p "$T/w$sig.out" $sig "signal (waiting in the rendezvous)"
 done
 
@@ -46,14 +46,15 @@ for i in 1 2; do
   CDDP_HEARTBEAT_TIMEOUT_MS=1000 "$CDDP" run --restart-mode replace --max-restarts 3 --nnodes 1:2 --nproc-per-node 1 \
     --rdzv-backend c10d --rdzv-endpoint 127.0.0.1:$P --rdzv-id c$P --rdzv-timeout 30 --grace-period 1 \
     "$W" sleep=60 >"$T/c$i.out" 2>&1 &
-  bg+=($!); [ $i = 1 ] && wait_for 10 port_listening "$P" # the first one hosts the store
+  bg+=($!); [ $i = 1 ] && await "signal (cut off): the first agent hosts the store" 10 port_listening "$P"
 done
 host=${bg[-2]} other=${bg[-1]}
-for _ in $(seq 200); do [ "$(cat "$T"/c[12].out | grep -c 'rank=')" = 2 ] && break; sleep 0.05; done
+both_ran() { [ "$(cat "$T"/c[12].out | grep -c 'rank=')" = 2 ]; }
+await "signal (cut off): both workers run" 10 both_ran
 kill -STOP "$host"
-for _ in $(seq 200); do grep -q "is cut off from the job" "$T/c2.out" && break; sleep 0.05; done
+wait_for 10 grep -q "is cut off from the job" "$T/c2.out" # the check below names a miss
 # past its worker's grace period (its worker gone): in the store's retry loop now
-wait_for 10 bash -c "! pgrep -P $other >/dev/null"
+await "signal (cut off): its worker gone" 10 bash -c "! pgrep -P $other >/dev/null"
 if grep -q "is cut off from the job" "$T/c2.out"; then stop_in "$other" "$T/c2.out" TERM "signal (cut off, reconnecting)"
 else fail "signal (cut off): never cut off" "$(tail -3 "$T/c2.out" | tr '\n' ' ')"; fi
 kill -KILL "$host"; wait "$host" 2>/dev/null
@@ -61,13 +62,16 @@ kill -KILL "$host"; wait "$host" 2>/dev/null
 # (signal, stopping) rank 1 fails; rank 0 ignores the agent's SIGTERM, so stopping it takes the
 # whole --grace-period 2. A SIGTERM to the agent meanwhile ends the job (it used to be dropped,
 # and the restart that followed went on)
-timeout 30 "$CDDP" run --nproc-per-node 2 --max-restarts 3 --grace-period 2 sh -c 'if [ $RANK = 1 ]; then sleep 0.3
-  echo "rank 1 fails in restart $CDDP_RESTART_COUNT" >&2; exit 1; fi; trap "" TERM; sleep 30' >"$T/s.out" 2>&1 &
+# rank 1 fails once rank 0 ignores SIGTERM (a file, not a guess of how long that takes)
+rm -f "$T/trapped"
+timeout 30 "$CDDP" run --nproc-per-node 2 --max-restarts 3 --grace-period 2 sh -c 'if [ $RANK = 1 ]; then i=0
+  while [ ! -e "$0/trapped" ] && [ $i -lt 400 ]; do sleep 0.02; i=$((i + 1)); done
+  echo "rank 1 fails in restart $CDDP_RESTART_COUNT" >&2; exit 1; fi; trap "" TERM; touch "$0/trapped"; sleep 30' "$T" >"$T/s.out" 2>&1 &
 p=$!; bg+=($p)
 # stopping: rank 1 has been reaped (the agent signals rank 0 in the same pass), rank 0 lives on
 agent=""; find_agent() { agent=$(pgrep -P $p -x cddp); [ -n "$agent" ]; }
 only_rank0_left() { grep -q "rank 1 fails" "$T/s.out" && [ "$(pgrep -P "$agent" | wc -l)" = 1 ]; }
-wait_for 10 find_agent && wait_for 10 only_rank0_left || echo "# (signal, stopping): never saw rank 1 reaped" >&2
+await "signal (while stopping): the agent runs" 10 find_agent && await "signal (while stopping): rank 1 reaped, rank 0 left" 10 only_rank0_left
 t0=$(date +%s.%N); kill -TERM $p; wait $p; rc=$?
 dt=$(echo "$(date +%s.%N) - $t0" | bc)
 if [ $rc = 143 ] && ! grep -q "restarting the workers" "$T/s.out" && [ "$(echo "$dt < $(scaled 3)" | bc)" = 1 ] &&

@@ -47,7 +47,7 @@ sb_agent() { # OUT: an agent of job sb$P under the right token, in the backgroun
     --rdzv-endpoint 127.0.0.1:$P --rdzv-id sb$P --max-restarts 3 --restart-mode replace sleep 30 >"$T/$1" 2>&1 &
   bg+=($!)
 }
-sb_agent a1.out; wait_for 10 port_listening $P
+sb_agent a1.out; await "agent 1 hosts the store" 10 port_listening $P
 sb_agent a2.out
 agent2() { pgrep -P "${bg[1]}" -x cddp; }
 standby_up() { sb=$(listening_ports "$(agent2)" | grep -vx "$P" | head -1); [ -n "$sb" ]; }

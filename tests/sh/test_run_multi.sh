@@ -85,7 +85,7 @@ bad "unreachable endpoint (after --rdzv-timeout, names it)" "^cddp run: cannot r
   "$CDDP" run --rdzv-backend static --nnodes 2 --node-rank 1 --master-addr 127.0.0.1 --master-port $P --rdzv-timeout 1 true
 P=$(free_port)
 python3 -c 'import socket,sys,time;s=socket.socket();s.setsockopt(socket.SOL_SOCKET,socket.SO_REUSEADDR,1);s.bind(("",int(sys.argv[1])));s.listen();time.sleep(15)' $P & bg+=($!)
-for _ in $(seq 50); do (exec 3<>/dev/tcp/127.0.0.1/$P) 2>/dev/null && break; sleep 0.05; done
+await "port in use: the holder listens" 5 port_listening "$P"
 t0=$(date +%s.%N)
 bad "port in use for a store we host (names the port)" "^cddp run: cannot host the store on port $P: " \
   "$CDDP" run --rdzv-backend static --nnodes 2 --node-rank 0 --master-port $P true
@@ -102,7 +102,7 @@ disagree() { # NAME SETTING "ARGS of node 0" "ARGS of node 1" [ENV0 ENV1]: both 
   local name=$1 what=$2 a0=$3 a1=$4 e0=${5:-X=0} e1=${6:-X=1} t0 rc0 rc1 l0 l1
   t0=$(date +%s.%N)
   env $e0 timeout 20 "$CDDP" run $a0 true >"$T/d0.out" 2>&1 & local p0=$!
-  sleep 0.3
+  await "$name: node 0 hosts the store" 5 port_listening "$P" # node 1 joins it as a client
   env $e1 timeout 20 "$CDDP" run $a1 true >"$T/d1.out" 2>&1 & local p1=$!
   wait $p0; rc0=$?; wait $p1; rc1=$?
   local dt; dt=$(echo "$(date +%s.%N) - $t0" | bc)
@@ -132,9 +132,9 @@ disagree "static, --rdzv-id A vs B" --rdzv-id "--nnodes 2 --rdzv-backend static 
 P=$(free_port)
 CDDP_TOKEN=right timeout 20 "$CDDP" run --nnodes 2 --rdzv-endpoint 127.0.0.1:$P --rdzv-id K --rdzv-timeout 4 true \
   >"$T/k0.out" 2>&1 & k0=$!
-sleep 0.3
+await "another token: node 0 hosts the store" 5 port_listening "$P" # the stranger must not host it
 CDDP_TOKEN=wrong timeout 20 "$CDDP" run --nnodes 2 --rdzv-endpoint 127.0.0.1:$P --rdzv-id K true >"$T/k1.out" 2>&1; rc1=$?
-for _ in $(seq 40); do grep -q "the store refused a node" "$T/k0.out" && break; sleep 0.1; done
+wait_for 4 grep -q "the store refused a node" "$T/k0.out" # the check below names a miss
 kill $k0 2>/dev/null; wait $k0 2>/dev/null
 if [ $rc1 = 1 ] && [ "$(grep -c . "$T/k1.out")" = 1 ] && grep -q "^cddp run: the store at 127.0.0.1:$P refused our token" "$T/k1.out" &&
    grep -q "^cddp run: the store refused a node at 127.0.0.1:[0-9]*: its job token differs from this node's (CDDP_TOKEN / CDDP_TOKEN_FILE" "$T/k0.out"; then

@@ -23,7 +23,7 @@ for sig in TERM INT; do
   fresh
   "$CDDP" run --standalone --nproc-per-node 2 /bin/sleep 30 2>"$T/$sig.err" &
   pid=$!
-  wait_for 10 sh -c "ls '$TMPDIR'/cddp-run-*/flight-rank1.page >/dev/null 2>&1"
+  await "SIG$sig: the workers run (their flight pages exist)" 10 sh -c "ls '$TMPDIR'/cddp-run-*/flight-rank1.page >/dev/null 2>&1"
   kill -$sig $pid
   wait $pid
   rc=$?
@@ -35,7 +35,7 @@ fresh
 port=$(free_port)
 "$CDDP" run --nnodes 2 --rdzv-endpoint 127.0.0.1:$port --rdzv-id tmp$$ /bin/true 2>"$T/wait.err" &
 pid=$!
-wait_for 10 port_listening "$port" # its store is up: it waits for node 1, where only the guard takes a signal
+await "the waiting agent hosts the store" 10 port_listening "$port" # its store is up: it waits for node 1, where only the guard takes a signal
 kill -TERM $pid
 wait $pid
 rc=$?

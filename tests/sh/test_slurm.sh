@@ -273,7 +273,8 @@ host_agent() { # I: host I's agent of the job (AG) and every cddp process of it 
     [ "$(tr '\0' '\n' <"/proc/$p/cmdline" 2>/dev/null | head -1)" = "$CDDP" ] && echo "$p"; done)
   AG=$(for p in $PIDS; do [ "$(tr '\0' '\n' <"/proc/$p/cmdline" | sed -n 2p)" = run ] && echo "$p"; done | head -1)
 }
-for _ in $(seq 1200); do [ "$(grep -vc '"eval"' "$fm" 2>/dev/null)" -ge 30 ] 2>/dev/null && break; sleep 0.1; done
+thirty() { [ "$(grep -vc '"eval"' "$fm" 2>/dev/null)" -ge 30 ] 2>/dev/null; }
+await "follow: 30 steps before the kills" 120 thirty
 for i in 1 3; do host_agent $i; tr '\0' '\n' <"/proc/$AG/environ" 2>/dev/null | grep '^SLURM_' >"$F/step$i.env"; done
 host_agent 1
 kt=$(date +%s.%N)

@@ -27,7 +27,7 @@ for i in 1 2 3 4; do
     --rdzv-id tie --rdzv-last-call 1 --rdzv-timeout 10 --max-restarts 3 --restart-mode replace --grace-period 1 \
     "$W" sleep=20 >"$T/h$i.out" 2>&1 &
   A[$i]=$!
-  [ $i = 1 ] && wait_for 10 "$NS" exec 1 bash -c "$(declare -f port_listening); port_listening 29500"
+  [ $i = 1 ] && await "host 1 hosts the store" 10 "$NS" exec 1 bash -c "$(declare -f port_listening); port_listening 29500"
 done
 all_in() { [ "$(cat "$T"/h?.out | grep -c 'rank=')" = 4 ]; } # every worker started: one generation of 4
 wait_for 60 all_in || fail "4 hosts formed no job" "$(tail -q -n 2 "$T"/h?.out | tr '\n' ' ')"

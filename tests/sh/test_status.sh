@@ -26,22 +26,10 @@ job() {
   done
 }
 # at_step NAME N: waits (at most 60 s) until the run's metrics reach step N
-at_step() {
-  for _ in $(seq 600); do
-    [ "$(sed -n 's/.*"step":\([0-9]*\).*/\1/p' "$T/$1/metrics.jsonl" 2>/dev/null | tail -1)" -ge "$2" ] 2>/dev/null && return 0
-    sleep 0.1
-  done
-  return 1
-}
+at_step() { wait_for 60 step_reached "$T/$1/metrics.jsonl" "$2"; }
 # recovered RUN_ID: asks the job (at most 30 s) until it shows a recovery; out = the last answer, ev = 1 when seen
-recovered() {
-  ev="" out=""
-  for _ in $(seq 300); do
-    out=$("$CDDP" status 127.0.0.1:$P --rdzv-id "$1" 2>&1)
-    grep -q "recovered [0-9.]* s after that loss" <<<"$out" && ev=1 && return
-    sleep 0.1
-  done
-}
+recovered() { ev="" out=""; poll_every=0.1 wait_for 30 shows_recovery "$1" && ev=1; }
+shows_recovery() { out=$("$CDDP" status 127.0.0.1:$P --rdzv-id "$1" 2>&1); grep -q "recovered [0-9.]* s after that loss" <<<"$out"; }
 # ranks_with_steps OUT: how many "rank R ... alive step S" lines with S > 0 it has, for ranks 0..3
 ranks_with_steps() { grep -cE '^  rank [0-3] +pid [0-9]+ +alive +step [1-9][0-9]* ' <<<"$1"; }
 
@@ -50,7 +38,7 @@ job st
 at_step st 10 || fail "job started" "$(tail -n 3 "$T"/st.n*.out)"
 # until every rank's step is posted (the agents post every second or so)
 st_posted() { [ "$(ranks_with_steps "$("$CDDP" status 127.0.0.1:$P --rdzv-id "st$P" 2>&1)")" = 4 ]; }
-wait_for 15 st_posted
+await "every rank posts its step" 15 st_posted
 out=$("$CDDP" status 127.0.0.1:$P --rdzv-id "st$P" 2>&1); rc=$?
 nodes=$(grep -cE '^node [01] .* running +ranks [0-9]-[0-9]' <<<"$out")
 if [ $rc = 0 ] && [ "$nodes" = 2 ] && [ "$(ranks_with_steps "$out")" = 4 ] &&
@@ -126,7 +114,7 @@ done
 at_step loss 30 || fail "3-node job started" "$(tail -n 3 "$T"/loss*.out)"
 # until every agent posted its record
 three_running() { [ "$("$CDDP" status 127.0.0.1:$P --rdzv-id "loss$P" 2>&1 | grep -cE '^node [0-2] .* running ')" = 3 ]; }
-wait_for 15 three_running
+await "loss: every agent posts its record" 15 three_running
 kill -KILL "${ag[2]}" # the middle node: the last one's rank moves down
 recovered "loss$P"
 if [ -n "$ev" ] && grep -qE "^  [0-9:]{8}  generation [1-9][0-9]*: node .* \(agent [0-9]\) lost; 2 nodes, world 2$" <<<"$out"; then

@@ -28,7 +28,7 @@ node() { # node R: one agent of the job, its worker says the world it was given 
 pids=($!)
 wait_for 10 port_listening "$P" || fail "node 0 hosts the store" "$(cat "$tmp/node0.log")"
 # node 0 is in the round once its waiter record is up
-wait_for 10 sh -c "[ \"\$(python3 tests/sh/store_attack.py 127.0.0.1 $P read rdzv-watch/latest $tok)\" != absent ]"
+await "node 0 posts its waiter record" 10 sh -c "[ \"\$(python3 tests/sh/store_attack.py 127.0.0.1 $P read rdzv-watch/latest $tok)\" != absent ]"
 A=(127.0.0.1 "$P")
 expect "the job's own token reads the rendezvous watch" '.+atk.+' "$(attack "${A[@]}" read rdzv-watch/latest "$tok")"
 expect "no token: the watch is not read (closed before any request)" closed "$(attack "${A[@]}" read rdzv-watch/latest)"
@@ -64,7 +64,7 @@ P=$(free_port)
 "$CDDP" run --nnodes 2 --nproc-per-node 1 --rdzv-backend c10d --rdzv-endpoint "127.0.0.1:$P" --rdzv-id open \
   true >"$tmp/open.log" 2>&1 &
 pids=($!)
-wait_for 10 port_listening "$P"
+await "the open job hosts its store" 10 port_listening "$P"
 ip=$(hostname -I 2>/dev/null | awk '{ print $1 }')
 expect "no token, over the loopback: the stranger on this host joins (the loopback is trusted)" '[0-9]+' \
   "$(attack 127.0.0.1 "$P" add open/rdzv/probe)"

@@ -8,7 +8,7 @@ port=$(free_port)
 echo "s3cret" > "$tmp/token"
 "$CDDP" store --port "$port" --host 127.0.0.1 --token-file "$tmp/token" >"$tmp/out" 2>"$tmp/err" &
 pid=$!
-for _ in $(seq 100); do grep -q listening "$tmp/out" && break; sleep 0.05; done
+wait_for 5 grep -q listening "$tmp/out" # the check below names a miss
 if grep -qx "cddp store: listening on 127.0.0.1:$port (token required)" "$tmp/out"; then ok "prints its listening line"
 else fail "prints its listening line" "$(cat "$tmp/out" "$tmp/err")"; fi
 
@@ -18,11 +18,8 @@ if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then ok "accepts connection
 # probes, so its will fires; without it the connection would wait for ever
 exec 4<>"/dev/tcp/127.0.0.1/$port"
 timers=""
-for _ in $(seq 40); do
-  timers=$(ss -tno state established "( sport = :$port )" 2>/dev/null | grep -o 'timer:([a-z]*' | sort -u | tr '\n' ' ')
-  [ -n "$timers" ] && break
-  sleep 0.05
-done
+has_timers() { timers=$(ss -tno state established "( sport = :$port )" 2>/dev/null | grep -o 'timer:([a-z]*' | sort -u | tr '\n' ' '); [ -n "$timers" ]; }
+wait_for 2 has_timers # the check below names a miss
 exec 4<&-
 if [ "$timers" = "timer:(keepalive " ]; then ok "the store's side of a connection has TCP keepalive on"
 else fail "TCP keepalive on accepted connections" "ss timers: '${timers:-none}'"; fi
@@ -48,13 +45,13 @@ if [ $rc1 = 0 ] && [ $rc2 = 0 ] && grep -q "is not an agent's (a \`cddp store\`)
 else fail "agents at a cddp store" "rc $rc1 $rc2: $(grep -h "cannot move" "$tmp/agent1" "$tmp/agent2")"; fi
 
 kill -TERM $pid
-for _ in $(seq 100); do kill -0 $pid 2>/dev/null || break; sleep 0.05; done
+wait_for 5 sh -c "! kill -0 $pid 2>/dev/null" # the check below names a miss
 if kill -0 $pid 2>/dev/null; then fail "exits on SIGTERM" "still running"; kill -9 $pid
 else wait $pid; rc=$?; if [ $rc -eq 0 ]; then ok "exits 0 on SIGTERM"; else fail "exits 0 on SIGTERM" "rc=$rc"; fi; fi
 
 "$CDDP" store --port 0 >"$tmp/out3" 2>&1 &
 pid=$!
-for _ in $(seq 100); do grep -q listening "$tmp/out3" && break; sleep 0.05; done
+await "port 0: the store listens" 5 grep -q listening "$tmp/out3"
 kill -INT $pid; wait $pid; rc=$?
 if [ $rc -eq 0 ] && grep -q "listening on 0.0.0.0:[1-9]" "$tmp/out3"; then ok "port 0 picks a port, SIGINT exits 0"; else fail "port 0 / SIGINT" "rc=$rc $(cat "$tmp/out3")"; fi
 
@@ -84,7 +81,7 @@ else fail "FIFO token file" "rc=$rc $(cat "$tmp/out9")"; fi
 # the soft open-file limit rises to the hard one, said at INFO with the agents it leaves room for
 (ulimit -Sn 64 && ulimit -Hn 256 && CDDP_DEBUG=INFO CDDP_DEBUG_SUBSYS=STORE exec "$CDDP" store --port 0) >"$tmp/out10" 2>&1 &
 pid=$!
-for _ in $(seq 100); do grep -q listening "$tmp/out10" && break; sleep 0.05; done
+await "open-file limit: the store listens" 5 grep -q listening "$tmp/out10"
 soft=$(awk '/^Max open files/ {print $4}' "/proc/$pid/limits" 2>/dev/null)
 kill -TERM $pid; wait $pid
 if [ "$soft" = 256 ] && grep -q "open-file limit 256: room for about 48 agents" "$tmp/out10"; then

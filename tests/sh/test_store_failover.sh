@@ -217,12 +217,12 @@ case_s() {
   local o=() i; for i in 1 2 3; do [ "$i" != "$h" ] && o+=("$i"); done
   kill -KILL "$(worker_of "${A[${o[0]}]}")"
   wait_line 20 'replaced in place .* (restart 1 of 3)' "$T"/s?.out || fail "s: the first replacement" ""
-  wait_step "$T/s/metrics.jsonl" $(( $(last_step "$T/s/metrics.jsonl") + 20 ))
+  await "s: 20 steps after the first replacement" 60 step_reached "$T/s/metrics.jsonl" $(( $(last_step "$T/s/metrics.jsonl") + 20 ))
   kill -KILL "${A[$h]}" $(worker_of "${A[$h]}"); wait "${A[$h]}" 2>/dev/null
   if wait_line 30 'taken into the job in generation' "$T/s4.out"; then
     ok "s: the spare waiting when the store's host was lost is taken in by the new host: $(grep -m1 -o 'node .* taken into the job in generation .*' "$T/s4.out")"
   else fail "s: the spare was forgotten" "$(grep -v 'epoch 1/1' "$T/s4.out" | tail -3 | tr '\n' ' ')"; fi
-  wait_step "$T/s/metrics.jsonl" $(( $(last_step "$T/s/metrics.jsonl") + 20 ))
+  await "s: 20 steps after the store moved" 60 step_reached "$T/s/metrics.jsonl" $(( $(last_step "$T/s/metrics.jsonl") + 20 ))
   kill -KILL "$(worker_of "${A[${o[1]}]}")"
   local second
   if wait_line 20 'replaced in place .* (restart [0-9]* of 3)' "$T/s${o[1]}.out"; then
@@ -281,7 +281,7 @@ case_t() {
       --work_dir="$T" --name=t --resume_from=latest --step_ms=100 >"$T/t$1.out" 2>&1 &
     A[$1]=$!; bg+=($!)
   }
-  tagent 1; wait_for 10 port_listening "$P"; tagent 2; tagent 3
+  tagent 1; await "t: agent 1 hosts the store" 10 port_listening "$P"; tagent 2; tagent 3
   wait_for 60 test -e "$T/t/step-0005.pt" || fail "t: no progress" "$(tail -3 "$T/t1.out" | tr '\n' ' ')"
   local h; h=$(store_host 1 2 3)
   kill -KILL "${A[$h]}" $(worker_of "${A[$h]}"); wait "${A[$h]}" 2>/dev/null

@@ -15,14 +15,14 @@ export CDDP_PYTHON=$PY TMPDIR=$T CDDP_PY_SPY=$SPY
 HT=12
 timeout 300 "$CDDP" run --standalone --nproc-per-node 2 --hang-timeout $HT --log-dir "$T/logs" tests/torch/hang.py sleep \
   >"$T/run.out" 2>&1 & p=$!
-for _ in $(seq 2400); do grep -q "step 4 rank 1" "$T/logs/rank1.log" 2>/dev/null && break; sleep 0.1; done
+await "rank 1 reaches step 4" 240 grep -qs "step 4 rank 1" "$T/logs/rank1.log"
 # rank 1 now sleeps; from half the timeout its agent's record says where each rank is: rank 1
 # stuck in its own code, rank 0 waiting for it in all_reduce, before the watchdog's kill
-for _ in $(seq $((HT * 4))); do
+shows_both() {
   "$CDDP" status "$T/logs" >"$T/st.out" 2>&1; rc=$?
-  grep -q "^  rank 1 .* stuck " "$T/st.out" && grep -q "^  rank 0 .* waiting " "$T/st.out" && break
-  sleep 0.5
-done
+  grep -q "^  rank 1 .* stuck " "$T/st.out" && grep -q "^  rank 0 .* waiting " "$T/st.out"
+}
+poll_every=0.5 wait_for $((HT * 2)) shows_both # the checks below name a miss
 r0=$(grep -A1 "^  rank 0 " "$T/st.out" | tail -1)
 r1=$(grep -A1 "^  rank 1 " "$T/st.out" | tail -1)
 if [ $rc = 0 ] && [[ "$r0" == *"cpu "*"% "*"rss "*" MiB  restarts 0  last line ("*" s ago): step "*" rank 0"* ]] &&

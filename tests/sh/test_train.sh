@@ -48,16 +48,11 @@ else fail "1 rank vs 2 ranks" "rc=$rc worst=$worst acc $acc1 vs $acc: $(tail -2 
 # 3. resume: stopped by SIGTERM / SIGKILL at some step, resumed, same final weights
 run2 --name ref "${SMALL[@]}" >"$T/ref.out" 2>&1 || fail "reference run" "$(tail -2 "$T/ref.out")"
 ref=$T/ref/checkpoints/step-000000200/model.safetensors
-wait_step() { # DIR N: until metrics.jsonl reaches step N
-  for _ in $(seq 600); do
-    [ "$(field step "$1/metrics.jsonl" 2>/dev/null | tail -1)" -ge "$2" ] 2>/dev/null && return 0; sleep 0.05
-  done; return 1
-}
 for sig in TERM KILL; do
   name=stop$sig
   run2 --name $name "${SMALL[@]}" --set ddp.threads=1 >"$T/$name.1.out" 2>&1 &
   pid=$!
-  wait_step "$T/$name" 50
+  await "$name: step 50 before the stop" 60 step_reached "$T/$name/metrics.jsonl" 50
   agent="run --standalone --nproc-per-node 2 $CDDP train --config $CFG --work-dir $T --name $name"
   if [ $sig = TERM ]; then pkill -TERM -f "$agent"; else pkill -KILL -f "$agent"; pkill -KILL -f "train --config $CFG --work-dir $T --name $name"; fi
   wait $pid; stop_rc=$? # the agent: 128+15 after SIGTERM (docs/launcher.md); SIGKILL: 128+9
@@ -75,7 +70,7 @@ for sig in TERM INT; do
   name=alone$sig
   "$CDDP" train --config "$CFG" --work-dir "$T" --name $name "${SMALL[@]}" --set ddp.threads=1 >"$T/$name.out" 2>&1 &
   pid=$!
-  wait_step "$T/$name" 20
+  await "$name: step 20" 60 step_reached "$T/$name/metrics.jsonl" 20
   kill -$sig $pid
   wait_all 120 $pid
   want=$((128 + $(kill -l $sig)))
@@ -141,7 +136,7 @@ stop_resume() {
   # without it the run often reached step 60 before the signal
   run2 --name "$name" "$@" --set ddp.threads=1 --set debug.slow_rank=0 --set debug.slow_ms=20 >"$T/$name.1.out" 2>&1 &
   pid=$!
-  wait_step "$T/$name" 25
+  await "$name: step 25" 60 step_reached "$T/$name/metrics.jsonl" 25
   pkill -TERM -f "run --standalone --nproc-per-node 2 $CDDP train --config $CFG --work-dir $T --name $name"; wait $pid
   stop_rc=$?
   stopped=$(field step "$T/$name/metrics.jsonl" | tail -1)
@@ -183,7 +178,7 @@ stop_resume czps czpsstop "powersgd (residuals and Q's restored)" "${PS[@]}"
 EP=(--set model.hidden=[32] --set train.epochs=1 --set debug.sample_log=true --set checkpoint.every_steps=10 --set eval.every_epoch=false --set data.drop_last=false)
 run2 --name once "${EP[@]}" --set ddp.threads=1 >"$T/once.1.out" 2>&1 &
 pid=$!
-wait_step "$T/once" 60
+await "once: step 60 before SIGTERM" 60 step_reached "$T/once/metrics.jsonl" 60
 pkill -TERM -f "run --standalone --nproc-per-node 2 $CDDP train --config $CFG --work-dir $T --name once"; wait $pid
 stop_rc=$?
 run1 --name once "${EP[@]}" --resume-from latest >"$T/once.2.out" 2>&1; rc=$?

@@ -16,6 +16,7 @@ run1() { timeout 120 "$CDDP" train --config "$CFG" --work-dir "$T" "$@"; }
 run2() { timeout 120 "$CDDP" run --standalone --nproc-per-node 2 "$CDDP" train --config "$CFG" --work-dir "$T" "$@"; }
 # steps FILE: the step numbers of a metrics.jsonl's step lines, one per line
 steps() { grep -v '"eval"' "$1" | sed -n 's/.*"step":\([0-9]*\).*/\1/p'; }
+run_at() { m=$(ls "$T"/rs/*/metrics.jsonl 2>/dev/null | head -1); [ -n "$m" ] && step_reached "$m" "$1"; } # N: the run folder's metrics (m) at step N
 
 run1 --name a "${SMALL[@]}" --set train.max_steps=30 --set checkpoint.every_steps=10 >"$T/a.out" 2>&1 ||
   fail "first run" "$(tail -2 "$T/a.out")"
@@ -127,8 +128,7 @@ restarted() {
   timeout 120 "$CDDP" run --standalone --nproc-per-node 2 --max-restarts 1 "$CDDP" train --config "$CFG" --work-dir "$T/rs" \
     --name "$name" --set ddp.threads=1 --set train.max_steps=120 --set checkpoint.every_steps=10 >"$T/rs-$name.out" 2>&1 &
   p=$!; bg+=($p)
-  m=""; for _ in $(seq 600); do m=$(ls "$T"/rs/*/metrics.jsonl 2>/dev/null | head -1)
-    [ -n "$m" ] && [ "$(steps "$m" | tail -1)" -ge 20 ] 2>/dev/null && break; sleep 0.05; done
+  m=""; await "$name: step 20 in its run folder" 30 run_at 20
   w=""; for q in $(pgrep -f -- "--work-dir $T/rs --name $name"); do
     tr '\0' '\n' <"/proc/$q/environ" 2>/dev/null | grep -qx "RANK=1" && w=$q; done
   at=$(steps "$m" | tail -1)

@@ -40,9 +40,10 @@ done
 grep -q "\"argv\": \[\"warm_probe.py\", \"a1\", \"--b=2\"\]" "$T/script.out" && grep -q '"name": "__main__"' "$T/script.out" &&
   grep -q "\"path0\": \"$T\"" "$T/script.out" && grep -q '"warm_vars": \[\]' "$T/script.out" && grep -q "\"nice\": $(nice)" "$T/script.out" &&
   ok "the probe's own view is a plain python3 run's" || fail "probe view" "$(grep probe "$T/script.out" | head -1)"
-sleep 0.2
-left=0 # this test's spares (their folder is $T; other jobs on the machine have spares too)
-for p in $(pgrep -f '_cddp_warm'); do [ "$(readlink "/proc/$p/cwd")" = "$T" ] && left=$((left + 1)); done
+# this test's spares (their folder is $T; other jobs on the machine have spares too), once gone
+spares_left() { left=0; local p; for p in $(pgrep -f '_cddp_warm'); do [ "$(readlink "/proc/$p/cwd")" = "$T" ] && left=$((left + 1)); done; }
+no_spare() { spares_left; [ "$left" = 0 ]; }
+wait_for 5 no_spare
 [ "$left" = 0 ] && ok "no spare outlives the job" || fail "spares left" "$left processes"
 
 # 2. -m: sys.path[0] is the working folder, argv[0] the module's file

@@ -15,10 +15,6 @@ CFG=configs/fmnist_mlp.yaml
 ONE=(--set train.epochs=1 --set checkpoint.every_steps=20 --set ddp.threads=1 --set batch.global=192
      --set batch.micro=32 --set 'model.hidden=[256]' --set ddp.shard_optimizer=true --set eval.every_epoch=false)
 export CDDP_HEARTBEAT_MS=250 CDDP_HEARTBEAT_TIMEOUT_MS=2000
-last_step() { grep -v '"eval"' "$1" 2>/dev/null | tail -1 | sed -n 's/.*"step":\([0-9]*\).*/\1/p'; }
-wait_step() { # FILE N: until metrics FILE reaches step N (bounded: 60 s)
-  for _ in $(seq 3000); do [ "$(last_step "$1")" -ge "$2" ] 2>/dev/null && return 0; sleep 0.02; done; return 1
-}
 # loss_by_step NAME: "step loss" of the last line of each step (a redone step's final value)
 loss_by_step() { grep -v '"eval"' "$T/$1/metrics.jsonl" | sed -n 's/.*"step":\([0-9]*\),.*"loss":\([^,}]*\).*/\1 \2/p' | sort -n -s -k1,1 | awk '{ l[$1] = $2 } END { for (s in l) print s, l[s] }' | sort -n; }
 final() { echo "$T/$1/checkpoints/step-000000312/model.safetensors"; }
@@ -30,7 +26,7 @@ timeout 120 "$CDDP" run --standalone --nproc-per-node 2 "$CDDP" train --config $
 timeout 150 "$CDDP" run --standalone --nproc-per-node 2 --max-restarts 3 --restart-mode replace \
   "$CDDP" train --config $CFG --work-dir "$T" --name a "${ONE[@]}" >"$T/a.out" 2>&1 &
 p=$!; bg+=($p)
-wait_step "$T/a/metrics.jsonl" 50
+await "a: step 50 before the kill" 60 step_reached "$T/a/metrics.jsonl" 50
 for q in $(pgrep -f -- "--work-dir $T --name a"); do
   tr '\0' '\n' <"/proc/$q/environ" 2>/dev/null | grep -qx "RANK=1" && { kill -KILL "$q"; break; }
 done
@@ -48,8 +44,8 @@ agent() {
     "$CDDP" train --config $CFG --work-dir "$T" --name j "${ONE[@]}" >"$T/j$1.out" 2>&1 &
   A[$1]=$!; bg+=($!)
 }
-agent 1; sleep 0.3; agent 2
-wait_step "$T/j/metrics.jsonl" 60
+agent 1; await "j: agent 1 hosts the store" 10 port_listening "$P"; agent 2
+await "j: step 60 before agent 3 joins" 60 step_reached "$T/j/metrics.jsonl" 60
 agent 3
 wait_all 120 "${A[@]}"; rcs="${RC[*]} "
 cat "$T"/j?.out >"$T/j.out"

@@ -1,6 +1,7 @@
 /* test_store_tcp.c - the TCP store end to end: auth, strangers, failures, 1,000 clients, ranks. */
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -507,28 +508,44 @@ TEST(will_fires_on_abrupt_close_only) {
   cddp_store_server_stop(srv);
 }
 
-static void *cont_later(void *arg) {
-  usleep(300000 * cddp_test_scale()); /* after the peek's 200 ms, before the next call's end */
-  kill(*(pid_t *)arg, SIGCONT);
-  return NULL;
+static int stopped(void *pid) { return cddp_test_proc_state(*(pid_t *)pid) == 'T'; }
+
+/* This process's socket connected to 127.0.0.1:port (the client's, found by its peer), or -1. */
+static int fd_to(int port) {
+  for (int fd = 3; fd < 1024; fd++) {
+    struct sockaddr_in a;
+    socklen_t n = sizeof a;
+    if (getpeername(fd, (struct sockaddr *)&a, &n) == 0 && a.sin_family == AF_INET &&
+        ntohs(a.sin_port) == port)
+      return fd;
+  }
+  return -1;
+}
+
+static int readable(void *fd) {
+  struct pollfd p = {.fd = *(int *)fd, .events = POLLIN};
+  return poll(&p, 1, 0) == 1 && (p.revents & POLLIN);
 }
 
 TEST(late_answer_is_never_read_as_the_next) {
   /* the client's periodic read of the peers list times out while the server is frozen; its
-   * late TIMEOUT answer (0x93) was then read as the answer to the call that followed */
+   * late TIMEOUT answer (0x93) was then read as the answer to the call that followed. Ordered
+   * by the server's state, never by sleeps: stopped ('T') before the call, so the peek can
+   * only time out; the late answer waiting on the client's socket before the next call. */
   pid_t pid;
   int port = server_process(NULL, &pid);
   cddp_store_t *s = connect_ok(port, NULL);
+  int fd = fd_to(port);
+  CHECK(fd >= 0);
   cddp_store_set_timeout(s, 200 * cddp_test_scale());
-  usleep(2100000); /* the peers list is due again (every 2 s) */
+  usleep(2100000); /* the peers list is due again (every 2 s by the client's clock: never early) */
   kill(pid, SIGSTOP);
-  pthread_t th;
-  pthread_create(&th, NULL, cont_later, &pid);
+  CHECK(cddp_test_wait_for(stopped, &pid, 5));
   CHECK_RESULT(cddp_store_add(s, "n", 1, NULL), CDDP_REMOTE);
   CHECK(strstr(cddp_last_error(), "unexpected answer") == NULL);
   CHECK(strstr(cddp_last_error(), "peers") != NULL); /* says which read failed */
-  pthread_join(th, NULL);
-  usleep(100000); /* the late answer has come: it must not be taken for anything */
+  kill(pid, SIGCONT);
+  CHECK(cddp_test_wait_for(readable, &fd, 10)); /* the late answer has come: it must not be taken for anything */
   CHECK_RESULT(cddp_store_add(s, "n", 1, NULL), CDDP_REMOTE);
   CHECK(strstr(cddp_last_error(), "unexpected answer") == NULL);
   cddp_store_close(s);
