@@ -24,6 +24,8 @@
 #define RING_WATCH 2     /* successors each member watches: two adjacent losses at once are still seen */
 #define PARK_MAX_MS 250 /* the wait on the next announcement, at most: how long a stop may take */
 #define SLOW_BEATS 4     /* the job-wide keys (stop, pending agents) are looked at every this many beats */
+#define HB_FLAT_N 1024    /* up to this many members the beat is CDDP_HEARTBEAT_MS; past it, it grows with N */
+#define HB_MAX_LATE_MS 2000 /* the longest beat: a loss is still seen within the timeout + 2 s */
 #define MAX_AGENT_IDS 16384 /* pending agents are looked for among ids below this */
 
 typedef struct watched {
@@ -37,6 +39,7 @@ struct cddp__monitor {
   pthread_mutex_t mu; /* guards the watch list and gen */
   cddp_store_t *raw, *s; /* raw: the connection with the will; s: "<run_id>/" over it */
   int self, hb_ms, timeout_ms, fd, stop;
+  int base_hb_ms;      /* CDDP_HEARTBEAT_MS: the beat at small N (cddp__heartbeat_ms scales it) */
   int64_t gen, gen_seen;
   uint64_t deadline; /* "waited" after this (0: none) */
   const int *hosting; /* cddp__monitor_lease */
@@ -87,6 +90,15 @@ static cddp_result_t scan_pending(cddp__monitor_t *m) {
     SAY(m, CDDP__AEV_PENDING, id, 0, 0, NULL);
   }
   return CDDP_OK;
+}
+
+int cddp__heartbeat_ms(int n, int base_ms, int timeout_ms) {
+  if (base_ms <= 0) return 500;
+  int64_t beat = n > HB_FLAT_N ? (int64_t)base_ms * n / HB_FLAT_N : base_ms;
+  /* a member silent for half the timeout must still span two beats (the cut guard), and a loss
+   * is seen within the timeout + one beat, which the issue bounds by 2 s */
+  int64_t cap = CDDP_MIN((int64_t)timeout_ms / 4, (int64_t)HB_MAX_LATE_MS);
+  return (int)CDDP_MAX((int64_t)base_ms, CDDP_MIN(beat, cap));
 }
 
 /* One heartbeat period: beat, then read the counters of the members watched (the ring
@@ -226,6 +238,7 @@ cddp_result_t cddp__monitor_start(cddp__monitor_t **out, const char *host, int p
   cddp__monitor_t *m = calloc(1, sizeof *m);
   if (!m) return cddp__fail(CDDP_SYSTEM, "out of memory");
   m->self = self_id, m->hb_ms = hb_ms > 0 ? hb_ms : 500, m->timeout_ms = timeout_ms > 0 ? timeout_ms : 3000;
+  m->base_hb_ms = m->hb_ms;
   m->fd = notify_fd;
   pthread_mutex_init(&m->mu, NULL);
   char prefix[160];
@@ -274,6 +287,7 @@ void cddp__monitor_watch(cddp__monitor_t *m, const cddp__members_t *members, int
   }
   for (int k = 0; at >= 0 && k < RING_WATCH && k < m->n; k++) m->ring[m->nring++] = (at + k) % m->n;
   m->gen = gen;
+  m->hb_ms = cddp__heartbeat_ms(members->n, m->base_hb_ms, m->timeout_ms); /* N is the record's: one beat for all */
   memset(m->said, 0, sizeof m->said); /* a new generation: pending agents are looked at again */
   pthread_mutex_unlock(&m->mu);
   free(old);
