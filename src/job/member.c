@@ -202,7 +202,7 @@ static void *monitor_main(void *arg) {
         say_cut(m, first);
         break;
       }
-      next_beat = now + (uint64_t)m->hb_ms * 1000000ull;
+      next_beat = now + (uint64_t)__atomic_load_n(&m->hb_ms, __ATOMIC_RELAXED) * 1000000ull;
     }
     pthread_mutex_lock(&m->mu);
     int64_t g = CDDP_MAX(m->gen, m->gen_seen);
@@ -287,7 +287,12 @@ void cddp__monitor_watch(cddp__monitor_t *m, const cddp__members_t *members, int
   }
   for (int k = 0; at >= 0 && k < RING_WATCH && k < m->n; k++) m->ring[m->nring++] = (at + k) % m->n;
   m->gen = gen;
-  m->hb_ms = cddp__heartbeat_ms(members->n, m->base_hb_ms, m->timeout_ms); /* N is the record's: one beat for all */
+  /* N is the record's: every agent beats alike (the thread reads it unlocked) */
+  int hb_ms = cddp__heartbeat_ms(members->n, m->base_hb_ms, m->timeout_ms);
+  if (hb_ms != m->hb_ms)
+    CDDP_INFO(CDDP_SUB_RDZV, "%d members: heartbeat every %d ms (CDDP_HEARTBEAT_MS %d, timeout %d ms), so the store's steady load stays flat",
+              members->n, hb_ms, m->base_hb_ms, m->timeout_ms);
+  __atomic_store_n(&m->hb_ms, hb_ms, __ATOMIC_RELAXED);
   memset(m->said, 0, sizeof m->said); /* a new generation: pending agents are looked at again */
   pthread_mutex_unlock(&m->mu);
   free(old);
