@@ -24,6 +24,8 @@
 #define RING_WATCH 2     /* successors each member watches: two adjacent losses at once are still seen */
 #define PARK_MAX_MS 250 /* the wait on the next announcement, at most: how long a stop may take */
 #define SLOW_BEATS 4     /* the job-wide keys (stop, pending agents) are looked at every this many beats */
+#define HB_FLAT_N 1024    /* up to this many members the beat is CDDP_HEARTBEAT_MS; past it, it grows with N */
+#define HB_MAX_LATE_MS 2000 /* the longest beat: a loss is still seen within the timeout + 2 s */
 #define MAX_AGENT_IDS 16384 /* pending agents are looked for among ids below this */
 
 typedef struct watched {
@@ -38,6 +40,7 @@ struct cddp__monitor {
   pthread_mutex_t mu; /* guards the watch list and gen */
   cddp_store_t *raw, *s; /* raw: the connection with the will; s: "<run_id>/" over it */
   int self, hb_ms, timeout_ms, fd, stop;
+  int base_hb_ms;      /* CDDP_HEARTBEAT_MS: the beat at small N (cddp__heartbeat_ms scales it) */
   int64_t gen, gen_seen;
   uint64_t deadline; /* "waited" after this (0: none) */
   const int *hosting; /* cddp__monitor_lease */
@@ -101,6 +104,15 @@ static cddp_result_t scan_pending(cddp__monitor_t *m) {
     SAY(m, CDDP__AEV_PENDING, id, 0, 0, NULL);
   }
   return CDDP_OK;
+}
+
+int cddp__heartbeat_ms(int n, int base_ms, int timeout_ms) {
+  if (base_ms <= 0) return 500;
+  int64_t beat = n > HB_FLAT_N ? (int64_t)base_ms * n / HB_FLAT_N : base_ms;
+  /* a member silent for half the timeout must still span two beats (the cut guard), and a loss
+   * is seen within the timeout + one beat, which the issue bounds by 2 s */
+  int64_t cap = CDDP_MIN((int64_t)timeout_ms / 4, (int64_t)HB_MAX_LATE_MS);
+  return (int)CDDP_MAX((int64_t)base_ms, CDDP_MIN(beat, cap));
 }
 
 /* One heartbeat period: beat, then read the counters of the members watched (the ring
@@ -218,7 +230,7 @@ static void *monitor_main(void *arg) {
         say_cut(m, first);
         break;
       }
-      next_beat = now + (uint64_t)m->hb_ms * 1000000ull;
+      next_beat = now + (uint64_t)__atomic_load_n(&m->hb_ms, __ATOMIC_RELAXED) * 1000000ull;
     }
     pthread_mutex_lock(&m->mu);
     int64_t g = CDDP_MAX(m->gen, m->gen_seen);
@@ -254,6 +266,7 @@ cddp_result_t cddp__monitor_start(cddp__monitor_t **out, const char *host, int p
   cddp__monitor_t *m = calloc(1, sizeof *m);
   if (!m) return cddp__fail(CDDP_SYSTEM, "out of memory");
   m->self = self_id, m->hb_ms = hb_ms > 0 ? hb_ms : 500, m->timeout_ms = timeout_ms > 0 ? timeout_ms : 3000;
+  m->base_hb_ms = m->hb_ms;
   m->fd = notify_fd;
   pthread_mutex_init(&m->mu, NULL);
   char prefix[160];
@@ -307,6 +320,12 @@ void cddp__monitor_watch(cddp__monitor_t *m, const cddp__members_t *members, int
         m->n_dropped < CDDP__MAX_MEMBERS)
       m->dropped_at[m->n_dropped++] = now;
   m->gen = gen;
+  /* N is the record's: every agent beats alike (the thread reads it unlocked) */
+  int hb_ms = cddp__heartbeat_ms(members->n, m->base_hb_ms, m->timeout_ms);
+  if (hb_ms != m->hb_ms)
+    CDDP_INFO(CDDP_SUB_RDZV, "%d members: heartbeat every %d ms (CDDP_HEARTBEAT_MS %d, timeout %d ms), so the store's steady load stays flat",
+              members->n, hb_ms, m->base_hb_ms, m->timeout_ms);
+  __atomic_store_n(&m->hb_ms, hb_ms, __ATOMIC_RELAXED);
   memset(m->said, 0, sizeof m->said); /* a new generation: pending agents are looked at again */
   pthread_mutex_unlock(&m->mu);
   free(old);

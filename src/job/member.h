@@ -28,6 +28,11 @@ typedef struct cddp__monitor cddp__monitor_t;
  * A member is reported lost once per cddp__monitor_watch. */
 cddp_result_t cddp__monitor_start(cddp__monitor_t **out, const char *host, int port, const char *token,
                                   const char *run_id, int self_id, int hb_ms, int timeout_ms, int notify_fd);
+/* The beat for a job of n members: base_ms up to 1,024 members, then base_ms * n / 1,024, so the
+ * store's steady heartbeat load stops growing with N; at most timeout_ms / 4 and 2 s (a loss is
+ * seen within the timeout + one beat), never below base_ms. Every agent derives it from the same
+ * generation record, so all beat alike. cddp__monitor_watch applies it. */
+int cddp__heartbeat_ms(int n, int base_ms, int timeout_ms);
 /* The members as of generation gen: this agent watches the two after it in the record
  * (wrapping; self is skipped), the store's host every member's heartbeat too; a pending agent,
  * not in the record, watches none. */
