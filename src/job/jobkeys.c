@@ -199,7 +199,8 @@ int cddp__job_closed_parse(const void *text, size_t len, cddp__job_closed_t *out
 size_t cddp__job_event_format(const cddp__job_event_t *v, char *buf, size_t size) {
   switch (v->kind) {
   case CDDP__EV_DONE: return fitted(snprintf(buf, size, "done"), size);
-  case CDDP__EV_RESTART: return fitted(snprintf(buf, size, "restart"), size);
+  case CDDP__EV_RESTART: /* the line, when there is one: why (a node lost) */
+    return fitted(snprintf(buf, size, v->line[0] ? "restart %s" : "restart", v->line), size);
   case CDDP__EV_FAIL: return fitted(snprintf(buf, size, "fail %d %s", v->code, v->line), size);
   case CDDP__EV_NONE: break;
   }
@@ -212,7 +213,10 @@ int cddp__job_event_parse(const void *text, size_t len, cddp__job_event_t *out) 
   copy_text(t, sizeof t, text, len);
   memset(out, 0, sizeof *out);
   if (!strcmp(t, "done")) out->kind = CDDP__EV_DONE;
-  else if (!strncmp(t, "restart", 7)) out->kind = CDDP__EV_RESTART;
+  else if (!strncmp(t, "restart", 7)) {
+    out->kind = CDDP__EV_RESTART;
+    if (t[7] == ' ') snprintf(out->line, sizeof out->line, "%.599s", t + 8);
+  }
   else if (!strncmp(t, "fail ", 5)) {
     char *end;
     long code = strtol(t + 5, &end, 10);

@@ -7,6 +7,7 @@
 #include "common/clock.h"
 #include "job/rdzv.h"
 #include "job/elastic.h"
+#include "store/store_internal.h"
 
 #define KEY(kind, a, b) cddp__job_key(CDDP__JK_##kind, a, b).s
 
@@ -444,6 +445,13 @@ exit:
   free(kp);
   free(f);
   return found;
+}
+
+cddp_result_t cddp__rdzv_will(cddp_store_t *view, const char *run_id, int round, const cddp__job_event_t *ev) {
+  char val[700];
+  size_t vlen = cddp__job_event_format(ev, val, sizeof val);
+  cddp__jobkey_t key = cddp__job_key_in(run_id, CDDP__JK_RDZV_EVENT, round);
+  return cddp__store_tcp_will(cddp__store_prefix_inner(view), key.s, val, vlen);
 }
 
 cddp_result_t cddp__rdzv_node_done(cddp_store_t *s, const cddp__rdzv_t *r) {

@@ -70,6 +70,11 @@ cddp_result_t cddp__rdzv_failure_post(cddp_store_t *s, int round, int node_rank,
 /* The earliest failure posted in the round, waiting at most wait_ms for every node's record
  * (a node that is gone never posts). 1 with *code and line set, 0 when none was posted. */
 int cddp__rdzv_failure_first(cddp_store_t *s, int round, int nnodes, int wait_ms, int *code, char *line, size_t size);
+/* restart-all: the round's event this node's agent leaves behind if it dies (killed, its host
+ * gone): the store posts ev at rdzv/R/event when the agent's connection ends without a goodbye,
+ * unless the round already has an outcome. Without it a dead node's "done" never comes and the
+ * others wait for ever. view: the agent's "<run_id>/" view on its TCP connection. */
+cddp_result_t cddp__rdzv_will(cddp_store_t *view, const char *run_id, int round, const cddp__job_event_t *ev);
 /* This node's workers all succeeded; the last node to say so posts "done". */
 cddp_result_t cddp__rdzv_node_done(cddp_store_t *s, const cddp__rdzv_t *r);
 /* Exit barrier: counts this agent out; with wait = 1 (the agent hosting the store)

@@ -108,8 +108,11 @@ void cddp__conn_release(cddp__srv_core_t *core, cddp__srv_conn_t *c) {
 
 void cddp__conn_gone(cddp__srv_core_t *core, cddp__srv_conn_t *c) {
   if (!c->will_key) return;
+  /* only where the key is absent: a value already there (a round's outcome) stands */
   int created = 0;
-  if (cddp__kv_set(&core->kv, c->will_key, c->will_klen, c->will_val, c->will_vlen, &created) == CDDP_OK)
+  cddp__kv_entry_t *cur = NULL;
+  if (cddp__kv_compare_set(&core->kv, c->will_key, c->will_klen, NULL, 0, 0, c->will_val, c->will_vlen, &cur,
+                           &created) == CDDP_OK && created)
     CDDP_INFO(CDDP_SUB_STORE, "store: %s left without a goodbye: its will set %s", c->addr, c->will_key);
   if (created) cddp__core_wake_key(core, c->will_key, c->will_klen);
   free(c->will_key), free(c->will_val);

@@ -68,6 +68,8 @@ cddp_result_t cddp__store_tcp_will(cddp_store_t *s, const char *key, const void 
  * another server nor fails over (the store's failover talks to each standby itself). */
 cddp_result_t cddp__store_tcp_connect_here(cddp_store_t **out, const char *host, int port, const char *token,
                                            int timeout_ms);
+/* The store under a prefix view (a will goes on the connection itself); s for any other. */
+cddp_store_t *cddp__store_prefix_inner(cddp_store_t *s);
 /* Test hook: frees the client without a goodbye, as a crash would (the will fires). */
 void cddp__store_tcp_abandon(cddp_store_t *s);
 

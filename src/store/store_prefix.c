@@ -93,6 +93,12 @@ static void p_close(cddp_store_t *s) {
 
 static cddp_result_t p_fence(cddp_store_t *s) { return cddp__store_fence(P(s)->inner); }
 
+static const cddp_store_ops_t prefix_ops;
+
+cddp_store_t *cddp__store_prefix_inner(cddp_store_t *s) {
+  return s && s->ops == &prefix_ops ? P(s)->inner : s;
+}
+
 static const cddp_store_ops_t prefix_ops = {
     .name = "prefix", .set = p_set, .get = p_get, .add = p_add, .compare_set = p_cas,
     .wait = p_wait, .del = p_del, .num_keys = p_num_keys, .set_timeout = p_set_timeout,

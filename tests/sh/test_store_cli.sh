@@ -44,6 +44,42 @@ if [ $rc1 = 0 ] && [ $rc2 = 0 ] && grep -q "is not an agent's (a \`cddp store\`)
   ok "2 agents at a cddp store: each knows at once it cannot move (no wait for a peers list), exit 0"
 else fail "agents at a cddp store" "rc $rc1 $rc2: $(grep -h "cannot move" "$tmp/agent1" "$tmp/agent2")"; fi
 
+# restart-all, an agent SIGKILLed while its round runs: its will at the store ends the round, so
+# the others neither wait for its "done" for ever nor hang; they restart on the nodes left
+# while restarts remain (>= MIN of them), else stop with one line naming the lost node.
+# lost_agent ID NNODES AGENTS MAX_RESTARTS: runs AGENTS agents (workers: sleep 2 after marking
+# they started), SIGKILLs the last once every worker started; rcs and outputs in $tmp/ID.*
+lost_agent() {
+  local id=$1 n=$3 i ap=() t0
+  for ((i = 1; i <= n; i++)); do
+    CDDP_TOKEN_FILE="$tmp/token" "$CDDP" run --nnodes "$2" --max-restarts "$4" --rdzv-backend c10d --rdzv-last-call 1 \
+      --rdzv-endpoint "127.0.0.1:$port" --rdzv-id "$id" --nproc-per-node 1 --no-python \
+      sh -c "touch $tmp/$id.started.$i; sleep 2" >"$tmp/$id.$i" 2>&1 &
+    ap[$i]=$!
+  done
+  wait_for 20 sh -c "[ \$(ls $tmp/$id.started.* 2>/dev/null | wc -l) = $n ]" # the checks below name a miss
+  { kill -KILL "${ap[$n]}"; wait "${ap[$n]}"; } 2>/dev/null
+  t0=$(date +%s)
+  wait_for 30 sh -c "! kill -0 ${ap[*]:0:$((n - 1))} 2>/dev/null" # bounded: a hang fails below
+  for ((i = 1; i < n; i++)); do
+    if kill -0 "${ap[$i]}" 2>/dev/null; then kill -KILL "${ap[$i]}"; echo hung >"$tmp/$id.rc.$i"
+    else wait "${ap[$i]}"; echo $? >"$tmp/$id.rc.$i"; fi
+  done
+  echo $(($(date +%s) - t0)) >"$tmp/$id.secs"
+}
+lost="was lost: its agent's connection to the store closed without a goodbye"
+lost_agent lost1 3:4 4 1
+rcs=$(cat "$tmp"/lost1.rc.* | tr '\n' ' ')
+if [ "$rcs" = "0 0 0 " ] && [ "$(grep -l "^cddp run: node [0-3] (host .*) $lost.*; restarting the workers on the nodes left (restart 1 of 1)" "$tmp"/lost1.[123] | wc -l)" = 3 ]; then
+  ok "restart-all, --nnodes 3:4, an agent SIGKILLed: the 3 others restart without it and exit 0 ($(cat "$tmp/lost1.secs") s)"
+else fail "restart-all, an agent lost" "rc $rcs: $(cat "$tmp"/lost1.[123] | sort | uniq -c | tr '\n' ' ')"; fi
+lost_agent lost2 2:3 3 0
+rcs=$(cat "$tmp"/lost2.rc.* | tr '\n' ' ')
+if [ "$rcs" = "1 1 " ] && [ "$(cat "$tmp"/lost2.[12] | grep -c "^cddp run: node [0-2] (host .*) $lost .*; no restarts left$")" = 2 ] &&
+   [ "$(cat "$tmp"/lost2.[12] | wc -l)" = 2 ]; then
+  ok "restart-all, no restart left, an agent SIGKILLed: the others exit 1 with one line naming it ($(cat "$tmp/lost2.secs") s)"
+else fail "restart-all, an agent lost, no restarts" "rc $rcs: $(cat "$tmp"/lost2.[12] | tr '\n' ' ')"; fi
+
 kill -TERM $pid
 wait_for 5 sh -c "! kill -0 $pid 2>/dev/null" # the check below names a miss
 if kill -0 $pid 2>/dev/null; then fail "exits on SIGTERM" "still running"; kill -9 $pid

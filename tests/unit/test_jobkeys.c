@@ -66,7 +66,14 @@ TEST(jobkeys_events_round_trip_and_reject_other_text) {
   CHECK_EQ(cddp__job_event_parse("done", 4, &d), 0);
   CHECK(d.kind == CDDP__EV_DONE);
   CHECK_EQ(cddp__job_event_parse("restart", 7, &d), 0);
-  CHECK(d.kind == CDDP__EV_RESTART);
+  CHECK(d.kind == CDDP__EV_RESTART && !d.line[0]);
+  /* a lost node's will: a restart with the line that names it */
+  cddp__job_event_t r = {.kind = CDDP__EV_RESTART, .line = "cddp run: node 2 (host c, agent 3) was lost"};
+  n = cddp__job_event_format(&r, buf, sizeof buf);
+  CHECK(!strcmp(buf, "restart cddp run: node 2 (host c, agent 3) was lost") && n == strlen(buf));
+  CHECK(!cddp__job_event_parse(buf, n, &d) && d.kind == CDDP__EV_RESTART && !strcmp(d.line, r.line));
+  CHECK_EQ(cddp__job_event_parse("restarted", 9, &d), 0); /* as before: any "restart..." restarts */
+  CHECK(d.kind == CDDP__EV_RESTART && !d.line[0]);
   CHECK_EQ(cddp__job_event_parse("doneX", 4, &d), 0); /* the store's length counts, not a NUL */
   CHECK_EQ(cddp__job_event_parse("lost the watcher", 16, &d), -1);
   CHECK(d.kind == CDDP__EV_NONE);

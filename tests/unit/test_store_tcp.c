@@ -499,6 +499,19 @@ TEST(will_fires_on_abrupt_close_only) {
   CHECK(n == 7 && !memcmp(v, "crashed", 7));
   free(v);
   CHECK_RESULT(cddp_store_wait(watcher, (const char *[]){"dead/first"}, 1, 0), CDDP_TIMEOUT);
+  /* a key already there stands (a round's outcome is not overwritten by a late death); a will
+   * goes on the connection under a prefix view (cddp__store_prefix_inner) */
+  cddp_store_t *c = connect_ok(port, "tok"), *view;
+  CHECK_OK(cddp_store_set(watcher, "round/event", "done", 4));
+  CHECK_OK(cddp__store_tcp_will(c, "round/event", "lost", 4));
+  CHECK_OK(cddp_store_prefix_create(&view, c, "job/", 0));
+  CHECK(cddp__store_prefix_inner(view) == c && cddp__store_prefix_inner(c) == c);
+  cddp_store_close(view);
+  cddp__store_tcp_abandon(c);
+  usleep(50000);
+  CHECK_OK(cddp_store_get(watcher, "round/event", &v, &n, 0));
+  CHECK(n == 4 && !memcmp(v, "done", 4));
+  free(v);
   /* only TCP clients carry a will */
   cddp_store_t *mem;
   CHECK_OK(cddp_store_mem_create(&mem));

@@ -700,6 +700,9 @@ static int follow_event(agent_t *a, const cddp__job_event_t *ev, int *exit_code)
     return 1;
   }
   if (ev->kind == CDDP__EV_RESTART) { /* the next generation, every member new: gathered by its round */
+    if (ev->line[0]) /* a lost node's will */
+      fprintf(stderr, "%s; restarting the workers on the nodes left (restart %d of %d)\n", ev->line,
+              a->rz.restart_count + 1, a->o->max_restarts);
     if (cddp__gen_open_restart(a->store, a->rz.round, a->rz.node_rank) != CDDP_OK)
       CDDP_WARN("restart generation %d: %s (joining its round anyway)", a->rz.round + 1, cddp_last_error());
     return -1;
@@ -753,6 +756,21 @@ static void gathered(agent_t *a) {
   if (cddp__members_write(a->store, a->rz.round, m) != CDDP_OK)
     CDDP_WARN("generation %d: no member record: %s", a->rz.round, cddp_last_error());
   free(m);
+}
+
+/* restart-all: what the others do if this agent dies (killed, its host gone) before the round
+ * ends: the store posts it for the dead agent (its will), so they never wait for its "done";
+ * they restart on the nodes left while restarts remain (as after a worker's failure), else stop
+ * with the line that names this node. */
+static void leave_will(agent_t *a) {
+  int restart = a->rz.restart_count < a->o->max_restarts;
+  cddp__job_event_t ev = {.kind = restart ? CDDP__EV_RESTART : CDDP__EV_FAIL, .code = 1};
+  snprintf(ev.line, sizeof ev.line, "cddp run: node %d (host %s, agent %d) was lost: its agent's connection to the "
+           "store closed without a goodbye (killed, or its host went down)%s", a->rz.node_rank, a->host, a->id,
+           restart ? "" : "; no restarts left");
+  if (cddp__rdzv_will(a->store, a->o->run_id, a->rz.round, &ev) != CDDP_OK)
+    CDDP_WARN("round %d: no will at the store, so a loss of this node would go unseen: %s", a->rz.round,
+              cddp_last_error());
 }
 
 /* Replace mode: generation 0's members, and the monitor (heartbeat, will, peers' health). */
@@ -959,6 +977,7 @@ static int agent_main(agent_t *a) {
                 "put a shared secret in a file only you can read and set CDDP_TOKEN_FILE to it on every node",
                 o->rdzv_host[0] ? o->rdzv_host : "its port");
     watch_start(a, a->rz.round);
+    if (!o->replace && a->rz.nnodes > 1) leave_will(a);
     if (!o->replace && a->rz.node_rank == 0) gathered(a); /* restart-all: this generation's members */
     if (o->replace && !a->elastic && start_membership(a) != 0) return finish(a, 1);
     if (a->elastic && a->ms.pending) {
