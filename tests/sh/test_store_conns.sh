@@ -2,13 +2,13 @@
 # test_store_conns.sh - how many connections one agent holds open to the job's store: every one
 # is a descriptor on the store host, which must hold 10,000 agents within a 65,536 limit. While
 # the first node waits in the rendezvous, and at steady state for a node that does not host the
-# store, in a restart-all job and in an elastic one: 4 at most (was 5 in the rendezvous; docs/bench.md).
+# store, in a restart-all job and in an elastic one: 3 at most (was 5 in the rendezvous; docs/bench.md).
 cd "$(dirname "$0")/../.." && source tests/sh/lib.sh
 t_name=store_conns
 T=$(mktemp -d /tmp/cddp-conns.XXXXXX)
 trap 'kill -KILL $(jobs -p) 2>/dev/null; rm -rf "$T"' EXIT
 export CDDP_TOKEN=conns-test-token
-MAX=4 # store, watcher (the first join's watch borrows it), status, store move or heartbeat
+MAX=3 # the agent's (the store move borrows it), the watcher's (the first join's watch borrows it), status
 # conns PID: its established TCP connections whose far end is the store's port $P
 conns() { ss -tnpH state established 2>/dev/null | awk -v p=":$P" -v me="pid=$1," 'index($0, me) && $4 ~ p"$"' | wc -l; }
 # agent_of PID: the cddp agent under its timeout

@@ -64,6 +64,7 @@ typedef struct agent {
   cddp_store_server_t *server;
   cddp_store_t *store, *watch_store; /* "<run_id>/" views; the watcher has its own connection */
   cddp_store_t *watch_raw; /* watch_store's connection, unprefixed: lent to the first join's rdzv watch */
+  cddp_store_t *store_raw; /* store's, unprefixed: lent to the store move (same thread, short calls) */
   int sig_fd;
   int ev_pipe[2];
   pthread_t watcher;
@@ -323,8 +324,8 @@ static int setup_store(agent_t *a) {
     fprintf(stderr, "cddp run: the store's failover: %s\n", cddp_last_error());
     return -1;
   }
-  if (connect_store(a, &a->store) != 0) return -1;
-  if (cddp__job_store_connect_base(&a->js, &a->watch_store, &a->watch_raw) != CDDP_OK) {
+  if (cddp__job_store_connect_base(&a->js, &a->store, &a->store_raw) != CDDP_OK ||
+      cddp__job_store_connect_base(&a->js, &a->watch_store, &a->watch_raw) != CDDP_OK) {
     fprintf(stderr, "cddp run: %s\n", cddp_last_error());
     return -1;
   }
@@ -910,7 +911,7 @@ static int agent_main(agent_t *a) {
                                  .store_port = a->js.port, .hosting = a->server != NULL,
                                  .hb_timeout_ms = (int)cddp__knob_int(CDDP_KNOB_HEARTBEAT_TIMEOUT_MS),
                                  .notify_fd = a->move_pipe[1], .restart_all = !o->replace,
-                                 .torch = a->torch_store};
+                                 .torch = a->torch_store, .conn = a->store_raw};
     if (cddp__store_move_start(&a->ms.mv, &mc) != CDDP_OK) {
       fprintf(stderr, "cddp run: %s\n", cddp_last_error());
       return finish(a, 1);
