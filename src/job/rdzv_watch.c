@@ -168,12 +168,8 @@ static void say_waiting(cddp__rdzv_watch_t *w, cddp_store_t *base, uint64_t wait
 
 static void *watch_main(void *arg) {
   cddp__rdzv_watch_t *w = arg;
-  cddp_store_t *base = NULL;
+  cddp_store_t *base = w->conn;
   char addr[160] = "";
-  if (cddp_store_tcp_connect(&base, w->host, w->port, w->token, 5000) != CDDP_OK) {
-    CDDP_INFO(CDDP_SUB_RDZV, "no watch for another --rdzv-id or refused nodes: %s", cddp_last_error());
-    goto exit;
-  }
   long long seen = refused(base, addr, sizeof addr);
   uint64_t start = cddp__now_ns(), grace = (uint64_t)GRACE_MS * 1000000ull;
   int64_t say_ms = cddp__knob_int(CDDP_KNOB_RDZV_SAY_MS);
@@ -193,19 +189,21 @@ static void *watch_main(void *arg) {
     for (int i = 0; i < w->look_ms / 50 && !__atomic_load_n(&w->stop, __ATOMIC_ACQUIRE); i++) usleep(50000);
   }
   leave(w, base);
-exit:
-  cddp_store_close(base);
   return NULL;
 }
 
-void cddp__rdzv_watch_start(cddp__rdzv_watch_t *w, const char *host, int port, const char *token,
+void cddp__rdzv_watch_start(cddp__rdzv_watch_t *w, cddp_store_t *conn, const char *host, int port,
                             const cddp__rdzv_waiter_t *me, int max_nodes, int need_nodes, int timeout_ms) {
   memset(w, 0, sizeof *w);
+  if (!conn) {
+    CDDP_INFO(CDDP_SUB_RDZV, "no watch for another --rdzv-id or refused nodes: no connection");
+    return;
+  }
+  w->conn = conn;
   w->look_ms = (int)CDDP_MIN(WATCH_MAX_MS, (int64_t)WATCH_MS * CDDP_MAX(max_nodes, 128) / 128);
   w->need_nodes = need_nodes;
   w->timeout_ms = timeout_ms;
   snprintf(w->host, sizeof w->host, "%s", host);
-  snprintf(w->token, sizeof w->token, "%s", token);
   w->port = port;
   w->me = *me;
   w->me.waiting = 1;

@@ -38,22 +38,25 @@ int cddp__rdzv_nproc_line(const struct cddp__rdzv *rz, char *buf, size_t size);
 typedef struct cddp__rdzv_watch {
   pthread_t th;
   int running, stop; /* stop: atomic */
-  char host[256], token[256];
+  cddp_store_t *conn; /* lent by the agent (its watcher's, idle during the first join): not closed here */
+  char host[256];
   int port;
   int look_ms; /* how often it looks: longer for a larger job, so the store sees a bounded rate */
   int need_nodes, timeout_ms; /* for the "waiting for" line: the nodes the round needs, --rdzv-timeout */
   cddp__rdzv_waiter_t me;
 } cddp__rdzv_watch_t;
 
-/* Starts watching the store at host:port (a connection of its own, token) while this agent (me:
+/* Starts watching the store at host:port on conn (an unprefixed connection the caller lends
+ * and keeps open until cddp__rdzv_watch_stop; no connection of its own, one fewer per agent at
+ * the store host) while this agent (me:
  * its run id, host, node_records) waits in round 0: after 2 s, a node of another run id waiting
  * there too ends both jobs' round with one line (rdzv.h's cddp__rdzv_mismatch); a client the
  * store refuses meanwhile is said in one line on stderr (the job keeps waiting: a stranger must
  * not end it). Every CDDP_RDZV_SAY_MS (10 s) it says on stderr how many of need_nodes have joined
  * round 0 (c10d: its join count; static: the node records there) and how much of timeout_ms is
- * gone, so no wait is silent; from the third line (30 s) on as a warning. A failure to connect only turns the
+ * gone, so no wait is silent; from the third line (30 s) on as a warning. No conn turns the
  * watch off. */
-void cddp__rdzv_watch_start(cddp__rdzv_watch_t *w, const char *host, int port, const char *token,
+void cddp__rdzv_watch_start(cddp__rdzv_watch_t *w, cddp_store_t *conn, const char *host, int port,
                             const cddp__rdzv_waiter_t *me, int max_nodes, int need_nodes, int timeout_ms);
 /* Stops it (the rendezvous returned) and marks this agent's record done. */
 void cddp__rdzv_watch_stop(cddp__rdzv_watch_t *w);

@@ -40,6 +40,7 @@ struct cddp__store_move {
   cddp__rdzv_t rz;
   int running;                  /* atomic: the vote thread was started */
   cddp_store_t *raw;            /* reads the peers list again at each generation (main thread) */
+  int raw_lent;                 /* raw is the agent's (cfg->conn): never closed here */
   cddp_store_t *own;            /* this agent's standby: it keeps a copy of the list, so a node
                                    pointed at this member finds the store's host */
   int64_t read_at_gen;
@@ -375,7 +376,7 @@ static void on_lost(const char *host, int port, int64_t epoch, void *arg) {
 /* Closes what mv holds; mv itself stays (a vote thread, or a client's hook called just before
  * it was unset, may still read it; the process ends next). */
 static void release(cddp__store_move_t *mv) {
-  if (mv->raw) cddp_store_close(mv->raw);
+  if (mv->raw && !mv->raw_lent) cddp_store_close(mv->raw);
   if (mv->own) cddp_store_close(mv->own);
   cddp_store_server_stop(mv->standby);
   mv->raw = mv->own = NULL, mv->standby = NULL;
@@ -407,11 +408,12 @@ cddp_result_t cddp__store_move_start(cddp__store_move_t **out, const cddp__store
   snprintf(mv->store_host, sizeof mv->store_host, "%s", cfg->store_host);
   mv->self = cfg->self, mv->store_port = cfg->store_port, mv->hb_timeout_ms = cfg->hb_timeout_ms;
   mv->notify_fd = cfg->notify_fd, mv->gen = -1, mv->read_at_gen = -1, mv->restart_all = cfg->restart_all;
+  mv->raw = cfg->conn, mv->raw_lent = cfg->conn != NULL;
   cddp_result_t r = CDDP_OK;
   if (!cfg->hosting) { /* only a store an agent hosts can move: it lists itself as it starts serving */
     void *v = NULL;
     size_t len = 0;
-    r = open_store(mv, cfg->store_host, cfg->store_port, 10000, 0, &mv->raw, NULL);
+    if (!mv->raw) r = open_store(mv, cfg->store_host, cfg->store_port, 10000, 0, &mv->raw, NULL);
     /* a `cddp store` says it never moves: no wait (1 s at every agent's start, before) */
     int fixed = r == CDDP_OK && cddp_store_get(mv->raw, CDDP__FIXED_KEY, &v, &len, 0) == CDDP_OK;
     free(v), v = NULL;
@@ -514,8 +516,8 @@ cddp_result_t cddp__store_move_rejoin(cddp__store_move_t *mv, int new_id) {
   (void)cddp__failover_current(host, sizeof host, &port);
   cddp_store_t *fresh;
   CDDP_CHECK(open_store(mv, host, port, 10000, 0, &fresh, NULL));
-  cddp_store_close(mv->raw);
-  mv->raw = fresh;
+  if (!mv->raw_lent) cddp_store_close(mv->raw); /* a lent one broke with the agent's: left to it */
+  mv->raw = fresh, mv->raw_lent = 0;
   return list_self(mv->raw, mv->self, mv->host, mv->port, __atomic_load_n(&mv->hosting, __ATOMIC_ACQUIRE));
 }
 

@@ -28,6 +28,9 @@ typedef struct cddp__store_move_cfg {
                                   announces the latest as the restart it was */
   int torch;                   /* the workers meet in the job's store (job/worker_store.h): a standby
                                   must speak torch's protocol too, or they lose it at the move */
+  cddp_store_t *conn;          /* an unprefixed connection to that store the caller lends (its own
+                                  calls are short, on the same thread): no connection of its own, one
+                                  descriptor fewer per agent at the store host; NULL: it opens one */
 } cddp__store_move_cfg_t;
 
 /* 1 when the job's store should be able to move: the knob CDDP_STORE_FAILOVER is on, room for 2

@@ -118,6 +118,10 @@ static cddp_result_t reach_saying(cddp__job_store_t *js, cddp_store_t **base) {
 }
 
 cddp_result_t cddp__job_store_connect(cddp__job_store_t *js, cddp_store_t **view) {
+  return cddp__job_store_connect_base(js, view, NULL);
+}
+
+cddp_result_t cddp__job_store_connect_base(cddp__job_store_t *js, cddp_store_t **view, cddp_store_t **raw) {
   cddp_store_t *base;
   char why[512];
   uint64_t t0 = cddp__now_ns();
@@ -139,6 +143,7 @@ cddp_result_t cddp__job_store_connect(cddp__job_store_t *js, cddp_store_t **view
   snprintf(prefix, sizeof prefix, "%s/", js->run_id);
   r = cddp_store_prefix_create(view, base, prefix, 1);
   if (r != CDDP_OK) cddp_store_close(base);
+  else if (raw) *raw = base;
   return r;
 }
 

@@ -27,6 +27,9 @@ cddp_result_t cddp__job_store_reach(cddp__job_store_t *js, int timeout_ms, int p
 /* The job's "<run_id>/" view on a fresh connection, within js->timeout_ms. The error line is
  * the one a user reads (the refused token, the endpoint that never answered). */
 cddp_result_t cddp__job_store_connect(cddp__job_store_t *js, cddp_store_t **view);
+/* The same, and *raw the unprefixed connection under it (the view owns it: closing the view
+ * closes it), for a helper that reads keys outside the job's prefix on the same connection. */
+cddp_result_t cddp__job_store_connect_base(cddp__job_store_t *js, cddp_store_t **view, cddp_store_t **raw);
 /* *view's connection broke, or not: 0 it works, 1 *view is a fresh connection, -1 none within
  * js->timeout_ms (cddp_last_error says why). The old view is left open: a thread may still be
  * blocked in it. */

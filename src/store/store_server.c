@@ -289,8 +289,8 @@ static void *loop(void *arg) {
   return NULL;
 }
 
-/* An agent holds up to 4 connections at its store (its own, its membership watch, the rendezvous
- * watch while it waits, a worker's): what the open-file limit leaves room for. */
+/* An agent holds 3 connections at its store (its own, its watcher's, its status poster's;
+ * test_store_conns), and a worker may hold one: what the open-file limit leaves room for. */
 #define CONNS_PER_AGENT 4
 
 static void raise_fd_limit(void) {

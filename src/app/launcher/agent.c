@@ -63,6 +63,8 @@ typedef struct agent {
   cddp__job_store_t js;   /* where the job's store is (its endpoint, a Slurm step's nodes) */
   cddp_store_server_t *server;
   cddp_store_t *store, *watch_store; /* "<run_id>/" views; the watcher has its own connection */
+  cddp_store_t *watch_raw; /* watch_store's connection, unprefixed: lent to the first join's rdzv watch */
+  cddp_store_t *store_raw; /* store's, unprefixed: lent to the store move (same thread, short calls) */
   int sig_fd;
   int ev_pipe[2];
   pthread_t watcher;
@@ -322,7 +324,11 @@ static int setup_store(agent_t *a) {
     fprintf(stderr, "cddp run: the store's failover: %s\n", cddp_last_error());
     return -1;
   }
-  if (connect_store(a, &a->store) != 0 || connect_store(a, &a->watch_store) != 0) return -1;
+  if (cddp__job_store_connect_base(&a->js, &a->store, &a->store_raw) != CDDP_OK ||
+      cddp__job_store_connect_base(&a->js, &a->watch_store, &a->watch_raw) != CDDP_OK) {
+    fprintf(stderr, "cddp run: %s\n", cddp_last_error());
+    return -1;
+  }
   if (a->server && a->torch_store && cddp__job_torch_store_mark(a->store) != CDDP_OK) {
     fprintf(stderr, "cddp run: %s\n", cddp_last_error());
     return -1;
@@ -923,7 +929,7 @@ static int agent_main(agent_t *a) {
                                  .store_port = a->js.port, .hosting = a->server != NULL,
                                  .hb_timeout_ms = (int)cddp__knob_int(CDDP_KNOB_HEARTBEAT_TIMEOUT_MS),
                                  .notify_fd = a->move_pipe[1], .restart_all = !o->replace,
-                                 .torch = a->torch_store};
+                                 .torch = a->torch_store, .conn = a->store_raw};
     if (cddp__store_move_start(&a->ms.mv, &mc) != CDDP_OK) {
       fprintf(stderr, "cddp run: %s\n", cddp_last_error());
       return finish(a, 1);
@@ -943,7 +949,8 @@ static int agent_main(agent_t *a) {
       cddp__rdzv_waiter_t me = {.node_records = cfg.node_rank >= 0 ? o->static_nodes : 0};
       snprintf(me.run_id, sizeof me.run_id, "%s", o->run_id);
       snprintf(me.host, sizeof me.host, "%s", a->host);
-      cddp__rdzv_watch_start(&rw, a->js.host, a->js.port, a->token, &me, o->max_nodes,
+      /* the watcher's connection is idle until the round forms: the watch borrows it */
+      cddp__rdzv_watch_start(&rw, a->watch_raw, a->js.host, a->js.port, &me, o->max_nodes,
                              cfg.node_rank >= 0 ? o->static_nodes : o->min_nodes, o->rdzv_timeout_ms);
     }
     cddp_result_t jr = cddp__rdzv_join(a->store, &cfg, min_round, &a->rz);
