@@ -112,6 +112,16 @@ bench_verdict() {
     echo "$rows rows, $wrong wrong; $(echo "$body" | grep -v '^#' | tail -2 | tr '\n' ' ')"
   fi
 }
+# verify_checkpoints RUN_DIR: `cddp ckpt verify` on every RUN_DIR/checkpoints/step-*; sets nc (how
+# many) and nbad (how many failed) and appends a reason for each bad one to the caller's array why
+verify_checkpoints() {
+  local d; nc=0 nbad=0
+  for d in "$1"/checkpoints/step-*; do
+    [ -d "$d" ] || continue
+    nc=$((nc + 1))
+    "$CDDP" ckpt verify "$d" >"$1.verify" 2>&1 || { nbad=$((nbad + 1)); why+=("corrupt checkpoint: $(head -1 "$1.verify")"); }
+  done
+}
 # samples_verdict RUN_DIR STEPS BATCH [REF_RUN_DIR]: "clean" when the sample logs of a `cddp
 # train` run (RUN_DIR/samples/rank*.txt, lines "epoch step index", debug.sample_log=true) hold
 # steps 1..STEPS with BATCH samples each, nothing else, and no (epoch, index) twice: every sample

@@ -302,12 +302,7 @@ for i in $(seq "$RUNS"); do
   awk -v a="$acc" -v b="$REF_ACC" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(a != "" && d <= 0.005) }' ||
     why+=("accuracy '$acc' vs $REF_ACC uninterrupted")
   # the checkpoints: every step-* verifies; no half-written one is left
-  nc=0 nbad=0
-  for d in "$T/$name"/checkpoints/step-*; do
-    [ -d "$d" ] || continue
-    nc=$((nc + 1))
-    "$CDDP" ckpt verify "$d" >"$T/$name.verify" 2>&1 || { nbad=$((nbad + 1)); why+=("corrupt checkpoint: $(head -1 "$T/$name.verify")"); }
-  done
+  verify_checkpoints "$T/$name"
   ckpts=$((ckpts + nc)) corrupt=$((corrupt + nbad))
   [ "$nc" -ge 1 ] || why+=("no checkpoint")
   left=$(find "$T/$name/checkpoints" -maxdepth 1 -name '.tmp-*' -printf '%f ' 2>/dev/null)

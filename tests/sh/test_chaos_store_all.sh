@@ -37,12 +37,7 @@ for i in $(seq "$RUNS"); do
   [ "$steps" = 312 ] && [ "$uniq" = 312 ] || why+=("$steps step lines, $uniq distinct (want 312)")
   v=$(samples_verdict "$T/$name" 312 192)
   [ "$v" = clean ] || why+=("samples: $v")
-  nc=0 nbad=0
-  for d in "$T/$name"/checkpoints/step-*; do
-    [ -d "$d" ] || continue
-    nc=$((nc + 1))
-    "$CDDP" ckpt verify "$d" >"$T/$name.verify" 2>&1 || { nbad=$((nbad + 1)); why+=("corrupt checkpoint: $(head -1 "$T/$name.verify")"); }
-  done
+  verify_checkpoints "$T/$name"
   ckpts=$((ckpts + nc)) corrupt=$((corrupt + nbad))
   from=$(grep -m1 -o 'cddp train: resuming from .* (step [0-9]*' "$T/$name.out" | sed 's/.*(step //')
   if [ ${#why[@]} = 0 ]; then
