@@ -52,7 +52,15 @@ for line in open(sys.argv[1]):
 PY
 }
 pins_held 2>/dev/null && exit 0
-echo "install-deps.sh: installing $(grep -v '^#' "$req" | tr '\n' ' ')into $venv (a few minutes, ~5 GB)" >&2
+# No pip cache (it would keep a second 3.5 GB copy of the wheels); at the peak pip holds every wheel
+# beside what it has unpacked: 8 GB, 5.5 GB once done. Say so before, rather than fail half-way.
+need_mb=$((9000 - $( [ -d "$venv" ] && du -sm "$venv" | cut -f1 || echo 0)))
+free_mb=$(df -Pm "$root" | awk 'NR == 2 { print $4 }')
+if [ "${free_mb:-0}" -lt "$need_mb" ]; then
+  echo "install-deps.sh: $root has $free_mb MB free; making .venv (torch 2.x) needs about $need_mb MB" >&2
+  exit 1
+fi
+echo "install-deps.sh: installing $(grep -c '^[^#]' "$req") pinned packages (torch, lightning, py-spy and theirs) into $venv (a few minutes, 5.5 GB)" >&2
 [ -x "$venv/bin/python" ] || /usr/bin/python3 -m venv "$venv"
-"$venv/bin/python" -m pip install -q --disable-pip-version-check -r "$req"
+"$venv/bin/python" -m pip install -q --disable-pip-version-check --no-cache-dir --no-deps -r "$req"
 pins_held
