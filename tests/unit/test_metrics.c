@@ -175,6 +175,26 @@ TEST(a_resume_refuses_a_line_before_its_step_that_does_not_parse) {
   unlink(file), rmdir(path);
 }
 
+/* "step":1e08 is step 1 to strtoll but 1e8 to strtod (the plot, the resume's check): a line whose
+ * step is not a whole integer is not a step line, so before the resumed step it is refused (fuzz). */
+TEST(a_resume_refuses_a_step_that_is_not_an_integer) {
+  char path[] = "/tmp/cddp-metrics-test.XXXXXX", file[64], before[8192], after[8192];
+  CHECK(mkdtemp(path) != NULL);
+  snprintf(file, sizeof file, "%s/metrics.jsonl", path);
+  const char *odd[] = {"{\"step\":1e08}\n", "{\"step\":1.5,\"loss\":1}\n", "{\"step\":1x}\n"};
+  for (size_t i = 0; i < sizeof odd / sizeof *odd; i++) {
+    unlink(file);
+    append(file, odd[i]);
+    log_steps(file, 2, 6);
+    slurp(file, before, sizeof before);
+    CHECK_RESULT(cddp__metrics_trim(file, 5, 5, NULL), CDDP_INVALID_ARG);
+    CHECK(strstr(cddp_last_error(), "line 1 does not parse") != NULL);
+    slurp(file, after, sizeof after);
+    CHECK(!strcmp(before, after));
+  }
+  unlink(file), rmdir(path);
+}
+
 TEST(a_resume_refuses_steps_missing_before_its_step) {
   char path[] = "/tmp/cddp-metrics-test.XXXXXX", file[64], got[256];
   CHECK(mkdtemp(path) != NULL);

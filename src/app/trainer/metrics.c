@@ -51,8 +51,11 @@ static long long line_step(const char *line, size_t n) {
   const char *k = strstr(line, "\"step\":");
   if (!k || k[7] < '0' || k[7] > '9') return -1;
   errno = 0;
-  long long v = strtoll(k + 7, NULL, 10);
-  return errno ? -1 : v; /* past int64: not a step line */
+  char *end;
+  long long v = strtoll(k + 7, &end, 10);
+  /* past int64, or digits that go on as a float (1e08, 3.5): not a step line, as the plot and the
+   * resume's reader (cddp__metrics_num, strtod) would read another number there */
+  return errno || (*end != ',' && *end != '}') ? -1 : v;
 }
 
 cddp_result_t cddp__metrics_trim(const char *path, int64_t step, int64_t need, int64_t *last) {
