@@ -276,8 +276,9 @@ static cddp_result_t setup(trainer_t *t) {
   int resumed = replacement; /* a replacement appends to the dead rank's files */
   if (!replacement && !lost) /* every rank starts from rank 0's parameters, as DDP does */
     CDDP_CHECK(tolerate_lost_peer(t, cddp_ddp_broadcast(t->ddp, t->params, 0), &lost));
+  if (!replacement && !lost) /* its verdict and state are broadcast from rank 0: a peer may die there too */
+    CDDP_CHECK(tolerate_lost_peer(t, cddp__train_restore(t, t->opts->resume, NULL, &resumed), &lost));
   if (!replacement && !lost) {
-    CDDP_CHECK(cddp__train_restore(t, t->opts->resume, NULL, &resumed));
     t->has_state = 1;
     CDDP_CHECK(cddp__zero1_share(t)); /* every rank holds the same weights now */
     /* resuming a finished run: its folder (config.yaml, metrics, the end in its record) stays as
