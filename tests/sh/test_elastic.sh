@@ -178,6 +178,11 @@ p=$!; bg+=($p)
 wait_step "$T/w/metrics.jsonl" 50 || fail "w: no progress"
 w0=$(worker_pid w 0) w1=$(worker_pid w 1) before=$(last_step "$T/w/metrics.jsonl") kt=$(date +%s.%N)
 kill -KILL $w0 $w1
+# the last step logged once both are dead bounds the step restored-to-and-redone from above (steps of
+# a few ms go on between the read above and the kill landing), as kill_at does; read before the
+# replacements cut the log back to the checkpoint (a restart takes far longer than this poll)
+poll_every=0.01 wait_for 10 pid_dead $w0 && poll_every=0.01 wait_for 10 pid_dead $w1
+after=$(last_step "$T/w/metrics.jsonl"); [ "${after:-0}" -ge "$before" ] 2>/dev/null || after=$before
 wait $p; rc=$?
 m=$T/w/metrics.jsonl
 line=$(grep -m1 'cddp train: no survivor holds the state: restored step' "$T/w.out")
@@ -187,10 +192,10 @@ steps=$(grep -vc '"eval"' "$m"); uniq=$(grep -v '"eval"' "$m" | sed -n 's/.*"ste
 [ "$rc" = 0 ] && [ "$(grep -c 'replaced in place' "$T/w.out")" = 2 ] &&
   ok "w: both workers (pids $w0 $w1) killed together at step $before: the job completes (exit 0)" ||
   fail "w: exit $rc" "$(grep -v 'epoch 1/1' "$T/w.out" | tail -4 | tr '\n' ' ')"
-if [ -n "$S" ] && [ $((S % 20)) = 0 ] && [ "$L" -ge "$before" ] && [ "$L" -le $((before + 1)) ] && [ $((L - S)) -le 20 ] &&
+if [ -n "$S" ] && [ $((S % 20)) = 0 ] && [ "$L" -ge "$before" ] && [ "$L" -le $((after + 1)) ] && [ $((L - S)) -le 20 ] &&
    [ "$steps" = 234 ] && [ "$uniq" = 234 ]; then
   ok "w: restored from its newest checkpoint, step $S; $N steps redone (the ones since it, $((S + 1))..$((L + 1))); 234 step lines, none twice: ${line#*cddp train: }"
-else fail "w: disk fallback" "line='$line' before=$before S=$S N=$N lines=$steps unique=$uniq"; fi
+else fail "w: disk fallback" "line='$line' before=$before after=$after S=$S N=$N lines=$steps unique=$uniq"; fi
 read -r first dt < <(grep -v '"eval"' "$m" | sed -n 's/.*"step":\([0-9]*\).*"time":\([0-9.]*\).*/\1 \2/p' |
   awk -v k="$kt" '$2 > k { printf "%d %.3f\n", $1, $2 - k; exit }')
 if [ -n "$dt" ] && awk -v d="$dt" -v b="$(scaled 15)" 'BEGIN { exit !(d < b) }'; then ok "w: kill -> first redone step ($first) completed in $dt s"
