@@ -15,6 +15,8 @@
 #     and MFU, 6N flops per token plus attention's 12 L d T (PaLM's count), over the H100's bf16
 #     dense peak of 989 TFLOP/s (MFU_PEAK), the measured cuBLAS peak beside it; the step runs
 #     the fused attention (its start line says so, or the check fails);
+#  5b. cddp bench allreduce --device cuda: 2 ranks sharing the GPU, the data in device memory
+#     staged through pinned host memory, every element checked, its bus bandwidth;
 #  6. train.device auto takes the GPU (its INFO line); what is not built yet is named as
 #     FAILED, so the run cannot pass without it.
 # --emulate runs 3.-5. at toy sizes on the emulated device (CDDP_DEVICE_EMULATE=1, the CPU's
@@ -146,6 +148,14 @@ for prec in bf16 fp32; do
   fig "mfu_$prec: $(awk -v t="$tps" -v n="$N" -v l="$L" -v c="$C" -v k="$Tc" -v p="$PEAK" 'BEGIN {
         f = 6 * n + 12 * l * c * k; printf "%.0f tokens/s x %.3g flops/token (6N + 12 L d T; N %d, L %d, d %d, T %d) = %.1f TFLOP/s = %.1f%% MFU of %d", t, f, n, l, c, k, t * f / 1e12, 100 * t * f / (p * 1e12), p }') (batch $B x T; cuBLAS bf16 peak measured above)"
 done
+
+# 5b. all-reduce on device buffers: 2 ranks sharing the GPU, staged through pinned memory
+SZ=$([ $EMU = 1 ] && echo 1M || echo 64M)
+CDDP_DEVICE_EMULATE=$EMU timeout 300 "$CDDP" run --nproc-per-node 2 "$CDDP" bench allreduce --device cuda -b $SZ -n 10 \
+  >"$T/bar.out" 2>&1; r=$?
+bw=$(sed -n 's/^\[rank 0\] # Avg bus bandwidth *: *\([0-9.]*\).*/\1/p' "$T/bar.out")
+fig "allreduce_device: 2 ranks on 1 GPU, $SZ of float32 staged through pinned host memory: ${bw:-?} GB/s bus bandwidth (exit $r)"
+[ $r = 0 ] && grep -q 'Out of bounds values : 0 OK' "$T/bar.out" || bad "allreduce_device: $(tail -2 "$T/bar.out")"
 
 # 6. named, not built yet: the run is not whole without them
 if [ $EMU = 0 ]; then

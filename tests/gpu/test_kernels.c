@@ -549,6 +549,25 @@ static void test_gpt_model(void) {
   }
 }
 
+/* A batch's copy on the copy stream: the compute stream's next kernel, ordered by the event
+ * only (no host wait), must read the new bytes. 64 MiB from pinned memory, so a kernel that
+ * did not wait would start while the copy still runs. */
+static void test_async_copy(void) {
+  size_t n = (size_t)16 << 20;
+  float *h = dev->host_alloc(n * sizeof(float)), *d = dev->alloc(n * sizeof(float));
+  void *done = dev->event_create();
+  if (!h || !d || !done) {
+    result("async copy: buffers and event", 0, "out of memory or events");
+    return;
+  }
+  for (size_t i = 0; i < n; i++) h[i] = frand();
+  dev->to_device_async(d, h, n * sizeof(float), done);
+  dev->event_wait(done);
+  same_num("to_device_async + event_wait: the next kernel reads the copied batch", cpu->sumsq(h, n),
+           dev->sumsq(d, n), 1e-5);
+  dev->event_destroy(done), dev->release(d), dev->host_release(h);
+}
+
 int main(int argc, char **argv) {
   cpu = cddp__ops_for(CDDP_DEVICE_CPU);
   if (argc > 1 && !strcmp(argv[1], "--self")) {
@@ -566,6 +585,7 @@ int main(int argc, char **argv) {
   test_mlp_step();
   test_gpt_step();
   test_gpt_model();
+  test_async_copy();
   printf("1..%d\n# %d passed, %d failed\n", n_test, n_test - n_failed, n_failed);
   return n_failed ? 1 : 0;
 }

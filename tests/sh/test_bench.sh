@@ -82,6 +82,8 @@ badflag missing_value "option -n needs a value" allreduce -n
 badflag iters_bound "bad iteration count '400000000' for -n (1 to 10000000)" allreduce -n 400000000
 badflag bad_transport "bad transport 'ib'" allreduce --transport ib
 badflag thp_and_zero_copy "--thp and --zero-copy exclude each other" allreduce --thp --zero-copy
+badflag bad_device "bad device 'gpu' for --device (cpu or cuda)" allreduce --device gpu
+badflag device_not_allreduce "--device cuda runs allreduce only" allgather --device cuda
 # a root outside the world: one line, exit 2, on every rank of the job
 out=$(timeout "$T" "$CDDP" run --standalone --nproc-per-node 2 "$CDDP" bench broadcast -r 5 -b 1K -e 1K 2>&1); rc=$?
 if [ $rc -ne 0 ] && echo "$out" | grep -q "root 5 is not a rank"; then ok bad_root; else fail bad_root "exit $rc: $out"; fi

@@ -94,6 +94,26 @@ rows=$(grep -c '^s0[01]	1 \[64\] \(cpu\|cuda\)	' "$T/sweep/sweep.tsv" 2>/dev/nul
 [ $rc = 0 ] && [ "$rows" = 2 ] && [ "$(grep -v '^#' "$T/sweep/sweep.tsv" | cut -f7 | sort -u | wc -l)" = 1 ] &&
   ok "cddp bench train --device cpu,cuda: a row each, the same end loss" || fail "bench train --device" "rc $rc, $rows rows: $(tail -3 "$T/sweep.out")"
 
+# cddp bench allreduce --device cuda: 2 ranks' data in (emulated) device memory, staged through
+# pinned host memory around each all-reduce, every element checked; with no device, one line
+CDDP_DEVICE_EMULATE=1 timeout "$(scaled 60)" "$CDDP" run --nproc-per-node 2 "$CDDP" bench allreduce --device cuda \
+  -b 64K -e 1M -f 4 -n 3 >"$T/bar.out" 2>&1; rc=$?
+[ $rc = 0 ] && grep -q 'GPU memory, staged through pinned host memory' "$T/bar.out" &&
+  [ "$(grep -c '^\[rank 0\] .* float  *sum .* 0$' "$T/bar.out")" = 3 ] && grep -q 'Out of bounds values : 0 OK' "$T/bar.out" &&
+  ok "bench allreduce --device cuda, 2 ranks on the emulated device: 3 sizes, 0 wrong elements" ||
+  fail "bench allreduce --device cuda" "rc $rc: $(tail -3 "$T/bar.out")"
+if [ -z "$(command -v nvidia-smi)" ]; then
+  CDDP_DEVICE_EMULATE=0 "$CDDP" bench allreduce --device cuda >"$T/barn.out" 2>&1; rc=$?
+  [ $rc = 2 ] && [ "$(wc -l <"$T/barn.out")" = 1 ] && grep -q '^cddp bench: --device cuda: .*(use --device cpu)$' "$T/barn.out" &&
+    ok "bench allreduce --device cuda with no GPU: exit 2, one line: $(cut -c1-90 "$T/barn.out")" ||
+    fail "bench --device cuda refusal" "rc $rc: $(head -3 "$T/barn.out")"
+else # a GPU here: it must run on it instead
+  CDDP_DEVICE_EMULATE=0 "$CDDP" bench allreduce --device cuda -b 1M -n 3 >"$T/barn.out" 2>&1; rc=$?
+  [ $rc = 0 ] && grep -q 'Out of bounds values : 0 OK' "$T/barn.out" &&
+    ok "bench allreduce --device cuda on this machine's GPU: 0 wrong elements" ||
+    fail "bench --device cuda on the GPU" "rc $rc: $(tail -3 "$T/barn.out")"
+fi
+
 # 5. what does not run on the device yet is refused in one line naming the key, exit 2
 CDDP_DEVICE_EMULATE=1 "$CDDP" train --work-dir "$T" --name cnn --config configs/fmnist_cnn.yaml --set train.device=cuda >"$T/cnn.out" 2>&1; rc=$?
 [ $rc = 2 ] && [ "$(wc -l <"$T/cnn.out")" = 1 ] && grep -q 'model.type' "$T/cnn.out" &&

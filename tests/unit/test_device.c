@@ -155,3 +155,37 @@ TEST(the_emulated_devices_memory_faults_on_host_access) {
 #endif
   e->release(d);
 }
+
+/* An async copy lands only once its event is waited on (or the stream synced): a forward
+ * that forgot the wait would read the old bytes, and the bit-for-bit tests would fail. */
+TEST(the_emulated_device_delays_an_async_copy_until_its_wait) {
+  const cddp_ops_t *e = &cddp__ops_emu;
+  float *d = e->alloc(4 * sizeof(float)), h[4] = {1, 2, 3, 4}, back[4] = {0};
+  void *done = e->event_create(), *other = e->event_create();
+  CHECK(d != NULL && done != NULL && other != NULL);
+  e->to_device_async(d, h, sizeof h, done);
+  e->event_wait(other); /* another event's wait does not run this copy */
+  e->to_host(back, d, sizeof back);
+  CHECK(back[0] == 0 && back[3] == 0);
+  e->event_wait(done);
+  e->to_host(back, d, sizeof back);
+  CHECK(back[0] == 1 && back[3] == 4);
+  h[0] = 9;
+  e->to_device_async(d, h, sizeof h, done);
+  e->sync(); /* a sync runs every queued copy */
+  e->to_host(back, d, sizeof back);
+  CHECK(back[0] == 9);
+  e->event_destroy(other), e->event_destroy(done);
+  e->release(d);
+}
+
+/* The CPU table's async copy is done when it returns (one stream): today's bits. */
+TEST(the_cpu_tables_async_copy_is_immediate) {
+  const cddp_ops_t *c = &cddp__ops_cpu;
+  float d[2] = {0}, h[2] = {5, 6};
+  void *done = c->event_create();
+  CHECK(done != NULL);
+  c->to_device_async(d, h, sizeof h, done);
+  CHECK(d[0] == 5 && d[1] == 6);
+  c->event_wait(done), c->event_destroy(done);
+}

@@ -29,6 +29,7 @@ typedef struct bench_opts {
   const char *backend;                  /* --backend; NULL: CDDP_BACKEND */
   int algo;                             /* --algo; -1: CDDP_ALGO */
   int blocking;                         /* --blocking 0: start every iteration, then wait */
+  int device;                           /* --device cuda: the data in device memory, staged */
 } bench_opts_t;
 
 /* Parses argv (argv[0] is "bench"). Returns 0, 1 for --help (usage printed to stdout),

@@ -36,6 +36,8 @@ static void usage(FILE *f) {
           "      --backend B        native or mpi (default: CDDP_BACKEND; mpi: under mpirun)\n"
           "      --transport T      auto, shm, tcp or hier (default: CDDP_TRANSPORT)\n"
           "      --algo A           auto, ring or direct (default: CDDP_ALGO)\n"
+          "      --device D         cpu or cuda: cuda keeps the data in GPU memory, staged through pinned\n"
+          "                         host memory around each all-reduce (allreduce, blocking only)\n"
           "Rank, world and store come from the environment: run it under `cddp run`, torchrun-style\n"
           "variables, an srun step or mpirun. Rank 0 prints one line per size; the exit status is 1 if\n"
           "any element was wrong.\n");
@@ -118,7 +120,7 @@ static int parse_coll(const char *s, bench_coll_t *c) {
   return -1;
 }
 
-enum { OPT_ZERO_COPY = 1000, OPT_THP, OPT_TRANSPORT, OPT_ALGO, OPT_BACKEND, OPT_HELP };
+enum { OPT_ZERO_COPY = 1000, OPT_THP, OPT_TRANSPORT, OPT_ALGO, OPT_BACKEND, OPT_HELP, OPT_DEVICE };
 
 int cddp__bench_parse(int argc, char **argv, bench_opts_t *o) {
   static const struct option longs[] = {
@@ -131,6 +133,7 @@ int cddp__bench_parse(int argc, char **argv, bench_opts_t *o) {
       {"zero_copy", no_argument, 0, OPT_ZERO_COPY}, {"transport", required_argument, 0, OPT_TRANSPORT},
       {"algo", required_argument, 0, OPT_ALGO},    {"help", no_argument, 0, OPT_HELP},
       {"backend", required_argument, 0, OPT_BACKEND}, {"thp", no_argument, 0, OPT_THP},
+      {"device", required_argument, 0, OPT_DEVICE},
       {0, 0, 0, 0},
   };
   *o = (bench_opts_t){.coll = BENCH_COLL_COUNT, .minbytes = 32u << 20, .maxbytes = 32u << 20,
@@ -144,8 +147,9 @@ int cddp__bench_parse(int argc, char **argv, bench_opts_t *o) {
     int c = getopt_long(argc, argv, "b:e:f:i:w:n:c:d:o:r:z:h", longs, NULL);
     if (c == -1) break;
     char flag[32]; /* how the message names the option */
-    if (c == OPT_TRANSPORT || c == OPT_ALGO || c == OPT_BACKEND)
-      snprintf(flag, sizeof flag, "--%s", c == OPT_ALGO ? "algo" : c == OPT_BACKEND ? "backend" : "transport");
+    if (c == OPT_TRANSPORT || c == OPT_ALGO || c == OPT_BACKEND || c == OPT_DEVICE)
+      snprintf(flag, sizeof flag, "--%s",
+               c == OPT_ALGO ? "algo" : c == OPT_BACKEND ? "backend" : c == OPT_DEVICE ? "device" : "transport");
     else snprintf(flag, sizeof flag, "-%c", c == '?' ? optopt : c);
     switch (c) {
       case 'b':
@@ -200,6 +204,10 @@ int cddp__bench_parse(int argc, char **argv, bench_opts_t *o) {
           return bad("bad backend '%s' for %s (native or mpi)", optarg, flag);
         o->backend = optarg;
         break;
+      case OPT_DEVICE:
+        if (strcmp(optarg, "cpu") && strcmp(optarg, "cuda")) return bad("bad device '%s' for %s (cpu or cuda)", optarg, flag);
+        o->device = !strcmp(optarg, "cuda");
+        break;
       case OPT_ALGO:
         if (!strcmp(optarg, "auto")) o->algo = CDDP_ALGO_AUTO;
         else if (!strcmp(optarg, "ring")) o->algo = CDDP_ALGO_RING;
@@ -209,9 +217,11 @@ int cddp__bench_parse(int argc, char **argv, bench_opts_t *o) {
       case 'h':
       case OPT_HELP: usage(stdout); return 1;
       default:
-        if (optopt == OPT_TRANSPORT || optopt == OPT_ALGO || optopt == OPT_BACKEND)
-          return bad("option --%s needs a value",
-                     optopt == OPT_ALGO ? "algo" : optopt == OPT_BACKEND ? "backend" : "transport");
+        if (optopt == OPT_TRANSPORT || optopt == OPT_ALGO || optopt == OPT_BACKEND || optopt == OPT_DEVICE)
+          return bad("option --%s needs a value", optopt == OPT_ALGO      ? "algo"
+                                                  : optopt == OPT_BACKEND ? "backend"
+                                                  : optopt == OPT_DEVICE  ? "device"
+                                                                          : "transport");
         if (optopt > 0 && optopt < 128 && strchr("befiwncdorz", optopt)) return bad("option %s needs a value", flag);
         return bad("unknown option '%s'", optopt ? flag : argv[optind - 1]);
     }
@@ -223,6 +233,8 @@ int cddp__bench_parse(int argc, char **argv, bench_opts_t *o) {
   if (!have_e && o->maxbytes < o->minbytes) o->maxbytes = o->minbytes;
   if (o->maxbytes < o->minbytes) return bad("-e %zu is below -b %zu", o->maxbytes, o->minbytes);
   if (o->thp && o->zero_copy) return bad("--thp and --zero-copy exclude each other (one kind of buffer)");
+  if (o->device && (o->coll != BENCH_ALLREDUCE || !o->blocking || o->thp || o->zero_copy))
+    return bad("--device cuda runs allreduce only, blocking, on its own pinned staging (no --thp, --zero-copy)");
   if (o->check && o->coll != BENCH_ALLREDUCE && o->coll != BENCH_REDUCE_SCATTER && o->op != CDDP_SUM)
     o->op = CDDP_SUM; /* no reduction: the op column says sum, like nccl-tests */
   return 0;

@@ -17,6 +17,8 @@
 #include "common/hugepages.h"
 #include "common/knobs.h"
 #include "common/log.h"
+#include "trainer/device.h"
+#include "trainer/ops.h"
 
 typedef struct bench {
   bench_opts_t o;
@@ -24,6 +26,8 @@ typedef struct bench {
   int rank, world, mod;
   size_t esz;
   void *a, *b; /* a: the in-place / send buffer; b: the receive buffer of allgather, reduce_scatter */
+  const cddp_ops_t *dev; /* --device cuda: a is pinned staging, dev_a the data in device memory */
+  void *dev_a;
   cddp_request_t **reqs;
   int broken; /* a collective failed: abort the communicator, skip the polite exit */
 } bench_t;
@@ -48,8 +52,19 @@ static const char *algo_name(int a) {
 
 /* Starts (req != NULL) or runs one collective; n is the element count the call takes
  * (the whole message for allreduce/broadcast, one rank's block for allgather/reduce_scatter). */
+/* --device cuda: the data lives on the GPU; each all-reduce is staged through pinned host
+ * memory (down, reduce, up), the path of several ranks sharing one GPU (docs/gpu.md). */
+static cddp_result_t staged_allreduce(bench_t *B, size_t n) {
+  size_t bytes = n * B->esz;
+  B->dev->to_host(B->a, B->dev_a, bytes);
+  CDDP_CHECK(cddp_allreduce(B->comm, B->a, B->a, n, B->o.dt, B->o.op));
+  B->dev->to_device(B->dev_a, B->a, bytes);
+  return CDDP_OK;
+}
+
 static cddp_result_t collective(bench_t *B, size_t n, cddp_request_t **req) {
   const bench_opts_t *o = &B->o;
+  if (B->dev) return staged_allreduce(B, n); /* parse allows it for blocking allreduce only */
   switch (o->coll) {
     case BENCH_ALLREDUCE:
       return req ? cddp_iallreduce(B->comm, B->a, B->a, n, o->dt, o->op, req)
@@ -92,7 +107,9 @@ static cddp_result_t check(bench_t *B, size_t n, size_t *wrong) {
   switch (o->coll) {
     case BENCH_ALLREDUCE:
       cddp__bench_fill(B->a, n, o->dt, B->rank, 0, B->mod);
+      if (B->dev) B->dev->to_device(B->dev_a, B->a, n * esz), cddp__bench_fill_value(B->a, n, o->dt, 0);
       CDDP_CHECK(iterate(B, n, 1));
+      if (B->dev) B->dev->to_host(B->a, B->dev_a, n * esz); /* what the GPU holds */
       *wrong = cddp__bench_check_reduced(B->a, n, o->dt, o->op, B->world, 0, B->mod);
       break;
     case BENCH_REDUCE_SCATTER:
@@ -146,12 +163,14 @@ static size_t anon_huge_bytes(void) {
 }
 
 static cddp_result_t alloc(bench_t *B, size_t bytes, void **p) {
+  if (B->dev) return (*p = B->dev->host_alloc(bytes ? bytes : 1)) ? CDDP_OK : CDDP_SYSTEM;
   if (B->o.zero_copy) return cddp_comm_mem_alloc(B->comm, bytes ? bytes : 1, p);
   *p = B->o.thp ? thp_alloc(bytes ? bytes : 1) : malloc(bytes ? bytes : 1);
   return *p ? CDDP_OK : CDDP_SYSTEM;
 }
 static void release(bench_t *B, void *p) {
-  if (B->o.zero_copy) cddp_comm_mem_free(B->comm, p);
+  if (B->dev) B->dev->host_release(p);
+  else if (B->o.zero_copy) cddp_comm_mem_free(B->comm, p);
   else free(p);
 }
 
@@ -174,7 +193,7 @@ static void print_header(bench_t *B, const rank_id_t *ids) {
   printf("# cddp bench %s: %d ranks on %d host%s (%s), transport %s, algo %s, %s buffers, %s, %s\n",
          cddp__bench_coll_name(o->coll), B->world, nhosts, nhosts == 1 ? "" : "s", hosts,
          cddp_comm_transport(B->comm), o->algo >= 0 ? algo_name(o->algo) : cddp__knob_str(CDDP_KNOB_ALGO),
-         o->zero_copy ? "zero-copy (cddp_comm_mem_alloc)" : o->thp ? "ordinary (transparent huge pages)" : "ordinary",
+         B->dev ? "GPU memory, staged through pinned host memory" : o->zero_copy ? "zero-copy (cddp_comm_mem_alloc)" : o->thp ? "ordinary (transparent huge pages)" : "ordinary",
          inplace ? "in place" : "out of place",
          o->blocking ? "blocking" : "non-blocking (start all, then wait)");
   if (o->factor)
@@ -214,6 +233,7 @@ static int run_rows(bench_t *B) {
     if (n > 0) {
       cddp__bench_fill_value(B->a, perblock && o->coll == BENCH_REDUCE_SCATTER ? total : n, o->dt, 0);
       if (B->b) cddp__bench_fill_value(B->b, o->coll == BENCH_ALLGATHER ? total : n, o->dt, 0);
+      if (B->dev) B->dev->fill_zero(B->dev_a, bytes);
       if (iterate(B, n, o->warmup) != CDDP_OK) return fail_line(B, "warm-up", bytes);
       if (cddp_barrier(B->comm) != CDDP_OK) return fail_line(B, "barrier", bytes);
       uint64_t t0 = cddp__now_ns();
@@ -271,6 +291,20 @@ int cddp__cmd_bench(int argc, char **argv) {
     fprintf(stderr, "cddp bench: root %d is not a rank of this world of %d\n", o->root, env.world_size);
     return 2;
   }
+  cddp_device_choice_t dc;
+  if (o->device) { /* before the world: no GPU is one line and exit 2, not a collective failure */
+    if (cddp__device_resolve(CDDP_DEVICE_CUDA, &dc) != CDDP_OK) {
+      cddp_cuda_probe_t p;
+      char why[200];
+      cddp__cuda_probe(&p);
+      if (p.status == CDDP_CUDA_OK) fprintf(stderr, "cddp bench: --device cuda: %s\n", cddp_last_error());
+      else
+        fprintf(stderr, "cddp bench: --device cuda: %s (use --device cpu)\n",
+                cddp__cuda_why_not(&p, getenv("CUDA_VISIBLE_DEVICES"), why, sizeof why));
+      return 2;
+    }
+    B.dev = cddp__device_ops(&dc);
+  }
   cddp_world_t *W;
   if (cddp_world_join(&W, &cfg) != CDDP_OK) {
     fprintf(stderr, "cddp bench: %s\n", cddp_last_error());
@@ -295,7 +329,12 @@ int cddp__cmd_bench(int argc, char **argv) {
   size_t abytes = o->coll == BENCH_ALLGATHER ? blk : maxb, bbytes = o->coll == BENCH_REDUCE_SCATTER ? blk : maxb;
   int need_b = o->coll == BENCH_ALLGATHER || o->coll == BENCH_REDUCE_SCATTER;
   if (alloc(&B, abytes, &B.a) != CDDP_OK || (need_b && alloc(&B, bbytes, &B.b) != CDDP_OK)) {
-    fail_line(&B, o->zero_copy ? "cddp_comm_mem_alloc" : o->thp ? "posix_memalign (--thp)" : "malloc", abytes + bbytes);
+    fail_line(&B, B.dev ? "pinned host_alloc" : o->zero_copy ? "cddp_comm_mem_alloc" : o->thp ? "posix_memalign (--thp)" : "malloc",
+              abytes + bbytes);
+    goto out;
+  }
+  if (B.dev && !(B.dev_a = B.dev->alloc(abytes))) {
+    fail_line(&B, "device alloc", abytes);
     goto out;
   }
   if (!o->blocking && !(B.reqs = calloc((size_t)CDDP_MAX(o->iters, o->warmup) + 1, sizeof *B.reqs))) {
@@ -312,6 +351,7 @@ int cddp__cmd_bench(int argc, char **argv) {
 out:
   if (B.broken) cddp_comm_abort(B.comm);
   if (B.a) release(&B, B.a);
+  if (B.dev_a) B.dev->release(B.dev_a);
   if (B.b) release(&B, B.b);
   cddp_world_leave(W, !B.broken);
   free(B.reqs);

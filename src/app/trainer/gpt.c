@@ -55,7 +55,10 @@ struct cddp_gpt {
   float *logits, *prob;         /* [rows, V] */
   float *dres, *dsmall, *dbig;  /* gradient scratch: [rows, C], [rows, C], [rows, 4C] */
   float *scratch;               /* [T, T] of attention backward (none when fused) */
-  uint8_t *tok, *tgt;           /* [rows] copies of the last forward's input */
+  uint8_t *tok, *tgt;           /* [rows] the last forward's input: own, or one of the slots' */
+  uint8_t *own_tok, *own_tgt;   /* [rows] cddp__gpt_forward's copies (eval, sampling) */
+  uint8_t *slot_tok[2], *slot_tgt[2]; /* [rows] cddp__gpt_forward_slot's, copied on the copy stream */
+  void *copied[2];              /* the event recorded after a slot's copy */
   int B, T, have_targets;
 };
 
@@ -188,7 +191,12 @@ cddp_result_t cddp__gpt_create_on(const cddp_ops_t *ops, const cddp_gpt_spec_t *
   m->fused = spec->attention == CDDP_GPT_ATTN_FUSED || (spec->attention == CDDP_GPT_ATTN_AUTO && ops->attn_fused);
   m->info = calloc((size_t)spec->n_layer * 12 + 4, sizeof *m->info);
   size_t rows = (size_t)max_batch * spec->context, total = 0;
-  if (!m->info || !(m->tok = ops->alloc(rows)) || !(m->tgt = ops->alloc(rows))) goto oom;
+  if (!m->info || !(m->own_tok = ops->alloc(rows)) || !(m->own_tgt = ops->alloc(rows))) goto oom;
+  for (int i = 0; i < 2; i++)
+    if (!(m->slot_tok[i] = ops->alloc(rows)) || !(m->slot_tgt[i] = ops->alloc(rows)) ||
+        !(m->copied[i] = ops->event_create()))
+      goto oom;
+  m->tok = m->own_tok, m->tgt = m->own_tgt;
   plan_params(m);
   plan_acts(m, NULL, &total);
   if (!(m->arena = ops->alloc(total * sizeof(float)))) goto oom; /* zeroed; the CPU's in huge pages */
@@ -208,7 +216,11 @@ static void release(const cddp_gpt_t *m, void *p) {
 
 void cddp__gpt_destroy(cddp_gpt_t *m) {
   if (!m) return;
-  release(m, m->arena), release(m, m->tok), release(m, m->tgt);
+  release(m, m->arena), release(m, m->own_tok), release(m, m->own_tgt);
+  for (int i = 0; i < 2; i++) {
+    release(m, m->slot_tok[i]), release(m, m->slot_tgt[i]);
+    if (m->copied[i]) m->ops->event_destroy(m->copied[i]);
+  }
   free(m->info);
   free(m);
 }
@@ -316,8 +328,9 @@ static void block_forward(cddp_gpt_t *m, int l, int B, int T) {
   ops->linear_xwt(a->res2, a->gelu, P + b->mproj_w, P + b->mproj_b, a->res1, n, 4 * C, C);
 }
 
-double cddp__gpt_forward(cddp_gpt_t *m, const uint8_t *tokens, const uint8_t *targets, int B,
-                        int T) {
+/* slot -1: copied in on the compute stream; 0 or 1: on the copy stream into that slot's
+ * device buffers, the compute stream waiting on the copy's event (not the host). */
+static double forward_in(cddp_gpt_t *m, int slot, const uint8_t *tokens, const uint8_t *targets, int B, int T) {
   const cddp_gpt_spec_t *s = &m->spec;
   m->B = 0, m->T = T, m->have_targets = 0;
   if (B < 0 || B > m->max_batch || T < 1 || T > s->context) {
@@ -334,8 +347,16 @@ double cddp__gpt_forward(cddp_gpt_t *m, const uint8_t *tokens, const uint8_t *ta
   m->B = B, m->have_targets = targets != NULL;
   if (n == 0) return 0.0;
   const cddp_ops_t *ops = m->ops;
-  ops->to_device(m->tok, tokens, (size_t)n);
-  if (targets) ops->to_device(m->tgt, targets, (size_t)n);
+  if (slot < 0) {
+    m->tok = m->own_tok, m->tgt = m->own_tgt;
+    ops->to_device(m->tok, tokens, (size_t)n);
+    if (targets) ops->to_device(m->tgt, targets, (size_t)n);
+  } else {
+    m->tok = m->slot_tok[slot], m->tgt = m->slot_tgt[slot];
+    ops->to_device_async(m->tok, tokens, (size_t)n, m->copied[slot]);
+    if (targets) ops->to_device_async(m->tgt, targets, (size_t)n, m->copied[slot]);
+    ops->event_wait(m->copied[slot]);
+  }
   const float *P = m->params;
   ops->embed_forward(m->x0, m->tok, P + m->wte, P + m->wpe, B, T, C);
   for (int l = 0; l < s->n_layer; l++) block_forward(m, l, B, T);
@@ -343,6 +364,19 @@ double cddp__gpt_forward(cddp_gpt_t *m, const uint8_t *tokens, const uint8_t *ta
   ops->layernorm_forward(m->lnf, m->meanf, m->rstdf, x, P + m->lnf_w, P + m->lnf_b, n, C);
   ops->head_forward(m->logits, m->lnf, P + m->wte, n, C, V);
   return targets ? ops->softmax_xent(m->prob, m->logits, m->tgt, n, V) : 0.0;
+}
+
+double cddp__gpt_forward(cddp_gpt_t *m, const uint8_t *tokens, const uint8_t *targets, int B, int T) {
+  return forward_in(m, -1, tokens, targets, B, T);
+}
+
+double cddp__gpt_forward_slot(cddp_gpt_t *m, int slot, const uint8_t *tokens, const uint8_t *targets, int B,
+                              int T) {
+  if (slot < 0 || slot > 1) {
+    CDDP_WARN("gpt forward: input slot %d is not 0 or 1", slot);
+    return NAN;
+  }
+  return forward_in(m, slot, tokens, targets, B, T);
 }
 
 const float *cddp__gpt_logits(const cddp_gpt_t *m) { return m->logits; }

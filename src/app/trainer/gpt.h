@@ -86,6 +86,12 @@ void cddp__gpt_init_params(cddp_gpt_t *m, uint64_t seed);
  * or token (>= vocab) logs a warning and returns NAN. */
 double cddp__gpt_forward(cddp_gpt_t *m, const uint8_t *tokens, const uint8_t *targets, int B,
                         int T);
+/* The same for the trainer's double-buffered input slots (0 or 1): tokens and targets are
+ * host_alloc memory, copied on the copy stream into the slot's device buffers while the
+ * device may still run the last micro-step's backward; the compute stream waits on the copy's
+ * event. The host may rewrite the slot's memory once a later forward has returned. */
+double cddp__gpt_forward_slot(cddp_gpt_t *m, int slot, const uint8_t *tokens, const uint8_t *targets, int B,
+                              int T);
 /* The logits [B, T, vocab] of the last forward (valid until the next backward), in the
  * device's memory. */
 const float *cddp__gpt_logits(const cddp_gpt_t *m);

@@ -41,6 +41,17 @@ typedef struct cddp_ops {
    * stays pageable (still correct, slower). unregister before the memory is freed. */
   int (*host_register)(void *p, size_t bytes);
   void (*host_unregister)(void *p);
+  /* ---- copies overlapped with compute. to_device_async queues a host->device copy on the
+   * copy stream (CUDA: its own stream; src should be host_alloc memory) and records event
+   * `done` after it; event_wait makes the compute stream's later work wait for `done`, without
+   * the host waiting. The host must not write src, nor the compute stream touch dst, until a
+   * wait on `done` orders them. The emulated device performs a queued copy only at the wait
+   * on its event (or at sync), so a missing wait changes the bits. event_create returns NULL
+   * when out of resources. */
+  void *(*event_create)(void);
+  void (*event_destroy)(void *event);
+  void (*to_device_async)(void *dst, const void *host_src, size_t bytes, void *done);
+  void (*event_wait)(void *event);
 
   /* ---- GEMM, row-major: C[m,n] = alpha op(A) op(B) + beta C, op(A) [m,k], op(B) [k,n];
    * ta / tb: A / B is stored transposed. Leading dimensions are the stored rows' lengths. */

@@ -28,6 +28,17 @@ static void cpu_copy(void *dst, const void *src, size_t bytes) { memcpy(dst, src
 static void cpu_sync(void) {}
 static int cpu_host_register(void *p, size_t bytes) { return (void)p, (void)bytes, 0; }
 static void cpu_host_unregister(void *p) { (void)p; }
+/* The CPU has one stream: an async copy is done when it returns, its event is only a token. */
+static void *cpu_event_create(void) {
+  static char token;
+  return &token;
+}
+static void cpu_event_destroy(void *e) { (void)e; }
+static void cpu_copy_async(void *dst, const void *src, size_t bytes, void *done) {
+  (void)done;
+  memcpy(dst, src, bytes);
+}
+static void cpu_event_wait(void *e) { (void)e; }
 static void cpu_fill_zero(void *p, size_t bytes) { memset(p, 0, bytes); }
 
 static void cpu_bias_rows(float *y, const float *b, const float *res, int n, int c) {
@@ -90,6 +101,10 @@ const cddp_ops_t cddp__ops_cpu = {
     .host_release = free,
     .host_register = cpu_host_register,
     .host_unregister = cpu_host_unregister,
+    .event_create = cpu_event_create,
+    .event_destroy = cpu_event_destroy,
+    .to_device_async = cpu_copy_async,
+    .event_wait = cpu_event_wait,
     .gemm = cpu_gemm,
     .gemm_bf16 = cpu_gemm_bf16,
     .linear_forward = cddp__linear_forward,

@@ -8,6 +8,7 @@
  * checkpoints through to_host / to_device, the optimizer through the table) is tested on
  * machines without a GPU. Host memory (host_alloc) is untagged. */
 #include <stdint.h>
+#include <stdlib.h>
 
 #include "trainer/ops.h"
 
@@ -26,7 +27,48 @@ static void emu_release(void *p) {
 }
 static void emu_to_device(void *dst, const void *src, size_t bytes) { CPU.to_device(R(dst), src, bytes); }
 static void emu_to_host(void *dst, const void *src, size_t bytes) { CPU.to_host(dst, R(src), bytes); }
-static void emu_sync(void) {}
+/* A queued copy waits in its event until the event is waited on, or the stream is synced:
+ * as late as a real copy stream may run it, so an ordering bug shows in the bits. The live
+ * events are a list, for sync. Single-threaded, as the trainer's device calls are. */
+#define EMU_COPIES 4
+typedef struct emu_event {
+  struct emu_event *next;
+  int n;
+  struct {
+    void *dst;
+    const void *src;
+    size_t bytes;
+  } q[EMU_COPIES];
+} emu_event_t;
+static emu_event_t *emu_events;
+
+static void emu_flush(emu_event_t *e) {
+  for (int i = 0; i < e->n; i++) CPU.to_device(e->q[i].dst, e->q[i].src, e->q[i].bytes);
+  e->n = 0;
+}
+static void *emu_event_create(void) {
+  emu_event_t *e = calloc(1, sizeof *e);
+  if (e) e->next = emu_events, emu_events = e;
+  return e;
+}
+static void emu_event_destroy(void *p) {
+  for (emu_event_t **e = &emu_events; *e; e = &(*e)->next)
+    if (*e == p) {
+      *e = (*e)->next;
+      free(p);
+      return;
+    }
+}
+static void emu_to_device_async(void *dst, const void *src, size_t bytes, void *done) {
+  emu_event_t *e = done;
+  if (e->n == EMU_COPIES) emu_flush(e); /* a real stream would have run them by now too */
+  e->q[e->n].dst = R(dst), e->q[e->n].src = src, e->q[e->n].bytes = bytes;
+  e->n++;
+}
+static void emu_event_wait(void *e) { emu_flush(e); }
+static void emu_sync(void) {
+  for (emu_event_t *e = emu_events; e; e = e->next) emu_flush(e);
+}
 static void *emu_host_alloc(size_t bytes) { return CPU.host_alloc(bytes); }
 static void emu_host_release(void *p) { CPU.host_release(p); }
 static int emu_host_register(void *p, size_t bytes) { return CPU.host_register(p, bytes); }
@@ -146,6 +188,10 @@ const cddp_ops_t cddp__ops_emu = {
     .host_release = emu_host_release,
     .host_register = emu_host_register,
     .host_unregister = emu_host_unregister,
+    .event_create = emu_event_create,
+    .event_destroy = emu_event_destroy,
+    .to_device_async = emu_to_device_async,
+    .event_wait = emu_event_wait,
     .gemm = emu_gemm,
     .gemm_bf16 = emu_gemm_bf16,
     .linear_forward = emu_linear_forward,

@@ -36,7 +36,7 @@ static void gather(cddp_task_t *t, int slot, const uint32_t *idx, int n) {
 
 static double forward(cddp_task_t *t, int slot, int n) {
   gpt_task_t *m = (gpt_task_t *)t;
-  return cddp__gpt_forward(m->model, m->tokens[slot], m->targets[slot], n, m->T);
+  return cddp__gpt_forward_slot(m->model, slot, m->tokens[slot], m->targets[slot], n, m->T);
 }
 
 static void backward(cddp_task_t *t, float scale, int accumulate, cddp_grad_ready_fn ready, void *ctx) {

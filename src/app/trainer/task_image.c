@@ -18,8 +18,11 @@ typedef struct image_task {
   const cddp_ops_t *ops; /* the model's device */
   float *x[2];   /* input slots (host memory the device copies from fastest) */
   uint8_t *y[2];
-  float *dx;     /* off the CPU: the rows forward reads, in the device's memory */
+  float *dx;     /* off the CPU: the rows eval's forward reads, in the device's memory */
   uint8_t *dy;
+  float *slot_x[2]; /* off the CPU: each input slot's rows on the device, copied on the copy stream */
+  uint8_t *slot_y[2];
+  void *copied[2];  /* the event recorded after a slot's copy */
 } image_task_t;
 
 /* Off the CPU the rows are copied to the device first; on it forward reads them in place. */
@@ -44,9 +47,17 @@ static void gather(cddp_task_t *t, int slot, const uint32_t *idx, int n) {
   cddp__dataset_gather(&m->train, idx, n, m->x[slot], m->y[slot]);
 }
 
+/* Off the CPU the slot's copy runs on the copy stream, beside the last micro-step's backward
+ * (which reads the other slot's rows); the compute stream waits on its event, the host does
+ * not. The loss's return is a host wait after it, so the slot may be gathered into again. */
 static double forward(cddp_task_t *t, int slot, int n) {
   image_task_t *m = (image_task_t *)t;
-  return forward_rows(m, m->x[slot], m->y[slot], n, NULL);
+  if (!m->dx) return cddp__model_forward(m->model, m->x[slot], m->y[slot], n, NULL);
+  size_t d = (size_t)m->train.c * m->train.h * m->train.w;
+  m->ops->to_device_async(m->slot_x[slot], m->x[slot], (size_t)n * d * sizeof(float), m->copied[slot]);
+  m->ops->to_device_async(m->slot_y[slot], m->y[slot], (size_t)n, m->copied[slot]);
+  m->ops->event_wait(m->copied[slot]);
+  return cddp__model_forward(m->model, m->slot_x[slot], m->slot_y[slot], n, NULL);
 }
 
 static void backward(cddp_task_t *t, float scale, int accumulate, cddp_grad_ready_fn ready, void *ctx) {
@@ -71,6 +82,11 @@ static void destroy(cddp_task_t *t) {
   for (int s = 0; s < 2 && m->ops; s++) m->ops->host_release(m->x[s]), m->ops->host_release(m->y[s]);
   if (m->dx) m->ops->release(m->dx);
   if (m->dy) m->ops->release(m->dy);
+  for (int s = 0; s < 2; s++) {
+    if (m->slot_x[s]) m->ops->release(m->slot_x[s]);
+    if (m->slot_y[s]) m->ops->release(m->slot_y[s]);
+    if (m->copied[s]) m->ops->event_destroy(m->copied[s]);
+  }
   free(m);
 }
 
@@ -115,6 +131,10 @@ cddp_result_t cddp__task_image_create(const cddp_train_config_t *c, int micro, c
   if (r == CDDP_OK && ops != &cddp__ops_cpu &&
       (!(m->dx = ops->alloc((size_t)rows * d * sizeof(float))) || !(m->dy = ops->alloc((size_t)rows))))
     r = cddp__fail(CDDP_SYSTEM, "out of %s memory for the input rows", ops->name);
+  for (int s = 0; s < 2 && r == CDDP_OK && m->dx; s++)
+    if (!(m->slot_x[s] = ops->alloc((size_t)micro * d * sizeof(float))) || !(m->slot_y[s] = ops->alloc((size_t)micro)) ||
+        !(m->copied[s] = ops->event_create()))
+      r = cddp__fail(CDDP_SYSTEM, "out of %s memory for the input slots", ops->name);
   if (r != CDDP_OK) {
     destroy(&m->base);
     return r;

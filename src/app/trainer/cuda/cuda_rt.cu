@@ -24,11 +24,12 @@ void cddp__cuda_probe(cddp_cuda_probe_t *p) {
   snprintf(p->text, sizeof p->text, "%s", cudaGetErrorString(e));
 }
 
-static cudaStream_t g_stream;
+static cudaStream_t g_stream, g_copy; // the device work; the batches' host->device copies
 
 int cddp__cuda_bind(int ordinal, char *err, size_t cap) {
   cudaError_t e = cudaSetDevice(ordinal);
   if (e == cudaSuccess && !g_stream) e = cudaStreamCreateWithFlags(&g_stream, cudaStreamNonBlocking);
+  if (e == cudaSuccess && !g_copy) e = cudaStreamCreateWithFlags(&g_copy, cudaStreamNonBlocking);
   if (e != cudaSuccess) {
     snprintf(err, cap, "CUDA device %d: %s", ordinal, cudaGetErrorString(e));
     return -1;
@@ -37,6 +38,7 @@ int cddp__cuda_bind(int ordinal, char *err, size_t cap) {
 }
 
 cudaStream_t cddp__cuda_stream(void) { return g_stream; }
+cudaStream_t cddp__cuda_copy_stream(void) { return g_copy; }
 
 void cddp__cuda_check(cudaError_t e, const char *what, const char *file, int line) {
   if (e == cudaSuccess) return;

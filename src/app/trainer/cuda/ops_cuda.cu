@@ -32,7 +32,28 @@ static void cu_to_host(void *dst, const void *src, size_t bytes) {
   CUDA_CHECK(cudaStreamSynchronize(cddp__cuda_stream()));
 }
 static void cu_fill_zero(void *p, size_t bytes) { CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, cddp__cuda_stream())); }
-static void cu_sync(void) { CUDA_CHECK(cudaStreamSynchronize(cddp__cuda_stream())); }
+static void cu_sync(void) {
+  CUDA_CHECK(cudaStreamSynchronize(cddp__cuda_copy_stream()));
+  CUDA_CHECK(cudaStreamSynchronize(cddp__cuda_stream()));
+}
+
+// A batch's copy on the copy stream, so it runs while the device still trains on the last one.
+static void *cu_event_create(void) {
+  cudaEvent_t e = NULL;
+  if (cudaEventCreateWithFlags(&e, cudaEventDisableTiming) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return NULL;
+  }
+  return (void *)e;
+}
+static void cu_event_destroy(void *e) {
+  if (e) CUDA_CHECK(cudaEventDestroy((cudaEvent_t)e));
+}
+static void cu_to_device_async(void *dst, const void *src, size_t bytes, void *done) {
+  CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, cddp__cuda_copy_stream()));
+  CUDA_CHECK(cudaEventRecord((cudaEvent_t)done, cddp__cuda_copy_stream()));
+}
+static void cu_event_wait(void *e) { CUDA_CHECK(cudaStreamWaitEvent(cddp__cuda_stream(), (cudaEvent_t)e, 0)); }
 
 // Pinned: the copies of batches and of the staged gradients run at the link's speed.
 static void *cu_host_alloc(size_t bytes) {
@@ -86,6 +107,10 @@ const cddp_ops_t cddp__ops_cuda = {
     .host_release = cu_host_release,
     .host_register = cu_host_register,
     .host_unregister = cu_host_unregister,
+    .event_create = cu_event_create,
+    .event_destroy = cu_event_destroy,
+    .to_device_async = cu_to_device_async,
+    .event_wait = cu_event_wait,
     .gemm = cddp__cublas_gemm,
     .gemm_bf16 = cddp__cublas_gemm_bf16,
     .linear_forward = cu_linear_forward,
