@@ -155,6 +155,18 @@ for attempt in 1 2 3; do
   else fail "s$attempt: killed at start" "rc=$rc pid=$q v=$v $(grep -vE 'epoch [0-9]' "$T/s$attempt.out" | tail -4 | tr '\n' ' ')"; fi
 done
 
+# (r) the same at the one instant that once killed the survivor too: rank 1 SIGKILLs itself as the
+# start's restore begins (debug.die_at_restore), while rank 0 broadcasts the restore's verdict; rank 0
+# stays and recovers from the config's init (it died with "shm broadcast: aborted" before ad1cc5a)
+timeout 120 "$CDDP" run --standalone --nproc-per-node 2 --max-restarts 3 --restart-mode replace \
+  "$CDDP" train --config $CFG --work-dir "$T" --name r --set train.max_steps=30 --set debug.sample_log=true \
+  --set ddp.threads=1 --set debug.die_at_restore=1 "${HID[@]}" >"$T/r.out" 2>&1
+rc=$? v=$(samples_verdict "$T/r" 30 256)
+if [ $rc = 0 ] && grep -q 'rank 1 (host [^)]*) was killed by signal 9' "$T/r.out" && [ "$(grep -c 'replaced in place' "$T/r.out")" = 1 ] &&
+   grep -q "no survivor holds the state: restored step 0 from the config's init" "$T/r.out" && [ "$v" = clean ]; then
+  ok "r: rank 1 killed in the start's restore: one replacement, rank 0 stays and recovers, every sample once"
+else fail "r: killed in the restore" "rc=$rc v=$v $(grep -vE 'epoch [0-9]' "$T/r.out" | tail -4 | tr '\n' ' ')"; fi
+
 # (z) a world of one, its only worker SIGKILLed before it logged a step: no survivor, so the
 # replacement restores step 0 from the config's init, and its line still counts the steps redone
 # (0: none was logged; the count used to be left out, and the chaos summary printed "()")

@@ -61,6 +61,7 @@ typedef struct cddp_train_config {
   int slow_rank;             /* debug.slow_rank: this rank sleeps debug.slow_ms a step (-1: none) */
   int slow_ms;
   int die_unlogged;          /* debug.die_unlogged: rank 0 is SIGKILLed after committing this step, unlogged */
+  int die_at_restore;        /* debug.die_at_restore: this rank is SIGKILLed as the first start's restore begins */
 } cddp_train_config_t;
 
 /* Defaults for every key. */

@@ -131,6 +131,9 @@ const cddp__cfg_key_t cddp__cfg_keys[] = {
     {"debug.die_unlogged", CDDP__CFG_INT, F(die_unlogged), 0, "0", 0, 1000000000, 0, NULL,
      "rank 0 SIGKILLs itself once this step is committed, before logging it (a kill at the worst moment, for "
      "tests; not a replacement or a restart); 0 = never"},
+    {"debug.die_at_restore", CDDP__CFG_INT, F(die_at_restore), 0, "0", 0, 1000000, 0, NULL,
+     "this rank (1 or more) SIGKILLs itself as the first start's restore begins, while rank 0 broadcasts its "
+     "verdict (a peer lost in the start's collectives, for tests; not a replacement or a restart); 0 = never"},
 };
 const int cddp__cfg_n_keys = (int)(sizeof cddp__cfg_keys / sizeof cddp__cfg_keys[0]);
 

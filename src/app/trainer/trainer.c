@@ -276,6 +276,9 @@ static cddp_result_t setup(trainer_t *t) {
   int resumed = replacement; /* a replacement appends to the dead rank's files */
   if (!replacement && !lost) /* every rank starts from rank 0's parameters, as DDP does */
     CDDP_CHECK(tolerate_lost_peer(t, cddp_ddp_broadcast(t->ddp, t->params, 0), &lost));
+  if (!replacement && !lost && t->rank > 0 && t->rank == t->cfg.die_at_restore &&
+      cddp_world_env(t->w)->restart_count == 0)
+    raise(SIGKILL); /* a test's kill while rank 0 broadcasts the restore's verdict */
   if (!replacement && !lost) /* its verdict and state are broadcast from rank 0: a peer may die there too */
     CDDP_CHECK(tolerate_lost_peer(t, cddp__train_restore(t, t->opts->resume, NULL, &resumed), &lost));
   if (!replacement && !lost) {
