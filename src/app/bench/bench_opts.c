@@ -122,6 +122,13 @@ static int parse_coll(const char *s, bench_coll_t *c) {
 
 enum { OPT_ZERO_COPY = 1000, OPT_THP, OPT_TRANSPORT, OPT_ALGO, OPT_BACKEND, OPT_HELP, OPT_DEVICE };
 
+/* The long options that take a value, by name for their messages; NULL for any other. */
+static const char *valued_long(int c) {
+  return c == OPT_TRANSPORT ? "transport" : c == OPT_ALGO ? "algo" : c == OPT_BACKEND ? "backend"
+         : c == OPT_DEVICE  ? "device"
+                            : NULL;
+}
+
 int cddp__bench_parse(int argc, char **argv, bench_opts_t *o) {
   static const struct option longs[] = {
       {"minbytes", required_argument, 0, 'b'},     {"maxbytes", required_argument, 0, 'e'},
@@ -147,9 +154,7 @@ int cddp__bench_parse(int argc, char **argv, bench_opts_t *o) {
     int c = getopt_long(argc, argv, "b:e:f:i:w:n:c:d:o:r:z:h", longs, NULL);
     if (c == -1) break;
     char flag[32]; /* how the message names the option */
-    if (c == OPT_TRANSPORT || c == OPT_ALGO || c == OPT_BACKEND || c == OPT_DEVICE)
-      snprintf(flag, sizeof flag, "--%s",
-               c == OPT_ALGO ? "algo" : c == OPT_BACKEND ? "backend" : c == OPT_DEVICE ? "device" : "transport");
+    if (valued_long(c)) snprintf(flag, sizeof flag, "--%s", valued_long(c));
     else snprintf(flag, sizeof flag, "-%c", c == '?' ? optopt : c);
     switch (c) {
       case 'b':
@@ -217,11 +222,7 @@ int cddp__bench_parse(int argc, char **argv, bench_opts_t *o) {
       case 'h':
       case OPT_HELP: usage(stdout); return 1;
       default:
-        if (optopt == OPT_TRANSPORT || optopt == OPT_ALGO || optopt == OPT_BACKEND || optopt == OPT_DEVICE)
-          return bad("option --%s needs a value", optopt == OPT_ALGO      ? "algo"
-                                                  : optopt == OPT_BACKEND ? "backend"
-                                                  : optopt == OPT_DEVICE  ? "device"
-                                                                          : "transport");
+        if (valued_long(optopt)) return bad("option --%s needs a value", valued_long(optopt));
         if (optopt > 0 && optopt < 128 && strchr("befiwncdorz", optopt)) return bad("option %s needs a value", flag);
         return bad("unknown option '%s'", optopt ? flag : argv[optind - 1]);
     }

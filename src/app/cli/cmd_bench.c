@@ -50,8 +50,6 @@ static const char *algo_name(int a) {
   return a == CDDP_ALGO_RING ? "ring" : a == CDDP_ALGO_DIRECT ? "direct" : "auto";
 }
 
-/* Starts (req != NULL) or runs one collective; n is the element count the call takes
- * (the whole message for allreduce/broadcast, one rank's block for allgather/reduce_scatter). */
 /* --device cuda: the data lives on the GPU; each all-reduce is staged through pinned host
  * memory (down, reduce, up), the path of several ranks sharing one GPU (docs/gpu.md). */
 static cddp_result_t staged_allreduce(bench_t *B, size_t n) {
@@ -62,6 +60,8 @@ static cddp_result_t staged_allreduce(bench_t *B, size_t n) {
   return CDDP_OK;
 }
 
+/* Starts (req != NULL) or runs one collective; n is the element count the call takes
+ * (the whole message for allreduce/broadcast, one rank's block for allgather/reduce_scatter). */
 static cddp_result_t collective(bench_t *B, size_t n, cddp_request_t **req) {
   const bench_opts_t *o = &B->o;
   if (B->dev) return staged_allreduce(B, n); /* parse allows it for blocking allreduce only */
@@ -193,7 +193,10 @@ static void print_header(bench_t *B, const rank_id_t *ids) {
   printf("# cddp bench %s: %d ranks on %d host%s (%s), transport %s, algo %s, %s buffers, %s, %s\n",
          cddp__bench_coll_name(o->coll), B->world, nhosts, nhosts == 1 ? "" : "s", hosts,
          cddp_comm_transport(B->comm), o->algo >= 0 ? algo_name(o->algo) : cddp__knob_str(CDDP_KNOB_ALGO),
-         B->dev ? "GPU memory, staged through pinned host memory" : o->zero_copy ? "zero-copy (cddp_comm_mem_alloc)" : o->thp ? "ordinary (transparent huge pages)" : "ordinary",
+         B->dev          ? "GPU memory, staged through pinned host memory"
+         : o->zero_copy  ? "zero-copy (cddp_comm_mem_alloc)"
+         : o->thp        ? "ordinary (transparent huge pages)"
+                         : "ordinary",
          inplace ? "in place" : "out of place",
          o->blocking ? "blocking" : "non-blocking (start all, then wait)");
   if (o->factor)
