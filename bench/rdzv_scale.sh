@@ -14,6 +14,8 @@
 #   msgs    requests the store served per agent (its own count, CDDP_DEBUG=INFO at its exit)
 #   hb      --hb-secs S > 0: the job again with workers that sleep S s; the extra requests per
 #           agent per second of that steady state (heartbeats and the membership watch)
+#   hb_us   the store's CPU per request of that steady state (us): the extra CPU over the extra
+#           requests, so hb x hb_us x N is the store's load in cores at N agents
 # --replace: the agents run --restart-mode replace with --nnodes N:N (elastic membership: each
 # agent's monitor, heartbeats and wills), so hb is that mode's steady state.
 # --recover N: recovery at size, in replace mode (--nnodes N-2:N, so the round gathers all N and
@@ -102,18 +104,19 @@ job() {
     -v bad="$bad" 'BEGIN {printf "%.2f %.2f %.2f %.1f %d %d\n", last ? last - t0 : -1, t1 - t0, cpu, rss, req, bad}'
 }
 
-printf '%-6s %-8s %-8s %-8s %-8s %-8s %-10s %s\n' agents rdzv_s exited_s cpu_s rss_MB msgs hb_msg/s load
+printf '%-6s %-8s %-8s %-8s %-8s %-8s %-10s %-7s %s\n' agents rdzv_s exited_s cpu_s rss_MB msgs hb_msg/s hb_us load
 for n in ${SIZES//,/ }; do
   read -r rdzv ex cpu rss req bad < <(job "$n" 0 "n$n")
   [ "${bad:-1}" = 0 ] && [ "${req:-0}" -gt 0 ] || FAILED=1
-  hb=-
+  hb=- hb_us=-
   if [ "$HB_SECS" != 0 ]; then
-    read -r _ _ _ _ req2 bad < <(job "$n" "$HB_SECS" "n$n-hb")
+    read -r _ _ cpu2 _ req2 bad < <(job "$n" "$HB_SECS" "n$n-hb")
     [ "${bad:-1}" = 0 ] || FAILED=1
     hb=$(awk -v a="$req" -v b="$req2" -v n="$n" -v s="$HB_SECS" 'BEGIN {printf "%.2f", (b - a) / n / s}')
+    hb_us=$(awk -v a="$req" -v b="$req2" -v c="$cpu" -v d="$cpu2" 'BEGIN {printf "%.1f", (b > a ? (d - c) * 1e6 / (b - a) : 0)}')
   fi
-  printf '%-6s %-8s %-8s %-8s %-8s %-8s %-10s %s\n' "$n" "$rdzv" "$ex" "$cpu" "$rss" \
-    "$(awk -v r="$req" -v n="$n" 'BEGIN {printf "%.1f", r / n}')" "$hb" "$(cut -d' ' -f1 /proc/loadavg)"
+  printf '%-6s %-8s %-8s %-8s %-8s %-8s %-10s %-7s %s\n' "$n" "$rdzv" "$ex" "$cpu" "$rss" \
+    "$(awk -v r="$req" -v n="$n" 'BEGIN {printf "%.1f", r / n}')" "$hb" "$hb_us" "$(cut -d' ' -f1 /proc/loadavg)"
 done
 
 # seen FILE REGEX BOUND_S: waits for a line; prints the seconds it took, or -1

@@ -22,7 +22,8 @@
 #define KEY(kind, a) cddp__job_key(CDDP__JK_##kind, a, 0).s
 
 #define RING_WATCH 2     /* successors each member watches: two adjacent losses at once are still seen */
-#define PARK_MAX_MS 250 /* the wait on the next announcement, at most: how long a stop may take */
+#define PARK_MIN_MS 250 /* the wait on the next announcement spans half a beat, at least this: */
+                        /* a stop takes up to that long, and the store serves two waits a beat */
 #define SLOW_BEATS 4     /* the job-wide keys (stop, pending agents) are looked at every this many beats */
 #define HB_FLAT_N 1024    /* up to this many members the beat is CDDP_HEARTBEAT_MS; past it, it grows with N */
 #define HB_MAX_LATE_MS 2000 /* the longest beat: a loss is still seen within the timeout + 2 s */
@@ -104,6 +105,13 @@ static cddp_result_t scan_pending(cddp__monitor_t *m) {
     SAY(m, CDDP__AEV_PENDING, id, 0, 0, NULL);
   }
   return CDDP_OK;
+}
+
+int cddp__heartbeat_timeout_ms(int max_nodes, int base_ms, int floor_ms) {
+  if (base_ms <= 0) base_ms = 500;
+  /* four of the beat max_nodes members get (below), so that beat is not cut by the timeout */
+  int64_t grown = CDDP_MIN(4 * (int64_t)base_ms * CDDP_MAX(max_nodes, 0) / HB_FLAT_N, 4 * (int64_t)HB_MAX_LATE_MS);
+  return (int)CDDP_MAX((int64_t)floor_ms, grown);
 }
 
 int cddp__heartbeat_ms(int n, int base_ms, int timeout_ms) {
@@ -243,7 +251,8 @@ static void *monitor_main(void *arg) {
     const char *k = next.s;
     /* parked on the next announcement until the next beat or the deadline: one request */
     uint64_t t = cddp__now_ns();
-    int park_ms = until > t ? (int)CDDP_MIN((until - t) / 1000000ull + 1, (uint64_t)PARK_MAX_MS) : 1;
+    uint64_t park_max = (uint64_t)CDDP_MAX(PARK_MIN_MS, __atomic_load_n(&m->hb_ms, __ATOMIC_RELAXED) / 2);
+    int park_ms = until > t ? (int)CDDP_MIN((until - t) / 1000000ull + 1, park_max) : 1;
     cddp_result_t r = cddp_store_wait(m->s, &k, 1, park_ms);
     if (r == CDDP_OK) {
       pthread_mutex_lock(&m->mu);

@@ -33,6 +33,13 @@ cddp_result_t cddp__monitor_start(cddp__monitor_t **out, const char *host, int p
  * seen within the timeout + one beat), never below base_ms. Every agent derives it from the same
  * generation record, so all beat alike. cddp__monitor_watch applies it. */
 int cddp__heartbeat_ms(int n, int base_ms, int timeout_ms);
+/* The heartbeat timeout of a job of up to max_nodes nodes (--nnodes' MAX) when
+ * CDDP_HEARTBEAT_TIMEOUT_MS is not set: floor_ms (its default, 3 s) up to 1,536 nodes with the
+ * default beat, then four of the grown beat (so the beat is not capped by the timeout and the
+ * store's load stays flat), at most 8 s: a loss is seen within 8 s + 2 s at any size. Every
+ * agent of a job has the same MAX, so all agree on it for the job's whole life (a timeout that
+ * followed each generation's N would differ between agents while a generation forms). */
+int cddp__heartbeat_timeout_ms(int max_nodes, int base_ms, int floor_ms);
 /* The members as of generation gen: this agent watches the two after it in the record
  * (wrapping; self is skipped), the store's host every member's heartbeat too; a pending agent,
  * not in the record, watches none. */

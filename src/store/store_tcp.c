@@ -82,11 +82,18 @@ static void cut_stale(int64_t epoch, int64_t era) {
 
 #define T(s) ((tcp_store_t *)(s))
 #define SLACK_MS 1000 /* a parked GET/WAIT is answered by the server at its timeout; allow this */
-#define PEEK_EVERY_MS 2000 /* how often a failover client reads the peers list again */
+#define PEEK_EVERY_MS 2000 /* how often a failover client reads the peers list again, at least: */
+                           /* and 2/3 of the heartbeat timeout, which grows with the job's size */
 #define PROBE_MS 500       /* connecting to one peer while failing over */
 #define PROBE_WAIT_MS 200  /* a peer that is not serving yet: how long to wait for its list */
 
 static cddp_result_t failover(tcp_store_t *t);
+
+/* When the peers list is due again: the store's steady load per client is one peek per this */
+static uint64_t next_peek(void) {
+  int64_t every = CDDP_MAX((int64_t)PEEK_EVERY_MS, 2 * cddp__knob_int(CDDP_KNOB_HEARTBEAT_TIMEOUT_MS) / 3);
+  return cddp__now_ns() + (uint64_t)every * 1000000ull;
+}
 
 static cddp_result_t lost(tcp_store_t *t, const char *what, const char *why) {
   t->broken = 1;
@@ -203,7 +210,7 @@ static void refresh_peers(tcp_store_t *t, char *why, size_t whysize) {
   }
   free(p);
   cddp__clear_error();
-  t->peek_at = cddp__now_ns() + PEEK_EVERY_MS * 1000000ull;
+  t->peek_at = next_peek();
 }
 
 /* Locks and starts a request frame; REMOTE (unlocked) when the connection is unusable. */
@@ -571,7 +578,7 @@ static cddp_result_t probe(tcp_store_t *t, const cddp__peer_t *peer, uint64_t de
     t->epoch = p->epoch;
     snprintf(t->host, sizeof t->host, "%s", peer->host);
     t->port = peer->port;
-    t->peek_at = cddp__now_ns() + PEEK_EVERY_MS * 1000000ull;
+    t->peek_at = next_peek();
     cddp__failover_note(p);
   } else {
     CDDP_TRACE(CDDP_SUB_STORE, "store: failover: not %s: %s", t->ep, cddp_last_error());
@@ -740,7 +747,7 @@ static cddp_result_t connect_as(cddp_store_t **out, const char *host, int port, 
     c_close(&t->base);
     return r;
   }
-  t->peek_at = here ? UINT64_MAX : cddp__now_ns() + PEEK_EVERY_MS * 1000000ull;
+  t->peek_at = here ? UINT64_MAX : next_peek();
   free(p);
   cddp__clear_error();
   if (t->broken) { /* the server went away between the handshake and the list */

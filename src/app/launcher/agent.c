@@ -894,6 +894,22 @@ static int come_back(agent_t *a) {
   return 0;
 }
 
+/* A job of more than ~1,500 nodes beats slower (cddp__heartbeat_ms: the store's load stays flat),
+ * so its detection timeout grows too, from --nnodes' MAX, which every agent of the job shares.
+ * Put in the environment before any thread starts: this agent's clients, its monitor, its store
+ * move and its workers' store clients all bound their calls by it. The user's value wins. */
+static void heartbeat_timeout_for_size(const cddp_run_opts_t *o) {
+  const char *var = cddp__knob_var(CDDP_KNOB_HEARTBEAT_TIMEOUT_MS);
+  int floor_ms = (int)strtol(cddp__knob_default(CDDP_KNOB_HEARTBEAT_TIMEOUT_MS), NULL, 10);
+  int ms = cddp__heartbeat_timeout_ms(o->max_nodes, (int)cddp__knob_int(CDDP_KNOB_HEARTBEAT_MS), floor_ms);
+  if (getenv(var) || ms == floor_ms) return;
+  char v[16];
+  snprintf(v, sizeof v, "%d", ms);
+  setenv(var, v, 1);
+  CDDP_INFO(CDDP_SUB_RUN, "up to %d nodes: heartbeat timeout %d ms (%s unset; %d ms in smaller jobs)", o->max_nodes, ms,
+            var, floor_ms);
+}
+
 static int agent_main(agent_t *a) {
   cddp_run_opts_t *o = a->o;
   if (setup_store(a) != 0) return finish(a, 1);
@@ -936,7 +952,7 @@ static int agent_main(agent_t *a) {
     }
   }
   cddp__status_pub_begin(&a->status, a->js.host, a->js.port, a->token, o->run_id, a->host, o->replace ? a->id : -1,
-                         o->replace);
+                         o->replace ? &a->ms.gen : NULL);
   int min_round = 0, first = 1;
   for (;;) {
     cddp__rdzv_release(&a->rz);
@@ -1219,6 +1235,7 @@ int cddp__run_main(int argc, char **argv) {
     else
       CDDP_INFO(CDDP_SUB_RUN, "OMP_NUM_THREADS=1 for each worker (%d workers on this node)", o.nproc_per_node);
   }
+  heartbeat_timeout_for_size(&o);
   start_warm(&a);
   choose_torch_store(&a);
   if (tmp_dir(a.err_dir, sizeof a.err_dir, "cddp-run-") != 0) a.err_dir[0] = '\0'; /* no error files: no causes */

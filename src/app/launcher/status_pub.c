@@ -10,6 +10,7 @@
 
 #include "common/check.h"
 #include "common/clock.h"
+#include "common/knobs.h"
 #include "common/log.h"
 #include "launcher/hang_probe.h"
 #include "launcher/status_pub.h"
@@ -84,7 +85,7 @@ static void track_remote(cddp__status_pub_t *p, int my_slot) {
   uint64_t wall_ms = (uint64_t)real.tv_sec * 1000 + (uint64_t)real.tv_nsec / 1000000, now = cddp__now_ns(), oldest = 0;
   for (int k = 0; k < n; k++) {
     const cddp__status_node_t *nd = &all[k];
-    int fresh = nd->wall_ms + 3000 > wall_ms && !strcmp(nd->state, "running"); /* a silent node says nothing */
+    int fresh = nd->wall_ms + 3000ull * (unsigned)p->post_every > wall_ms && !strcmp(nd->state, "running"); /* a silent node says nothing */
     if (nd->slot == my_slot || nd->slot < 0 || nd->slot >= CDDP__STATUS_NODES || !fresh) continue;
     for (int i = 0; i < nd->nranks && i < CDDP__STATUS_RANKS; i++) {
       size_t c = (size_t)nd->slot * CDDP__STATUS_RANKS + (size_t)i;
@@ -125,7 +126,7 @@ static void *poster_main(void *arg) {
     p->out_new = 0, p->nevents = 0;
     pthread_mutex_unlock(&p->mu);
     for (int i = 0; i < nev; i++) (void)cddp__status_event(p->store, "%s", ev[i]);
-    if (have && p->replace && cddp__gen_latest(p->store, &rec->gen) == CDDP_OK) {
+    if (have && p->agent_gen) {
       if (p->gen_seen >= 0 && rec->gen > p->gen_seen) gen_event(p, p->gen_seen, rec->gen);
       p->gen_seen = rec->gen;
       place(p, rec, &placed);
@@ -143,9 +144,10 @@ static void *poster_main(void *arg) {
 }
 
 void cddp__status_pub_begin(cddp__status_pub_t *p, const char *store_host, int store_port, const char *token,
-                            const char *run_id, const char *host, int agent_id, int replace) {
+                            const char *run_id, const char *host, int agent_id, const int64_t *agent_gen) {
   memset(p, 0, sizeof *p);
-  p->replace = replace;
+  p->agent_gen = agent_gen;
+  p->post_every = (int)CDDP_MAX(1, cddp__knob_int(CDDP_KNOB_HEARTBEAT_TIMEOUT_MS) / 3000);
   p->gen_seen = -1;
   p->node = (cddp__status_node_t){.agent_id = agent_id, .pid = (int)getpid()};
   snprintf(p->node.host, sizeof p->node.host, "%s", host);
@@ -161,7 +163,7 @@ void cddp__status_pub_begin(cddp__status_pub_t *p, const char *store_host, int s
   }
   cddp_store_set_timeout(base, POST_TIMEOUT_MS); /* a store that stops answering costs the poster only */
   /* the generation this agent starts in: the first change after it is an event */
-  if (replace && cddp__gen_latest(p->store, &p->gen_seen) != CDDP_OK) p->gen_seen = -1;
+  if (agent_gen && cddp__gen_latest(p->store, &p->gen_seen) != CDDP_OK) p->gen_seen = -1;
   pthread_mutex_init(&p->mu, NULL);
   pthread_cond_init(&p->cv, NULL);
   __atomic_store_n(&p->on, 1, __ATOMIC_RELEASE);
@@ -291,7 +293,8 @@ void cddp__status_pub_tick(cddp__workers_t *ws, void *arg) {
   p->node.nranks = CDDP_MIN(ws->n, CDDP__STATUS_RANKS);
   for (int i = 0; i < p->node.nranks; i++) rank_entry(p, &ws->w[i], i, now, ws->hang_ms, &p->node.ranks[i]);
   snprintf(p->node.state, sizeof p->node.state, "running");
-  hand_over(p);
+  if (p->agent_gen) p->node.gen = *p->agent_gen;
+  if (p->ticks++ % (unsigned)p->post_every == 0) hand_over(p);
   check_recovered(p, now);
 }
 

@@ -16,7 +16,10 @@
 typedef struct cddp__status_pub {
   int on;                   /* the poster runs */
   cddp__status_node_t node; /* the agent fills round, node_rank, ... per round; the ranks per tick */
-  int replace;              /* replace mode: the generation comes from the store */
+  const int64_t *agent_gen; /* replace mode: the agent's generation, copied at each tick (the agent's
+                               thread owns it; the poster reads no counter of its own) */
+  int post_every;           /* ticks between two records posted: more in a large job (below) */
+  unsigned ticks;
   /* each slot's last CDDP__STATUS_RATE_POINTS changes of the step (when, to what; a ring of
    * rate_n in all) and whose: the rate is averaged over those of the last 10 s, at least two (a
    * tick is 1 s: a step longer than that would read 0 over one tick) */
@@ -52,9 +55,12 @@ typedef struct cddp__status_pub {
 } cddp__status_pub_t;
 
 /* Connects (host, port, token, the job's run id) and starts the poster, which takes the agent's
- * slot; a failure only turns status off (logged at INFO). */
+ * slot; a failure only turns status off (logged at INFO). agent_gen: replace mode's generation
+ * as the agent knows it (NULL otherwise), read at each tick on the agent's thread. A record is
+ * posted each tick (1 s), or each CDDP_HEARTBEAT_TIMEOUT_MS / 3 s where the timeout grew with
+ * the job's size, so the store's load per agent falls as the heartbeat's does. */
 void cddp__status_pub_begin(cddp__status_pub_t *p, const char *store_host, int store_port, const char *token,
-                            const char *run_id, const char *host, int agent_id, int replace);
+                            const char *run_id, const char *host, int agent_id, const int64_t *agent_gen);
 /* The workers' tick (workers.h): reads their pages, hands the record to the poster, and the
  * recovery event once every local worker made a step after a loss. Never blocks on the store. */
 void cddp__status_pub_tick(cddp__workers_t *ws, void *arg);
