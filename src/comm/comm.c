@@ -11,6 +11,7 @@
 #include "cddp/comm.h"
 #include "comm/hier.h"
 #include "comm/nccl.h"
+#include "comm/peers.h"
 #include "comm/reduce.h"
 #include "comm/flight.h"
 #include "comm/transport.h"
@@ -129,41 +130,11 @@ static cddp_result_t exchange_peers(cddp_comm_t *c) {
   if (gethostname(me.host, sizeof me.host) != 0) strcpy(me.host, "?");
   me.host[sizeof me.host - 1] = '\0';
   cddp__local_host_id(me.host_id, sizeof me.host_id);
-
-  char key[64], val[CDDP_HOST_MAX + sizeof me.host_id + 32];
   /* the desync check changes what goes on the wire (a header per TCP transfer): on only when
    * every rank has it on, so a rank with CDDP_DESYNC_CHECK=0 does not desync the others */
   int check = cddp__knob_int(CDDP_KNOB_DESYNC_CHECK) != 0;
-  int n = snprintf(val, sizeof val, "%s\n%s\n%d\n%d", me.host, me.host_id, me.pid, check);
-  snprintf(key, sizeof key, "peer/%d", c->rank);
-  CDDP_CHECK(cddp_store_set(c->view, key, val, (size_t)n));
-
-  uint64_t deadline = cddp__deadline_ms(c->cfg.timeout_ms);
-  for (int r = 0; r < c->world; r++) {
-    void *v = NULL;
-    size_t len = 0;
-    snprintf(key, sizeof key, "peer/%d", r);
-    cddp_result_t res = cddp_store_get(c->view, key, &v, &len, cddp__ms_left(deadline));
-    if (res == CDDP_TIMEOUT)
-      return cddp__fail(CDDP_TIMEOUT, "rank %d of %d (round %d) never joined the communicator within %d ms",
-                        r, c->world, c->round, c->cfg.timeout_ms);
-    CDDP_CHECK(res);
-    cddp__peer_t *p = &c->peers[r];
-    char *s = v, *nl1 = strchr(s, '\n'), *nl2 = nl1 ? strchr(nl1 + 1, '\n') : NULL;
-    if (!nl1 || !nl2) {
-      free(v);
-      return cddp__fail(CDDP_REMOTE, "rank %d published a malformed peer record", r);
-    }
-    *nl1 = *nl2 = '\0';
-    snprintf(p->host, sizeof p->host, "%s", s);
-    snprintf(p->host_id, sizeof p->host_id, "%s", nl1 + 1);
-    p->pid = atoi(nl2 + 1);
-    char *nl3 = strchr(nl2 + 1, '\n');
-    check &= nl3 && atoi(nl3 + 1) != 0;
-    free(v);
-  }
-  c->desync_check = check;
-  return CDDP_OK;
+  return cddp__peers_exchange(c->view, c->rank, c->world, c->round, c->cfg.timeout_ms, &me, check, c->peers,
+                              &c->desync_check);
 }
 
 /* ---------------------------------------------------------------- hierarchical choice */
