@@ -5,7 +5,8 @@
 # time it started.
 #
 # Usage: bench/rdzv_scale.sh [--sizes 64,128,256,512,1024] [--hb-secs S] [--torchrun PATH]
-#                            [--torch-sizes 8,16] [--replace] [--recover N] [--out DIR]
+#                            [--torch-sizes 8,16] [--replace] [--recover N] [--comm]
+#                            [--netns K] [--out DIR]
 # Columns per N:
 #   rdzv    launch -> the last worker started (s): every agent through the rendezvous
 #   exited  launch -> the last agent exited (s)
@@ -24,6 +25,13 @@
 # for CDDP_HEARTBEAT_TIMEOUT_MS) and the time to the generation without it is taken; then another
 # is killed (SIGKILL: its connection's will) and the time to the next generation taken.
 # (--sizes '' runs the recovery alone.)
+# --comm: each N again with workers that form a communicator and do one checked 4-byte
+# all-reduce (`cddp bench allreduce`, over TCP: one host cannot give 1,024 ranks shared memory):
+#   comm    launch -> the last worker through its all-reduce (s)
+#   comm_msgs  requests per agent in that job (the peer exchange is O(1) a rank: rank 0 reads
+#           every record and publishes one list; it was every rank reading every record, N each)
+# --netns K: the agents (and the store, on host 1) spread over K network-namespace hosts of
+# tests/cluster/netns.sh, so every connection crosses a real veth and bridge (root only).
 # --torchrun PATH: torchrun's c10d rendezvous (its agents are Python processes) at --torch-sizes,
 # in the same run: launch -> the last agent exited. The load average is printed with each row:
 # the machine may be shared.
@@ -38,6 +46,8 @@ TORCH_SIZES=8,16
 OUT=
 REPLACE=()
 RECOVER=
+COMM=0
+NETNS=0
 while [ $# -gt 0 ]; do
   case $1 in
     --sizes) SIZES=$2; shift 2 ;;
@@ -47,6 +57,8 @@ while [ $# -gt 0 ]; do
     --out) OUT=$2; shift 2 ;;
     --replace) REPLACE=(--restart-mode replace); shift ;;
     --recover) RECOVER=$2; shift 2 ;;
+    --comm) COMM=1; shift ;;
+    --netns) NETNS=$2; shift 2 ;;
     *) echo "rdzv_scale.sh: unknown argument $1 (see the usage at the top of the script)" >&2; exit 2 ;;
   esac
 done
@@ -66,27 +78,45 @@ done
 [ -z "$RECOVER" ] || [[ $RECOVER =~ ^[1-9][0-9]{0,4}$ && $RECOVER -ge 4 ]] ||
   { echo "rdzv_scale.sh: --recover takes an agent count 4-99999, not '$RECOVER'" >&2; exit 2; }
 [[ $HB_SECS =~ ^[0-9]+$ ]] || { echo "rdzv_scale.sh: --hb-secs takes whole seconds, not '$HB_SECS'" >&2; exit 2; }
+[[ $NETNS =~ ^[0-9]+$ && $NETNS -le 200 ]] || { echo "rdzv_scale.sh: --netns takes a host count 0-200, not '$NETNS'" >&2; exit 2; }
 FAILED=0
+HOST=127.0.0.1
+# on_host I: sets pre, the words that run a command as agent I's host (none on the loopback;
+# `ip netns exec` runs the command itself, so $! is still its pid)
+pre=()
+on_host() { pre=(); [ "$NETNS" = 0 ] || pre=(ip netns exec "$CDDP_NETNS_PREFIX-h$(($1 % NETNS + 1))"); }
+if [ "$NETNS" -gt 0 ]; then
+  [ "$(id -u)" = 0 ] || { echo "rdzv_scale.sh: --netns needs root (network namespaces)" >&2; exit 2; }
+  export CDDP_NETNS_PREFIX=cddprs$$ CDDP_NETNS_SUBNET=10.87.0 CDDP_NETNS_STATE=$OUT/netns
+  NS=$ROOT/tests/cluster/netns.sh
+  trap '"$NS" down >/dev/null 2>&1' EXIT
+  "$NS" up "$NETNS" >/dev/null || { echo "rdzv_scale.sh: --netns $NETNS: cannot make the hosts" >&2; exit 1; }
+  HOST=$("$NS" addr 1)
+fi
 
 start_store() { # DIR: a store of its own on a free port; sets port, spid
   port=$(free_port)
-  CDDP_DEBUG=INFO CDDP_DEBUG_SUBSYS=STORE "$CDDP" store --host 127.0.0.1 --port "$port" \
+  on_host 0
+  CDDP_DEBUG=INFO CDDP_DEBUG_SUBSYS=STORE "${pre[@]}" "$CDDP" store --host "$HOST" --port "$port" \
     >"$1/store.out" 2>"$1/store.err" &
   spid=$!
   for _ in $(seq 100); do grep -q listening "$1/store.out" 2>/dev/null && break; sleep 0.05; done
 }
-# job N WORKER_SECS TAG: one job of N agents; prints "rdzv exited cpu rss_mb requests failed"
+# job N WORKER_SECS TAG [comm]: one job of N agents; prints "rdzv exited cpu rss_mb requests
+# failed" (comm: the workers form a communicator, and rdzv is the last one through it)
 job() {
-  local n=$1 secs=$2 dir=$OUT/$3 port spid t0 i
+  local n=$1 secs=$2 dir=$OUT/$3 port spid t0 i work
+  work="date +%s.%N >>'$dir/starts'; sleep $secs"
+  [ "${4:-}" = comm ] && work="CDDP_TRANSPORT=tcp '$CDDP' bench allreduce -b 4 -e 4 -w 0 -n 1 -c 1 >/dev/null && $work"
   mkdir -p "$dir"
   : >"$dir/starts"
   start_store "$dir"
   t0=$(now)
   local pids=()
   for ((i = 0; i < n; i++)); do
-    "$CDDP" run --nnodes "${REPLACE:+$n:}$n" "${REPLACE[@]}" --rdzv-backend c10d --rdzv-endpoint "127.0.0.1:$port" --rdzv-id scale \
-      --nproc-per-node 1 --no-python sh -c "date +%s.%N >>'$dir/starts'; sleep $secs" \
-      >>"$dir/agents.log" 2>&1 &
+    on_host "$i"
+    "${pre[@]}" "$CDDP" run --nnodes "${REPLACE:+$n:}$n" "${REPLACE[@]}" --rdzv-backend c10d --rdzv-endpoint "$HOST:$port" \
+      --rdzv-id scale --nproc-per-node 1 --no-python sh -c "$work" >>"$dir/agents.log" 2>&1 &
     pids+=($!)
   done
   local bad=0
@@ -104,7 +134,7 @@ job() {
     -v bad="$bad" 'BEGIN {printf "%.2f %.2f %.2f %.1f %d %d\n", last ? last - t0 : -1, t1 - t0, cpu, rss, req, bad}'
 }
 
-printf '%-6s %-8s %-8s %-8s %-8s %-8s %-10s %-7s %s\n' agents rdzv_s exited_s cpu_s rss_MB msgs hb_msg/s hb_us load
+printf '%-6s %-8s %-8s %-8s %-8s %-8s %-10s %-7s %-7s %-9s %s\n' agents rdzv_s exited_s cpu_s rss_MB msgs hb_msg/s hb_us comm_s comm_msgs load
 for n in ${SIZES//,/ }; do
   read -r rdzv ex cpu rss req bad < <(job "$n" 0 "n$n")
   [ "${bad:-1}" = 0 ] && [ "${req:-0}" -gt 0 ] || FAILED=1
@@ -115,8 +145,14 @@ for n in ${SIZES//,/ }; do
     hb=$(awk -v a="$req" -v b="$req2" -v n="$n" -v s="$HB_SECS" 'BEGIN {printf "%.2f", (b - a) / n / s}')
     hb_us=$(awk -v a="$req" -v b="$req2" -v c="$cpu" -v d="$cpu2" 'BEGIN {printf "%.1f", (b > a ? (d - c) * 1e6 / (b - a) : 0)}')
   fi
-  printf '%-6s %-8s %-8s %-8s %-8s %-8s %-10s %-7s %s\n' "$n" "$rdzv" "$ex" "$cpu" "$rss" \
-    "$(awk -v r="$req" -v n="$n" 'BEGIN {printf "%.1f", r / n}')" "$hb" "$hb_us" "$(cut -d' ' -f1 /proc/loadavg)"
+  comm=- comm_msgs=-
+  if [ "$COMM" = 1 ]; then
+    read -r comm _ _ _ req3 bad < <(job "$n" 0 "n$n-comm" comm)
+    [ "${bad:-1}" = 0 ] && awk -v c="$comm" 'BEGIN {exit !(c > 0)}' || FAILED=1
+    comm_msgs=$(awk -v r="$req3" -v n="$n" 'BEGIN {printf "%.1f", r / n}')
+  fi
+  printf '%-6s %-8s %-8s %-8s %-8s %-8s %-10s %-7s %-7s %-9s %s\n' "$n" "$rdzv" "$ex" "$cpu" "$rss" \
+    "$(awk -v r="$req" -v n="$n" 'BEGIN {printf "%.1f", r / n}')" "$hb" "$hb_us" "$comm" "$comm_msgs" "$(cut -d' ' -f1 /proc/loadavg)"
 done
 
 # seen FILE REGEX BOUND_S: waits for a line; prints the seconds it took, or -1
@@ -138,8 +174,9 @@ recover() {
   start_store "$dir"
   local pids=()
   for ((i = 0; i < n; i++)); do
-    "$CDDP" run --nnodes "$((n - 2)):$n" --rdzv-last-call 120 --restart-mode replace --rdzv-backend c10d \
-      --rdzv-endpoint "127.0.0.1:$port" --rdzv-id recover --nproc-per-node 1 --no-python sh -c "date +%s.%N >>'$dir/starts'; exec sleep 600" \
+    on_host "$i"
+    "${pre[@]}" "$CDDP" run --nnodes "$((n - 2)):$n" --rdzv-last-call 120 --restart-mode replace --rdzv-backend c10d \
+      --rdzv-endpoint "$HOST:$port" --rdzv-id recover --nproc-per-node 1 --no-python sh -c "date +%s.%N >>'$dir/starts'; exec sleep 600" \
       >>"$dir/agents.log" 2>&1 &
     pids+=($!)
   done

@@ -2,7 +2,8 @@
 # test_rdzv_scale.sh - the rendezvous stays linear: bench/rdzv_scale.sh at 16 and 128 agents on the
 # loopback, every agent through, and the requests each costs the store within 1.5x of each other
 # (they were N per agent while every node read every record); the heartbeat load per agent in
-# replace mode stays flat from 8 to 32 agents, and falls with a slower beat; the heartbeat timeout
+# replace mode stays flat from 8 to 32 agents, and falls with a slower beat; so do a communicator's
+# requests per rank from 16 to 64 ranks; the heartbeat timeout
 # grows with --nnodes' MAX; bad input gets one line.
 # suite: alone (compares request rates at two scales, which another test's load would skew)
 cd "$(dirname "$0")/../.." && source tests/sh/lib.sh
@@ -32,6 +33,14 @@ h=$(awk '$1 == 8 {print $7}' "$T/slowout")
 [ $rc = 0 ] && [ -n "$h" ] && awk -v h="$h" 'BEGIN {exit !(h > 0 && 2 * h <= 10)}' &&
   ok "heartbeat load at a 2 s beat: $h requests per agent per second (at most 10 a beat)" ||
   fail "load at a 2 s beat" "rc $rc: $h; $(tail -3 "$T/slowerr" | tr '\n' ' ')"
+# a communicator formed by every worker costs the store O(1) requests a rank (the peer exchange
+# was every rank reading every record: 1,024 ranks took 357 s, 20 s now)
+timeout 120 bench/rdzv_scale.sh --sizes 16,64 --comm --out "$T/comm" >"$T/commout" 2>"$T/commerr"; rc=$?
+c16=$(awk '$1 == 16 {print $10}' "$T/commout"); c64=$(awk '$1 == 64 {print $10}' "$T/commout")
+t64=$(awk '$1 == 64 {print $9}' "$T/commout")
+if [ $rc = 0 ] && [ -n "$c16" ] && [ -n "$c64" ] && awk -v a="$c16" -v b="$c64" 'BEGIN {exit !(a > 0 && b <= 1.5 * a)}'
+then ok "a 64-rank communicator: $c64 requests per agent, $c16 at 16 (within 1.5x), formed in $t64 s"
+else fail "communicator requests linear" "rc $rc: 16: $c16, 64: $c64; $(tail -3 "$T/commerr" | tr '\n' ' ')"; fi
 # a job of up to 2,048 (4,096) nodes beats slower, so its heartbeat timeout grows: every agent
 # derives it from --nnodes' MAX, says so at INFO, and its workers' store clients get it too; a
 # small job and a user's own value are left as they are
