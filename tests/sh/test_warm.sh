@@ -121,7 +121,7 @@ for tpy in /usr/bin/python3 "$ROOT/.venv/bin/python"; do
   # a job here imports torch 4 times (2 workers, 2 spares) on 2 cores, then forms gloo twice:
   # its bound is 40 of the import just timed (2.5 s idle, 16 s at load 13), 120 s at least
   # (times CDDP_TEST_SCALE again by the timeout shim: generous, it only guards against a hang)
-  run_secs=$(awk -v us="$(( $(now_us) - t0 ))" 'BEGIN { b = 40 * us / 1e6; printf "%d", b > 120 ? b : 120 }')
+  run_secs=$(awk -v us="$(( $(now_us) - t0 ))" 'BEGIN { b = 40 * us / 1e6; printf "%d", (b > 120 ? b : 120) }')
   if [ "$tpy" = /usr/bin/python3 ]; then # gloo re-forms in spares (test_torchrun runs restart.py under both)
     CDDP_PYTHON=$tpy OPENBLAS_CORETYPE=$CORETYPE run torch.out --warm-delay 0 restart.py
     n=$(grep -c "restart ok rank [01] of 2 attempt 1 " "$T/torch.out")
