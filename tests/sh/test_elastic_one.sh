@@ -1,14 +1,17 @@
 #!/usr/bin/env bash
 # test_elastic_one.sh - a world of one grows back in place: 2 agents x 1 worker under `cddp run
 # --nnodes 1:2 --restart-mode replace`; node 1 is lost (SIGKILL of its agent, or SIGSTOP of the
-# agent and its worker for FREEZE_S, 40 by default) and the job goes on as a world of one; then
+# agent and its worker for FREEZE_S, 10 by default) and the job goes on as a world of one; then
 # node 1 comes back (started again, or thawed) and is taken in as a join: the survivor sends it
 # the state, no step is redone, no restart spent, nothing read from disk. With
 # checkpoint.every_steps=200 and with 0 (no checkpoint at all: the disk has nothing to give).
 cd "$(dirname "$0")/../.." && source tests/sh/lib.sh
 source tests/sh/lib_elastic.sh
 elastic_setup cddp-one-test
-FREEZE_S=${FREEZE_S:-40}
+# The freeze must outlast the heartbeat timeout (2 s here, lib_elastic) so that node 1 is dropped
+# while frozen and comes back as a new agent: the shrink is awaited before the freeze's time
+# starts, so any FREEZE_S covers that; 10 s (5 timeouts) keeps the job short (40 s: 30 s longer)
+FREEZE_S=${FREEZE_S:-10}
 
 # grown NAME: the lines of the shrink to one and of the join back, in place, in $T/NAME.out
 grown() {
@@ -40,7 +43,7 @@ kill_back k0 0
 
 # freeze: node 1's agent and worker SIGSTOPped for FREEZE_S: dropped after the heartbeat timeout,
 # thawed: it comes back as a new agent and is taken in. Rank 0 sleeps FREEZE_S + 20 ms a step (3
-# epochs, 936 steps: about 60 s for a 40 s freeze) so the job still runs when the node is back.
+# epochs, 936 steps: about 28 s for a 10 s freeze) so the job still runs when the node is back.
 SLOW=(--set train.epochs=3 --set debug.slow_rank=0 --set debug.slow_ms=$((FREEZE_S + 20)) --set checkpoint.every_steps=0)
 agents fz 2 1:2 "${SLOW[@]}"
 progress fz 20

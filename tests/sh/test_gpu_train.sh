@@ -20,14 +20,14 @@ GPT=(--config configs/gpt_kjv.yaml --set model.n_layer=2 --set model.d_model=32 
 on() {
   local dev=$1 name=$2; shift 2
   if [ "$dev" = emu ]; then set -- --set train.device=cuda "$@"; else set -- --set train.device=cpu "$@"; fi
-  CDDP_DEVICE_EMULATE=$([ "$dev" = emu ] && echo 1 || echo 0) timeout "$(scaled 120)" \
+  CDDP_DEVICE_EMULATE=$([ "$dev" = emu ] && echo 1 || echo 0) timeout 120 \
     "$CDDP" train --work-dir "$T" --name "$name" "$@" >"$T/$name.out" 2>&1
 }
 # on2 DEV NAME ARGS...: the same over two ranks
 on2() {
   local dev=$1 name=$2; shift 2
   if [ "$dev" = emu ]; then set -- --set train.device=cuda "$@"; else set -- --set train.device=cpu "$@"; fi
-  CDDP_DEVICE_EMULATE=$([ "$dev" = emu ] && echo 1 || echo 0) timeout "$(scaled 180)" \
+  CDDP_DEVICE_EMULATE=$([ "$dev" = emu ] && echo 1 || echo 0) timeout 180 \
     "$CDDP" run --standalone --nproc-per-node 2 "$CDDP" train --work-dir "$T" --name "$name" "$@" >"$T/$name.out" 2>&1
 }
 losses() { grep -v '"eval"' "$T/$1/metrics.jsonl" | sed -n 's/.*"step":\([0-9]*\).*"loss":\([^,]*\).*/\1 \2/p'; }
@@ -69,7 +69,7 @@ worst=$(paste -d' ' <(losses gpt_cpu) <(losses gpt_fused) |
   fail "GPT fused vs cpu" "worst $worst; $(why $rc gpt_fused)"
 
 # cddp sample on the device: the same text as on the CPU from the same checkpoint and seed
-smp() { CDDP_DEVICE_EMULATE=$1 timeout "$(scaled 60)" "$CDDP" sample --ckpt "$T/gpt_emu" --device "$2" -n 40 --seed 3 --prompt "In the"; }
+smp() { CDDP_DEVICE_EMULATE=$1 timeout 60 "$CDDP" sample --ckpt "$T/gpt_emu" --device "$2" -n 40 --seed 3 --prompt "In the"; }
 a=$(smp 0 cpu 2>&1); rc1=$?
 b=$(smp 1 cuda 2>&1); rc=$?
 [ $rc1 = 0 ] && [ $rc = 0 ] && [ ${#a} -gt 40 ] && [ "$a" = "$b" ] &&
@@ -88,7 +88,7 @@ for way in emu:cpu cpu:emu; do
 done
 
 # cddp bench train --device: the device is one more axis of the sweep, the same loss on both
-CDDP_DEVICE_EMULATE=1 timeout "$(scaled 120)" "$CDDP" bench train --sweep --config configs/fmnist_mlp.yaml --device cpu,cuda \
+CDDP_DEVICE_EMULATE=1 timeout 120 "$CDDP" bench train --sweep --config configs/fmnist_mlp.yaml --device cpu,cuda \
   --nproc 1 --steps 4 --set model.hidden=[64] --out "$T/sweep" >"$T/sweep.out" 2>&1; rc=$?
 rows=$(grep -c '^s0[01]	1 \[64\] \(cpu\|cuda\)	' "$T/sweep/sweep.tsv" 2>/dev/null)
 [ $rc = 0 ] && [ "$rows" = 2 ] && [ "$(grep -v '^#' "$T/sweep/sweep.tsv" | cut -f7 | sort -u | wc -l)" = 1 ] &&
@@ -96,7 +96,7 @@ rows=$(grep -c '^s0[01]	1 \[64\] \(cpu\|cuda\)	' "$T/sweep/sweep.tsv" 2>/dev/nul
 
 # cddp bench allreduce --device cuda: 2 ranks' data in (emulated) device memory, staged through
 # pinned host memory around each all-reduce, every element checked; with no device, one line
-CDDP_DEVICE_EMULATE=1 timeout "$(scaled 60)" "$CDDP" run --nproc-per-node 2 "$CDDP" bench allreduce --device cuda \
+CDDP_DEVICE_EMULATE=1 timeout 60 "$CDDP" run --nproc-per-node 2 "$CDDP" bench allreduce --device cuda \
   -b 64K -e 1M -f 4 -n 3 >"$T/bar.out" 2>&1; rc=$?
 [ $rc = 0 ] && grep -q 'GPU memory, staged through pinned host memory' "$T/bar.out" &&
   [ "$(grep -c '^\[rank 0\] .* float  *sum .* 0$' "$T/bar.out")" = 3 ] && grep -q 'Out of bounds values : 0 OK' "$T/bar.out" &&

@@ -17,7 +17,7 @@ PY=$(command -v python3)
 export CDDP_PYTHON=$PY
 run() { # OUT ARGS...: cddp run, 2 workers, one restart allowed, INFO for the launcher
   local out=$1; shift
-  CDDP_DEBUG=INFO CDDP_DEBUG_SUBSYS=RUN timeout 120 "$CDDP" run --standalone --nproc-per-node 2 --max-restarts 1 "$@" \
+  CDDP_DEBUG=INFO CDDP_DEBUG_SUBSYS=RUN timeout "${run_secs:-120}" "$CDDP" run --standalone --nproc-per-node 2 --max-restarts 1 "$@" \
     >"$T/$out" 2>&1
   echo $? >"$T/$out.rc"
 }
@@ -114,9 +114,14 @@ if attempt == "0" and rank == "1":  # a spare taken mid-preload stops preloading
     os.kill(os.getpid(), signal.SIGKILL)
 PY
 for tpy in /usr/bin/python3 "$ROOT/.venv/bin/python"; do
+  t0=$(now_us)
   if ! "$tpy" -c 'import torch.distributed' 2>/dev/null; then
     ok "torch warm restart:$tpy # SKIP $tpy has no torch (scripts/install-deps.sh test)"; continue
   fi
+  # a job here imports torch 4 times (2 workers, 2 spares) on 2 cores, then forms gloo twice:
+  # its bound is 40 of the import just timed (2.5 s idle, 16 s at load 13), 120 s at least
+  # (times CDDP_TEST_SCALE again by the timeout shim: generous, it only guards against a hang)
+  run_secs=$(awk -v us="$(( $(now_us) - t0 ))" 'BEGIN { b = 40 * us / 1e6; printf "%d", (b > 120 ? b : 120) }')
   if [ "$tpy" = /usr/bin/python3 ]; then # gloo re-forms in spares (test_torchrun runs restart.py under both)
     CDDP_PYTHON=$tpy OPENBLAS_CORETYPE=$CORETYPE run torch.out --warm-delay 0 restart.py
     n=$(grep -c "restart ok rank [01] of 2 attempt 1 " "$T/torch.out")
