@@ -568,6 +568,34 @@ static void test_async_copy(void) {
   dev->event_destroy(done), dev->release(d), dev->host_release(h);
 }
 
+/* A bucket's gradients to the host on the comm stream: the copy, ordered after the compute
+ * stream's kernel by the mark only, must read what that kernel wrote (64 MiB, doubled:
+ * a copy that did not wait would read undoubled bytes), seen by the host after event_sync. */
+static void test_comm_copy(void) {
+  size_t n = (size_t)16 << 20;
+  float *h = dev->host_alloc(n * sizeof(float)), *back = dev->host_alloc(n * sizeof(float));
+  float *d = dev->alloc(n * sizeof(float)), *d2 = dev->alloc(n * sizeof(float));
+  void *ready = dev->event_create(), *done = dev->event_create();
+  if (!h || !back || !d || !d2 || !ready || !done) {
+    result("comm copy: buffers and events", 0, "out of memory or events");
+    return;
+  }
+  for (size_t i = 0; i < n; i++) h[i] = frand();
+  dev->to_device(d, h, n * sizeof(float));
+  dev->to_device(d2, h, n * sizeof(float));
+  dev->add_into(d, d2, n); /* queued: the compute stream is still busy when the copy is queued */
+  dev->event_record(ready);
+  dev->to_host_async(back, d, n * sizeof(float), ready, done);
+  dev->event_sync(done);
+  size_t wrong = 0;
+  for (size_t i = 0; i < n; i++) wrong += back[i] != 2.0f * h[i];
+  char why[64];
+  snprintf(why, sizeof why, "%zu of %zu elements not the kernel's", wrong, n);
+  result("event_record + to_host_async + event_sync: the comm stream reads the kernel's bytes", wrong == 0, why);
+  dev->event_destroy(ready), dev->event_destroy(done);
+  dev->release(d2), dev->release(d), dev->host_release(back), dev->host_release(h);
+}
+
 int main(int argc, char **argv) {
   cpu = cddp__ops_for(CDDP_DEVICE_CPU);
   if (argc > 1 && !strcmp(argv[1], "--self")) {
@@ -586,6 +614,7 @@ int main(int argc, char **argv) {
   test_gpt_step();
   test_gpt_model();
   test_async_copy();
+  test_comm_copy();
   printf("1..%d\n# %d passed, %d failed\n", n_test, n_test - n_failed, n_failed);
   return n_failed ? 1 : 0;
 }
