@@ -128,7 +128,7 @@ line=$(grep -m1 -o 'train.device auto: .*' "$T/auto.out")
 fig "auto: ${line:-no line} (exit $r)"
 [ $r = 0 ] && grep -q 'train.device auto: cuda' <<<"$line" || bad "train.device auto did not take the GPU: $(last_line auto)"
 
-# 5. GPT-2 small's shape: tokens/s and MFU (bf16; fp32 while bf16 is refused on the GPU)
+# 5. GPT-2 small's shape: tokens/s and MFU, bf16 (the issue's figure) and fp32
 B=${MFU_BATCH:-16} L=12 C=768 Tc=1024
 [ $EMU = 1 ] && B=4 L=1 C=32 Tc=32
 MFU=(--config configs/gpt_kjv.yaml --set model.n_layer=12 --set model.d_model=768 --set model.n_head=12 --set model.context=1024

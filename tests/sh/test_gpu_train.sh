@@ -78,6 +78,17 @@ worst=$(worst gpt_cpu gpt_fused)
   ok "GPT with the fused attention on the emulated device: 8 losses within $worst relative of the CPU's" ||
   fail "GPT fused vs cpu" "worst $worst; $(why $rc gpt_fused)"
 
+
+# bf16 on the device (train.precision bf16): the products' inputs rounded to bf16, fp32
+# accumulation and master weights, where the GPU's cuBLAS rounds them; the fused attention in
+# fp32. The loss at step 8 within 2% of fp32's, and not fp32's own numbers (it did round)
+on emu gpt_bf16 "${GPT[@]}" --set train.precision=bf16; rc=$?
+b=$(losses gpt_bf16 | awk '$1 == 8 { print $2 }') f=$(losses gpt_fused | awk '$1 == 8 { print $2 }')
+rel=$(awk -v a="$b" -v b="$f" 'BEGIN { if (a !~ /^[0-9]/ || b + 0 == 0) { print "none"; exit } d = (a - b) / b; printf "%.2e", d < 0 ? -d : d }')
+[ $rc = 0 ] && [ "$rel" != none ] && [ "$(losses gpt_bf16)" != "$(losses gpt_fused)" ] &&
+  awk -v r="$rel" 'BEGIN { exit !(r <= 0.02) }' &&
+  ok "GPT in bf16 on the emulated device: step 8's loss $b, $rel from fp32's $f (at most 2%)" ||
+  fail "GPT bf16 on the device" "rel $rel ($b vs $f); $(why $rc gpt_bf16)"
 # cddp sample on the device: the same text as on the CPU from the same checkpoint and seed
 smp() { CDDP_DEVICE_EMULATE=$1 timeout "$(scaled 60)" "$CDDP" sample --ckpt "$T/gpt_emu" --device "$2" -n 40 --seed 3 --prompt "In the"; }
 a=$(smp 0 cpu 2>&1); rc1=$?

@@ -528,12 +528,6 @@ int cddp__train_main(const cddp_train_opts_t *o) {
   t->staged = t->dev != &cddp__ops_cpu;
   if (device.emulated) snprintf(t->device_name, sizeof t->device_name, "the emulated device");
   else snprintf(t->device_name, sizeof t->device_name, "GPU %s", device.physical);
-  if (device.kind == CDDP_DEVICE_CUDA && !device.emulated && t->cfg.precision != CDDP_PRECISION_FP32) {
-    say("train.precision: bf16 does not run on the GPU yet (its bf16 GEMMs and fused attention are not wired into "
-        "the models; docs/gpu.md): use train.precision fp32 or train.device cpu");
-    free(t);
-    return 2;
-  }
   cddp_comm_config_t cc;
   cddp_comm_config_default(&cc);
   if (o->backend) cc.backend = o->backend;
