@@ -9,14 +9,15 @@
 #  3. the trainer on the GPU (train.device cuda): a small GPT's loss after 200 steps against the
 #     CPU's on the same data (tests/gpu/ref/gpt_200_cpu.txt, made by tests/gpu/make_ref.sh):
 #     fp32 within 1%, bf16 within 2%;
-#  4. 2 ranks sharing 1 GPU (the gradients staged through host memory) against 1 rank with 2
-#     accumulation steps: every step's loss within 1e-6 relative;
+#  4. 2 ranks sharing 1 GPU (the gradients to host memory bucket by bucket during backward, on
+#     the comm stream) against 1 rank with 2 accumulation steps: every loss within 1e-6 relative;
 #  5. GPT-2 small's shape (12 layers, d 768, 12 heads, context 1024) trained on the GPU: tokens/s
 #     and MFU, 6N flops per token plus attention's 12 L d T (PaLM's count), over the H100's bf16
 #     dense peak of 989 TFLOP/s (MFU_PEAK), the measured cuBLAS peak beside it; the step runs
 #     the fused attention (its start line says so, or the check fails);
 #  5b. cddp bench allreduce --device cuda: 2 ranks sharing the GPU, the data in device memory
 #     staged through pinned host memory, every element checked, its bus bandwidth;
+#  5c. the same with --backend nccl on the device buffers, one rank per GPU (up to 2 ranks);
 #  6. train.device auto takes the GPU (its INFO line); what is not built yet is named as
 #     FAILED, so the run cannot pass without it.
 # --emulate runs 3.-5. at toy sizes on the emulated device (CDDP_DEVICE_EMULATE=1, the CPU's
@@ -127,7 +128,7 @@ line=$(grep -m1 -o 'train.device auto: .*' "$T/auto.out")
 fig "auto: ${line:-no line} (exit $r)"
 [ $r = 0 ] && grep -q 'train.device auto: cuda' <<<"$line" || bad "train.device auto did not take the GPU: $(last_line auto)"
 
-# 5. GPT-2 small's shape: tokens/s and MFU (bf16; fp32 while bf16 is refused on the GPU)
+# 5. GPT-2 small's shape: tokens/s and MFU, bf16 (the issue's figure) and fp32
 B=${MFU_BATCH:-16} L=12 C=768 Tc=1024
 [ $EMU = 1 ] && B=4 L=1 C=32 Tc=32
 MFU=(--config configs/gpt_kjv.yaml --set model.n_layer=12 --set model.d_model=768 --set model.n_head=12 --set model.context=1024
@@ -156,6 +157,17 @@ CDDP_DEVICE_EMULATE=$EMU timeout 300 "$CDDP" run --nproc-per-node 2 "$CDDP" benc
 bw=$(sed -n 's/^\[rank 0\] # Avg bus bandwidth *: *\([0-9.]*\).*/\1/p' "$T/bar.out")
 fig "allreduce_device: 2 ranks on 1 GPU, $SZ of float32 staged through pinned host memory: ${bw:-?} GB/s bus bandwidth (exit $r)"
 [ $r = 0 ] && grep -q 'Out of bounds values : 0 OK' "$T/bar.out" || bad "allreduce_device: $(tail -2 "$T/bar.out")"
+
+# 5c. all-reduce over NCCL on the device buffers, one rank per GPU (NCCL refuses two on one):
+# on a one-GPU machine a world of one, which checks the path and every element, not a link
+if [ $EMU = 0 ]; then
+  NP=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU'); [ "${NP:-0}" -gt 2 ] && NP=2; [ "${NP:-0}" -lt 1 ] && NP=1
+  timeout 300 "$CDDP" run --nproc-per-node "$NP" "$CDDP" bench allreduce --device cuda --backend nccl -b 64M -n 10 \
+    >"$T/barn.out" 2>&1; r=$?
+  bw=$(sed -n 's/^\(\[rank 0\] \)\{0,1\}# Avg bus bandwidth *: *\([0-9.]*\).*/\2/p' "$T/barn.out" | head -1)
+  fig "allreduce_nccl: $NP rank(s), one GPU each, 64M of float32 on the device buffers: ${bw:-?} GB/s bus bandwidth (exit $r)"
+  [ $r = 0 ] && grep -q 'Out of bounds values : 0 OK' "$T/barn.out" || bad "allreduce_nccl: $(tail -2 "$T/barn.out")"
+fi
 
 # 6. named, not built yet: the run is not whole without them
 if [ $EMU = 0 ]; then

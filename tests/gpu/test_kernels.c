@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "gpu/gpu_main.h"
+#include "trainer/gemm.h"
 #include "trainer/gpt.h"
 
 #define TOL_F32 1e-4
@@ -568,6 +569,66 @@ static void test_async_copy(void) {
   dev->event_destroy(done), dev->release(d), dev->host_release(h);
 }
 
+/* A bucket's gradients to the host on the comm stream: the copy, ordered after the compute
+ * stream's kernel by the mark only, must read what that kernel wrote (64 MiB, doubled:
+ * a copy that did not wait would read undoubled bytes), seen by the host after event_sync. */
+static void test_comm_copy(void) {
+  size_t n = (size_t)16 << 20;
+  float *h = dev->host_alloc(n * sizeof(float)), *back = dev->host_alloc(n * sizeof(float));
+  float *d = dev->alloc(n * sizeof(float)), *d2 = dev->alloc(n * sizeof(float));
+  void *ready = dev->event_create(), *done = dev->event_create();
+  if (!h || !back || !d || !d2 || !ready || !done) {
+    result("comm copy: buffers and events", 0, "out of memory or events");
+    return;
+  }
+  for (size_t i = 0; i < n; i++) h[i] = frand();
+  dev->to_device(d, h, n * sizeof(float));
+  dev->to_device(d2, h, n * sizeof(float));
+  dev->add_into(d, d2, n); /* queued: the compute stream is still busy when the copy is queued */
+  dev->event_record(ready);
+  dev->to_host_async(back, d, n * sizeof(float), ready, done);
+  dev->event_sync(done);
+  size_t wrong = 0;
+  for (size_t i = 0; i < n; i++) wrong += back[i] != 2.0f * h[i];
+  char why[64];
+  snprintf(why, sizeof why, "%zu of %zu elements not the kernel's", wrong, n);
+  result("event_record + to_host_async + event_sync: the comm stream reads the kernel's bytes", wrong == 0, why);
+  dev->event_destroy(ready), dev->event_destroy(done);
+  dev->release(d2), dev->release(d), dev->host_release(back), dev->host_release(h);
+}
+
+/* train.precision bf16: the products round their inputs to bf16 and accumulate in float32 on
+ * either table (the CPU's gemm_bf16.c, cuBLAS's GemmEx on the GPU), so the two agree within
+ * float32's tolerance, and differ from the float32 products (the rounding ran). */
+static void test_precision_bf16(void) {
+  int n = 64, C = 96, V = 200, out = 3 * C;
+  size_t nv = (size_t)n * V, no = (size_t)n * out;
+  float *x = rand_f((size_t)n * C, 1), *w = rand_f((size_t)V * C, 1), *b = rand_f((size_t)out, 1);
+  float *wl = rand_f((size_t)out * C, 1), *dwl = upf(wl, (size_t)out * C);
+  float *dx = upf(x, (size_t)n * C), *dw = upf(w, (size_t)V * C), *db = upf(b, (size_t)out);
+  float *l32 = malloc(nv * 4), *l16 = malloc(nv * 4), *y16 = malloc(no * 4);
+  float *dl = dev->alloc(nv * 4), *dy = dev->alloc(no * 4);
+  cpu->head_forward(l32, x, w, n, C, V);
+  if (cddp__gemm_set_precision(CDDP_PRECISION_BF16) != CDDP_OK) {
+    result("train.precision bf16: set", 0, "cddp__gemm_set_precision failed");
+    return;
+  }
+  cpu->head_forward(l16, x, w, n, C, V);
+  dev->head_forward(dl, dx, dw, n, C, V);
+  same("bf16 precision: head_forward (the tied head's product)", l16, dl, nv, TOL_F32);
+  cpu->linear_xwt(y16, x, wl, b, NULL, n, C, out);
+  dev->linear_xwt(dy, dx, dwl, db, NULL, n, C, out);
+  same("bf16 precision: linear_xwt (bias, then the product added)", y16, dy, no, TOL_F32);
+  cddp__gemm_set_precision(CDDP_PRECISION_FP32);
+  double diff = 0;
+  for (size_t i = 0; i < nv; i++) diff = fmax(diff, fabs((double)l16[i] - l32[i]));
+  char why[64];
+  snprintf(why, sizeof why, "largest difference %.2e", diff);
+  result("bf16 precision: the products differ from float32's (the inputs were rounded)", diff > 1e-4, why);
+  free(x), free(w), free(wl), free(b), free(l32), free(l16), free(y16);
+  dev->release(dwl), dev->release(dx), dev->release(dw), dev->release(db), dev->release(dl), dev->release(dy);
+}
+
 int main(int argc, char **argv) {
   cpu = cddp__ops_for(CDDP_DEVICE_CPU);
   if (argc > 1 && !strcmp(argv[1], "--self")) {
@@ -586,6 +647,8 @@ int main(int argc, char **argv) {
   test_gpt_step();
   test_gpt_model();
   test_async_copy();
+  test_comm_copy();
+  test_precision_bf16();
   printf("1..%d\n# %d passed, %d failed\n", n_test, n_test - n_failed, n_failed);
   return n_failed ? 1 : 0;
 }

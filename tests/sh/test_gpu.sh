@@ -29,8 +29,15 @@ CDDP_BACKEND=nccl "$CDDP" train --config configs/fmnist_mlp.yaml >"$tmp/out" 2>"
 [ $rc = 2 ] && [ "$(wc -l <"$tmp/err")" = 1 ] && grep -q "backend 'nccl' " "$tmp/err" &&
   ok "backend nccl here: exit 2, one line: $(cut -c1-100 "$tmp/err")" || fail "backend nccl refusal" "rc $rc: $(head -c 300 "$tmp/err")"
 "$CDDP" bench allreduce --backend nccl >"$tmp/out" 2>"$tmp/err"; rc=$?
-[ $rc = 2 ] && head -1 "$tmp/err" | grep -q "backend 'nccl' for --backend: cddp bench does not run on GPU buffers yet" &&
-  ok "cddp bench --backend nccl: exit 2, says it does not run on GPU buffers yet" || fail "cddp bench --backend nccl" "rc $rc: $(head -1 "$tmp/err")"
+[ $rc = 2 ] && head -1 "$tmp/err" | grep -q "^cddp bench: --backend nccl runs on GPU buffers: add --device cuda" &&
+  ok "cddp bench --backend nccl without --device cuda: exit 2, says to add it" || fail "cddp bench --backend nccl" "rc $rc: $(head -1 "$tmp/err")"
+# with --device cuda: no GPU here (one line, exit 2), and the emulated device is no GPU for NCCL
+for emu in 0 1; do
+  CDDP_DEVICE_EMULATE=$emu "$CDDP" bench allreduce --device cuda --backend nccl >"$tmp/out" 2>"$tmp/err"; rc=$?
+  [ $rc = 2 ] && [ "$(wc -l <"$tmp/err")" = 1 ] && grep -q "^cddp bench: --.*: no NVIDIA driver\|^cddp bench: --backend nccl needs a GPU: this is the emulated device" "$tmp/err" &&
+    ok "cddp bench --device cuda --backend nccl, CDDP_DEVICE_EMULATE=$emu: exit 2, one line: $(cut -c1-90 "$tmp/err")" ||
+    fail "cddp bench --device cuda --backend nccl (emulate $emu)" "rc $rc: $(head -2 "$tmp/err" | tr '\n' ' ')"
+done
 
 # cddp doctor reports the GPUs through NVML, and plainly when there is no driver
 timeout 60 "$CDDP" run --standalone --nproc-per-node 1 "$CDDP" doctor >"$tmp/doc" 2>&1; rc=$?

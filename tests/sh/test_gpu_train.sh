@@ -33,6 +33,14 @@ on2() {
 losses() { grep -v '"eval"' "$T/$1/metrics.jsonl" | sed -n 's/.*"step":\([0-9]*\).*"loss":\([^,]*\).*/\1 \2/p'; }
 weights() { md5sum <"$T/$1/checkpoints/step-$(printf %09d "$2")/model.safetensors"; }
 same() { [ -n "$(losses "$1")" ] && [ "$(losses "$1")" = "$(losses "$2")" ] && [ "$(weights "$1" "$3")" = "$(weights "$2" "$3")" ]; }
+# worst A B: the largest relative difference of two runs' 8 losses; "mismatch" when the steps
+# differ, a loss is not a number (NaN), or there are not 8
+worst() {
+  paste -d' ' <(losses "$1") <(losses "$2") |
+    awk '$1 != $3 || $4 !~ /^[0-9][0-9.]*(e[-+]?[0-9]+)?$/ { bad = 1 }
+         { d = ($2 - $4) / $2; d = d < 0 ? -d : d; if (d > w) w = d }
+         END { if (bad || NR != 8) print "mismatch"; else printf "%.2e", w }'
+}
 why() { echo "rc $1; $(tail -2 "$T/$2.out" | tr '\n' ' ' | cut -c1-300)"; }
 
 # 1. the MLP, one rank, two accumulation micro-steps (the second added on the device)
@@ -43,11 +51,14 @@ on emu mlp_emu "${MLP[@]}"; rc=$?
   ok "MLP on the emulated device, 1 rank x 2 micro-steps: the CPU's 24 loss lines and weights, bit for bit" ||
   fail "MLP emulated vs cpu" "$(why "$rc1/$rc" mlp_emu)"
 
-# 2. two ranks: the gradients staged through DDP's host buffer; the same bits as one rank
-# with two accumulation steps (the 2-ranks-on-1-GPU check's CPU form)
-on2 emu mlp_emu2 "${MLP[@]}"; rc=$?
-[ $rc = 0 ] && same mlp_emu mlp_emu2 24 &&
-  ok "MLP, 2 ranks on the emulated device: staged all-reduce gives 1 rank x 2 micro-steps' bits" ||
+# 2. two ranks: the gradients cross to DDP's host buffer bucket by bucket during backward
+# (4 buckets of 0.1 MiB, copies on the comm stream after each piece's mark); the same bits as
+# one rank with two accumulation steps (the 2-ranks-on-1-GPU check's CPU form). A copy queued
+# without its mark, or read before its event, is NaN on the emulated device.
+staged_line='gradients copied to host memory bucket by bucket during backward'
+on2 emu mlp_emu2 "${MLP[@]}" --set ddp.bucket_mb=0.1; rc=$?
+[ $rc = 0 ] && same mlp_emu mlp_emu2 24 && grep -q "$staged_line" "$T/mlp_emu2.out" &&
+  ok "MLP, 2 ranks on the emulated device: 4 buckets over the comm stream give 1 rank x 2 micro-steps' bits" ||
   fail "MLP 2 ranks emulated" "$(why $rc mlp_emu2) $(diff <(losses mlp_emu) <(losses mlp_emu2) | head -4 | tr '\n' ' ')"
 
 # 3. the GPT (AdamW, clipping, the tied head; eval's logits copied to the host), with the
@@ -61,13 +72,23 @@ ev() { grep '^eval after' "$T/$1.out"; }
 
 # the device's own attention, fused (model.attention auto): every loss within 1e-5 relative
 on emu gpt_fused "${GPT[@]}"; rc=$?
-worst=$(paste -d' ' <(losses gpt_cpu) <(losses gpt_fused) |
-  awk '$1 != $3 { bad = 1 } { d = ($2 - $4) / $2; d = d < 0 ? -d : d; if (d > w) w = d } END { n = NR; if (bad || n != 8) print "mismatch"; else printf "%.2e", w }')
+worst=$(worst gpt_cpu gpt_fused)
 [ $rc = 0 ] && grep -q 'GPT (fused attention), [0-9]* parameters' "$T/gpt_fused.out" && [ "$worst" != mismatch ] &&
   awk -v w="$worst" 'BEGIN { exit !(w <= 1e-5) }' &&
   ok "GPT with the fused attention on the emulated device: 8 losses within $worst relative of the CPU's" ||
   fail "GPT fused vs cpu" "worst $worst; $(why $rc gpt_fused)"
 
+
+# bf16 on the device (train.precision bf16): the products' inputs rounded to bf16, fp32
+# accumulation and master weights, where the GPU's cuBLAS rounds them; the fused attention in
+# fp32. The loss at step 8 within 2% of fp32's, and not fp32's own numbers (it did round)
+on emu gpt_bf16 "${GPT[@]}" --set train.precision=bf16; rc=$?
+b=$(losses gpt_bf16 | awk '$1 == 8 { print $2 }') f=$(losses gpt_fused | awk '$1 == 8 { print $2 }')
+rel=$(awk -v a="$b" -v b="$f" 'BEGIN { if (a !~ /^[0-9]/ || b + 0 == 0) { print "none"; exit } d = (a - b) / b; printf "%.2e", d < 0 ? -d : d }')
+[ $rc = 0 ] && [ "$rel" != none ] && [ "$(losses gpt_bf16)" != "$(losses gpt_fused)" ] &&
+  awk -v r="$rel" 'BEGIN { exit !(r <= 0.02) }' &&
+  ok "GPT in bf16 on the emulated device: step 8's loss $b, $rel from fp32's $f (at most 2%)" ||
+  fail "GPT bf16 on the device" "rel $rel ($b vs $f); $(why $rc gpt_bf16)"
 # cddp sample on the device: the same text as on the CPU from the same checkpoint and seed
 smp() { CDDP_DEVICE_EMULATE=$1 timeout 60 "$CDDP" sample --ckpt "$T/gpt_emu" --device "$2" -n 40 --seed 3 --prompt "In the"; }
 a=$(smp 0 cpu 2>&1); rc1=$?
@@ -75,6 +96,17 @@ b=$(smp 1 cuda 2>&1); rc=$?
 [ $rc1 = 0 ] && [ $rc = 0 ] && [ ${#a} -gt 40 ] && [ "$a" = "$b" ] &&
   ok "cddp sample --device cuda on the emulated device: the CPU's 40 bytes" || fail "sample on the device" "rc $rc1/$rc: '$a' vs '$b'"
 
+# 3b. the GPT over two ranks, its buckets (0.02 MiB: 8) crossing during backward, against one
+# rank with two micro-steps (gpt_emu: global 32, micro 16): every loss within 1e-6 relative,
+# the issue's 2-ranks-on-1-GPU bound (the GPT's weights differ from 1 x 2 in the last bits,
+# as they did with the whole buffer staged after backward; a copy without its mark is NaN,
+# and a loss that is not a number fails)
+on2 emu gpt_emu2 "${GPT[@]}" --set model.attention=materialised --set ddp.bucket_mb=0.02; rc=$?
+worst=$(worst gpt_emu gpt_emu2)
+[ $rc = 0 ] && grep -q "$staged_line" "$T/gpt_emu2.out" && [ "$worst" != mismatch ] &&
+  awk -v w="$worst" 'BEGIN { exit !(w <= 1e-6) }' &&
+  ok "GPT, 2 ranks on the emulated device, buckets over the comm stream: 8 losses within $worst of 1 rank x 2 micro-steps" ||
+  fail "GPT 2 ranks emulated" "worst $worst; $(why $rc gpt_emu2)"
 # 4. a checkpoint written on the device resumes on the CPU, and one from the CPU on the device:
 # the rest of the run is the uninterrupted run's, bit for bit
 for way in emu:cpu cpu:emu; do

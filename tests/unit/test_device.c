@@ -1,5 +1,6 @@
 /* test_device.c - train.device's choice as a pure function: one GPU per local rank modulo the
  * visible GPUs (ranks may share one), CUDA_VISIBLE_DEVICES' numbering, and the refusals. */
+#include <math.h>
 #include <stdlib.h>
 #include <signal.h>
 #include <string.h>
@@ -188,4 +189,42 @@ TEST(the_cpu_tables_async_copy_is_immediate) {
   c->to_device_async(d, h, sizeof h, done);
   CHECK(d[0] == 5 && d[1] == 6);
   c->event_wait(done), c->event_destroy(done);
+}
+
+/* A bucket's copy to the host on the comm stream gives the bytes as of its compute mark only
+ * when it was queued right after the mark, and shows them only at event_sync: a missing or
+ * early mark, or a host read before the sync, gives NaN, and the trainer's bits fail. */
+TEST(the_emulated_comm_copy_needs_its_mark_and_its_sync) {
+  const cddp_ops_t *e = &cddp__ops_emu;
+  float *d = e->alloc(4 * sizeof(float)), h[4] = {1, 2, 3, 4}, back[4] = {0};
+  void *ready = e->event_create(), *done = e->event_create();
+  CHECK(d != NULL && ready != NULL && done != NULL);
+  e->to_device(d, h, sizeof h);
+  e->event_record(ready);
+  e->to_host_async(back, d, sizeof back, ready, done);
+  CHECK(isnan(back[0])); /* the host has not waited yet */
+  e->event_sync(done);
+  CHECK(back[0] == 1 && back[3] == 4);
+  e->event_record(ready);
+  e->fill_zero(d, sizeof h); /* work queued after the mark: the copy may race it */
+  e->to_host_async(back, d, sizeof back, ready, done);
+  e->event_sync(done);
+  CHECK(isnan(back[0]) && isnan(back[3]));
+  e->to_host_async(back, d, sizeof back, NULL, done); /* no mark at all */
+  e->sync(); /* a sync waits for the comm stream too */
+  CHECK(isnan(back[1]));
+  e->event_destroy(ready), e->event_destroy(done);
+  e->release(d);
+}
+
+/* The CPU table's comm copy is done when it returns (one stream). */
+TEST(the_cpu_tables_comm_copy_is_immediate) {
+  const cddp_ops_t *c = &cddp__ops_cpu;
+  float d[2] = {7, 8}, h[2] = {0};
+  void *ev = c->event_create();
+  CHECK(ev != NULL);
+  c->event_record(ev);
+  c->to_host_async(h, d, sizeof h, ev, ev);
+  CHECK(h[0] == 7 && h[1] == 8);
+  c->event_sync(ev), c->event_destroy(ev);
 }

@@ -33,11 +33,13 @@ static void usage(FILE *f) {
           "  -z, --blocking 0|1     0: start all iterations, then wait for them (default 1)\n"
           "      --zero-copy        buffers from cddp_comm_mem_alloc (shared with the host's peers)\n"
           "      --thp              ordinary buffers on transparent huge pages (2 MiB-aligned, MADV_HUGEPAGE)\n"
-          "      --backend B        native or mpi (default: CDDP_BACKEND; mpi: under mpirun)\n"
+          "      --backend B        native, mpi (under mpirun) or nccl (with --device cuda: the all-reduce\n"
+          "                         on the GPU buffers, one GPU per rank) (default: CDDP_BACKEND)\n"
           "      --transport T      auto, shm, tcp or hier (default: CDDP_TRANSPORT)\n"
           "      --algo A           auto, ring or direct (default: CDDP_ALGO)\n"
           "      --device D         cpu or cuda: cuda keeps the data in GPU memory, staged through pinned\n"
-          "                         host memory around each all-reduce (allreduce, blocking only)\n"
+          "                         host memory around each all-reduce (with --backend nccl: reduced on\n"
+          "                         the GPU, no staging) (allreduce, blocking only)\n"
           "Rank, world and store come from the environment: run it under `cddp run`, torchrun-style\n"
           "variables, an srun step or mpirun. Rank 0 prints one line per size; the exit status is 1 if\n"
           "any element was wrong.\n");
@@ -203,10 +205,8 @@ int cddp__bench_parse(int argc, char **argv, bench_opts_t *o) {
         o->transport = optarg;
         break;
       case OPT_BACKEND:
-        if (!strcmp(optarg, "nccl")) /* its buffers would have to be on the GPU: not yet */
-          return bad("backend 'nccl' for %s: cddp bench does not run on GPU buffers yet (docs/gpu.md)", flag);
-        if (strcmp(optarg, "native") && strcmp(optarg, "mpi"))
-          return bad("bad backend '%s' for %s (native or mpi)", optarg, flag);
+        if (strcmp(optarg, "native") && strcmp(optarg, "mpi") && strcmp(optarg, "nccl"))
+          return bad("bad backend '%s' for %s (native, mpi, or nccl with --device cuda)", optarg, flag);
         o->backend = optarg;
         break;
       case OPT_DEVICE:
@@ -234,6 +234,8 @@ int cddp__bench_parse(int argc, char **argv, bench_opts_t *o) {
   if (!have_e && o->maxbytes < o->minbytes) o->maxbytes = o->minbytes;
   if (o->maxbytes < o->minbytes) return bad("-e %zu is below -b %zu", o->maxbytes, o->minbytes);
   if (o->thp && o->zero_copy) return bad("--thp and --zero-copy exclude each other (one kind of buffer)");
+  if (o->backend && !strcmp(o->backend, "nccl") && !o->device) /* NCCL's buffers are the GPU's */
+    return bad("--backend nccl runs on GPU buffers: add --device cuda (allreduce, blocking)");
   if (o->device && (o->coll != BENCH_ALLREDUCE || !o->blocking || o->thp || o->zero_copy))
     return bad("--device cuda runs allreduce only, blocking, on its own pinned staging (no --thp, --zero-copy)");
   if (o->check && o->coll != BENCH_ALLREDUCE && o->coll != BENCH_REDUCE_SCATTER && o->op != CDDP_SUM)

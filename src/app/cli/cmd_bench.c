@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <unistd.h>
 
 #include "cddp/comm.h"
@@ -28,6 +29,8 @@ typedef struct bench {
   void *a, *b; /* a: the in-place / send buffer; b: the receive buffer of allgather, reduce_scatter */
   const cddp_ops_t *dev; /* --device cuda: a is pinned staging, dev_a the data in device memory */
   void *dev_a;
+  int nccl; /* --backend nccl: the all-reduce runs on dev_a itself, and the bench's own small
+               collectives go through device copies */
   cddp_request_t **reqs;
   int broken; /* a collective failed: abort the communicator, skip the polite exit */
 } bench_t;
@@ -53,11 +56,29 @@ static const char *algo_name(int a) {
 /* --device cuda: the data lives on the GPU; each all-reduce is staged through pinned host
  * memory (down, reduce, up), the path of several ranks sharing one GPU (docs/gpu.md). */
 static cddp_result_t staged_allreduce(bench_t *B, size_t n) {
+  if (B->nccl) return cddp_allreduce(B->comm, B->dev_a, B->dev_a, n, B->o.dt, B->o.op); /* no staging */
   size_t bytes = n * B->esz;
   B->dev->to_host(B->a, B->dev_a, bytes);
   CDDP_CHECK(cddp_allreduce(B->comm, B->a, B->a, n, B->o.dt, B->o.op));
   B->dev->to_device(B->dev_a, B->a, bytes);
   return CDDP_OK;
+}
+
+/* The bench's own small collectives on host memory (the header's host exchange, the slowest
+ * time, the wrong counts): an all-gather, or an all-reduce by op; under nccl, whose buffers
+ * are the GPU's, through a device copy. */
+static cddp_result_t host_coll(bench_t *B, int gather, const void *send, void *recv, size_t n, cddp_dtype_t dt,
+                               cddp_redop_t op) {
+  if (!B->nccl)
+    return gather ? cddp_allgather(B->comm, send, recv, n, dt) : cddp_allreduce(B->comm, send, recv, n, dt, op);
+  size_t in = n * cddp_dtype_size(dt), out = gather ? in * (size_t)B->world : in;
+  char *d = B->dev->alloc(in + out);
+  if (!d) return cddp__fail(CDDP_SYSTEM, "out of GPU memory for %zu bytes", in + out);
+  B->dev->to_device(d, send, in);
+  cddp_result_t r = gather ? cddp_allgather(B->comm, d, d + in, n, dt) : cddp_allreduce(B->comm, d, d + in, n, dt, op);
+  if (r == CDDP_OK) B->dev->to_host(recv, d + in, out);
+  B->dev->release(d);
+  return r;
 }
 
 /* Starts (req != NULL) or runs one collective; n is the element count the call takes
@@ -193,7 +214,8 @@ static void print_header(bench_t *B, const rank_id_t *ids) {
   printf("# cddp bench %s: %d ranks on %d host%s (%s), transport %s, algo %s, %s buffers, %s, %s\n",
          cddp__bench_coll_name(o->coll), B->world, nhosts, nhosts == 1 ? "" : "s", hosts,
          cddp_comm_transport(B->comm), o->algo >= 0 ? algo_name(o->algo) : cddp__knob_str(CDDP_KNOB_ALGO),
-         B->dev          ? "GPU memory, staged through pinned host memory"
+         B->nccl         ? "GPU memory (nccl, on the device buffers)"
+         : B->dev        ? "GPU memory, staged through pinned host memory"
          : o->zero_copy  ? "zero-copy (cddp_comm_mem_alloc)"
          : o->thp        ? "ordinary (transparent huge pages)"
                          : "ordinary",
@@ -242,12 +264,12 @@ static int run_rows(bench_t *B) {
       uint64_t t0 = cddp__now_ns();
       if (iterate(B, n, o->iters) != CDDP_OK) return fail_line(B, cddp__bench_coll_name(o->coll), bytes);
       double t = (double)(cddp__now_ns() - t0) / 1e3 / (double)o->iters, tmax = 0;
-      if (cddp_allreduce(B->comm, &t, &tmax, 1, CDDP_F64, CDDP_MAX) != CDDP_OK)
+      if (host_coll(B, 0, &t, &tmax, 1, CDDP_F64, CDDP_MAX) != CDDP_OK)
         return fail_line(B, "timing allreduce", bytes);
       size_t mine = 0;
       if (o->check && check(B, n, &mine) != CDDP_OK) return fail_line(B, "checked run", bytes);
       int64_t w = (int64_t)mine, wsum = 0;
-      if (cddp_allreduce(B->comm, &w, &wsum, 1, CDDP_I64, CDDP_SUM) != CDDP_OK)
+      if (host_coll(B, 0, &w, &wsum, 1, CDDP_I64, CDDP_SUM) != CDDP_OK)
         return fail_line(B, "#wrong allreduce", bytes);
       wrong_total += wsum;
       double algbw = (double)bytes / tmax / 1e3, busbw = algbw * bus_factor(o->coll, B->world);
@@ -307,6 +329,12 @@ int cddp__cmd_bench(int argc, char **argv) {
       return 2;
     }
     B.dev = cddp__device_ops(&dc);
+    const char *be = o->backend ? o->backend : getenv("CDDP_BACKEND");
+    B.nccl = be && !strcasecmp(be, "nccl");
+    if (B.nccl && dc.emulated) { /* NCCL needs the real GPU; its staging is what the native path tests */
+      fprintf(stderr, "cddp bench: --backend nccl needs a GPU: this is the emulated device (use --backend native)\n");
+      return 2;
+    }
   }
   cddp_world_t *W;
   if (cddp_world_join(&W, &cfg) != CDDP_OK) {
@@ -323,7 +351,7 @@ int cddp__cmd_bench(int argc, char **argv) {
 
   rank_id_t me = {.pid = (int32_t)getpid()}, *ids = calloc((size_t)B.world, sizeof *ids);
   gethostname(me.host, sizeof me.host - 1);
-  if (!ids || cddp_allgather(B.comm, &me, ids, sizeof me / 4, CDDP_I32) != CDDP_OK) {
+  if (!ids || host_coll(&B, 1, &me, ids, sizeof me / 4, CDDP_I32, CDDP_SUM) != CDDP_OK) {
     fail_line(&B, "host exchange", sizeof me);
     goto out;
   }

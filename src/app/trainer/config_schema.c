@@ -57,7 +57,7 @@ const cddp__cfg_key_t cddp__cfg_keys[] = {
     {"train.max_steps", CDDP__CFG_INT64, F(max_steps), 0, "0", 0, BIG, 0, NULL,
      "optimizer steps to train; 0 = train.epochs decide"},
     {"train.precision", CDDP__CFG_ENUM, F(precision), 0, "fp32", NONE, 0, "fp32|bf16",
-     "matrix products: fp32, or bf16 inputs with fp32 accumulation (needs AVX512-BF16; weights, gradients and optimizer state stay fp32)"},
+     "matrix products: fp32, or bf16 inputs with fp32 accumulation (on the CPU any x86-64; on a device bf16 cuBLAS products; weights, gradients and optimizer state stay fp32)"},
     /* the GPU issue's key (trainer/device.h; docs/gpu.md) */
     {"train.device", CDDP__CFG_ENUM, F(device), 0, "auto", NONE, 0, "cpu|cuda|auto",
      "where the model runs: cpu, cuda (one GPU per local rank, several ranks may share one; refused without one) or auto (cuda when a GPU is visible, else cpu; docs/gpu.md)"},

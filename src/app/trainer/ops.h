@@ -52,6 +52,17 @@ typedef struct cddp_ops {
   void (*event_destroy)(void *event);
   void (*to_device_async)(void *dst, const void *host_src, size_t bytes, void *done);
   void (*event_wait)(void *event);
+  /* ---- gradients to the host on the comm stream, bucket by bucket (DDP over the native
+   * transports). event_record marks the compute stream's work so far; to_host_async makes the
+   * comm stream wait for `ready` (a mark recorded just before: the comm stream waits for
+   * nothing later than the bucket needs), queues a device->host copy there and records
+   * `done`; event_sync makes the host wait for `done` before it reads host_dst. The emulated
+   * device takes the copy's bytes as of `ready` only when no compute work was queued between
+   * the mark and the copy (else, as when `ready` is NULL, they are NaN: the copy may have run
+   * before that work), and shows them to the host only at event_sync. */
+  void (*event_record)(void *event);
+  void (*to_host_async)(void *host_dst, const void *src, size_t bytes, void *ready, void *done);
+  void (*event_sync)(void *event);
 
   /* ---- GEMM, row-major: C[m,n] = alpha op(A) op(B) + beta C, op(A) [m,k], op(B) [k,n];
    * ta / tb: A / B is stored transposed. Leading dimensions are the stored rows' lengths. */

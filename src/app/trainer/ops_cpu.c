@@ -39,6 +39,12 @@ static void cpu_copy_async(void *dst, const void *src, size_t bytes, void *done)
   memcpy(dst, src, bytes);
 }
 static void cpu_event_wait(void *e) { (void)e; }
+static void cpu_event_record(void *e) { (void)e; }
+static void cpu_to_host_async(void *dst, const void *src, size_t bytes, void *ready, void *done) {
+  (void)ready, (void)done;
+  memcpy(dst, src, bytes);
+}
+static void cpu_event_sync(void *e) { (void)e; }
 static void cpu_fill_zero(void *p, size_t bytes) { memset(p, 0, bytes); }
 
 static void cpu_bias_rows(float *y, const float *b, const float *res, int n, int c) {
@@ -105,6 +111,9 @@ const cddp_ops_t cddp__ops_cpu = {
     .event_destroy = cpu_event_destroy,
     .to_device_async = cpu_copy_async,
     .event_wait = cpu_event_wait,
+    .event_record = cpu_event_record,
+    .to_host_async = cpu_to_host_async,
+    .event_sync = cpu_event_sync,
     .gemm = cpu_gemm,
     .gemm_bf16 = cpu_gemm_bf16,
     .linear_forward = cddp__linear_forward,

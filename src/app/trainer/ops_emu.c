@@ -9,14 +9,22 @@
  * machines without a GPU. Host memory (host_alloc) is untagged. */
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "trainer/ops.h"
 
 #define TAG ((uintptr_t)1 << 62)
 #define CPU cddp__ops_cpu
 
+/* Calls queued on the compute stream so far, each counted where it untags a pointer: what an
+ * event_record marks, so a comm-stream copy can tell whether work came after its mark. */
+static uint64_t emu_work;
+static inline void *untag(const void *p) {
+  emu_work++;
+  return (void *)((uintptr_t)p - TAG);
+}
 /* the real address of a tagged pointer; NULL stays NULL */
-#define R(p) ((p) ? (__typeof__(p))(void *)((uintptr_t)(p) - TAG) : (p))
+#define R(p) ((p) ? (__typeof__(p))untag(p) : (p))
 
 static void *emu_alloc(size_t bytes) {
   void *p = CPU.alloc(bytes);
@@ -33,6 +41,10 @@ static void emu_to_host(void *dst, const void *src, size_t bytes) { CPU.to_host(
 #define EMU_COPIES 4
 typedef struct emu_event {
   struct emu_event *next;
+  uint64_t mark; /* event_record: emu_work then */
+  void *held;    /* to_host_async: the bytes the host sees at event_sync */
+  void *held_dst;
+  size_t held_bytes;
   int n;
   struct {
     void *dst;
@@ -55,6 +67,7 @@ static void emu_event_destroy(void *p) {
   for (emu_event_t **e = &emu_events; *e; e = &(*e)->next)
     if (*e == p) {
       *e = (*e)->next;
+      free(((emu_event_t *)p)->held);
       free(p);
       return;
     }
@@ -66,8 +79,31 @@ static void emu_to_device_async(void *dst, const void *src, size_t bytes, void *
   e->n++;
 }
 static void emu_event_wait(void *e) { emu_flush(e); }
+/* The comm stream's copy: the bytes as of `ready` when no compute work came after the mark
+ * (the emulator ran it all at once, so it cannot give older bytes), else NaN, what a copy
+ * racing that work may read. The host sees them only at event_sync: until then dst is NaN. */
+static void emu_event_record(void *p) { ((emu_event_t *)p)->mark = emu_work; }
+static void emu_event_sync(void *p) {
+  emu_event_t *e = p;
+  if (!e->held) return;
+  memcpy(e->held_dst, e->held, e->held_bytes);
+  free(e->held);
+  e->held = NULL;
+}
+static void emu_to_host_async(void *dst, const void *src, size_t bytes, void *ready, void *done) {
+  emu_event_t *r = ready, *e = done;
+  emu_event_sync(e); /* a real stream ran the last copy of this event first */
+  void *held = malloc(bytes ? bytes : 1);
+  if (!held) abort(); /* a test's device: out of memory is not a case to emulate */
+  if (r && r->mark == emu_work)
+    memcpy(held, (const char *)src - TAG, bytes);
+  else
+    memset(held, 0xff, bytes); /* NaN floats */
+  memset(dst, 0xff, bytes);
+  e->held = held, e->held_dst = dst, e->held_bytes = bytes;
+}
 static void emu_sync(void) {
-  for (emu_event_t *e = emu_events; e; e = e->next) emu_flush(e);
+  for (emu_event_t *e = emu_events; e; e = e->next) emu_flush(e), emu_event_sync(e);
 }
 static void *emu_host_alloc(size_t bytes) { return CPU.host_alloc(bytes); }
 static void emu_host_release(void *p) { CPU.host_release(p); }
@@ -192,6 +228,9 @@ const cddp_ops_t cddp__ops_emu = {
     .event_destroy = emu_event_destroy,
     .to_device_async = emu_to_device_async,
     .event_wait = emu_event_wait,
+    .event_record = emu_event_record,
+    .to_host_async = emu_to_host_async,
+    .event_sync = emu_event_sync,
     .gemm = emu_gemm,
     .gemm_bf16 = emu_gemm_bf16,
     .linear_forward = emu_linear_forward,

@@ -288,6 +288,7 @@ cddp_result_t cddp__train_alloc_scratch(trainer_t *t) {
 }
 
 void cddp__train_destroy_ddp(trainer_t *t) {
+  cddp__grad_stage_destroy(&t->stage);
   if (t->staged && t->ddp && t->world > 1) t->dev->host_unregister(t->grads);
   cddp_ddp_destroy(t->ddp);
   t->ddp = NULL, t->grads = NULL;
@@ -321,8 +322,11 @@ cddp_result_t cddp__train_make_ddp(trainer_t *t) {
   if (t->staged && t->world > 1 && t->dev->host_register(t->grads, t->n_params * sizeof(float)) != 0)
     CDDP_INFO(CDDP_SUB_TRAIN, "DDP's gradient buffer could not be pinned: its copies to and from the %s device are "
               "pageable", t->dev->name);
-  /* staged: the gradients reach the host after backward, so the buckets start after it */
-  t->overlap = t->staged ? 0 : cddp__train_overlap(t, cddp__train_blas_threads(t)); /* this world's transport */
+  /* staged: uncompressed, the buckets cross to the host during backward (grad_stage.c); a
+   * compression's whole-buffer work starts after it */
+  if (t->staged && t->world > 1 && t->cfg.compress == CDDP_COMPRESS_NONE)
+    CDDP_CHECK(cddp__grad_stage_init(&t->stage, t->dev, t->ddp, t->flat.grads, t->grads, t->n_params));
+  t->overlap = t->staged ? t->stage.dev != NULL : cddp__train_overlap(t, cddp__train_blas_threads(t)); /* this world's transport */
   cddp_ddp_set_overlap(t->ddp, t->overlap);
   if (!t->staged) cddp__overlap_trial_start(t); /* auto over shm: the first steps time both ways */
   if (t->cfg.compress == CDDP_COMPRESS_POWERSGD) return set_powersgd(t);

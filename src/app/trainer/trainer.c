@@ -60,6 +60,13 @@ static cddp_result_t log_samples(trainer_t *t, const uint32_t *idx, int n) {
   return cddp__fail_errno(CDDP_SYSTEM, "cannot write %s/samples/rank%d.txt (debug.sample_log)", t->run_dir, t->rank);
 }
 
+/* The backward hook that hands DDP its buckets: through the comm stream's copies on a device
+ * (grad_stage.c), else DDP's own. */
+static void (*ddp_hook(const trainer_t *t))(void *, size_t) {
+  return t->stage.dev ? cddp__grad_stage_ready : cddp_ddp_grad_ready;
+}
+static void *ddp_hook_ctx(trainer_t *t) { return t->stage.dev ? (void *)&t->stage : (void *)t->ddp; }
+
 /* Accumulation adds each later micro-step's gradient, written to scratch, into grads as
  * backward finishes it: grads = g0 + g1 + ... rounded exactly as the all-reduce of the same
  * micro-batches on more ranks would round them, so 1 rank and 2 ranks train the same bits. */
@@ -73,7 +80,7 @@ static void add_ready(void *ctx, size_t offset) {
     for (size_t i = offset; i < t->added_to; i++) g[i] += s[i];
   }
   t->added_to = offset;
-  if (t->ddp_after_add) cddp_ddp_grad_ready(t->ddp, offset);
+  if (t->ddp_after_add) ddp_hook(t)(ddp_hook_ctx(t), offset);
 }
 
 /* The key of micro-step j's batch of the current global batch (+ ahead samples consumed). */
@@ -137,25 +144,28 @@ static cddp_result_t train_step(trainer_t *t, cddp_step_record_t *rec, int *stop
     /* ZeRO-1 reduce-scatters the whole buffer after backward: no buckets */
     int buckets = last && !t->zero1.on;
     if (buckets) cddp_ddp_begin(t->ddp);
-    /* staged: the buckets start once the gradients are copied to the host, after backward */
-    int hooks = buckets && !t->staged;
+    if (buckets && t->stage.dev) cddp__grad_stage_begin(&t->stage);
+    /* staged and compressed: the buckets start once the gradients are on the host, after backward */
+    int hooks = buckets && (!t->staged || t->stage.dev);
     /* micro-steps after the first write their own gradient and add it (see add_ready) */
     t->task->ops->bind(t->task, cddp__train_model_params(t), j == 0 ? cddp__train_model_grads(t) : t->scratch);
     stats[0] += t->task->ops->forward(t->task, slot, n);
     if (j == 0) {
-      t->task->ops->backward(t->task, scale, 0, hooks ? cddp_ddp_grad_ready : NULL, t->ddp);
+      t->task->ops->backward(t->task, scale, 0, hooks ? ddp_hook(t) : NULL, ddp_hook_ctx(t));
     } else {
       t->added_to = t->n_params;
       t->ddp_after_add = hooks;
       t->task->ops->backward(t->task, scale, 0, add_ready, t);
     }
   }
-  /* staged: a world of one has nothing to combine (unless compression rounds the gradients) */
-  int staging = t->staged && (t->world > 1 || t->cfg.compress != CDDP_COMPRESS_NONE);
+  /* staged, whole: a world of one has nothing to combine (unless compression rounds the
+   * gradients); uncompressed in a larger world the buckets crossed during backward */
+  int staging = t->staged && !t->stage.dev && (t->world > 1 || t->cfg.compress != CDDP_COMPRESS_NONE);
   if (staging) t->dev->to_host(t->grads, t->flat.grads, t->n_params * sizeof(float));
   if (t->cfg.slow_rank == t->rank && t->cfg.slow_ms > 0) usleep((useconds_t)t->cfg.slow_ms * 1000u); /* a test's straggler */
   uint64_t tc = cddp__now_ns();
-  if (!t->zero1.on) CDDP_CHECK(cddp_ddp_finish(t->ddp));
+  if (t->stage.dev) CDDP_CHECK(cddp__grad_stage_finish(&t->stage));
+  else if (!t->zero1.on) CDDP_CHECK(cddp_ddp_finish(t->ddp));
   if (staging) t->dev->to_device(t->flat.grads, t->grads, t->n_params * sizeof(float));
   CDDP_CHECK(cddp_allreduce(cddp_world_comm(t->w), stats, stats, 3, CDDP_F64, CDDP_SUM));
   comm_ns = cddp__now_ns() - tc;
@@ -325,7 +335,9 @@ static cddp_result_t setup(trainer_t *t) {
             when_reduced(t), compressed(t, squeezed, sizeof squeezed), t->run_dir);
   if (t->rank == 0 && t->staged && !cddp_world_env(t->w)->replacement)
     fprintf(stderr, "cddp train: the model trains on %s: its state there, batches copied in%s\n", t->device_name,
-            t->world > 1 ? ", gradients all-reduced through host memory after backward" : "");
+            t->world == 1     ? ""
+            : t->stage.dev    ? ", gradients copied to host memory bucket by bucket during backward (comm stream) and all-reduced there"
+                              : ", gradients all-reduced through host memory after backward");
   if (replacement) return cddp__train_join_as_replacement(t);
   if (lost) {
     CDDP_INFO(CDDP_SUB_TRAIN, "a peer was lost while the job started (%s): recovering", cddp_last_error());
@@ -516,12 +528,6 @@ int cddp__train_main(const cddp_train_opts_t *o) {
   t->staged = t->dev != &cddp__ops_cpu;
   if (device.emulated) snprintf(t->device_name, sizeof t->device_name, "the emulated device");
   else snprintf(t->device_name, sizeof t->device_name, "GPU %s", device.physical);
-  if (device.kind == CDDP_DEVICE_CUDA && !device.emulated && t->cfg.precision != CDDP_PRECISION_FP32) {
-    say("train.precision: bf16 does not run on the GPU yet (its bf16 GEMMs and fused attention are not wired into "
-        "the models; docs/gpu.md): use train.precision fp32 or train.device cpu");
-    free(t);
-    return 2;
-  }
   cddp_comm_config_t cc;
   cddp_comm_config_default(&cc);
   if (o->backend) cc.backend = o->backend;

@@ -10,6 +10,7 @@
 #include "trainer/config.h"
 #include "trainer/data.h"
 #include "trainer/flat.h"
+#include "trainer/grad_stage.h"
 #include "trainer/metrics.h"
 #include "trainer/ranks.h"
 #include "trainer/model.h"
@@ -54,6 +55,7 @@ typedef struct trainer {
   cddp__overlap_trial_t overlap_trial; /* ddp.overlap auto over shm: timing both ways */
   size_t n_params;
   cddp_ddp_t *ddp;
+  cddp__grad_stage_t stage; /* staged, world > 1, uncompressed: the buckets cross during backward */
   cddp__zero1_t zero1; /* ddp.shard_optimizer: this rank's shard of the optimizer state */
   cddp_optim_t opt;
   cddp_sched_spec_t sched;

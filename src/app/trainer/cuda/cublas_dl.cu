@@ -9,6 +9,9 @@
 
 #include "trainer/cuda/cuda_ops.h"
 #include "trainer/cuda/cuda_util.h"
+extern "C" {
+#include "trainer/gemm.h"
+}
 
 #ifndef CDDP_CUDA_LIBDIR
 #define CDDP_CUDA_LIBDIR "/usr/local/cuda/lib64"
@@ -22,6 +25,10 @@ static struct {
   cublasStatus_t (*gemm_ex)(cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int, int, const void *,
                             const void *, cudaDataType, int, const void *, cudaDataType, int, const void *, void *,
                             cudaDataType, int, cublasComputeType_t, cublasGemmAlgo_t); // overloaded in C++
+  cublasStatus_t (*gemm_batched_ex)(cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int, int,
+                                    const void *, const void *, cudaDataType, int, long long, const void *,
+                                    cudaDataType, int, long long, const void *, void *, cudaDataType, int, long long,
+                                    int, cublasComputeType_t, cublasGemmAlgo_t); // overloaded in C++
   decltype(&cublasGetStatusString) status_string;
   cublasHandle_t handle;
   char error[256];
@@ -46,6 +53,7 @@ static void load(void) {
   SYM(sgemm, "cublasSgemm_v2");
   SYM(sgemm_batched, "cublasSgemmStridedBatched");
   SYM(gemm_ex, "cublasGemmEx");
+  SYM(gemm_batched_ex, "cublasGemmStridedBatchedEx");
   SYM(status_string, "cublasGetStatusString");
 #undef SYM
   cublasStatus_t s = cb.create(&cb.handle);
@@ -80,10 +88,36 @@ static void check(cublasStatus_t s, const char *what) {
 
 static cublasOperation_t op(int t) { return t ? CUBLAS_OP_T : CUBLAS_OP_N; }
 
+// train.precision bf16 (cddp__gemm_precision, as on the CPU): each product's float32 operands
+// are rounded to bf16 into this scratch (round to nearest even, as the CPU's bf16 product
+// rounds them) and multiplied by cuBLAS with float32 accumulation; C, the weights and the
+// optimizer stay float32. One stream: the next product reuses the scratch after this one.
+static uint16_t *bf16_scratch;
+static size_t bf16_cap;
+static uint16_t *bf16_operands(const float *A, size_t na, const float *B, size_t nb) {
+  if (na + nb > bf16_cap) {
+    if (bf16_scratch) CUDA_CHECK(cudaFree(bf16_scratch)); // waits for the products using it
+    bf16_cap = (na + nb) + (na + nb) / 4;
+    CUDA_CHECK(cudaMalloc((void **)&bf16_scratch, bf16_cap * sizeof(uint16_t)));
+  }
+  cu_to_bf16(bf16_scratch, A, na);
+  cu_to_bf16(bf16_scratch + na, B, nb);
+  return bf16_scratch;
+}
+static int bf16_mode(void) { return cddp__gemm_precision() == CDDP_PRECISION_BF16; }
+
 void cddp__cublas_gemm_ld(int ta, int tb, int m, int n, int k, float alpha, const float *A, int lda, const float *B,
                           int ldb, float beta, float *C, int ldc) {
   cublasHandle_t h = handle();
-  check(cb.sgemm(h, op(tb), op(ta), n, m, k, &alpha, B, ldb, A, lda, &beta, C, ldc), "sgemm");
+  if (!bf16_mode()) {
+    check(cb.sgemm(h, op(tb), op(ta), n, m, k, &alpha, B, ldb, A, lda, &beta, C, ldc), "sgemm");
+    return;
+  }
+  size_t na = (size_t)(ta ? k : m) * lda, nb = (size_t)(tb ? n : k) * ldb; // the stored rows
+  uint16_t *a = bf16_operands(A, na, B, nb), *b = a + na;
+  check(cb.gemm_ex(h, op(tb), op(ta), n, m, k, &alpha, b, CUDA_R_16BF, ldb, a, CUDA_R_16BF, lda, &beta, C,
+                   CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+        "GemmEx (train.precision bf16)");
 }
 
 void cddp__cublas_gemm(int ta, int tb, int m, int n, int k, float alpha, const float *A, const float *B,
@@ -102,7 +136,15 @@ void cddp__cublas_gemm_bf16(int ta, int tb, int m, int n, int k, float alpha, co
 void cddp__cublas_gemm_batched(int ta, int tb, int m, int n, int k, float alpha, const float *A, long long sA,
                                const float *B, long long sB, float beta, float *C, long long sC, int batch) {
   cublasHandle_t h = handle();
-  check(cb.sgemm_batched(h, op(tb), op(ta), n, m, k, &alpha, B, tb ? k : n, sB, A, ta ? m : k, sA, &beta, C, n,
-                         sC, batch),
-        "SgemmStridedBatched");
+  if (!bf16_mode()) {
+    check(cb.sgemm_batched(h, op(tb), op(ta), n, m, k, &alpha, B, tb ? k : n, sB, A, ta ? m : k, sA, &beta, C, n,
+                           sC, batch),
+          "SgemmStridedBatched");
+    return;
+  }
+  size_t na = (size_t)(batch - 1) * sA + (size_t)m * k, nb = (size_t)(batch - 1) * sB + (size_t)k * n;
+  uint16_t *a = bf16_operands(A, na, B, nb), *b = a + na;
+  check(cb.gemm_batched_ex(h, op(tb), op(ta), n, m, k, &alpha, b, CUDA_R_16BF, tb ? k : n, sB, a, CUDA_R_16BF,
+                           ta ? m : k, sA, &beta, C, CUDA_R_32F, n, sC, batch, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+        "GemmStridedBatchedEx (train.precision bf16)");
 }

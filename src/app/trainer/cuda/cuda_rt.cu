@@ -24,12 +24,13 @@ void cddp__cuda_probe(cddp_cuda_probe_t *p) {
   snprintf(p->text, sizeof p->text, "%s", cudaGetErrorString(e));
 }
 
-static cudaStream_t g_stream, g_copy; // the device work; the batches' host->device copies
+static cudaStream_t g_stream, g_copy, g_comm; // the device work; the batches' copies; the gradients'
 
 int cddp__cuda_bind(int ordinal, char *err, size_t cap) {
   cudaError_t e = cudaSetDevice(ordinal);
   if (e == cudaSuccess && !g_stream) e = cudaStreamCreateWithFlags(&g_stream, cudaStreamNonBlocking);
   if (e == cudaSuccess && !g_copy) e = cudaStreamCreateWithFlags(&g_copy, cudaStreamNonBlocking);
+  if (e == cudaSuccess && !g_comm) e = cudaStreamCreateWithFlags(&g_comm, cudaStreamNonBlocking);
   if (e != cudaSuccess) {
     snprintf(err, cap, "CUDA device %d: %s", ordinal, cudaGetErrorString(e));
     return -1;
@@ -39,6 +40,7 @@ int cddp__cuda_bind(int ordinal, char *err, size_t cap) {
 
 cudaStream_t cddp__cuda_stream(void) { return g_stream; }
 cudaStream_t cddp__cuda_copy_stream(void) { return g_copy; }
+cudaStream_t cddp__cuda_comm_stream(void) { return g_comm; }
 
 void cddp__cuda_check(cudaError_t e, const char *what, const char *file, int line) {
   if (e == cudaSuccess) return;

@@ -11,6 +11,8 @@
 cudaStream_t cddp__cuda_stream(void);
 // The stream the batches' host->device copies run on, beside the device work (ops.h).
 cudaStream_t cddp__cuda_copy_stream(void);
+// The stream the gradients' buckets cross to the host on, each after its compute mark (ops.h).
+cudaStream_t cddp__cuda_comm_stream(void);
 // A failed CUDA call is a bug or a lost device: say where and abort (the launcher names the rank).
 void cddp__cuda_check(cudaError_t e, const char *what, const char *file, int line);
 #define CUDA_CHECK(call) cddp__cuda_check((call), #call, __FILE__, __LINE__)

@@ -34,6 +34,7 @@ static void cu_to_host(void *dst, const void *src, size_t bytes) {
 static void cu_fill_zero(void *p, size_t bytes) { CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, cddp__cuda_stream())); }
 static void cu_sync(void) {
   CUDA_CHECK(cudaStreamSynchronize(cddp__cuda_copy_stream()));
+  CUDA_CHECK(cudaStreamSynchronize(cddp__cuda_comm_stream()));
   CUDA_CHECK(cudaStreamSynchronize(cddp__cuda_stream()));
 }
 
@@ -54,6 +55,15 @@ static void cu_to_device_async(void *dst, const void *src, size_t bytes, void *d
   CUDA_CHECK(cudaEventRecord((cudaEvent_t)done, cddp__cuda_copy_stream()));
 }
 static void cu_event_wait(void *e) { CUDA_CHECK(cudaStreamWaitEvent(cddp__cuda_stream(), (cudaEvent_t)e, 0)); }
+// A bucket's gradients to the host on the comm stream, after the compute stream's mark only.
+static void cu_event_record(void *e) { CUDA_CHECK(cudaEventRecord((cudaEvent_t)e, cddp__cuda_stream())); }
+static void cu_to_host_async(void *dst, const void *src, size_t bytes, void *ready, void *done) {
+  cudaStream_t comm = cddp__cuda_comm_stream();
+  if (ready) CUDA_CHECK(cudaStreamWaitEvent(comm, (cudaEvent_t)ready, 0));
+  CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, comm));
+  CUDA_CHECK(cudaEventRecord((cudaEvent_t)done, comm));
+}
+static void cu_event_sync(void *e) { CUDA_CHECK(cudaEventSynchronize((cudaEvent_t)e)); }
 
 // Pinned: the copies of batches and of the staged gradients run at the link's speed.
 static void *cu_host_alloc(size_t bytes) {
@@ -111,6 +121,9 @@ const cddp_ops_t cddp__ops_cuda = {
     .event_destroy = cu_event_destroy,
     .to_device_async = cu_to_device_async,
     .event_wait = cu_event_wait,
+    .event_record = cu_event_record,
+    .to_host_async = cu_to_host_async,
+    .event_sync = cu_event_sync,
     .gemm = cddp__cublas_gemm,
     .gemm_bf16 = cddp__cublas_gemm_bf16,
     .linear_forward = cu_linear_forward,
