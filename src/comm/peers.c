@@ -186,18 +186,20 @@ static cddp_result_t never_joined(cddp_store_t *view, int world, int round, int 
 }
 
 /* Rank 0 published its record and then exited on this host (killed while the communicator
- * formed): REMOTE naming it; OK while it lives, is elsewhere, or has not published yet. */
-static cddp_result_t rank0_alive(cddp_store_t *view, const cddp__peer_t *me, int round) {
-  void *v = NULL;
-  size_t len = 0;
-  cddp__peer_t p;
-  int chk, gone = 0;
-  if (cddp_store_get(view, "peer/0", &v, &len, 0) == CDDP_OK && cddp__peer_record_parse(v, len, &p, &chk) == 0)
-    gone = !strcmp(p.host_id, me->host_id) && p.pid > 0 && kill(p.pid, 0) != 0 && errno == ESRCH;
-  free(v);
-  cddp__clear_error();
+ * formed): REMOTE naming it; OK while it lives, is elsewhere, or has not published yet. Its
+ * record is read from the store until it is there (*known), then only its pid is looked at. */
+static cddp_result_t rank0_alive(cddp_store_t *view, const cddp__peer_t *me, int round, cddp__peer_t *r0, int *known) {
+  if (!*known) {
+    void *v = NULL;
+    size_t len = 0;
+    int chk;
+    *known = cddp_store_get(view, "peer/0", &v, &len, 0) == CDDP_OK && cddp__peer_record_parse(v, len, r0, &chk) == 0;
+    free(v);
+    cddp__clear_error();
+  }
+  int gone = *known && !strcmp(r0->host_id, me->host_id) && r0->pid > 0 && kill(r0->pid, 0) != 0 && errno == ESRCH;
   return gone ? cddp__fail(CDDP_REMOTE, "comm init: rank 0 (host %s) exited (pid %d) before it published the "
-                                        "communicator's peer list (round %d)", p.host, p.pid, round)
+                                        "communicator's peer list (round %d)", r0->host, r0->pid, round)
               : CDDP_OK;
 }
 
@@ -244,11 +246,13 @@ cddp_result_t cddp__peers_exchange(cddp_store_t *view, int rank, int world, int 
   void *v = NULL;
   size_t len = 0;
   cddp_result_t res;
+  cddp__peer_t r0;
+  int r0_known = 0;
   for (;;) { /* in slices: a rank 0 on this host that died while the list was due is seen at once */
     res = cddp_store_get(view, LIST_KEY, &v, &len, CDDP_MIN(cddp__ms_left(deadline), WAIT_SLICE_MS));
     if (res != CDDP_TIMEOUT) break;
     if (cddp__ms_left(deadline) == 0) return never_joined(view, world, round, timeout_ms, -1);
-    CDDP_CHECK(rank0_alive(view, me, round));
+    CDDP_CHECK(rank0_alive(view, me, round, &r0, &r0_known));
   }
   CDDP_CHECK(res);
   const char *why = "";

@@ -19,7 +19,7 @@ typedef struct cddp__status_pub {
   const int64_t *agent_gen; /* replace mode: the agent's generation, copied at each tick (the agent's
                                thread owns it; the poster reads no counter of its own) */
   int post_every;           /* ticks between two records posted: more in a large job (below) */
-  unsigned ticks;
+  unsigned ticks;            /* ticks so far: a record is posted at every post_every-th */
   /* each slot's last CDDP__STATUS_RATE_POINTS changes of the step (when, to what; a ring of
    * rate_n in all) and whose: the rate is averaged over those of the last 10 s, at least two (a
    * tick is 1 s: a step longer than that would read 0 over one tick) */
