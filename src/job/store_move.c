@@ -126,13 +126,15 @@ static void set_line(cddp__store_move_t *mv, const char *fmt, ...) {
 }
 
 /* Nobody takes the store over with this node: STORE_STOP when the store is gone for good (its
- * port refuses: its process died), else STORE_CUT (this node may be the one cut off: it waits
- * for the store to come back, as a node cut off does). Either way the agent's calls end now
+ * port refuses: its process died), else STORE_CUT (this node may be the one cut off: it comes
+ * back when the store does, as a node cut off does). Either way the agent's calls end now
  * instead of waiting out CDDP_STORE_FAILOVER_MS. */
 static void say_stop(cddp__store_move_t *mv) {
   int gone = !mv->lost_host[0] || knock(mv->lost_host, mv->lost_port) == 0;
-  cddp__failover_give_up();
+  /* the verdict first: the give-up ends the watcher's call too, and the agent must find the
+   * verdict waiting when it reads that "lost" (a node cut off comes back; agent.c, run_round) */
   cddp__agent_ev_say(mv->notify_fd, gone ? CDDP__AEV_STORE_STOP : CDDP__AEV_STORE_CUT, mv->self, 0, 0, NULL);
+  cddp__failover_give_up();
 }
 
 /* The votes in this agent's server: *best = the vote of the latest generation (its restarts:

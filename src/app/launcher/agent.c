@@ -613,6 +613,10 @@ static int run_round(agent_t *a, cddp__workers_t *ws, int first) {
     }
     watch(a, ws);
   }
+  /* the watcher's "lost" raced the store move's verdict here, which was sent first (store_move.c,
+   * say_stop): the verdict decides, so that a node cut off comes back instead of stopping */
+  if (a->elastic && !a->ms.ending && ws->outcome == CDDP__OUT_EVENT && !strncmp(event_value(ws->event), "lost", 4))
+    cddp__membership_events(&a->ms);
   return 0;
 }
 
