@@ -80,23 +80,67 @@ static int unproven(const cddp_store_server_t *srv, const sconn_t *sc) {
   return sc->c.state != CDDP__CONN_READY || (!srv->core.token && !sc->c.requested);
 }
 
+static int host_cmp(const void *a, const void *b) { return strcmp(a, b); }
+
+/* The hosts (an address without its port) of the proven torch 1.x clients, sorted; NULL when
+ * there are none or no memory (then no connection is taken for a torch client's second). */
+static char (*torch1_hosts(const cddp_store_server_t *srv, size_t *n))[80] {
+  char(*h)[80] = NULL;
+  size_t cap = 0;
+  *n = 0;
+  for (const sconn_t *sc = srv->conns; sc; sc = sc->next) {
+    if (sc->c.proto != CDDP__PROTO_TORCH1 || !sc->c.requested) continue;
+    if (*n == cap) {
+      char(*g)[80] = realloc(h, (cap = cap ? 2 * cap : 16) * sizeof *h);
+      if (!g) break;
+      h = g;
+    }
+    snprintf(h[*n], sizeof h[*n], "%s", sc->c.addr);
+    char *port = strrchr(h[*n], ':');
+    if (port) *port = '\0';
+    (*n)++;
+  }
+  if (*n) qsort(h, *n, sizeof *h, host_cmp);
+  return h;
+}
+
+/* torch 1.x opens a second connection beside its client's, for watchKey's callbacks, and never
+ * writes on it. Dropped, torch's listener thread spins on the closed socket for the rest of the
+ * run (a core's worth of CPU per rank, and the watchdog takes the rank for busy): a connection
+ * that sent nothing, from a host whose torch 1.x client has proven itself, is that one. */
+static int torch1_second(const sconn_t *sc, char (*hosts)[80], size_t n) {
+  if (sc->c.proto != CDDP__PROTO_UNKNOWN || sc->c.in.len != 0 || !n) return 0;
+  char host[80];
+  snprintf(host, sizeof host, "%s", sc->c.addr);
+  char *port = strrchr(host, ':');
+  if (port) *port = '\0';
+  return bsearch(host, hosts, n, sizeof *hosts, host_cmp) != NULL;
+}
+
 /* Closes unproven connections older than the handshake time (slow or idle peers must not pin
- * file descriptors). Runs every handshake_ms / 4, at most 1 s apart. */
+ * file descriptors), but for a torch 1.x client's second (torch1_second). Runs every
+ * handshake_ms / 4, at most 1 s apart. */
 static void sweep(cddp_store_server_t *srv, uint64_t now) {
   if (now < srv->next_sweep) return;
   uint64_t limit = (uint64_t)__atomic_load_n(&srv->handshake_ms, __ATOMIC_RELAXED) * 1000000ull;
   srv->next_sweep = now + CDDP_MIN(limit / 4, 1000000000ull);
-  int closed = 0;
+  int closed = 0, listed = 0;
+  size_t nhosts = 0;
+  char(*hosts)[80] = NULL;
   /* oldest first: the walk ends at the first connection young enough, so it costs what it drops */
   for (sconn_t *sc = srv->conns, *next; sc && now - sc->accepted_ns > limit; sc = next) {
     next = sc->next;
     if (!unproven(srv, sc)) continue;
+    if (srv->core.torch && sc->c.proto == CDDP__PROTO_UNKNOWN && !listed) /* once a pass, when needed */
+      hosts = torch1_hosts(srv, &nhosts), listed = 1;
+    if (torch1_second(sc, hosts, nhosts)) continue;
     if (closed++ == SWEEP_PER_PASS) {
       srv->next_sweep = now; /* the rest on the next pass, after the ready clients */
       break;
     }
     conn_close(srv, sc, "no handshake in time");
   }
+  free(hosts);
 }
 
 /* One WARN per LIMIT_WARN_NS however hard the flood: it counts what was shed meanwhile. */

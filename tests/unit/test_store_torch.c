@@ -357,6 +357,33 @@ TEST(torchstore_client_outlives_the_handshake_time) {
   cddp_store_server_stop(ts);
 }
 
+/* torch 1.x opens a second connection beside its client's, for watchKey's callbacks, and never
+ * writes on it; dropped, torch's listener thread spins on the closed socket for the rest of the
+ * run. Such a silent connection from the host of a proven 1.x client outlives the hello timeout;
+ * one with no such client (before it proved itself, or beside a 2.x client: above) is dropped. */
+TEST(torchstore_1x_second_connection_is_kept) {
+  cddp_store_server_t *ts;
+  int port = start(&ts);
+  cddp__store_server_set_handshake_ms(ts, 100);
+  int early = client(port);
+  usleep(600 * 1000);
+  char x;
+  CHECK_EQ(read(early, &x, 1), 0); /* silent, and no torch client proved itself yet: dropped */
+  int fd = client(port), second = client(port);
+  req_t r = {0};
+  u8(&r, ADD), str(&r, "k"), u64(&r, 5);
+  send_req(fd, &r);
+  CHECK_EQ(recv_i64(fd), 5);
+  usleep(600 * 1000);
+  CHECK(quiet(second, 0)); /* no end of stream: kept */
+  r.n = 0;
+  u8(&r, ADD), str(&r, "k"), u64(&r, 1);
+  send_req(fd, &r);
+  CHECK_EQ(recv_i64(fd), 6);
+  close(fd), close(second), close(early);
+  cddp_store_server_stop(ts);
+}
+
 /* A server that does not serve torch closes a torch client at once. */
 TEST(torchstore_not_served_by_a_plain_server) {
   cddp_store_server_t *ts;
