@@ -18,6 +18,8 @@
 #  5b. cddp bench allreduce --device cuda: 2 ranks sharing the GPU, the data in device memory
 #     staged through pinned host memory, every element checked, its bus bandwidth;
 #  5c. the same with --backend nccl on the device buffers, one rank per GPU (up to 2 ranks);
+#  5d. the trainer with NCCL on its device gradients (ddp.backend nccl; one rank per GPU, up to
+#     2) against 1 rank x 2 accumulation steps: bit for bit alone, within 1e-6 on 2 GPUs;
 #  6. train.device auto takes the GPU (its INFO line); what is not built yet is named as
 #     FAILED, so the run cannot pass without it.
 # --emulate runs 3.-5. at toy sizes on the emulated device (CDDP_DEVICE_EMULATE=1, the CPU's
@@ -167,6 +169,31 @@ if [ $EMU = 0 ]; then
   bw=$(sed -n 's/^\(\[rank 0\] \)\{0,1\}# Avg bus bandwidth *: *\([0-9.]*\).*/\2/p' "$T/barn.out" | head -1)
   fig "allreduce_nccl: $NP rank(s), one GPU each, 64M of float32 on the device buffers: ${bw:-?} GB/s bus bandwidth (exit $r)"
   [ $r = 0 ] && grep -q 'Out of bounds values : 0 OK' "$T/barn.out" || bad "allreduce_nccl: $(tail -2 "$T/barn.out")"
+fi
+
+# 5d. NCCL under the trainer (ddp.backend nccl): DDP's buckets all-reduced by NCCL on the
+# device's gradients, each after its mark, on the comm stream. One GPU: a world of one, which
+# runs the whole path (the marks, the comm stream's waits, NCCL in place, the optimizer's wait)
+# and must give the staged run's losses bit for bit (a sum over one rank is the identity); two
+# GPUs: 2 ranks, one GPU each (ddp.backend auto must take NCCL), against 1 rank x 2
+# accumulation steps within 1e-6, as two_ranks_one_gpu.
+if [ $EMU = 0 ]; then
+  NP=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU'); [ "${NP:-0}" -gt 2 ] && NP=2; [ "${NP:-0}" -lt 1 ] && NP=1
+  if [ "$NP" = 1 ]; then
+    CUDA_VISIBLE_DEVICES=0 timeout 300 "$CDDP" train --work-dir "$T" --name nccl_train --set train.device=cuda \
+      "${TWO[@]}" --set ddp.backend=nccl >"$T/nccl_train.out" 2>&1; r=$?
+  else
+    CUDA_VISIBLE_DEVICES=0,1 CDDP_DEBUG=INFO CDDP_DEBUG_SUBSYS=TRAIN timeout 300 "$CDDP" run --standalone --nproc-per-node 2 \
+      "$CDDP" train --work-dir "$T" --name nccl_train --set train.device=cuda "${TWO[@]}" >"$T/nccl_train.out" 2>&1; r=$?
+  fi
+  join <(losses nccl_train) <(losses one_rank) >"$T/npairs"
+  n=$(wc -l <"$T/npairs")
+  worst=$(awk '{ d = $2 - $3; if (d < 0) d = -d; r = d / ($3 < 0 ? -$3 : $3); if (r > w) w = r } END { printf "%.2g", w }' "$T/npairs")
+  want=$([ "$NP" = 1 ] && echo 0 || echo 1e-6)
+  fig "nccl_train: $NP rank(s), one GPU each, NCCL on the device's gradients: $n steps, worst loss difference $worst relative against 1 rank x 2 accumulation steps staged (at most $want) (exit $r)"
+  [ $r = 0 ] && grep -q 'gradients all-reduced by NCCL on the device bucket by bucket' "$T/nccl_train.out" &&
+    [ "$n" -ge 4 ] && awk -v w="$worst" -v m="$want" 'BEGIN { exit !(w <= m) }' ||
+    bad "nccl_train: exit $r, $n steps, $worst apart: $(last_line nccl_train)"
 fi
 
 # 6. named, not built yet: the run is not whole without them

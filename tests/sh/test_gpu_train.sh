@@ -56,10 +56,16 @@ on emu mlp_emu "${MLP[@]}"; rc=$?
 # one rank with two accumulation steps (the 2-ranks-on-1-GPU check's CPU form). A copy queued
 # without its mark, or read before its event, is NaN on the emulated device.
 staged_line='gradients copied to host memory bucket by bucket during backward'
-on2 emu mlp_emu2 "${MLP[@]}" --set ddp.bucket_mb=0.1; rc=$?
+CDDP_DEBUG=INFO CDDP_DEBUG_SUBSYS=TRAIN on2 emu mlp_emu2 "${MLP[@]}" --set ddp.bucket_mb=0.1; rc=$?
 [ $rc = 0 ] && same mlp_emu mlp_emu2 24 && grep -q "$staged_line" "$T/mlp_emu2.out" &&
   ok "MLP, 2 ranks on the emulated device: 4 buckets over the comm stream give 1 rank x 2 micro-steps' bits" ||
   fail "MLP 2 ranks emulated" "$(why $rc mlp_emu2) $(diff <(losses mlp_emu) <(losses mlp_emu2) | head -4 | tr '\n' ' ')"
+# ddp.backend auto (ddp_path.c): NCCL only where every rank has a GPU of its own; the emulated
+# device has none, so the staged path, said at INFO with the reason, once (rank 0)
+path_line='ddp: the device.s gradients are staged through pinned host memory for the native transports (ddp.backend auto): rank 0 cannot use NCCL: the emulated device has no NCCL'
+[ "$(grep -c "$path_line" "$T/mlp_emu2.out")" = 1 ] &&
+  ok "ddp.backend auto on the emulated device: staged, said at INFO with the reason" ||
+  fail "ddp.backend auto's line" "$(grep -c 'ddp: ' "$T/mlp_emu2.out") ddp lines: $(grep 'ddp: ' "$T/mlp_emu2.out" | head -2)"
 
 # 3. the GPT (AdamW, clipping, the tied head; eval's logits copied to the host), with the
 # CPU's materialised attention for bits
@@ -153,4 +159,12 @@ CDDP_DEVICE_EMULATE=1 "$CDDP" train --work-dir "$T" --name cnn --config configs/
 CDDP_DEVICE_EMULATE=1 "$CDDP" train --work-dir "$T" --name z1 "${MLP[@]}" --set train.device=cuda --set ddp.shard_optimizer=true >"$T/z1.out" 2>&1; rc=$?
 [ $rc = 2 ] && grep -q 'ddp.shard_optimizer' "$T/z1.out" &&
   ok "ZeRO-1 on the device: exit 2 naming ddp.shard_optimizer" || fail "ZeRO-1 refusal" "$(why $rc z1)"
+# ddp.backend nccl where NCCL cannot take the gradients: the emulated device, the CPU trainer
+CDDP_DEVICE_EMULATE=1 "$CDDP" train --work-dir "$T" --name nccl_emu "${MLP[@]}" --set train.device=cuda --set ddp.backend=nccl >"$T/nccl_emu.out" 2>&1; rc=$?
+[ $rc = 2 ] && [ "$(wc -l <"$T/nccl_emu.out")" = 1 ] &&
+  grep -q '^cddp train: ddp.backend nccl: rank 0 cannot all-reduce its gradients with NCCL: the emulated device has no NCCL (use ddp.backend auto or native)$' "$T/nccl_emu.out" &&
+  ok "ddp.backend nccl on the emulated device: exit 2, one line naming the rank and why" || fail "nccl refusal, emulated" "$(why $rc nccl_emu)"
+"$CDDP" train --work-dir "$T" --name nccl_cpu "${MLP[@]}" --set train.device=cpu --set ddp.backend=nccl >"$T/nccl_cpu.out" 2>&1; rc=$?
+[ $rc = 2 ] && [ "$(wc -l <"$T/nccl_cpu.out")" = 1 ] && grep -q 'ddp.backend nccl all-reduces GPU buffers, but the model trains on the CPU here (train.device)' "$T/nccl_cpu.out" &&
+  ok "ddp.backend nccl with train.device cpu: exit 2, one line" || fail "nccl refusal, cpu" "$(why $rc nccl_cpu)"
 finish

@@ -49,6 +49,7 @@ typedef struct cddp_train_config {
   int sign_adam;             /* ddp.sign_adam: sign-Adam's variance sync every N steps; 0 = off */
   cddp_shard_t shard_optimizer; /* ddp.shard_optimizer: ZeRO-1 (trainer/zero1.c): auto|true|false */
   int threads;               /* ddp.threads: BLAS threads per rank; 0 = cores / local ranks */
+  int ddp_backend;           /* ddp.backend: auto|native|nccl, a cddp_ddp_backend_t (trainer/ddp_path.h) */
   int64_t ckpt_every;        /* checkpoint.every_steps (0 = only at the end) */
   int ckpt_keep;             /* checkpoint.keep */
   int eval_every_epoch;      /* eval.every_epoch */

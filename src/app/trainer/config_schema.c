@@ -107,6 +107,8 @@ const cddp__cfg_key_t cddp__cfg_keys[] = {
      "ZeRO-1: each rank keeps and updates only its 1/world shard of the optimizer state (gradients reduce-scattered; the ranks of one host that cannot re-form share one copy of the parameters, else they are all-gathered); not with ddp.compress; auto: where the ranks can share that copy and ddp.compress is none, the first steps time it against the all-reduce and keep the faster (`CDDP_DEBUG=INFO` says which), else off; docs/zero1.md"},
     {"ddp.threads", CDDP__CFG_INT, F(threads), 0, "0", 0, 1024, 0, NULL,
      "BLAS threads per rank; 0 = cores / local ranks"},
+    {"ddp.backend", CDDP__CFG_ENUM, F(ddp_backend), 0, "auto", NONE, 0, "auto|native|nccl",
+     "how a device's gradients are all-reduced: nccl (by NCCL on the device buffers, one GPU per rank), native (staged through pinned host memory for shm/tcp), auto (nccl when every rank has a GPU of its own and NCCL, and the world is larger than one; `CDDP_DEBUG=INFO` says which and why); the CPU trainer's gradients are host memory; docs/gpu.md"},
     {"checkpoint.every_steps", CDDP__CFG_INT64, F(ckpt_every), 0, "200", 0, BIG, 0, NULL,
      "checkpoint every N optimizer steps; 0 = only at the end"},
     {"checkpoint.keep", CDDP__CFG_INT, F(ckpt_keep), 0, "3", 1, 100000, 0, NULL,

@@ -63,6 +63,15 @@ typedef struct cddp_ops {
   void (*event_record)(void *event);
   void (*to_host_async)(void *host_dst, const void *src, size_t bytes, void *ready, void *done);
   void (*event_sync)(void *event);
+  /* ---- the all-reduce on the device buffers themselves (NCCL, one GPU per rank). comm_stream
+   * is the stream the collectives queue on (CUDA: the comm stream above); comm_wait makes its
+   * later work (the next bucket's all-reduce) wait for `event`, a mark of the compute stream,
+   * and nothing later; comm_record records `event` after its work so far, for the compute
+   * stream's event_wait (the optimizer). NULL on the tables with no device collectives (the
+   * CPU's; the emulated device's: the trainer stages its gradients there). */
+  void *(*comm_stream)(void);
+  void (*comm_wait)(void *event);
+  void (*comm_record)(void *event);
 
   /* ---- GEMM, row-major: C[m,n] = alpha op(A) op(B) + beta C, op(A) [m,k], op(B) [k,n];
    * ta / tb: A / B is stored transposed. Leading dimensions are the stored rows' lengths. */

@@ -283,6 +283,7 @@ static cddp_result_t recover_as(trainer_t *t, uint64_t t_fail, int join) {
     CDDP_INFO(CDDP_SUB_TRAIN, "gathering the optimizer shards before re-forming failed (%s): from the checkpoint", cddp_last_error());
   for (;;) {
     cddp_comm_abort(cddp_world_comm(t->w)); /* ends the buckets still in flight */
+    if (t->dcomm) cddp_comm_abort(t->dcomm); /* NCCL's, DDP's own: ncclCommAbort */
     cddp__train_destroy_ddp(t);
     r = cddp_world_recover(t->w);
     if (r != CDDP_OK) break;

@@ -335,9 +335,10 @@ static cddp_result_t setup(trainer_t *t) {
             when_reduced(t), compressed(t, squeezed, sizeof squeezed), t->run_dir);
   if (t->rank == 0 && t->staged && !cddp_world_env(t->w)->replacement)
     fprintf(stderr, "cddp train: the model trains on %s: its state there, batches copied in%s\n", t->device_name,
-            t->world == 1     ? ""
-            : t->stage.dev    ? ", gradients copied to host memory bucket by bucket during backward (comm stream) and all-reduced there"
-                              : ", gradients all-reduced through host memory after backward");
+            t->stage.direct  ? ", gradients all-reduced by NCCL on the device bucket by bucket during backward (comm stream)"
+            : t->world == 1  ? ""
+            : t->stage.dev   ? ", gradients copied to host memory bucket by bucket during backward (comm stream) and all-reduced there"
+                             : ", gradients all-reduced through host memory after backward");
   if (replacement) return cddp__train_join_as_replacement(t);
   if (lost) {
     CDDP_INFO(CDDP_SUB_TRAIN, "a peer was lost while the job started (%s): recovering", cddp_last_error());
@@ -524,6 +525,7 @@ int cddp__train_main(const cddp_train_opts_t *o) {
     free(t);
     return 2;
   }
+  t->device = device;
   t->dev = cddp__device_ops(&device);
   t->staged = t->dev != &cddp__ops_cpu;
   if (device.emulated) snprintf(t->device_name, sizeof t->device_name, "the emulated device");
@@ -532,8 +534,19 @@ int cddp__train_main(const cddp_train_opts_t *o) {
   cddp_comm_config_default(&cc);
   if (o->backend) cc.backend = o->backend;
   if (o->transport) cc.transport = o->transport;
-  if (!strcasecmp(cc.backend, "nccl") && cddp__nccl_available() != CDDP_OK) { /* a usage error: before joining */
-    say(cddp_last_error());
+  if (!strcasecmp(cc.backend, "nccl")) {
+    if (cddp__nccl_available() != CDDP_OK) { /* a usage error: before joining */
+      say(cddp_last_error());
+      free(t);
+      return 2;
+    }
+    /* NCCL takes device buffers only: it all-reduces DDP's gradients on a communicator of its
+     * own (ddp.backend nccl), and the world's stays native for the host's collectives */
+    t->nccl_asked = 1, cc.backend = "native";
+  }
+  if (t->cfg.ddp_backend == CDDP_DDP_BACKEND_NCCL && t->staged && !device.emulated && !device.sharing &&
+      cddp__nccl_available() != CDDP_OK) { /* this rank's own reason, before joining */
+    fprintf(stderr, "cddp train: ddp.backend nccl: %s\n", cddp_last_error());
     free(t);
     return 2;
   }
