@@ -8,7 +8,7 @@
 #     GPT-2 small's block, and the step they compose;
 #  3. the trainer on the GPU (train.device cuda): a small GPT's loss after 200 steps against the
 #     CPU's on the same data (tests/gpu/ref/gpt_200_cpu.txt, made by tests/gpu/make_ref.sh):
-#     fp32 within 1%, bf16 within 2%;
+#     fp32 within 1%, bf16 and fp16 (with its loss scaling) within 2%;
 #  4. 2 ranks sharing 1 GPU (the gradients to host memory bucket by bucket during backward, on
 #     the comm stream) against 1 rank with 2 accumulation steps: every loss within 1e-6 relative;
 #  5. GPT-2 small's shape (12 layers, d 768, 12 heads, context 1024) trained on the GPU: tokens/s
@@ -99,7 +99,7 @@ if [ $EMU = 1 ]; then # toy: 4 steps, the reference made here on the CPU
   REF=$T/ref.txt
 fi
 steps=$(tail -1 "$REF" | cut -d' ' -f1)
-for prec in fp32 bf16; do
+for prec in fp32 bf16 fp16; do
   tol=$([ $prec = fp32 ] && echo 0.01 || echo 0.02)
   train loss_$prec 1 "${LOSS[@]}" --set train.precision=$prec; r=$?
   want=$(tail -1 "$REF" | cut -d' ' -f2) got=$(losses loss_$prec | awk -v s="$steps" '$1 == s { print $2 }')

@@ -75,8 +75,8 @@ fi
 # run.sh's trainer checks (loss against the CPU, 2 ranks on 1 GPU, MFU) at toy sizes on the
 # emulated device: every figure line written, every check passed
 FIGURES=$tmp/fig bash tests/gpu/run.sh --emulate >"$tmp/emu" 2>&1; rc=$?
-n=$(grep -c '^\(loss_fp32\|loss_bf16\|two_ranks_one_gpu\|auto\|mfu_bf16\|mfu_fp32\): ' "$tmp/fig" 2>/dev/null)
-[ $rc = 0 ] && [ "$n" = 6 ] && grep -q '^result: all device checks passed' "$tmp/fig" && ! grep -q FAILED "$tmp/fig" &&
-  ok "tests/gpu/run.sh --emulate: 6 figure lines, all passed: $(grep '^two_ranks' "$tmp/fig" | cut -c1-80)" ||
+n=$(grep -c '^\(loss_fp32\|loss_bf16\|loss_fp16\|two_ranks_one_gpu\|auto\|mfu_bf16\|mfu_fp32\): ' "$tmp/fig" 2>/dev/null)
+[ $rc = 0 ] && [ "$n" = 7 ] && grep -q '^result: all device checks passed' "$tmp/fig" && ! grep -q FAILED "$tmp/fig" &&
+  ok "tests/gpu/run.sh --emulate: 7 figure lines, all passed: $(grep '^two_ranks' "$tmp/fig" | cut -c1-80)" ||
   fail "tests/gpu/run.sh --emulate" "rc $rc, $n figures: $(grep -m3 'FAILED' "$tmp/fig" "$tmp/emu" | tr '\n' ' ' | cut -c1-300)"
 finish

@@ -95,6 +95,33 @@ rel=$(awk -v a="$b" -v b="$f" 'BEGIN { if (a !~ /^[0-9]/ || b + 0 == 0) { print 
   awk -v r="$rel" 'BEGIN { exit !(r <= 0.02) }' &&
   ok "GPT in bf16 on the emulated device: step 8's loss $b, $rel from fp32's $f (at most 2%)" ||
   fail "GPT bf16 on the device" "rel $rel ($b vs $f); $(why $rc gpt_bf16)"
+# fp16 on the device (train.precision fp16): the products' inputs rounded to IEEE half where
+# cuBLAS's fp16 GEMM takes them, the loss scaled by S = 65536 (GradScaler's) and the gradients
+# unscaled before they leave (the gradient norm is fp32's, not S times it); step 8's loss within
+# 2% of fp32's, not its numbers, no step skipped
+on emu gpt_fp16 "${GPT[@]}" --set train.precision=fp16; rc=$?
+h=$(losses gpt_fp16 | awk '$1 == 8 { print $2 }')
+gn() { grep -v '"eval"' "$T/$1/metrics.jsonl" | sed -n 's/.*"step":8,.*"grad_norm":\([^,]*\).*/\1/p'; }
+gnrel=$(awk -v a="$(gn gpt_fp16)" -v b="$(gn gpt_fused)" 'BEGIN { if (b + 0 == 0) { print 1; exit } d = (a - b) / b; print d < 0 ? -d : d }')
+rel=$(awk -v a="$h" -v b="$f" 'BEGIN { if (a !~ /^[0-9]/ || b + 0 == 0) { print "none"; exit } d = (a - b) / b; printf "%.2e", d < 0 ? -d : d }')
+scales=$(grep -v '"eval"' "$T/gpt_fp16/metrics.jsonl" | sed -n 's/.*"loss_scale":\([0-9.e+]*\),"skipped":false.*/\1/p' | sort -u)
+[ $rc = 0 ] && [ "$rel" != none ] && [ "$(losses gpt_fp16)" != "$(losses gpt_fused)" ] && [ "$scales" = 65536 ] &&
+  awk -v r="$gnrel" 'BEGIN { exit !(r <= 0.02) }' &&
+  [ "$(grep -v '"eval"' "$T/gpt_fp16/metrics.jsonl" | grep -c '"skipped":false')" = 8 ] &&
+  awk -v r="$rel" 'BEGIN { exit !(r <= 0.02) }' &&
+  ok "GPT in fp16 on the emulated device: step 8's loss $h, $rel from fp32's $f (at most 2%), S 65536, none skipped" ||
+  fail "GPT fp16 on the device" "rel $rel ($h vs $f), grad norm $gnrel apart, scales '$scales'; $(why $rc gpt_fp16)"
+# an overflow injected on rank 1 at step 3 (its backward's scale times inf): every rank skips
+# that step (rank 0's line says so, and no loss after it is NaN), S halves, and it doubles
+# again after train.loss_scale_interval (4) good steps
+on2 emu fp16_skip "${GPT[@]}" --set train.precision=fp16 --set debug.overflow_step=3 --set debug.overflow_rank=1 \
+  --set train.loss_scale_interval=4; rc=$?
+got=$(grep -v '"eval"' "$T/fp16_skip/metrics.jsonl" |
+      sed -n 's/.*"step":\([0-9]*\),.*"loss":\([0-9][0-9.e+-]*\),.*"loss_scale":\([0-9.e+]*\),"skipped":\([a-z]*\).*/\1:\3:\4/p' | tr '\n' ' ')
+want="1:65536:false 2:65536:false 3:65536:true 4:32768:false 5:32768:false 6:32768:false 7:32768:false 8:65536:false "
+[ $rc = 0 ] && [ "$got" = "$want" ] &&
+  ok "fp16, 2 ranks, an overflow on rank 1 at step 3: step 3 skipped on every rank, S 65536 -> 32768 -> 65536 after 4 good steps" ||
+  fail "fp16 overflow skip" "got '$got'; $(why $rc fp16_skip)"
 # cddp sample on the device: the same text as on the CPU from the same checkpoint and seed
 smp() { CDDP_DEVICE_EMULATE=$1 timeout 60 "$CDDP" sample --ckpt "$T/gpt_emu" --device "$2" -n 40 --seed 3 --prompt "In the"; }
 a=$(smp 0 cpu 2>&1); rc1=$?

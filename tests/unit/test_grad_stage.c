@@ -42,7 +42,7 @@ TEST(each_piece_waits_for_its_mark_and_the_optimizer_for_the_comm_stream) {
   CHECK_OK(cddp__grad_stage_init_direct(&s, &t, ddp, g, 4096));
   CHECK(s.direct && s.host_grads == NULL);
   cddp_ddp_begin(ddp);
-  cddp__grad_stage_begin(&s);
+  cddp__grad_stage_begin(&s, 1.0f);
   cddp__grad_stage_ready(&s, 3072);
   cddp__grad_stage_ready(&s, 3072); /* reported twice: nothing new */
   cddp__grad_stage_ready(&s, 1024);

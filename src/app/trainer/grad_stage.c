@@ -40,7 +40,9 @@ void cddp__grad_stage_destroy(cddp__grad_stage_t *s) {
   *s = (cddp__grad_stage_t){0};
 }
 
-void cddp__grad_stage_begin(cddp__grad_stage_t *s) { s->queued_to = s->n, s->held = 0; }
+void cddp__grad_stage_begin(cddp__grad_stage_t *s, float unscale) {
+  s->queued_to = s->n, s->held = 0, s->unscale = unscale;
+}
 
 /* The held piece's copy is done: DDP may start the buckets inside [held_off, n). */
 static void hand_over(cddp__grad_stage_t *s) {
@@ -53,6 +55,7 @@ static void hand_over(cddp__grad_stage_t *s) {
 void cddp__grad_stage_ready(void *ctx, size_t offset) {
   cddp__grad_stage_t *s = ctx;
   if (offset >= s->queued_to) return;
+  if (s->unscale != 1.0f) s->dev->scale((float *)s->dev_grads + offset, s->unscale, s->queued_to - offset);
   s->dev->event_record(s->ready);
   if (s->direct) { /* the buckets' all-reduces queue behind this wait on the comm stream */
     s->dev->comm_wait(s->ready);

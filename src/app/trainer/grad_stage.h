@@ -16,6 +16,7 @@ typedef struct cddp__grad_stage {
   const float *dev_grads; /* the device's gradients */
   float *host_grads;      /* DDP's buffer, n floats (NULL when direct) */
   int direct;             /* NCCL: DDP's buckets are slices of dev_grads, queued on the comm stream */
+  float unscale;          /* fp16: each piece is multiplied by it (1/S) before it leaves (1: not) */
   size_t n;
   size_t queued_to;       /* [queued_to, n) is queued to the host, or there */
   size_t held_off;        /* the last piece, queued but not yet handed to DDP, is at [held_off, ...) */
@@ -35,8 +36,9 @@ cddp_result_t cddp__grad_stage_init(cddp__grad_stage_t *s, const struct cddp_ops
 cddp_result_t cddp__grad_stage_init_direct(cddp__grad_stage_t *s, const struct cddp_ops *dev, cddp_ddp_t *ddp,
                                            const float *dev_grads, size_t n);
 void cddp__grad_stage_destroy(cddp__grad_stage_t *s);
-/* Before backward. */
-void cddp__grad_stage_begin(cddp__grad_stage_t *s);
+/* Before backward; unscale: 1, or fp16's 1/S, taken off each piece on the compute stream before
+ * its mark, so the all-reduce carries the true gradients. */
+void cddp__grad_stage_begin(cddp__grad_stage_t *s, float unscale);
 /* The backward hook (ctx = the stage): the device's gradients at [offset, n) are final. Queues
  * them to the host after a mark on the compute stream, and hands the piece before to DDP once
  * its copy is done (a piece late, so the host waits on a copy the device has likely finished).

@@ -151,6 +151,8 @@ typedef struct cddp_ops {
   /* dst[i] += src[i]: a later micro-step's gradient added into the first's, each element
    * rounded once, as the all-reduce of the same micro-batches on more ranks rounds it */
   void (*add_into)(float *dst, const float *src, size_t n);
+  /* x[i] *= a: fp16's loss scale taken off the gradients (a = 1/S, a power of two) */
+  void (*scale)(float *x, float a, size_t n);
   void (*to_bf16)(uint16_t *dst, const float *src, size_t n);   /* round to nearest even */
   void (*from_bf16)(float *dst, const uint16_t *src, size_t n);
 } cddp_ops_t;

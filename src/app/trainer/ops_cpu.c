@@ -85,6 +85,10 @@ static void cpu_add_into(float *restrict dst, const float *restrict src, size_t 
   for (size_t i = 0; i < n; i++) dst[i] += src[i];
 }
 
+static void cpu_scale(float *x, float a, size_t n) {
+  for (size_t i = 0; i < n; i++) x[i] *= a;
+}
+
 static double cpu_sumsq(const float *x, size_t n) {
   double s[8] = {0};
   size_t i = 0;
@@ -146,6 +150,7 @@ const cddp_ops_t cddp__ops_cpu = {
     .optim_step = cddp__optim_step,
     .sumsq = cpu_sumsq,
     .add_into = cpu_add_into,
+    .scale = cpu_scale,
     .to_bf16 = cddp__f32_to_bf16_n,
     .from_bf16 = cddp__bf16_to_f32_n,
 };

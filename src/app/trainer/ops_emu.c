@@ -207,6 +207,7 @@ static double emu_optim_step(cddp_optim_t *o, float *params, float *grads, float
 }
 static double emu_sumsq(const float *x, size_t n) { return CPU.sumsq(R(x), n); }
 static void emu_add_into(float *dst, const float *src, size_t n) { CPU.add_into(R(dst), R(src), n); }
+static void emu_scale(float *x, float a, size_t n) { CPU.scale(R(x), a, n); }
 static void emu_to_bf16(uint16_t *dst, const float *src, size_t n) { CPU.to_bf16(R(dst), R(src), n); }
 static void emu_from_bf16(float *dst, const uint16_t *src, size_t n) { CPU.from_bf16(R(dst), R(src), n); }
 
@@ -259,6 +260,7 @@ const cddp_ops_t cddp__ops_emu = {
     .optim_step = emu_optim_step,
     .sumsq = emu_sumsq,
     .add_into = emu_add_into,
+    .scale = emu_scale,
     .to_bf16 = emu_to_bf16,
     .from_bf16 = emu_from_bf16,
 };

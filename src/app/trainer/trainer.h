@@ -13,6 +13,7 @@
 #include "trainer/device.h"
 #include "trainer/flat.h"
 #include "trainer/grad_stage.h"
+#include "trainer/loss_scale.h"
 #include "trainer/metrics.h"
 #include "trainer/ranks.h"
 #include "trainer/model.h"
@@ -67,6 +68,7 @@ typedef struct trainer {
                                NCCL: they are all-reduced on the device (stage.direct) */
   cddp__zero1_t zero1; /* ddp.shard_optimizer: this rank's shard of the optimizer state */
   cddp_optim_t opt;
+  cddp__loss_scale_t scaler; /* train.precision fp16: the loss scale (off otherwise) */
   cddp_sched_spec_t sched;
   cddp_sampler_t sampler;
   int64_t step, total_steps;

@@ -66,6 +66,8 @@ double cu_softmax_xent(float *prob, const float *z, const uint8_t *y, int n, int
 double cu_optim_step(cddp_optim_t *o, float *params, float *grads, float lr);
 double cu_sumsq(const float *x, size_t n);
 void cu_add_into(float *dst, const float *src, size_t n);
+void cu_scale(float *x, float a, size_t n);
+void cu_to_f16(uint16_t *dst, const float *src, size_t n);
 void cu_to_bf16(uint16_t *dst, const float *src, size_t n);
 void cu_from_bf16(float *dst, const uint16_t *src, size_t n);
 

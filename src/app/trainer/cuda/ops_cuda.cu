@@ -164,6 +164,7 @@ const cddp_ops_t cddp__ops_cuda = {
     .optim_step = cu_optim_step,
     .sumsq = cu_sumsq,
     .add_into = cu_add_into,
+    .scale = cu_scale,
     .to_bf16 = cu_to_bf16,
     .from_bf16 = cu_from_bf16,
 };
