@@ -122,6 +122,14 @@ want="1:65536:false 2:65536:false 3:65536:true 4:32768:false 5:32768:false 6:327
 [ $rc = 0 ] && [ "$got" = "$want" ] &&
   ok "fp16, 2 ranks, an overflow on rank 1 at step 3: step 3 skipped on every rank, S 65536 -> 32768 -> 65536 after 4 good steps" ||
   fail "fp16 overflow skip" "got '$got'; $(why $rc fp16_skip)"
+# the loss scale is in the checkpoint (GradScaler's state): resumed at step 4 (S 32768, one good
+# step counted), steps 5-8 are the uninterrupted run's, losses and scales, bit for bit
+on2 emu fp16_resume "${GPT[@]}" --set train.precision=fp16 --set train.loss_scale_interval=4 \
+  --resume-from "$T/fp16_skip/checkpoints/step-000000004"; rc=$?
+tail8() { grep -v '"eval"' "$T/$1/metrics.jsonl" | sed -n 's/.*"step":\([5-8]\),.*"loss":\([^,]*\),.*"loss_scale":\([0-9.e+]*\).*/\1 \2 \3/p'; }
+[ $rc = 0 ] && [ "$(tail8 fp16_resume | wc -l)" = 4 ] && [ "$(tail8 fp16_resume)" = "$(tail8 fp16_skip)" ] &&
+  ok "fp16 resumed from step 4's checkpoint: S and its count restored, steps 5-8 as uninterrupted" ||
+  fail "fp16 resume" "$(tail8 fp16_resume | tr '\n' ' ') vs $(tail8 fp16_skip | tr '\n' ' '); $(why $rc fp16_resume)"
 # cddp sample on the device: the same text as on the CPU from the same checkpoint and seed
 smp() { CDDP_DEVICE_EMULATE=$1 timeout 60 "$CDDP" sample --ckpt "$T/gpt_emu" --device "$2" -n 40 --seed 3 --prompt "In the"; }
 a=$(smp 0 cpu 2>&1); rc1=$?

@@ -139,6 +139,9 @@ static inline float *cddp__train_model_grads(const trainer_t *t) { return t->sta
  * restore, a broadcast or a recovery wrote them (push). */
 void cddp__train_state_pull(trainer_t *t);
 void cddp__train_state_push(trainer_t *t);
+/* fp16: the loss scale and its count of good steps from rank src to every rank (a restore, a
+ * recovery's state sync); nothing without loss scaling. */
+cddp_result_t cddp__train_share_scaler(trainer_t *t, int src);
 /* The gradient of accumulation micro-steps after the first (accum > 1), in the model's memory. */
 cddp_result_t cddp__train_alloc_scratch(trainer_t *t);
 
