@@ -15,6 +15,7 @@
 
 #define TOL_F32 1e-4
 #define TOL_BF16 1e-2 /* 8 bits of mantissa: 2^-8 relative per operand */
+#define TOL_BF16_SAME 2e-3 /* bf16 on both sides, rounded at the same places: sums in another order, a rare p on a rounding edge */
 
 static const cddp_ops_t *cpu, *dev;
 static int n_test, n_failed;
@@ -320,6 +321,15 @@ static void test_flash(void) {
       cpu->attn_flash_backward(want, g, qkv, fy, lse, B, T, C, nh);
       snprintf(name, sizeof name, "attn_flash_backward dqkv vs its reference (T %d, hs %d)", T, C / nh);
       same(name, want, dgot, n3, TOL_F32);
+      /* the tensor cores' bf16 backward (train.precision bf16): against the float32 backward
+       * within bf16's tolerance, and against its reference, which rounds at the same places */
+      dev->attn_flash_backward_bf16(dgot, dg, dqkv, dy, dlse, B, T, C, nh);
+      snprintf(name, sizeof name, "attn_flash_backward_bf16 dqkv vs the float32 backward (bf16's tolerance, T %d, hs %d)",
+               T, C / nh);
+      same(name, want, dgot, n3, TOL_BF16);
+      cpu->attn_flash_backward_bf16(want, g, qkv, fy, lse, B, T, C, nh);
+      snprintf(name, sizeof name, "attn_flash_backward_bf16 dqkv vs its reference (T %d, hs %d)", T, C / nh);
+      same(name, want, dgot, n3, TOL_BF16_SAME);
       free(g), free(want), free(scratch);
       dev->release(dg), dev->release(dgot);
     }
