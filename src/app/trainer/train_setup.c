@@ -294,6 +294,7 @@ void cddp__train_destroy_ddp(trainer_t *t) {
   if (t->ddp_path == CDDP__DDP_PATH_STAGED && t->ddp && t->world > 1) t->dev->host_unregister(t->grads);
   cddp_ddp_destroy(t->ddp);
   t->ddp = NULL, t->grads = NULL;
+  if (t->dcomm) cddp_world_abort_with(t->w, NULL); /* the watcher lets go of it first */
   cddp_comm_destroy(t->dcomm); /* NCCL's: finalised, or aborted after a failure */
   cddp_store_close(t->dview);
   t->dcomm = NULL, t->dview = NULL;
@@ -357,6 +358,7 @@ static cddp_result_t make_ddp_nccl(trainer_t *t) {
   snprintf(prefix, sizeof prefix, "ddp-nccl/g%d/", cddp_world_generation(t->w));
   CDDP_CHECK(cddp_store_prefix_create(&t->dview, cddp_world_store(t->w), prefix, 0));
   CDDP_CHECK(cddp_comm_init(&t->dcomm, t->dview, t->rank, t->world, 0, &cc));
+  cddp_world_abort_with(t->w, t->dcomm); /* a lost peer ends its all-reduces as it ends the world's */
   const char *name = NULL;
   void *state = cddp__comm_transport_state(t->dcomm, &name);
   if (!state || !name || strcmp(name, "nccl") != 0)
