@@ -5,8 +5,8 @@
 #  1. test_kernels: every CUDA entry of the device layer against the CPU table (float32 within
 #     1e-4 relative, bf16 within its tolerance); test_nccl: the nccl backend on device buffers;
 #  2. bench_gemm: cuBLAS's bf16 GEMM peak, measured (beside the MFU); bench_ops: our kernels at
-#     GPT-2 small's block, and the step they compose; the attention's bf16 tensor-core backward
-#     beside its fp32 kernels (attn_bwd_bf16);
+#     GPT-2 small's block, and the step they compose; the attention's bf16 tensor-core forward
+#     and backward beside its fp32 kernels (attn_fwd_bf16, attn_bwd_bf16);
 #  3. the trainer on the GPU (train.device cuda): a small GPT's loss after 200 steps against the
 #     CPU's on the same data (tests/gpu/ref/gpt_200_cpu.txt, made by tests/gpu/make_ref.sh):
 #     fp32 within 1%, bf16 and fp16 (with its loss scaling) within 2%;
@@ -73,9 +73,10 @@ if [ $EMU = 0 ]; then
   "$BUILD/tests/gpu/bench_ops" >"$T/ops" 2>&1 || bad "bench_ops: $(tail -1 "$T/ops")"
   cat "$T/ops"
   grep '^composed step' "$T/ops" | while read -r l; do fig "bench_ops: $l"; done
-  # the fused attention's backward on tensor cores (bf16) beside the fp32 kernels, GPT-2 small's block
-  bw() { grep "^causal attention backward, fused (flash; $1" "$T/ops" | awk '{ printf "%s ms (%s %s)", $(NF-2), $(NF-1), $NF }'; }
-  fig "attn_bwd_bf16: $(bw bf16) on tensor cores, against $(bw fp32) in fp32 (bench_ops; test_kernels checks it against its reference and the fp32 backward)"
+  # the fused attention on tensor cores (bf16) beside the fp32 kernels, GPT-2 small's block
+  at() { grep "^causal attention $1, fused (flash; $2" "$T/ops" | awk '{ printf "%s ms (%s %s)", $(NF-2), $(NF-1), $NF }'; }
+  fig "attn_fwd_bf16: $(at forward 'bf16 tensor') on tensor cores, against $(at forward fp32) in fp32 (bench_ops)"
+  fig "attn_bwd_bf16: $(at backward 'bf16 tensor') on tensor cores, against $(at backward fp32) in fp32 (bench_ops; test_kernels checks both against their references and fp32's)"
 fi
 
 # train NAME NPROC ARGS...: cddp train on the device (NPROC 2: two ranks on GPU 0); 0 or its exit

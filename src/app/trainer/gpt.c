@@ -292,10 +292,13 @@ void cddp__gpt_init_params(cddp_gpt_t *m, uint64_t seed) {
 }
 
 
-/* The attention of block a's qkv into a->y, keeping what its backward needs in a->att. */
+/* The attention of block a's qkv into a->y, keeping what its backward needs in a->att; under
+ * train.precision bf16 the fused one's products take bf16 operands (tensor cores on CUDA). */
 static void attention_forward(const cddp_gpt_t *m, const block_a_t *a, int B, int T) {
   int C = m->spec.d_model, H = m->spec.n_head;
-  if (m->fused)
+  if (m->fused && cddp__gemm_precision() == CDDP_PRECISION_BF16 && m->ops->attn_flash_forward_tc)
+    m->ops->attn_flash_forward_tc(a->y, a->att, a->qkv, B, T, C, H);
+  else if (m->fused)
     m->ops->attn_flash_forward(a->y, a->att, a->qkv, B, T, C, H);
   else
     m->ops->attn_forward(a->y, a->att, a->qkv, B, T, C, H);

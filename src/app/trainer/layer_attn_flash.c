@@ -34,17 +34,66 @@ static void flash_head(float *y, float *lse, const float *q, const float *k, con
   }
 }
 
-void cddp__attn_flash_forward(float *y, float *lse, const float *qkv, int B, int T, int C, int n_head) {
+/* A float rounded to bf16 and back (nearest even): where the tensor cores take their operands. */
+static inline float bf(float x) { return cddp__bf16_to_f32(cddp__f32_to_bf16(x)); }
+
+#define TC_TILE 16 /* the tensor cores' tile: keys folded into the running softmax 16 at a time */
+
+/* One (sample, head) of the tensor cores' forward (layers_gpt.h); acc: hs floats. */
+static void flash_head_tc(float *y, float *lse, const float *q, const float *k, const float *v, int T, int hs, int ld,
+                          int C, float scale, float *acc) {
+  for (int t = 0; t < T; t++) {
+    const float *qt = q + (size_t)t * ld;
+    float m = -INFINITY, l = 0.0f;
+    memset(acc, 0, (size_t)hs * sizeof *acc);
+    for (int j0 = 0; j0 <= t; j0 += TC_TILE) {
+      float s[TC_TILE], mt = -INFINITY;
+      int jn = t - j0 + 1 < TC_TILE ? t - j0 + 1 : TC_TILE; /* keys j <= t in this tile */
+      for (int c = 0; c < jn; c++) {
+        const float *kj = k + (size_t)(j0 + c) * ld;
+        float dot = 0.0f;
+        for (int d = 0; d < hs; d++) dot += bf(qt[d]) * bf(kj[d]);
+        s[c] = dot * scale, mt = fmaxf(mt, s[c]);
+      }
+      float mn = fmaxf(m, mt), corr = expf(m - mn), sum = 0.0f;
+      for (int d = 0; d < hs; d++) acc[d] *= corr;
+      for (int c = 0; c < jn; c++) {
+        float p = expf(s[c] - mn), pb = bf(p);
+        const float *vj = v + (size_t)(j0 + c) * ld;
+        sum += p;
+        for (int d = 0; d < hs; d++) acc[d] += pb * bf(vj[d]);
+      }
+      l = l * corr + sum, m = mn;
+    }
+    float *yt = y + (size_t)t * C;
+    for (int d = 0; d < hs; d++) yt[d] = acc[d] / l;
+    lse[t] = m + logf(l);
+  }
+}
+
+typedef void head_fn(float *y, float *lse, const float *q, const float *k, const float *v, int T, int hs, int ld, int C,
+                     float scale, float *acc);
+
+/* Every (sample, head) of a forward. */
+static void flash_forward(head_fn *head, float *y, float *lse, const float *qkv, int B, int T, int C, int n_head) {
   int hs = C / n_head, ld = 3 * C;
   float scale = 1.0f / sqrtf((float)hs), *acc = malloc((size_t)hs * sizeof *acc);
-  if (!acc) abort(); /* hs floats: a reference for tests */
+  if (!acc) abort(); /* hs floats: a reference for tests and the emulated device */
   for (int b = 0; b < B; b++)
     for (int h = 0; h < n_head; h++) {
       const float *q = qkv + (size_t)b * T * ld + (size_t)h * hs;
-      flash_head(y + (size_t)b * T * C + (size_t)h * hs, lse + ((size_t)b * n_head + h) * T, q, q + C, q + 2 * C, T,
-                 hs, ld, C, scale, acc);
+      head(y + (size_t)b * T * C + (size_t)h * hs, lse + ((size_t)b * n_head + h) * T, q, q + C, q + 2 * C, T, hs, ld,
+           C, scale, acc);
     }
   free(acc);
+}
+
+void cddp__attn_flash_forward(float *y, float *lse, const float *qkv, int B, int T, int C, int n_head) {
+  flash_forward(flash_head, y, lse, qkv, B, T, C, n_head);
+}
+
+void cddp__attn_flash_forward_tc(float *y, float *lse, const float *qkv, int B, int T, int C, int n_head) {
+  flash_forward(cddp__attn_bf16_bwd_ok(C / n_head) ? flash_head_tc : flash_head, y, lse, qkv, B, T, C, n_head);
 }
 
 void cddp__attn_flash_forward_bf16(float *y, float *lse, const uint16_t *qkv, int B, int T, int C, int n_head) {
@@ -55,8 +104,6 @@ void cddp__attn_flash_forward_bf16(float *y, float *lse, const uint16_t *qkv, in
   cddp__attn_flash_forward(y, lse, wide, B, T, C, n_head);
   free(wide);
 }
-
-static inline float bf(float x) { return cddp__bf16_to_f32(cddp__f32_to_bf16(x)); }
 
 /* One (sample, head): dq, dk, dv rows ld floats apart (zeroed here); dy, y rows C apart. Per
  * query row i: D = dy_i . y_i; per key j <= i: p = exp(q_i k_j scale - lse_i), dp = dy_i . v_j,
@@ -124,3 +171,4 @@ void cddp__attn_flash_backward_bf16(float *dqkv, const float *dy, const float *q
                                     int B, int T, int C, int n_head) {
   flash_backward(dqkv, dy, qkv, y, lse, B, T, C, n_head, cddp__attn_bf16_bwd_ok(C / n_head));
 }
+

@@ -133,8 +133,10 @@ typedef struct cddp_ops {
   void (*attn_flash_forward_bf16)(float *y, float *lse, const uint16_t *qkv, int B, int T, int C, int n_head);
   void (*attn_flash_backward)(float *dqkv, const float *dy, const float *qkv, const float *y, const float *lse,
                               int B, int T, int C, int n_head);
-  /* the same with its products' operands in bf16 (layers_gpt.h: cddp__attn_flash_backward_bf16;
-   * CUDA: tensor cores, cuda/k_flash_tc.cu): the GPT's attention backward under train.precision bf16 */
+  /* the forward and the backward with their products' operands in bf16 (layers_gpt.h:
+   * cddp__attn_flash_forward_tc, cddp__attn_flash_backward_bf16;
+   * CUDA: tensor cores, cuda/k_flash_tc.cu): the GPT's fused attention under train.precision bf16 */
+  void (*attn_flash_forward_tc)(float *y, float *lse, const float *qkv, int B, int T, int C, int n_head);
   void (*attn_flash_backward_bf16)(float *dqkv, const float *dy, const float *qkv, const float *y, const float *lse,
                                    int B, int T, int C, int n_head);
   void (*embed_forward)(float *x, const uint8_t *tok, const float *wte, const float *wpe, int B, int T,

@@ -142,6 +142,7 @@ const cddp_ops_t cddp__ops_cpu = {
     .attn_flash_forward = cddp__attn_flash_forward,
     .attn_flash_forward_bf16 = cddp__attn_flash_forward_bf16,
     .attn_flash_backward = cddp__attn_flash_backward,
+    .attn_flash_forward_tc = cddp__attn_flash_forward_tc,
     .attn_flash_backward_bf16 = cddp__attn_flash_backward_bf16,
     .embed_forward = cddp__embed_forward,
     .embed_backward = cddp__embed_backward,

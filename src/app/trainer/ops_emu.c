@@ -180,6 +180,9 @@ static void emu_attn_flash_backward(float *dqkv, const float *dy, const float *q
                                     const float *lse, int B, int T, int C, int n_head) {
   CPU.attn_flash_backward(R(dqkv), R(dy), R(qkv), R(y), R(lse), B, T, C, n_head);
 }
+static void emu_attn_flash_forward_tc(float *y, float *lse, const float *qkv, int B, int T, int C, int n_head) {
+  CPU.attn_flash_forward_tc(R(y), R(lse), R(qkv), B, T, C, n_head);
+}
 static void emu_attn_flash_backward_bf16(float *dqkv, const float *dy, const float *qkv, const float *y,
                                          const float *lse, int B, int T, int C, int n_head) {
   CPU.attn_flash_backward_bf16(R(dqkv), R(dy), R(qkv), R(y), R(lse), B, T, C, n_head);
@@ -256,6 +259,7 @@ const cddp_ops_t cddp__ops_emu = {
     .attn_flash_forward = emu_attn_flash_forward,
     .attn_flash_forward_bf16 = emu_attn_flash_forward_bf16,
     .attn_flash_backward = emu_attn_flash_backward,
+    .attn_flash_forward_tc = emu_attn_flash_forward_tc,
     .attn_flash_backward_bf16 = emu_attn_flash_backward_bf16,
     .embed_forward = emu_embed_forward,
     .embed_backward = emu_embed_backward,

@@ -57,7 +57,9 @@ void cu_attn_flash_forward(float *y, float *lse, const float *qkv, int B, int T,
 void cu_attn_flash_forward_bf16(float *y, float *lse, const uint16_t *qkv, int B, int T, int C, int n_head);
 void cu_attn_flash_backward(float *dqkv, const float *dy, const float *qkv, const float *y, const float *lse, int B,
                             int T, int C, int n_head);
-// the tensor cores' bf16 form (k_flash_tc.cu; layers_gpt.h: cddp__attn_flash_backward_bf16)
+// the tensor cores' bf16 forms (k_flash_tc.cu; layers_gpt.h: cddp__attn_flash_forward_tc and
+// cddp__attn_flash_backward_bf16)
+void cu_attn_flash_forward_tc(float *y, float *lse, const float *qkv, int B, int T, int C, int n_head);
 void cu_attn_flash_backward_bf16(float *dqkv, const float *dy, const float *qkv, const float *y, const float *lse,
                                  int B, int T, int C, int n_head);
 void cu_embed_forward(float *x, const uint8_t *tok, const float *wte, const float *wpe, int B, int T, int C);

@@ -1,5 +1,7 @@
-// k_flash_tc.cu - the fused attention's backward on tensor cores (train.precision bf16):
-// FlashAttention-2's backward in tiles of 16 rows, every product a WMMA bf16 16x16x16 with
+// k_flash_tc.cu - the fused attention on tensor cores (train.precision bf16). The forward: a
+// warp per 16 query rows, over the key tiles up to them, s = q k^T by WMMA, the online softmax
+// per row in float32, o = o corr + p v by WMMA (p rounded to bf16), y = o / l and the rows'
+// log-sum-exp. The backward: FlashAttention-2's in tiles of 16 rows, every product a WMMA bf16 16x16x16 with
 // float32 accumulation, nothing T x T in memory. Two kernels, as k_flash.cu's, so that no two
 // blocks add into one row (deterministic sums, no atomics): dk and dv with a block per 16 key
 // rows over the query tiles at and after them, dq with a block per 16 query rows over the key
@@ -102,6 +104,78 @@ __device__ inline void store_rows(float *dst, size_t ld, int r0, int T, int hs, 
   __syncwarp();
 }
 
+// y and lse of query rows i0 .. i0+15 of one (sample, head): over the key tiles up to them.
+template <int NF>
+__global__ void __launch_bounds__(32) k_flash_tc_forward(float *y, float *lse, const float *qkv, int T, int C, int nh,
+                                                         float scale) {
+  __shared__ __align__(32) bf16 qs[TR * LDH], ks[TR * LDH], vs[TR * LDH], pb[TR * LDP];
+  __shared__ __align__(32) float sf[TR * LDS], o[TR * LDO], pv[TR * LDO];
+  __shared__ float m[TR], l[TR], corr[TR];
+  const int hs = NF * 16, h = blockIdx.y, b = blockIdx.z, i0 = blockIdx.x * TR, lane = threadIdx.x;
+  const size_t ld = 3 * (size_t)C;
+  const float *q = qkv + (size_t)b * T * ld + (size_t)h * hs;
+  load_tile(qs, q, ld, i0, T, hs);
+  for (int e = lane; e < TR * hs; e += 32) o[(e / hs) * LDO + e % hs] = 0.0f;
+  if (lane < TR) m[lane] = -INFINITY, l[lane] = 0.0f;
+  const int last = min(i0 + TR, T) - 1;
+  for (int j0 = 0; j0 <= last; j0 += TR) {
+    __syncwarp();
+    load_tile(ks, q + C, ld, j0, T, hs);
+    load_tile(vs, q + 2 * C, ld, j0, T, hs);
+    __syncwarp();
+    acc_t s;
+    wmma::fill_fragment(s, 0.0f);
+#pragma unroll
+    for (int f = 0; f < NF; f++) {
+      wmma::fragment<wmma::matrix_a, 16, 16, 16, bf16, wmma::row_major> a;
+      wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::col_major> kt;
+      wmma::load_matrix_sync(a, qs + f * 16, LDH);
+      wmma::load_matrix_sync(kt, ks + f * 16, LDH);
+      wmma::mma_sync(s, a, kt, s);
+    }
+    wmma::store_matrix_sync(sf, s, LDS, wmma::mem_row_major);
+    __syncwarp();
+    if (lane < TR) { // a lane per row: the tile's maximum, the correction, p and its sum
+      int i = i0 + lane;
+      float mt = -INFINITY, sum = 0.0f;
+      for (int c = 0; c < TR; c++)
+        if (i < T && j0 + c <= i) mt = fmaxf(mt, sf[lane * LDS + c] * scale);
+      float mn = fmaxf(m[lane], mt), cr = i < T ? expf(m[lane] - mn) : 0.0f;
+      for (int c = 0; c < TR; c++) {
+        float p = i < T && j0 + c <= i ? expf(sf[lane * LDS + c] * scale - mn) : 0.0f;
+        sum += p;
+        pb[lane * LDP + c] = __float2bfloat16_rn(p);
+      }
+      if (i < T) l[lane] = l[lane] * cr + sum, m[lane] = mn;
+      corr[lane] = cr;
+    }
+    __syncwarp();
+    wmma::fragment<wmma::matrix_a, 16, 16, 16, bf16, wmma::row_major> pa;
+    wmma::load_matrix_sync(pa, pb, LDP);
+#pragma unroll
+    for (int f = 0; f < NF; f++) {
+      wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::row_major> vm;
+      acc_t t;
+      wmma::fill_fragment(t, 0.0f);
+      wmma::load_matrix_sync(vm, vs + f * 16, LDH);
+      wmma::mma_sync(t, pa, vm, t); // this tile's p v
+      wmma::store_matrix_sync(pv + f * 16, t, LDO, wmma::mem_row_major);
+    }
+    __syncwarp();
+    for (int e = lane; e < TR * hs; e += 32) {
+      int r = e / hs, d = e % hs;
+      o[r * LDO + d] = o[r * LDO + d] * corr[r] + pv[r * LDO + d];
+    }
+  }
+  __syncwarp();
+  float *yb = y + (size_t)b * T * C + (size_t)h * hs;
+  for (int e = lane; e < TR * hs; e += 32) {
+    int r = e / hs, d = e % hs;
+    if (i0 + r < T) yb[(size_t)(i0 + r) * C + d] = o[r * LDO + d] / l[r];
+  }
+  if (lane < TR && i0 + lane < T) lse[((size_t)b * nh + h) * T + i0 + lane] = m[lane] + logf(l[lane]);
+}
+
 struct tiles {
   __align__(32) bf16 q[TR * LDH], k[TR * LDH], v[TR * LDH], dy[TR * LDH];
   __align__(32) float s[TR * LDS], dp[TR * LDS];
@@ -187,6 +261,31 @@ static void launch(float *dqkv, const float *dy, const float *qkv, const float *
   CUDA_LAUNCHED();
   k_flash_tc_dq<NF><<<grid, 32, 0, st()>>>(dqkv, dy, qkv, lse, D, T, C, nh, scale);
   CUDA_LAUNCHED();
+}
+
+template <int NF> static void launch_forward(float *y, float *lse, const float *qkv, int B, int T, int C, int nh) {
+  dim3 grid(cdiv((size_t)T, TR), (unsigned)nh, (unsigned)B);
+  k_flash_tc_forward<NF><<<grid, 32, 0, st()>>>(y, lse, qkv, T, C, nh, 1.0f / sqrtf((float)(NF * 16)));
+  CUDA_LAUNCHED();
+}
+
+void cu_attn_flash_forward_tc(float *y, float *lse, const float *qkv, int B, int T, int C, int n_head) {
+  int hs = C / n_head;
+  if (!cddp__attn_bf16_bwd_ok(hs) || hs * n_head != C) { // the float32 kernel, as the reference does
+    cu_attn_flash_forward(y, lse, qkv, B, T, C, n_head);
+    return;
+  }
+  if (!B || !T) return;
+  switch (hs / 16) {
+    case 1: launch_forward<1>(y, lse, qkv, B, T, C, n_head); break;
+    case 2: launch_forward<2>(y, lse, qkv, B, T, C, n_head); break;
+    case 3: launch_forward<3>(y, lse, qkv, B, T, C, n_head); break;
+    case 4: launch_forward<4>(y, lse, qkv, B, T, C, n_head); break;
+    case 5: launch_forward<5>(y, lse, qkv, B, T, C, n_head); break;
+    case 6: launch_forward<6>(y, lse, qkv, B, T, C, n_head); break;
+    case 7: launch_forward<7>(y, lse, qkv, B, T, C, n_head); break;
+    default: launch_forward<8>(y, lse, qkv, B, T, C, n_head); break;
+  }
 }
 
 void cu_attn_flash_backward_bf16(float *dqkv, const float *dy, const float *qkv, const float *y, const float *lse,

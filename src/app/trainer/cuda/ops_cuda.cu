@@ -156,6 +156,7 @@ const cddp_ops_t cddp__ops_cuda = {
     .attn_flash_forward = cu_attn_flash_forward,
     .attn_flash_forward_bf16 = cu_attn_flash_forward_bf16,
     .attn_flash_backward = cu_attn_flash_backward,
+    .attn_flash_forward_tc = cu_attn_flash_forward_tc,
     .attn_flash_backward_bf16 = cu_attn_flash_backward_bf16,
     .embed_forward = cu_embed_forward,
     .embed_backward = cu_embed_backward,
