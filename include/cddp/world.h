@@ -103,6 +103,12 @@ int cddp_world_replacement(const cddp_world_t *w);
 int cddp_world_can_recover(const cddp_world_t *w);
 /* The job's generation the communicator belongs to (0 until the first replacement). */
 int cddp_world_generation(const cddp_world_t *w);
+/* A communicator of the caller's own for this generation (DDP's over NCCL, say) that the
+ * world's watcher aborts with the world's when a new generation is announced, so a collective
+ * blocked on a lost peer there returns ABORTED at once too, not at its timeout. One at a time;
+ * NULL forgets it. Call it with NULL before destroying that communicator; a re-formed world
+ * forgets it by itself. Never blocks (but on the watcher's lock). */
+void cddp_world_abort_with(cddp_world_t *w, cddp_comm_t *comm);
 
 #pragma GCC visibility pop
 #ifdef __cplusplus

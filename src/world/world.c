@@ -27,6 +27,7 @@ typedef struct cddp__gen_watch {
   cddp_store_t *store;
   int64_t gen;        /* the world's generation and communicator, kept here (not a pointer to */
   cddp_comm_t *comm;  /* the world), guarded by mu */
+  cddp_comm_t *also;  /* the caller's communicator of that generation, aborted with it (mu) */
   int rank;           /* for the log lines */
   int stop;
   int64_t join_gen; /* the latest join generation seen (atomic) */
@@ -68,6 +69,7 @@ static void *watch_main(void *arg) {
       CDDP_INFO(CDDP_SUB_ENV, "rank %d: generation %lld announced: aborting the communicator of %lld", f->rank,
                 (long long)seen + 1, (long long)g);
       cddp_comm_abort(f->comm);
+      if (f->also) cddp_comm_abort(f->also);
     }
     pthread_mutex_unlock(&f->mu);
     while (!__atomic_load_n(&f->stop, __ATOMIC_ACQUIRE) && watch_gen(f) == g) usleep(20000);
@@ -109,7 +111,7 @@ static void watch_set(cddp_world_t *w, cddp_comm_t *comm, int gen) {
   gen_watch_t *f = w->watch;
   if (f) pthread_mutex_lock(&f->mu);
   w->comm = comm, w->env.gen = gen;
-  if (f) f->comm = comm, f->gen = gen, f->rank = w->rank;
+  if (f) f->comm = comm, f->gen = gen, f->rank = w->rank, f->also = NULL;
   if (f) pthread_mutex_unlock(&f->mu);
 }
 
@@ -223,6 +225,14 @@ void cddp_world_stop(cddp_world_t *w, const char *line) {
 }
 
 int cddp_world_generation(const cddp_world_t *w) { return w ? w->env.gen : 0; }
+
+void cddp_world_abort_with(cddp_world_t *w, cddp_comm_t *comm) {
+  gen_watch_t *f = w ? w->watch : NULL;
+  if (!f) return; /* no watcher (restart-all): nothing aborts the world's either */
+  pthread_mutex_lock(&f->mu);
+  f->also = comm;
+  pthread_mutex_unlock(&f->mu);
+}
 
 int cddp_world_should_reform(const cddp_world_t *w) {
   gen_watch_t *f = w ? w->watch : NULL;

@@ -147,8 +147,16 @@ int main(int argc, char **argv) {
        d->attn_flash_forward(y, lse, qkv, B, T, C, H));
   TIME("causal attention backward, fused (flash; fp32)", 1, 2 * attn_flop / 1e12, "TFLOP/s", reps,
        d->attn_flash_backward(dqkv, dy, qkv, y, lse, B, T, C, H));
+  const int bwd32 = n_rows - 1;
+  TIME("causal attention backward, fused (flash; bf16 tensor cores: train.precision bf16's)", 0, 2 * attn_flop / 1e12,
+       "TFLOP/s", reps, d->attn_flash_backward_bf16(dqkv, dy, qkv, y, lse, B, T, C, H));
+  const int bwd16 = n_rows - 1;
   TIME("causal attention forward, fused (flash; bf16 q, k, v; not in the step yet)", 0, attn_flop / 1e12, "TFLOP/s",
        reps, d->attn_flash_forward_bf16(y, lse, qkv16, B, T, C, H));
+  const int fwd32 = bwd32 - 1; /* the fp32 forward's row, just before its backward's */
+  TIME("causal attention forward, fused (flash; bf16 tensor cores: train.precision bf16's)", 0, attn_flop / 1e12,
+       "TFLOP/s", reps, d->attn_flash_forward_tc(y, lse, qkv, B, T, C, H));
+  const int fwd16 = n_rows - 1;
   TIME("head forward (tied, V 256)", 0, 2.0 * n * (double)C * V / 1e12, "TFLOP/s", reps,
        d->head_forward(logits, x, wte, n, C, V));
   TIME("softmax cross-entropy", 0, (2.0 * n * V * f4) / 1e9, "GB/s", reps,
@@ -187,6 +195,11 @@ int main(int argc, char **argv) {
     double step = L * (block + (bf ? gemm16 : gemm32)) + rest;
     printf("composed step, %s products: %.2f ms, %.0f tokens/s, %.2f model TFLOP/s\n",
            bf ? "bf16" : "fp32", step, n / (step / 1e3), flop / (step / 1e3) / 1e12);
+  }
+  { /* train.precision bf16's step: the attention on tensor cores in place of fp32's */
+    double step = L * (block + gemm16 - rows[fwd32].ms - rows[bwd32].ms + rows[fwd16].ms + rows[bwd16].ms) + rest;
+    printf("composed step, bf16 products and attention: %.2f ms, %.0f tokens/s, %.2f model TFLOP/s\n", step,
+           n / (step / 1e3), flop / (step / 1e3) / 1e12);
   }
   printf("# MFU: model TFLOP/s over bench_gemm's bf16 peak from the same machine; our kernels' "
          "share of the bf16 step: %.0f%%\n",

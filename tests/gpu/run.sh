@@ -5,10 +5,11 @@
 #  1. test_kernels: every CUDA entry of the device layer against the CPU table (float32 within
 #     1e-4 relative, bf16 within its tolerance); test_nccl: the nccl backend on device buffers;
 #  2. bench_gemm: cuBLAS's bf16 GEMM peak, measured (beside the MFU); bench_ops: our kernels at
-#     GPT-2 small's block, and the step they compose;
+#     GPT-2 small's block, and the step they compose; the attention's bf16 tensor-core forward
+#     and backward beside its fp32 kernels (attn_fwd_bf16, attn_bwd_bf16);
 #  3. the trainer on the GPU (train.device cuda): a small GPT's loss after 200 steps against the
 #     CPU's on the same data (tests/gpu/ref/gpt_200_cpu.txt, made by tests/gpu/make_ref.sh):
-#     fp32 within 1%, bf16 within 2%;
+#     fp32 within 1%, bf16 and fp16 (with its loss scaling) within 2%;
 #  4. 2 ranks sharing 1 GPU (the gradients to host memory bucket by bucket during backward, on
 #     the comm stream) against 1 rank with 2 accumulation steps: every loss within 1e-6 relative;
 #  5. GPT-2 small's shape (12 layers, d 768, 12 heads, context 1024) trained on the GPU: tokens/s
@@ -18,6 +19,8 @@
 #  5b. cddp bench allreduce --device cuda: 2 ranks sharing the GPU, the data in device memory
 #     staged through pinned host memory, every element checked, its bus bandwidth;
 #  5c. the same with --backend nccl on the device buffers, one rank per GPU (up to 2 ranks);
+#  5d. the trainer with NCCL on its device gradients (ddp.backend nccl; one rank per GPU, up to
+#     2) against 1 rank x 2 accumulation steps: bit for bit alone, within 1e-6 on 2 GPUs;
 #  6. train.device auto takes the GPU (its INFO line); what is not built yet is named as
 #     FAILED, so the run cannot pass without it.
 # --emulate runs 3.-5. at toy sizes on the emulated device (CDDP_DEVICE_EMULATE=1, the CPU's
@@ -70,6 +73,10 @@ if [ $EMU = 0 ]; then
   "$BUILD/tests/gpu/bench_ops" >"$T/ops" 2>&1 || bad "bench_ops: $(tail -1 "$T/ops")"
   cat "$T/ops"
   grep '^composed step' "$T/ops" | while read -r l; do fig "bench_ops: $l"; done
+  # the fused attention on tensor cores (bf16) beside the fp32 kernels, GPT-2 small's block
+  at() { grep "^causal attention $1, fused (flash; $2" "$T/ops" | awk '{ printf "%s ms (%s %s)", $(NF-2), $(NF-1), $NF }'; }
+  fig "attn_fwd_bf16: $(at forward 'bf16 tensor') on tensor cores, against $(at forward fp32) in fp32 (bench_ops)"
+  fig "attn_bwd_bf16: $(at backward 'bf16 tensor') on tensor cores, against $(at backward fp32) in fp32 (bench_ops; test_kernels checks both against their references and fp32's)"
 fi
 
 # train NAME NPROC ARGS...: cddp train on the device (NPROC 2: two ranks on GPU 0); 0 or its exit
@@ -97,7 +104,7 @@ if [ $EMU = 1 ]; then # toy: 4 steps, the reference made here on the CPU
   REF=$T/ref.txt
 fi
 steps=$(tail -1 "$REF" | cut -d' ' -f1)
-for prec in fp32 bf16; do
+for prec in fp32 bf16 fp16; do
   tol=$([ $prec = fp32 ] && echo 0.01 || echo 0.02)
   train loss_$prec 1 "${LOSS[@]}" --set train.precision=$prec; r=$?
   want=$(tail -1 "$REF" | cut -d' ' -f2) got=$(losses loss_$prec | awk -v s="$steps" '$1 == s { print $2 }')
@@ -167,6 +174,31 @@ if [ $EMU = 0 ]; then
   bw=$(sed -n 's/^\(\[rank 0\] \)\{0,1\}# Avg bus bandwidth *: *\([0-9.]*\).*/\2/p' "$T/barn.out" | head -1)
   fig "allreduce_nccl: $NP rank(s), one GPU each, 64M of float32 on the device buffers: ${bw:-?} GB/s bus bandwidth (exit $r)"
   [ $r = 0 ] && grep -q 'Out of bounds values : 0 OK' "$T/barn.out" || bad "allreduce_nccl: $(tail -2 "$T/barn.out")"
+fi
+
+# 5d. NCCL under the trainer (ddp.backend nccl): DDP's buckets all-reduced by NCCL on the
+# device's gradients, each after its mark, on the comm stream. One GPU: a world of one, which
+# runs the whole path (the marks, the comm stream's waits, NCCL in place, the optimizer's wait)
+# and must give the staged run's losses bit for bit (a sum over one rank is the identity); two
+# GPUs: 2 ranks, one GPU each (ddp.backend auto must take NCCL), against 1 rank x 2
+# accumulation steps within 1e-6, as two_ranks_one_gpu.
+if [ $EMU = 0 ]; then
+  NP=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU'); [ "${NP:-0}" -gt 2 ] && NP=2; [ "${NP:-0}" -lt 1 ] && NP=1
+  if [ "$NP" = 1 ]; then
+    CUDA_VISIBLE_DEVICES=0 timeout 300 "$CDDP" train --work-dir "$T" --name nccl_train --set train.device=cuda \
+      "${TWO[@]}" --set ddp.backend=nccl >"$T/nccl_train.out" 2>&1; r=$?
+  else
+    CUDA_VISIBLE_DEVICES=0,1 CDDP_DEBUG=INFO CDDP_DEBUG_SUBSYS=TRAIN timeout 300 "$CDDP" run --standalone --nproc-per-node 2 \
+      "$CDDP" train --work-dir "$T" --name nccl_train --set train.device=cuda "${TWO[@]}" >"$T/nccl_train.out" 2>&1; r=$?
+  fi
+  join <(losses nccl_train) <(losses one_rank) >"$T/npairs"
+  n=$(wc -l <"$T/npairs")
+  worst=$(awk '{ d = $2 - $3; if (d < 0) d = -d; r = d / ($3 < 0 ? -$3 : $3); if (r > w) w = r } END { printf "%.2g", w }' "$T/npairs")
+  want=$([ "$NP" = 1 ] && echo 0 || echo 1e-6)
+  fig "nccl_train: $NP rank(s), one GPU each, NCCL on the device's gradients: $n steps, worst loss difference $worst relative against 1 rank x 2 accumulation steps staged (at most $want) (exit $r)"
+  [ $r = 0 ] && grep -q 'gradients all-reduced by NCCL on the device bucket by bucket' "$T/nccl_train.out" &&
+    [ "$n" -ge 4 ] && awk -v w="$worst" -v m="$want" 'BEGIN { exit !(w <= m) }' ||
+    bad "nccl_train: exit $r, $n steps, $worst apart: $(last_line nccl_train)"
 fi
 
 # 6. named, not built yet: the run is not whole without them

@@ -15,6 +15,7 @@
 
 #define TOL_F32 1e-4
 #define TOL_BF16 1e-2 /* 8 bits of mantissa: 2^-8 relative per operand */
+#define TOL_BF16_SAME 3e-3 /* bf16 on both sides, rounded at the same places: sums in another order flip a rare p or ds over a rounding edge (2^-8 of it) */
 
 static const cddp_ops_t *cpu, *dev;
 static int n_test, n_failed;
@@ -309,6 +310,20 @@ static void test_flash(void) {
     lse_direct(lse, qkv, B, T, C, nh);
     snprintf(name, sizeof name, "attn_flash_forward log-sum-exp vs direct, in double (T %d, hs %d)", T, C / nh);
     same(name, lse, dlse, nl, TOL_F32);
+    { /* the tensor cores' forward (train.precision bf16): against float32's within bf16's
+       * tolerance, and against its reference, which rounds at the same places */
+      float *ty = malloc(nc * 4), *tl = malloc(nl * 4), *dty = dev->alloc(nc * 4), *dtl = dev->alloc(nl * 4);
+      cpu->attn_flash_forward_tc(ty, tl, qkv, B, T, C, nh);
+      dev->attn_flash_forward_tc(dty, dtl, dqkv, B, T, C, nh);
+      snprintf(name, sizeof name, "attn_flash_forward_tc y vs the float32 forward (bf16's tolerance, T %d, hs %d)", T, C / nh);
+      same(name, fy, dty, nc, TOL_BF16);
+      snprintf(name, sizeof name, "attn_flash_forward_tc y vs its reference (T %d, hs %d)", T, C / nh);
+      same(name, ty, dty, nc, TOL_BF16_SAME);
+      snprintf(name, sizeof name, "attn_flash_forward_tc log-sum-exp vs its reference (T %d, hs %d)", T, C / nh);
+      same(name, tl, dtl, nl, TOL_BF16_SAME);
+      free(ty), free(tl);
+      dev->release(dty), dev->release(dtl);
+    }
     { /* the backward: the materialised form's dqkv, from each side's own y and lse */
       float *g = rand_f(nc, 1.0f), *want = malloc(n3 * 4), *scratch = malloc((size_t)T * T * 4);
       float *dg = upf(g, nc), *dgot = dev->alloc(n3 * 4);
@@ -320,6 +335,15 @@ static void test_flash(void) {
       cpu->attn_flash_backward(want, g, qkv, fy, lse, B, T, C, nh);
       snprintf(name, sizeof name, "attn_flash_backward dqkv vs its reference (T %d, hs %d)", T, C / nh);
       same(name, want, dgot, n3, TOL_F32);
+      /* the tensor cores' bf16 backward (train.precision bf16): against the float32 backward
+       * within bf16's tolerance, and against its reference, which rounds at the same places */
+      dev->attn_flash_backward_bf16(dgot, dg, dqkv, dy, dlse, B, T, C, nh);
+      snprintf(name, sizeof name, "attn_flash_backward_bf16 dqkv vs the float32 backward (bf16's tolerance, T %d, hs %d)",
+               T, C / nh);
+      same(name, want, dgot, n3, TOL_BF16);
+      cpu->attn_flash_backward_bf16(want, g, qkv, fy, lse, B, T, C, nh);
+      snprintf(name, sizeof name, "attn_flash_backward_bf16 dqkv vs its reference (T %d, hs %d)", T, C / nh);
+      same(name, want, dgot, n3, TOL_BF16_SAME);
       free(g), free(want), free(scratch);
       dev->release(dg), dev->release(dgot);
     }
@@ -597,10 +621,11 @@ static void test_comm_copy(void) {
   dev->release(d2), dev->release(d), dev->host_release(back), dev->host_release(h);
 }
 
-/* train.precision bf16: the products round their inputs to bf16 and accumulate in float32 on
- * either table (the CPU's gemm_bf16.c, cuBLAS's GemmEx on the GPU), so the two agree within
- * float32's tolerance, and differ from the float32 products (the rounding ran). */
-static void test_precision_bf16(void) {
+/* train.precision bf16 and fp16: the products round their inputs to 16 bits and accumulate in
+ * float32 on either table (the CPU's gemm_bf16.c or gemm.c's fp16 rounding, cuBLAS's GemmEx on
+ * the GPU), so the two agree within float32's tolerance, and differ from the float32 products
+ * (the rounding ran). */
+static void test_precision_half(cddp_precision_t prec, const char *pname) {
   int n = 64, C = 96, V = 200, out = 3 * C;
   size_t nv = (size_t)n * V, no = (size_t)n * out;
   float *x = rand_f((size_t)n * C, 1), *w = rand_f((size_t)V * C, 1), *b = rand_f((size_t)out, 1);
@@ -608,23 +633,28 @@ static void test_precision_bf16(void) {
   float *dx = upf(x, (size_t)n * C), *dw = upf(w, (size_t)V * C), *db = upf(b, (size_t)out);
   float *l32 = malloc(nv * 4), *l16 = malloc(nv * 4), *y16 = malloc(no * 4);
   float *dl = dev->alloc(nv * 4), *dy = dev->alloc(no * 4);
+  char name[120];
   cpu->head_forward(l32, x, w, n, C, V);
-  if (cddp__gemm_set_precision(CDDP_PRECISION_BF16) != CDDP_OK) {
-    result("train.precision bf16: set", 0, "cddp__gemm_set_precision failed");
+  if (cddp__gemm_set_precision(prec) != CDDP_OK) {
+    snprintf(name, sizeof name, "train.precision %s: set", pname);
+    result(name, 0, "cddp__gemm_set_precision failed");
     return;
   }
   cpu->head_forward(l16, x, w, n, C, V);
   dev->head_forward(dl, dx, dw, n, C, V);
-  same("bf16 precision: head_forward (the tied head's product)", l16, dl, nv, TOL_F32);
+  snprintf(name, sizeof name, "%s precision: head_forward (the tied head's product)", pname);
+  same(name, l16, dl, nv, TOL_F32);
   cpu->linear_xwt(y16, x, wl, b, NULL, n, C, out);
   dev->linear_xwt(dy, dx, dwl, db, NULL, n, C, out);
-  same("bf16 precision: linear_xwt (bias, then the product added)", y16, dy, no, TOL_F32);
+  snprintf(name, sizeof name, "%s precision: linear_xwt (bias, then the product added)", pname);
+  same(name, y16, dy, no, TOL_F32);
   cddp__gemm_set_precision(CDDP_PRECISION_FP32);
   double diff = 0;
   for (size_t i = 0; i < nv; i++) diff = fmax(diff, fabs((double)l16[i] - l32[i]));
   char why[64];
   snprintf(why, sizeof why, "largest difference %.2e", diff);
-  result("bf16 precision: the products differ from float32's (the inputs were rounded)", diff > 1e-4, why);
+  snprintf(name, sizeof name, "%s precision: the products differ from float32's (the inputs were rounded)", pname);
+  result(name, diff > 1e-4, why);
   free(x), free(w), free(wl), free(b), free(l32), free(l16), free(y16);
   dev->release(dwl), dev->release(dx), dev->release(dw), dev->release(db), dev->release(dl), dev->release(dy);
 }
@@ -648,7 +678,8 @@ int main(int argc, char **argv) {
   test_gpt_model();
   test_async_copy();
   test_comm_copy();
-  test_precision_bf16();
+  test_precision_half(CDDP_PRECISION_BF16, "bf16");
+  test_precision_half(CDDP_PRECISION_FP16, "fp16");
   printf("1..%d\n# %d passed, %d failed\n", n_test, n_test - n_failed, n_failed);
   return n_failed ? 1 : 0;
 }

@@ -60,9 +60,9 @@ if [ -x build/tests/gpu/test_kernels ]; then
   [ $rc = 0 ] && grep -q '^bf16 GEMM peak (measured, cpu): [0-9.]* TFLOP/s' "$tmp/bench" &&
     ok "bench_gemm --cpu: $(tail -1 "$tmp/bench")" || fail "bench_gemm --cpu" "rc $rc: $(tail -2 "$tmp/bench")"
   build/tests/gpu/bench_ops --cpu >"$tmp/ops" 2>&1; rc=$?
-  [ $rc = 0 ] && [ "$(grep -c ' [0-9.]* \(GB\|TFLOP\)/s$' "$tmp/ops")" = 16 ] &&
-    grep -q '^composed step, bf16 products: [0-9.]* ms' "$tmp/ops" &&
-    ok "bench_ops --cpu: 16 operations timed, $(grep '^composed step, bf16' "$tmp/ops")" ||
+  [ $rc = 0 ] && [ "$(grep -c ' [0-9.]* \(GB\|TFLOP\)/s$' "$tmp/ops")" = 18 ] &&
+    grep -q '^composed step, bf16 products: [0-9.]* ms' "$tmp/ops" && grep -q '^composed step, bf16 products and attention: [0-9.]* ms' "$tmp/ops" &&
+    ok "bench_ops --cpu: 18 operations timed, $(grep -m1 '^composed step, bf16 products:' "$tmp/ops")" ||
     fail "bench_ops --cpu" "rc $rc: $(tail -3 "$tmp/ops")"
 else
   [ $rc = 2 ] && grep -q 'built without CUDA' "$tmp/gpu" && ok "tests/gpu/run.sh: built without CUDA, exit 2" ||
@@ -75,8 +75,8 @@ fi
 # run.sh's trainer checks (loss against the CPU, 2 ranks on 1 GPU, MFU) at toy sizes on the
 # emulated device: every figure line written, every check passed
 FIGURES=$tmp/fig bash tests/gpu/run.sh --emulate >"$tmp/emu" 2>&1; rc=$?
-n=$(grep -c '^\(loss_fp32\|loss_bf16\|two_ranks_one_gpu\|auto\|mfu_bf16\|mfu_fp32\): ' "$tmp/fig" 2>/dev/null)
-[ $rc = 0 ] && [ "$n" = 6 ] && grep -q '^result: all device checks passed' "$tmp/fig" && ! grep -q FAILED "$tmp/fig" &&
-  ok "tests/gpu/run.sh --emulate: 6 figure lines, all passed: $(grep '^two_ranks' "$tmp/fig" | cut -c1-80)" ||
+n=$(grep -c '^\(loss_fp32\|loss_bf16\|loss_fp16\|two_ranks_one_gpu\|auto\|mfu_bf16\|mfu_fp32\): ' "$tmp/fig" 2>/dev/null)
+[ $rc = 0 ] && [ "$n" = 7 ] && grep -q '^result: all device checks passed' "$tmp/fig" && ! grep -q FAILED "$tmp/fig" &&
+  ok "tests/gpu/run.sh --emulate: 7 figure lines, all passed: $(grep '^two_ranks' "$tmp/fig" | cut -c1-80)" ||
   fail "tests/gpu/run.sh --emulate" "rc $rc, $n figures: $(grep -m3 'FAILED' "$tmp/fig" "$tmp/emu" | tr '\n' ' ' | cut -c1-300)"
 finish

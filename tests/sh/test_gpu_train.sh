@@ -56,10 +56,16 @@ on emu mlp_emu "${MLP[@]}"; rc=$?
 # one rank with two accumulation steps (the 2-ranks-on-1-GPU check's CPU form). A copy queued
 # without its mark, or read before its event, is NaN on the emulated device.
 staged_line='gradients copied to host memory bucket by bucket during backward'
-on2 emu mlp_emu2 "${MLP[@]}" --set ddp.bucket_mb=0.1; rc=$?
+CDDP_DEBUG=INFO CDDP_DEBUG_SUBSYS=TRAIN on2 emu mlp_emu2 "${MLP[@]}" --set ddp.bucket_mb=0.1; rc=$?
 [ $rc = 0 ] && same mlp_emu mlp_emu2 24 && grep -q "$staged_line" "$T/mlp_emu2.out" &&
   ok "MLP, 2 ranks on the emulated device: 4 buckets over the comm stream give 1 rank x 2 micro-steps' bits" ||
   fail "MLP 2 ranks emulated" "$(why $rc mlp_emu2) $(diff <(losses mlp_emu) <(losses mlp_emu2) | head -4 | tr '\n' ' ')"
+# ddp.backend auto (ddp_path.c): NCCL only where every rank has a GPU of its own; the emulated
+# device has none, so the staged path, said at INFO with the reason, once (rank 0)
+path_line='ddp: the device.s gradients are staged through pinned host memory for the native transports (ddp.backend auto): rank 0 cannot use NCCL: the emulated device has no NCCL'
+[ "$(grep -c "$path_line" "$T/mlp_emu2.out")" = 1 ] &&
+  ok "ddp.backend auto on the emulated device: staged, said at INFO with the reason" ||
+  fail "ddp.backend auto's line" "$(grep -c 'ddp: ' "$T/mlp_emu2.out") ddp lines: $(grep 'ddp: ' "$T/mlp_emu2.out" | head -2)"
 
 # 3. the GPT (AdamW, clipping, the tied head; eval's logits copied to the host), with the
 # CPU's materialised attention for bits
@@ -89,6 +95,41 @@ rel=$(awk -v a="$b" -v b="$f" 'BEGIN { if (a !~ /^[0-9]/ || b + 0 == 0) { print 
   awk -v r="$rel" 'BEGIN { exit !(r <= 0.02) }' &&
   ok "GPT in bf16 on the emulated device: step 8's loss $b, $rel from fp32's $f (at most 2%)" ||
   fail "GPT bf16 on the device" "rel $rel ($b vs $f); $(why $rc gpt_bf16)"
+# fp16 on the device (train.precision fp16): the products' inputs rounded to IEEE half where
+# cuBLAS's fp16 GEMM takes them, the loss scaled by S = 65536 (GradScaler's) and the gradients
+# unscaled before they leave (the gradient norm is fp32's, not S times it); step 8's loss within
+# 2% of fp32's, not its numbers, no step skipped
+on emu gpt_fp16 "${GPT[@]}" --set train.precision=fp16; rc=$?
+h=$(losses gpt_fp16 | awk '$1 == 8 { print $2 }')
+gn() { grep -v '"eval"' "$T/$1/metrics.jsonl" | sed -n 's/.*"step":8,.*"grad_norm":\([^,]*\).*/\1/p'; }
+gnrel=$(awk -v a="$(gn gpt_fp16)" -v b="$(gn gpt_fused)" 'BEGIN { if (b + 0 == 0) { print 1; exit } d = (a - b) / b; print d < 0 ? -d : d }')
+rel=$(awk -v a="$h" -v b="$f" 'BEGIN { if (a !~ /^[0-9]/ || b + 0 == 0) { print "none"; exit } d = (a - b) / b; printf "%.2e", d < 0 ? -d : d }')
+scales=$(grep -v '"eval"' "$T/gpt_fp16/metrics.jsonl" | sed -n 's/.*"loss_scale":\([0-9.e+]*\),"skipped":false.*/\1/p' | sort -u)
+[ $rc = 0 ] && [ "$rel" != none ] && [ "$(losses gpt_fp16)" != "$(losses gpt_fused)" ] && [ "$scales" = 65536 ] &&
+  awk -v r="$gnrel" 'BEGIN { exit !(r <= 0.02) }' &&
+  [ "$(grep -v '"eval"' "$T/gpt_fp16/metrics.jsonl" | grep -c '"skipped":false')" = 8 ] &&
+  awk -v r="$rel" 'BEGIN { exit !(r <= 0.02) }' &&
+  ok "GPT in fp16 on the emulated device: step 8's loss $h, $rel from fp32's $f (at most 2%), S 65536, none skipped" ||
+  fail "GPT fp16 on the device" "rel $rel ($h vs $f), grad norm $gnrel apart, scales '$scales'; $(why $rc gpt_fp16)"
+# an overflow injected on rank 1 at step 3 (its backward's scale times inf): every rank skips
+# that step (rank 0's line says so, and no loss after it is NaN), S halves, and it doubles
+# again after train.loss_scale_interval (4) good steps
+on2 emu fp16_skip "${GPT[@]}" --set train.precision=fp16 --set debug.overflow_step=3 --set debug.overflow_rank=1 \
+  --set train.loss_scale_interval=4; rc=$?
+got=$(grep -v '"eval"' "$T/fp16_skip/metrics.jsonl" |
+      sed -n 's/.*"step":\([0-9]*\),.*"loss":\([0-9][0-9.e+-]*\),.*"loss_scale":\([0-9.e+]*\),"skipped":\([a-z]*\).*/\1:\3:\4/p' | tr '\n' ' ')
+want="1:65536:false 2:65536:false 3:65536:true 4:32768:false 5:32768:false 6:32768:false 7:32768:false 8:65536:false "
+[ $rc = 0 ] && [ "$got" = "$want" ] &&
+  ok "fp16, 2 ranks, an overflow on rank 1 at step 3: step 3 skipped on every rank, S 65536 -> 32768 -> 65536 after 4 good steps" ||
+  fail "fp16 overflow skip" "got '$got'; $(why $rc fp16_skip)"
+# the loss scale is in the checkpoint (GradScaler's state): resumed at step 4 (S 32768, one good
+# step counted), steps 5-8 are the uninterrupted run's, losses and scales, bit for bit
+on2 emu fp16_resume "${GPT[@]}" --set train.precision=fp16 --set train.loss_scale_interval=4 \
+  --resume-from "$T/fp16_skip/checkpoints/step-000000004"; rc=$?
+tail8() { grep -v '"eval"' "$T/$1/metrics.jsonl" | sed -n 's/.*"step":\([5-8]\),.*"loss":\([^,]*\),.*"loss_scale":\([0-9.e+]*\).*/\1 \2 \3/p'; }
+[ $rc = 0 ] && [ "$(tail8 fp16_resume | wc -l)" = 4 ] && [ "$(tail8 fp16_resume)" = "$(tail8 fp16_skip)" ] &&
+  ok "fp16 resumed from step 4's checkpoint: S and its count restored, steps 5-8 as uninterrupted" ||
+  fail "fp16 resume" "$(tail8 fp16_resume | tr '\n' ' ') vs $(tail8 fp16_skip | tr '\n' ' '); $(why $rc fp16_resume)"
 # cddp sample on the device: the same text as on the CPU from the same checkpoint and seed
 smp() { CDDP_DEVICE_EMULATE=$1 timeout 60 "$CDDP" sample --ckpt "$T/gpt_emu" --device "$2" -n 40 --seed 3 --prompt "In the"; }
 a=$(smp 0 cpu 2>&1); rc1=$?
@@ -153,4 +194,12 @@ CDDP_DEVICE_EMULATE=1 "$CDDP" train --work-dir "$T" --name cnn --config configs/
 CDDP_DEVICE_EMULATE=1 "$CDDP" train --work-dir "$T" --name z1 "${MLP[@]}" --set train.device=cuda --set ddp.shard_optimizer=true >"$T/z1.out" 2>&1; rc=$?
 [ $rc = 2 ] && grep -q 'ddp.shard_optimizer' "$T/z1.out" &&
   ok "ZeRO-1 on the device: exit 2 naming ddp.shard_optimizer" || fail "ZeRO-1 refusal" "$(why $rc z1)"
+# ddp.backend nccl where NCCL cannot take the gradients: the emulated device, the CPU trainer
+CDDP_DEVICE_EMULATE=1 "$CDDP" train --work-dir "$T" --name nccl_emu "${MLP[@]}" --set train.device=cuda --set ddp.backend=nccl >"$T/nccl_emu.out" 2>&1; rc=$?
+[ $rc = 2 ] && [ "$(wc -l <"$T/nccl_emu.out")" = 1 ] &&
+  grep -q '^cddp train: ddp.backend nccl: rank 0 cannot all-reduce its gradients with NCCL: the emulated device has no NCCL (use ddp.backend auto or native)$' "$T/nccl_emu.out" &&
+  ok "ddp.backend nccl on the emulated device: exit 2, one line naming the rank and why" || fail "nccl refusal, emulated" "$(why $rc nccl_emu)"
+"$CDDP" train --work-dir "$T" --name nccl_cpu "${MLP[@]}" --set train.device=cpu --set ddp.backend=nccl >"$T/nccl_cpu.out" 2>&1; rc=$?
+[ $rc = 2 ] && [ "$(wc -l <"$T/nccl_cpu.out")" = 1 ] && grep -q 'ddp.backend nccl all-reduces GPU buffers, but the model trains on the CPU here (train.device)' "$T/nccl_cpu.out" &&
+  ok "ddp.backend nccl with train.device cpu: exit 2, one line" || fail "nccl refusal, cpu" "$(why $rc nccl_cpu)"
 finish

@@ -74,4 +74,9 @@ else
 fi
 CDDP_CPU_BF16=avx9 timeout 120 "$CDDP" train --work-dir "$T" --name no32 "${MLP[@]}" --set train.max_steps=2 >/dev/null 2>&1 &&
   ok "fp32 does not read CDDP_CPU_BF16" || fail "fp32 with CDDP_CPU_BF16=avx9"
+# fp16 (loss scaling) is a device's: the CPU trainer refuses it before joining, one line
+out=$("$CDDP" train --work-dir "$T" --name f16 "${MLP[@]}" --set train.device=cpu --set train.precision=fp16 2>&1); rc=$?
+[ $rc = 2 ] && [ "$(echo "$out" | wc -l)" = 1 ] && [ ! -e "$T/f16" ] &&
+  echo "$out" | grep -q '^cddp train: train.precision fp16 runs on a device only (train.device cuda)' &&
+  ok "train.precision fp16 on the CPU: exit 2, one line: $(echo "$out" | cut -c1-80)" || fail "fp16 on the CPU" "rc $rc: $out"
 finish

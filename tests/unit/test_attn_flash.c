@@ -70,6 +70,46 @@ TEST(flash_backward_matches_the_materialised_backward) {
   }
 }
 
+/* The bf16 form (the tensor-core kernels' reference): within bf16's rounding of the float32
+ * backward and not its bits, at head widths 16, 64 and 128 and lengths off the 16-row tiles;
+ * a width the tensor cores do not take (8) gives the float32 backward itself. */
+TEST(flash_backward_bf16_is_the_float32_backward_to_bf16s_rounding) {
+  static const int bshapes[][4] = {{2, 70, 32, 2}, {1, 130, 64, 1}, {1, 40, 256, 2}, {2, 5, 8, 2}};
+  for (int k = 0; k < 4; k++) {
+    int B = bshapes[k][0], T = bshapes[k][1], C = bshapes[k][2], H = bshapes[k][3];
+    size_t nq = (size_t)B * T * 3 * C, ny = (size_t)B * T * C, nl = (size_t)B * H * T;
+    float *qkv = vec(nq, 1.5f), *dy = vec(ny, 1), *y = vec(ny, 0), *lse = vec(nl, 0);
+    float *want = vec(nq, 0), *got = vec(nq, 0);
+    cddp__attn_flash_forward(y, lse, qkv, B, T, C, H);
+    cddp__attn_flash_backward(want, dy, qkv, y, lse, B, T, C, H);
+    for (size_t i = 0; i < nq; i++) got[i] = NAN; /* every element is written */
+    cddp__attn_flash_backward_bf16(got, dy, qkv, y, lse, B, T, C, H);
+    int tc = cddp__attn_bf16_bwd_ok(C / H);
+    check_close("flash bf16 dqkv vs float32's", k, got, want, nq, tc ? 2e-2 : 0);
+    if (tc) CHECK(memcmp(got, want, nq * sizeof *got) != 0); /* it did round */
+    free(qkv), free(dy), free(y), free(lse), free(want), free(got);
+  }
+}
+
+/* The tensor cores' forward's reference: y and lse within bf16's rounding of the float32
+ * forward's, not their bits; a width the tensor cores do not take gives float32's own. */
+TEST(flash_forward_tc_is_the_float32_forward_to_bf16s_rounding) {
+  static const int tshapes[][4] = {{2, 70, 32, 2}, {1, 130, 64, 1}, {1, 40, 256, 2}, {2, 5, 8, 2}};
+  for (int k = 0; k < 4; k++) {
+    int B = tshapes[k][0], T = tshapes[k][1], C = tshapes[k][2], H = tshapes[k][3];
+    size_t nq = (size_t)B * T * 3 * C, ny = (size_t)B * T * C, nl = (size_t)B * H * T;
+    float *qkv = vec(nq, 1.5f), *y = vec(ny, 0), *lse = vec(nl, 0), *ty = vec(ny, 0), *tl = vec(nl, 0);
+    cddp__attn_flash_forward(y, lse, qkv, B, T, C, H);
+    for (size_t i = 0; i < ny; i++) ty[i] = NAN; /* every element is written */
+    cddp__attn_flash_forward_tc(ty, tl, qkv, B, T, C, H);
+    int tc = cddp__attn_bf16_bwd_ok(C / H);
+    check_close("flash forward tc y vs float32's", k, ty, y, ny, tc ? 2e-2 : 0);
+    check_close("flash forward tc lse vs float32's", k, tl, lse, nl, tc ? 2e-2 : 0);
+    if (tc) CHECK(memcmp(ty, y, ny * sizeof *y) != 0); /* it did round */
+    free(qkv), free(y), free(lse), free(ty), free(tl);
+  }
+}
+
 typedef struct {
   float *qkv, *y, *lse, *r;
   int B, T, C, H;

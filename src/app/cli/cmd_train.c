@@ -18,7 +18,7 @@ static void usage(FILE *f) {
   fprintf(f,
           "usage: cddp train --config PATH [--set key=value ...] [--work-dir DIR] [--name NAME|auto]\n"
           "                  [--resume-from latest|PATH|none] [--launcher auto|slurm|mpi]\n"
-          "                  [--backend native|mpi] [--transport auto|shm|tcp|hier]\n"
+          "                  [--backend native|mpi|nccl] [--transport auto|shm|tcp|hier]\n"
           "  --config PATH         YAML config (configs/*.yaml; keys in docs/config.md)\n"
           "  --set key=value       override one key after the file (repeatable): --set optim.lr=0.1\n"
           "  --work-dir DIR        where runs live (default runs); the run is DIR/NAME\n"
@@ -30,7 +30,8 @@ static void usage(FILE *f) {
           "  --launcher L          auto (default): cddp run, torchrun-style, Slurm or MPI variables;\n"
           "                        slurm / mpi: insist on that launcher's variables\n"
           "  --backend B           collective backend: native (default, CDDP_BACKEND) or mpi (MPI's\n"
-          "                        collectives; start the ranks with mpirun)\n"
+          "                        collectives; start the ranks with mpirun); nccl: as ddp.backend\n"
+          "                        nccl (the GPU gradients all-reduced by NCCL, one GPU per rank)\n"
           "  --transport T         auto (shm within a host, hier or tcp across), shm, tcp or hier\n"
           "Sana's spellings --config_path --work_dir --resume_from work too. Run it under `cddp run`,\n"
           "srun or mpirun, or alone (one rank); with NPROC_PER_NODE NNODES NODE_RANK ADDR PORT set and\n"

@@ -29,7 +29,9 @@ typedef struct cddp_train_config {
   uint64_t seed;             /* train.seed */
   int epochs;                /* train.epochs */
   int64_t max_steps;         /* train.max_steps (0 = epochs decide) */
-  int precision;             /* train.precision: fp32|bf16 (cddp_precision_t) */
+  int precision;             /* train.precision: fp32|bf16|fp16 (cddp_precision_t) */
+  float loss_scale;          /* train.loss_scale: fp16's initial loss scale */
+  int64_t loss_scale_interval; /* train.loss_scale_interval: good steps before it doubles */
   int device;                /* train.device: cpu|cuda|auto, a cddp_device_kind_t (trainer/device.h) */
   int global_batch;          /* batch.global */
   int micro_batch;           /* batch.micro (per rank per micro-step) */
@@ -49,6 +51,7 @@ typedef struct cddp_train_config {
   int sign_adam;             /* ddp.sign_adam: sign-Adam's variance sync every N steps; 0 = off */
   cddp_shard_t shard_optimizer; /* ddp.shard_optimizer: ZeRO-1 (trainer/zero1.c): auto|true|false */
   int threads;               /* ddp.threads: BLAS threads per rank; 0 = cores / local ranks */
+  int ddp_backend;           /* ddp.backend: auto|native|nccl, a cddp_ddp_backend_t (trainer/ddp_path.h) */
   int64_t ckpt_every;        /* checkpoint.every_steps (0 = only at the end) */
   int ckpt_keep;             /* checkpoint.keep */
   int eval_every_epoch;      /* eval.every_epoch */
@@ -60,6 +63,8 @@ typedef struct cddp_train_config {
   int sample_log;            /* debug.sample_log: write the indices each rank consumed */
   int slow_rank;             /* debug.slow_rank: this rank sleeps debug.slow_ms a step (-1: none) */
   int slow_ms;
+  int64_t overflow_step;     /* debug.overflow_step: this step's backward overflows on ... */
+  int overflow_rank;         /* ... debug.overflow_rank (fp16's skip, for tests) */
   int die_unlogged;          /* debug.die_unlogged: rank 0 is SIGKILLed after committing this step, unlogged */
   int die_at_restore;        /* debug.die_at_restore: this rank is SIGKILLed as the first start's restore begins */
 } cddp_train_config_t;

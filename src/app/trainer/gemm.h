@@ -9,7 +9,10 @@
 
 #include "cddp/cddp.h"
 
-typedef enum cddp_precision { CDDP_PRECISION_FP32 = 0, CDDP_PRECISION_BF16 = 1 } cddp_precision_t;
+/* train.precision's choices, in the schema's order. fp16 (a device's: the CPU trainer refuses it)
+ * rounds each product's inputs to IEEE half precision (an overflow is inf), the products summed
+ * in fp32: what cuBLAS's fp16 GEMM computes, so the emulated device rounds where the GPU does. */
+typedef enum cddp_precision { CDDP_PRECISION_FP32 = 0, CDDP_PRECISION_BF16 = 1, CDDP_PRECISION_FP16 = 2 } cddp_precision_t;
 
 /* cblas_sgemm(CblasRowMajor, ...) in the process's precision. */
 void cddp__gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K, float alpha,

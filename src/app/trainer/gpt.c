@@ -10,6 +10,7 @@
 
 #include "common/check.h"
 #include "common/log.h"
+#include "trainer/gemm.h"
 #include "trainer/layers.h"
 #include "trainer/ops.h"
 
@@ -291,19 +292,25 @@ void cddp__gpt_init_params(cddp_gpt_t *m, uint64_t seed) {
 }
 
 
-/* The attention of block a's qkv into a->y, keeping what its backward needs in a->att. */
+/* The attention of block a's qkv into a->y, keeping what its backward needs in a->att; under
+ * train.precision bf16 the fused one's products take bf16 operands (tensor cores on CUDA). */
 static void attention_forward(const cddp_gpt_t *m, const block_a_t *a, int B, int T) {
   int C = m->spec.d_model, H = m->spec.n_head;
-  if (m->fused)
+  if (m->fused && cddp__gemm_precision() == CDDP_PRECISION_BF16 && m->ops->attn_flash_forward_tc)
+    m->ops->attn_flash_forward_tc(a->y, a->att, a->qkv, B, T, C, H);
+  else if (m->fused)
     m->ops->attn_flash_forward(a->y, a->att, a->qkv, B, T, C, H);
   else
     m->ops->attn_forward(a->y, a->att, a->qkv, B, T, C, H);
 }
 
-/* dqkv from dy through block a's attention. */
+/* dqkv from dy through block a's attention; under train.precision bf16 the fused backward's
+ * products take bf16 operands (tensor cores on CUDA), as every other product of the step does. */
 static void attention_backward(cddp_gpt_t *m, const block_a_t *a, float *dqkv, const float *dy, int B, int T) {
   int C = m->spec.d_model, H = m->spec.n_head;
-  if (m->fused)
+  if (m->fused && cddp__gemm_precision() == CDDP_PRECISION_BF16 && m->ops->attn_flash_backward_bf16)
+    m->ops->attn_flash_backward_bf16(dqkv, dy, a->qkv, a->y, a->att, B, T, C, H);
+  else if (m->fused)
     m->ops->attn_flash_backward(dqkv, dy, a->qkv, a->y, a->att, B, T, C, H);
   else
     m->ops->attn_backward(dqkv, dy, a->qkv, a->att, m->scratch, B, T, C, H);

@@ -57,6 +57,21 @@ void cddp__attn_flash_forward_bf16(float *y, float *lse, const uint16_t *qkv, in
  * forward's y and lse, each probability recomputed from lse (no scratch, no T x T). */
 void cddp__attn_flash_backward(float *dqkv, const float *dy, const float *qkv, const float *y, const float *lse,
                                int B, int T, int C, int n_head);
+/* The same with the operands of its products in bf16 where a tensor-core kernel (cuda/k_flash_tc.cu)
+ * takes them: q, k, v and dy rounded to bf16 (nearest even), each probability p and each
+ * ds = p (dp - D) rounded to bf16 before it multiplies, every sum in float32, D = dy . y in
+ * float32, the softmax scale applied to s after its sum and to dq, dk at the end. Heads whose
+ * width cddp__attn_bf16_bwd_ok refuses take the float32 backward (as the kernel does). */
+void cddp__attn_flash_backward_bf16(float *dqkv, const float *dy, const float *qkv, const float *y, const float *lse,
+                                    int B, int T, int C, int n_head);
+/* The forward on tensor cores (cuda/k_flash_tc.cu), its reference: q, k, v rounded to bf16, s =
+ * q k^T summed in float32 then scaled, the online softmax over tiles of 16 keys (each tile's
+ * probabilities taken against the running maximum after it, their sum in float32), each
+ * probability rounded to bf16 before it multiplies v, y = o / l and lse = m + log l. Widths
+ * cddp__attn_bf16_bwd_ok refuses take the float32 forward. */
+void cddp__attn_flash_forward_tc(float *y, float *lse, const float *qkv, int B, int T, int C, int n_head);
+/* Head widths the tensor-core kernels take: 16-row tiles, up to 128 (GPT-2's heads are 64). */
+static inline int cddp__attn_bf16_bwd_ok(int hs) { return hs > 0 && hs % 16 == 0 && hs <= 128; }
 
 /* ---- embeddings and the tied head (layer_embed.c): wte [V, C], wpe [context, C]. */
 /* x [B,T,C] = wte[tok[b,t]] + wpe[t]. Tokens must be < V (the caller checks). */

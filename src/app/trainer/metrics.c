@@ -144,6 +144,7 @@ static cddp_result_t write_step(FILE *f, const char *path, const cddp_step_recor
           (long long)r->step, (unsigned long long)r->epoch + 1, r->loss, r->lr, r->grad_norm,
           r->samples, rate, rate * (r->units > 0 ? r->units : 1), r->step_s * 1e3, r->compute_s * 1e3, r->comm_s * 1e3,
           r->data_s * 1e3, (unsigned long long)r->bytes_sent, r->compression, wall_s());
+  if (r->loss_scale > 0) fprintf(f, ",\"loss_scale\":%.9g,\"skipped\":%s", r->loss_scale, r->skipped ? "true" : "false");
   if (r->ranks) write_ranks(f, r->ranks);
   fputs("}\n", f);
   /* fflush, not fsync: a crash may lose the last lines, never the checkpoints */

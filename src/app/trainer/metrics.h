@@ -22,6 +22,8 @@ typedef struct cddp_step_record {
   double step_s, compute_s, comm_s, data_s; /* comm = exposed (not hidden by backward) */
   uint64_t bytes_sent; /* this rank, this step */
   double compression;  /* float32 gradient bytes / bytes this rank contributed (1: none) */
+  double loss_scale;   /* fp16: the loss scale S this step used (0: no loss scaling) */
+  int skipped;         /* fp16: the gradients overflowed on some rank: no optimizer step */
   const struct cddp__ranks *ranks; /* every rank's timings, when gathered at this step (else NULL) */
 } cddp_step_record_t;
 

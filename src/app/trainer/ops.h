@@ -63,6 +63,15 @@ typedef struct cddp_ops {
   void (*event_record)(void *event);
   void (*to_host_async)(void *host_dst, const void *src, size_t bytes, void *ready, void *done);
   void (*event_sync)(void *event);
+  /* ---- the all-reduce on the device buffers themselves (NCCL, one GPU per rank). comm_stream
+   * is the stream the collectives queue on (CUDA: the comm stream above); comm_wait makes its
+   * later work (the next bucket's all-reduce) wait for `event`, a mark of the compute stream,
+   * and nothing later; comm_record records `event` after its work so far, for the compute
+   * stream's event_wait (the optimizer). NULL on the tables with no device collectives (the
+   * CPU's; the emulated device's: the trainer stages its gradients there). */
+  void *(*comm_stream)(void);
+  void (*comm_wait)(void *event);
+  void (*comm_record)(void *event);
 
   /* ---- GEMM, row-major: C[m,n] = alpha op(A) op(B) + beta C, op(A) [m,k], op(B) [k,n];
    * ta / tb: A / B is stored transposed. Leading dimensions are the stored rows' lengths. */
@@ -124,6 +133,12 @@ typedef struct cddp_ops {
   void (*attn_flash_forward_bf16)(float *y, float *lse, const uint16_t *qkv, int B, int T, int C, int n_head);
   void (*attn_flash_backward)(float *dqkv, const float *dy, const float *qkv, const float *y, const float *lse,
                               int B, int T, int C, int n_head);
+  /* the forward and the backward with their products' operands in bf16 (layers_gpt.h:
+   * cddp__attn_flash_forward_tc, cddp__attn_flash_backward_bf16;
+   * CUDA: tensor cores, cuda/k_flash_tc.cu): the GPT's fused attention under train.precision bf16 */
+  void (*attn_flash_forward_tc)(float *y, float *lse, const float *qkv, int B, int T, int C, int n_head);
+  void (*attn_flash_backward_bf16)(float *dqkv, const float *dy, const float *qkv, const float *y, const float *lse,
+                                   int B, int T, int C, int n_head);
   void (*embed_forward)(float *x, const uint8_t *tok, const float *wte, const float *wpe, int B, int T,
                         int C);
   void (*embed_backward)(float *dwte, float *dwpe, const float *dx, const uint8_t *tok, int B, int T,
@@ -142,6 +157,8 @@ typedef struct cddp_ops {
   /* dst[i] += src[i]: a later micro-step's gradient added into the first's, each element
    * rounded once, as the all-reduce of the same micro-batches on more ranks rounds it */
   void (*add_into)(float *dst, const float *src, size_t n);
+  /* x[i] *= a: fp16's loss scale taken off the gradients (a = 1/S, a power of two) */
+  void (*scale)(float *x, float a, size_t n);
   void (*to_bf16)(uint16_t *dst, const float *src, size_t n);   /* round to nearest even */
   void (*from_bf16)(float *dst, const uint16_t *src, size_t n);
 } cddp_ops_t;

@@ -85,6 +85,10 @@ static void cpu_add_into(float *restrict dst, const float *restrict src, size_t 
   for (size_t i = 0; i < n; i++) dst[i] += src[i];
 }
 
+static void cpu_scale(float *x, float a, size_t n) {
+  for (size_t i = 0; i < n; i++) x[i] *= a;
+}
+
 static double cpu_sumsq(const float *x, size_t n) {
   double s[8] = {0};
   size_t i = 0;
@@ -138,6 +142,8 @@ const cddp_ops_t cddp__ops_cpu = {
     .attn_flash_forward = cddp__attn_flash_forward,
     .attn_flash_forward_bf16 = cddp__attn_flash_forward_bf16,
     .attn_flash_backward = cddp__attn_flash_backward,
+    .attn_flash_forward_tc = cddp__attn_flash_forward_tc,
+    .attn_flash_backward_bf16 = cddp__attn_flash_backward_bf16,
     .embed_forward = cddp__embed_forward,
     .embed_backward = cddp__embed_backward,
     .head_forward = cddp__head_forward,
@@ -146,6 +152,7 @@ const cddp_ops_t cddp__ops_cpu = {
     .optim_step = cddp__optim_step,
     .sumsq = cpu_sumsq,
     .add_into = cpu_add_into,
+    .scale = cpu_scale,
     .to_bf16 = cddp__f32_to_bf16_n,
     .from_bf16 = cddp__bf16_to_f32_n,
 };

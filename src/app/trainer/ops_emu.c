@@ -180,6 +180,13 @@ static void emu_attn_flash_backward(float *dqkv, const float *dy, const float *q
                                     const float *lse, int B, int T, int C, int n_head) {
   CPU.attn_flash_backward(R(dqkv), R(dy), R(qkv), R(y), R(lse), B, T, C, n_head);
 }
+static void emu_attn_flash_forward_tc(float *y, float *lse, const float *qkv, int B, int T, int C, int n_head) {
+  CPU.attn_flash_forward_tc(R(y), R(lse), R(qkv), B, T, C, n_head);
+}
+static void emu_attn_flash_backward_bf16(float *dqkv, const float *dy, const float *qkv, const float *y,
+                                         const float *lse, int B, int T, int C, int n_head) {
+  CPU.attn_flash_backward_bf16(R(dqkv), R(dy), R(qkv), R(y), R(lse), B, T, C, n_head);
+}
 static void emu_embed_forward(float *x, const uint8_t *tok, const float *wte, const float *wpe, int B, int T, int C) {
   CPU.embed_forward(R(x), R(tok), R(wte), R(wpe), B, T, C);
 }
@@ -207,6 +214,7 @@ static double emu_optim_step(cddp_optim_t *o, float *params, float *grads, float
 }
 static double emu_sumsq(const float *x, size_t n) { return CPU.sumsq(R(x), n); }
 static void emu_add_into(float *dst, const float *src, size_t n) { CPU.add_into(R(dst), R(src), n); }
+static void emu_scale(float *x, float a, size_t n) { CPU.scale(R(x), a, n); }
 static void emu_to_bf16(uint16_t *dst, const float *src, size_t n) { CPU.to_bf16(R(dst), R(src), n); }
 static void emu_from_bf16(float *dst, const uint16_t *src, size_t n) { CPU.from_bf16(R(dst), R(src), n); }
 
@@ -251,6 +259,8 @@ const cddp_ops_t cddp__ops_emu = {
     .attn_flash_forward = emu_attn_flash_forward,
     .attn_flash_forward_bf16 = emu_attn_flash_forward_bf16,
     .attn_flash_backward = emu_attn_flash_backward,
+    .attn_flash_forward_tc = emu_attn_flash_forward_tc,
+    .attn_flash_backward_bf16 = emu_attn_flash_backward_bf16,
     .embed_forward = emu_embed_forward,
     .embed_backward = emu_embed_backward,
     .head_forward = emu_head_forward,
@@ -259,6 +269,7 @@ const cddp_ops_t cddp__ops_emu = {
     .optim_step = emu_optim_step,
     .sumsq = emu_sumsq,
     .add_into = emu_add_into,
+    .scale = emu_scale,
     .to_bf16 = emu_to_bf16,
     .from_bf16 = emu_from_bf16,
 };

@@ -201,6 +201,7 @@ static cddp_result_t sync_state(trainer_t *t, uint64_t t_fail, int old_world, in
   uint64_t hdr[4] = {(uint64_t)t->step, (uint64_t)t->opt.t, t->sampler.epoch, t->sampler.consumed};
   CDDP_CHECK(cddp_broadcast(cddp_world_comm(t->w), hdr, 4, CDDP_I64, src));
   CDDP_CHECK(cddp_broadcast(cddp_world_comm(t->w), t->params, t->n_params, CDDP_F32, src));
+  CDDP_CHECK(cddp__train_share_scaler(t, src));
   if (t->zero1.on) { /* re-sharded over the new world from the whole state */
     if (t->opt.m) CDDP_CHECK(cddp__zero1_scatter(t, t->zero1.whole_m, t->opt.m, src));
     if (t->opt.v) CDDP_CHECK(cddp__zero1_scatter(t, t->zero1.whole_v, t->opt.v, src));
@@ -283,6 +284,7 @@ static cddp_result_t recover_as(trainer_t *t, uint64_t t_fail, int join) {
     CDDP_INFO(CDDP_SUB_TRAIN, "gathering the optimizer shards before re-forming failed (%s): from the checkpoint", cddp_last_error());
   for (;;) {
     cddp_comm_abort(cddp_world_comm(t->w)); /* ends the buckets still in flight */
+    if (t->dcomm) cddp_comm_abort(t->dcomm); /* NCCL's, DDP's own: ncclCommAbort */
     cddp__train_destroy_ddp(t);
     r = cddp_world_recover(t->w);
     if (r != CDDP_OK) break;

@@ -12,6 +12,8 @@
 #include "common/check.h"
 #include "common/durable.h"
 #include "common/log.h"
+#include "comm/nccl.h"
+#include "comm/transport.h"
 #include "ddp/ddp_compress.h"
 #include "job/status.h"
 #include "trainer/ops.h"
@@ -289,9 +291,13 @@ cddp_result_t cddp__train_alloc_scratch(trainer_t *t) {
 
 void cddp__train_destroy_ddp(trainer_t *t) {
   cddp__grad_stage_destroy(&t->stage);
-  if (t->staged && t->ddp && t->world > 1) t->dev->host_unregister(t->grads);
+  if (t->ddp_path == CDDP__DDP_PATH_STAGED && t->ddp && t->world > 1) t->dev->host_unregister(t->grads);
   cddp_ddp_destroy(t->ddp);
   t->ddp = NULL, t->grads = NULL;
+  if (t->dcomm) cddp_world_abort_with(t->w, NULL); /* the watcher lets go of it first */
+  cddp_comm_destroy(t->dcomm); /* NCCL's: finalised, or aborted after a failure */
+  cddp_store_close(t->dview);
+  t->dcomm = NULL, t->dview = NULL;
 }
 
 /* ZeRO-1, on or a candidate: world x per floats, the tail zero */
@@ -312,7 +318,64 @@ static cddp_result_t set_powersgd(trainer_t *t) {
   return r;
 }
 
+/* How this world all-reduces a device's gradients (ddp_path.h): every rank's code all-gathered
+ * over the world's host communicator, one choice on every rank. The CPU trainer's gradients are
+ * host memory: it decides alone, unless NCCL is asked for (then every rank refuses the same). */
+static cddp_result_t choose_path(trainer_t *t) {
+  cddp_ddp_backend_t want = t->nccl_asked ? CDDP_DDP_BACKEND_NCCL : (cddp_ddp_backend_t)t->cfg.ddp_backend;
+  cddp__ddp_local_t me = {.on_device = t->staged, .emulated = t->device.emulated, .sharing = t->device.sharing,
+                          .compressed = t->cfg.compress != CDDP_COMPRESS_NONE};
+  me.nccl_ok = t->staged && !me.emulated && !me.sharing && cddp__nccl_available() == CDDP_OK;
+  int64_t mine = cddp__ddp_nccl_why(&me), *all = &mine;
+  if (t->staged && t->world > 1) {
+    if (!(all = calloc((size_t)t->world, sizeof *all))) return cddp__fail(CDDP_SYSTEM, "out of memory");
+    cddp_result_t r = cddp_allgather(cddp_world_comm(t->w), &mine, all, 1, CDDP_I64);
+    if (r != CDDP_OK) {
+      free(all);
+      return r;
+    }
+  }
+  char why[400];
+  cddp_result_t r = cddp__ddp_path_choose(want, all, t->staged ? t->world : 1, t->staged, &t->ddp_path, why, sizeof why);
+  if (all != &mine) free(all);
+  if (r != CDDP_OK) {
+    t->same_error_everywhere = 1; /* every rank chose from the same codes */
+    return r;
+  }
+  if (t->staged && t->rank == 0) CDDP_INFO(CDDP_SUB_TRAIN, "%s", why);
+  return CDDP_OK;
+}
+
+/* NCCL on the device's gradients: a communicator of backend nccl for DDP alone (the world's
+ * stays native: the trainer's own collectives are on host memory), under this generation's
+ * keys, its collectives on the table's comm stream; DDP's buckets are slices of the device's
+ * gradient buffer, each started during backward after its mark (grad_stage.c, direct). */
+static cddp_result_t make_ddp_nccl(trainer_t *t) {
+  cddp_comm_config_t cc;
+  cddp_comm_config_default(&cc);
+  cc.backend = "nccl";
+  char prefix[48];
+  snprintf(prefix, sizeof prefix, "ddp-nccl/g%d/", cddp_world_generation(t->w));
+  CDDP_CHECK(cddp_store_prefix_create(&t->dview, cddp_world_store(t->w), prefix, 0));
+  CDDP_CHECK(cddp_comm_init(&t->dcomm, t->dview, t->rank, t->world, 0, &cc));
+  cddp_world_abort_with(t->w, t->dcomm); /* a lost peer ends its all-reduces as it ends the world's */
+  const char *name = NULL;
+  void *state = cddp__comm_transport_state(t->dcomm, &name);
+  if (!state || !name || strcmp(name, "nccl") != 0)
+    return cddp__fail(CDDP_INTERNAL, "DDP's communicator is not NCCL's (%s)", name ? name : "none");
+  cddp__nccl_use_stream(state, t->dev->comm_stream());
+  CDDP_CHECK(cddp_ddp_create_over(&t->ddp, t->dcomm, t->flat.grads, t->n_params, (size_t)(t->cfg.bucket_mb * 1048576.0),
+                                  CDDP_SUM));
+  t->grads = NULL; /* no host copy of the gradients */
+  CDDP_CHECK(cddp__grad_stage_init_direct(&t->stage, t->dev, t->ddp, t->flat.grads, t->n_params));
+  t->overlap = 1;
+  cddp_ddp_set_overlap(t->ddp, 1);
+  return CDDP_OK;
+}
+
 cddp_result_t cddp__train_make_ddp(trainer_t *t) {
+  CDDP_CHECK(choose_path(t));
+  if (t->ddp_path == CDDP__DDP_PATH_NCCL) return make_ddp_nccl(t);
   /* the buckets are slices of the flat state's gradients, or (NULL: ZeRO-1, shm for the run's life,
    * staged: the device's gradients are copied through it) of DDP's own comm memory */
   CDDP_CHECK(cddp_ddp_create_over(&t->ddp, cddp_world_comm(t->w), t->staged ? NULL : t->flat.grads, cddp__train_param_slots(t),

@@ -3,6 +3,7 @@
  * ranks need no shared file system. */
 #include <errno.h>
 #include <inttypes.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -88,7 +89,7 @@ cddp_result_t cddp__train_save(trainer_t *t, int healthy) {
     size_t len = cddp__ddp_residual_len(t->ddp);
     state[ns++] = (cddp_tensor_view_t){names[3 * n + q], 1, {(int64_t)len}, residuals + (size_t)q * len};
   }
-  char kv[11][64];
+  char kv[13][64];
   snprintf(kv[0], 64, "%" PRId64, t->step);
   snprintf(kv[1], 64, "%" PRIu64, t->sampler.epoch);
   snprintf(kv[2], 64, "%" PRIu64, t->sampler.consumed);
@@ -100,14 +101,17 @@ cddp_result_t cddp__train_save(trainer_t *t, int healthy) {
   snprintf(kv[8], 64, "%" PRId64, t->total_steps);
   snprintf(kv[9], 64, "%zu", t->n_params);
   snprintf(kv[10], 64, "%d", nres);
+  snprintf(kv[11], 64, "%.9g", (double)t->scaler.scale);
+  snprintf(kv[12], 64, "%" PRId64, t->scaler.good);
   const cddp_meta_kv_t meta[] = {
       {"format", STATE_FORMAT},     {"step", kv[0]},         {"epoch", kv[1]},
       {"samples_consumed", kv[2]},  {"seed", kv[3]},         {"config_hash", kv[4]},
       {"world_size", kv[5]},        {"global_batch", kv[6]}, {"optim_steps", kv[7]},
       {"total_steps", kv[8]},       {"param_count", kv[9]},  {"cddp_version", cddp_version()},
       {"residual_ranks", kv[10]},
+      {"loss_scale", kv[11]},       {"loss_scale_good", kv[12]}, /* fp16 only: the last two */
   };
-  cddp_ckpt_payload_t p = {w, n, state, ns, meta, (int)CDDP_ARRAY_LEN(meta)};
+  cddp_ckpt_payload_t p = {w, n, state, ns, meta, (int)CDDP_ARRAY_LEN(meta) - (t->scaler.on ? 0 : 2)};
   char root[600];
   snprintf(root, sizeof root, "%s/checkpoints", t->run_dir);
   r = cddp_ckpt_save(root, t->step, &p, t->cfg.ckpt_keep, t->last_ckpt, sizeof t->last_ckpt);
@@ -141,6 +145,29 @@ static int parse_u64(const cddp_ckpt_t *c, const char *key, uint64_t *out) {
   char *end;
   *out = strtoull(s, &end, 10);
   return *end ? -1 : 0;
+}
+
+/* fp16, rank 0: the loss scale and its count of good steps as the checkpoint saved them (GradScaler's
+ * state_dict); a checkpoint without them (another precision) leaves train.loss_scale's start. */
+static cddp_result_t read_scaler(trainer_t *t, const cddp_ckpt_t *c, const char *dir) {
+  const char *s = cddp_ckpt_meta(c, "loss_scale");
+  uint64_t good;
+  if (!t->scaler.on || !s) return CDDP_OK;
+  char *end;
+  double v = strtod(s, &end);
+  if (*end || !isfinite(v) || v <= 0 || v > 1e30 || parse_u64(c, "loss_scale_good", &good) != 0 || good > INT64_MAX)
+    return cddp__fail(CDDP_INVALID_ARG, "checkpoint %s: metadata 'loss_scale' '%.32s' or 'loss_scale_good' is not a "
+                      "loss scale", dir, s);
+  t->scaler.scale = (float)v, t->scaler.good = (int64_t)good;
+  return CDDP_OK;
+}
+
+cddp_result_t cddp__train_share_scaler(trainer_t *t, int src) {
+  if (!t->scaler.on) return CDDP_OK;
+  double v[2] = {t->scaler.scale, (double)t->scaler.good};
+  CDDP_CHECK(cddp_broadcast(cddp_world_comm(t->w), v, 2, CDDP_F64, src));
+  t->scaler.scale = (float)v[0], t->scaler.good = (int64_t)v[1];
+  return CDDP_OK;
 }
 
 /* Rank 0, ddp.compress sign or powersgd: every rank's error-feedback residual into t->residuals
@@ -210,6 +237,7 @@ static cddp_result_t read_ckpt(trainer_t *t, const char *dir, uint64_t hdr[5], f
     }
   }
   if (r == CDDP_OK) r = read_residuals(t, c, dir);
+  if (r == CDDP_OK) r = read_scaler(t, c, dir);
   const char *h = cddp_ckpt_meta(c, "config_hash");
   char mine[32];
   snprintf(mine, sizeof mine, "%016" PRIx64, cddp__config_hash(&t->cfg));
@@ -301,6 +329,7 @@ static cddp_result_t restore_from(trainer_t *t, const char *want, const char *or
   if (status == 0) return CDDP_OK;
   CDDP_CHECK(cddp_broadcast(cddp_world_comm(t->w), hdr, 5, CDDP_I64, 0));
   CDDP_CHECK(cddp_broadcast(cddp_world_comm(t->w), t->params, t->n_params, CDDP_F32, 0));
+  CDDP_CHECK(cddp__train_share_scaler(t, 0));
   if (t->zero1.on) {
     if (t->opt.m) CDDP_CHECK(cddp__zero1_scatter(t, opt_m, t->opt.m, 0));
     if (t->opt.v) CDDP_CHECK(cddp__zero1_scatter(t, opt_v, t->opt.v, 0));

@@ -4,6 +4,7 @@
 #include <cblas.h>
 #include <errno.h>
 #include <inttypes.h>
+#include <math.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -123,7 +124,12 @@ static cddp_result_t train_step(trainer_t *t, cddp_step_record_t *rec, int *stop
   double units = (double)batch * t->task->units; /* loss terms in the global batch */
   float scale = (float)(1.0 / units); /* SUM over ranks of (sum over terms)/units = the mean */
   /* loss sum, stop votes, votes to re-form at this step's end (a node waits to be taken in) */
-  double stats[3] = {0, cddp__train_stop ? 1 : 0, cddp_world_should_reform(t->w) ? 1 : 0};
+  double stats[4] = {0, cddp__train_stop ? 1 : 0, cddp_world_should_reform(t->w) ? 1 : 0, 0};
+  /* fp16: the loss scaled by S so backward's fp16 products keep small gradients; 1/S comes off
+   * each piece before it leaves for the all-reduce (grad_stage.c), or off the whole buffer */
+  float S = t->scaler.on ? t->scaler.scale : 1.0f, bscale = scale * S;
+  if (t->scaler.on && t->cfg.overflow_step == t->step + 1 && t->cfg.overflow_rank == t->rank)
+    bscale = INFINITY; /* a test's overflow: this rank's gradients are inf or NaN */
   rec->epoch = t->sampler.epoch;
   /* every rank's timings of the last log.rank_every steps, at the start of a step: a peer lost
    * in this all-gather fails a step that has not begun (it is redone), never one that is done */
@@ -144,36 +150,45 @@ static cddp_result_t train_step(trainer_t *t, cddp_step_record_t *rec, int *stop
     /* ZeRO-1 reduce-scatters the whole buffer after backward: no buckets */
     int buckets = last && !t->zero1.on;
     if (buckets) cddp_ddp_begin(t->ddp);
-    if (buckets && t->stage.dev) cddp__grad_stage_begin(&t->stage);
+    if (buckets && t->stage.dev) cddp__grad_stage_begin(&t->stage, 1.0f / S);
     /* staged and compressed: the buckets start once the gradients are on the host, after backward */
     int hooks = buckets && (!t->staged || t->stage.dev);
     /* micro-steps after the first write their own gradient and add it (see add_ready) */
     t->task->ops->bind(t->task, cddp__train_model_params(t), j == 0 ? cddp__train_model_grads(t) : t->scratch);
     stats[0] += t->task->ops->forward(t->task, slot, n);
     if (j == 0) {
-      t->task->ops->backward(t->task, scale, 0, hooks ? ddp_hook(t) : NULL, ddp_hook_ctx(t));
+      t->task->ops->backward(t->task, bscale, 0, hooks ? ddp_hook(t) : NULL, ddp_hook_ctx(t));
     } else {
       t->added_to = t->n_params;
       t->ddp_after_add = hooks;
-      t->task->ops->backward(t->task, scale, 0, add_ready, t);
+      t->task->ops->backward(t->task, bscale, 0, add_ready, t);
     }
   }
   /* staged, whole: a world of one has nothing to combine (unless compression rounds the
    * gradients); uncompressed in a larger world the buckets crossed during backward */
   int staging = t->staged && !t->stage.dev && (t->world > 1 || t->cfg.compress != CDDP_COMPRESS_NONE);
+  if (t->scaler.on && !t->stage.dev) t->dev->scale(t->flat.grads, 1.0f / S, t->n_params);
   if (staging) t->dev->to_host(t->grads, t->flat.grads, t->n_params * sizeof(float));
   if (t->cfg.slow_rank == t->rank && t->cfg.slow_ms > 0) usleep((useconds_t)t->cfg.slow_ms * 1000u); /* a test's straggler */
   uint64_t tc = cddp__now_ns();
   if (t->stage.dev) CDDP_CHECK(cddp__grad_stage_finish(&t->stage));
   else if (!t->zero1.on) CDDP_CHECK(cddp_ddp_finish(t->ddp));
   if (staging) t->dev->to_device(t->flat.grads, t->grads, t->n_params * sizeof(float));
-  CDDP_CHECK(cddp_allreduce(cddp_world_comm(t->w), stats, stats, 3, CDDP_F64, CDDP_SUM));
+  /* fp16: an inf or a NaN in this rank's gradients (after the all-reduce: anyone's) is counted
+   * with the step's votes, so every rank skips the same step */
+  if (t->scaler.on) stats[3] = isfinite(t->dev->sumsq(t->flat.grads, t->n_params)) ? 0 : 1;
+  CDDP_CHECK(cddp_allreduce(cddp_world_comm(t->w), stats, stats, t->scaler.on ? 4 : 3, CDDP_F64, CDDP_SUM));
+  int skip = t->scaler.on && cddp__loss_scale_update(&t->scaler, stats[3] > 0);
+  rec->loss_scale = t->scaler.on ? S : 0, rec->skipped = skip;
   comm_ns = cddp__now_ns() - tc;
   float lr = cddp__sched_lr(&t->sched, t->step);
   uint64_t to = cddp__now_ns(), optim_ns, zero1_comm_ns = 0;
   if (t->zero1.on) {
     CDDP_CHECK(cddp__zero1_step(t, lr, &rec->grad_norm, &zero1_comm_ns, &optim_ns));
     comm_ns += zero1_comm_ns;
+  } else if (skip) { /* GradScaler's skip: the optimizer (its step count too) waits for a good step */
+    rec->grad_norm = 0;
+    optim_ns = 0;
   } else if (t->staged) {
     rec->grad_norm = t->dev->optim_step(&t->dopt, t->flat.params, t->flat.grads, lr);
     t->opt.t = t->dopt.t;
@@ -253,6 +268,7 @@ static cddp_result_t setup(trainer_t *t) {
   int threads = cddp__train_blas_threads(t);
   openblas_set_num_threads(threads);
   if (c->precision == CDDP_PRECISION_BF16) cddp__gemm_bf16_set_threads(threads);
+  if (c->precision == CDDP_PRECISION_FP16) cddp__loss_scale_init(&t->scaler, c->loss_scale, c->loss_scale_interval);
   CDDP_CHECK(cddp__train_make_run_dir(t));
   CDDP_CHECK(cddp__task_create(c, c->micro_batch, t->dev, &t->task));
   t->n_params = t->task->ops->param_count(t->task);
@@ -335,9 +351,10 @@ static cddp_result_t setup(trainer_t *t) {
             when_reduced(t), compressed(t, squeezed, sizeof squeezed), t->run_dir);
   if (t->rank == 0 && t->staged && !cddp_world_env(t->w)->replacement)
     fprintf(stderr, "cddp train: the model trains on %s: its state there, batches copied in%s\n", t->device_name,
-            t->world == 1     ? ""
-            : t->stage.dev    ? ", gradients copied to host memory bucket by bucket during backward (comm stream) and all-reduced there"
-                              : ", gradients all-reduced through host memory after backward");
+            t->stage.direct  ? ", gradients all-reduced by NCCL on the device bucket by bucket during backward (comm stream)"
+            : t->world == 1  ? ""
+            : t->stage.dev   ? ", gradients copied to host memory bucket by bucket during backward (comm stream) and all-reduced there"
+                             : ", gradients all-reduced through host memory after backward");
   if (replacement) return cddp__train_join_as_replacement(t);
   if (lost) {
     CDDP_INFO(CDDP_SUB_TRAIN, "a peer was lost while the job started (%s): recovering", cddp_last_error());
@@ -524,16 +541,34 @@ int cddp__train_main(const cddp_train_opts_t *o) {
     free(t);
     return 2;
   }
+  t->device = device;
   t->dev = cddp__device_ops(&device);
   t->staged = t->dev != &cddp__ops_cpu;
+  if (t->cfg.precision == CDDP_PRECISION_FP16 && !t->staged) { /* before joining: every rank says the same */
+    say("train.precision fp16 runs on a device only (train.device cuda): the CPU trainer has no fp16 products; use "
+        "bf16 or fp32 there");
+    free(t);
+    return 2;
+  }
   if (device.emulated) snprintf(t->device_name, sizeof t->device_name, "the emulated device");
   else snprintf(t->device_name, sizeof t->device_name, "GPU %s", device.physical);
   cddp_comm_config_t cc;
   cddp_comm_config_default(&cc);
   if (o->backend) cc.backend = o->backend;
   if (o->transport) cc.transport = o->transport;
-  if (!strcasecmp(cc.backend, "nccl") && cddp__nccl_available() != CDDP_OK) { /* a usage error: before joining */
-    say(cddp_last_error());
+  if (!strcasecmp(cc.backend, "nccl")) {
+    if (cddp__nccl_available() != CDDP_OK) { /* a usage error: before joining */
+      say(cddp_last_error());
+      free(t);
+      return 2;
+    }
+    /* NCCL takes device buffers only: it all-reduces DDP's gradients on a communicator of its
+     * own (ddp.backend nccl), and the world's stays native for the host's collectives */
+    t->nccl_asked = 1, cc.backend = "native";
+  }
+  if (t->cfg.ddp_backend == CDDP_DDP_BACKEND_NCCL && t->staged && !device.emulated && !device.sharing &&
+      cddp__nccl_available() != CDDP_OK) { /* this rank's own reason, before joining */
+    fprintf(stderr, "cddp train: ddp.backend nccl: %s\n", cddp_last_error());
     free(t);
     return 2;
   }

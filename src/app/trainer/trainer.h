@@ -9,8 +9,11 @@
 #include "cddp/ddp.h"
 #include "trainer/config.h"
 #include "trainer/data.h"
+#include "trainer/ddp_path.h"
+#include "trainer/device.h"
 #include "trainer/flat.h"
 #include "trainer/grad_stage.h"
+#include "trainer/loss_scale.h"
 #include "trainer/metrics.h"
 #include "trainer/ranks.h"
 #include "trainer/model.h"
@@ -46,6 +49,12 @@ typedef struct trainer {
   cddp_flat_t flat;    /* params, grads and moments in one allocation (not under ZeRO-1) */
   cddp_optim_t dopt;   /* staged: the optimizer over flat, its moments on the device */
   char device_name[48]; /* staged: "GPU 0", "the emulated device" */
+  cddp_device_choice_t device; /* train.device resolved: the GPU, whether it is shared, emulated */
+  int nccl_asked;      /* --backend nccl / CDDP_BACKEND=nccl: as ddp.backend nccl (the world's own
+                          comm stays native: the trainer's host collectives need host memory) */
+  cddp__ddp_path_t ddp_path; /* how the gradients are all-reduced (ddp_path.h), chosen per world */
+  cddp_comm_t *dcomm;  /* DDP_PATH_NCCL: DDP's communicator, backend nccl, on the comm stream */
+  cddp_store_t *dview; /* its keys: the world's store under ddp-nccl/g<generation>/ */
   float *params, *grads;
   float *scratch;  /* gradient of one accumulation micro-step (accum > 1) */
   float *residuals; /* resume with ddp.compress sign: every rank's residual, read by rank 0 */
@@ -55,9 +64,11 @@ typedef struct trainer {
   cddp__overlap_trial_t overlap_trial; /* ddp.overlap auto over shm: timing both ways */
   size_t n_params;
   cddp_ddp_t *ddp;
-  cddp__grad_stage_t stage; /* staged, world > 1, uncompressed: the buckets cross during backward */
+  cddp__grad_stage_t stage; /* staged, world > 1, uncompressed: the buckets cross during backward;
+                               NCCL: they are all-reduced on the device (stage.direct) */
   cddp__zero1_t zero1; /* ddp.shard_optimizer: this rank's shard of the optimizer state */
   cddp_optim_t opt;
+  cddp__loss_scale_t scaler; /* train.precision fp16: the loss scale (off otherwise) */
   cddp_sched_spec_t sched;
   cddp_sampler_t sampler;
   int64_t step, total_steps;
@@ -128,6 +139,9 @@ static inline float *cddp__train_model_grads(const trainer_t *t) { return t->sta
  * restore, a broadcast or a recovery wrote them (push). */
 void cddp__train_state_pull(trainer_t *t);
 void cddp__train_state_push(trainer_t *t);
+/* fp16: the loss scale and its count of good steps from rank src to every rank (a restore, a
+ * recovery's state sync); nothing without loss scaling. */
+cddp_result_t cddp__train_share_scaler(trainer_t *t, int src);
 /* The gradient of accumulation micro-steps after the first (accum > 1), in the model's memory. */
 cddp_result_t cddp__train_alloc_scratch(trainer_t *t);
 

@@ -88,36 +88,45 @@ static void check(cublasStatus_t s, const char *what) {
 
 static cublasOperation_t op(int t) { return t ? CUBLAS_OP_T : CUBLAS_OP_N; }
 
-// train.precision bf16 (cddp__gemm_precision, as on the CPU): each product's float32 operands
-// are rounded to bf16 into this scratch (round to nearest even, as the CPU's bf16 product
-// rounds them) and multiplied by cuBLAS with float32 accumulation; C, the weights and the
-// optimizer stay float32. One stream: the next product reuses the scratch after this one.
-static uint16_t *bf16_scratch;
-static size_t bf16_cap;
-static uint16_t *bf16_operands(const float *A, size_t na, const float *B, size_t nb) {
-  if (na + nb > bf16_cap) {
-    if (bf16_scratch) CUDA_CHECK(cudaFree(bf16_scratch)); // waits for the products using it
-    bf16_cap = (na + nb) + (na + nb) / 4;
-    CUDA_CHECK(cudaMalloc((void **)&bf16_scratch, bf16_cap * sizeof(uint16_t)));
+// train.precision bf16 or fp16 (cddp__gemm_precision, as on the CPU): each product's float32
+// operands are rounded to 16 bits into this scratch (round to nearest even, as the CPU rounds
+// them; fp16 past 65504 is inf, which the loss scale's check then finds) and multiplied by
+// cuBLAS with float32 accumulation; C, the weights and the optimizer stay float32. One stream:
+// the next product reuses the scratch after this one.
+static uint16_t *half_scratch;
+static size_t half_cap;
+static uint16_t *half_operands(const float *A, size_t na, const float *B, size_t nb) {
+  if (na + nb > half_cap) {
+    if (half_scratch) CUDA_CHECK(cudaFree(half_scratch)); // waits for the products using it
+    half_cap = (na + nb) + (na + nb) / 4;
+    CUDA_CHECK(cudaMalloc((void **)&half_scratch, half_cap * sizeof(uint16_t)));
   }
-  cu_to_bf16(bf16_scratch, A, na);
-  cu_to_bf16(bf16_scratch + na, B, nb);
-  return bf16_scratch;
+  void (*cast)(uint16_t *, const float *, size_t) = cddp__gemm_precision() == CDDP_PRECISION_FP16 ? cu_to_f16 : cu_to_bf16;
+  cast(half_scratch, A, na);
+  cast(half_scratch + na, B, nb);
+  return half_scratch;
 }
-static int bf16_mode(void) { return cddp__gemm_precision() == CDDP_PRECISION_BF16; }
+static int half_mode(void) { return cddp__gemm_precision() != CDDP_PRECISION_FP32; }
+// the 16-bit operands' type in the precision's products
+static cudaDataType half_type(void) { return cddp__gemm_precision() == CDDP_PRECISION_FP16 ? CUDA_R_16F : CUDA_R_16BF; }
+// floats from an operand's first element to its last: op(X) is [r, c], X stored with rows of ld
+static size_t stored(int trans, int r, int c, int ld) {
+  size_t rows = (size_t)(trans ? c : r), cols = (size_t)(trans ? r : c);
+  return rows && cols ? (rows - 1) * (size_t)ld + cols : 0;
+}
 
 void cddp__cublas_gemm_ld(int ta, int tb, int m, int n, int k, float alpha, const float *A, int lda, const float *B,
                           int ldb, float beta, float *C, int ldc) {
   cublasHandle_t h = handle();
-  if (!bf16_mode()) {
+  if (!half_mode()) {
     check(cb.sgemm(h, op(tb), op(ta), n, m, k, &alpha, B, ldb, A, lda, &beta, C, ldc), "sgemm");
     return;
   }
-  size_t na = (size_t)(ta ? k : m) * lda, nb = (size_t)(tb ? n : k) * ldb; // the stored rows
-  uint16_t *a = bf16_operands(A, na, B, nb), *b = a + na;
-  check(cb.gemm_ex(h, op(tb), op(ta), n, m, k, &alpha, b, CUDA_R_16BF, ldb, a, CUDA_R_16BF, lda, &beta, C,
+  size_t na = stored(ta, m, k, lda), nb = stored(tb, k, n, ldb);
+  uint16_t *a = half_operands(A, na, B, nb), *b = a + na;
+  check(cb.gemm_ex(h, op(tb), op(ta), n, m, k, &alpha, b, half_type(), ldb, a, half_type(), lda, &beta, C,
                    CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
-        "GemmEx (train.precision bf16)");
+        "GemmEx (train.precision bf16/fp16)");
 }
 
 void cddp__cublas_gemm(int ta, int tb, int m, int n, int k, float alpha, const float *A, const float *B,
@@ -136,15 +145,15 @@ void cddp__cublas_gemm_bf16(int ta, int tb, int m, int n, int k, float alpha, co
 void cddp__cublas_gemm_batched(int ta, int tb, int m, int n, int k, float alpha, const float *A, long long sA,
                                const float *B, long long sB, float beta, float *C, long long sC, int batch) {
   cublasHandle_t h = handle();
-  if (!bf16_mode()) {
+  if (!half_mode()) {
     check(cb.sgemm_batched(h, op(tb), op(ta), n, m, k, &alpha, B, tb ? k : n, sB, A, ta ? m : k, sA, &beta, C, n,
                            sC, batch),
           "SgemmStridedBatched");
     return;
   }
   size_t na = (size_t)(batch - 1) * sA + (size_t)m * k, nb = (size_t)(batch - 1) * sB + (size_t)k * n;
-  uint16_t *a = bf16_operands(A, na, B, nb), *b = a + na;
-  check(cb.gemm_batched_ex(h, op(tb), op(ta), n, m, k, &alpha, b, CUDA_R_16BF, tb ? k : n, sB, a, CUDA_R_16BF,
+  uint16_t *a = half_operands(A, na, B, nb), *b = a + na;
+  check(cb.gemm_batched_ex(h, op(tb), op(ta), n, m, k, &alpha, b, half_type(), tb ? k : n, sB, a, half_type(),
                            ta ? m : k, sA, &beta, C, CUDA_R_32F, n, sC, batch, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
-        "GemmStridedBatchedEx (train.precision bf16)");
+        "GemmStridedBatchedEx (train.precision bf16/fp16)");
 }

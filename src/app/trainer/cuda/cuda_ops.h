@@ -26,7 +26,8 @@ int cddp__cublas_try_load(char *err, size_t cap);
 
 // A device buffer of at least bytes for one purpose (slot), kept and grown: the attention's
 // permuted q, k, v, the per-row losses. Valid until the next call with the same slot.
-enum { CU_SCRATCH_ATTN = 0, CU_SCRATCH_ATTN_BWD, CU_SCRATCH_ROWS, CU_SCRATCH_NORM, CU_SCRATCH_COLS, CU_SCRATCH_COUNT };
+enum { CU_SCRATCH_ATTN = 0, CU_SCRATCH_ATTN_BWD, CU_SCRATCH_ROWS, CU_SCRATCH_NORM, CU_SCRATCH_COLS, CU_SCRATCH_FLASH_D,
+       CU_SCRATCH_COUNT };
 void *cddp__cu_scratch(int slot, size_t bytes);
 
 // kernels (k_layers.cu, k_attn.cu, k_optim.cu): the CPU functions' meaning, device pointers
@@ -56,6 +57,11 @@ void cu_attn_flash_forward(float *y, float *lse, const float *qkv, int B, int T,
 void cu_attn_flash_forward_bf16(float *y, float *lse, const uint16_t *qkv, int B, int T, int C, int n_head);
 void cu_attn_flash_backward(float *dqkv, const float *dy, const float *qkv, const float *y, const float *lse, int B,
                             int T, int C, int n_head);
+// the tensor cores' bf16 forms (k_flash_tc.cu; layers_gpt.h: cddp__attn_flash_forward_tc and
+// cddp__attn_flash_backward_bf16)
+void cu_attn_flash_forward_tc(float *y, float *lse, const float *qkv, int B, int T, int C, int n_head);
+void cu_attn_flash_backward_bf16(float *dqkv, const float *dy, const float *qkv, const float *y, const float *lse,
+                                 int B, int T, int C, int n_head);
 void cu_embed_forward(float *x, const uint8_t *tok, const float *wte, const float *wpe, int B, int T, int C);
 void cu_embed_backward(float *dwte, float *dwpe, const float *dx, const uint8_t *tok, int B, int T, int C,
                        int accumulate);
@@ -66,6 +72,8 @@ double cu_softmax_xent(float *prob, const float *z, const uint8_t *y, int n, int
 double cu_optim_step(cddp_optim_t *o, float *params, float *grads, float lr);
 double cu_sumsq(const float *x, size_t n);
 void cu_add_into(float *dst, const float *src, size_t n);
+void cu_scale(float *x, float a, size_t n);
+void cu_to_f16(uint16_t *dst, const float *src, size_t n);
 void cu_to_bf16(uint16_t *dst, const float *src, size_t n);
 void cu_from_bf16(float *dst, const uint16_t *src, size_t n);
 

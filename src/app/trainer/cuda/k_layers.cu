@@ -3,6 +3,7 @@
 // embeddings and the tied head, bf16 casts. Each matches its CPU function (layers.h,
 // layers_gpt.h); one block per row where a row is reduced.
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <math.h>
 #include <stdio.h>
 
@@ -380,6 +381,17 @@ __global__ void k_from_bf16(float *dst, const uint16_t *src, size_t n) {
   if (i < n) dst[i] = __bfloat162float(__ushort_as_bfloat16(src[i]));
 }
 
+__global__ void k_to_f16(uint16_t *dst, const float *src, size_t n) {
+  size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+  if (i < n) dst[i] = __half_as_ushort(__float2half_rn(src[i]));
+}
+// IEEE half, round to nearest even, inf past 65504: train.precision fp16's products' inputs
+void cu_to_f16(uint16_t *dst, const float *src, size_t n) {
+  if (!n) return;
+  k_to_f16<<<cdiv(n, THREADS), THREADS, 0, st()>>>(dst, src, n);
+  CUDA_LAUNCHED();
+}
+
 void cu_to_bf16(uint16_t *dst, const float *src, size_t n) {
   if (!n) return;
   k_to_bf16<<<cdiv(n, THREADS), THREADS, 0, st()>>>(dst, src, n);
@@ -424,5 +436,18 @@ __global__ void k_add_into(float *dst, const float *src, size_t n) {
 void cu_add_into(float *dst, const float *src, size_t n) {
   if (!n) return;
   k_add_into<<<cdiv(n, THREADS), THREADS, 0, st()>>>(dst, src, n);
+  CUDA_LAUNCHED();
+}
+
+// ---- fp16's loss scale taken off the gradients (x *= a, a = 1/S: a power of two, exact)
+
+__global__ void k_scale(float *x, float a, size_t n) {
+  size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+  if (i < n) x[i] *= a;
+}
+
+void cu_scale(float *x, float a, size_t n) {
+  if (!n) return;
+  k_scale<<<cdiv(n, THREADS), THREADS, 0, st()>>>(x, a, n);
   CUDA_LAUNCHED();
 }

@@ -64,6 +64,11 @@ static void cu_to_host_async(void *dst, const void *src, size_t bytes, void *rea
   CUDA_CHECK(cudaEventRecord((cudaEvent_t)done, comm));
 }
 static void cu_event_sync(void *e) { CUDA_CHECK(cudaEventSynchronize((cudaEvent_t)e)); }
+// NCCL on the device's gradients: its collectives queue on the comm stream, each bucket's
+// after the compute stream's mark; the optimizer waits for the comm stream's event.
+static void *cu_comm_stream(void) { return (void *)cddp__cuda_comm_stream(); }
+static void cu_comm_wait(void *e) { CUDA_CHECK(cudaStreamWaitEvent(cddp__cuda_comm_stream(), (cudaEvent_t)e, 0)); }
+static void cu_comm_record(void *e) { CUDA_CHECK(cudaEventRecord((cudaEvent_t)e, cddp__cuda_comm_stream())); }
 
 // Pinned: the copies of batches and of the staged gradients run at the link's speed.
 static void *cu_host_alloc(size_t bytes) {
@@ -124,6 +129,9 @@ const cddp_ops_t cddp__ops_cuda = {
     .event_record = cu_event_record,
     .to_host_async = cu_to_host_async,
     .event_sync = cu_event_sync,
+    .comm_stream = cu_comm_stream,
+    .comm_wait = cu_comm_wait,
+    .comm_record = cu_comm_record,
     .gemm = cddp__cublas_gemm,
     .gemm_bf16 = cddp__cublas_gemm_bf16,
     .linear_forward = cu_linear_forward,
@@ -148,6 +156,8 @@ const cddp_ops_t cddp__ops_cuda = {
     .attn_flash_forward = cu_attn_flash_forward,
     .attn_flash_forward_bf16 = cu_attn_flash_forward_bf16,
     .attn_flash_backward = cu_attn_flash_backward,
+    .attn_flash_forward_tc = cu_attn_flash_forward_tc,
+    .attn_flash_backward_bf16 = cu_attn_flash_backward_bf16,
     .embed_forward = cu_embed_forward,
     .embed_backward = cu_embed_backward,
     .head_forward = cu_head_forward,
@@ -156,6 +166,7 @@ const cddp_ops_t cddp__ops_cuda = {
     .optim_step = cu_optim_step,
     .sumsq = cu_sumsq,
     .add_into = cu_add_into,
+    .scale = cu_scale,
     .to_bf16 = cu_to_bf16,
     .from_bf16 = cu_from_bf16,
 };
