@@ -277,11 +277,16 @@ for i in $(seq "$RUNS"); do
   nwhole=$((nwhole + nw))
   [ $((nrec + nw)) -ge 1 ] || why+=("no recovery line after $nk kill(s)")
   # an agent lost: the world shrank 4 -> 2 (3 -> 2) and the accumulation was re-derived (once)
-  # (the node's loss may be folded with a worker's lost just before it: "loss of rank 2 pid P, then node ...")
+  # (the node's loss may be folded with a worker's lost just before it: "loss of rank 2 pid P, then node ...");
+  # or every worker was lost with it (the node's others killed too, a replacement not yet holding the
+  # state): the agents' "world 4 -> 2" and one restore from disk into world 2, whose steps the metrics check
   if [ "$ka" = 1 ]; then
     a0=$((GB / (w0 * MICRO))) a1=$((GB / (w1 * MICRO)))
     shrink="cddp train: recovered from the loss of .*node .* world $w0 -> $w1 (accumulation $a0 -> $a1, global batch $GB kept)"
-    [ "$(cat "$T/$name".out* | grep -c "$shrink")" = 1 ] ||
+    ns=$(cat "$T/$name".out* | grep -c "$shrink")
+    [ "$ns" = 1 ] ||
+      { [ "$ns" = 0 ] && [ "$nw" = 1 ] && cat "$T/$name".out* | grep -q "^cddp run: .* world $w0 -> $w1, " &&
+        cat "$T/$name".out* | grep -q "cddp train: no survivor holds the state: restored step .*, world $w1)$"; } ||
       why+=("no (single) 'world $w0 -> $w1 (accumulation $a0 -> $a1' line: $(cat "$T/$name".out* | grep 'cddp train: recovered' | grep -c "world $w0 -> $w1") of the trainer's, $(cat "$T/$name".out* | grep -c "world $w0 -> $w1") in all")
   fi
   # 3 nodes: the store's host lost, one survivor took the store over (one line); another agent lost, nobody did
