@@ -82,6 +82,13 @@ static int unproven(const cddp_store_server_t *srv, const sconn_t *sc) {
 
 static int host_cmp(const void *a, const void *b) { return strcmp(a, b); }
 
+/* A connection's address without its port ("[::1]:5" -> "[::1]"). */
+static void host_of(const char *addr, char *out, size_t size) {
+  snprintf(out, size, "%s", addr);
+  char *port = strrchr(out, ':');
+  if (port) *port = '\0';
+}
+
 /* The hosts (an address without its port) of the proven torch 1.x clients, sorted; NULL when
  * there are none or no memory (then no connection is taken for a torch client's second). */
 static char (*torch1_hosts(const cddp_store_server_t *srv, size_t *n))[80] {
@@ -95,9 +102,7 @@ static char (*torch1_hosts(const cddp_store_server_t *srv, size_t *n))[80] {
       if (!g) break;
       h = g;
     }
-    snprintf(h[*n], sizeof h[*n], "%s", sc->c.addr);
-    char *port = strrchr(h[*n], ':');
-    if (port) *port = '\0';
+    host_of(sc->c.addr, h[*n], sizeof h[*n]);
     (*n)++;
   }
   if (*n) qsort(h, *n, sizeof *h, host_cmp);
@@ -111,9 +116,7 @@ static char (*torch1_hosts(const cddp_store_server_t *srv, size_t *n))[80] {
 static int torch1_second(const sconn_t *sc, char (*hosts)[80], size_t n) {
   if (sc->c.proto != CDDP__PROTO_UNKNOWN || sc->c.in.len != 0 || !n) return 0;
   char host[80];
-  snprintf(host, sizeof host, "%s", sc->c.addr);
-  char *port = strrchr(host, ':');
-  if (port) *port = '\0';
+  host_of(sc->c.addr, host, sizeof host);
   return bsearch(host, hosts, n, sizeof *hosts, host_cmp) != NULL;
 }
 
