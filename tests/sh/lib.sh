@@ -56,6 +56,19 @@ await() {
   wait_for "$secs" "$@" && return 0
   fail "$name" "not within $(scaled "$secs") s: $*"; return 1
 }
+# keep_failed NAME FILE...: a failure's evidence outlives the test's folder: copies the files to
+# a new private folder /tmp/cddp-NAME-failed.XXXXXX and prints its path (nothing when none)
+keep_failed() {
+  local name=$1 dir; shift
+  dir=$(mktemp -d "/tmp/cddp-$name-failed.XXXXXX") || return 0
+  cp -r "$@" "$dir"/ 2>/dev/null; echo "$dir"
+}
+# stacks PID: every thread's stack of a live process (gdb, when installed; its wait channel
+# always), for a hang's failure line to keep; bounded, since gdb attaches under load slowly
+stacks() {
+  echo "pid $1: $(tr '\0' ' ' </proc/"$1"/cmdline 2>/dev/null); wchan $(cat /proc/"$1"/wchan 2>/dev/null)"
+  command -v gdb >/dev/null && timeout 60 gdb -p "$1" -batch -nx -ex 'thread apply all bt' 2>&1 | grep -E '^(Thread|#)'
+}
 # last_step METRICS: the last training step in a run's metrics.jsonl (evals left out; empty when
 # none); step_reached METRICS N: it is N or past; wait_step METRICS N: until then (60 s, scaled)
 last_step() { grep -v '"eval"' "$1" 2>/dev/null | tail -1 | sed -n 's/.*"step":\([0-9]*\).*/\1/p'; }

@@ -62,7 +62,7 @@ lost_agent() {
   t0=$(date +%s)
   wait_for 30 sh -c "! kill -0 ${ap[*]:0:$((n - 1))} 2>/dev/null" # bounded: a hang fails below
   for ((i = 1; i < n; i++)); do
-    if kill -0 "${ap[$i]}" 2>/dev/null; then kill -KILL "${ap[$i]}"; echo hung >"$tmp/$id.rc.$i"
+    if kill -0 "${ap[$i]}" 2>/dev/null; then stacks "${ap[$i]}" >"$tmp/$id.stacks.$i"; kill -KILL "${ap[$i]}"; echo hung >"$tmp/$id.rc.$i"
     else wait "${ap[$i]}"; echo $? >"$tmp/$id.rc.$i"; fi
   done
   echo $(($(date +%s) - t0)) >"$tmp/$id.secs"
@@ -72,13 +72,13 @@ lost_agent lost1 3:4 4 1
 rcs=$(cat "$tmp"/lost1.rc.* | tr '\n' ' ')
 if [ "$rcs" = "0 0 0 " ] && [ "$(grep -l "^cddp run: node [0-3] (host .*) $lost.*; restarting the workers on the nodes left (restart 1 of 1)" "$tmp"/lost1.[123] | wc -l)" = 3 ]; then
   ok "restart-all, --nnodes 3:4, an agent SIGKILLed: the 3 others restart without it and exit 0 ($(cat "$tmp/lost1.secs") s)"
-else fail "restart-all, an agent lost" "rc $rcs: $(cat "$tmp"/lost1.[123] | sort | uniq -c | tr '\n' ' ')"; fi
+else fail "restart-all, an agent lost" "rc $rcs: $(cat "$tmp"/lost1.[123] | sort | uniq -c | tr '\n' ' '); kept in $(keep_failed store-cli "$tmp"/lost1.*)"; fi
 lost_agent lost2 2:3 3 0
 rcs=$(cat "$tmp"/lost2.rc.* | tr '\n' ' ')
 if [ "$rcs" = "1 1 " ] && [ "$(cat "$tmp"/lost2.[12] | grep -c "^cddp run: node [0-2] (host .*) $lost .*; no restarts left$")" = 2 ] &&
    [ "$(cat "$tmp"/lost2.[12] | wc -l)" = 2 ]; then
   ok "restart-all, no restart left, an agent SIGKILLed: the others exit 1 with one line naming it ($(cat "$tmp/lost2.secs") s)"
-else fail "restart-all, an agent lost, no restarts" "rc $rcs: $(cat "$tmp"/lost2.[12] | tr '\n' ' ')"; fi
+else fail "restart-all, an agent lost, no restarts" "rc $rcs: $(cat "$tmp"/lost2.[12] | tr '\n' ' '); kept in $(keep_failed store-cli "$tmp"/lost2.*)"; fi
 
 kill -TERM $pid
 wait_for 5 sh -c "! kill -0 $pid 2>/dev/null" # the check below names a miss
