@@ -129,26 +129,42 @@ out:
   return r;
 }
 
-cddp_result_t cddp__gen_open_restart(cddp_store_t *s, int64_t from, int self) {
-  cddp__job_announce_t ann = {.kind = CDDP__GEN_RESTART};
-  snprintf(ann.what, sizeof ann.what, "restart %lld", (long long)from + 1);
+/* restart-all: announces generation from + 1 as ann, once whoever calls it; *mine = 1 when this
+ * caller's claim made it. */
+static cddp_result_t gen_after_round(cddp_store_t *s, int64_t from, int self, const cddp__job_announce_t *ann,
+                                     int *mine) {
   char me[160];
-  size_t ml = cddp__job_claim_format(self, &ann, me, sizeof me);
+  size_t ml = cddp__job_claim_format(self, ann, me, sizeof me);
   void *won = NULL;
   size_t wl = 0;
   CDDP_CHECK(cddp_store_compare_set(s, KEY(GEN_CLAIM, from + 1), NULL, 0, me, ml, &won, &wl));
-  int mine = wl == ml && !memcmp(won, me, wl);
+  *mine = wl == ml && !memcmp(won, me, wl);
   free(won);
-  if (!mine) return cddp__gen_wait_past(s, from, CLAIM_WAIT_MS); /* another agent opens it */
-  CDDP_CHECK(announce(s, from + 1, &ann));
+  if (!*mine) return CDDP_OK;
+  CDDP_CHECK(announce(s, from + 1, ann));
   int64_t counter;
   return cddp_store_add(s, KEY(GEN, 0), 1, &counter);
+}
+
+cddp_result_t cddp__gen_open_restart(cddp_store_t *s, int64_t from, int self) {
+  cddp__job_announce_t ann = {.kind = CDDP__GEN_RESTART};
+  snprintf(ann.what, sizeof ann.what, "restart %lld", (long long)from + 1);
+  int mine;
+  CDDP_CHECK(gen_after_round(s, from, self, &ann, &mine));
+  return mine ? CDDP_OK : cddp__gen_wait_past(s, from, CLAIM_WAIT_MS); /* another agent opens it */
+}
+
+cddp_result_t cddp__gen_close_job(cddp_store_t *s, int64_t from, int self) {
+  cddp__job_announce_t ann = {.kind = CDDP__GEN_END};
+  snprintf(ann.what, sizeof ann.what, "after round %lld", (long long)from);
+  int mine;
+  return gen_after_round(s, from, self, &ann, &mine);
 }
 
 cddp_result_t cddp__gen_gathering(cddp_store_t *s, int64_t *gen) {
   CDDP_CHECK(cddp__gen_latest(s, gen));
   for (cddp__job_announce_t a; *gen > 0; --*gen)
-    if (cddp__gen_what(s, *gen, &a) && a.kind == CDDP__GEN_RESTART) break;
+    if (cddp__gen_what(s, *gen, &a) && (a.kind == CDDP__GEN_RESTART || a.kind == CDDP__GEN_END)) break;
   return CDDP_OK;
 }
 

@@ -71,8 +71,14 @@ cddp_result_t cddp__gen_change(cddp_store_t *s, const cddp__job_announce_t *ann,
  * record. Every agent of generation from may call it (self: its node rank there): exactly
  * one claim makes it, the others wait (bounded) for that one's announcement. */
 cddp_result_t cddp__gen_open_restart(cddp_store_t *s, int64_t from, int self);
-/* The generation the rendezvous gathered last: the latest restart generation, or 0 (replace
- * mode gathers generation 0 only; a node that comes later is taken in as pending). */
+/* restart-all: the job ended with round from (its event, done or fail, says how): generation
+ * from + 1 is announced as its end, so that a node waiting for round from + 1 (it came after
+ * round from closed) stops at once instead of waiting out --rdzv-timeout. Every agent of the
+ * round may call it; exactly one claim makes it, and nobody waits for it. */
+cddp_result_t cddp__gen_close_job(cddp_store_t *s, int64_t from, int self);
+/* The generation the rendezvous gathered last: the latest restart generation (or the job's end,
+ * whose round never opens), or 0 (replace mode gathers generation 0 only; a node that comes
+ * later is taken in as pending). */
 cddp_result_t cddp__gen_gathering(cddp_store_t *s, int64_t *gen);
 /* Agent: announces the next generation for a replacement (same members); *gen = its number. */
 cddp_result_t cddp__gen_bump(cddp_store_t *s, const cddp__job_announce_t *ann, int64_t *gen);

@@ -337,7 +337,7 @@ size_t cddp__job_claim_format(int agent_id, const cddp__job_announce_t *what, ch
 static const char *const gen_kind_word[CDDP__GEN_KINDS] = {
     [CDDP__GEN_REPLACE] = "replace", [CDDP__GEN_LOSS] = "loss", [CDDP__GEN_JOIN] = "join",
     [CDDP__GEN_WAIT] = "wait",       [CDDP__GEN_STOP] = "stop", [CDDP__GEN_MOVED] = "moved",
-    [CDDP__GEN_RESTART] = "restart",
+    [CDDP__GEN_RESTART] = "restart", [CDDP__GEN_END] = "end",
 };
 
 size_t cddp__job_announce_format(const cddp__job_announce_t *v, char *buf, size_t size) {

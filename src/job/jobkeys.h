@@ -195,6 +195,8 @@ typedef enum cddp__gen_kind {
   CDDP__GEN_MOVED,   /* the store's new host wrote the generation back: "store moved to agent A" */
   CDDP__GEN_RESTART, /* restart-all: every worker restarts and every member is new, gathered
                         by the rendezvous round of the same number: "restart N" */
+  CDDP__GEN_END,     /* restart-all: the job ended with the round before (its event says how):
+                        no round opens, so a node waiting for one stops: "after round R" */
   CDDP__GEN_KINDS
 } cddp__gen_kind_t;
 typedef struct cddp__job_announce {

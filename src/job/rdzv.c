@@ -5,6 +5,7 @@
 
 #include "common/check.h"
 #include "common/clock.h"
+#include "common/log.h"
 #include "job/rdzv.h"
 #include "job/elastic.h"
 #include "store/store_internal.h"
@@ -285,11 +286,39 @@ static cddp_result_t join_late(cddp_store_t *s, const cddp__rdzv_cfg_t *cfg, int
   return CDDP_OK;
 }
 
+/* Generation R ended the job with round R - 1: out says how (that round's event) and the
+ * failure's line says it for a node no round took in. */
+static cddp_result_t job_ended(cddp_store_t *s, int round, cddp__rdzv_t *out) {
+  void *v = NULL;
+  size_t len = 0;
+  cddp__job_event_t *ev = calloc(1, sizeof *ev);
+  if (!ev) return cddp__fail(CDDP_SYSTEM, "out of memory in rendezvous");
+  int known = cddp_store_get(s, KEY(RDZV_EVENT, round - 1, 0), &v, &len, 0) == CDDP_OK &&
+              !cddp__job_event_parse(v, len, ev) && ev->kind != CDDP__EV_RESTART;
+  free(v);
+  cddp__clear_error();
+  out->ended = 1;
+  out->end_code = !known ? 1 : ev->kind == CDDP__EV_DONE ? 0 : ev->code > 0 && ev->code < 256 ? ev->code : 1;
+  const char *line = known && ev->kind == CDDP__EV_FAIL ? ev->line : "";
+  if (!strncmp(line, "cddp run: ", 10)) line += 10;
+  cddp_result_t r;
+  if (known && ev->kind == CDDP__EV_DONE)
+    r = cddp__fail(CDDP_ABORTED, "the job finished without this node: it came after round %d closed, and no round "
+                   "opened after it", round - 1);
+  else
+    r = cddp__fail(CDDP_ABORTED, "the job ended without this node (it came after round %d closed)%s%.600s", round - 1,
+                   line[0] ? ": " : "", line);
+  free(ev);
+  return r;
+}
+
 /* Round R > 0 opens with restart generation R: waits for its announcement. */
-static cddp_result_t wait_open(cddp_store_t *s, int round, uint64_t deadline, int timeout_ms) {
+static cddp_result_t wait_open(cddp_store_t *s, int round, uint64_t deadline, int timeout_ms, cddp__rdzv_t *out) {
   cddp_result_t r = cddp__gen_wait_past(s, round - 1, cddp__ms_left(deadline));
   cddp__job_announce_t a;
-  if (r == CDDP_OK && (!cddp__gen_what(s, round, &a) || a.kind != CDDP__GEN_RESTART))
+  int what = r == CDDP_OK && cddp__gen_what(s, round, &a);
+  if (what && a.kind == CDDP__GEN_END) return job_ended(s, round, out);
+  if (r == CDDP_OK && (!what || a.kind != CDDP__GEN_RESTART))
     r = CDDP_TIMEOUT; /* a generation of replace mode: no round ever opens */
   if (r == CDDP_TIMEOUT)
     return cddp__fail(CDDP_TIMEOUT, "rendezvous: round %d did not open within %.1f s (the job runs without this "
@@ -306,7 +335,7 @@ cddp_result_t cddp__rdzv_join(cddp_store_t *s, const cddp__rdzv_cfg_t *cfg, int 
   CDDP_CHECK(cddp__gen_gathering(s, &cur));
   if (cur > round) round = (int)cur;
   for (;;) {
-    if (round > 0) CDDP_CHECK(wait_open(s, round, deadline, cfg->timeout_ms));
+    if (round > 0) CDDP_CHECK(wait_open(s, round, deadline, cfg->timeout_ms, out));
     out->round = round;
     out->restart_count = round; /* every generation a round gathers after 0 is a restart */
     if (cfg->node_rank >= 0) { /* static: ranks are given */
@@ -360,6 +389,8 @@ cddp_result_t cddp__rdzv_join(cddp_store_t *s, const cddp__rdzv_cfg_t *cfg, int 
       return join_late(s, cfg, round, -1, deadline, out);
     }
     if (slot >= n) { /* joined after the close: next round */
+      CDDP_INFO(CDDP_SUB_RDZV, "round %d closed with %d nodes before this node joined: it waits for round %d, "
+                "which opens on the job's next restart", round, n, round + 1);
       out->closed_here = 0;
       round++;
       continue;

@@ -30,6 +30,9 @@ typedef struct cddp__rdzv {
   int late;                    /* late_ok: the round closed without this node; nodes[] holds the
                                   round's nodes and then this one (node_rank = the last) */
   cddp__rdzv_node_t *nodes;    /* nnodes entries in node-rank order (malloc'd) */
+  int ended;                   /* the join failed because the job ended before a round took this
+                                  node in (restart-all: cddp__gen_close_job) */
+  int end_code;                /* ended: the job's exit code (0: it finished) */
 } cddp__rdzv_t;
 
 /* Joins the first open round >= min_round and returns when it closed with this node in

@@ -47,12 +47,14 @@ else fail "agents at a cddp store" "rc $rc1 $rc2: $(grep -h "cannot move" "$tmp/
 # restart-all, an agent SIGKILLed while its round runs: its will at the store ends the round, so
 # the others neither wait for its "done" for ever nor hang; they restart on the nodes left
 # while restarts remain (>= MIN of them), else stop with one line naming the lost node.
-# lost_agent ID NNODES AGENTS MAX_RESTARTS: runs AGENTS agents (workers: sleep 2 after marking
-# they started), SIGKILLs the last once every worker started; rcs and outputs in $tmp/ID.*
+# lost_agent ID NNODES AGENTS MAX_RESTARTS LAST_CALL: runs AGENTS agents (workers: sleep 2 after
+# marking they started), SIGKILLs the last once every worker started; rcs and outputs in $tmp/ID.*.
+# Round 0 closes as the last agent joins; LAST_CALL (s) bounds how late an agent may start (a
+# loaded host) and how long a restart's round, one node short, waits before it closes
 lost_agent() {
   local id=$1 n=$3 i ap=() t0
   for ((i = 1; i <= n; i++)); do
-    CDDP_TOKEN_FILE="$tmp/token" "$CDDP" run --nnodes "$2" --max-restarts "$4" --rdzv-backend c10d --rdzv-last-call 1 \
+    CDDP_TOKEN_FILE="$tmp/token" "$CDDP" run --nnodes "$2" --max-restarts "$4" --rdzv-backend c10d --rdzv-last-call "$5" \
       --rdzv-endpoint "127.0.0.1:$port" --rdzv-id "$id" --nproc-per-node 1 --no-python \
       sh -c "touch $tmp/$id.started.$i; sleep 2" >"$tmp/$id.$i" 2>&1 &
     ap[$i]=$!
@@ -68,17 +70,54 @@ lost_agent() {
   echo $(($(date +%s) - t0)) >"$tmp/$id.secs"
 }
 lost="was lost: its agent's connection to the store closed without a goodbye"
-lost_agent lost1 3:4 4 1
+lost_agent lost1 3:4 4 1 "$(scaled 2)"
 rcs=$(cat "$tmp"/lost1.rc.* | tr '\n' ' ')
 if [ "$rcs" = "0 0 0 " ] && [ "$(grep -l "^cddp run: node [0-3] (host .*) $lost.*; restarting the workers on the nodes left (restart 1 of 1)" "$tmp"/lost1.[123] | wc -l)" = 3 ]; then
   ok "restart-all, --nnodes 3:4, an agent SIGKILLed: the 3 others restart without it and exit 0 ($(cat "$tmp/lost1.secs") s)"
 else fail "restart-all, an agent lost" "rc $rcs: $(cat "$tmp"/lost1.[123] | sort | uniq -c | tr '\n' ' '); kept in $(keep_failed store-cli "$tmp"/lost1.*)"; fi
-lost_agent lost2 2:3 3 0
+lost_agent lost2 2:3 3 0 60 # no restart: no round after the first
 rcs=$(cat "$tmp"/lost2.rc.* | tr '\n' ' ')
 if [ "$rcs" = "1 1 " ] && [ "$(cat "$tmp"/lost2.[12] | grep -c "^cddp run: node [0-2] (host .*) $lost .*; no restarts left$")" = 2 ] &&
    [ "$(cat "$tmp"/lost2.[12] | wc -l)" = 2 ]; then
   ok "restart-all, no restart left, an agent SIGKILLed: the others exit 1 with one line naming it ($(cat "$tmp/lost2.secs") s)"
 else fail "restart-all, an agent lost, no restarts" "rc $rcs: $(cat "$tmp"/lost2.[12] | tr '\n' ' '); kept in $(keep_failed store-cli "$tmp"/lost2.*)"; fi
+
+# restart-all: a node that came after round 0 closed waits for round 1, which opens on a restart.
+# When the job ends instead, it is told at once, with the job's code (before: it waited out
+# --rdzv-timeout, and on a loaded host the lost-agent cases above met such a node).
+# late_node ID CODE: 2 agents (--nnodes 2:3) whose workers exit CODE once $tmp/ID.go exists; a 3rd
+# joins once they run, and the workers go once it says it waits; its rc, output, seconds in $tmp/ID.*
+late_node() {
+  local id=$1 i ap=() t0
+  for i in 1 2; do
+    CDDP_TOKEN_FILE="$tmp/token" "$CDDP" run --nnodes 2:3 --max-restarts 0 --rdzv-backend c10d --rdzv-last-call 0.2 \
+      --rdzv-endpoint "127.0.0.1:$port" --rdzv-id "$id" --nproc-per-node 1 --no-python \
+      sh -c "touch $tmp/$id.started.$i; while [ ! -e $tmp/$id.go ]; do sleep 0.05; done; exit $2" >"$tmp/$id.$i" 2>&1 &
+    ap[$i]=$!
+  done
+  await "$id: the first 2 nodes' workers start" 20 sh -c "[ \$(ls $tmp/$id.started.* 2>/dev/null | wc -l) = 2 ]"
+  CDDP_TOKEN_FILE="$tmp/token" CDDP_DEBUG=INFO CDDP_DEBUG_SUBSYS=RDZV "$CDDP" run --nnodes 2:3 --max-restarts 0 \
+    --rdzv-backend c10d --rdzv-last-call 0.2 --rdzv-timeout 300 --rdzv-endpoint "127.0.0.1:$port" --rdzv-id "$id" \
+    --nproc-per-node 1 --no-python sh -c "touch $tmp/$id.started.3" >"$tmp/$id.3" 2>&1 &
+  ap[3]=$!
+  await "$id: the 3rd node waits for round 1" 20 grep -q "it waits for round 1" "$tmp/$id.3"
+  touch "$tmp/$id.go"; t0=$(now_us)
+  wait_for 30 sh -c "! kill -0 ${ap[3]} 2>/dev/null" # bounded: a wait for the timeout fails below
+  if kill -0 "${ap[3]}" 2>/dev/null; then kill -KILL "${ap[3]}"; echo hung >"$tmp/$id.rc"
+  else wait "${ap[3]}"; echo $? >"$tmp/$id.rc"; fi
+  echo $((($(now_us) - t0) / 1000)) >"$tmp/$id.ms"
+  wait "${ap[1]}" "${ap[2]}"
+}
+late_node late0 0
+if [ "$(cat "$tmp/late0.rc")" = 0 ] && [ ! -e "$tmp/late0.started.3" ] &&
+   grep -qx "cddp run: the job finished without this node: it came after round 0 closed, and no round opened after it" "$tmp/late0.3"; then
+  ok "restart-all, a node after round 0 closed, the job finishes: it says so and exits 0 at once ($(cat "$tmp/late0.ms") ms)"
+else fail "late node, the job finishes" "rc $(cat "$tmp/late0.rc"): $(tr '\n' ' ' <"$tmp/late0.3"); kept in $(keep_failed store-cli "$tmp"/late0.*)"; fi
+late_node late3 3
+if [ "$(cat "$tmp/late3.rc")" = 3 ] && [ ! -e "$tmp/late3.started.3" ] &&
+   grep -q "^cddp run: the job ended without this node (it came after round 0 closed): rank [01] (host .*exit.* 3" "$tmp/late3.3"; then
+  ok "restart-all, a node after round 0 closed, the job fails (exit 3): it names the failure and exits 3 at once ($(cat "$tmp/late3.ms") ms)"
+else fail "late node, the job fails" "rc $(cat "$tmp/late3.rc"): $(tr '\n' ' ' <"$tmp/late3.3"); kept in $(keep_failed store-cli "$tmp"/late3.*)"; fi
 
 kill -TERM $pid
 wait_for 5 sh -c "! kill -0 $pid 2>/dev/null" # the check below names a miss

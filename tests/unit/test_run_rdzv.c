@@ -203,6 +203,59 @@ TEST(rdzv_late_joiner_goes_to_next_round) {
   cddp_store_close(s);
 }
 
+/* restart-all: a node that came after round 0 closed waits for round 1; when the job ends with
+ * round 0 instead (done, or a failure with no restart left), it is told at once with the job's
+ * code and line, instead of waiting out its timeout. So is a node that comes after the end. */
+TEST(rdzv_late_joiner_learns_the_job_ended) {
+  const cddp__job_event_t ends[2] = {{.kind = CDDP__EV_DONE},
+                                     {.kind = CDDP__EV_FAIL, .code = 3, .line = "cddp run: rank 1 (host h1) exited 3"}};
+  for (int e = 0; e < 2; e++) {
+    cddp_store_t *s, *v;
+    CHECK_OK(cddp_store_mem_create(&s));
+    agent_t a[4];
+    start(&a[0], s, 2, 3, -1, 100, 20000, 1, 0);
+    start(&a[1], s, 2, 3, -1, 100, 20000, 1, 1);
+    for (int i = 0; i < 2; i++) {
+      pthread_join(a[i].th, NULL);
+      CHECK_OK(a[i].rc);
+    }
+    start(&a[2], s, 2, 3, -1, 100, 20000, 1, 2);
+    CHECK_OK(cddp_store_prefix_create(&v, s, "job/", 0));
+    int64_t joined = 0; /* the late node took its slot: it waits for round 1 now */
+    for (int i = 0; i < 500 && joined < 3; i++) {
+      CHECK_OK(cddp_store_add(v, cddp__job_key(CDDP__JK_RDZV_JOINED, 0, 0).s, 0, &joined));
+      if (joined < 3) usleep(10000);
+    }
+    CHECK_EQ(joined, 3);
+    usleep(50000); /* past the slot into the wait (either order ends the same way) */
+    uint64_t t0 = cddp__now_ns();
+    CHECK_OK(cddp__rdzv_post(v, 0, &ends[e], NULL));
+    CHECK_OK(cddp__gen_close_job(v, 0, 0));
+    CHECK_OK(cddp__gen_close_job(v, 0, 1)); /* every agent of the round may: one generation */
+    pthread_join(a[2].th, NULL);
+    double waited_ms = (cddp__now_ns() - t0) / 1e6;
+    CHECK_EQ(a[2].rc, CDDP_ABORTED);
+    CHECK_EQ(a[2].out.ended, 1);
+    CHECK_EQ(a[2].out.end_code, e == 0 ? 0 : 3);
+    CHECK(waited_ms < 10000); /* not the 20 s timeout */
+    const char *want = e == 0 ? "the job finished without this node: it came after round 0 closed"
+                              : "the job ended without this node (it came after round 0 closed): rank 1 (host h1) exited 3";
+    if (!strstr(a[2].err, want)) TEST_FAIL("late node's line: %s", a[2].err);
+    int64_t gen;
+    CHECK_OK(cddp__gen_latest(v, &gen));
+    CHECK_EQ(gen, 1);
+    /* a node started after the end: told at once too, with the same code */
+    start(&a[3], s, 2, 3, -1, 100, 20000, 1, 3);
+    pthread_join(a[3].th, NULL);
+    CHECK_EQ(a[3].rc, CDDP_ABORTED);
+    CHECK_EQ(a[3].out.end_code, e == 0 ? 0 : 3);
+    CHECK(a[3].ms < 10000);
+    for (int i = 0; i < 2; i++) cddp__rdzv_release(&a[i].out);
+    cddp_store_close(v);
+    cddp_store_close(s);
+  }
+}
+
 TEST(rdzv_static_node_ranks_and_timeout) {
   cddp_store_t *s;
   CHECK_OK(cddp_store_mem_create(&s));

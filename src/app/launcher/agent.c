@@ -705,6 +705,10 @@ static int moved_under_round(agent_t *a, cddp__job_event_t *ev, cddp__job_event_
 
 /* The round's event decides the agent's next step: -1 = go to the next round. */
 static int follow_event(agent_t *a, const cddp__job_event_t *ev, int *exit_code) {
+  /* restart-all: the job ends with this round, so a node waiting for the next one (it came after
+   * this round closed) is told now, not after its --rdzv-timeout */
+  if (ev->kind != CDDP__EV_RESTART && !a->o->replace && cddp__gen_close_job(a->store, a->rz.round, a->rz.node_rank))
+    CDDP_INFO(CDDP_SUB_RUN, "round %d: the job's end is not announced: %s", a->rz.round, cddp_last_error());
   if (ev->kind == CDDP__EV_DONE) {
     *exit_code = 0;
     return 1;
@@ -977,7 +981,8 @@ static int agent_main(agent_t *a) {
     cddp__rdzv_watch_stop(&rw);
     if (jr != CDDP_OK) {
       fprintf(stderr, "cddp run: %s\n", cddp_last_error());
-      return finish(a, jr == CDDP_INVALID_ARG ? 2 : 1); /* the nodes disagree on a setting: a usage error */
+      /* the nodes disagree on a setting: a usage error; the job ended without this node: its code */
+      return finish(a, a->rz.ended ? a->rz.end_code : jr == CDDP_INVALID_ARG ? 2 : 1);
     }
     CDDP_INFO(CDDP_SUB_RDZV, "round %d closed: node %d of %d, world %d", a->rz.round, a->rz.node_rank, a->rz.nnodes,
               a->rz.world_size);
