@@ -69,6 +69,9 @@ stacks() {
   echo "pid $1: $(tr '\0' ' ' </proc/"$1"/cmdline 2>/dev/null); wchan $(cat /proc/"$1"/wchan 2>/dev/null)"
   command -v gdb >/dev/null && timeout 60 gdb -p "$1" -batch -nx -ex 'thread apply all bt' 2>&1 | grep -E '^(Thread|#)'
 }
+# none_alive PID...: 0 when none of them runs (`kill -0 A B` fails as soon as ONE is gone, so
+# it cannot say that all are)
+none_alive() { local p; for p; do kill -0 "$p" 2>/dev/null && return 1; done; return 0; }
 # last_step METRICS: the last training step in a run's metrics.jsonl (evals left out; empty when
 # none); step_reached METRICS N: it is N or past; wait_step METRICS N: until then (60 s, scaled)
 last_step() { grep -v '"eval"' "$1" 2>/dev/null | tail -1 | sed -n 's/.*"step":\([0-9]*\).*/\1/p'; }

@@ -62,7 +62,7 @@ lost_agent() {
   wait_for 20 sh -c "[ \$(ls $tmp/$id.started.* 2>/dev/null | wc -l) = $n ]" # the checks below name a miss
   { kill -KILL "${ap[$n]}"; wait "${ap[$n]}"; } 2>/dev/null
   t0=$(date +%s)
-  wait_for 30 sh -c "! kill -0 ${ap[*]:0:$((n - 1))} 2>/dev/null" # bounded: a hang fails below
+  wait_for 30 none_alive "${ap[@]:0:$((n - 1))}" # bounded: a hang fails below
   for ((i = 1; i < n; i++)); do
     if kill -0 "${ap[$i]}" 2>/dev/null; then stacks "${ap[$i]}" >"$tmp/$id.stacks.$i"; kill -KILL "${ap[$i]}"; echo hung >"$tmp/$id.rc.$i"
     else wait "${ap[$i]}"; echo $? >"$tmp/$id.rc.$i"; fi
@@ -102,7 +102,7 @@ late_node() {
   ap[3]=$!
   await "$id: the 3rd node waits for round 1" 20 grep -q "it waits for round 1" "$tmp/$id.3"
   touch "$tmp/$id.go"; t0=$(now_us)
-  wait_for 30 sh -c "! kill -0 ${ap[3]} 2>/dev/null" # bounded: a wait for the timeout fails below
+  wait_for 30 none_alive "${ap[3]}" # bounded: a wait for the timeout fails below
   if kill -0 "${ap[3]}" 2>/dev/null; then kill -KILL "${ap[3]}"; echo hung >"$tmp/$id.rc"
   else wait "${ap[3]}"; echo $? >"$tmp/$id.rc"; fi
   echo $((($(now_us) - t0) / 1000)) >"$tmp/$id.ms"
