@@ -52,9 +52,9 @@ rc=$?
 [ $rc = 137 ] && grep -q "^cddp run: rank 0 (host $HOST, pid [0-9]*) was killed by signal 9 (SIGKILL)$" "$T/k.err" && ok "killed worker -> 137 and SIGKILL named" || fail "signal exit" "rc=$rc $(cat "$T/k.err")"
 
 # 7. SIGTERM to the agent stops the workers, nothing left behind
-# both_pids: both workers wrote their pid to $T/pids; none_alive: none of those pids runs
+# both_pids: both workers wrote their pid to $T/pids; workers_gone: none of those pids runs
 both_pids() { [ -s "$T/pids/0" ] && [ -s "$T/pids/1" ]; }
-none_alive() { local p; for p in "$T"/pids/*; do kill -0 "$(cat "$p")" 2>/dev/null && return 1; done; return 0; }
+workers_gone() { none_alive $(cat "$T"/pids/*); }
 rm -rf "$T/pids"; mkdir "$T/pids"
 timeout 20 "$CDDP" run --nproc-per-node 2 sh -c 'echo $$ > '"$T"'/pids/$RANK; exec sleep 30' >/dev/null 2>"$T/t.err" &
 agent=$!
@@ -62,7 +62,7 @@ await "SIGTERM: both workers run" 5 both_pids
 t0=$(date +%s.%N)
 kill -TERM $agent; wait $agent; rc=$?
 dt=$(echo "$(date +%s.%N) - $t0" | bc)
-left=0; none_alive || left=1
+left=0; workers_gone || left=1
 [ $rc = 143 ] && [ $left = 0 ] && [ "$(echo "$dt < $(scaled 3)" | bc)" = 1 ] && ok "SIGTERM to the agent stops the workers (${dt}s)" || fail "SIGTERM" "rc=$rc left=$left dt=$dt $(cat "$T/t.err")"
 
 # 8. a worker ignoring SIGTERM is SIGKILLed after the grace period
@@ -73,8 +73,8 @@ await "grace: both workers ignore SIGTERM" 5 both_pids
 t0=$(date +%s.%N)
 kill -TERM $agent; wait $agent; rc=$?
 dt=$(echo "$(date +%s.%N) - $t0" | bc)
-wait_for 1 none_alive # SIGKILLed: gone at once
-left=0; none_alive || left=1
+wait_for 1 workers_gone # SIGKILLed: gone at once
+left=0; workers_gone || left=1
 [ $rc = 143 ] && [ $left = 0 ] && [ "$(echo "$dt >= 0.4 && $dt < $(scaled 3)" | bc)" = 1 ] && ok "SIGTERM-ignoring worker killed after the grace period (${dt}s)" || fail "grace" "rc=$rc left=$left dt=$dt"
 
 # 9. --max-restarts 1: rank 0 fails once, the restart (CDDP_RESTART_COUNT=1) succeeds
