@@ -57,7 +57,8 @@ await() {
   fail "$name" "not within $(scaled "$secs") s: $*"; return 1
 }
 # keep_failed NAME FILE...: a failure's evidence outlives the test's folder: copies the files to
-# a new private folder /tmp/cddp-NAME-failed.XXXXXX and prints its path (nothing when none)
+# a new private folder /tmp/cddp-NAME-failed.XXXXXX (mktemp: no name anyone can plant first)
+# and prints its path; prints nothing when mktemp cannot make it
 keep_failed() {
   local name=$1 dir; shift
   dir=$(mktemp -d "/tmp/cddp-$name-failed.XXXXXX") || return 0

@@ -333,8 +333,7 @@ for i in $(seq "$RUNS"); do
     ok "run $i ($desc): exit$rcs, $nrec recover$([ "$nrec" = 1 ] && echo y || echo ies) in place$([ "$nw" -gt 0 ] && echo ", $nw from disk ($wred)") in $times ms, samples exactly once, acc $acc, $nc checkpoints verified, resumed"
   else
     fail "run $i ($desc)" "$(IFS=';'; echo "${why[*]}") -- replay: CHAOS_SEED=$SEED CHAOS_ONLY=$i"
-    mkdir -p /tmp/cddp-chaos-failed && cp -r "$T/$name" "$T/$name".* /tmp/cddp-chaos-failed/ 2>/dev/null &&
-      echo "# run $i: its logs kept in /tmp/cddp-chaos-failed/"
+    echo "# run $i: its logs kept in $(keep_failed chaos "$T/$name" "$T/$name".*)"
   fi
   rm -rf "${T:?}/$name"
 done

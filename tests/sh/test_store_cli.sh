@@ -86,7 +86,8 @@ else fail "restart-all, an agent lost, no restarts" "rc $rcs: $(cat "$tmp"/lost2
 # When the job ends instead, it is told at once, with the job's code (before: it waited out
 # --rdzv-timeout, and on a loaded host the lost-agent cases above met such a node).
 # late_node ID CODE: 2 agents (--nnodes 2:3) whose workers exit CODE once $tmp/ID.go exists; a 3rd
-# joins once they run, and the workers go once it says it waits; its rc, output, seconds in $tmp/ID.*
+# joins once they run, and the workers go once it says it waits; its rc, output, ms in $tmp/ID.*, the
+# first two's rcs in $tmp/ID.rcs
 late_node() {
   local id=$1 i ap=() t0
   for i in 1 2; do
@@ -106,18 +107,18 @@ late_node() {
   if kill -0 "${ap[3]}" 2>/dev/null; then kill -KILL "${ap[3]}"; echo hung >"$tmp/$id.rc"
   else wait "${ap[3]}"; echo $? >"$tmp/$id.rc"; fi
   echo $((($(now_us) - t0) / 1000)) >"$tmp/$id.ms"
-  wait "${ap[1]}" "${ap[2]}"
+  wait_all 30 "${ap[1]}" "${ap[2]}"; echo "${RC[*]}" >"$tmp/$id.rcs"
 }
 late_node late0 0
-if [ "$(cat "$tmp/late0.rc")" = 0 ] && [ ! -e "$tmp/late0.started.3" ] &&
+if [ "$(cat "$tmp/late0.rc")" = 0 ] && [ "$(cat "$tmp/late0.rcs")" = "0 0" ] && [ ! -e "$tmp/late0.started.3" ] &&
    grep -qx "cddp run: the job finished without this node: it came after round 0 closed, and no round opened after it" "$tmp/late0.3"; then
   ok "restart-all, a node after round 0 closed, the job finishes: it says so and exits 0 at once ($(cat "$tmp/late0.ms") ms)"
-else fail "late node, the job finishes" "rc $(cat "$tmp/late0.rc"): $(tr '\n' ' ' <"$tmp/late0.3"); kept in $(keep_failed store-cli "$tmp"/late0.*)"; fi
+else fail "late node, the job finishes" "rc $(cat "$tmp/late0.rc") (the others $(cat "$tmp/late0.rcs")): $(tr '\n' ' ' <"$tmp/late0.3"); kept in $(keep_failed store-cli "$tmp"/late0.*)"; fi
 late_node late3 3
-if [ "$(cat "$tmp/late3.rc")" = 3 ] && [ ! -e "$tmp/late3.started.3" ] &&
+if [ "$(cat "$tmp/late3.rc")" = 3 ] && [ "$(cat "$tmp/late3.rcs")" = "3 3" ] && [ ! -e "$tmp/late3.started.3" ] &&
    grep -q "^cddp run: the job ended without this node (it came after round 0 closed): rank [01] (host .*exit.* 3" "$tmp/late3.3"; then
   ok "restart-all, a node after round 0 closed, the job fails (exit 3): it names the failure and exits 3 at once ($(cat "$tmp/late3.ms") ms)"
-else fail "late node, the job fails" "rc $(cat "$tmp/late3.rc"): $(tr '\n' ' ' <"$tmp/late3.3"); kept in $(keep_failed store-cli "$tmp"/late3.*)"; fi
+else fail "late node, the job fails" "rc $(cat "$tmp/late3.rc") (the others $(cat "$tmp/late3.rcs")): $(tr '\n' ' ' <"$tmp/late3.3"); kept in $(keep_failed store-cli "$tmp"/late3.*)"; fi
 
 kill -TERM $pid
 wait_for 5 sh -c "! kill -0 $pid 2>/dev/null" # the check below names a miss
