@@ -31,9 +31,11 @@ void cddp_test_register(const char *name, cddp_test_fn fn, int timeout_s, int fi
 void cddp_test_skip(const char *fmt, ...) __attribute__((noreturn, format(printf, 1, 2)));
 #define CDDP_TEST_SKIP(...) cddp_test_skip(__VA_ARGS__)
 
-/* Runs fn when the test ends, however it ends (a passed test leaves by _exit, which skips
- * atexit): for removing the test's own temporary files. */
-void cddp_test_at_end(void (*fn)(void));
+/* Writes to out "<this test's own folder>/<name>": a new private folder (0700, mkdtemp under
+ * $TMPDIR, else /tmp) made before each test and removed with all it holds once the test has
+ * ended, however it ended; so no test file has a name another user could guess and plant first.
+ * Fails the test when the path does not fit in size. */
+void cddp_test_path(char *out, size_t size, const char *name);
 
 /* The one factor every time bound of the tests is scaled by: CDDP_TEST_SCALE (4 under the
  * sanitizers in tests/run.sh; raise it on a loaded host), 1 when unset or not a positive number. */

@@ -1,5 +1,7 @@
 /* test_main.c - runs each registered test in a child process with a timeout; TAP-style lines. */
 #include <arpa/inet.h>
+#include <errno.h>
+#include <ftw.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
@@ -9,6 +11,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -32,21 +35,6 @@ void cddp_test_register(const char *name, cddp_test_fn fn, int timeout_s, int fi
 #define SKIP_REASON_MAX 256
 static char *skip_reason;
 
-/* What the test asked to run when it ends: passed (the runner's _exit skips atexit), failed or
- * skipped (exit runs atexit), last registered first. */
-static void (*at_end[16])(void);
-static int n_at_end;
-
-static void run_at_end(void) {
-  while (n_at_end > 0) at_end[--n_at_end]();
-}
-
-void cddp_test_at_end(void (*fn)(void)) {
-  if (n_at_end == 0) atexit(run_at_end);
-  if (n_at_end < (int)(sizeof at_end / sizeof at_end[0])) at_end[n_at_end++] = fn;
-  else TEST_FAIL("cddp_test_at_end: more than %d functions", n_at_end);
-}
-
 void cddp_test_skip(const char *fmt, ...) {
   if (skip_reason) {
     va_list ap;
@@ -56,6 +44,35 @@ void cddp_test_skip(const char *fmt, ...) {
   }
   fflush(NULL);
   exit(CDDP_TEST_SKIP_EXIT); /* exit, not _exit: a test's atexit cleanup still runs */
+}
+
+/* The running test's own folder (cddp_test_path): made by the runner before the fork, so the
+ * test's process inherits its name, and removed by the runner after the test. */
+static char test_dir[4096];
+
+void cddp_test_path(char *out, size_t size, const char *name) {
+  int n = snprintf(out, size, "%s/%s", test_dir, name);
+  if (!test_dir[0] || n < 0 || (size_t)n >= size)
+    TEST_FAIL("cddp_test_path: no room for %s/%s in %zu bytes", test_dir, name, size);
+}
+
+static int remove_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
+  (void)st, (void)flag, (void)ftw;
+  remove(path);
+  return 0;
+}
+
+/* A new private folder for the test about to run; 0 when none could be made. */
+static int make_test_dir(const char *prog) {
+  const char *base = getenv("TMPDIR");
+  if (!base || !*base) base = "/tmp";
+  int n = snprintf(test_dir, sizeof test_dir, "%s/cddp-%s.XXXXXX", base, prog);
+  if (n < 0 || (size_t)n >= sizeof test_dir || !mkdtemp(test_dir)) {
+    fprintf(stderr, "%s: cannot make a test folder under %s: %s\n", prog, base, strerror(errno));
+    test_dir[0] = 0;
+    return 0;
+  }
+  return 1;
 }
 
 static double now_s(void);
@@ -171,17 +188,22 @@ int main(int argc, char **argv) {
     run++;
     memset(skip_reason, 0, SKIP_REASON_MAX);
     fflush(NULL);
+    if (!make_test_dir(prog)) {
+      failed++;
+      printf("not ok %d - %s:%s (no folder of its own)\n", run, prog, tests[i].name);
+      continue;
+    }
     double t0 = now_s();
     pid_t pid = fork();
     if (pid == 0) {
       setpgid(0, 0); /* so a timeout kills the test's own children too */
       tests[i].fn();
-      run_at_end();
       fflush(NULL);
       _exit(0);
     }
     int to, st = wait_until(pid, t0 + tests[i].timeout_s * scale, &to);
     kill(-pid, SIGKILL); /* leftovers of the test's process group */
+    nftw(test_dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS); /* depth first: a folder once emptied */
     double ms = (now_s() - t0) * 1e3;
     if (!to && WIFEXITED(st) && WEXITSTATUS(st) == 0) {
       printf("ok %d - %s:%s (%.0f ms)\n", run, prog, tests[i].name, ms);

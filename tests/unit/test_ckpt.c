@@ -2,6 +2,7 @@
  * files named in errors, find_latest skipping broken ones, keep-K pruning, SIGKILL at random
  * instants during saves. */
 #include <dirent.h>
+#include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <stdint.h>
@@ -24,18 +25,11 @@
   } while (0)
 
 static char tmp_root[128];
-static void remove_tmp(void) {
-  char cmd[200];
-  if (!tmp_root[0]) return;
-  snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp_root);
-  if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", tmp_root);
-}
 
-/* A fresh directory for this test (each test runs in its own process), removed when it ends. */
+/* A fresh directory for this test, in its own folder (test.h: removed when the test ends). */
 static char *tmpdir(void) {
-  snprintf(tmp_root, sizeof tmp_root, "/tmp/cddp-ckpt.XXXXXX");
-  if (!mkdtemp(tmp_root)) TEST_FAIL("mkdtemp");
-  cddp_test_at_end(remove_tmp);
+  cddp_test_path(tmp_root, sizeof tmp_root, "ckpt.XXXXXX");
+  if (!mkdtemp(tmp_root)) TEST_FAIL("mkdtemp %s: %s", tmp_root, strerror(errno));
   return tmp_root;
 }
 
@@ -202,7 +196,6 @@ TEST(safetensors_round_trip) {
   CHECK_HAS(cddp_last_error(), "UTF-8");
   CHECK_RESULT(cddp_safetensors_write("/nonexistent-dir/x.safetensors", t, 1, NULL, 0), CDDP_SYSTEM);
   CHECK_HAS(cddp_last_error(), "cannot write /nonexistent-dir/x.safetensors: create");
-  remove_tmp();
 }
 
 TEST(safetensors_strict_parser) {
@@ -255,7 +248,6 @@ TEST(safetensors_strict_parser) {
   CHECK_HAS(cddp_last_error(), "over the 100000000-byte limit");
   CHECK_RESULT(cddp__st_parse("s.safetensors", small, 5, &f), CDDP_INVALID_ARG);
   CHECK_HAS(cddp_last_error(), "shorter than the 8-byte");
-  remove_tmp();
 }
 
 TEST(ckpt_round_trip) {
@@ -299,7 +291,6 @@ TEST(ckpt_round_trip) {
   CHECK_RESULT(cddp_ckpt_save(file, 9, &p, 0, NULL, 0), CDDP_INVALID_ARG);
   CHECK_HAS(cddp_last_error(), "step-000000007/DONE is not a directory");
   demo_free(&d);
-  remove_tmp();
 }
 
 /* Saves a fresh checkpoint, damages it with fn, and checks verify and load name the problem. */
@@ -395,7 +386,6 @@ TEST(ckpt_corrupt_cases) {
   snprintf(dir, sizeof dir, "%s/step-000000002", root);
   cddp_ckpt_t *c;
   CHECK_RESULT(cddp_ckpt_load(dir, &c), CDDP_INVALID_ARG);
-  remove_tmp();
 }
 
 /* Runs find_latest with stderr captured; returns the captured text (static). */
@@ -467,7 +457,6 @@ TEST(ckpt_find_latest_skips_broken) {
   CHECK_OK(cddp_ckpt_find_latest(root, out, sizeof out));
   snprintf(want, sizeof want, "%s/step-000000400", root);
   CHECK(!strcmp(out, want));
-  remove_tmp();
 }
 
 static int count_entries(const char *root, const char *prefix) {
@@ -517,7 +506,6 @@ TEST(ckpt_keep_prunes_and_replaces) {
   save_step(root, 10, 0);
   save_step(root, 11, 0);
   CHECK_EQ(count_entries(root, "step-"), 4);
-  remove_tmp();
 }
 
 TEST(ckpt_stale_tmp_dirs_removed) {
@@ -562,7 +550,6 @@ TEST(ckpt_stale_tmp_dirs_removed) {
   CHECK(access(alive_here, F_OK) == 0);
   snprintf(p, sizeof p, "%s/.tmp-step-000000004-%d", root, (int)getppid());
   CHECK(access(p, F_OK) == 0);
-  remove_tmp();
 }
 
 static double now_ms(void) {
@@ -648,5 +635,4 @@ TEST_TIMEOUT(ckpt_sigkill_during_saves, 120) {
   save_rows(root, latest + 1, 3, rows);
   CHECK_EQ(count_entries(root, ".tmp-"), 0);
   CHECK(count_entries(root, "step-") <= 3);
-  remove_tmp();
 }

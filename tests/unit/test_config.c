@@ -238,8 +238,8 @@ TEST(structure_errors_duplicates_syntax_and_files) {
   CHECK(strstr(cddp_last_error(), "/nonexistent/cfg.yaml: No such file or directory") != NULL);
   CHECK_RESULT(cddp__config_load(&c, "/tmp", NULL, 0), CDDP_INVALID_ARG);
   CHECK(strstr(cddp_last_error(), "/tmp: Is a directory") != NULL);
-  char fifo[64]; /* a FIFO nobody writes to: one line at once, not a start that hangs */
-  snprintf(fifo, sizeof fifo, "/tmp/cddp-cfg-fifo-%d.yaml", (int)getpid());
+  char fifo[4200]; /* a FIFO nobody writes to: one line at once, not a start that hangs */
+  cddp_test_path(fifo, sizeof fifo, "fifo.yaml");
   CHECK(mkfifo(fifo, 0600) == 0);
   cddp_result_t fr = cddp__config_load(&c, fifo, NULL, 0);
   unlink(fifo);

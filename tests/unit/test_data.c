@@ -1,5 +1,6 @@
 /* test_data.c - Fashion-MNIST loading: the real files (counts, labels, normalisation, speed)
  * and broken ones (missing, wrong magic, sizes, short, trailing bytes, bad labels). */
+#include <glob.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -120,15 +121,10 @@ TEST(alive_helper_beats_until_stopped_or_its_limit) {
 
 /* ---- synthetic files: a temporary directory per test */
 
-static char tmpdir[64];
-static void make_tmpdir(void) {
-  strcpy(tmpdir, "/tmp/cddp-data-XXXXXX");
+static char tmpdir[128];
+static void make_tmpdir(void) { /* a new one at each call, in the test's own folder (test.h) */
+  cddp_test_path(tmpdir, sizeof tmpdir, "data.XXXXXX");
   CHECK(mkdtemp(tmpdir) != NULL);
-}
-static void rm_tmpdir(void) {
-  char cmd[128];
-  snprintf(cmd, sizeof cmd, "rm -rf %s", tmpdir);
-  CHECK(system(cmd) == 0);
 }
 
 static void put32(unsigned char *b, uint32_t v) {
@@ -199,7 +195,6 @@ TEST(synthetic_gz_and_plain_load_exact_values) {
     }
     for (int i = 0; i < NSYN; i++) CHECK_EQ(d.y[i], i % 10);
     cddp__dataset_free(&d);
-    rm_tmpdir();
   }
 }
 
@@ -217,7 +212,6 @@ TEST(missing_directory_and_files_say_install) {
   expect_fail("train-images-idx3-ubyte.gz not found", "install dataset-fashion-mnist");
   CHECK(cddp__dataset_load_fmnist(&d, tmpdir, "validation") == CDDP_INVALID_ARG);
   CHECK(strstr(cddp_last_error(), "validation") != NULL);
-  rm_tmpdir();
 }
 
 TEST(wrong_magic_and_dims) {
@@ -234,7 +228,6 @@ TEST(wrong_magic_and_dims) {
   uint32_t dims[4] = {0x803, NSYN, 32, 24};
   write_file("train-images-idx3-ubyte", 1, dims, 4, pixels, NSYN * 784);
   expect_fail("images are 32x24, expected 28x28", NULL);
-  rm_tmpdir();
 }
 
 TEST(short_trailing_mismatch_and_labels) {
@@ -261,12 +254,8 @@ TEST(short_trailing_mismatch_and_labels) {
     labels[3] = 10;
     write_file("train-labels-idx1-ubyte", gz, lh, 2, labels, NSYN);
     expect_fail("label 10 of sample 3 is out of range 0..9", NULL);
-    /* remove both variants before the next round */
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -f %s/*", tmpdir);
-    CHECK(system(cmd) == 0);
+    make_tmpdir(); /* an empty folder for the next round: neither variant left */
   }
-  rm_tmpdir();
 }
 
 TEST(corrupt_gzip_is_reported) {
@@ -285,7 +274,6 @@ TEST(corrupt_gzip_is_reported) {
   CHECK(fwrite(junk, 1, sizeof junk, f) == sizeof junk);
   CHECK(fclose(f) == 0);
   expect_fail("train-images-idx3-ubyte.gz", NULL);
-  rm_tmpdir();
 }
 
 /* CDDP_DATA_CACHE: the second load maps the first one's bytes; a damaged or foreign entry
@@ -310,9 +298,15 @@ TEST(cache_maps_the_same_bytes_and_ignores_a_bad_entry) {
     cddp__dataset_free(&d);
     CHECK(d.x == NULL && d.map == NULL);
     if (round == 1) {
-      char cmd[256];
-      snprintf(cmd, sizeof cmd, "for f in %s/fmnist-t10k-*.bin; do truncate -s -1 \"$f\"; done", tmpdir);
-      CHECK(system(cmd) == 0);
+      char pattern[200]; /* every entry of the cache one byte short */
+      snprintf(pattern, sizeof pattern, "%s/fmnist-t10k-*.bin", tmpdir);
+      glob_t g;
+      CHECK(glob(pattern, 0, NULL, &g) == 0);
+      for (size_t i = 0; i < g.gl_pathc; i++) {
+        struct stat st;
+        CHECK(stat(g.gl_pathv[i], &st) == 0 && st.st_size > 0 && truncate(g.gl_pathv[i], st.st_size - 1) == 0);
+      }
+      globfree(&g);
     }
   }
   /* writing the entry beats the watchdog's page from a helper: on a busy disk the write and the
@@ -332,5 +326,4 @@ TEST(cache_maps_the_same_bytes_and_ignores_a_bad_entry) {
   cddp__dataset_free(&d);
   cddp__dataset_free(&ref);
   unsetenv("CDDP_DATA_CACHE");
-  rm_tmpdir();
 }

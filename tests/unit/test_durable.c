@@ -18,16 +18,10 @@
 
 static char root[64];
 
-static void remove_root(void) {
-  char cmd[256];
-  snprintf(cmd, sizeof cmd, "chmod -R u+w '%s' 2>/dev/null; rm -rf '%s'", root, root);
-  if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", root);
-}
-
+/* A fresh directory in the test's own folder (test.h: removed, read-only parts too, at its end). */
 static const char *fresh_dir(void) {
-  snprintf(root, sizeof root, "/tmp/cddp-durable.XXXXXX");
-  if (!mkdtemp(root)) TEST_FAIL("mkdtemp: %s", strerror(errno));
-  cddp_test_at_end(remove_root);
+  cddp_test_path(root, sizeof root, "d.XXXXXX");
+  if (!mkdtemp(root)) TEST_FAIL("mkdtemp %s: %s", root, strerror(errno));
   return root;
 }
 

@@ -50,9 +50,8 @@ static void follower(cddp_metrics_t *m, int last) {
 }
 
 TEST(a_new_rank0_cuts_a_step_the_old_one_logged_and_the_others_redo) {
-  char path[] = "/tmp/cddp-metrics-test.XXXXXX", file[64], got[256];
-  CHECK(mkdtemp(path) != NULL);
-  snprintf(file, sizeof file, "%s/metrics.jsonl", path);
+  char file[4200], got[256];
+  cddp_test_path(file, sizeof file, "metrics.jsonl");
   log_steps(file, 1, 4); /* the old rank 0 logged step 4; the others had committed 3 */
   cddp_metrics_t m;
   follower(&m, 3);
@@ -62,13 +61,11 @@ TEST(a_new_rank0_cuts_a_step_the_old_one_logged_and_the_others_redo) {
   cddp__metrics_close(&m);
   steps_of(file, got, sizeof got);
   CHECK(!strcmp(got, "1 2 3 4"));
-  unlink(file), rmdir(path);
 }
 
 TEST(a_new_rank0_logs_the_committed_step_the_old_one_died_before_logging) {
-  char path[] = "/tmp/cddp-metrics-test.XXXXXX", file[64], got[256];
-  CHECK(mkdtemp(path) != NULL);
-  snprintf(file, sizeof file, "%s/metrics.jsonl", path);
+  char file[4200], got[256];
+  cddp_test_path(file, sizeof file, "metrics.jsonl");
   log_steps(file, 1, 2); /* every rank committed step 3; the old rank 0 died before its line */
   cddp_metrics_t m;
   follower(&m, 3);
@@ -83,15 +80,13 @@ TEST(a_new_rank0_logs_the_committed_step_the_old_one_died_before_logging) {
   cddp__metrics_close(&m);
   steps_of(file, got, sizeof got);
   CHECK(!strcmp(got, "1 2 3 4"));
-  unlink(file), rmdir(path);
 }
 
 /* logged: where this process knows the file ends; the recovery takes the file over whenever
  * it is not at the synced step (a replacement rank 0 starts at -1: the dead writer's file) */
 TEST(logged_says_where_the_file_ends_for_the_recovery_to_take_it_over) {
-  char path[] = "/tmp/cddp-metrics-test.XXXXXX", file[64], got[256];
-  CHECK(mkdtemp(path) != NULL);
-  snprintf(file, sizeof file, "%s/metrics.jsonl", path);
+  char file[4200], got[256];
+  cddp_test_path(file, sizeof file, "metrics.jsonl");
   log_steps(file, 1, 2); /* the old rank 0 died after committing step 3, before its line */
   cddp_metrics_t m;
   CHECK_OK(cddp__metrics_open(&m, file, 1, 1000000)); /* its replacement: the dead writer's file */
@@ -110,7 +105,6 @@ TEST(logged_says_where_the_file_ends_for_the_recovery_to_take_it_over) {
   CHECK_OK(cddp__metrics_take_over(&m, file, 6, NULL));
   CHECK(m.logged == 4);
   cddp__metrics_close(&m);
-  unlink(file), rmdir(path);
 }
 
 /* path's bytes, for checking a refused repair left the file as it was */
@@ -142,9 +136,8 @@ TEST(a_write_that_fails_is_an_error_naming_the_file) {
 }
 
 TEST(a_resume_drops_a_torn_last_line_and_the_lines_after_its_step) {
-  char path[] = "/tmp/cddp-metrics-test.XXXXXX", file[64], got[256];
-  CHECK(mkdtemp(path) != NULL);
-  snprintf(file, sizeof file, "%s/metrics.jsonl", path);
+  char file[4200], got[256];
+  cddp_test_path(file, sizeof file, "metrics.jsonl");
   log_steps(file, 1, 6);
   append(file, "{\"step\":7,\"epoch\":1,\"lo"); /* the disk filled up mid-line */
   int64_t had = 0;
@@ -155,13 +148,11 @@ TEST(a_resume_drops_a_torn_last_line_and_the_lines_after_its_step) {
   log_steps(file, 5, 5); /* appended on a line of its own */
   steps_of(file, got, sizeof got);
   CHECK(!strcmp(got, "1 2 3 4 5"));
-  unlink(file), rmdir(path);
 }
 
 TEST(a_resume_refuses_a_line_before_its_step_that_does_not_parse) {
-  char path[] = "/tmp/cddp-metrics-test.XXXXXX", file[64], before[8192], after[8192];
-  CHECK(mkdtemp(path) != NULL);
-  snprintf(file, sizeof file, "%s/metrics.jsonl", path);
+  char file[4200], before[8192], after[8192];
+  cddp_test_path(file, sizeof file, "metrics.jsonl");
   log_steps(file, 1, 2);
   append(file, "garbage\n");
   log_steps(file, 3, 6);
@@ -172,15 +163,13 @@ TEST(a_resume_refuses_a_line_before_its_step_that_does_not_parse) {
   CHECK(!strcmp(before, after)); /* refused: left as it was */
   /* after the resumed step, a line that does not parse goes with the others */
   CHECK_OK(cddp__metrics_trim(file, 1, 1, NULL));
-  unlink(file), rmdir(path);
 }
 
 /* "step":1e08 is step 1 to strtoll but 1e8 to strtod (the plot, the resume's check): a line whose
  * step is not a whole integer is not a step line, so before the resumed step it is refused (fuzz). */
 TEST(a_resume_refuses_a_step_that_is_not_an_integer) {
-  char path[] = "/tmp/cddp-metrics-test.XXXXXX", file[64], before[8192], after[8192];
-  CHECK(mkdtemp(path) != NULL);
-  snprintf(file, sizeof file, "%s/metrics.jsonl", path);
+  char file[4200], before[8192], after[8192];
+  cddp_test_path(file, sizeof file, "metrics.jsonl");
   const char *odd[] = {"{\"step\":1e08}\n", "{\"step\":1.5,\"loss\":1}\n", "{\"step\":1x}\n"};
   for (size_t i = 0; i < sizeof odd / sizeof *odd; i++) {
     unlink(file);
@@ -192,13 +181,11 @@ TEST(a_resume_refuses_a_step_that_is_not_an_integer) {
     slurp(file, after, sizeof after);
     CHECK(!strcmp(before, after));
   }
-  unlink(file), rmdir(path);
 }
 
 TEST(a_resume_refuses_steps_missing_before_its_step) {
-  char path[] = "/tmp/cddp-metrics-test.XXXXXX", file[64], got[256];
-  CHECK(mkdtemp(path) != NULL);
-  snprintf(file, sizeof file, "%s/metrics.jsonl", path);
+  char file[4200], got[256];
+  cddp_test_path(file, sizeof file, "metrics.jsonl");
   log_steps(file, 1, 5); /* cut back behind the step-10 checkpoint */
   CHECK_RESULT(cddp__metrics_trim(file, 10, 10, NULL), CDDP_INVALID_ARG);
   CHECK(strstr(cddp_last_error(), "ends at step 5") != NULL);
@@ -207,27 +194,23 @@ TEST(a_resume_refuses_steps_missing_before_its_step) {
   CHECK(strstr(cddp_last_error(), "line 6: step 8 follows step 5") != NULL);
   steps_of(file, got, sizeof got);
   CHECK(!strcmp(got, "1 2 3 4 5 8 9 10 11 12"));
-  unlink(file), rmdir(path);
 }
 
 /* A FIFO where metrics.jsonl should be (a folder anyone could write into): refused at once, not
  * waited on for ever. */
 TEST(a_resume_refuses_a_fifo_for_metrics) {
-  char path[] = "/tmp/cddp-metrics-test.XXXXXX", file[64];
-  CHECK(mkdtemp(path) != NULL);
-  snprintf(file, sizeof file, "%s/metrics.jsonl", path);
+  char file[4200];
+  cddp_test_path(file, sizeof file, "metrics.jsonl");
   CHECK(mkfifo(file, 0600) == 0);
   CHECK_RESULT(cddp__metrics_trim(file, 5, 5, NULL), CDDP_INVALID_ARG);
   CHECK(strstr(cddp_last_error(), "is not a regular file") != NULL);
-  unlink(file), rmdir(path);
 }
 
 /* Steps near and past int64 (the fuzzer's find): a step past it is a line that does not parse,
  * INT64_MAX itself is followed by nothing (prev + 1 overflowed). */
 TEST(a_resume_refuses_steps_at_the_edge_of_int64) {
-  char path[] = "/tmp/cddp-metrics-test.XXXXXX", file[64];
-  CHECK(mkdtemp(path) != NULL);
-  snprintf(file, sizeof file, "%s/metrics.jsonl", path);
+  char file[4200];
+  cddp_test_path(file, sizeof file, "metrics.jsonl");
   log_steps(file, 1, 1);
   append(file, "{\"step\":9223372036854775807,\"loss\":1}\n{\"step\":2,\"loss\":1}\n");
   CHECK_RESULT(cddp__metrics_trim(file, 5, 5, NULL), CDDP_INVALID_ARG);
@@ -237,13 +220,11 @@ TEST(a_resume_refuses_steps_at_the_edge_of_int64) {
   append(file, "{\"step\":99999999999999999999999,\"loss\":1}\n{\"step\":2,\"loss\":1}\n");
   CHECK_RESULT(cddp__metrics_trim(file, 5, 5, NULL), CDDP_INVALID_ARG);
   CHECK(strstr(cddp_last_error(), "line 2 does not parse") != NULL);
-  unlink(file), rmdir(path);
 }
 
 TEST(a_new_rank0_drops_the_torn_line_the_old_one_left) {
-  char path[] = "/tmp/cddp-metrics-test.XXXXXX", file[64], got[256];
-  CHECK(mkdtemp(path) != NULL);
-  snprintf(file, sizeof file, "%s/metrics.jsonl", path);
+  char file[4200], got[256];
+  cddp_test_path(file, sizeof file, "metrics.jsonl");
   log_steps(file, 1, 4);
   append(file, "{\"step\":5,\"ep"); /* the old rank 0 died mid-line */
   cddp_metrics_t m;
@@ -255,5 +236,4 @@ TEST(a_new_rank0_drops_the_torn_line_the_old_one_left) {
   steps_of(file, got, sizeof got);
   CHECK(!strcmp(got, "1 2 3 4 5"));
   CHECK_OK(cddp__metrics_trim(file, 5, 5, NULL)); /* every line whole */
-  unlink(file), rmdir(path);
 }

@@ -130,8 +130,8 @@ TEST(flight_records_start_and_end) {
   CHECK_EQ(pg->done, s);
   CHECK_EQ(pg->ring[(s - 1) % CDDP__FLIGHT_RING].count, 123);
   CHECK_EQ(pg->ring[(s - 1) % CDDP__FLIGHT_RING].state, CDDP__FLIGHT_DONE);
-  char path[64];
-  snprintf(path, sizeof path, "/tmp/cddp-flight-test-%d.json", (int)getpid());
+  char path[4200];
+  cddp_test_path(path, sizeof path, "flight.json");
   CHECK_EQ(cddp__flight_dump(pg, 0, path, pg->ring[0].t_start), 0);
   FILE *f = fopen(path, "r");
   char buf[2048] = "";

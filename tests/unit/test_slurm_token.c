@@ -14,17 +14,10 @@
 
 static char home[64], home_var[80];
 
-static void remove_home(void) {
-  char cmd[160];
-  snprintf(cmd, sizeof cmd, "rm -rf '%s'", home);
-  if (home[0] && system(cmd) != 0) fprintf(stderr, "could not remove %s\n", home);
-}
-
 /* an empty home for a job 4242 of cluster c1 */
 static char **job_env(void) {
-  snprintf(home, sizeof home, "/tmp/cddp-slurm-token.XXXXXX");
-  if (!mkdtemp(home)) TEST_FAIL("mkdtemp: %s", strerror(errno));
-  cddp_test_at_end(remove_home);
+  cddp_test_path(home, sizeof home, "home.XXXXXX"); /* in the test's own folder (test.h) */
+  if (!mkdtemp(home)) TEST_FAIL("mkdtemp %s: %s", home, strerror(errno));
   snprintf(home_var, sizeof home_var, "HOME=%s", home);
   static char *envp[] = {home_var, "SLURM_JOB_ID=4242", "SLURM_CLUSTER_NAME=c1", NULL};
   return envp;

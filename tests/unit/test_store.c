@@ -24,8 +24,7 @@ static void fx_setup(fixture_t *fx, const char *kind) {
   if (!strcmp(kind, "mem")) {
     CHECK_OK(cddp_store_mem_create(&fx->shared));
   } else if (!strcmp(kind, "file")) {
-    snprintf(fx->path, sizeof fx->path, "/tmp/cddp-test-store-%d", (int)getpid());
-    unlink(fx->path);
+    cddp_test_path(fx->path, sizeof fx->path, "store");
   } else {
     CHECK_OK(cddp_store_server_start(&fx->srv, "127.0.0.1", 0, "sekrit"));
   }
@@ -330,8 +329,8 @@ TEST(token_from_env) {
   CHECK_OK(cddp_token_from_env(buf, sizeof buf));
   CHECK(!strcmp(buf, "abc"));
   unsetenv("CDDP_TOKEN");
-  char path[64];
-  snprintf(path, sizeof path, "/tmp/cddp-token-%d", (int)getpid());
+  char path[4200];
+  cddp_test_path(path, sizeof path, "token");
   FILE *f = fopen(path, "w");
   fputs("from-file\n", f);
   fclose(f);
