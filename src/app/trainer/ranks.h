@@ -22,6 +22,7 @@ typedef struct cddp__ranks {
   double spread;            /* (busiest - least busy) / least busy */
   int straggler;            /* the rank named a straggler (-1: none) */
   int fresh;                /* the last gather named it for the first time: say so */
+  int calm;                 /* consecutive windows the named straggler was under the line */
   double straggler_pct;     /* how far above the others' median its busy time was */
 } cddp__ranks_t;
 
@@ -30,9 +31,13 @@ void cddp__ranks_free(cddp__ranks_t *r);
 /* This rank's figures of one step (seconds). */
 void cddp__ranks_add(cddp__ranks_t *r, double compute_s, double data_s, double optim_s, double comm_s);
 /* Every rank calls it at the same steps (step % every == 0): one all-gather of 6 doubles a rank;
- * then all, slowest, spread and the straggler rule are up to date on every rank. A rank whose
- * busy time is more than pct % above the median of the others' for `windows` gathers in a row
- * is the straggler (fresh the first time). Errors are the all-gather's. */
+ * then all, slowest, spread and the straggler rule are up to date on every rank (judge below).
+ * Errors are the all-gather's. */
 cddp_result_t cddp__ranks_gather(cddp__ranks_t *r, cddp_comm_t *comm);
+/* The rule, on all (world entries, just gathered): slowest and spread; a rank whose busy time
+ * is more than pct % above the median of the others' for `windows` gathers in a row is the
+ * straggler (fresh the gather it is named); it stays one until it has been under the line for
+ * `windows` gathers in a row. */
+cddp_result_t cddp__ranks_judge(cddp__ranks_t *r);
 
 #endif /* CDDP_TRAINER_RANKS_H */
