@@ -277,7 +277,7 @@ case_t() {
   echo "steps=40" >"$T/tcfg.py"
   tagent() {
     CDDP_PYTHON=$py "$CDDP" run --nnodes 2:3 --nproc-per-node 1 --rdzv-backend c10d --rdzv-endpoint "127.0.0.1:$P" \
-      --rdzv-id "t$P" --rdzv-last-call 1 --max-restarts 3 tests/torch/tools/train.py --config_path="$T/tcfg.py" \
+      --rdzv-id "t$P" --rdzv-last-call "$(scaled 1)" --max-restarts 3 tests/torch/tools/train.py --config_path="$T/tcfg.py" \
       --work_dir="$T" --name=t --resume_from=latest --step_ms=100 >"$T/t$1.out" 2>&1 &
     A[$1]=$!; bg+=($!)
   }
@@ -323,14 +323,15 @@ case_w() {
     n=w$mode P=$(free_port) A=()
     for i in 1 2 3; do
       hold=(); [ $i = 1 ] && hold=(HOLD=1) # agent 1 hosts the store; its worker holds the job open
-      env "${hold[@]}" "$CDDP" run --nnodes 2:3 --nproc-per-node 1 --rdzv-backend c10d --rdzv-endpoint "127.0.0.1:$P" \
-        --rdzv-id "$n$P" --rdzv-last-call 1 --max-restarts 3 --restart-mode $mode sh -c "$prog" >"$T/$n$i.out" 2>&1 &
+      env "${hold[@]}" CDDP_DEBUG=INFO CDDP_DEBUG_SUBSYS=RUN "$CDDP" run --nnodes 2:3 --nproc-per-node 1 --rdzv-backend c10d \
+        --rdzv-endpoint "127.0.0.1:$P" \
+        --rdzv-id "$n$P" --rdzv-last-call "$(scaled 1)" --max-restarts 3 --restart-mode $mode sh -c "$prog" >"$T/$n$i.out" 2>&1 &
       A[$i]=$!; bg+=($!)
       [ $i = 1 ] && wait_for 10 port_listening "$P"
     done
-    wait_line 30 holding "$T/${n}1.out" && wait_line 30 'done' "$T/${n}2.out" && wait_line 30 'done' "$T/${n}3.out" ||
-      fail "$n: workers" "$(tail -2 "$T/$n"?.out | tr '\n' ' ')"
-    sleep 1 # the two agents say they are done
+    # the two others' workers ended and their agents marked it: they wait for the job's end
+    wait_line 30 holding "$T/${n}1.out" && wait_line 30 "workers are done" "$T/${n}2.out" &&
+      wait_line 30 "workers are done" "$T/${n}3.out" || fail "$n: workers" "$(tail -2 "$T/$n"?.out | tr '\n' ' ')"
     h=$(store_host 1 2 3) t0=$(date +%s.%N)
     kill -KILL "${A[$h]}" $(worker_of "${A[$h]}"); wait "${A[$h]}" 2>/dev/null
     all_exit0 "$n" 20 "$mode: the store's host SIGKILLed (host $h) while the others waited for the job's end: both others" \

@@ -1109,6 +1109,7 @@ static int agent_main(agent_t *a) {
         (void)cddp_store_set(a->store, cddp__job_key(CDDP__JK_COMPLETE, 0, 0).s, CDDP__JOB_FLAG, CDDP__JOB_FLAG_LEN);
       if (a->elastic) cddp__membership_done(&a->ms, 1);
       else cddp__rdzv_node_done(a->store, &a->rz);
+      CDDP_INFO(CDDP_SUB_RUN, "this node's workers are done (exit 0); it waits for the job's end");
       int sig = wait_event(a, msg, sizeof msg);
       if (sig > 0) {
         workers_done(&ws);
