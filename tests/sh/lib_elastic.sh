@@ -22,7 +22,7 @@ MODE=replace # --restart-mode of the agents started next (replace, all)
 # $P, the endpoint 127.0.0.1:$P unless EP names another (a member's standby)
 agent() {
   "$CDDP" run --nnodes "$3" --nproc-per-node 1 --rdzv-backend c10d --rdzv-endpoint "${EP:-127.0.0.1:$P}" --rdzv-id "$1$P" \
-    --rdzv-last-call 1 --max-restarts 3 --restart-mode "$MODE" "${RUNX[@]}" \
+    --rdzv-last-call "$(scaled 1)" --max-restarts 3 --restart-mode "$MODE" "${RUNX[@]}" \
     "$CDDP" train --config $CFG --work-dir "$T" --name "$1" "${ONE[@]}" "${@:4}" >"$T/$1$2.out" 2>&1 &
   A[$2]=$!; bg+=($!)
 }

@@ -22,10 +22,10 @@ agents() {
   local name=$1 nn=$2 P; P=$(free_port); A=()
   for i in 1 2 3; do
     "$CDDP" run --nnodes "$nn" --nproc-per-node 1 --rdzv-backend c10d --rdzv-endpoint 127.0.0.1:$P --rdzv-id "$name$P" \
-      --rdzv-last-call 1 --max-restarts 3 --restart-mode replace "${RUNX[@]}" \
+      --rdzv-last-call "$(scaled 1)" --max-restarts 3 --restart-mode replace "${RUNX[@]}" \
       "$CDDP" train --config $CFG --work-dir "$T" --name "$name" "${ONE[@]}" >"$T/$name$i.out" 2>&1 &
     A[$i]=$!; bg+=($!)
-    [ $i = 1 ] && sleep 0.3 # the first one hosts the store
+    [ $i = 1 ] && await "$name: agent 1 hosts the store" 10 port_listening "$P" # the others then join it
   done
 }
 worker_of() { pgrep -P "$1" | head -1; } # an agent's worker (its child)

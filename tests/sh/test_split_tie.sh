@@ -24,7 +24,7 @@ ep=$("$NS" addr 1):29500
 export CDDP_STORE_FAILOVER_MS=8000
 for i in 1 2 3 4; do
   "$NS" exec $i "$CDDP" run --nnodes 2:4 --nproc-per-node 1 --rdzv-backend c10d --rdzv-endpoint "$ep" \
-    --rdzv-id tie --rdzv-last-call 1 --rdzv-timeout 10 --max-restarts 3 --restart-mode replace --grace-period 1 \
+    --rdzv-id tie --rdzv-last-call "$(scaled 1)" --rdzv-timeout 10 --max-restarts 3 --restart-mode replace --grace-period 1 \
     "$W" sleep=20 >"$T/h$i.out" 2>&1 &
   A[$i]=$!
   [ $i = 1 ] && await "host 1 hosts the store" 10 "$NS" exec 1 bash -c "$(declare -f port_listening); port_listening 29500"

@@ -106,7 +106,7 @@ ONE=(--config configs/fmnist_mlp.yaml --work-dir "$T" --set batch.global=192 --s
 ag=()
 for i in 1 2 3; do
   "$CDDP" run --nnodes 2:3 --nproc-per-node 1 --rdzv-backend c10d --rdzv-endpoint 127.0.0.1:$P \
-    --rdzv-id "loss$P" --rdzv-last-call 1 --restart-mode replace --max-restarts 3 "$CDDP" train --name loss "${ONE[@]}" \
+    --rdzv-id "loss$P" --rdzv-last-call "$(scaled 1)" --restart-mode replace --max-restarts 3 "$CDDP" train --name loss "${ONE[@]}" \
     >"$T/loss$i.out" 2>&1 & # no timeout(1) between: the SIGKILL below is for the agent itself
   ag[$i]=$!
   [ $i = 1 ] && wait_for 10 port_listening "$P" # the first one hosts the store

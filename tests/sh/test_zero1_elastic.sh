@@ -40,7 +40,7 @@ else fail "a: kill under ZeRO-1" "rc=$rc line=[$line] $(grep -v 'epoch 1/1' "$T/
 P=$(free_port); A=()
 agent() {
   "$CDDP" run --nnodes 2:3 --nproc-per-node 1 --rdzv-backend c10d --rdzv-endpoint 127.0.0.1:$P --rdzv-id "j$P" \
-    --rdzv-last-call 1 --max-restarts 3 --restart-mode replace \
+    --rdzv-last-call "$(scaled 1)" --max-restarts 3 --restart-mode replace \
     "$CDDP" train --config $CFG --work-dir "$T" --name j "${ONE[@]}" >"$T/j$1.out" 2>&1 &
   A[$1]=$!; bg+=($!)
 }
