@@ -56,10 +56,23 @@ void cddp_test_path(char *out, size_t size, const char *name) {
     TEST_FAIL("cddp_test_path: no room for %s/%s in %zu bytes", test_dir, name, size);
 }
 
+static int open_up(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
+  (void)ftw;
+  if (flag == FTW_D) chmod(path, st->st_mode | S_IRWXU); /* a test's read-only folder, as test_durable's */
+  return 0;
+}
+
 static int remove_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
   (void)st, (void)flag, (void)ftw;
   remove(path);
   return 0;
+}
+
+/* The test's folder and all it holds, read-only folders too (a user other than root could not
+ * empty them): opened up first, then removed depth first. */
+static void remove_test_dir(void) {
+  nftw(test_dir, open_up, 16, FTW_PHYS);
+  nftw(test_dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
 }
 
 /* A new private folder for the test about to run; 0 when none could be made. */
@@ -203,7 +216,7 @@ int main(int argc, char **argv) {
     }
     int to, st = wait_until(pid, t0 + tests[i].timeout_s * scale, &to);
     kill(-pid, SIGKILL); /* leftovers of the test's process group */
-    nftw(test_dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS); /* depth first: a folder once emptied */
+    remove_test_dir();
     double ms = (now_s() - t0) * 1e3;
     if (!to && WIFEXITED(st) && WEXITSTATUS(st) == 0) {
       printf("ok %d - %s:%s (%.0f ms)\n", run, prog, tests[i].name, ms);
