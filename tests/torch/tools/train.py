@@ -47,7 +47,11 @@ def main():
         loss.backward()
         opt.step()
         if rank == 0:
-            torch.save({"model": model.module.state_dict(), "step": step}, os.path.join(run, f"step-{step:04d}.pt"))
+            # write aside, then rename: a rank killed mid-save (the job re-forming) leaves no
+            # truncated step-*.pt for --resume_from=latest to pick
+            path = os.path.join(run, f"step-{step:04d}.pt")
+            torch.save({"model": model.module.state_dict(), "step": step}, path + ".tmp")
+            os.replace(path + ".tmp", path)
         dist.barrier()
         time.sleep(a.step_ms / 1000)
     w = torch.cat([q.detach().flatten() for q in model.parameters()])
