@@ -2,6 +2,8 @@
  * with their deadlines, are common/sock.c's). */
 #include "common/io.h"
 
+#include "common/log.h"
+
 #include <dirent.h>
 #include <errno.h>
 #include <stdlib.h>
@@ -98,4 +100,19 @@ int cddp__open_regular(const char *path) {
 void cddp__printable(char *s) {
   for (; *s; s++)
     if ((unsigned char)*s < ' ' || (unsigned char)*s >= 127) *s = '?';
+}
+
+const char *cddp__tmp_base(void) {
+  static int warned;
+  const char *t = getenv("TMPDIR");
+  if (!t || !*t) return "/tmp";
+  struct stat st;
+  const char *why = NULL;
+  if (stat(t, &st) != 0) why = strerror(errno);
+  else if (!S_ISDIR(st.st_mode)) why = "not a folder";
+  else if (access(t, W_OK | X_OK) != 0) why = strerror(errno);
+  if (!why) return t;
+  if (!__atomic_exchange_n(&warned, 1, __ATOMIC_ACQ_REL))
+    CDDP_WARN("TMPDIR=%.200s cannot hold temporary folders (%s): using /tmp", t, why);
+  return "/tmp";
 }

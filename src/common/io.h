@@ -30,5 +30,9 @@ int cddp__open_regular(const char *path);
 /* Makes s (NUL-terminated) safe to print: a control byte (an escape sequence) or a byte outside
  * ASCII becomes '?'. For text read from the store or another process's file. */
 void cddp__printable(char *s);
+/* The folder for this process's private temporary folders: $TMPDIR when it names a folder it can
+ * write into, else /tmp, as Python's tempfile does; an unusable $TMPDIR is warned of once. A
+ * missing one must not quietly turn off what lives there (the watchdog's flight pages). */
+const char *cddp__tmp_base(void);
 
 #endif /* CDDP_COMMON_IO_H */

@@ -2,6 +2,7 @@
  * retried, errors reported. */
 #include <errno.h>
 #include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -49,4 +50,32 @@ TEST(write_all_reports_a_closed_pipe) {
   CHECK_EQ(cddp__write_all(p[1], "x", 1), -1);
   CHECK_EQ(errno, EPIPE);
   close(p[1]);
+}
+
+/* The temporary folders' home: $TMPDIR only when it is a folder this process can write into; a
+ * missing one, a file, or an empty value falls back to /tmp (the watchdog's pages live there). */
+TEST(tmp_base_takes_a_usable_tmpdir_else_tmp) {
+  char dir[] = "/tmp/cddp-test-tmpbase.XXXXXX", missing[64], file[64];
+  CHECK(mkdtemp(dir) != NULL);
+  snprintf(missing, sizeof missing, "%s/nope", dir);
+  snprintf(file, sizeof file, "%s/file", dir);
+  FILE *f = fopen(file, "w");
+  CHECK(f != NULL);
+  fclose(f);
+  const char *saved = getenv("TMPDIR");
+  char *keep = saved ? strdup(saved) : NULL;
+  setenv("TMPDIR", dir, 1);
+  CHECK(strcmp(cddp__tmp_base(), dir) == 0);
+  setenv("TMPDIR", missing, 1);
+  CHECK(strcmp(cddp__tmp_base(), "/tmp") == 0);
+  setenv("TMPDIR", file, 1);
+  CHECK(strcmp(cddp__tmp_base(), "/tmp") == 0);
+  setenv("TMPDIR", "", 1);
+  CHECK(strcmp(cddp__tmp_base(), "/tmp") == 0);
+  unsetenv("TMPDIR");
+  CHECK(strcmp(cddp__tmp_base(), "/tmp") == 0);
+  if (keep) setenv("TMPDIR", keep, 1);
+  free(keep);
+  unlink(file);
+  rmdir(dir);
 }

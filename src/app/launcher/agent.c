@@ -14,6 +14,7 @@
 #include "cddp/store.h"
 #include "common/check.h"
 #include "common/clock.h"
+#include "common/io.h"
 #include "launcher/agent.h"
 #include "job/elastic.h"
 #include "launcher/elastic_timer.h"
@@ -466,7 +467,7 @@ static int describe_failure(const agent_t *a, const cddp__worker_t *w, int statu
 /* --restart-mode replace: worker ws->fail_index died; start its replacement in the job's next
  * generation (the others keep running and re-form by themselves). -1: restarts used up. */
 static int replace_failed(agent_t *a, cddp__workers_t *ws) {
-  char desc[320];
+  char desc[768];
   describe_failure(a, &ws->w[ws->fail_index], ws->fail_status, desc, sizeof desc);
   cddp__job_announce_t what = cddp__job_announce_replace(ws->fail_rank, (int)ws->fail_pid);
   if (a->elastic) { /* a worker of a dropped node or of a stopping job is not replaced */
@@ -1038,7 +1039,7 @@ static int agent_main(agent_t *a) {
       return finish(a, 1);
     }
     int code = 0, next;
-    char line[480], desc[320], msg[512];
+    char line[1024], desc[768], msg[512];
     /* ev: what this node posts; now: the round's event that won (this one or another node's) */
     cddp__job_event_t ev = {.kind = CDDP__EV_FAIL}, now;
     const char *value = NULL;
@@ -1137,8 +1138,7 @@ static int agent_main(agent_t *a) {
 
 /* A new private folder $TMPDIR/<prefix>XXXXXX. */
 static int tmp_dir(char *buf, size_t size, const char *prefix) {
-  const char *t = getenv("TMPDIR");
-  snprintf(buf, size, "%s/%sXXXXXX", t && *t ? t : "/tmp", prefix);
+  snprintf(buf, size, "%s/%sXXXXXX", cddp__tmp_base(), prefix);
   return mkdtemp(buf) ? 0 : -1;
 }
 
@@ -1248,7 +1248,12 @@ int cddp__run_main(int argc, char **argv) {
   heartbeat_timeout_for_size(&o);
   start_warm(&a);
   choose_torch_store(&a);
-  if (tmp_dir(a.err_dir, sizeof a.err_dir, "cddp-run-") != 0) a.err_dir[0] = '\0'; /* no error files: no causes */
+  if (tmp_dir(a.err_dir, sizeof a.err_dir, "cddp-run-") != 0) { /* no error files: no causes, no flight pages */
+    int e = errno;
+    fprintf(stderr, "cddp run: cannot make a private folder in %s (%s): no workers' error files%s\n", cddp__tmp_base(),
+            strerror(e), o.hang_ms > 0 ? ", and no hang watchdog (--hang-timeout)" : "");
+    a.err_dir[0] = '\0';
+  }
   a.live_console = isatty(STDERR_FILENO) && !o.log_dir[0] && !o.tmp_log_dir;
   if (o.log_dir[0]) snprintf(a.flight_dir, sizeof a.flight_dir, "%s/flight", o.log_dir);
   else flight_tmp_dir(a.flight_dir, sizeof a.flight_dir, o.run_id);

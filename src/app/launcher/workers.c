@@ -513,7 +513,7 @@ static void watchdog(cddp__workers_t *ws) {
     snprintf(where, sizeof where, "; flight records and stack in %s", ws->flight_dir);
     said_where(ws);
   }
-  snprintf(w->hang, sizeof w->hang, "%.200s%.119s", why, where);
+  snprintf(w->hang, sizeof w->hang, "%.220s%.419s", why, where);
   /* said now: the job's closing line waits for the other workers to stop, seconds on a loaded host */
   fprintf(stderr, "cddp run: the watchdog kills rank %d (host %s, pid %d) as %s\n", w->rank,
           ws->host ? ws->host : "?", (int)w->pid, w->hang);

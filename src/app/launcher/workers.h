@@ -31,7 +31,8 @@ typedef struct cddp__worker {
   cddp__failure_t prev;
   cddp__progress_t progress;  /* its flight page (the watchdog's and `cddp status`'s) */
   cddp__probe_t probe;        /* the watchdog's signs when it keeps no flight page (a torch script) */
-  char hang[320];             /* "hung: ...": the watchdog killed it, and why ("" otherwise) */
+  char hang[640];             /* "hung: ...": the watchdog killed it, and why ("" otherwise), with
+                                 room for a flight folder's path of 380 characters, uncut */
 } cddp__worker_t;
 
 typedef enum cddp__outcome {

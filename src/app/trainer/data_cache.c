@@ -16,6 +16,7 @@
 #include "comm/flight.h"
 #include "common/check.h"
 #include "common/durable.h"
+#include "common/io.h"
 #include "common/knobs.h"
 #include "common/log.h"
 #include "trainer/data.h"
@@ -49,8 +50,7 @@ static int cache_dir(char *dir, size_t size) {
   if (*v) {
     snprintf(dir, size, "%s", v);
   } else {
-    const char *tmp = getenv("TMPDIR");
-    snprintf(dir, size, "%s/cddp-cache-%u", tmp && *tmp ? tmp : "/tmp", (unsigned)geteuid());
+    snprintf(dir, size, "%s/cddp-cache-%u", cddp__tmp_base(), (unsigned)geteuid());
   }
   if (mkdir(dir, 0700) != 0 && errno != EEXIST) {
     CDDP_INFO(CDDP_SUB_TRAIN, "data cache %s: cannot create it (%s): not cached", dir, strerror(errno));
