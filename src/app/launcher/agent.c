@@ -1071,7 +1071,7 @@ static int agent_main(agent_t *a) {
       }
       if (ev.kind == CDDP__EV_FAIL) {
         ev.code = code;
-        snprintf(ev.line, sizeof ev.line, "%s", line);
+        snprintf(ev.line, sizeof ev.line, "%.*s", (int)sizeof ev.line - 1, line); /* the store's copy may be cut */
         post_failure(a, &ws.failure, code, line);
       }
       now = ev;
