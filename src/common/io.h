@@ -1,5 +1,6 @@
 /* io.h - whole-buffer reads and writes on a blocking file or pipe: EINTR is retried here, once.
- * Sockets have theirs, with deadlines, in common/sock.h. And a process's state from /proc. */
+ * Sockets have theirs, with deadlines, in common/sock.h. And a process's state from /proc, and
+ * the folder temporary folders go in. */
 #ifndef CDDP_COMMON_IO_H
 #define CDDP_COMMON_IO_H
 

@@ -27,6 +27,7 @@ trial() {
   replace) args=(--restart-mode replace --max-restarts 1) ;;
   esac
   [ -n "$notmp" ] || mkdir -p "$T/$name.tmp" # before the agent starts: it makes its folders there at once
+  # the data cache in the trial's own folder, never /tmp's shared one, also when TMPDIR is missing
   CDDP_DATA_CACHE=$T/$name.tmp/cddp-cache-x TMPDIR=$T/$name.tmp timeout 90 "$CDDP" run --standalone --nproc-per-node 2 --hang-timeout "$(scaled 2)" --grace-period 1 \
     "${args[@]}" "$CDDP" train --name "$name" "${TR[@]}" >"$T/$name.out" 2>&1 &
   pid=$!
@@ -52,7 +53,7 @@ trial() {
   then ok "$label: exit $rc, named once: ${line:0:90}..."
   else fail "$label" "pid '$v' rc=$rc TMPDIR said $said time(s), stack '$stack': $(grep -v 'epoch [0-9]' "$T/$name.out" | tail -4 | tr '\n' ' ')"; fi
   rm -rf "$T/$name.tmp"/cddp-cache-* "$T/$name" # each trial writes the 188 MB data cache afresh: 120 would fill /tmp
-  [ -n "$notmp" ] && [[ "$flight" == /tmp/cddp-flight-* ]] && rm -rf "$flight"
+  if [ -n "$notmp" ] && [[ "$flight" == /tmp/cddp-flight-* ]]; then rm -rf "$flight"; fi
 }
 
 for mode in ${HANG_MODES:-none restart replace}; do
